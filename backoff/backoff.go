@@ -1,0 +1,259 @@
+// Package backoff computes how long to wait before a retry: capped exponential
+// backoff with jitter.
+//
+// For retry n (n = 1 is the first retry, not the first attempt), base b and
+// cap c, let exp(n) = min(c, b·2^n). The strategies are
+//
+//	NoJitter      exp(n)
+//	FullJitter    U[0,1) · exp(n)                         (the default)
+//	EqualJitter   exp(n)/2 + U[0,1) · exp(n)/2
+//	Decorrelated  min(c, b + U[0,1) · (prev·3 − b))       prev starts at b
+//
+// where prev is the previous computed delay. A cap is always in force: no
+// strategy ever returns more than c, whatever n is.
+//
+// A [Config] is plain data; [New] validates it once and returns a [Backoff],
+// which is immutable and safe for concurrent use as long as its [Source] is
+// (the default one is). Per-call state, the retry number and, for
+// Decorrelated, the previous delay, lives with the caller: either passed to
+// [Backoff.Delay] or kept in a [Sequence] value, which costs no allocation.
+package backoff
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Strategy selects how a delay is randomised. The zero value is [FullJitter].
+type Strategy uint8
+
+const (
+	// FullJitter sleeps a uniformly random time in [0, exp(n)). It spreads a
+	// herd of clients the widest and is the default.
+	FullJitter Strategy = iota
+	// NoJitter sleeps exactly exp(n): every client that failed together
+	// retries together. Provided for comparison, not for production.
+	NoJitter
+	// EqualJitter keeps half of exp(n) and randomises the other half, so the
+	// delay is in [exp(n)/2, exp(n)).
+	EqualJitter
+	// Decorrelated grows from the previous delay instead of the retry number:
+	// min(cap, base + U·(prev·3 − base)).
+	Decorrelated
+
+	numStrategies
+)
+
+var strategyNames = [numStrategies]string{
+	FullJitter:   "full",
+	NoJitter:     "none",
+	EqualJitter:  "equal",
+	Decorrelated: "decorrelated",
+}
+
+// Strategies returns every strategy in the seed's order: none, full, equal,
+// decorrelated.
+func Strategies() []Strategy {
+	return []Strategy{NoJitter, FullJitter, EqualJitter, Decorrelated}
+}
+
+// String returns the strategy's short name ("none", "full", "equal",
+// "decorrelated"), or "Strategy(N)" for an unknown value.
+func (s Strategy) String() string {
+	if s < numStrategies {
+		return strategyNames[s]
+	}
+	return fmt.Sprintf("Strategy(%d)", uint8(s))
+}
+
+// ParseStrategy returns the strategy named s, as printed by
+// [Strategy.String]. It is case-sensitive.
+func ParseStrategy(s string) (Strategy, error) {
+	for i, name := range strategyNames {
+		if name == s {
+			return Strategy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("backoff: unknown strategy %q (want none, full, equal or decorrelated)", s)
+}
+
+// MarshalText implements [encoding.TextMarshaler].
+func (s Strategy) MarshalText() ([]byte, error) {
+	if s >= numStrategies {
+		return nil, fmt.Errorf("backoff: unknown strategy %d", uint8(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler], so a Strategy works
+// with flag.TextVar and encoding/json.
+func (s *Strategy) UnmarshalText(b []byte) error {
+	v, err := ParseStrategy(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// Default settings, as returned by [DefaultConfig].
+const (
+	DefaultBase = 100 * time.Millisecond
+	DefaultCap  = 10 * time.Second
+)
+
+// Config is the plain-data description of a backoff. Build a [Backoff] from
+// it with [New]. Its zero value is not valid: Base and Cap must be set; start
+// from [DefaultConfig] to get the documented defaults.
+type Config struct {
+	// Strategy is the jitter strategy; the zero value is FullJitter.
+	Strategy Strategy
+	// Base is b in exp(n) = min(Cap, Base·2^n). It must be positive.
+	Base time.Duration
+	// Cap is the largest delay ever returned. It must be at least Base.
+	Cap time.Duration
+	// Rand is the random source. Nil means [Runtime], which is safe for
+	// concurrent use without a lock. A Backoff is only as safe for
+	// concurrent use as its Rand.
+	Rand Source
+}
+
+// DefaultConfig returns full jitter, base 100 ms, cap 10 s and the
+// [Runtime] random source.
+func DefaultConfig() Config {
+	return Config{Strategy: FullJitter, Base: DefaultBase, Cap: DefaultCap}
+}
+
+// ErrInvalidConfig is wrapped by every error [New] returns.
+var ErrInvalidConfig = errors.New("backoff: invalid config")
+
+// Backoff computes retry delays. It is immutable once built; it is safe for
+// concurrent use when its random source is (the default one is).
+type Backoff struct {
+	strategy Strategy
+	base     time.Duration
+	cap      time.Duration
+	baseF    float64 // base in nanoseconds
+	capF     float64 // cap in nanoseconds
+	rand     Source
+}
+
+// New validates c and returns a Backoff. It returns an error wrapping
+// [ErrInvalidConfig] if Base is not positive, Cap is below Base, or the
+// strategy is unknown; a Backoff that was built never fails or panics later.
+func New(c Config) (*Backoff, error) {
+	switch {
+	case c.Strategy >= numStrategies:
+		return nil, fmt.Errorf("%w: unknown strategy %d", ErrInvalidConfig, uint8(c.Strategy))
+	case c.Base <= 0:
+		return nil, fmt.Errorf("%w: base %v must be positive", ErrInvalidConfig, c.Base)
+	case c.Cap < c.Base:
+		return nil, fmt.Errorf("%w: cap %v must be at least base %v", ErrInvalidConfig, c.Cap, c.Base)
+	}
+	r := c.Rand
+	if r == nil {
+		r = Runtime{}
+	}
+	return &Backoff{
+		strategy: c.Strategy,
+		base:     c.Base,
+		cap:      c.Cap,
+		baseF:    float64(c.Base),
+		capF:     float64(c.Cap),
+		rand:     r,
+	}, nil
+}
+
+// Default returns a Backoff built from [DefaultConfig].
+func Default() *Backoff {
+	b, _ := New(DefaultConfig()) // DefaultConfig is valid by construction.
+	return b
+}
+
+// Config returns the configuration b was built from (Rand is the source in
+// use, never nil).
+func (b *Backoff) Config() Config {
+	return Config{Strategy: b.strategy, Base: b.base, Cap: b.cap, Rand: b.rand}
+}
+
+// Exp returns exp(n) = min(cap, base·2^n), the delay before jitter. n below 1
+// counts as 1. It saturates at the cap for any n: no overflow, no negative.
+func (b *Backoff) Exp(n int) time.Duration {
+	return b.toDuration(b.exp(n))
+}
+
+// exp returns min(cap, base·2^n) in nanoseconds as a float64.
+func (b *Backoff) exp(n int) float64 {
+	if n < 1 {
+		n = 1
+	}
+	if n > 1100 { // 2^n is +Inf well before this; keep Ldexp's argument small.
+		return b.capF
+	}
+	return math.Min(b.capF, math.Ldexp(b.baseF, n))
+}
+
+// toDuration converts a non-negative float number of nanoseconds to a
+// Duration, clamping into [0, cap].
+func (b *Backoff) toDuration(ns float64) time.Duration {
+	if !(ns > 0) {
+		return 0
+	}
+	if ns >= b.capF {
+		return b.cap
+	}
+	return min(time.Duration(ns), b.cap)
+}
+
+// Delay returns the delay before retry n (n = 1 is the first retry; n below 1
+// counts as 1). prev is the previous delay this call computed and matters only
+// for Decorrelated, where a prev below base (such as 0 on the first retry)
+// counts as base. The result is always in [0, cap], and for Decorrelated in
+// [base, cap].
+//
+// Delay is safe for concurrent use when b's random source is. It allocates
+// nothing.
+func (b *Backoff) Delay(n int, prev time.Duration) time.Duration {
+	switch b.strategy {
+	case NoJitter:
+		return b.toDuration(b.exp(n))
+	case EqualJitter:
+		e := b.exp(n)
+		return b.toDuration(e/2 + b.rand.Float64()*e/2)
+	case Decorrelated:
+		p := math.Max(float64(prev), b.baseF)
+		return b.toDuration(math.Min(b.capF, b.baseF+b.rand.Float64()*(p*3-b.baseF)))
+	default: // FullJitter
+		return b.toDuration(b.rand.Float64() * b.exp(n))
+	}
+}
+
+// Sequence returns the delays of one call's retries in order. It is a value:
+// keep it in a local variable; it costs no allocation.
+func (b *Backoff) Sequence() Sequence {
+	return Sequence{b: b}
+}
+
+// Sequence walks the delays of one call: the first [Sequence.Next] is the
+// delay before retry 1, the next before retry 2, and so on, with
+// Decorrelated fed the previous delay. A Sequence belongs to one call and is
+// not safe for concurrent use; its zero value is not usable (get one from
+// [Backoff.Sequence]).
+type Sequence struct {
+	b    *Backoff
+	n    int
+	prev time.Duration
+}
+
+// Next returns the delay before the next retry.
+func (s *Sequence) Next() time.Duration {
+	s.n++
+	d := s.b.Delay(s.n, s.prev)
+	s.prev = d
+	return d
+}
+
+// Retries returns how many delays Next has returned.
+func (s *Sequence) Retries() int { return s.n }

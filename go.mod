@@ -1,0 +1,3 @@
+module github.com/stormguard/stormguard
+
+go 1.26
