@@ -8,9 +8,12 @@
 package sim
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
@@ -174,4 +177,25 @@ func (w *windowCounter) count(idx []int64, width time.Duration) RoundResult {
 		i = j
 	}
 	return rr
+}
+
+// WriteText writes the result in the seed's format: a header line, then for
+// each strategy its name and one line per round.
+func (r *JitterResult) WriteText(w io.Writer) error {
+	c := r.Config
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "clients=%d all fail at t=0, base=%sms cap=%sms, window=%sms, seed=%d\n",
+		c.Clients, millis(c.Base), millis(c.Cap), millis(c.Window), c.Seed)
+	for _, s := range r.Strategies {
+		fmt.Fprintf(bw, "\n%s\n", s.Strategy)
+		for _, rr := range s.Rounds {
+			fmt.Fprintf(bw, "  retry %d: occupied windows=%d, peak retries in one window=%d\n", rr.Round, rr.Occupied, rr.Peak)
+		}
+	}
+	return bw.Flush()
+}
+
+// millis formats d as a number of milliseconds without trailing zeros.
+func millis(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
 }
