@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// series is one named set of points.
+type series struct {
+	name string
+	x, y []float64
+}
+
+// panel is one chart of a figure: bars (positioned at x, barWidth wide)
+// and/or lines.
+type panel struct {
+	title, xLabel, yLabel string
+	bars                  []series
+	barWidth              float64
+	lines                 []series
+}
+
+// chartFormat returns "png" or "svg" for a chart file name.
+func chartFormat(file string) (string, error) {
+	switch ext := strings.ToLower(filepath.Ext(file)); ext {
+	case ".png":
+		return "png", nil
+	case ".svg":
+		return "svg", nil
+	default:
+		return "", fmt.Errorf("chart file %q: want a .png or .svg name", file)
+	}
+}
+
+// drawPanels draws panels stacked vertically under a title into file.
+func drawPanels(file, title string, panels []panel) error {
+	format, err := chartFormat(file)
+	if err != nil {
+		return err
+	}
+	plots := make([][]*plot.Plot, len(panels))
+	for i, pn := range panels {
+		p, err := pn.plot()
+		if err != nil {
+			return fmt.Errorf("chart %q: %w", pn.title, err)
+		}
+		plots[i] = []*plot.Plot{p}
+	}
+	width := 22 * vg.Centimeter
+	height := vg.Length(len(panels))*7*vg.Centimeter + 1.5*vg.Centimeter
+
+	var canvas vg.CanvasWriterTo
+	switch format {
+	case "png":
+		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(110))}
+	default:
+		canvas = vgsvg.New(width, height)
+	}
+	dc := draw.New(canvas)
+	// White background (PNG canvases start transparent).
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+
+	titleStyle := plot.New().Title.TextStyle
+	titleStyle.Font.Size = 14
+	titleStyle.XAlign = draw.XCenter
+	titleStyle.YAlign = draw.YTop
+	dc.FillText(titleStyle, vg.Point{X: width / 2, Y: height - 0.3*vg.Centimeter}, title)
+
+	body := draw.Crop(dc, 0, 0, 0, -1.2*vg.Centimeter)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
+		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
+	canvases := plot.Align(plots, tiles, body)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := canvas.WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing chart %s: %w", file, err)
+	}
+	return f.Close()
+}
+
+func (pn panel) plot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = pn.title
+	p.X.Label.Text = pn.xLabel
+	p.Y.Label.Text = pn.yLabel
+	p.Y.Min = 0
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	for i, s := range pn.bars {
+		h := &plotter.Histogram{Width: pn.barWidth, FillColor: withAlpha(plotutil.Color(i), 0xb0)}
+		h.LineStyle.Width = 0
+		for j := range s.x {
+			h.Bins = append(h.Bins, plotter.HistogramBin{Min: s.x[j], Max: s.x[j] + pn.barWidth, Weight: s.y[j]})
+		}
+		if len(h.Bins) == 0 {
+			continue
+		}
+		p.Add(h)
+		p.Legend.Add(s.name, h)
+	}
+	if pn.barWidth > 0 {
+		// Room for the last bar, and time starts at 0.
+		xmax := 0.0
+		for _, s := range pn.bars {
+			for _, x := range s.x {
+				xmax = max(xmax, x+pn.barWidth)
+			}
+		}
+		p.X.Min, p.X.Max = 0, xmax*1.03
+	}
+	for i, s := range pn.lines {
+		xys := make(plotter.XYs, len(s.x))
+		for j := range s.x {
+			xys[j] = plotter.XY{X: s.x[j], Y: s.y[j]}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.2)
+		l.Dashes = plotutil.Dashes(i)
+		p.Add(l)
+		p.Legend.Add(s.name, l)
+	}
+	return p, nil
+}
+
+func withAlpha(c color.Color, a uint8) color.Color {
+	r, g, b, _ := c.RGBA()
+	// Premultiplied NRGBA -> RGBA with the new alpha.
+	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: a}
+}
+

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestSimJitterPrintsSeedTable(t *testing.T) {
+	want, err := os.ReadFile("testdata/jitter.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "sim", "jitter")
+	if code != 0 || errs != "" {
+		t.Fatalf("sim jitter: exit %d, stderr %q", code, errs)
+	}
+	if out != string(want) {
+		t.Errorf("sim jitter output differs from testdata/jitter.golden (the seed's table):\n%s", out)
+	}
+}
+
+func TestSimJitterJSON(t *testing.T) {
+	code, out, _ := runCLI(t, "sim", "jitter", "--json", "--strategies", "full", "--clients", "10", "--rounds", "2")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var v struct {
+		Config struct {
+			Clients int `json:"clients"`
+		} `json:"config"`
+		Results []struct {
+			Strategy string `json:"strategy"`
+			Rounds   []struct {
+				Round    int `json:"round"`
+				Occupied int `json:"occupied_windows"`
+				Peak     int `json:"peak"`
+			} `json:"rounds"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
+	}
+	if v.Config.Clients != 10 || len(v.Results) != 1 || v.Results[0].Strategy != "full" || len(v.Results[0].Rounds) != 2 {
+		t.Errorf("unexpected JSON: %+v", v)
+	}
+}
+
+func TestSimJitterCharts(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct{ name, magic string }{
+		{"j.png", "\x89PNG\r\n\x1a\n"},
+		{"j.svg", "<?xml"},
+	} {
+		file := filepath.Join(dir, tt.name)
+		if code, _, errs := runCLI(t, "sim", "jitter", "--chart", file); code != 0 {
+			t.Fatalf("--chart %s: exit %d: %s", tt.name, code, errs)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(data), tt.magic) || len(data) < 5000 {
+			t.Errorf("%s: %d bytes starting %q, want a real image", tt.name, len(data), data[:min(8, len(data))])
+		}
+	}
+}
+
+func TestBadInvocations(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "jitter", "--clients", "x"}, `invalid value "x" for flag -clients`},
+		{[]string{"sim", "jitter", "--nope"}, "flag provided but not defined: -nope"},
+		{[]string{"sim", "jitter", "--chart", "out.gif"}, "want a .png or .svg name"},
+		{[]string{"sim", "jitter", "--strategies", "full,bogus"}, `unknown strategy "bogus"`},
+		{[]string{"sim", "jitter", "--clients", "0"}, "clients 0 must be positive"},
+		{[]string{"sim", "jitter", "--cap", "1ms"}, "cap 1ms must be at least base 100ms"},
+		{[]string{"sim", "jitter", "--seed", "4294967296"}, "does not fit in 32 bits"},
+		{[]string{"sim", "jitter", "extra"}, `unexpected argument "extra"`},
+		{[]string{"sim", "nothing"}, `unknown command "sim nothing"`},
+	}
+	for _, tt := range tests {
+		code, out, errs := runCLI(t, tt.args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2", tt.args, code)
+		}
+		if out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tt.want) {
+			t.Errorf("%v: stdout %q, stderr %q; want one stderr line containing %q", tt.args, out, errs, tt.want)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := runCLI(t, "help")
+	if code != 0 || !strings.Contains(out, "sim jitter") {
+		t.Errorf("help: exit %d, output %q", code, out)
+	}
+	code, out, _ = runCLI(t, "sim", "jitter", "--help")
+	if code != 0 || !strings.Contains(out, "-strategies") || !strings.Contains(out, "Usage: stormguard sim jitter") {
+		t.Errorf("sim jitter --help: exit %d, output %q", code, out)
+	}
+}
