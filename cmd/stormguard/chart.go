@@ -149,4 +149,3 @@ func withAlpha(c color.Color, a uint8) color.Color {
 	// Premultiplied NRGBA -> RGBA with the new alpha.
 	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: a}
 }
-
