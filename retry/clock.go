@@ -1,0 +1,49 @@
+package retry
+
+import (
+	"context"
+	"time"
+)
+
+// Clock is the loop's source of time: Now for deadline checks and Sleep for
+// the waits between attempts. Inject one to test without sleeping for real
+// (or run the tests inside testing/synctest with [SystemClock]).
+//
+// A Clock shared by a [Policy] is used by every call of that policy, so it
+// must be safe for concurrent use.
+//
+// The loop builds attempt contexts with context.WithTimeout using the time
+// left by this Clock's reckoning; those contexts' timers run on the real
+// (or synctest) clock.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// Sleep waits for d, or until ctx ends, whichever comes first. It
+	// returns nil after a full sleep and ctx.Err() if ctx ended first. A d
+	// of 0 or less returns at once (ctx.Err() if ctx has already ended).
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// SystemClock is the default [Clock]: time.Now and a timer. It is safe for
+// concurrent use; its zero value is ready to use. Inside a testing/synctest
+// bubble it runs on the bubble's fake time.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Sleep waits for d or until ctx ends. It returns ctx.Err() at once when ctx
+// ends mid-sleep.
+func (SystemClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,221 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Do runs op until it succeeds or the policy gives up, and returns nil on
+// success or an [*Error] saying why it stopped.
+//
+// op receives the attempt's context and the attempt number (1 for the
+// first). The attempt's context carries only the time left of the overall
+// deadline (the earlier of the parent's deadline and [WithTimeout] from the
+// start of the call), capped by [WithAttemptTimeout]; without either option
+// it is ctx itself.
+//
+// After a failed attempt the loop stops, in this order, when:
+//   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
+//     passed). A canceled call is never retried, and a cancel during a sleep
+//     ends the sleep at once.
+//   - the overall deadline has passed: Reason [Deadline].
+//   - the error is not retryable (the classifier, or [Permanent]): Reason
+//     [NotRetryable].
+//   - it was the last allowed attempt: Reason [AttemptsExhausted].
+//   - the next sleep would end at or after the overall deadline, or the
+//     server's hint exceeds [WithMaxRetryAfter]: Reason [Deadline], without
+//     sleeping. The loop never sleeps past the deadline.
+//
+// Otherwise it sleeps max(backoff delay, server hint), where the hint is
+// [RetryAfter] of the error (a floor that jitter never undercuts; the
+// backoff's own sequence, decorrelated's "previous delay" included, is not
+// changed by the hint), and tries again.
+//
+// If ctx has already ended, op is not called and Do returns an *Error with
+// Attempts 0. Do is safe for concurrent use.
+func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
+	return p.run(ctx, op)
+}
+
+// DoValue is [Policy.Do] for an operation that returns a value. On success
+// it returns the value of the successful attempt and a nil error. When it
+// gives up it returns the [*Error] together with the value the last
+// attempt returned (often the zero value; for an HTTP call, the last
+// response, so the caller can still read what the server said), or the
+// zero value if no attempt ran.
+func DoValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context, attempt int) (T, error)) (T, error) {
+	var v T
+	err := p.run(ctx, func(ctx context.Context, attempt int) error {
+		var err error
+		v, err = op(ctx, attempt)
+		return err
+	})
+	return v, err
+}
+
+// run is the retry loop shared by Do and DoValue. op must not escape: the
+// success path allocates nothing when no timeout option is set.
+func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) error {
+	// The overall deadline, on p.clock's timeline.
+	parentDL, hasDL := ctx.Deadline()
+	needNow := hasDL || p.timeout > 0 || p.attemptTimeout > 0
+	var now, deadline time.Time
+	if needNow {
+		now = p.clock.Now()
+	}
+	if hasDL {
+		deadline = parentDL
+		if !p.realClock {
+			deadline = now.Add(time.Until(parentDL))
+		}
+	}
+	if p.timeout > 0 {
+		if d := now.Add(p.timeout); !hasDL || d.Before(deadline) {
+			deadline, hasDL = d, true
+		}
+	}
+
+	// Without a per-attempt cap, one context per call carries the policy's
+	// own timeout to every attempt; otherwise attempts run on ctx itself.
+	callCtx := ctx
+	if p.timeout > 0 && p.attemptTimeout == 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = p.withDeadline(ctx, deadline, now)
+		defer cancel()
+	}
+
+	seq := p.backoff.Sequence()
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		// Before each attempt: is the caller still there, is there time?
+		if ctx.Err() != nil {
+			return p.stop(ctx, ctxReason(ctx, nil), attempt-1, lastErr, 0)
+		}
+		if needNow && attempt > 1 {
+			now = p.clock.Now()
+		}
+		if hasDL && !now.Before(deadline) {
+			return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
+		}
+		if p.gate != nil {
+			if r, ok := p.gate.beforeAttempt(ctx, attempt); !ok {
+				return p.stop(ctx, r, attempt-1, lastErr, 0)
+			}
+		}
+
+		// The attempt, on a context carrying only the time that is left.
+		actx, overallOnly := callCtx, true
+		var cancel context.CancelFunc
+		if p.attemptTimeout > 0 {
+			adl := now.Add(p.attemptTimeout)
+			if hasDL && !adl.Before(deadline) {
+				adl = deadline
+			} else {
+				overallOnly = false
+			}
+			actx, cancel = p.withDeadline(ctx, adl, now)
+		}
+		err := op(actx, attempt)
+		attemptExpired := actx != ctx && actx.Err() != nil
+		if cancel != nil {
+			cancel()
+		}
+		if err == nil {
+			if p.gate != nil {
+				p.gate.afterAttempt(ctx, attempt, nil, false)
+			}
+			return nil
+		}
+		lastErr = err
+
+		// The caller's end and the overall deadline come before the
+		// classifier: they are never retried, whatever the error says.
+		if ctx.Err() != nil {
+			return p.stop(ctx, ctxReason(ctx, nil), attempt, err, 0)
+		}
+		if needNow {
+			now = p.clock.Now()
+		}
+		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
+			return p.stop(ctx, Deadline, attempt, err, 0)
+		}
+		retryable := !IsPermanent(err) && p.classify(err)
+		if p.gate != nil {
+			p.gate.afterAttempt(ctx, attempt, err, retryable)
+		}
+		if !retryable {
+			return p.stop(ctx, NotRetryable, attempt, unmarkPermanent(err), 0)
+		}
+		if attempt >= p.maxAttempts {
+			return p.stop(ctx, AttemptsExhausted, attempt, err, 0)
+		}
+
+		// The sleep: the backoff delay, raised to the server's hint.
+		hint := RetryAfter(err)
+		sleep := max(seq.Next(), hint)
+		if hint > p.maxRetryAfter {
+			return p.stop(ctx, Deadline, attempt, err, sleep)
+		}
+		if hasDL && sleep >= deadline.Sub(now) {
+			return p.stop(ctx, Deadline, attempt, err, sleep)
+		}
+		if p.gate != nil {
+			if r, ok := p.gate.beforeRetry(ctx, attempt); !ok {
+				return p.stop(ctx, r, attempt, err, 0)
+			}
+		}
+		if p.onRetry != nil || p.logger != nil {
+			e := RetryEvent{Attempt: attempt, Delay: sleep, RetryAfter: hint, Err: err}
+			if p.onRetry != nil {
+				p.onRetry(ctx, e)
+			}
+			if p.logger != nil {
+				p.logRetry(ctx, e)
+			}
+		}
+		if serr := p.clock.Sleep(ctx, sleep); serr != nil {
+			return p.stop(ctx, ctxReason(ctx, serr), attempt, err, 0)
+		}
+	}
+}
+
+// withDeadline derives a context that ends at dl on p.clock's timeline:
+// exactly dl for the system clock, the same time left otherwise.
+func (p *Policy) withDeadline(ctx context.Context, dl, now time.Time) (context.Context, context.CancelFunc) {
+	if p.realClock {
+		return context.WithDeadline(ctx, dl)
+	}
+	return context.WithTimeout(ctx, dl.Sub(now))
+}
+
+// ctxReason maps the end of ctx (or, if ctx has not ended, the error a
+// Clock's Sleep returned) to a Reason: Deadline for a deadline, Canceled
+// otherwise.
+func ctxReason(ctx context.Context, sleepErr error) Reason {
+	err := ctx.Err()
+	if err == nil {
+		err = sleepErr
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Deadline
+	}
+	return Canceled
+}
+
+// stop builds the give-up error, runs the give-up hook and logs it.
+func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, delay time.Duration) error {
+	e := &Error{Reason: r, Attempts: attempts, Err: last, Delay: delay}
+	if ce := ctx.Err(); ce != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != ce {
+			e.cause = cause
+		}
+	}
+	if p.onGiveUp != nil {
+		p.onGiveUp(ctx, e)
+	}
+	if p.logger != nil {
+		p.logGiveUp(ctx, e)
+	}
+	return e
+}

@@ -1,0 +1,35 @@
+// Package retry runs an operation again when it fails in a way worth
+// retrying, and stops before the retries become the load that keeps a
+// failing dependency down.
+//
+// Build a [Policy] once with [New] and share it; run operations with
+// [Policy.Do] or, for an operation that returns a value, [DoValue]:
+//
+//	p, err := retry.New(retry.WithMaxAttempts(4), retry.WithTimeout(5*time.Second))
+//	...
+//	err = p.Do(ctx, func(ctx context.Context, attempt int) error {
+//		return send(ctx, req)
+//	})
+//
+// The rules:
+//   - At most MaxAttempts tries, the first included (default 3).
+//   - One overall deadline, the parent context's and/or [WithTimeout],
+//     covers attempts and sleeps; each attempt's context carries only the
+//     time that is left ([WithAttemptTimeout] caps it further).
+//   - Only retryable errors are retried; [IsRetryable] is the default
+//     classifier, [Permanent] stops retrying, and errors can declare
+//     themselves with [StatusCoder], [RetryAfterer] and [TemporaryReporter].
+//   - The sleep before retry n is the backoff's n-th delay (package
+//     backoff; full jitter by default), raised to the server's hint
+//     ([RetryAfter]) if that is longer: the hint is a floor.
+//   - If the next sleep would end at or after the deadline, the loop gives
+//     up now instead of sleeping past it. Canceling the parent context
+//     stops the loop at once, mid-sleep included, and is never retried.
+//   - Giving up returns an [*Error] with the [Reason], the number of
+//     attempts and the last error, all reachable with errors.Is and
+//     errors.As. Success returns nil.
+//
+// Hooks ([WithOnRetry], [WithOnGiveUp]) and a slog logger ([WithLogger])
+// observe the loop; it is silent by default. Time comes from a [Clock]
+// ([WithClock]), so tests need not sleep.
+package retry

@@ -1,0 +1,213 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Reason says why a retry loop stopped without success. The zero value is
+// not a reason any call returns; [Reason.String] prints it as "Reason(0)".
+type Reason uint8
+
+const (
+	// NotRetryable: the last error was not retryable (the classifier said
+	// no, or the operation returned a [Permanent] error).
+	NotRetryable Reason = iota + 1
+	// AttemptsExhausted: every one of the policy's attempts failed with a
+	// retryable error.
+	AttemptsExhausted
+	// Deadline: the overall deadline (the policy's timeout or the parent
+	// context's deadline) has passed, or the next sleep would end at or
+	// after it (so it was never started), or the server asked for a wait
+	// longer than the policy's MaxRetryAfter.
+	Deadline
+	// Canceled: the parent context was canceled.
+	Canceled
+	// BudgetExhausted: a retry budget refused the retry. Declared for the
+	// budget integration; the plain loop never returns it.
+	BudgetExhausted
+	// CircuitOpen: a circuit breaker refused the attempt. Declared for the
+	// breaker integration; the plain loop never returns it.
+	CircuitOpen
+
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	NotRetryable:      "not retryable",
+	AttemptsExhausted: "attempts exhausted",
+	Deadline:          "deadline",
+	Canceled:          "canceled",
+	BudgetExhausted:   "budget exhausted",
+	CircuitOpen:       "circuit open",
+}
+
+// String returns the reason in words ("not retryable", "attempts exhausted",
+// "deadline", "canceled", "budget exhausted", "circuit open"), or
+// "Reason(N)" for an unknown value.
+func (r Reason) String() string {
+	if r > 0 && r < numReasons {
+		return reasonNames[r]
+	}
+	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Err returns the sentinel error of r ([ErrNotRetryable] for NotRetryable,
+// and so on), or nil for an unknown reason.
+func (r Reason) Err() error {
+	switch r {
+	case NotRetryable:
+		return ErrNotRetryable
+	case AttemptsExhausted:
+		return ErrAttemptsExhausted
+	case Deadline:
+		return ErrDeadline
+	case Canceled:
+		return ErrCanceled
+	case BudgetExhausted:
+		return ErrBudgetExhausted
+	case CircuitOpen:
+		return ErrCircuitOpen
+	}
+	return nil
+}
+
+// reasonError is the type of the sentinels: a fixed message that can also
+// unwrap to a context error, so that errors.Is(err, context.Canceled) holds
+// for every error with Reason Canceled.
+type reasonError struct {
+	msg   string
+	cause error
+}
+
+func (e *reasonError) Error() string { return e.msg }
+func (e *reasonError) Unwrap() error { return e.cause }
+
+// Sentinel errors, one per [Reason]. An [*Error] wraps the one of its
+// Reason, so errors.Is(err, retry.ErrAttemptsExhausted) tells why a call
+// stopped. ErrCanceled also matches context.Canceled and ErrDeadline also
+// matches context.DeadlineExceeded.
+var (
+	ErrNotRetryable      error = &reasonError{msg: "retry: not retryable"}
+	ErrAttemptsExhausted error = &reasonError{msg: "retry: attempts exhausted"}
+	ErrDeadline          error = &reasonError{msg: "retry: deadline", cause: context.DeadlineExceeded}
+	ErrCanceled          error = &reasonError{msg: "retry: canceled", cause: context.Canceled}
+	ErrBudgetExhausted   error = &reasonError{msg: "retry: budget exhausted"}
+	ErrCircuitOpen       error = &reasonError{msg: "retry: circuit open"}
+)
+
+// ErrInvalidOption is wrapped by every error [New] returns.
+var ErrInvalidOption = errors.New("retry: invalid option")
+
+// Error is the error [Policy.Do] and [DoValue] return when they give up. It
+// says why (Reason), how many attempts ran, and wraps the last error the
+// operation returned:
+//
+//	errors.Is(err, retry.ErrAttemptsExhausted) // why it stopped
+//	errors.Is(err, io.ErrUnexpectedEOF)        // the operation's last error
+//	errors.As(err, &statusErr)                 // ditto, by type
+//	errors.Is(err, context.Canceled)           // for Reason Canceled
+//	errors.Is(err, context.DeadlineExceeded)   // for Reason Deadline
+//
+// A non-retryable error is wrapped too, even on the first attempt (Reason
+// NotRetryable, Attempts 1), so errors.As still finds it and the caller can
+// tell "the server said 404" from "we gave up".
+type Error struct {
+	// Reason says why the loop stopped.
+	Reason Reason
+	// Attempts is how many times the operation ran (0 if the context had
+	// already ended before the first attempt).
+	Attempts int
+	// Err is the last error the operation returned, with a [Permanent]
+	// marker removed; nil if no attempt ran.
+	Err error
+	// Delay is, for Reason Deadline when the loop stopped before a sleep,
+	// the sleep it refused to start (the larger of the backoff delay and
+	// the server's hint); 0 otherwise.
+	Delay time.Duration
+
+	// cause is context.Cause of the parent when it differs from its Err
+	// (a cause given to context.WithCancelCause or WithDeadlineCause).
+	cause error
+}
+
+// Error describes the give-up: "retry: attempts exhausted after 3 attempts:
+// " followed by the last error.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("retry: ")
+	b.WriteString(e.Reason.String())
+	b.WriteString(" after ")
+	b.WriteString(strconv.Itoa(e.Attempts))
+	if e.Attempts == 1 {
+		b.WriteString(" attempt")
+	} else {
+		b.WriteString(" attempts")
+	}
+	if e.Delay > 0 {
+		fmt.Fprintf(&b, " (next sleep %v would end past the deadline)", e.Delay)
+	}
+	if e.cause != nil {
+		b.WriteString(" (cause: ")
+		b.WriteString(e.cause.Error())
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel of e.Reason, the last error and, if the
+// parent context had a custom cause, that cause, so errors.Is and errors.As
+// reach all of them.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 3)
+	if s := e.Reason.Err(); s != nil {
+		errs = append(errs, s)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}
+
+// permanentError marks an error as not to be retried.
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as not retryable: whatever the classifier says, the
+// loop stops with Reason NotRetryable and returns an [*Error] whose Err is
+// err itself (the marker is removed). errors.Is and errors.As see through
+// the marker. Permanent(nil) returns nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// [Permanent].
+func IsPermanent(err error) bool {
+	_, ok := find[*permanentError](err)
+	return ok
+}
+
+// unmarkPermanent removes a Permanent marker at the top of err's chain.
+func unmarkPermanent(err error) error {
+	if p, ok := err.(*permanentError); ok {
+		return p.err
+	}
+	return err
+}

@@ -1,0 +1,251 @@
+package retry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/stormguard/stormguard/backoff"
+)
+
+// Defaults used by [New] when an option is absent.
+const (
+	// DefaultMaxAttempts is the number of attempts, the first included: the
+	// SRE book's per-request cap of three.
+	DefaultMaxAttempts = 3
+	// DefaultMaxRetryAfter is the longest server hint a policy honours by
+	// default; see [WithMaxRetryAfter].
+	DefaultMaxRetryAfter = time.Minute
+)
+
+// Policy is a validated retry configuration. Build one with [New] and run
+// operations with [Policy.Do] or [DoValue].
+//
+// A Policy is immutable and safe for concurrent use by any number of
+// goroutines; build it once and reuse it (a reused policy's success path
+// allocates nothing). Hooks, the classifier, the clock and the backoff's
+// random source it was given are called from every goroutine that uses it,
+// so they must be safe for concurrent use too. A nil *Policy is not usable.
+type Policy struct {
+	maxAttempts    int
+	backoff        *backoff.Backoff
+	timeout        time.Duration // 0: none
+	attemptTimeout time.Duration // 0: none
+	maxRetryAfter  time.Duration
+	classify       func(error) bool
+	clock          Clock
+	realClock      bool // clock is SystemClock: deadlines need no translation
+	onRetry        func(context.Context, RetryEvent)
+	onGiveUp       func(context.Context, *Error)
+	logger         *slog.Logger
+
+	// gate is the hook point for the retry budget and the circuit
+	// breaker; nil means every attempt and retry is admitted.
+	gate gate
+}
+
+// gate admits attempts and retries. It is the single place the retry
+// budget ("may this call retry?") and the circuit breaker ("may this call
+// attempt?", "record how the attempt went") plug into the loop. Its
+// methods are called from many goroutines at once.
+type gate interface {
+	// beforeAttempt is asked before each attempt; a false answer stops
+	// the loop with the given reason (CircuitOpen).
+	beforeAttempt(ctx context.Context, attempt int) (Reason, bool)
+	// afterAttempt records the outcome of an attempt (err is nil on
+	// success); retryable says how the classifier judged err.
+	afterAttempt(ctx context.Context, attempt int, err error, retryable bool)
+	// beforeRetry is asked before sleeping for a retry; a false answer
+	// stops the loop with the given reason (BudgetExhausted).
+	beforeRetry(ctx context.Context, attempt int) (Reason, bool)
+}
+
+// Option configures a [Policy]; pass options to [New]. A nil Option is
+// ignored.
+type Option func(*Policy) error
+
+// New returns a Policy configured by opts, applied in order (a later option
+// overrides an earlier one). Without options it makes 3 attempts with
+// [backoff.Default] (full jitter, base 100 ms, cap 10 s), classifies with
+// [IsRetryable], has no timeout of its own (the parent context's deadline
+// still counts), honours server hints up to [DefaultMaxRetryAfter], uses
+// [SystemClock] and is silent.
+//
+// A bad option value (attempts below 1, a negative duration, a nil
+// backoff, classifier or clock) makes New return an error wrapping
+// [ErrInvalidOption]; New never panics.
+func New(opts ...Option) (*Policy, error) {
+	p := &Policy{
+		maxAttempts:   DefaultMaxAttempts,
+		backoff:       backoff.Default(),
+		maxRetryAfter: DefaultMaxRetryAfter,
+		classify:      IsRetryable,
+		clock:         SystemClock{},
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(p); err != nil {
+			return nil, err
+		}
+	}
+	_, p.realClock = p.clock.(SystemClock)
+	return p, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+}
+
+// WithMaxAttempts sets how many times the operation may run in total, the
+// first attempt included; n = 1 means no retries. n must be at least 1. The
+// default is [DefaultMaxAttempts] (3).
+func WithMaxAttempts(n int) Option {
+	return func(p *Policy) error {
+		if n < 1 {
+			return invalid("max attempts %d must be at least 1", n)
+		}
+		p.maxAttempts = n
+		return nil
+	}
+}
+
+// WithBackoff sets the delays between attempts; b must not be nil. The
+// default is [backoff.Default]. Retry n (n = 1 before the second attempt)
+// sleeps b's n-th delay of a fresh [backoff.Sequence], raised to the
+// server's hint if one is larger. b is shared by every call, so its random
+// source must be safe for concurrent use (the default one is).
+func WithBackoff(b *backoff.Backoff) Option {
+	return func(p *Policy) error {
+		if b == nil {
+			return invalid("nil backoff")
+		}
+		p.backoff = b
+		return nil
+	}
+}
+
+// WithTimeout sets an overall deadline for each call: d after the call
+// starts (by the policy's [Clock]), covering every attempt and every sleep.
+// The parent context's own deadline still counts; the earlier one wins.
+// d = 0 means no timeout of the policy's own (the default); a negative d is
+// an error.
+//
+// With a timeout the loop derives one context per call (per attempt with
+// [WithAttemptTimeout]), which costs a few allocations; without either
+// option, attempts run on the parent context and a successful call
+// allocates nothing.
+func WithTimeout(d time.Duration) Option {
+	return func(p *Policy) error {
+		if d < 0 {
+			return invalid("timeout %v must not be negative", d)
+		}
+		p.timeout = d
+		return nil
+	}
+}
+
+// WithAttemptTimeout caps each attempt at d; an attempt still never runs
+// past the overall deadline. An attempt that fails because its own timeout
+// fired, while the call still has time, is retried (the classifier sees
+// context.DeadlineExceeded). d = 0 means no per-attempt cap (the default); a
+// negative d is an error. Each attempt then gets its own context (a few
+// allocations per attempt).
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(p *Policy) error {
+		if d < 0 {
+			return invalid("attempt timeout %v must not be negative", d)
+		}
+		p.attemptTimeout = d
+		return nil
+	}
+}
+
+// WithClassifier replaces the default classifier [IsRetryable]. classify
+// reports whether an error is worth another attempt; it must not be nil and
+// must be safe for concurrent use. It is never asked about a nil error, an
+// error returned after the parent context ended, or once the overall
+// deadline has passed (those stop the loop first), and never overrides
+// [Permanent]. To extend rather than replace the default, call
+// IsRetryable from it.
+func WithClassifier(classify func(error) bool) Option {
+	return func(p *Policy) error {
+		if classify == nil {
+			return invalid("nil classifier")
+		}
+		p.classify = classify
+		return nil
+	}
+}
+
+// WithClock sets the clock used for deadline checks and sleeps; c must not
+// be nil. The default is [SystemClock].
+func WithClock(c Clock) Option {
+	return func(p *Policy) error {
+		if c == nil {
+			return invalid("nil clock")
+		}
+		p.clock = c
+		return nil
+	}
+}
+
+// WithOnRetry sets a hook called before each sleep, with the attempt that
+// failed, the coming delay and the error. It runs on the calling goroutine,
+// so it should be quick; it may be called concurrently by different calls.
+// nil means no hook (the default).
+func WithOnRetry(f func(ctx context.Context, e RetryEvent)) Option {
+	return func(p *Policy) error {
+		p.onRetry = f
+		return nil
+	}
+}
+
+// WithOnGiveUp sets a hook called once whenever a call returns an error
+// (every [*Error] it returns, NotRetryable included), just before it
+// returns. It is never called on success. It may be called concurrently by
+// different calls. nil means no hook (the default).
+func WithOnGiveUp(f func(ctx context.Context, err *Error)) Option {
+	return func(p *Policy) error {
+		p.onGiveUp = f
+		return nil
+	}
+}
+
+// WithLogger logs each retry (Info, message "retry: retrying") and each
+// give-up (Warn, "retry: giving up"; Debug when the error was not retryable
+// or the call was canceled) to l, with the event as a group under key
+// "retry". nil means silent, the default: nothing is logged unless asked.
+func WithLogger(l *slog.Logger) Option {
+	return func(p *Policy) error {
+		p.logger = l
+		return nil
+	}
+}
+
+// WithMaxRetryAfter sets the longest server hint (Retry-After) the policy
+// honours; d must be positive. The default is [DefaultMaxRetryAfter] (1
+// minute).
+//
+// A hint is a floor: the loop never retries sooner than the server asked.
+// So a hint above d is not cut down to d (that would retry early, into a
+// server that said it is not ready); it counts as a wait that ends past the
+// deadline: the loop gives up at once with Reason [Deadline], the error's
+// Delay set to the hint, and the last error (and so the server's answer)
+// returned to the caller. A hint of 484289 hours never puts a goroutine to
+// sleep.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return func(p *Policy) error {
+		if d <= 0 {
+			return invalid("max retry-after %v must be positive", d)
+		}
+		p.maxRetryAfter = d
+		return nil
+	}
+}
+
+// MaxAttempts returns the number of attempts p makes at most, the first
+// included.
+func (p *Policy) MaxAttempts() int { return p.maxAttempts }
