@@ -1,0 +1,173 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/storetest"
+)
+
+func TestMemoryStoreConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Fixture {
+		clock := newFakeClock()
+		s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Now: clock.Now})
+		if err != nil {
+			t.Fatalf("NewMemoryStore: %v", err)
+		}
+		return storetest.Fixture{Store: s, Advance: clock.Advance}
+	})
+}
+
+func TestNewMemoryStoreErrors(t *testing.T) {
+	for _, cfg := range []idempotency.MemoryConfig{
+		{Shards: -1},
+		{MaxEntries: -1},
+		{MaxBytes: -1},
+		{Shards: 8, MaxEntries: 4},
+	} {
+		if _, err := idempotency.NewMemoryStore(cfg); err == nil {
+			t.Errorf("NewMemoryStore(%+v) = nil error, want an error", cfg)
+		}
+	}
+}
+
+func fp(s string) idempotency.Fingerprint {
+	var sum [32]byte
+	copy(sum[:], s)
+	return idempotency.NewFingerprint("POST", "/x", sum)
+}
+
+func TestMemoryStoreBoundedEntries(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 3, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owners []idempotency.Owner
+	keys := []idempotency.Key{idempotency.HashKey("s", "1"), idempotency.HashKey("s", "2"), idempotency.HashKey("s", "3")}
+	// Key 1: a short lock; keys 2 and 3: long locks.
+	for i, k := range keys {
+		ttl := time.Hour
+		if i == 0 {
+			ttl = time.Minute
+		}
+		res, err := s.Begin(ctx, k, fp("a"), ttl)
+		if err != nil || res.Outcome != idempotency.Claimed {
+			t.Fatalf("Begin(key %d) = %v, %v; want claimed", i+1, res.Outcome, err)
+		}
+		owners = append(owners, res.Owner)
+	}
+	k4 := idempotency.HashKey("s", "4")
+	// Full of live locks: refused, and no live lock is evicted.
+	if _, err := s.Begin(ctx, k4, fp("a"), time.Hour); !errors.Is(err, idempotency.ErrStoreFull) {
+		t.Fatalf("Begin(key 4) on a full store error = %v, want ErrStoreFull", err)
+	}
+	for i, k := range keys {
+		if res, err := s.Begin(ctx, k, fp("a"), time.Hour); err != nil || res.Outcome != idempotency.InProgress {
+			t.Fatalf("Begin(key %d) after refusal = %v, %v; want in-progress", i+1, res.Outcome, err)
+		}
+	}
+	// Key 1's lock expires: it is evicted to make room.
+	clock.Advance(time.Minute)
+	if res, err := s.Begin(ctx, k4, fp("a"), time.Hour); err != nil || res.Outcome != idempotency.Claimed {
+		t.Fatalf("Begin(key 4) after key 1 expired = %v, %v; want claimed", res.Outcome, err)
+	}
+	if got := s.Len(); got != 3 {
+		t.Fatalf("Len() = %d, want 3", got)
+	}
+	if err := s.Complete(ctx, keys[0], owners[0], idempotency.Record{Status: 200}, time.Hour); !errors.Is(err, idempotency.ErrStaleOwner) {
+		t.Fatalf("Complete(evicted key 1) error = %v, want ErrStaleOwner", err)
+	}
+}
+
+func TestMemoryStoreBoundedBytes(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxBytes: 10_000, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := idempotency.Record{Status: 200, Body: make([]byte, 6000)}
+	k1, k2 := idempotency.HashKey("s", "1"), idempotency.HashKey("s", "2")
+	r1, _ := s.Begin(ctx, k1, fp("a"), time.Hour)
+	r2, _ := s.Begin(ctx, k2, fp("a"), time.Hour)
+	if err := s.Complete(ctx, k1, r1.Owner, big, time.Minute); err != nil {
+		t.Fatalf("Complete(k1, 6000 bytes) error: %v", err)
+	}
+	if err := s.Complete(ctx, k2, r2.Owner, big, time.Hour); !errors.Is(err, idempotency.ErrStoreFull) {
+		t.Fatalf("Complete(k2, 6000 more bytes) error = %v, want ErrStoreFull", err)
+	}
+	// k1's record is still there, k2 still locked.
+	if res, _ := s.Begin(ctx, k1, fp("a"), time.Hour); res.Outcome != idempotency.Completed {
+		t.Fatalf("Begin(k1) = %v, want completed", res.Outcome)
+	}
+	// Once k1's retention ends, its bytes are reclaimed for k2.
+	clock.Advance(time.Minute)
+	if err := s.Complete(ctx, k2, r2.Owner, big, time.Hour); err != nil {
+		t.Fatalf("Complete(k2) after k1 expired error: %v", err)
+	}
+	if got := s.Len(); got != 1 {
+		t.Fatalf("Len() = %d, want 1", got)
+	}
+}
+
+func TestMemoryStoreSweep(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{Now: clock.Now})
+	for i := range 100 {
+		ttl := time.Hour
+		if i%2 == 0 {
+			ttl = time.Minute
+		}
+		s.Begin(ctx, idempotency.HashKey("s", string(rune('a'+i))), fp("a"), ttl)
+	}
+	if got := s.Sweep(); got != 0 {
+		t.Fatalf("Sweep() before expiry = %d, want 0", got)
+	}
+	clock.Advance(time.Minute)
+	if got := s.Sweep(); got != 50 {
+		t.Fatalf("Sweep() = %d, want 50", got)
+	}
+	if got := s.Len(); got != 50 {
+		t.Fatalf("Len() after Sweep = %d, want 50", got)
+	}
+}
+
+func TestMemoryStoreBadArguments(t *testing.T) {
+	ctx := context.Background()
+	s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	k := idempotency.HashKey("s", "k")
+	if _, err := s.Begin(ctx, k, fp("a"), 0); err == nil {
+		t.Error("Begin(lockTTL 0) = nil error")
+	}
+	res, _ := s.Begin(ctx, k, fp("a"), time.Hour)
+	if err := s.Complete(ctx, k, res.Owner, idempotency.Record{Status: 200}, 0); err == nil {
+		t.Error("Complete(retention 0) = nil error")
+	}
+	if err := s.Complete(ctx, k, res.Owner, idempotency.Record{Status: 99}, time.Hour); err == nil {
+		t.Error("Complete(status 99) = nil error")
+	}
+}
+
+func TestMemoryStoreCopiesRecord(t *testing.T) {
+	ctx := context.Background()
+	s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	k := idempotency.HashKey("s", "k")
+	res, _ := s.Begin(ctx, k, fp("a"), time.Hour)
+	rec := idempotency.Record{Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("hello")}
+	if err := s.Complete(ctx, k, res.Owner, rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	rec.Body[0] = 'J'
+	rec.Header["Content-Type"][0] = "evil"
+	got, _ := s.Begin(ctx, k, fp("a"), time.Hour)
+	if string(got.Record.Body) != "hello" || got.Record.Header.Get("Content-Type") != "text/plain" {
+		t.Fatalf("stored record changed with the caller's buffers: %q %v", got.Record.Body, got.Record.Header)
+	}
+}

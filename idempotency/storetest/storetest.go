@@ -1,0 +1,413 @@
+// Package storetest is the conformance suite for [idempotency.Store]
+// implementations. A store's tests call [Run] with a function that opens a
+// fresh, empty store; every store shipped with stormguard (memory,
+// PostgreSQL, Redis) passes it.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/idempotency"
+)
+
+// Fixture is an opened store under test.
+type Fixture struct {
+	// Store is the store under test; it must be empty or hold only keys
+	// the suite will not use.
+	Store idempotency.Store
+	// Advance moves the store's clock forward by d. Nil means the store
+	// runs on real time (e.g. Redis TTLs): the suite then uses short TTLs
+	// (RealTTL) and polls, within a bounded time, until they have expired.
+	Advance func(d time.Duration)
+}
+
+// RealTTL is the short lock timeout and retention the suite uses for
+// stores on real time (Fixture.Advance nil).
+const RealTTL = 150 * time.Millisecond
+
+// pollLimit bounds how long the suite waits for a real TTL to expire.
+const pollLimit = 10 * time.Second
+
+// long is a TTL no test outlives.
+const long = time.Hour
+
+// Run runs the conformance suite as subtests of t. open is called once per
+// subtest and must return a fresh store (it may register cleanups with
+// t.Cleanup and skip or fail t).
+func Run(t *testing.T, open func(t *testing.T) Fixture) {
+	t.Helper()
+	tests := []struct {
+		name string
+		f    func(t *testing.T, f Fixture)
+	}{
+		{"Claim", testClaim},
+		{"InProgress", testInProgress},
+		{"Mismatch", testMismatch},
+		{"CompleteReplay", testCompleteReplay},
+		{"RecordRoundTrip", testRecordRoundTrip},
+		{"Release", testRelease},
+		{"StaleOwner", testStaleOwner},
+		{"LockExpiryCrashRecovery", testLockExpiry},
+		{"CompleteAfterLockExpiry", testCompleteAfterLockExpiry},
+		{"RetentionExpiry", testRetentionExpiry},
+		{"ScopeIsolation", testScopeIsolation},
+		{"ConcurrentClaims", testConcurrentClaims},
+		{"ConcurrentKeys", testConcurrentKeys},
+		{"CanceledContext", testCanceledContext},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := open(t)
+			if f.Store == nil {
+				t.Fatal("open returned a nil Store")
+			}
+			tc.f(t, f)
+		})
+	}
+}
+
+// newKey returns a store key no other test (or run) uses.
+func newKey(t *testing.T) idempotency.Key {
+	t.Helper()
+	return idempotency.HashKey(t.Name()+"/"+rand.Text(), idempotency.NewKey())
+}
+
+func fingerprint(body string) idempotency.Fingerprint {
+	var sum [32]byte
+	copy(sum[:], body)
+	return idempotency.NewFingerprint(http.MethodPost, "/pay", sum)
+}
+
+func begin(t *testing.T, s idempotency.Store, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration, want idempotency.Outcome) idempotency.Result {
+	t.Helper()
+	res, err := s.Begin(context.Background(), k, fp, ttl)
+	if err != nil {
+		t.Fatalf("Begin(%v) error: %v", k, err)
+	}
+	if res.Outcome != want {
+		t.Fatalf("Begin(%v) = %v, want %v", k, res.Outcome, want)
+	}
+	if want == idempotency.Claimed && res.Owner == (idempotency.Owner{}) {
+		t.Fatalf("Begin(%v) claimed with a zero owner", k)
+	}
+	if want != idempotency.Claimed && res.Owner != (idempotency.Owner{}) {
+		t.Fatalf("Begin(%v) = %v with owner %v, want zero owner", k, res.Outcome, res.Owner)
+	}
+	return res
+}
+
+func complete(t *testing.T, s idempotency.Store, k idempotency.Key, o idempotency.Owner, rec idempotency.Record, retention time.Duration) {
+	t.Helper()
+	if err := s.Complete(context.Background(), k, o, rec, retention); err != nil {
+		t.Fatalf("Complete(%v) error: %v", k, err)
+	}
+}
+
+func wantStale(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, idempotency.ErrStaleOwner) {
+		t.Fatalf("%s error = %v, want ErrStaleOwner", what, err)
+	}
+}
+
+func sameRecord(t *testing.T, what string, got, want idempotency.Record) {
+	t.Helper()
+	if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || !equalHeader(got.Header, want.Header) {
+		t.Fatalf("%s record = {%d %v %q}, want {%d %v %q}", what, got.Status, got.Header, got.Body, want.Status, want.Header, want.Body)
+	}
+}
+
+func equalHeader(a, b http.Header) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// expire waits until TTLs of ttl set now have expired: it advances the
+// fake clock, or polls key k (which must hold such a TTL, with fingerprint
+// fp) with Begin until it is claimable, and returns that claim (taken with a
+// long lock). With a fake clock it claims k too.
+func expire(t *testing.T, f Fixture, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) idempotency.Result {
+	t.Helper()
+	if f.Advance != nil {
+		f.Advance(ttl)
+		return begin(t, f.Store, k, fp, long, idempotency.Claimed)
+	}
+	deadline := time.Now().Add(pollLimit)
+	for {
+		res, err := f.Store.Begin(context.Background(), k, fp, long)
+		if err != nil {
+			t.Fatalf("Begin(%v) while waiting for expiry: %v", k, err)
+		}
+		if res.Outcome == idempotency.Claimed {
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Begin(%v) = %v for %v after a TTL of %v, want claimable", k, res.Outcome, pollLimit, ttl)
+		}
+		time.Sleep(ttl / 10)
+	}
+}
+
+func short(f Fixture) time.Duration {
+	if f.Advance != nil {
+		return time.Minute
+	}
+	return RealTTL
+}
+
+var testRecord = idempotency.Record{
+	Status: http.StatusCreated,
+	Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/payments/42"}},
+	Body:   []byte(`{"id":42}`),
+}
+
+func testClaim(t *testing.T, f Fixture) {
+	k1, k2 := newKey(t), newKey(t)
+	a := begin(t, f.Store, k1, fingerprint("a"), long, idempotency.Claimed)
+	b := begin(t, f.Store, k2, fingerprint("a"), long, idempotency.Claimed)
+	if a.Owner == b.Owner {
+		t.Fatalf("Begin on two keys gave the same owner %v", a.Owner)
+	}
+}
+
+func testInProgress(t *testing.T, f Fixture) {
+	k := newKey(t)
+	begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	begin(t, f.Store, k, fingerprint("a"), long, idempotency.InProgress)
+	begin(t, f.Store, k, fingerprint("a"), long, idempotency.InProgress)
+}
+
+func testMismatch(t *testing.T, f Fixture) {
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	begin(t, f.Store, k, fingerprint("b"), long, idempotency.Mismatch)
+	complete(t, f.Store, k, a.Owner, testRecord, long)
+	begin(t, f.Store, k, fingerprint("b"), long, idempotency.Mismatch)
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "Begin after mismatch", res.Record, testRecord)
+}
+
+func testCompleteReplay(t *testing.T, f Fixture) {
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	complete(t, f.Store, k, a.Owner, testRecord, long)
+	for i := range 3 {
+		res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+		sameRecord(t, fmt.Sprintf("replay %d", i), res.Record, testRecord)
+	}
+}
+
+func testRecordRoundTrip(t *testing.T, f Fixture) {
+	big := bytes.Repeat([]byte("0123456789abcdef\x00\xff"), 4000) // 72 kB, binary
+	recs := []idempotency.Record{
+		{Status: 200},
+		{Status: 204, Header: http.Header{}},
+		{Status: 422, Body: []byte("x")},
+		{Status: 999, Header: http.Header{"Vary": {"Accept", "Accept-Encoding"}, "Etag": {""}}, Body: big},
+	}
+	for i, rec := range recs {
+		k := newKey(t)
+		a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+		complete(t, f.Store, k, a.Owner, rec, long)
+		res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+		sameRecord(t, fmt.Sprintf("record %d", i), res.Record, rec)
+	}
+}
+
+func testRelease(t *testing.T, f Fixture) {
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	if err := f.Store.Release(context.Background(), k, a.Owner); err != nil {
+		t.Fatalf("Release error: %v", err)
+	}
+	// Released: the key is free again, for any fingerprint.
+	b := begin(t, f.Store, k, fingerprint("b"), long, idempotency.Claimed)
+	if b.Owner == a.Owner {
+		t.Fatalf("Begin after Release reused owner %v", a.Owner)
+	}
+	wantStale(t, "second Release by the old owner", f.Store.Release(context.Background(), k, a.Owner))
+	begin(t, f.Store, k, fingerprint("b"), long, idempotency.InProgress)
+}
+
+func testStaleOwner(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	other := idempotency.NewOwner()
+	wantStale(t, "Complete by a stranger", f.Store.Complete(ctx, k, other, testRecord, long))
+	wantStale(t, "Release by a stranger", f.Store.Release(ctx, k, other))
+	wantStale(t, "Complete of an unknown key", f.Store.Complete(ctx, newKey(t), a.Owner, testRecord, long))
+	wantStale(t, "Release of an unknown key", f.Store.Release(ctx, newKey(t), a.Owner))
+	// The stranger changed nothing.
+	begin(t, f.Store, k, fingerprint("a"), long, idempotency.InProgress)
+	complete(t, f.Store, k, a.Owner, testRecord, long)
+	// Once completed, the owner holds no lock any more.
+	wantStale(t, "second Complete", f.Store.Complete(ctx, k, a.Owner, idempotency.Record{Status: 500}, long))
+	wantStale(t, "Release after Complete", f.Store.Release(ctx, k, a.Owner))
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "Begin after rejected calls", res.Record, testRecord)
+}
+
+// testLockExpiry is crash recovery: a claim whose owner vanished becomes
+// claimable after the lock timeout, and the vanished owner's late
+// completion is rejected.
+func testLockExpiry(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	ttl := short(f)
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), ttl, idempotency.Claimed)
+	b := expire(t, f, k, fingerprint("a"), ttl)
+	if b.Owner == a.Owner {
+		t.Fatalf("reclaim after lock expiry reused owner %v", a.Owner)
+	}
+	wantStale(t, "late Complete by the vanished owner", f.Store.Complete(ctx, k, a.Owner, idempotency.Record{Status: 200, Body: []byte("late")}, long))
+	wantStale(t, "late Release by the vanished owner", f.Store.Release(ctx, k, a.Owner))
+	begin(t, f.Store, k, fingerprint("a"), long, idempotency.InProgress)
+	complete(t, f.Store, k, b.Owner, testRecord, long)
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "replay after crash recovery", res.Record, testRecord)
+}
+
+func testCompleteAfterLockExpiry(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	ttl := short(f)
+	k, probe := newKey(t), newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), ttl, idempotency.Claimed)
+	begin(t, f.Store, probe, fingerprint("a"), ttl, idempotency.Claimed)
+	expire(t, f, probe, fingerprint("a"), ttl) // k's lock, as old, has expired too
+	// Nobody reclaimed k, but a's lock has expired: its completion is
+	// rejected all the same (it may already be racing a reclaim).
+	wantStale(t, "Complete after lock expiry", f.Store.Complete(ctx, k, a.Owner, testRecord, long))
+	wantStale(t, "Release after lock expiry", f.Store.Release(ctx, k, a.Owner))
+	begin(t, f.Store, k, fingerprint("other"), long, idempotency.Claimed)
+}
+
+func testRetentionExpiry(t *testing.T, f Fixture) {
+	ttl := short(f)
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	complete(t, f.Store, k, a.Owner, testRecord, ttl)
+	if f.Advance != nil {
+		f.Advance(ttl - time.Second)
+		res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+		sameRecord(t, "replay just before retention ends", res.Record, testRecord)
+		f.Advance(time.Second)
+		begin(t, f.Store, k, fingerprint("b"), long, idempotency.Claimed)
+		return
+	}
+	expire(t, f, k, fingerprint("b"), ttl)
+}
+
+func testScopeIsolation(t *testing.T, f Fixture) {
+	raw := idempotency.NewKey()
+	alice := idempotency.HashKey("alice/"+t.Name()+rand.Text(), raw)
+	bob := idempotency.HashKey("bob/"+t.Name()+rand.Text(), raw)
+	a := begin(t, f.Store, alice, fingerprint("a"), long, idempotency.Claimed)
+	complete(t, f.Store, alice, a.Owner, testRecord, long)
+	// Bob's identical request with the same raw key is a new operation.
+	b := begin(t, f.Store, bob, fingerprint("a"), long, idempotency.Claimed)
+	wantStale(t, "Complete of alice's key with bob's owner", f.Store.Complete(context.Background(), alice, b.Owner, idempotency.Record{Status: 200}, long))
+	res := begin(t, f.Store, alice, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "alice's replay", res.Record, testRecord)
+}
+
+func testConcurrentClaims(t *testing.T, f Fixture) {
+	const n = 50
+	k := newKey(t)
+	counts := concurrentBegins(t, f.Store, k, n)
+	if counts[idempotency.Claimed] != 1 || counts[idempotency.InProgress] != n-1 {
+		t.Fatalf("%d concurrent Begins on a new key: %v, want 1 claimed and %d in progress", n, counts, n-1)
+	}
+	// Nobody got the owner back here; claim a second key to complete.
+	k2 := newKey(t)
+	a := begin(t, f.Store, k2, fingerprint("a"), long, idempotency.Claimed)
+	complete(t, f.Store, k2, a.Owner, testRecord, long)
+	counts = concurrentBegins(t, f.Store, k2, n)
+	if counts[idempotency.Completed] != n {
+		t.Fatalf("%d concurrent Begins on a completed key: %v, want %d completed", n, counts, n)
+	}
+}
+
+func concurrentBegins(t *testing.T, s idempotency.Store, k idempotency.Key, n int) map[idempotency.Outcome]int {
+	t.Helper()
+	var (
+		mu     sync.Mutex
+		counts = map[idempotency.Outcome]int{}
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		errs   = make(chan error, n)
+	)
+	for range n {
+		wg.Go(func() {
+			<-start
+			res, err := s.Begin(context.Background(), k, fingerprint("a"), long)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			counts[res.Outcome]++
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent Begin error: %v", err)
+	}
+	return counts
+}
+
+func testConcurrentKeys(t *testing.T, f Fixture) {
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx := context.Background()
+			k := newKey(t)
+			rec := idempotency.Record{Status: 200, Body: fmt.Appendf(nil, "response %d", i)}
+			res, err := f.Store.Begin(ctx, k, fingerprint("a"), long)
+			if err != nil || res.Outcome != idempotency.Claimed {
+				errs <- fmt.Errorf("Begin(key %d) = %v, %v; want claimed", i, res.Outcome, err)
+				return
+			}
+			if err := f.Store.Complete(ctx, k, res.Owner, rec, long); err != nil {
+				errs <- fmt.Errorf("Complete(key %d): %v", i, err)
+				return
+			}
+			res, err = f.Store.Begin(ctx, k, fingerprint("a"), long)
+			if err != nil || res.Outcome != idempotency.Completed || !bytes.Equal(res.Record.Body, rec.Body) {
+				errs <- fmt.Errorf("Begin(key %d) after Complete = %v %q, %v; want completed %q", i, res.Outcome, res.Record.Body, err, rec.Body)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func testCanceledContext(t *testing.T, f Fixture) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	k := newKey(t)
+	if _, err := f.Store.Begin(ctx, k, fingerprint("a"), long); err == nil {
+		t.Fatal("Begin with a canceled context: nil error")
+	}
+	// Nothing was claimed.
+	begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+}
