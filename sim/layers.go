@@ -192,7 +192,7 @@ func (c LayersConfig) simulate(l int, signal bool) (float64, error) {
 type chain struct {
 	layers   int
 	attempts int
-	signal   bool          // layers pass "don't retry" up, and honour it
+	signal   bool             // layers pass "don't retry" up, and honour it
 	budgets  []*budget.Budget // per layer; nil means no budget
 }
 
