@@ -1,0 +1,369 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Default settings, as returned by [DefaultConfig].
+const (
+	// DefaultRatio is the SRE book's 10%: retries per request.
+	DefaultRatio = 0.1
+	// DefaultMinPerSecond is the floor of retries per second granted
+	// whatever the request rate: 1/s, 10 per default window.
+	DefaultMinPerSecond = 1.0
+	// DefaultWindow is the length of the sliding window.
+	DefaultWindow = 10 * time.Second
+	// DefaultSlices is the number of slices the window is cut into (1 s
+	// each by default).
+	DefaultSlices = 10
+)
+
+// Limits on a [Config], checked by [New].
+const (
+	// MaxSlices is the largest number of slices a window may have.
+	// Withdraw reads every slice, so its cost grows with Slices.
+	MaxSlices = 3600
+	// MinSlice is the shortest slice, Window/Slices. Counter words hold
+	// slice numbers in 40 bits and compare them correctly while they are
+	// less than 2^39 slices apart: 17 years of 1 ms slices, 17,000 years
+	// of the default 1 s slices.
+	MinSlice = time.Millisecond
+)
+
+// Config is the plain-data description of a budget. Build a [Budget] from it
+// with [New]. Its zero value is not valid (Window and Slices must be set);
+// start from [DefaultConfig].
+type Config struct {
+	// Ratio is the number of retries allowed per request deposited in the
+	// window, in [0, 1]. 0 leaves only the floor.
+	Ratio float64
+	// MinPerSecond is the floor: retries per second allowed on top of
+	// Ratio, so MinPerSecond·Window.Seconds() retries per window are
+	// always allowed, even to a client that sends nothing. It must be
+	// finite and at least 0; 0 means no floor.
+	MinPerSecond float64
+	// Window is the length of the sliding window. It must be a positive
+	// multiple of Slices nanoseconds, with Window/Slices at least
+	// [MinSlice].
+	Window time.Duration
+	// Slices is the number of slices the window is cut into, from 1 to
+	// [MaxSlices]. More slices make the window slide more smoothly and
+	// Withdraw slower.
+	Slices int
+	// Now returns the current time for [Budget.Deposit] and
+	// [Budget.Withdraw]; nil means time.Now. It is called from every
+	// goroutine that uses the budget, so it must be safe for concurrent
+	// use. DepositAt and WithdrawAt take the time as an argument instead.
+	Now func() time.Time
+}
+
+// DefaultConfig returns Ratio 0.1, MinPerSecond 1, Window 10 s, Slices 10 and
+// the real clock. See the package documentation for why the floor is 1 per
+// second rather than Finagle's 10.
+func DefaultConfig() Config {
+	return Config{
+		Ratio:        DefaultRatio,
+		MinPerSecond: DefaultMinPerSecond,
+		Window:       DefaultWindow,
+		Slices:       DefaultSlices,
+	}
+}
+
+// ErrInvalidConfig is wrapped by every error [New] returns.
+var ErrInvalidConfig = errors.New("budget: invalid config")
+
+// A slice counter is one 64-bit word: the low 40 bits of the slice number
+// above a 24-bit count.
+const (
+	countBits = 24
+	countMask = 1<<countBits - 1
+	slotBits  = 64 - countBits
+	slotMask  = 1<<slotBits - 1
+	// MaxCount is the count at which a slice's requests or retries
+	// saturate.
+	MaxCount = countMask
+)
+
+// never is the slice number every word starts with: long before any slice
+// a budget will see, so that slices before New (negative numbers) count
+// too.
+const never = -1 << 32
+
+// pack returns the word for slice number s holding count n.
+func pack(s int64, n uint64) uint64 { return uint64(s)&slotMask<<countBits | n }
+
+// unpack splits a word into its 40-bit slice tag and count.
+func unpack(w uint64) (tag, n uint64) { return w >> countBits, w & countMask }
+
+// tagOf returns the 40-bit tag of slice number s.
+func tagOf(s int64) uint64 { return uint64(s) & slotMask }
+
+// tagDiff returns a−b for two 40-bit tags, as a signed number. It is exact
+// while the slices are less than 2^39 apart.
+func tagDiff(a, b uint64) int64 { return int64((a-b)<<countBits) >> countBits }
+
+// Budget is a per-client retry budget. Build one with [New]; the zero value
+// is not usable. A Budget is safe for concurrent use by any number of
+// goroutines, and its methods take no lock and allocate nothing.
+type Budget struct {
+	// Immutable after New.
+	cfg     Config
+	ratio   float64
+	reserve float64 // MinPerSecond·Window.Seconds()
+	slice   time.Duration
+	slices  int64
+	now     func() time.Time
+	base    time.Time // start of slice 0
+
+	// head is the newest slice a withdrawal has used and the retries
+	// admitted in it. Every admission is a compare-and-swap on head.
+	_    [64]byte // keep head off the cache line of the fields above
+	head atomic.Uint64
+	_    [56]byte
+
+	// requests[i] counts deposits of the slice s with s mod Slices = i.
+	requests []atomic.Uint64
+	// retries[i] holds the final retry count of an older slice s with
+	// s mod Slices = i, published before head moves past s.
+	retries []atomic.Uint64
+}
+
+// New validates c and returns a Budget whose slice 0 begins now (c.Now()).
+// It returns an error wrapping [ErrInvalidConfig] if Ratio is NaN or outside
+// [0, 1], MinPerSecond is negative, NaN or infinite, Window is not positive,
+// Slices is outside [1, MaxSlices], or Window is not a multiple of Slices
+// nanoseconds of at least [MinSlice] each. A Budget that was built never
+// fails or panics later.
+func New(c Config) (*Budget, error) {
+	switch {
+	case !(c.Ratio >= 0 && c.Ratio <= 1):
+		return nil, fmt.Errorf("%w: ratio %v must be in [0, 1]", ErrInvalidConfig, c.Ratio)
+	case !(c.MinPerSecond >= 0) || math.IsInf(c.MinPerSecond, 1):
+		return nil, fmt.Errorf("%w: min per second %v must be finite and at least 0", ErrInvalidConfig, c.MinPerSecond)
+	case c.Window <= 0:
+		return nil, fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
+	case c.Slices < 1 || c.Slices > MaxSlices:
+		return nil, fmt.Errorf("%w: slices %d must be in [1, %d]", ErrInvalidConfig, c.Slices, MaxSlices)
+	case c.Window%time.Duration(c.Slices) != 0:
+		return nil, fmt.Errorf("%w: window %v is not a multiple of %d slices", ErrInvalidConfig, c.Window, c.Slices)
+	case c.Window/time.Duration(c.Slices) < MinSlice:
+		return nil, fmt.Errorf("%w: slice %v (window %v / %d slices) is shorter than %v",
+			ErrInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, MinSlice)
+	}
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	b := &Budget{
+		cfg:      c,
+		ratio:    c.Ratio,
+		reserve:  c.MinPerSecond * c.Window.Seconds(),
+		slice:    c.Window / time.Duration(c.Slices),
+		slices:   int64(c.Slices),
+		now:      now,
+		base:     now(),
+		requests: make([]atomic.Uint64, c.Slices),
+		retries:  make([]atomic.Uint64, c.Slices),
+	}
+	empty := pack(never, 0)
+	b.head.Store(empty)
+	for i := range b.requests {
+		b.requests[i].Store(empty)
+		b.retries[i].Store(empty)
+	}
+	return b, nil
+}
+
+// Config returns the configuration b was built from (Now as given, possibly
+// nil).
+func (b *Budget) Config() Config { return b.cfg }
+
+// sliceOf returns the number of the slice holding t: 0 for the slice that
+// began when New ran, negative before it.
+func (b *Budget) sliceOf(t time.Time) int64 {
+	d := t.Sub(b.base) // saturates instead of overflowing
+	s := int64(d / b.slice)
+	if d < 0 && d%b.slice != 0 {
+		s-- // floor, not truncation
+	}
+	return s
+}
+
+// index returns the ring position of slice s.
+func (b *Budget) index(s int64) int64 {
+	i := s % b.slices
+	if i < 0 {
+		i += b.slices
+	}
+	return i
+}
+
+// Deposit records an original request (not a retry). It is shorthand for
+// b.DepositAt(now) with the configured clock.
+func (b *Budget) Deposit() { b.DepositAt(b.now()) }
+
+// DepositAt records an original request sent at time t. A deposit whose
+// slice has already been reused by a later one lies outside every window
+// still to come and is dropped. DepositAt is safe for concurrent use, takes
+// no lock and allocates nothing.
+func (b *Budget) DepositAt(t time.Time) {
+	s := b.sliceOf(t)
+	tag := tagOf(s)
+	w := &b.requests[b.index(s)]
+	for {
+		old := w.Load()
+		otag, n := unpack(old)
+		var next uint64
+		switch d := tagDiff(tag, otag); {
+		case d == 0:
+			if n == countMask {
+				return // saturated
+			}
+			next = old + 1
+		case d > 0:
+			next = pack(s, 1) // the word held an expired slice: reset it
+		default:
+			return // the word already holds a later slice: t has expired
+		}
+		if w.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// Withdraw reports whether a retry may be sent now, and if so records it. It
+// is shorthand for b.WithdrawAt(now) with the configured clock.
+func (b *Budget) Withdraw() bool { return b.WithdrawAt(b.now()) }
+
+// WithdrawAt reports whether a retry may be sent at time t, and if so
+// records it: it admits the retry if and only if, in the window ending in
+// t's slice, retries + 1 <= Ratio·requests + MinPerSecond·Window.Seconds()
+// (see the package documentation). If t is older than the newest slice a
+// withdrawal has used, it counts as that newest slice.
+//
+// WithdrawAt is safe for concurrent use, takes no lock and allocates
+// nothing: the admission is one compare-and-swap, retried if another
+// withdrawal won the race, so concurrent withdrawals never admit more than
+// the rule allows. It reads every slice, so it costs O(Slices).
+func (b *Budget) WithdrawAt(t time.Time) bool {
+	s := b.sliceOf(t)
+	for {
+		h := b.head.Load()
+		htag, hn := unpack(h)
+		d := tagDiff(tagOf(s), htag)
+		hs := s - d // the head slice
+		cur := max(s, hs)
+		if float64(b.retriesIn(cur, hs, hn)+1) > b.ratio*float64(b.requestsIn(cur))+b.reserve {
+			return false
+		}
+		var next uint64
+		if d <= 0 {
+			if hn == countMask {
+				return false // saturated: refuse rather than miscount
+			}
+			next = h + 1
+		} else {
+			// Moving the head forward: publish the old head's count first,
+			// so that whoever sees the new head also sees it.
+			b.publish(hs, hn)
+			next = pack(cur, 1)
+		}
+		if b.head.CompareAndSwap(h, next) {
+			return true
+		}
+	}
+}
+
+// publish records that slice s had at least n retries, in its ring word.
+// Counts of a slice only grow, so a late publish of an older count never
+// lowers the word; a word holding a later slice is left alone.
+func (b *Budget) publish(s int64, n uint64) {
+	tag := tagOf(s)
+	w := &b.retries[b.index(s)]
+	for {
+		old := w.Load()
+		otag, on := unpack(old)
+		d := tagDiff(tag, otag)
+		if d < 0 || (d == 0 && on >= n) {
+			return
+		}
+		if w.CompareAndSwap(old, pack(s, n)) {
+			return
+		}
+	}
+}
+
+// retriesIn returns the retries admitted in the window ending in slice cur,
+// given that the head is slice hs with count hn (hs <= cur). The head's own
+// ring word may hold a partial count (or none yet), so its count comes from
+// the head; slices between hs and cur have none.
+func (b *Budget) retriesIn(cur, hs int64, hn uint64) uint64 {
+	var sum uint64
+	for s := cur - b.slices + 1; s <= hs; s++ {
+		if s == hs {
+			sum += hn
+			break
+		}
+		tag, n := unpack(b.retries[b.index(s)].Load())
+		if tag == tagOf(s) {
+			sum += n
+		}
+	}
+	return sum
+}
+
+// requestsIn returns the deposits in the window ending in slice cur.
+func (b *Budget) requestsIn(cur int64) uint64 {
+	var sum uint64
+	for s := cur - b.slices + 1; s <= cur; s++ {
+		tag, n := unpack(b.requests[b.index(s)].Load())
+		if tag == tagOf(s) {
+			sum += n
+		}
+	}
+	return sum
+}
+
+// Stats is a snapshot of a budget's window.
+type Stats struct {
+	// Requests is the number of deposits in the window.
+	Requests int
+	// Retries is the number of retries admitted in the window.
+	Retries int
+	// Limit is Ratio·Requests + MinPerSecond·Window.Seconds(): the window
+	// admits retries while Retries+1 <= Limit.
+	Limit float64
+}
+
+// Available returns how many more retries the window would admit if nothing
+// else happened: ⌊Limit⌋ − Retries, or 0 if that is negative.
+func (s Stats) Available() int {
+	if !(s.Limit >= 0) {
+		return 0
+	}
+	return max(int(math.Min(math.Floor(s.Limit), math.MaxInt32))-s.Retries, 0)
+}
+
+// Stats returns a snapshot of the window at the configured clock's current
+// time. It is shorthand for b.StatsAt(now).
+func (b *Budget) Stats() Stats { return b.StatsAt(b.now()) }
+
+// StatsAt returns a snapshot of the window that a withdrawal at time t would
+// see, without recording anything. Under concurrent use the counters are
+// read one after another, not as one atomic snapshot. It allocates nothing.
+func (b *Budget) StatsAt(t time.Time) Stats {
+	s := b.sliceOf(t)
+	htag, hn := unpack(b.head.Load())
+	hs := s - tagDiff(tagOf(s), htag)
+	cur := max(s, hs)
+	req := b.requestsIn(cur)
+	return Stats{
+		Requests: int(req),
+		Retries:  int(b.retriesIn(cur, hs, hn)),
+		Limit:    b.ratio*float64(req) + b.reserve,
+	}
+}

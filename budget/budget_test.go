@@ -1,0 +1,595 @@
+package budget_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/budget"
+)
+
+// t0 is the fake time at which every test budget is built: slice 0 starts
+// here.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fakeClock is a clock tests move by hand; safe for concurrent use.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t0.UnixNano())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *fakeClock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// newBudget builds a budget whose slice 0 starts at t0.
+func newBudget(t *testing.T, ratio, perSec float64, window time.Duration, slices int) *budget.Budget {
+	t.Helper()
+	b, err := budget.New(budget.Config{
+		Ratio: ratio, MinPerSecond: perSec, Window: window, Slices: slices,
+		Now: func() time.Time { return t0 },
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+// drain withdraws at t until refused and returns how many were admitted.
+func drain(t *testing.T, b *budget.Budget, at time.Time) int {
+	t.Helper()
+	n := 0
+	for b.WithdrawAt(at) {
+		n++
+		if n > 1e7 {
+			t.Fatalf("WithdrawAt(%v) never refuses", at)
+		}
+	}
+	return n
+}
+
+func TestDefaultConfig(t *testing.T) {
+	c := budget.DefaultConfig()
+	want := budget.Config{Ratio: 0.1, MinPerSecond: 1, Window: 10 * time.Second, Slices: 10}
+	if c.Ratio != want.Ratio || c.MinPerSecond != want.MinPerSecond || c.Window != want.Window ||
+		c.Slices != want.Slices || c.Now != nil {
+		t.Fatalf("DefaultConfig() = %+v, want %+v", c, want)
+	}
+	if _, err := budget.New(c); err != nil {
+		t.Fatalf("New(DefaultConfig()) = %v, want nil error", err)
+	}
+}
+
+func TestNewInvalid(t *testing.T) {
+	ok := budget.DefaultConfig()
+	tests := []struct {
+		name string
+		edit func(c *budget.Config)
+	}{
+		{"negative ratio", func(c *budget.Config) { c.Ratio = -0.1 }},
+		{"ratio above 1", func(c *budget.Config) { c.Ratio = 1.5 }},
+		{"NaN ratio", func(c *budget.Config) { c.Ratio = math.NaN() }},
+		{"infinite ratio", func(c *budget.Config) { c.Ratio = math.Inf(1) }},
+		{"negative floor", func(c *budget.Config) { c.MinPerSecond = -1 }},
+		{"NaN floor", func(c *budget.Config) { c.MinPerSecond = math.NaN() }},
+		{"infinite floor", func(c *budget.Config) { c.MinPerSecond = math.Inf(1) }},
+		{"zero window", func(c *budget.Config) { c.Window = 0 }},
+		{"negative window", func(c *budget.Config) { c.Window = -time.Second }},
+		{"zero slices", func(c *budget.Config) { c.Slices = 0 }},
+		{"negative slices", func(c *budget.Config) { c.Slices = -3 }},
+		{"too many slices", func(c *budget.Config) { c.Slices = budget.MaxSlices + 1; c.Window = time.Hour * 2 }},
+		{"window not a multiple of slices", func(c *budget.Config) { c.Window = 10*time.Second + 1 }},
+		{"slice too short", func(c *budget.Config) { c.Window = 10 * time.Microsecond; c.Slices = 10 }},
+		{"zero value", func(c *budget.Config) { *c = budget.Config{} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.edit(&c)
+			b, err := budget.New(c)
+			if !errors.Is(err, budget.ErrInvalidConfig) || b != nil {
+				t.Fatalf("New(%+v) = %v, %v; want nil, error wrapping ErrInvalidConfig", c, b, err)
+			}
+		})
+	}
+	// Edges that are valid.
+	valid := []budget.Config{
+		{Ratio: 0, MinPerSecond: 0, Window: time.Millisecond, Slices: 1},
+		{Ratio: 1, MinPerSecond: 1000, Window: time.Hour, Slices: budget.MaxSlices},
+	}
+	for _, c := range valid {
+		if _, err := budget.New(c); err != nil {
+			t.Errorf("New(%+v) = %v, want nil error", c, err)
+		}
+	}
+}
+
+func TestAdmissionCount(t *testing.T) {
+	tests := []struct {
+		ratio, perSec float64
+		deposits      int
+		want          int // floor(ratio*deposits + perSec*10)
+	}{
+		{ratio: 0.1, perSec: 0, deposits: 0, want: 0},
+		{ratio: 0.1, perSec: 0, deposits: 9, want: 0},
+		{ratio: 0.1, perSec: 0, deposits: 10, want: 1},
+		{ratio: 0.1, perSec: 0, deposits: 100, want: 10},
+		{ratio: 0.1, perSec: 0, deposits: 109, want: 10},
+		{ratio: 0.1, perSec: 1, deposits: 0, want: 10},
+		{ratio: 0.1, perSec: 1, deposits: 100, want: 20},
+		{ratio: 0.2, perSec: 10, deposits: 1000, want: 300},
+		{ratio: 0, perSec: 0.25, deposits: 1000, want: 2},
+		{ratio: 1, perSec: 0, deposits: 7, want: 7},
+		{ratio: 0.5, perSec: 0.05, deposits: 3, want: 2}, // 1.5 + 0.5
+	}
+	for _, tt := range tests {
+		name := fmt.Sprintf("ratio=%v floor=%v deposits=%d", tt.ratio, tt.perSec, tt.deposits)
+		t.Run(name, func(t *testing.T) {
+			b := newBudget(t, tt.ratio, tt.perSec, 10*time.Second, 10)
+			at := t0.Add(3 * time.Second)
+			for range tt.deposits {
+				b.DepositAt(at)
+			}
+			if got := drain(t, b, at); got != tt.want {
+				t.Fatalf("admitted %d withdrawals after %d deposits, want %d", got, tt.deposits, tt.want)
+			}
+			st := b.StatsAt(at)
+			if st.Requests != tt.deposits || st.Retries != tt.want || st.Available() != 0 {
+				t.Fatalf("StatsAt = %+v (Available %d), want Requests %d Retries %d Available 0",
+					st, st.Available(), tt.deposits, tt.want)
+			}
+		})
+	}
+}
+
+// TestSliceExpiry checks that a slice counts for exactly Slices slices: a
+// deposit in slice 0 funds retries up to the last nanosecond of slice 9 and
+// not from the first nanosecond of slice 10.
+func TestSliceExpiry(t *testing.T) {
+	const slice = time.Second
+	tests := []struct {
+		name      string
+		deposit   time.Duration // after t0
+		withdraw  time.Duration // after t0
+		admitted  bool
+		requests  int
+		nextAlsoX bool
+	}{
+		{"same instant", 0, 0, true, 1, false},
+		{"same slice, end", 0, slice - 1, true, 1, false},
+		{"last slice of the window", 500 * time.Millisecond, 10*slice - 1, true, 1, false},
+		{"first slice after the window", 999 * time.Millisecond, 10 * slice, false, 0, false},
+		{"deposit at the end of slice 0", slice - 1, 10 * slice, false, 0, false},
+		{"deposit at the start of slice 1", slice, 10 * slice, true, 1, false},
+		{"deposit at the start of slice 1, window over", slice, 11 * slice, false, 0, false},
+		{"before New: slice -1", -1, 9*slice - 1, true, 1, false},
+		{"before New: slice -1 expired", -1, 9 * slice, false, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBudget(t, 1, 0, 10*slice, 10)
+			b.DepositAt(t0.Add(tt.deposit))
+			at := t0.Add(tt.withdraw)
+			if st := b.StatsAt(at); st.Requests != tt.requests {
+				t.Errorf("StatsAt(+%v).Requests = %d, want %d", tt.withdraw, st.Requests, tt.requests)
+			}
+			if got := b.WithdrawAt(at); got != tt.admitted {
+				t.Fatalf("DepositAt(+%v); WithdrawAt(+%v) = %v, want %v", tt.deposit, tt.withdraw, got, tt.admitted)
+			}
+		})
+	}
+}
+
+// TestRetryExpiry checks that admitted retries leave the window exactly when
+// their slice does.
+func TestRetryExpiry(t *testing.T) {
+	b := newBudget(t, 0, 0.5, 10*time.Second, 5) // 5 retries per window, 2 s slices
+	// Spend the floor at t0+3s (slice 1: [2s, 4s)).
+	if got := drain(t, b, t0.Add(3*time.Second)); got != 5 {
+		t.Fatalf("drain at +3s admitted %d, want 5", got)
+	}
+	// Slice 1 is in the window until slice 6 starts at +12s.
+	if b.WithdrawAt(t0.Add(12*time.Second - 1)) {
+		t.Fatalf("WithdrawAt(+12s-1ns) = true, want false: slice 1 is still in the window")
+	}
+	if got := drain(t, b, t0.Add(12*time.Second)); got != 5 {
+		t.Fatalf("drain at +12s admitted %d, want 5 (slice 1 expired)", got)
+	}
+}
+
+// TestBackwardsTime checks the clamping rules for times older than the
+// budget has seen.
+func TestBackwardsTime(t *testing.T) {
+	b := newBudget(t, 1, 0, 10*time.Second, 10)
+	for range 3 {
+		b.DepositAt(t0.Add(20 * time.Second)) // slice 20
+	}
+	if !b.WithdrawAt(t0.Add(20 * time.Second)) {
+		t.Fatal("WithdrawAt(+20s) = false, want true")
+	}
+	// A withdrawal at an older time counts in the head slice (20), where
+	// the three deposits are.
+	if !b.WithdrawAt(t0) {
+		t.Fatal("WithdrawAt(t0) after head slice 20 = false, want true (clamped to slice 20)")
+	}
+	if !b.WithdrawAt(t0.Add(15 * time.Second)) {
+		t.Fatal("WithdrawAt(+15s) = false, want true (clamped to slice 20)")
+	}
+	if b.WithdrawAt(t0) {
+		t.Fatal("fourth withdrawal = true, want false: 3 deposits, ratio 1")
+	}
+	// Slice 10 shares its ring word with slice 20, which is newer: a
+	// deposit at +10s has expired and is dropped.
+	b.DepositAt(t0.Add(10 * time.Second))
+	if st := b.StatsAt(t0.Add(20 * time.Second)); st.Requests != 3 {
+		t.Fatalf("StatsAt(+20s).Requests = %d after an expired deposit, want 3", st.Requests)
+	}
+	// A deposit in an older slice still in the window counts.
+	b.DepositAt(t0.Add(11 * time.Second))
+	if st := b.StatsAt(t0.Add(20 * time.Second)); st.Requests != 4 || st.Retries != 3 {
+		t.Fatalf("StatsAt(+20s) = %+v, want Requests 4, Retries 3", st)
+	}
+}
+
+func TestStatsAvailable(t *testing.T) {
+	tests := []struct {
+		s    budget.Stats
+		want int
+	}{
+		{budget.Stats{Limit: 0}, 0},
+		{budget.Stats{Limit: 2.9}, 2},
+		{budget.Stats{Limit: 3, Retries: 1}, 2},
+		{budget.Stats{Limit: 3, Retries: 5}, 0},
+		{budget.Stats{Limit: math.NaN()}, 0},
+		{budget.Stats{Limit: math.Inf(1)}, math.MaxInt32},
+	}
+	for _, tt := range tests {
+		if got := tt.s.Available(); got != tt.want {
+			t.Errorf("%+v.Available() = %d, want %d", tt.s, got, tt.want)
+		}
+	}
+}
+
+func TestClockShorthands(t *testing.T) {
+	clk := newClock()
+	b, err := budget.New(budget.Config{Ratio: 0.5, Window: 4 * time.Second, Slices: 4, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Deposit()
+	b.Deposit()
+	if !b.Withdraw() || b.Withdraw() {
+		t.Fatal("after 2 deposits at ratio 0.5: Withdraw, Withdraw = want true, false")
+	}
+	clk.Advance(4 * time.Second)
+	if st := b.Stats(); st != (budget.Stats{}) {
+		t.Fatalf("Stats() one window later = %+v, want zero", st)
+	}
+	if b.Withdraw() {
+		t.Fatal("Withdraw() one window later with no deposits = true, want false")
+	}
+}
+
+// model is a straightforward reference implementation of the admission rule
+// documented in the package: an event log, scanned in full.
+type model struct {
+	ratio, reserve float64
+	slices         int64
+	slice          time.Duration
+	head           int64 // newest slice with an admitted retry
+	reqSlot        map[int64]int64
+	requests       map[int64]int // per slice
+	lost           map[int64]bool // slices whose request word was reused
+	retries        map[int64]int // per slice
+}
+
+func newModel(ratio, perSec float64, window time.Duration, slices int) *model {
+	return &model{
+		ratio: ratio, reserve: perSec * window.Seconds(), slices: int64(slices),
+		slice: window / time.Duration(slices), head: math.MinInt64, reqSlot: map[int64]int64{},
+		requests: map[int64]int{}, retries: map[int64]int{}, lost: map[int64]bool{},
+	}
+}
+
+func (m *model) sliceOf(t time.Time) int64 {
+	return int64(math.Floor(float64(t.Sub(t0)) / float64(m.slice)))
+}
+
+func (m *model) deposit(t time.Time) {
+	s := m.sliceOf(t)
+	i := ((s % m.slices) + m.slices) % m.slices
+	last, ok := m.reqSlot[i]
+	switch {
+	case ok && last > s:
+		return // expired: a later slice already uses this word
+	case ok && last < s:
+		m.lost[last] = true // the word is reused: its old slice is gone
+	}
+	m.reqSlot[i] = s
+	m.requests[s]++
+}
+
+// sum returns the total of counts over the window ending in slice cur.
+func (m *model) sum(counts map[int64]int, cur int64) int {
+	n := 0
+	for s := cur - m.slices + 1; s <= cur; s++ {
+		n += counts[s]
+	}
+	return n
+}
+
+// live returns the requests the budget still holds for the window ending
+// in slice cur: those of slices whose word was not reused since.
+func (m *model) live(cur int64) int {
+	n := 0
+	for s := cur - m.slices + 1; s <= cur; s++ {
+		if !m.lost[s] {
+			n += m.requests[s]
+		}
+	}
+	return n
+}
+
+// withdraw returns the model's decision and the slice it counts in.
+func (m *model) withdraw(t time.Time) (bool, int64) {
+	cur := max(m.sliceOf(t), m.head)
+	ok := float64(m.sum(m.retries, cur)+1) <= m.ratio*float64(m.live(cur))+m.reserve
+	if ok {
+		m.retries[cur]++
+		m.head = cur
+	}
+	return ok, cur
+}
+
+// TestPropertyBound drives budgets with random arrival patterns on a fake
+// clock and checks every decision against the reference model, and the
+// bound: at every admission, the window's admitted retries (this one
+// included) are at most Ratio·requests + MinPerSecond·Window.
+func TestPropertyBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2026, 42))
+	runs, ops := 200, 2000
+	if testing.Short() {
+		runs = 40
+	}
+	ratios := []float64{0, 0.05, 0.1, 0.2, 0.5, 1}
+	floors := []float64{0, 0.1, 0.5, 1, 3.3}
+	sliceLens := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second}
+	var admittedTotal, refusedTotal int
+	for run := range runs {
+		ratio := ratios[rng.IntN(len(ratios))]
+		if rng.IntN(4) == 0 {
+			ratio = rng.Float64()
+		}
+		perSec := floors[rng.IntN(len(floors))]
+		slices := 1 + rng.IntN(20)
+		slice := sliceLens[rng.IntN(len(sliceLens))]
+		window := slice * time.Duration(slices)
+		b := newBudget(t, ratio, perSec, window, slices)
+		m := newModel(ratio, perSec, window, slices)
+		backwards := run%5 == 4 // some runs let time jump back a little
+		now := t0
+		depositP := rng.Float64()
+		for op := range ops {
+			// Arrival pattern: mostly small steps and bursts, sometimes a
+			// step to just before or exactly at a slice boundary, or a gap.
+			switch r := rng.IntN(100); {
+			case r < 40: // burst: same instant
+			case r < 75:
+				now = now.Add(time.Duration(rng.Int64N(int64(slice) / 2)))
+			case r < 85:
+				k := now.Sub(t0)/slice + 1
+				now = t0.Add(k*slice - time.Duration(rng.IntN(2))) // boundary or 1 ns before
+			case r < 92:
+				now = now.Add(time.Duration(rng.Int64N(int64(window) * 3)))
+			case r < 95:
+				depositP = rng.Float64() // the traffic mix changes
+			default:
+				if backwards {
+					now = now.Add(-time.Duration(rng.Int64N(int64(window))))
+				}
+			}
+			if rng.Float64() < depositP {
+				b.DepositAt(now)
+				m.deposit(now)
+				continue
+			}
+			got := b.WithdrawAt(now)
+			want, cur := m.withdraw(now)
+			if got != want {
+				t.Fatalf("run %d op %d (ratio %v floor %v/s window %v/%d): WithdrawAt(+%v) = %v, model says %v",
+					run, op, ratio, perSec, window, slices, now.Sub(t0), got, want)
+			}
+			if got {
+				admittedTotal++
+				retries, requests := m.sum(m.retries, cur), m.live(cur)
+				if limit := ratio*float64(requests) + perSec*window.Seconds(); float64(retries) > limit {
+					t.Fatalf("run %d op %d: %d retries admitted in the window with %d requests, limit %v",
+						run, op, retries, requests, limit)
+				}
+			} else {
+				refusedTotal++
+			}
+			st := b.StatsAt(now)
+			if st.Retries != m.sum(m.retries, cur) || st.Requests != m.live(cur) {
+				t.Fatalf("run %d op %d: StatsAt(+%v) = %+v, model has %d requests %d retries",
+					run, op, now.Sub(t0), st, m.live(cur), m.sum(m.retries, cur))
+			}
+		}
+		// Over every window ending in a slice where a retry was admitted,
+		// the final counts obey the bound too (later deposits only raise
+		// the limit; later retries of that window were checked themselves).
+		for s := range m.retries {
+			retries, requests := m.sum(m.retries, s), m.sum(m.requests, s)
+			if limit := ratio*float64(requests) + perSec*window.Seconds(); float64(retries) > limit {
+				t.Fatalf("run %d: window ending in slice %d holds %d retries, %d requests, limit %v",
+					run, s, retries, requests, limit)
+			}
+		}
+	}
+	// The generator must exercise both outcomes, or the test proves little.
+	if admittedTotal < runs*10 || refusedTotal < runs*10 {
+		t.Fatalf("admitted %d, refused %d: the random patterns do not exercise the budget", admittedTotal, refusedTotal)
+	}
+}
+
+// TestConcurrentSameSlice: many goroutines withdraw at once from a budget
+// funded by concurrent deposits; exactly floor(limit) are admitted.
+func TestConcurrentSameSlice(t *testing.T) {
+	const (
+		goroutines = 16
+		deposits   = 1000 // per goroutine
+		withdraws  = 500  // per goroutine
+	)
+	b := newBudget(t, 0.1, 1, 10*time.Second, 10)
+	at := t0.Add(5 * time.Second)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range deposits {
+				b.DepositAt(at)
+			}
+		})
+	}
+	wg.Wait()
+	var admitted atomic.Int64
+	for range goroutines {
+		wg.Go(func() {
+			for range withdraws {
+				if b.WithdrawAt(at) {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := int64(0.1*goroutines*deposits + 10) // 1610
+	if got := admitted.Load(); got != want {
+		t.Fatalf("%d goroutines admitted %d withdrawals, want exactly %d", goroutines, got, want)
+	}
+	if st := b.StatsAt(at); st.Requests != goroutines*deposits || int64(st.Retries) != want {
+		t.Fatalf("StatsAt = %+v, want Requests %d Retries %d", st, goroutines*deposits, want)
+	}
+}
+
+// TestConcurrentMixed: deposits and withdrawals race in phases on a clock
+// that moves between phases (across slice boundaries, sometimes by whole
+// windows). Within a phase every goroutine uses the same time. After each
+// phase the window must obey the bound, and draining the rest of it must
+// reach the limit exactly: nothing over-admitted, nothing lost.
+func TestConcurrentMixed(t *testing.T) {
+	const (
+		goroutines = 8
+		perG       = 300
+		slices     = 5
+		slice      = time.Second
+	)
+	phases := 60
+	if testing.Short() {
+		phases = 20
+	}
+	b := newBudget(t, 0.2, 0.3, slices*slice, slices)
+	rng := rand.New(rand.NewPCG(7, 11))
+	requests := map[int64]int{}
+	retries := map[int64]int{}
+	sum := func(m map[int64]int, cur int64) (n int) {
+		for s := cur - slices + 1; s <= cur; s++ {
+			n += m[s]
+		}
+		return n
+	}
+	now := t0
+	for phase := range phases {
+		now = now.Add(time.Duration(rng.Int64N(int64(3 * slice))))
+		cur := int64(now.Sub(t0) / slice)
+		var deps, adm atomic.Int64
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			seed := rng.Uint64()
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(seed, uint64(g)))
+				for range perG {
+					if r.IntN(3) > 0 {
+						b.DepositAt(now)
+						deps.Add(1)
+					} else if b.WithdrawAt(now) {
+						adm.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		requests[cur] += int(deps.Load())
+		retries[cur] += int(adm.Load())
+		limit := 0.2*float64(sum(requests, cur)) + 0.3*float64(slices)
+		if got := sum(retries, cur); float64(got) > limit {
+			t.Fatalf("phase %d: %d retries admitted in the window, limit %v", phase, got, limit)
+		}
+		// Drain the rest sequentially: the total must hit floor(limit).
+		retries[cur] += drain(t, b, now)
+		if got, want := sum(retries, cur), int(math.Floor(limit)); got != want {
+			t.Fatalf("phase %d: window holds %d retries after draining, want floor(%v) = %d", phase, got, limit, want)
+		}
+		if st := b.StatsAt(now); st.Requests != sum(requests, cur) || st.Retries != sum(retries, cur) {
+			t.Fatalf("phase %d: StatsAt = %+v, want Requests %d Retries %d",
+				phase, st, sum(requests, cur), sum(retries, cur))
+		}
+	}
+}
+
+// TestConcurrentBoundary: goroutines withdraw at times on both sides of a
+// slice boundary at once, so heads move while others admit. The total over
+// the window must not exceed the limit.
+func TestConcurrentBoundary(t *testing.T) {
+	for round := range 20 {
+		b := newBudget(t, 0, 1, 4*time.Second, 4) // floor only: 4 per window
+		times := []time.Time{
+			t0.Add(time.Second - 1), t0.Add(time.Second), t0.Add(2*time.Second - 1), t0.Add(2 * time.Second),
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 20 {
+					if b.WithdrawAt(times[(g+i)%len(times)]) {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// Every slice used is within one window (slices 0..2), so at most
+		// 4 retries are admitted, and since withdrawals continue after the
+		// head stops moving, exactly 4.
+		if got := admitted.Load(); got != 4 {
+			t.Fatalf("round %d: admitted %d across a slice boundary, want exactly 4", round, got)
+		}
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	b := newBudget(t, 0.1, 1, 10*time.Second, 10)
+	at := t0
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{"DepositAt", func() { b.DepositAt(at) }},
+		{"WithdrawAt", func() { b.WithdrawAt(at) }},
+		{"StatsAt", func() { _ = b.StatsAt(at) }},
+		{"Deposit+Withdraw", func() { b.Deposit(); b.Withdraw() }},
+		{"moving clock", func() { at = at.Add(time.Second); b.DepositAt(at); b.WithdrawAt(at) }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(1000, tt.fn); n != 0 {
+			t.Errorf("%s: %v allocs per run, want 0", tt.name, n)
+		}
+	}
+}
