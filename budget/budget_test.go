@@ -286,9 +286,9 @@ type model struct {
 	slice          time.Duration
 	head           int64 // newest slice with an admitted retry
 	reqSlot        map[int64]int64
-	requests       map[int64]int // per slice
+	requests       map[int64]int  // per slice
 	lost           map[int64]bool // slices whose request word was reused
-	retries        map[int64]int // per slice
+	retries        map[int64]int  // per slice
 }
 
 func newModel(ratio, perSec float64, window time.Duration, slices int) *model {
