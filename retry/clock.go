@@ -21,6 +21,9 @@ type Clock interface {
 	// Sleep waits for d, or until ctx ends, whichever comes first. It
 	// returns nil after a full sleep and ctx.Err() if ctx ended first. A d
 	// of 0 or less returns at once (ctx.Err() if ctx has already ended).
+	// Any other error also stops the loop (Reason Canceled, or Deadline
+	// if the error is a deadline), with the error reachable from the
+	// returned [*Error].
 	Sleep(ctx context.Context, d time.Duration) error
 }
 

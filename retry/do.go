@@ -175,7 +175,10 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 			}
 		}
 		if serr := p.clock.Sleep(ctx, sleep); serr != nil {
-			return p.stop(ctx, ctxReason(ctx, serr), attempt, err, 0)
+			if ctx.Err() == nil { // a Clock that failed on its own: keep its error
+				return p.giveUp(ctx, &Error{Reason: ctxReason(ctx, serr), Attempts: attempt, Err: err, cause: serr})
+			}
+			return p.stop(ctx, ctxReason(ctx, nil), attempt, err, 0)
 		}
 	}
 }
@@ -203,7 +206,8 @@ func ctxReason(ctx context.Context, sleepErr error) Reason {
 	return Canceled
 }
 
-// stop builds the give-up error, runs the give-up hook and logs it.
+// stop builds the give-up error, with the parent's cancel cause if it has
+// one, and gives up with it.
 func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, delay time.Duration) error {
 	e := &Error{Reason: r, Attempts: attempts, Err: last, Delay: delay}
 	if ce := ctx.Err(); ce != nil {
@@ -211,6 +215,11 @@ func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, d
 			e.cause = cause
 		}
 	}
+	return p.giveUp(ctx, e)
+}
+
+// giveUp runs the give-up hook, logs e and returns it.
+func (p *Policy) giveUp(ctx context.Context, e *Error) error {
 	if p.onGiveUp != nil {
 		p.onGiveUp(ctx, e)
 	}

@@ -131,7 +131,8 @@ type Error struct {
 	Delay time.Duration
 
 	// cause is context.Cause of the parent when it differs from its Err
-	// (a cause given to context.WithCancelCause or WithDeadlineCause).
+	// (a cause given to context.WithCancelCause or WithDeadlineCause), or
+	// the error a Clock's Sleep failed with.
 	cause error
 }
 
@@ -164,8 +165,8 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the sentinel of e.Reason, the last error and, if the
-// parent context had a custom cause, that cause, so errors.Is and errors.As
-// reach all of them.
+// parent context had a custom cause (or the Clock's Sleep failed), that
+// cause, so errors.Is and errors.As reach all of them.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 3)
 	if s := e.Reason.Err(); s != nil {

@@ -1,0 +1,123 @@
+package retry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/retry"
+)
+
+// instantClock sleeps for no time at all: a retry costs only the loop.
+type instantClock struct{}
+
+func (instantClock) Now() time.Time { return time.Time{} }
+func (instantClock) Sleep(ctx context.Context, d time.Duration) error {
+	return ctx.Err()
+}
+
+func succeed(ctx context.Context, attempt int) error { return nil }
+
+func succeedValue(ctx context.Context, attempt int) (int, error) { return attempt, nil }
+
+// failOnce fails the first attempt with a retryable error.
+func failOnce(ctx context.Context, attempt int) error {
+	if attempt == 1 {
+		return err503
+	}
+	return nil
+}
+
+// TestSuccessPathAllocs proves a reused policy's success path allocates
+// nothing, with and without a deadline on the parent context.
+func TestSuccessPathAllocs(t *testing.T) {
+	p := mustNew(t)
+	withDeadline, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	tests := []struct {
+		name string
+		run  func()
+	}{
+		{"Do", func() { _ = p.Do(context.Background(), succeed) }},
+		{"Do with parent deadline", func() { _ = p.Do(withDeadline, succeed) }},
+		{"DoValue", func() { _, _ = retry.DoValue(context.Background(), p, succeedValue) }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
+			t.Errorf("%s: %v allocs per successful call, want 0", tt.name, n)
+		}
+	}
+}
+
+func BenchmarkDoSuccess(b *testing.B) {
+	p := mustNew(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Do(ctx, succeed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDoValueSuccess(b *testing.B) {
+	p := mustNew(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := retry.DoValue(ctx, p, succeedValue); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDoOneRetryZeroDelay measures the cost of one failed attempt and
+// its retry, with a clock that does not sleep.
+func BenchmarkDoOneRetryZeroDelay(b *testing.B) {
+	p := mustNew(b, retry.WithClock(instantClock{}))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Do(ctx, failOnce); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDoWithTimeout shows what WithTimeout costs: one derived context
+// per call (WithAttemptTimeout: one per attempt).
+func BenchmarkDoWithTimeout(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opt  retry.Option
+	}{
+		{"Timeout", retry.WithTimeout(time.Minute)},
+		{"AttemptTimeout", retry.WithAttemptTimeout(time.Minute)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := mustNew(b, bc.opt)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Do(ctx, succeed); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDoParallel runs one shared policy from every P.
+func BenchmarkDoParallel(b *testing.B) {
+	p := mustNew(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := p.Do(ctx, succeed); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

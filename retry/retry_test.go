@@ -1,0 +1,898 @@
+package retry_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/backoff"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// mustNew builds a policy or fails the test.
+func mustNew(t testing.TB, opts ...retry.Option) *retry.Policy {
+	t.Helper()
+	p, err := retry.New(opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p
+}
+
+// mustBackoff builds a backoff or fails the test.
+func mustBackoff(t testing.TB, s backoff.Strategy, base, cap time.Duration, u float64) *backoff.Backoff {
+	t.Helper()
+	b, err := backoff.New(backoff.Config{Strategy: s, Base: base, Cap: cap, Rand: backoff.Fixed(u)})
+	if err != nil {
+		t.Fatalf("backoff.New: %v", err)
+	}
+	return b
+}
+
+// asError extracts the *retry.Error from err or fails the test.
+func asError(t *testing.T, err error) *retry.Error {
+	t.Helper()
+	var re *retry.Error
+	if !errors.As(err, &re) {
+		t.Fatalf("error %v (%T) is not a *retry.Error", err, err)
+	}
+	return re
+}
+
+// checkStop asserts a give-up's reason and attempt count, and that the
+// reason's sentinel is reachable with errors.Is.
+func checkStop(t *testing.T, err error, reason retry.Reason, attempts int) *retry.Error {
+	t.Helper()
+	re := asError(t, err)
+	if re.Reason != reason || re.Attempts != attempts {
+		t.Fatalf("Do = %v: reason %v after %d attempts, want %v after %d", err, re.Reason, re.Attempts, reason, attempts)
+	}
+	if !errors.Is(err, reason.Err()) {
+		t.Errorf("errors.Is(%v, %v) = false", err, reason.Err())
+	}
+	return re
+}
+
+var err503 = &retry.StatusError{Code: 503}
+
+func TestSeedSmoke(t *testing.T) {
+	clock := newRecordingClock()
+	p, err := seedPolicy(clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		if attempt != calls {
+			t.Errorf("attempt = %d on call %d", attempt, calls)
+		}
+		switch calls {
+		case 1:
+			return &retry.StatusError{Code: 503, After: 1500 * time.Millisecond}
+		case 2:
+			return &retry.StatusError{Code: 503}
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("Do = %v after %d calls, want nil after 3", err, calls)
+	}
+	if got, want := clock.Sleeps(), []time.Duration{1500 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Errorf("sleeps = %v, want %v", got, want)
+	}
+
+	calls = 0
+	err404 := &retry.StatusError{Code: 404}
+	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		return err404
+	})
+	if calls != 1 {
+		t.Errorf("404: %d calls, want 1", calls)
+	}
+	re := checkStop(t, err, retry.NotRetryable, 1)
+	if re.Err != err404 || !errors.Is(err, err404) {
+		t.Errorf("404: Err = %v, want the 404 error itself", re.Err)
+	}
+}
+
+func TestSuccess(t *testing.T) {
+	for _, failures := range []int{0, 1, 2} {
+		clock := newRecordingClock()
+		p := mustNew(t, retry.WithClock(clock))
+		calls := 0
+		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			calls++
+			if calls <= failures {
+				return err503
+			}
+			return nil
+		})
+		if err != nil || calls != failures+1 {
+			t.Errorf("Do with %d failures = %v after %d calls, want nil after %d", failures, err, calls, failures+1)
+		}
+		if n := len(clock.Sleeps()); n != failures {
+			t.Errorf("Do with %d failures slept %d times", failures, n)
+		}
+	}
+}
+
+func TestMaxAttemptsCountsTheFirst(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []retry.Option
+		want int
+	}{
+		{"default", nil, retry.DefaultMaxAttempts},
+		{"1 means no retry", []retry.Option{retry.WithMaxAttempts(1)}, 1},
+		{"5", []retry.Option{retry.WithMaxAttempts(5)}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newRecordingClock()
+			p := mustNew(t, append(tt.opts, retry.WithClock(clock))...)
+			if p.MaxAttempts() != tt.want {
+				t.Errorf("MaxAttempts() = %d, want %d", p.MaxAttempts(), tt.want)
+			}
+			calls := 0
+			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+				calls++
+				return err503
+			})
+			if calls != tt.want {
+				t.Errorf("calls = %d, want %d", calls, tt.want)
+			}
+			checkStop(t, err, retry.AttemptsExhausted, tt.want)
+			if !errors.Is(err, err503) {
+				t.Errorf("errors.Is(%v, 503) = false", err)
+			}
+			if n := len(clock.Sleeps()); n != tt.want-1 {
+				t.Errorf("slept %d times, want %d", n, tt.want-1)
+			}
+		})
+	}
+}
+
+func TestStatusCodes(t *testing.T) {
+	tests := []struct {
+		code  int
+		calls int
+	}{
+		{400, 1}, {401, 1}, {403, 1}, {404, 1}, {409, 1}, {422, 1},
+		{500, 1}, {501, 1}, {505, 1},
+		{408, 3}, {429, 3}, {502, 3}, {503, 3}, {504, 3},
+	}
+	p := mustNew(t, retry.WithClock(newRecordingClock()))
+	for _, tt := range tests {
+		calls := 0
+		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			calls++
+			return fmt.Errorf("call: %w", &retry.StatusError{Code: tt.code})
+		})
+		if calls != tt.calls {
+			t.Errorf("status %d: %d calls, want %d", tt.code, calls, tt.calls)
+		}
+		var se *retry.StatusError
+		if !errors.As(err, &se) || se.Code != tt.code {
+			t.Errorf("status %d: errors.As(%v) does not find the status", tt.code, err)
+		}
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	p := mustNew(t, retry.WithClock(newRecordingClock()))
+	calls := 0
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		return retry.Permanent(err503)
+	})
+	if calls != 1 {
+		t.Errorf("calls = %d, want 1", calls)
+	}
+	re := checkStop(t, err, retry.NotRetryable, 1)
+	if re.Err != err503 {
+		t.Errorf("Err = %#v, want the unmarked 503", re.Err)
+	}
+	if retry.Permanent(nil) != nil {
+		t.Error("Permanent(nil) != nil")
+	}
+	if !retry.IsPermanent(fmt.Errorf("x: %w", retry.Permanent(io.EOF))) || retry.IsPermanent(io.EOF) {
+		t.Error("IsPermanent does not see through wrapping, or sees a marker where there is none")
+	}
+}
+
+func TestRetryAfterIsAFloor(t *testing.T) {
+	tests := []struct {
+		name  string
+		s     backoff.Strategy
+		u     float64
+		hints []time.Duration // hint of attempt i's error
+		want  []time.Duration
+	}{
+		// Full jitter 0.5: computed delays 100 ms, 200 ms.
+		{"hint beats shorter jittered delay", backoff.FullJitter, 0.5,
+			[]time.Duration{300 * time.Millisecond, 0}, []time.Duration{300 * time.Millisecond, 200 * time.Millisecond}},
+		{"shorter hint does not shorten the delay", backoff.FullJitter, 0.5,
+			[]time.Duration{50 * time.Millisecond, 0}, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
+		// Jitter near 0 would sleep ~0; the hint still holds.
+		{"hint holds under tiny jitter", backoff.FullJitter, 0, []time.Duration{time.Second, time.Second},
+			[]time.Duration{time.Second, time.Second}},
+		// Decorrelated 0.5: 100+0.5*(300-100) = 200 ms, then from prev=200 ms
+		// (the computed delay, not the 1 s hint): 100+0.5*(600-100) = 350 ms.
+		{"decorrelated prev is the computed delay", backoff.Decorrelated, 0.5,
+			[]time.Duration{time.Second, 0}, []time.Duration{time.Second, 350 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newRecordingClock()
+			p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(len(tt.hints)+1),
+				retry.WithBackoff(mustBackoff(t, tt.s, 100*time.Millisecond, 10*time.Second, tt.u)))
+			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+				if attempt <= len(tt.hints) {
+					return &retry.StatusError{Code: 429, After: tt.hints[attempt-1]}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Do = %v", err)
+			}
+			if got := clock.Sleeps(); !slices.Equal(got, tt.want) {
+				t.Errorf("sleeps = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeadlineSleepNeverCrossed(t *testing.T) {
+	tests := []struct {
+		name      string
+		base      time.Duration
+		hint      time.Duration
+		opTime    time.Duration // fake time each attempt takes
+		wantSleep []time.Duration
+		wantCalls int
+		wantDelay time.Duration
+	}{
+		// NoJitter 300 ms: 600 ms fits in 1 s, then 1.2 s does not fit in 400 ms.
+		{"second sleep would cross", 300 * time.Millisecond, 0, 0, []time.Duration{600 * time.Millisecond}, 2, 1200 * time.Millisecond},
+		// 1 s sleep with exactly 1 s left would wake at the deadline: not started.
+		{"sleep ending at the deadline", 500 * time.Millisecond, 0, 0, nil, 1, time.Second},
+		// The attempt itself used 500 ms, so a 600 ms sleep no longer fits.
+		{"time spent in the attempt counts", 300 * time.Millisecond, 0, 500 * time.Millisecond, nil, 1, 600 * time.Millisecond},
+		// A hint beyond the deadline: give up now, do not wait for it.
+		{"hint beyond the deadline", 10 * time.Millisecond, 2 * time.Second, 0, nil, 1, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newRecordingClock()
+			p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(10), retry.WithTimeout(time.Second),
+				retry.WithBackoff(mustBackoff(t, backoff.NoJitter, tt.base, time.Minute, 0)))
+			calls := 0
+			last := &retry.StatusError{Code: 503, After: tt.hint}
+			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+				calls++
+				clock.Advance(tt.opTime)
+				return last
+			})
+			re := checkStop(t, err, retry.Deadline, tt.wantCalls)
+			if calls != tt.wantCalls {
+				t.Errorf("calls = %d, want %d", calls, tt.wantCalls)
+			}
+			if got := clock.Sleeps(); !slices.Equal(got, tt.wantSleep) {
+				t.Errorf("sleeps = %v, want %v", got, tt.wantSleep)
+			}
+			if re.Delay != tt.wantDelay {
+				t.Errorf("Error.Delay = %v, want %v", re.Delay, tt.wantDelay)
+			}
+			if re.Err != last || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Do = %v: want the last 503 and context.DeadlineExceeded reachable", err)
+			}
+		})
+	}
+}
+
+func TestDeadlinePassedDuringAttempt(t *testing.T) {
+	clock := newRecordingClock()
+	p := mustNew(t, retry.WithClock(clock), retry.WithTimeout(time.Second))
+	calls := 0
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		clock.Advance(2 * time.Second)
+		return err503
+	})
+	checkStop(t, err, retry.Deadline, 1)
+	if calls != 1 || len(clock.Sleeps()) != 0 {
+		t.Errorf("calls = %d, sleeps = %v; want 1 call, no sleep", calls, clock.Sleeps())
+	}
+}
+
+func TestMaxRetryAfter(t *testing.T) {
+	tests := []struct {
+		name      string
+		hint      time.Duration
+		wantErr   bool
+		wantSleep []time.Duration
+	}{
+		{"hint at the max is honoured", time.Minute, false, []time.Duration{time.Minute}},
+		{"484289h is refused, not slept", 484289 * time.Hour, true, nil},
+		{"just over the max is refused", time.Minute + time.Nanosecond, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newRecordingClock()
+			p := mustNew(t, retry.WithClock(clock), retry.WithMaxRetryAfter(time.Minute))
+			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+				if attempt == 1 {
+					return &retry.StatusError{Code: 429, After: tt.hint}
+				}
+				return nil
+			})
+			if got := clock.Sleeps(); !slices.Equal(got, tt.wantSleep) {
+				t.Errorf("sleeps = %v, want %v", got, tt.wantSleep)
+			}
+			if !tt.wantErr {
+				if err != nil {
+					t.Errorf("Do = %v, want nil", err)
+				}
+				return
+			}
+			re := checkStop(t, err, retry.Deadline, 1)
+			if re.Delay != tt.hint {
+				t.Errorf("Error.Delay = %v, want the hint %v", re.Delay, tt.hint)
+			}
+		})
+	}
+	// The default limit is DefaultMaxRetryAfter.
+	clock := newRecordingClock()
+	p := mustNew(t, retry.WithClock(clock))
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		return &retry.StatusError{Code: 503, After: retry.DefaultMaxRetryAfter + time.Second}
+	})
+	checkStop(t, err, retry.Deadline, 1)
+}
+
+func TestParentCancelMidSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// NoJitter 5 s: the first sleep is 10 s; cancel 50 ms into it.
+		p := mustNew(t, retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 5*time.Second, time.Minute, 0)))
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		calls := 0
+		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
+			calls++
+			return err503
+		})
+		elapsed := time.Since(start)
+		if elapsed < 50*time.Millisecond || elapsed > 51*time.Millisecond {
+			t.Errorf("Do returned %v after the start, want within 1 ms of the cancel at 50ms", elapsed)
+		}
+		re := checkStop(t, err, retry.Canceled, 1)
+		if calls != 1 {
+			t.Errorf("calls = %d, want 1", calls)
+		}
+		if re.Err != err503 || !errors.Is(err, context.Canceled) {
+			t.Errorf("Do = %v: want the 503 and context.Canceled reachable", err)
+		}
+	})
+}
+
+func TestParentCancelNeverRetried(t *testing.T) {
+	tests := []struct {
+		name string
+		ret  func(ctx context.Context) error
+	}{
+		{"op returns ctx error", func(ctx context.Context) error { return ctx.Err() }},
+		{"op returns a retryable error", func(ctx context.Context) error { return err503 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			clock := newRecordingClock()
+			p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(5))
+			calls := 0
+			err := p.Do(ctx, func(actx context.Context, attempt int) error {
+				calls++
+				cancel()
+				return tt.ret(actx)
+			})
+			checkStop(t, err, retry.Canceled, 1)
+			if calls != 1 || len(clock.Sleeps()) != 0 {
+				t.Errorf("calls = %d, sleeps = %v; want 1 call, no sleep", calls, clock.Sleeps())
+			}
+		})
+	}
+}
+
+func TestContextEndedBeforeStart(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	causeErr := errors.New("shutting down")
+	withCause, cancel3 := context.WithCancelCause(context.Background())
+	cancel3(causeErr)
+
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		reason retry.Reason
+		is     error
+	}{
+		{"canceled", canceled, retry.Canceled, context.Canceled},
+		{"deadline passed", expired, retry.Deadline, context.DeadlineExceeded},
+		{"cancel cause reachable", withCause, retry.Canceled, causeErr},
+	}
+	p := mustNew(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			err := p.Do(tt.ctx, func(ctx context.Context, attempt int) error {
+				calls++
+				return nil
+			})
+			if calls != 0 {
+				t.Errorf("op called %d times on an ended context", calls)
+			}
+			checkStop(t, err, tt.reason, 0)
+			if !errors.Is(err, tt.is) {
+				t.Errorf("errors.Is(%v, %v) = false", err, tt.is)
+			}
+		})
+	}
+}
+
+func TestParentDeadlineCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		// NoJitter 300 ms: sleep 600 ms, then 1.2 s would cross the parent's 1 s.
+		p := mustNew(t, retry.WithMaxAttempts(10),
+			retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 300*time.Millisecond, time.Minute, 0)))
+		start := time.Now()
+		err := p.Do(ctx, func(ctx context.Context, attempt int) error { return err503 })
+		re := checkStop(t, err, retry.Deadline, 2)
+		if re.Delay != 1200*time.Millisecond {
+			t.Errorf("Error.Delay = %v, want 1.2s", re.Delay)
+		}
+		if elapsed := time.Since(start); elapsed != 600*time.Millisecond {
+			t.Errorf("Do took %v of fake time, want exactly the one 600ms sleep", elapsed)
+		}
+	})
+}
+
+func TestAttemptContext(t *testing.T) {
+	type call struct {
+		at       time.Duration // since start
+		deadline time.Duration // attempt ctx deadline since start; -1: none
+	}
+	tests := []struct {
+		name           string
+		parent         time.Duration // parent timeout; 0: none
+		opts           []retry.Option
+		block          bool // op waits for its context to end
+		want           []call
+		wantReason     retry.Reason
+		wantIsParent   bool // attempt ctx is the parent itself
+		wantIsDeadline bool
+	}{
+		{
+			name: "no timeouts: the parent itself, no deadline",
+			want: []call{{0, -1}, {200 * time.Millisecond, -1}, {600 * time.Millisecond, -1}}, wantReason: retry.AttemptsExhausted,
+			wantIsParent: true,
+		},
+		{
+			name: "parent deadline: the parent itself", parent: 5 * time.Second,
+			want: []call{{0, 5 * time.Second}, {200 * time.Millisecond, 5 * time.Second}, {600 * time.Millisecond, 5 * time.Second}}, wantReason: retry.AttemptsExhausted,
+			wantIsParent: true,
+		},
+		{
+			name: "timeout: the same overall deadline for every attempt", opts: []retry.Option{retry.WithTimeout(10 * time.Second)},
+			want: []call{{0, 10 * time.Second}, {200 * time.Millisecond, 10 * time.Second}, {600 * time.Millisecond, 10 * time.Second}}, wantReason: retry.AttemptsExhausted,
+		},
+		{
+			name: "earlier parent deadline wins", parent: 5 * time.Second, opts: []retry.Option{retry.WithTimeout(10 * time.Second)},
+			want: []call{{0, 5 * time.Second}, {200 * time.Millisecond, 5 * time.Second}, {600 * time.Millisecond, 5 * time.Second}}, wantReason: retry.AttemptsExhausted,
+		},
+		{
+			// Attempt 1 times out on its own at 3 s and is retried; attempt 2
+			// starts at 3.2 s capped by the overall 5 s and hits it: Deadline.
+			name: "attempt timeout retried, overall deadline not", block: true,
+			opts: []retry.Option{retry.WithTimeout(5 * time.Second), retry.WithAttemptTimeout(3 * time.Second)},
+			want: []call{{0, 3 * time.Second}, {3200 * time.Millisecond, 5 * time.Second}}, wantReason: retry.Deadline,
+		},
+		{
+			// Same with the overall deadline from the parent.
+			name: "attempt timeout under parent deadline", block: true, parent: 5 * time.Second,
+			opts: []retry.Option{retry.WithAttemptTimeout(3 * time.Second)},
+			want: []call{{0, 3 * time.Second}, {3200 * time.Millisecond, 5 * time.Second}}, wantReason: retry.Deadline,
+		},
+		{
+			name: "attempt timeout alone: every attempt gets its own", block: true,
+			opts:       []retry.Option{retry.WithAttemptTimeout(time.Second)},
+			want:       []call{{0, time.Second}, {1200 * time.Millisecond, 2200 * time.Millisecond}, {2600 * time.Millisecond, 3600 * time.Millisecond}},
+			wantReason: retry.AttemptsExhausted,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				parent := context.Background()
+				if tt.parent > 0 {
+					var cancel context.CancelFunc
+					parent, cancel = context.WithTimeout(parent, tt.parent)
+					defer cancel()
+				}
+				// NoJitter 100 ms: sleeps of 200 ms, 400 ms.
+				opts := append([]retry.Option{retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0))}, tt.opts...)
+				p := mustNew(t, opts...)
+				start := time.Now()
+				var got []call
+				err := p.Do(parent, func(ctx context.Context, attempt int) error {
+					c := call{at: time.Since(start), deadline: -1}
+					if dl, ok := ctx.Deadline(); ok {
+						c.deadline = dl.Sub(start)
+					}
+					got = append(got, c)
+					if (ctx == parent) != tt.wantIsParent {
+						t.Errorf("attempt %d: ctx is parent = %v, want %v", attempt, ctx == parent, tt.wantIsParent)
+					}
+					if tt.block {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					return err503
+				})
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("attempts (start, deadline) = %v, want %v", got, tt.want)
+				}
+				checkStop(t, err, tt.wantReason, len(tt.want))
+			})
+		})
+	}
+}
+
+func TestClassifier(t *testing.T) {
+	errMine := errors.New("mine")
+	tests := []struct {
+		name     string
+		classify func(error) bool
+		err      error
+		calls    int
+	}{
+		{"extended: own error retried", func(e error) bool { return errors.Is(e, errMine) || retry.IsRetryable(e) }, errMine, 3},
+		{"extended: default still applies", func(e error) bool { return errors.Is(e, errMine) || retry.IsRetryable(e) }, err503, 3},
+		{"default: own error not retried", nil, errMine, 1},
+		{"replaced: 503 no longer retried", func(error) bool { return false }, err503, 1},
+		{"replaced: Permanent still wins", func(error) bool { return true }, retry.Permanent(errMine), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := []retry.Option{retry.WithClock(newRecordingClock())}
+			if tt.classify != nil {
+				opts = append(opts, retry.WithClassifier(tt.classify))
+			}
+			p := mustNew(t, opts...)
+			calls := 0
+			_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+				calls++
+				return tt.err
+			})
+			if calls != tt.calls {
+				t.Errorf("calls = %d, want %d", calls, tt.calls)
+			}
+		})
+	}
+}
+
+func TestHooks(t *testing.T) {
+	clock := newRecordingClock()
+	var events []retry.RetryEvent
+	var gaveUp []*retry.Error
+	hint := &retry.StatusError{Code: 429, After: time.Second}
+	p := mustNew(t, retry.WithClock(clock),
+		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0)),
+		retry.WithOnRetry(func(ctx context.Context, e retry.RetryEvent) { events = append(events, e) }),
+		retry.WithOnGiveUp(func(ctx context.Context, e *retry.Error) { gaveUp = append(gaveUp, e) }),
+	)
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		if attempt == 1 {
+			return hint
+		}
+		return err503
+	})
+	want := []retry.RetryEvent{
+		{Attempt: 1, Delay: time.Second, RetryAfter: time.Second, Err: hint},
+		{Attempt: 2, Delay: 400 * time.Millisecond, Err: err503},
+	}
+	if !slices.Equal(events, want) {
+		t.Errorf("OnRetry events = %+v, want %+v", events, want)
+	}
+	if len(gaveUp) != 1 || error(gaveUp[0]) != err {
+		t.Errorf("OnGiveUp got %v, want once with the returned error %v", gaveUp, err)
+	}
+
+	events, gaveUp = nil, nil
+	if err := p.Do(context.Background(), func(ctx context.Context, attempt int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(events)+len(gaveUp) != 0 {
+		t.Errorf("hooks called on a first-try success: %v %v", events, gaveUp)
+	}
+}
+
+func TestLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p := mustNew(t, retry.WithClock(newRecordingClock()), retry.WithLogger(l), retry.WithMaxAttempts(2),
+		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0)))
+	_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		return &retry.StatusError{Code: 503, After: time.Second}
+	})
+	_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		return &retry.StatusError{Code: 404}
+	})
+	type line struct {
+		Level string
+		Msg   string
+		Retry map[string]any
+	}
+	var got []line
+	for _, s := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var l line
+		if err := json.Unmarshal([]byte(s), &l); err != nil {
+			t.Fatalf("log line %q: %v", s, err)
+		}
+		got = append(got, l)
+	}
+	if len(got) != 3 {
+		t.Fatalf("logged %d lines, want 3:\n%s", len(got), buf.String())
+	}
+	checks := []struct {
+		level, msg string
+		attrs      map[string]any
+	}{
+		{"INFO", "retry: retrying", map[string]any{"attempt": 1.0, "delay": float64(time.Second), "retry_after": float64(time.Second), "error": "HTTP 503 (retry after 1s)"}},
+		{"WARN", "retry: giving up", map[string]any{"reason": "attempts exhausted", "attempts": 2.0, "error": "HTTP 503 (retry after 1s)"}},
+		{"DEBUG", "retry: giving up", map[string]any{"reason": "not retryable", "attempts": 1.0, "error": "HTTP 404"}},
+	}
+	for i, c := range checks {
+		if got[i].Level != c.level || got[i].Msg != c.msg {
+			t.Errorf("line %d = %s %q, want %s %q", i, got[i].Level, got[i].Msg, c.level, c.msg)
+		}
+		for k, v := range c.attrs {
+			if got[i].Retry[k] != v {
+				t.Errorf("line %d: retry.%s = %v, want %v", i, k, got[i].Retry[k], v)
+			}
+		}
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  retry.Option
+	}{
+		{"attempts 0", retry.WithMaxAttempts(0)},
+		{"attempts negative", retry.WithMaxAttempts(-1)},
+		{"nil backoff", retry.WithBackoff(nil)},
+		{"negative timeout", retry.WithTimeout(-time.Second)},
+		{"negative attempt timeout", retry.WithAttemptTimeout(-time.Second)},
+		{"nil classifier", retry.WithClassifier(nil)},
+		{"nil clock", retry.WithClock(nil)},
+		{"zero max retry-after", retry.WithMaxRetryAfter(0)},
+		{"negative max retry-after", retry.WithMaxRetryAfter(-1)},
+	}
+	for _, tt := range tests {
+		p, err := retry.New(tt.opt)
+		if p != nil || !errors.Is(err, retry.ErrInvalidOption) {
+			t.Errorf("New(%s) = %v, %v; want nil, ErrInvalidOption", tt.name, p, err)
+		}
+	}
+	// nil Options, nil hooks and a nil logger are fine.
+	if _, err := retry.New(nil, retry.WithOnRetry(nil), retry.WithOnGiveUp(nil), retry.WithLogger(nil),
+		retry.WithTimeout(0), retry.WithAttemptTimeout(0)); err != nil {
+		t.Errorf("New(nil options) = %v", err)
+	}
+}
+
+func TestDoValue(t *testing.T) {
+	p := mustNew(t, retry.WithClock(newRecordingClock()))
+	v, err := retry.DoValue(context.Background(), p, func(ctx context.Context, attempt int) (int, error) {
+		if attempt < 3 {
+			return -attempt, err503
+		}
+		return 42, nil
+	})
+	if v != 42 || err != nil {
+		t.Errorf("DoValue = %v, %v; want 42, nil", v, err)
+	}
+	// On give-up, the last attempt's value comes back with the error.
+	v, err = retry.DoValue(context.Background(), p, func(ctx context.Context, attempt int) (int, error) {
+		return attempt * 10, err503
+	})
+	if v != 30 {
+		t.Errorf("DoValue gave up with value %v, want the last attempt's 30", v)
+	}
+	checkStop(t, err, retry.AttemptsExhausted, 3)
+}
+
+// TestConcurrentShared runs one policy from many goroutines at once, with
+// the system clock inside a synctest bubble (so sleeps are real timers on
+// fake time). Run with -race.
+func TestConcurrentShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var retries, giveUps atomic.Int64
+		p := mustNew(t, retry.WithMaxAttempts(3), retry.WithTimeout(time.Minute),
+			retry.WithOnRetry(func(ctx context.Context, e retry.RetryEvent) { retries.Add(1) }),
+			retry.WithOnGiveUp(func(ctx context.Context, e *retry.Error) { giveUps.Add(1) }),
+		)
+		const n = 64
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				// Even goroutines succeed on attempt 3, odd ones never do.
+				errs[i] = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+					if i%2 == 0 && attempt == 3 {
+						return nil
+					}
+					return err503
+				})
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if (err == nil) != (i%2 == 0) {
+				t.Errorf("goroutine %d: Do = %v", i, err)
+			}
+		}
+		if retries.Load() != 2*n || giveUps.Load() != n/2 {
+			t.Errorf("retries = %d, give-ups = %d; want %d, %d", retries.Load(), giveUps.Load(), 2*n, n/2)
+		}
+	})
+}
+
+// TestParentDeadlineWithFakeClock: the parent's deadline (real time) is
+// carried onto an injected clock's timeline as the time left at the start.
+func TestParentDeadlineWithFakeClock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	clock := newRecordingClock()
+	// NoJitter 20 min: sleep 40 min fits in the hour, then 80 min does not.
+	p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(10),
+		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 20*time.Minute, 10*time.Hour, 0)))
+	err := p.Do(ctx, func(ctx context.Context, attempt int) error { return err503 })
+	re := checkStop(t, err, retry.Deadline, 2)
+	if got, want := clock.Sleeps(), []time.Duration{40 * time.Minute}; !slices.Equal(got, want) {
+		t.Errorf("sleeps = %v, want %v", got, want)
+	}
+	if re.Delay != 80*time.Minute {
+		t.Errorf("Error.Delay = %v, want 80m", re.Delay)
+	}
+}
+
+// lateClock wakes up later than asked, as an overloaded machine might.
+type lateClock struct {
+	*recordingClock
+	late time.Duration
+}
+
+func (c lateClock) Sleep(ctx context.Context, d time.Duration) error {
+	return c.recordingClock.Sleep(ctx, d+c.late)
+}
+
+// TestLateWakeUpStartsNoAttempt: a sleep that ended past the deadline does
+// not start another attempt.
+func TestLateWakeUpStartsNoAttempt(t *testing.T) {
+	clock := lateClock{newRecordingClock(), time.Second}
+	p := mustNew(t, retry.WithClock(clock), retry.WithTimeout(time.Second),
+		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0)))
+	calls := 0
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		return err503
+	})
+	re := checkStop(t, err, retry.Deadline, 1)
+	if calls != 1 || re.Err != err503 {
+		t.Errorf("calls = %d, Err = %v; want 1 call and the 503", calls, re.Err)
+	}
+}
+
+// failingClock's Sleep fails without its context ending.
+type failingClock struct{ err error }
+
+func (failingClock) Now() time.Time { return time.Time{} }
+func (c failingClock) Sleep(ctx context.Context, d time.Duration) error {
+	return c.err
+}
+
+func TestClockSleepError(t *testing.T) {
+	errClock := errors.New("clock stopped")
+	p := mustNew(t, retry.WithClock(failingClock{errClock}))
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error { return err503 })
+	checkStop(t, err, retry.Canceled, 1)
+	if !errors.Is(err, errClock) || !errors.Is(err, err503) {
+		t.Errorf("Do = %v: want both the clock's error and the 503 reachable", err)
+	}
+	if want := "retry: canceled after 1 attempt (cause: clock stopped): HTTP 503"; err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}
+
+func TestSystemClockSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c retry.SystemClock
+		ctx, cancel := context.WithCancel(context.Background())
+		start := c.Now()
+		if err := c.Sleep(ctx, 0); err != nil {
+			t.Errorf("Sleep(0) = %v", err)
+		}
+		if err := c.Sleep(ctx, 3*time.Second); err != nil || time.Since(start) != 3*time.Second {
+			t.Errorf("Sleep(3s) = %v after %v, want nil after 3s", err, time.Since(start))
+		}
+		time.AfterFunc(time.Second, cancel)
+		if err := c.Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) != 4*time.Second {
+			t.Errorf("Sleep(1h) canceled at 1s = %v after %v, want context.Canceled after 4s", err, time.Since(start))
+		}
+		if err := c.Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
+			t.Errorf("Sleep(0) on a canceled context = %v, want context.Canceled", err)
+		}
+	})
+}
+
+func TestCancelCauseMidSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errShutdown := errors.New("shutting down")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		p := mustNew(t)
+		time.AfterFunc(time.Millisecond, func() { cancel(errShutdown) })
+		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
+			return &retry.StatusError{Code: 503, After: time.Second}
+		})
+		checkStop(t, err, retry.Canceled, 1)
+		for _, target := range []error{errShutdown, context.Canceled} {
+			if !errors.Is(err, target) {
+				t.Errorf("errors.Is(%v, %v) = false", err, target)
+			}
+		}
+		if want := "retry: canceled after 1 attempt (cause: shutting down): HTTP 503 (retry after 1s)"; err.Error() != want {
+			t.Errorf("Error() = %q, want %q", err.Error(), want)
+		}
+	})
+}
+
+// TestOverallContextExpiryWithFakeClock: with an injected clock the
+// attempt's context still runs on real (here: synctest) time; when it ends
+// because the overall timeout passed, the loop stops with Deadline even
+// though the injected clock has not moved.
+func TestOverallContextExpiryWithFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := newRecordingClock()
+		p := mustNew(t, retry.WithClock(clock), retry.WithTimeout(time.Second), retry.WithMaxAttempts(5))
+		calls := 0
+		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			calls++
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		checkStop(t, err, retry.Deadline, 1)
+		if calls != 1 || len(clock.Sleeps()) != 0 {
+			t.Errorf("calls = %d, sleeps = %v; want 1 call, no sleep", calls, clock.Sleeps())
+		}
+	})
+}
