@@ -33,7 +33,8 @@ import (
 // changed by the hint), and tries again.
 //
 // If ctx has already ended, op is not called and Do returns an *Error with
-// Attempts 0. Do is safe for concurrent use.
+// Attempts 0. A nil op is never called: Do returns an error wrapping
+// [ErrNilOperation]. Do is safe for concurrent use.
 func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return p.run(ctx, op)
 }
@@ -46,6 +47,9 @@ func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt in
 // zero value if no attempt ran.
 func DoValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context, attempt int) (T, error)) (T, error) {
 	var v T
+	if op == nil {
+		return v, ErrNilOperation
+	}
 	err := p.run(ctx, func(ctx context.Context, attempt int) error {
 		var err error
 		v, err = op(ctx, attempt)
@@ -57,6 +61,12 @@ func DoValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context,
 // run is the retry loop shared by Do and DoValue. op must not escape: the
 // success path allocates nothing when no timeout option is set.
 func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) error {
+	if op == nil {
+		return ErrNilOperation
+	}
+	if p == nil {
+		p = defaultPolicy
+	}
 	// The overall deadline, on p.clock's timeline.
 	parentDL, hasDL := ctx.Deadline()
 	needNow := hasDL || p.timeout > 0 || p.attemptTimeout > 0

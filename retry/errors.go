@@ -103,6 +103,10 @@ var (
 // ErrInvalidOption is wrapped by every error [New] returns.
 var ErrInvalidOption = errors.New("retry: invalid option")
 
+// ErrNilOperation is returned by [Policy.Do] and [DoValue] when the
+// operation is nil.
+var ErrNilOperation = errors.New("retry: nil operation")
+
 // Error is the error [Policy.Do] and [DoValue] return when they give up. It
 // says why (Reason), how many attempts ran, and wraps the last error the
 // operation returned:

@@ -26,8 +26,15 @@ const (
 // goroutines; build it once and reuse it (a reused policy's success path
 // allocates nothing). Hooks, the classifier, the clock and the backoff's
 // random source it was given are called from every goroutine that uses it,
-// so they must be safe for concurrent use too. A nil *Policy is not usable.
+// so they must be safe for concurrent use too. A nil *Policy is valid and
+// behaves like the one New() returns without options.
 type Policy struct {
+	config
+}
+
+// config is what options set. It is unexported so that an [Option] can
+// only ever be applied by [New], never to a Policy already in use.
+type config struct {
 	maxAttempts    int
 	backoff        *backoff.Backoff
 	timeout        time.Duration // 0: none
@@ -44,6 +51,9 @@ type Policy struct {
 	// breaker; nil means every attempt and retry is admitted.
 	gate gate
 }
+
+// defaultPolicy is what a nil *Policy runs with. It is never modified.
+var defaultPolicy, _ = New()
 
 // gate admits attempts and retries. It is the single place the retry
 // budget ("may this call retry?") and the circuit breaker ("may this call
@@ -62,8 +72,8 @@ type gate interface {
 }
 
 // Option configures a [Policy]; pass options to [New]. A nil Option is
-// ignored.
-type Option func(*Policy) error
+// ignored. Options are values: one Option may be passed to many New calls.
+type Option func(*config) error
 
 // New returns a Policy configured by opts, applied in order (a later option
 // overrides an earlier one). Without options it makes 3 attempts with
@@ -76,7 +86,7 @@ type Option func(*Policy) error
 // backoff, classifier or clock) makes New return an error wrapping
 // [ErrInvalidOption]; New never panics.
 func New(opts ...Option) (*Policy, error) {
-	p := &Policy{
+	c := config{
 		maxAttempts:   DefaultMaxAttempts,
 		backoff:       backoff.Default(),
 		maxRetryAfter: DefaultMaxRetryAfter,
@@ -87,12 +97,12 @@ func New(opts ...Option) (*Policy, error) {
 		if o == nil {
 			continue
 		}
-		if err := o(p); err != nil {
+		if err := o(&c); err != nil {
 			return nil, err
 		}
 	}
-	_, p.realClock = p.clock.(SystemClock)
-	return p, nil
+	_, c.realClock = c.clock.(SystemClock)
+	return &Policy{config: c}, nil
 }
 
 func invalid(format string, args ...any) error {
@@ -103,7 +113,7 @@ func invalid(format string, args ...any) error {
 // first attempt included; n = 1 means no retries. n must be at least 1. The
 // default is [DefaultMaxAttempts] (3).
 func WithMaxAttempts(n int) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if n < 1 {
 			return invalid("max attempts %d must be at least 1", n)
 		}
@@ -118,7 +128,7 @@ func WithMaxAttempts(n int) Option {
 // server's hint if one is larger. b is shared by every call, so its random
 // source must be safe for concurrent use (the default one is).
 func WithBackoff(b *backoff.Backoff) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if b == nil {
 			return invalid("nil backoff")
 		}
@@ -138,7 +148,7 @@ func WithBackoff(b *backoff.Backoff) Option {
 // option, attempts run on the parent context and a successful call
 // allocates nothing.
 func WithTimeout(d time.Duration) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if d < 0 {
 			return invalid("timeout %v must not be negative", d)
 		}
@@ -154,7 +164,7 @@ func WithTimeout(d time.Duration) Option {
 // negative d is an error. Each attempt then gets its own context (a few
 // allocations per attempt).
 func WithAttemptTimeout(d time.Duration) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if d < 0 {
 			return invalid("attempt timeout %v must not be negative", d)
 		}
@@ -171,7 +181,7 @@ func WithAttemptTimeout(d time.Duration) Option {
 // [Permanent]. To extend rather than replace the default, call
 // IsRetryable from it.
 func WithClassifier(classify func(error) bool) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if classify == nil {
 			return invalid("nil classifier")
 		}
@@ -183,7 +193,7 @@ func WithClassifier(classify func(error) bool) Option {
 // WithClock sets the clock used for deadline checks and sleeps; c must not
 // be nil. The default is [SystemClock].
 func WithClock(c Clock) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if c == nil {
 			return invalid("nil clock")
 		}
@@ -197,7 +207,7 @@ func WithClock(c Clock) Option {
 // so it should be quick; it may be called concurrently by different calls.
 // nil means no hook (the default).
 func WithOnRetry(f func(ctx context.Context, e RetryEvent)) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		p.onRetry = f
 		return nil
 	}
@@ -208,7 +218,7 @@ func WithOnRetry(f func(ctx context.Context, e RetryEvent)) Option {
 // returns. It is never called on success. It may be called concurrently by
 // different calls. nil means no hook (the default).
 func WithOnGiveUp(f func(ctx context.Context, err *Error)) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		p.onGiveUp = f
 		return nil
 	}
@@ -219,7 +229,7 @@ func WithOnGiveUp(f func(ctx context.Context, err *Error)) Option {
 // or the call was canceled) to l, with the event as a group under key
 // "retry". nil means silent, the default: nothing is logged unless asked.
 func WithLogger(l *slog.Logger) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		p.logger = l
 		return nil
 	}
@@ -237,7 +247,7 @@ func WithLogger(l *slog.Logger) Option {
 // returned to the caller. A hint of 484289 hours never puts a goroutine to
 // sleep.
 func WithMaxRetryAfter(d time.Duration) Option {
-	return func(p *Policy) error {
+	return func(p *config) error {
 		if d <= 0 {
 			return invalid("max retry-after %v must be positive", d)
 		}
@@ -248,4 +258,9 @@ func WithMaxRetryAfter(d time.Duration) Option {
 
 // MaxAttempts returns the number of attempts p makes at most, the first
 // included.
-func (p *Policy) MaxAttempts() int { return p.maxAttempts }
+func (p *Policy) MaxAttempts() int {
+	if p == nil {
+		p = defaultPolicy
+	}
+	return p.maxAttempts
+}

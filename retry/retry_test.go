@@ -896,3 +896,31 @@ func TestOverallContextExpiryWithFakeClock(t *testing.T) {
 		}
 	})
 }
+
+func TestNilPolicyUsesDefaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var p *retry.Policy
+		if p.MaxAttempts() != retry.DefaultMaxAttempts {
+			t.Errorf("nil Policy MaxAttempts() = %d, want %d", p.MaxAttempts(), retry.DefaultMaxAttempts)
+		}
+		calls := 0
+		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			calls++
+			return err503
+		})
+		checkStop(t, err, retry.AttemptsExhausted, retry.DefaultMaxAttempts)
+		if calls != retry.DefaultMaxAttempts {
+			t.Errorf("nil Policy: %d calls, want %d", calls, retry.DefaultMaxAttempts)
+		}
+	})
+}
+
+func TestNilOperation(t *testing.T) {
+	p := mustNew(t)
+	if err := p.Do(context.Background(), nil); !errors.Is(err, retry.ErrNilOperation) {
+		t.Errorf("Do(nil op) = %v, want ErrNilOperation", err)
+	}
+	if _, err := retry.DoValue[int](context.Background(), p, nil); !errors.Is(err, retry.ErrNilOperation) {
+		t.Errorf("DoValue(nil op) = %v, want ErrNilOperation", err)
+	}
+}
