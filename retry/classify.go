@@ -54,9 +54,10 @@ func IsRetryableStatus(code int) bool {
 }
 
 // IsRetryable is the default classifier: it reports whether err is worth
-// another attempt. It is consulted only while the call still has time and
-// its context is live, so a context error it sees belongs to an attempt,
-// not to the caller. The first rule that matches decides:
+// another attempt. The loop consults its classifier only while the call
+// still has time and the parent context is live, so a context error it
+// sees there belongs to an attempt (its own timeout), not to the caller.
+// The first rule that matches decides:
 //
 //  1. nil, an error marked with [Permanent], and an [*Error] (a nested
 //     retry loop that already gave up: retry at one layer only) are not

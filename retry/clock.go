@@ -12,9 +12,9 @@ import (
 // A Clock shared by a [Policy] is used by every call of that policy, so it
 // must be safe for concurrent use.
 //
-// The loop builds attempt contexts with context.WithTimeout using the time
-// left by this Clock's reckoning; those contexts' timers run on the real
-// (or synctest) clock.
+// Attempt contexts end when the time left by this Clock's reckoning runs
+// out, but their timers run on the real (or synctest) clock: a fake Clock
+// steers the loop's decisions, not context deadlines.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time

@@ -33,8 +33,8 @@ import (
 // changed by the hint), and tries again.
 //
 // If ctx has already ended, op is not called and Do returns an *Error with
-// Attempts 0. A nil op is never called: Do returns an error wrapping
-// [ErrNilOperation]. Do is safe for concurrent use.
+// Attempts 0. A nil op makes Do return [ErrNilOperation]. Do is safe for
+// concurrent use.
 func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return p.run(ctx, op)
 }

@@ -192,9 +192,10 @@ func (p *permanentError) Error() string { return p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
 
 // Permanent marks err as not retryable: whatever the classifier says, the
-// loop stops with Reason NotRetryable and returns an [*Error] whose Err is
-// err itself (the marker is removed). errors.Is and errors.As see through
-// the marker. Permanent(nil) returns nil.
+// loop stops with Reason NotRetryable. When op returns the marked error
+// itself, the [*Error]'s Err is err (the marker is removed); a marker
+// wrapped deeper stays in the chain. errors.Is and errors.As see through
+// the marker either way. Permanent(nil) returns nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

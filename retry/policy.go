@@ -82,8 +82,9 @@ type Option func(*config) error
 // still counts), honours server hints up to [DefaultMaxRetryAfter], uses
 // [SystemClock] and is silent.
 //
-// A bad option value (attempts below 1, a negative duration, a nil
-// backoff, classifier or clock) makes New return an error wrapping
+// A bad option value (attempts below 1, a negative duration, a
+// MaxRetryAfter that is not positive, a nil backoff, classifier or clock)
+// makes New return an error wrapping
 // [ErrInvalidOption]; New never panics.
 func New(opts ...Option) (*Policy, error) {
 	c := config{
