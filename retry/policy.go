@@ -180,7 +180,8 @@ func WithAttemptTimeout(d time.Duration) Option {
 // error returned after the parent context ended, or once the overall
 // deadline has passed (those stop the loop first), and never overrides
 // [Permanent]. To extend rather than replace the default, call
-// IsRetryable from it.
+// IsRetryable from it. Whatever the classifier, the server's hint is read
+// with [RetryAfter].
 func WithClassifier(classify func(error) bool) Option {
 	return func(p *config) error {
 		if classify == nil {
