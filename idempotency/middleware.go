@@ -119,12 +119,14 @@ func WithMethods(methods ...string) Option {
 	}
 }
 
-// WithRoute sets the function that names a request's route for the
-// fingerprint (the same key on another route is a different request). The
-// default is r.Pattern, the ServeMux pattern that matched (set when the
-// middleware wraps a handler registered on a Go 1.22+ ServeMux), or
-// r.URL.Path when Pattern is empty (e.g. when the middleware wraps the mux
-// itself).
+// WithRoute sets the function that names a request's target for the
+// fingerprint: the same key sent to another target is a different request
+// (422), never a replay. The default is the escaped URL path plus the raw
+// query, e.g. "/accounts/7/charges?currency=EUR": the actual target, not the
+// ServeMux pattern (r.Pattern), because two requests that match one pattern
+// ("POST /accounts/{id}/charges") with different path values are different
+// operations. Return r.Pattern only if path values never change what a
+// request does.
 func WithRoute(f func(*http.Request) string) Option {
 	return func(m *Middleware) error {
 		if f == nil {
@@ -274,10 +276,10 @@ func New(store Store, opts ...Option) (*Middleware, error) {
 }
 
 func defaultRoute(r *http.Request) string {
-	if r.Pattern != "" {
-		return r.Pattern
+	if r.URL.RawQuery == "" {
+		return r.URL.EscapedPath()
 	}
-	return r.URL.Path
+	return r.URL.EscapedPath() + "?" + r.URL.RawQuery
 }
 
 // Handler returns next guarded by m.

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ConcurrentKeys", testConcurrentKeys},
 		{"CanceledContext", testCanceledContext},
+		{"MiddlewareDuplicates", testMiddlewareDuplicates},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
