@@ -45,6 +45,7 @@ func point(t *testing.T, r *sim.ContentionResult, s sim.ContentionStrategy, n in
 // outcome exact: N + (N-1) + ... + 1 calls, and each round costs four hops
 // plus the sleep before it.
 func TestContentionExactWithoutVariance(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		strategy       sim.ContentionStrategy
 		clients        int
@@ -74,6 +75,7 @@ func TestContentionExactWithoutVariance(t *testing.T) {
 // than exponential backoff without jitter, equal jitter takes longer than
 // full jitter, and with no backoff the work grows about as N².
 func TestContentionMatchesPublishedShape(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultContentionConfig()
 	c.Clients = []int{50, 100}
 	c.Runs = 30
@@ -106,6 +108,7 @@ func TestContentionMatchesPublishedShape(t *testing.T) {
 }
 
 func TestContentionDeterministic(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultContentionConfig()
 	c.Clients = []int{10, 40}
 	c.Runs = 5
@@ -120,6 +123,7 @@ func TestContentionDeterministic(t *testing.T) {
 }
 
 func TestContentionDefaults(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultContentionConfig()
 	c.Clients, c.Strategies, c.Runs = nil, nil, 1
 	r := contention(t, c)
@@ -132,6 +136,7 @@ func TestContentionDefaults(t *testing.T) {
 }
 
 func TestContentionInvalidConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		modify func(*sim.ContentionConfig)
@@ -156,6 +161,7 @@ func TestContentionInvalidConfig(t *testing.T) {
 }
 
 func TestContentionStrategyText(t *testing.T) {
+	t.Parallel()
 	for _, s := range sim.ContentionStrategies() {
 		b, err := json.Marshal(s)
 		if err != nil {
@@ -178,6 +184,7 @@ func TestContentionStrategyText(t *testing.T) {
 }
 
 func TestContentionWriteText(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultContentionConfig()
 	c.Clients = []int{10, 20}
 	c.Runs = 2

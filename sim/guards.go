@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
 
@@ -42,6 +43,66 @@ func (s BudgetSettings) build(start time.Time) (*budget.Budget, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: budget: %w", ErrInvalidConfig, err)
+	}
+	return b, nil
+}
+
+// BreakerSettings is the plain-data part of a [breaker.Config] that the
+// simulations use for every client's circuit breaker; the clock is always
+// the simulation's. See package breaker for the states and the rule.
+type BreakerSettings struct {
+	// FailureRatio is the fraction of failed calls in the window, in
+	// (0, 1], at or above which the breaker trips.
+	FailureRatio float64 `json:"failure_ratio"`
+	// Window is the length of the sliding window, cut into Buckets.
+	Window  time.Duration `json:"window_ns"`
+	Buckets int           `json:"buckets"`
+	// MinCalls is the number of calls the window must hold before the
+	// breaker may trip.
+	MinCalls int `json:"min_calls"`
+	// OpenFor is how long the breaker stays open after tripping; with
+	// MaxOpenFor above it, each consecutive trip doubles the open period
+	// up to MaxOpenFor (0 means no growth).
+	OpenFor    time.Duration `json:"open_for_ns"`
+	MaxOpenFor time.Duration `json:"max_open_for_ns"`
+	// Probes is the number of calls the half-open breaker admits; all must
+	// succeed to close it.
+	Probes int `json:"probes"`
+}
+
+// DefaultBreakerSettings returns the settings of [breaker.DefaultConfig]
+// (50% failures over 10 s in 10 buckets, at least 20 calls, 5 probes)
+// except OpenFor, which is 5 s instead of 30 s: an open period far longer
+// than the outage keeps a client away from a provider that has long
+// recovered, and the simulations' outage lasts 10 s.
+func DefaultBreakerSettings() BreakerSettings {
+	d := breaker.DefaultConfig()
+	return BreakerSettings{
+		FailureRatio: d.FailureRatio,
+		Window:       d.Window,
+		Buckets:      d.Buckets,
+		MinCalls:     d.MinCalls,
+		OpenFor:      5 * time.Second,
+		MaxOpenFor:   d.MaxOpenFor,
+		Probes:       d.Probes,
+	}
+}
+
+// build returns a breaker on the clock now (read once now, as the
+// breaker's start), or an error wrapping ErrInvalidConfig.
+func (s BreakerSettings) build(now func() time.Time) (*breaker.Breaker, error) {
+	b, err := breaker.New(breaker.Config{
+		FailureRatio: s.FailureRatio,
+		Window:       s.Window,
+		Buckets:      s.Buckets,
+		MinCalls:     s.MinCalls,
+		OpenFor:      s.OpenFor,
+		MaxOpenFor:   s.MaxOpenFor,
+		Probes:       s.Probes,
+		Now:          now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: breaker: %w", ErrInvalidConfig, err)
 	}
 	return b, nil
 }

@@ -23,6 +23,7 @@ func layers(t *testing.T, c sim.LayersConfig) *sim.LayersResult {
 }
 
 func TestLayersExact(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		layers, attempts int
 		naive            []int64
@@ -35,7 +36,7 @@ func TestLayersExact(t *testing.T) {
 	for _, tt := range tests {
 		c := sim.DefaultLayersConfig()
 		c.Layers, c.Attempts = tt.layers, tt.attempts
-		c.Duration = 12 * time.Second // the budget columns are not checked here
+		c.Rate = 10 // the budget columns are not checked here
 		r := layers(t, c)
 		if len(r.Rows) != tt.layers {
 			t.Fatalf("Layers(L=%d, A=%d) has %d rows, want %d", tt.layers, tt.attempts, len(r.Rows), tt.layers)
@@ -53,6 +54,7 @@ func TestLayersExact(t *testing.T) {
 // failing bottom; budgets at every layer still compound, (1.1)^L; the
 // don't-retry signal plus a budget holds any depth at about 1.1x.
 func TestLayersBudget(t *testing.T) {
+	t.Parallel()
 	r := layers(t, sim.DefaultLayersConfig())
 	if got := r.Rows[0].Budget; got < 1.05 || got > 1.15 {
 		t.Errorf("Layers(default) budget at L=1 = %.3fx, want about 1.1x (in [1.05, 1.15])", got)
@@ -72,8 +74,9 @@ func TestLayersBudget(t *testing.T) {
 // retry, so the budget buys little and the bottom sees close to 3x. Without
 // the floor the same client could not retry at all.
 func TestLayersBudgetFloorForLowVolume(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultLayersConfig()
-	c.Layers, c.Rate, c.Duration = 1, 0.2, 10*time.Minute
+	c.Layers, c.Rate, c.Duration = 1, 0.2, time.Hour
 	r := layers(t, c)
 	if got := r.Rows[0].Budget; got < 2.5 {
 		t.Errorf("Layers(rate 0.2/s) budget at L=1 = %.3fx, want near 3x (>= 2.5): the floor admits most retries", got)
@@ -86,8 +89,9 @@ func TestLayersBudgetFloorForLowVolume(t *testing.T) {
 }
 
 func TestLayersDeterministic(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultLayersConfig()
-	c.Duration = 20 * time.Second
+	c.Layers, c.Duration = 2, 15*time.Second
 	a, b := layers(t, c), layers(t, c)
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("Layers(seed %d) differs between two runs:\n%+v\n%+v", c.Seed, a, b)
@@ -95,6 +99,7 @@ func TestLayersDeterministic(t *testing.T) {
 }
 
 func TestLayersInvalidConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		modify func(*sim.LayersConfig)
@@ -123,8 +128,9 @@ func TestLayersInvalidConfig(t *testing.T) {
 }
 
 func TestLayersWriteText(t *testing.T) {
+	t.Parallel()
 	c := sim.DefaultLayersConfig()
-	c.Duration = 12 * time.Second
+	c.Rate = 10
 	var buf bytes.Buffer
 	if err := layers(t, c).WriteText(&buf); err != nil {
 		t.Fatalf("WriteText = %v", err)

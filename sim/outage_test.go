@@ -1,0 +1,312 @@
+package sim_test
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/backoff"
+	"github.com/stormguard/stormguard/sim"
+)
+
+// outage runs c and fails the test on error.
+func outage(t *testing.T, c sim.OutageConfig) *sim.OutageResult {
+	t.Helper()
+	r, err := sim.Outage(c)
+	if err != nil {
+		t.Fatalf("Outage(%+v) = %v", c, err)
+	}
+	return r
+}
+
+// policy returns the result of the policy named name.
+func policy(t *testing.T, r *sim.OutageResult, name string) sim.OutagePolicyResult {
+	t.Helper()
+	for _, p := range r.Policies {
+		if p.Policy.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("Outage result has no policy %q", name)
+	return sim.OutagePolicyResult{}
+}
+
+// policies returns the default policies with these names.
+func policies(t *testing.T, names ...string) []sim.OutagePolicy {
+	t.Helper()
+	var ps []sim.OutagePolicy
+	for _, name := range names {
+		for _, p := range sim.DefaultOutagePolicies() {
+			if p.Name == name {
+				ps = append(ps, p)
+			}
+		}
+	}
+	if len(ps) != len(names) {
+		t.Fatalf("DefaultOutagePolicies() lacks some of %v", names)
+	}
+	return ps
+}
+
+const (
+	naive   = "fixed-1s"
+	guarded = "full+budget+breaker+retry-after"
+)
+
+// checkInvariants checks what must hold for every policy of any run.
+func checkInvariants(t *testing.T, r *sim.OutageResult) {
+	t.Helper()
+	offered := r.Policies[0].Offered
+	for _, p := range r.Policies {
+		name := p.Policy.Name
+		if p.Offered != offered {
+			t.Errorf("Outage %s: offered %d, want %d like the first policy (same arrivals)", name, p.Offered, offered)
+		}
+		var load, ok int
+		for w := range p.Load {
+			load += p.Load[w]
+			ok += p.Successes[w]
+			if p.Successes[w] > p.Load[w] {
+				t.Errorf("Outage %s: window %d has %d successes of %d attempts", name, w, p.Successes[w], p.Load[w])
+			}
+		}
+		if load != p.Attempts {
+			t.Errorf("Outage %s: load windows sum to %d, want attempts %d", name, load, p.Attempts)
+		}
+		if ok < p.Succeeded || p.Succeeded > p.Offered {
+			t.Errorf("Outage %s: %d successful attempts, %d succeeded requests of %d offered", name, ok, p.Succeeded, p.Offered)
+		}
+		if p.Retries > p.Attempts || p.Attempts > p.Offered*max(p.Policy.Attempts, 1) {
+			t.Errorf("Outage %s: %d attempts with %d retries for %d requests of at most %d attempts",
+				name, p.Attempts, p.Retries, p.Offered, p.Policy.Attempts)
+		}
+		if p.RecoverAfter < 0 || (!p.Recovered && p.RecoverAfter != 0) {
+			t.Errorf("Outage %s: recovered %v after %v", name, p.Recovered, p.RecoverAfter)
+		}
+	}
+}
+
+// The seed's story with a high-volume fleet: naive fixed-interval retries
+// keep the provider down after the trigger (a metastable failure); guarded
+// retries do not, and cost at most 1.1x the offered load during the outage.
+func TestOutageHighVolume(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon = 30 * time.Second // long enough to see who recovers
+	r := outage(t, c)
+	checkInvariants(t, r)
+	n, g := policy(t, r, naive), policy(t, r, guarded)
+	if n.Peak < 10*g.Peak {
+		t.Errorf("Outage: naive peak %d per window, want at least 10x the guarded fleet's %d", n.Peak, g.Peak)
+	}
+	if limit := 1.1 * float64(g.OutageOffered); float64(g.OutageAttempts) > limit {
+		t.Errorf("Outage: guarded fleet sent %d attempts during the outage for %d offered, want <= 1.1x",
+			g.OutageAttempts, g.OutageOffered)
+	}
+	if n.Recovered || n.AfterGoodput > 0.1 {
+		t.Errorf("Outage: naive fleet recovered=%v, goodput after the trigger %.3f; want a metastable failure (never, < 10%%)",
+			n.Recovered, n.AfterGoodput)
+	}
+	if !g.Recovered || g.RecoverAfter > 10*time.Second || g.AfterGoodput < 0.75 {
+		t.Errorf("Outage: guarded fleet recovered=%v after %v, goodput after the trigger %.3f; want recovery within 10 s, >= 75%%",
+			g.Recovered, g.RecoverAfter, g.AfterGoodput)
+	}
+	// The budget alone holds a high-volume client near the SRE book's 1.1x,
+	// and even tames the naive loop.
+	for _, name := range []string{"full+budget", "fixed-1s+budget"} {
+		p := policy(t, r, name)
+		if p.OutageAmplification > 1.15 || !p.Recovered || p.RecoverAfter != 0 {
+			t.Errorf("Outage %s: %.3fx during the outage, recovered=%v after %v; want <= 1.15x and recovery at once",
+				name, p.OutageAmplification, p.Recovered, p.RecoverAfter)
+		}
+	}
+	// Without a budget, three attempts cost about 3x during the outage.
+	if p := policy(t, r, "full"); p.OutageAmplification < 2.5 {
+		t.Errorf("Outage full: %.3fx during the outage, want about 3x", p.OutageAmplification)
+	}
+}
+
+// The same load from 8000 POS terminals: each terminal's budget floor
+// admits all its retries, so the fleet is not held to 10%; what the budget
+// still buys is a cap of Clients·MinPerSecond retries per second on a naive
+// loop.
+func TestOutageLowVolume(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultLowVolumeOutageConfig()
+	c.Horizon = 30 * time.Second
+	c.Policies = policies(t, naive, "fixed-1s+budget", "full", "full+budget", "full+budget+breaker")
+	r := outage(t, c)
+	checkInvariants(t, r)
+	full, budgeted := policy(t, r, "full"), policy(t, r, "full+budget")
+	if budgeted.OutageAmplification < 2.5 {
+		t.Errorf("Outage(low volume) full+budget: %.3fx during the outage, want about 3x: the floor admits the retries",
+			budgeted.OutageAmplification)
+	}
+	if d := math.Abs(budgeted.OutageAmplification - full.OutageAmplification); d > 0.05 {
+		t.Errorf("Outage(low volume): full+budget %.3fx vs full %.3fx during the outage, want nearly equal",
+			budgeted.OutageAmplification, full.OutageAmplification)
+	}
+	if budgeted.BudgetDenied*100 > budgeted.Retries {
+		t.Errorf("Outage(low volume) full+budget: budget denied %d of %d retries, want under 1%%", budgeted.BudgetDenied, budgeted.Retries)
+	}
+	// A terminal's breaker never sees MinCalls calls in its window.
+	if b := policy(t, r, "full+budget+breaker"); b.BreakerRejected != 0 {
+		t.Errorf("Outage(low volume) full+budget+breaker: %d rejections, want 0: a terminal's breaker never trips", b.BreakerRejected)
+	}
+	n, nb := policy(t, r, naive), policy(t, r, "fixed-1s+budget")
+	if 2*nb.Peak > n.Peak || nb.Recovered {
+		t.Errorf("Outage(low volume): naive peak %d, naive+budget peak %d recovered=%v; want the budget to at least halve the peak but not save the provider",
+			n.Peak, nb.Peak, nb.Recovered)
+	}
+	floor := float64(c.Clients) * c.Budget.MinPerSecond * c.Window.Seconds()
+	newLoad := float64(c.Clients) * c.RatePerClient * c.Window.Seconds()
+	if limit := 1.5 * (floor + newLoad); float64(nb.Peak) > limit {
+		t.Errorf("Outage(low volume) naive+budget: peak %d per window, want at most about clients x floor + offered = %.0f", nb.Peak, limit/1.5)
+	}
+}
+
+// A policy that honours Retry-After never retries sooner than asked: with
+// the provider down from t=0 and asking for 5 s, the first 5 s see only
+// first attempts.
+func TestOutageRetryAfterIsAFloor(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon, c.TriggerStart, c.TriggerEnd = 12*time.Second, 0, 12*time.Second
+	c.Policies = []sim.OutagePolicy{
+		{Name: "once", Attempts: 1},
+		{Name: "honours", Attempts: 3, RetryAfter: true},
+		{Name: "ignores", Attempts: 3},
+	}
+	r := outage(t, c)
+	checkInvariants(t, r)
+	first5 := func(p sim.OutagePolicyResult) (n int) {
+		for _, x := range p.Load[:int(c.RetryAfter/c.Window)] {
+			n += x
+		}
+		return n
+	}
+	once, honours, ignores := first5(policy(t, r, "once")), first5(policy(t, r, "honours")), first5(policy(t, r, "ignores"))
+	if honours != once {
+		t.Errorf("Outage: %d attempts in the first %v honouring Retry-After, want %d (first attempts only)", honours, c.RetryAfter, once)
+	}
+	if ignores < 2*once {
+		t.Errorf("Outage: %d attempts in the first %v ignoring Retry-After, want about 3x %d", ignores, c.RetryAfter, once)
+	}
+}
+
+// With no trigger and capacity above the load, every policy just works.
+func TestOutageNoTrigger(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon, c.TriggerStart, c.TriggerEnd = 20*time.Second, 0, 0
+	r := outage(t, c)
+	checkInvariants(t, r)
+	for _, p := range r.Policies {
+		if p.Goodput < 0.999 || p.Amplification > 1.001 || !p.Recovered || p.RecoverAfter != 0 {
+			t.Errorf("Outage(no trigger) %s: goodput %.4f, %.4fx, recovered=%v after %v; want all served at once",
+				p.Policy.Name, p.Goodput, p.Amplification, p.Recovered, p.RecoverAfter)
+		}
+	}
+}
+
+func TestOutageDeterministic(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon = 20 * time.Second
+	c.Policies = policies(t, "full", guarded)
+	a, b := outage(t, c), outage(t, c)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("Outage(seed %d) differs between two runs", c.Seed)
+	}
+	c.Seed++
+	if d := outage(t, c); reflect.DeepEqual(a.Policies, d.Policies) {
+		t.Errorf("Outage(seed %d) = Outage(seed %d); the seed has no effect", c.Seed, c.Seed-1)
+	}
+}
+
+func TestOutageDefaults(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon, c.TriggerEnd, c.Policies = 16*time.Second, 6*time.Second, nil
+	r := outage(t, c)
+	if got, want := len(r.Policies), len(sim.DefaultOutagePolicies()); got != want {
+		t.Errorf("Outage(no policies) ran %d policies, want %d", got, want)
+	}
+	// Attempts 0 counts as 1.
+	c.Policies = []sim.OutagePolicy{{Name: "zero"}, {Name: "one", Attempts: 1}}
+	r = outage(t, c)
+	if z, o := r.Policies[0], r.Policies[1]; z.Attempts != o.Attempts || z.Retries != 0 {
+		t.Errorf("Outage(attempts 0) = %d attempts, %d retries; want %d and 0 as with attempts 1", z.Attempts, z.Retries, o.Attempts)
+	}
+}
+
+func TestOutageInvalidConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		modify func(*sim.OutageConfig)
+	}{
+		{"no clients", func(c *sim.OutageConfig) { c.Clients = 0 }},
+		{"too many clients", func(c *sim.OutageConfig) { c.Clients = sim.MaxOutageClients + 1 }},
+		{"zero rate", func(c *sim.OutageConfig) { c.RatePerClient = 0 }},
+		{"NaN rate", func(c *sim.OutageConfig) { c.RatePerClient = math.NaN() }},
+		{"infinite capacity", func(c *sim.OutageConfig) { c.Capacity = math.Inf(1) }},
+		{"capacity beyond 1/ns", func(c *sim.OutageConfig) { c.Capacity = 1e10 }},
+		{"zero queue", func(c *sim.OutageConfig) { c.Queue = 0 }},
+		{"zero timeout", func(c *sim.OutageConfig) { c.Timeout = 0 }},
+		{"zero horizon", func(c *sim.OutageConfig) { c.Horizon = 0 }},
+		{"trigger reversed", func(c *sim.OutageConfig) { c.TriggerStart, c.TriggerEnd = 10*time.Second, 5*time.Second }},
+		{"trigger after horizon", func(c *sim.OutageConfig) { c.TriggerEnd = 2 * c.Horizon }},
+		{"negative retry-after", func(c *sim.OutageConfig) { c.RetryAfter = -time.Second }},
+		{"zero window", func(c *sim.OutageConfig) { c.Window = 0 }},
+		{"tiny window", func(c *sim.OutageConfig) { c.Window = time.Microsecond }},
+		{"recovery window not a multiple", func(c *sim.OutageConfig) { c.RecoveryWindow = 150 * time.Millisecond }},
+		{"recovery ratio 0", func(c *sim.OutageConfig) { c.RecoveryRatio = 0 }},
+		{"too many requests", func(c *sim.OutageConfig) { c.RatePerClient = 1e6 }},
+		{"zero base", func(c *sim.OutageConfig) { c.Base = 0 }},
+		{"bad budget", func(c *sim.OutageConfig) { c.Budget.Ratio = -1 }},
+		{"unnamed policy", func(c *sim.OutageConfig) { c.Policies = []sim.OutagePolicy{{Attempts: 3}} }},
+		{"negative interval", func(c *sim.OutageConfig) { c.Policies = []sim.OutagePolicy{{Name: "x", Interval: -1}} }},
+		{"too many attempts", func(c *sim.OutageConfig) {
+			c.Policies = []sim.OutagePolicy{{Name: "x", Attempts: sim.MaxOutageAttempts + 1}}
+		}},
+		{"unknown backoff", func(c *sim.OutageConfig) { c.Policies = []sim.OutagePolicy{{Name: "x", Backoff: backoff.Strategy(9)}} }},
+	}
+	for _, tt := range tests {
+		c := sim.DefaultOutageConfig()
+		tt.modify(&c)
+		r, err := sim.Outage(c)
+		if !errors.Is(err, sim.ErrInvalidConfig) || r != nil {
+			t.Errorf("Outage(%s) = %v, %v; want nil, error wrapping ErrInvalidConfig", tt.name, r, err)
+		}
+	}
+}
+
+func TestOutageWriteText(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon = 20 * time.Second
+	var buf bytes.Buffer
+	if err := outage(t, c).WriteText(&buf); err != nil {
+		t.Fatalf("WriteText = %v", err)
+	}
+	out := buf.String()
+	for _, want := range []string{"8 clients x 100 req/s", "\nfixed-1s ", "never", guarded + " ", "+0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("WriteText output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func BenchmarkOutage(b *testing.B) {
+	c := sim.DefaultOutageConfig()
+	for b.Loop() {
+		if _, err := sim.Outage(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
