@@ -43,3 +43,30 @@ func ExampleContention() {
 	// Output:
 	// none: 10 clients, 55 write calls, done after 400ms
 }
+
+// The seed's story: a provider that returns 503 for ten seconds (from t=5 s
+// to t=15 s) to a fleet sending 80% of its capacity, once per retry policy.
+func ExampleOutage() {
+	c := sim.DefaultOutageConfig()
+	c.Horizon = 30 * time.Second
+	r, err := sim.Outage(c)
+	if err != nil {
+		panic(err)
+	}
+	for _, p := range r.Policies {
+		recovered := "never"
+		if p.Recovered {
+			recovered = "+" + p.RecoverAfter.String()
+		}
+		fmt.Printf("%-31s peak %4d per %v, %.2fx offered during the outage, recovered %s\n",
+			p.Policy.Name, p.Peak, c.Window, p.OutageAmplification, recovered)
+	}
+	// Output:
+	// fixed-1s                        peak 2034 per 100ms, 5.43x offered during the outage, recovered never
+	// fixed-1s+budget                 peak  187 per 100ms, 1.11x offered during the outage, recovered +0s
+	// exponential                     peak  280 per 100ms, 2.91x offered during the outage, recovered +0s
+	// full                            peak  292 per 100ms, 2.96x offered during the outage, recovered +0s
+	// full+budget                     peak  204 per 100ms, 1.11x offered during the outage, recovered +0s
+	// full+budget+breaker             peak  209 per 100ms, 0.48x offered during the outage, recovered +4.1s
+	// full+budget+breaker+retry-after peak  103 per 100ms, 0.47x offered during the outage, recovered +4.6s
+}
