@@ -1,0 +1,88 @@
+package idempotency_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+
+	"github.com/stormguard/stormguard/idempotency"
+)
+
+func ExampleNewKey() {
+	// One key per logical operation, created before the first attempt and
+	// sent unchanged with every retry.
+	key := idempotency.NewKey()
+	uuidV4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	fmt.Println(len(key), uuidV4.MatchString(key))
+
+	req, _ := http.NewRequest(http.MethodPost, "https://pay.example/charges", strings.NewReader(`{"amount":100}`))
+	req.Header.Set(idempotency.Header, key)
+	fmt.Println(idempotency.Header, "set:", req.Header.Get("Idempotency-Key") == key)
+	// Output:
+	// 36 true
+	// Idempotency-Key set: true
+}
+
+func ExampleMiddleware() {
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := idempotency.New(store,
+		// The middleware runs after authentication; keys are per caller.
+		idempotency.WithScope(func(r *http.Request) (string, error) {
+			return r.Header.Get("X-Api-Key"), nil
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	charges := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		charges++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%d}`, charges)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	key := idempotency.NewKey()
+	post := func(body string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(body))
+		req.Header.Set("X-Api-Key", "tenant-1")
+		req.Header.Set(idempotency.Header, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get(idempotency.ReplayHeader), strings.TrimSpace(string(b)))
+	}
+	post(`{"amount":100}`) // runs the handler
+	post(`{"amount":100}`) // a retry: the stored response
+	post(`{"amount":999}`) // the same key for another request
+	fmt.Println("charges:", charges)
+	// Output:
+	// 201 replayed="" {"charge":1}
+	// 201 replayed="true" {"charge":1}
+	// 422 replayed="" {"type":"urn:stormguard:idempotency:key-reused","title":"Idempotency-Key reused","status":422,"detail":"This Idempotency-Key was used for a different request (method, route or body)."}
+	// charges: 1
+}
+
+func ExampleParseKey() {
+	for _, v := range []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, "8e03978e-40d5-43e8-bc93-6894a57f9324", "two, keys"} {
+		k, err := idempotency.ParseKey(v)
+		fmt.Printf("%q %v\n", k, err)
+	}
+	// Output:
+	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
+	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
+	// "" idempotency: invalid key: comma in a bare key (more than one value?); quote the key as a structured-field string
+}
