@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
@@ -198,8 +200,10 @@ type ContentionPoint struct {
 }
 
 // Contention runs the optimistic-concurrency experiment described at
-// [ContentionConfig]. It is deterministic for a given config, and returns
-// an error wrapping [ErrInvalidConfig] for settings it cannot run.
+// [ContentionConfig]. It is deterministic for a given config, whatever the
+// number of CPUs: the points are computed on up to GOMAXPROCS goroutines,
+// each from its own seeds. It returns an error wrapping [ErrInvalidConfig]
+// for settings it cannot run. It is safe for concurrent use.
 func Contention(c ContentionConfig) (*ContentionResult, error) {
 	if len(c.Clients) == 0 {
 		c.Clients = DefaultContentionConfig().Clients
@@ -230,28 +234,47 @@ func Contention(c ContentionConfig) (*ContentionResult, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 
-	res := &ContentionResult{Config: c, Series: make([]ContentionSeries, 0, len(c.Strategies))}
-	var occ occSim
-	for _, s := range c.Strategies {
-		series := ContentionSeries{Strategy: s, Points: make([]ContentionPoint, 0, len(c.Clients))}
-		for _, n := range c.Clients {
-			var calls, total float64
-			for r := range c.Runs {
-				rng := rand.New(rand.NewPCG(c.Seed, uint64(s)<<48|uint64(n)<<16|uint64(r)))
-				w, done := occ.run(c, s, n, rng)
-				calls += float64(w)
-				total += float64(done)
-			}
-			runs := float64(c.Runs)
-			series.Points = append(series.Points, ContentionPoint{
-				Clients:    n,
-				Calls:      calls / runs,
-				Completion: time.Duration(math.Round(total / runs)),
-			})
-		}
-		res.Series = append(res.Series, series)
+	res := &ContentionResult{Config: c, Series: make([]ContentionSeries, len(c.Strategies))}
+	for i, s := range c.Strategies {
+		res.Series[i] = ContentionSeries{Strategy: s, Points: make([]ContentionPoint, len(c.Clients))}
 	}
+	// Every point has its own seeds, so the points can be computed in any
+	// order, on any number of goroutines, with the same result.
+	cells := len(c.Strategies) * len(c.Clients)
+	next := make(chan int, cells)
+	for k := range cells {
+		next <- k
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), cells) {
+		wg.Go(func() {
+			var occ occSim
+			for k := range next {
+				i, j := k/len(c.Clients), k%len(c.Clients)
+				res.Series[i].Points[j] = occ.point(c, c.Strategies[i], c.Clients[j])
+			}
+		})
+	}
+	wg.Wait()
 	return res, nil
+}
+
+// point runs c.Runs runs of strategy s with n clients and averages them.
+func (o *occSim) point(c ContentionConfig, s ContentionStrategy, n int) ContentionPoint {
+	var calls, total float64
+	for r := range c.Runs {
+		rng := rand.New(rand.NewPCG(c.Seed, uint64(s)<<48|uint64(n)<<16|uint64(r)))
+		w, done := o.run(c, s, n, rng)
+		calls += float64(w)
+		total += float64(done)
+	}
+	runs := float64(c.Runs)
+	return ContentionPoint{
+		Clients:    n,
+		Calls:      calls / runs,
+		Completion: time.Duration(math.Round(total / runs)),
+	}
 }
 
 // Event kinds of the contention simulation.

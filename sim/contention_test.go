@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,6 +212,29 @@ func BenchmarkContention100Runs(b *testing.B) {
 	for b.Loop() {
 		if _, err := sim.Contention(c); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Contention may be called from several goroutines at once, and computes
+// its points on several goroutines itself: the result must not depend on
+// either.
+func TestContentionConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultContentionConfig()
+	c.Clients = []int{5, 10, 15}
+	c.Runs = 3
+	want := contention(t, c)
+	got := make([]*sim.ContentionResult, 4)
+	errs := make([]error, len(got))
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i], errs[i] = sim.Contention(c) })
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || !reflect.DeepEqual(got[i], want) {
+			t.Errorf("concurrent Contention #%d = %+v, %v; want %+v", i, got[i], errs[i], want)
 		}
 	}
 }
