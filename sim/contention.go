@@ -182,8 +182,10 @@ type ContentionResult struct {
 
 // ContentionSeries holds one strategy's points.
 type ContentionSeries struct {
+	// Strategy is the strategy every client of these runs used.
 	Strategy ContentionStrategy `json:"strategy"`
-	Points   []ContentionPoint  `json:"points"`
+	// Points holds one point per ContentionConfig.Clients entry, in order.
+	Points []ContentionPoint `json:"points"`
 }
 
 // ContentionPoint is one (strategy, N) cell, averaged over the runs.

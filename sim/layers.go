@@ -114,7 +114,8 @@ type LayersRow struct {
 
 // Layers runs the layer amplification experiment described at
 // [LayersConfig]. It is deterministic for a given config, and returns an
-// error wrapping [ErrInvalidConfig] for settings it cannot run.
+// error wrapping [ErrInvalidConfig] for settings it cannot run. It shares
+// no state between calls, so it is safe for concurrent use.
 func Layers(c LayersConfig) (*LayersResult, error) {
 	switch {
 	case c.Layers < 1 || c.Layers > MaxLayers:

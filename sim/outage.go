@@ -74,7 +74,7 @@ const (
 	// number of original requests.
 	MaxOutageRequests = 5_000_000
 	// MaxOutageClients bounds Clients.
-	MaxOutageClients = 1_000_000
+	MaxOutageClients = 100_000
 	// MaxOutageWindows bounds Horizon/Window.
 	MaxOutageWindows = 1_000_000
 )
@@ -291,7 +291,8 @@ type OutagePolicyResult struct {
 // Outage runs the outage experiment described at [OutageConfig], once per
 // policy over the same arrivals. It is deterministic for a given config,
 // and returns an error wrapping [ErrInvalidConfig] for settings it cannot
-// run.
+// run. It shares no state between calls, so it is safe for concurrent use;
+// one call runs on one goroutine.
 func Outage(c OutageConfig) (*OutageResult, error) {
 	if len(c.Policies) == 0 {
 		c.Policies = DefaultOutagePolicies()

@@ -310,3 +310,12 @@ func BenchmarkOutage(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkOutageLowVolume(b *testing.B) {
+	c := sim.DefaultLowVolumeOutageConfig()
+	for b.Loop() {
+		if _, err := sim.Outage(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
