@@ -188,6 +188,10 @@ func unpack(w uint64) (tag, n uint64) { return w >> countBits, w & countMask }
 func tagOf(e int64) uint64            { return uint64(e) & tagMask }
 func tagDiff(a, b uint64) int64       { return int64((a-b)<<countBits) >> countBits }
 
+// bucket holds the counters of one bucket, each tagged with the bucket
+// number.
+type bucket struct{ succ, fail atomic.Uint64 }
+
 // event is a state change waiting for its callback.
 type event struct{ from, to State }
 
@@ -214,11 +218,10 @@ type Breaker struct {
 	openUntil atomic.Int64
 	_         [48]byte
 
-	// succ[i] and fail[i] count the outcomes of the bucket e with
-	// e mod Buckets = i. Bucket numbers include generation·Buckets, so a
-	// new closed generation starts with an empty window.
-	succ []atomic.Uint64
-	fail []atomic.Uint64
+	// counts[i] counts the outcomes of the bucket e with e mod Buckets = i.
+	// Bucket numbers include generation·Buckets, so a new closed
+	// generation starts with an empty window.
+	counts []bucket
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -269,8 +272,7 @@ func New(c Config) (*Breaker, error) {
 		now:       c.Now,
 		isFailure: c.IsFailure,
 		onChange:  c.OnStateChange,
-		succ:      make([]atomic.Uint64, c.Buckets),
-		fail:      make([]atomic.Uint64, c.Buckets),
+		counts:    make([]bucket, c.Buckets),
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -280,9 +282,9 @@ func New(c Config) (*Breaker, error) {
 	}
 	b.base = b.now()
 	empty := pack(never, 0)
-	for i := range b.succ {
-		b.succ[i].Store(empty)
-		b.fail[i].Store(empty)
+	for i := range b.counts {
+		b.counts[i].succ.Store(empty)
+		b.counts[i].fail.Store(empty)
 	}
 	b.state.Store(word(1, Closed)) // generation 1: the zero Permit is never valid
 	return b, nil
@@ -360,9 +362,9 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 }
 
 // Done records the outcome of the call p was issued for: success or not.
-// An outcome from an older generation (the breaker changed state since p
-// was issued), a zero Permit, or a permit given back a second time in the
-// same half-open generation are ignored in the way described below.
+// It ignores the zero Permit and a permit of an older generation (the
+// breaker changed state since p was issued): such an outcome changes
+// nothing.
 //
 // While the breaker is closed, Done records the outcome in the current
 // bucket and trips the breaker if the window now holds at least MinCalls
@@ -370,8 +372,9 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 // nothing unless it trips the breaker. A half-open probe's success counts
 // towards closing; its failure reopens the breaker.
 //
-// Giving a permit back twice is a bug in the caller: a closed-state permit
-// would count twice; a probe's second Done counts as another probe outcome.
+// Each permit must be given back once. Giving one back twice is a bug in
+// the caller: a closed-state permit would count twice, a probe's second
+// Done as another probe outcome.
 func (b *Breaker) Done(p Permit, success bool) {
 	w := b.state.Load()
 	if genOf(w) != p.gen || p.gen == 0 {
@@ -422,10 +425,9 @@ func (b *Breaker) Cancel(p Permit) {
 func (b *Breaker) record(gen uint64, success bool) {
 	now := b.now()
 	e := b.bucketOf(now, gen)
-	i := b.index(e)
-	ctr := &b.succ[i]
+	ctr := &b.counts[b.index(e)].succ
 	if !success {
-		ctr = &b.fail[i]
+		ctr = &b.counts[b.index(e)].fail
 	}
 	tag := tagOf(e)
 	for {
@@ -462,14 +464,18 @@ func (b *Breaker) record(gen uint64, success bool) {
 
 // window returns the calls and failures in the window ending in bucket cur.
 func (b *Breaker) window(cur int64) (calls, failures uint64) {
-	for e := cur - b.buckets + 1; e <= cur; e++ {
-		i, tag := b.index(e), tagOf(e)
-		if t, n := unpack(b.succ[i].Load()); t == tag {
+	e := cur - b.buckets + 1
+	for i := b.index(e); e <= cur; e++ {
+		c, tag := &b.counts[i], tagOf(e)
+		if t, n := unpack(c.succ.Load()); t == tag {
 			calls += n
 		}
-		if t, n := unpack(b.fail[i].Load()); t == tag {
+		if t, n := unpack(c.fail.Load()); t == tag {
 			calls += n
 			failures += n
+		}
+		if i++; i == int64(len(b.counts)) {
+			i = 0
 		}
 	}
 	return calls, failures

@@ -300,7 +300,12 @@ func newModel(ratio, perSec float64, window time.Duration, slices int) *model {
 }
 
 func (m *model) sliceOf(t time.Time) int64 {
-	return int64(math.Floor(float64(t.Sub(t0)) / float64(m.slice)))
+	d := t.Sub(t0)
+	s := int64(d / m.slice)
+	if d < 0 && d%m.slice != 0 {
+		s--
+	}
+	return s
 }
 
 func (m *model) deposit(t time.Time) {
