@@ -301,8 +301,9 @@ func Outage(c OutageConfig) (*OutageResult, error) {
 		return nil, err
 	}
 	res := &OutageResult{Config: c, Policies: make([]OutagePolicyResult, 0, len(c.Policies))}
+	var buf outBuffers
 	for i, p := range c.Policies {
-		r, err := c.run(i, p)
+		r, err := c.run(i, p, &buf)
 		if err != nil {
 			return nil, err
 		}
@@ -407,7 +408,13 @@ type outRun struct {
 	res      OutagePolicyResult
 }
 
-func (c *OutageConfig) run(i int, p OutagePolicy) (OutagePolicyResult, error) {
+// outBuffers is the storage one policy's run leaves to the next.
+type outBuffers struct {
+	q    eventQueue
+	reqs []outRequest
+}
+
+func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicyResult, error) {
 	if p.Attempts < 1 {
 		p.Attempts = 1
 	}
@@ -419,9 +426,16 @@ func (c *OutageConfig) run(i int, p OutagePolicy) (OutagePolicyResult, error) {
 		return OutagePolicyResult{}, fmt.Errorf("%w: policy %s: %w", ErrInvalidConfig, p.Name, err)
 	}
 	windows := int((c.Horizon + c.Window - 1) / c.Window)
+	if buf.reqs == nil {
+		expected := float64(c.Clients) * c.RatePerClient * c.Horizon.Seconds()
+		buf.reqs = make([]outRequest, 0, int(expected+4*math.Sqrt(expected)+16))
+	}
+	buf.q.reset()
 	r := &outRun{
 		c:        c,
 		p:        p,
+		q:        buf.q,
+		reqs:     buf.reqs[:0],
 		bo:       bo,
 		service:  time.Duration(float64(time.Second) / c.Capacity),
 		offeredW: make([]int, windows),
@@ -491,6 +505,7 @@ func (c *OutageConfig) run(i int, p OutagePolicy) (OutagePolicyResult, error) {
 		}
 	}
 	r.finish()
+	buf.q, buf.reqs = r.q, r.reqs
 	return r.res, nil
 }
 
