@@ -30,8 +30,8 @@ type Record struct {
 //	n times: len, name bytes, number of values m, m times: len, value bytes
 //	len, body bytes
 //
-// Header names are written sorted, so equal records encode equally. Nothing
-// may follow the body.
+// Header names are written sorted and varints in their shortest form, so
+// equal records encode equally. Nothing may follow the body.
 const recordMagic = "SGR\x01"
 
 // recordMinLen is the length of the shortest valid encoding.
@@ -164,6 +164,10 @@ func (d *decoder) uvarint(what string) (uint64, error) {
 	v, n := binary.Uvarint(d.data[d.off:])
 	if n <= 0 {
 		return 0, fmt.Errorf("%w: bad %s at offset %d", ErrCorruptRecord, what, d.off)
+	}
+	var min [binary.MaxVarintLen64]byte
+	if n != binary.PutUvarint(min[:], v) { // one encoding per value
+		return 0, fmt.Errorf("%w: non-minimal %s at offset %d", ErrCorruptRecord, what, d.off)
 	}
 	d.off += n
 	return v, nil

@@ -60,6 +60,7 @@ func TestDecodeRecordErrors(t *testing.T) {
 		"bad varint":      {'S', 'G', 'R', 1, 0, 200, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
 		"empty name":      {'S', 'G', 'R', 1, 0, 200, 1, 0, 0, 0},
 		"repeated header": {'S', 'G', 'R', 1, 0, 200, 2, 1, 'A', 0, 1, 'A', 0, 0},
+		"long varint":     {'S', 'G', 'R', 1, 0, 200, 0x80, 0x00, 0},
 	}
 	for name, b := range tests {
 		if _, err := idempotency.DecodeRecord(b); !errors.Is(err, idempotency.ErrCorruptRecord) {

@@ -222,4 +222,3 @@ func decodeEntry(b []byte) (entry, error) {
 	}
 	return entry{}, fmt.Errorf("%w: state %q", errCorruptEntry, b[1])
 }
-
