@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -110,6 +112,68 @@ func BenchmarkDoWithTimeout(b *testing.B) {
 // BenchmarkDoParallel runs one shared policy from every P.
 func BenchmarkDoParallel(b *testing.B) {
 	p := mustNew(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := p.Do(ctx, succeed); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// newGuarded builds a policy with the default budget and breaker attached,
+// on the real clock.
+func newGuarded(t testing.TB) *retry.Policy {
+	t.Helper()
+	bud, err := budget.New(budget.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	brk, err := breaker.New(breaker.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustNew(t, retry.WithBudget(bud), retry.WithBreaker(brk))
+}
+
+// TestSuccessPathAllocsBudgetBreaker proves a budget and a closed breaker
+// add no allocation to the success path.
+func TestSuccessPathAllocsBudgetBreaker(t *testing.T) {
+	p := newGuarded(t)
+	fallback := func(ctx context.Context, err *retry.Error) (int, error) { return 0, nil }
+	tests := []struct {
+		name string
+		run  func()
+	}{
+		{"Do", func() { _ = p.Do(context.Background(), succeed) }},
+		{"DoValue", func() { _, _ = retry.DoValue(context.Background(), p, succeedValue) }},
+		{"DoFallback", func() { _, _ = retry.DoFallback(context.Background(), p, succeedValue, fallback) }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
+			t.Errorf("%s with budget and breaker: %v allocs per successful call, want 0", tt.name, n)
+		}
+	}
+}
+
+func BenchmarkDoSuccessBudgetBreaker(b *testing.B) {
+	p := newGuarded(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Do(ctx, succeed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDoSuccessBudgetBreakerParallel shares one policy, budget and
+// breaker between every P.
+func BenchmarkDoSuccessBudgetBreakerParallel(b *testing.B) {
+	p := newGuarded(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

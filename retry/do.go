@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/stormguard/stormguard/breaker"
 )
 
 // Do runs op until it succeeds or the policy gives up, and returns nil on
@@ -14,6 +16,10 @@ import (
 // deadline (the earlier of the parent's deadline and [WithTimeout] from the
 // start of the call), capped by [WithAttemptTimeout]; without either option
 // it is ctx itself.
+//
+// With a circuit breaker ([WithBreaker]), every attempt must be admitted
+// by it first; a rejection stops the loop with Reason [CircuitOpen]. With a
+// retry budget ([WithBudget]), the first attempt deposits into it.
 //
 // After a failed attempt the loop stops, in this order, when:
 //   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
@@ -26,6 +32,10 @@ import (
 //   - the next sleep would end at or after the overall deadline, or the
 //     server's hint exceeds [WithMaxRetryAfter]: Reason [Deadline], without
 //     sleeping. The loop never sleeps past the deadline.
+//   - the breaker is open and stays open longer than the next sleep:
+//     Reason [CircuitOpen], without sleeping.
+//   - the retry budget refuses the retry: Reason [BudgetExhausted], with
+//     the last error, without sleeping.
 //
 // Otherwise it sleeps max(backoff delay, server hint), where the hint is
 // [RetryAfter] of the error (a floor that jitter never undercuts; the
@@ -95,6 +105,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		defer cancel()
 	}
 
+	brk := p.breaker
 	seq := p.backoff.Sequence()
 	var lastErr error
 	for attempt := 1; ; attempt++ {
@@ -108,10 +119,18 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		if hasDL && !now.Before(deadline) {
 			return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
 		}
-		if p.gate != nil {
-			if r, ok := p.gate.beforeAttempt(ctx, attempt); !ok {
-				return p.stop(ctx, r, attempt-1, lastErr, 0)
+		var permit breaker.Permit
+		if brk != nil {
+			var oerr error
+			if permit, oerr = brk.Allow(); oerr != nil {
+				if attempt == 1 {
+					return p.stop(ctx, CircuitOpen, 0, oerr, 0)
+				}
+				return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
 			}
+		}
+		if attempt == 1 && p.budget != nil {
+			p.budget.Deposit()
 		}
 
 		// The attempt, on a context carrying only the time that is left.
@@ -126,14 +145,19 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 			}
 			actx, cancel = p.withDeadline(ctx, adl, now)
 		}
-		err := op(actx, attempt)
+		var err error
+		if brk != nil {
+			err = attemptGuarded(brk, permit, op, actx, attempt)
+		} else {
+			err = op(actx, attempt)
+		}
 		attemptExpired := actx != ctx && actx.Err() != nil
 		if cancel != nil {
 			cancel()
 		}
 		if err == nil {
-			if p.gate != nil {
-				p.gate.afterAttempt(ctx, attempt, nil, false)
+			if brk != nil {
+				brk.Done(permit, true)
 			}
 			return nil
 		}
@@ -142,17 +166,23 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		// The caller's end and the overall deadline come before the
 		// classifier: they are never retried, whatever the error says.
 		if ctx.Err() != nil {
+			if brk != nil {
+				brk.Cancel(permit) // the caller went away: no outcome
+			}
 			return p.stop(ctx, ctxReason(ctx, nil), attempt, err, 0)
 		}
 		if needNow {
 			now = p.clock.Now()
 		}
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
+			if brk != nil {
+				brk.Done(permit, IsPermanent(err) || !p.classify(err))
+			}
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
 		retryable := !IsPermanent(err) && p.classify(err)
-		if p.gate != nil {
-			p.gate.afterAttempt(ctx, attempt, err, retryable)
+		if brk != nil {
+			brk.Done(permit, !retryable)
 		}
 		if !retryable {
 			return p.stop(ctx, NotRetryable, attempt, unmarkPermanent(err), 0)
@@ -170,10 +200,13 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		if hasDL && sleep >= deadline.Sub(now) {
 			return p.stop(ctx, Deadline, attempt, err, sleep)
 		}
-		if p.gate != nil {
-			if r, ok := p.gate.beforeRetry(ctx, attempt); !ok {
-				return p.stop(ctx, r, attempt, err, 0)
+		if brk != nil {
+			if oerr := openLongerThan(brk, sleep); oerr != nil {
+				return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt, Err: err, cause: oerr})
 			}
+		}
+		if p.budget != nil && !p.budget.Withdraw() {
+			return p.stop(ctx, BudgetExhausted, attempt, err, 0)
 		}
 		if p.onRetry != nil || p.logger != nil {
 			e := RetryEvent{Attempt: attempt, Delay: sleep, RetryAfter: hint, Err: err}

@@ -27,11 +27,14 @@ const (
 	Deadline
 	// Canceled: the parent context was canceled.
 	Canceled
-	// BudgetExhausted: a retry budget refused the retry. Declared for the
-	// budget integration; the plain loop never returns it.
+	// BudgetExhausted: the retry budget ([WithBudget]) refused the retry.
+	// The error's Err is the operation's last error.
 	BudgetExhausted
-	// CircuitOpen: a circuit breaker refused the attempt. Declared for the
-	// breaker integration; the plain loop never returns it.
+	// CircuitOpen: the circuit breaker ([WithBreaker]) rejected the next
+	// attempt, or is open for longer than the next sleep. On the first
+	// attempt the error's Err is the [*breaker.OpenError]; later, Err is
+	// the operation's last error and the OpenError is reachable with
+	// errors.Is and errors.As.
 	CircuitOpen
 
 	numReasons
@@ -127,7 +130,9 @@ type Error struct {
 	// already ended before the first attempt).
 	Attempts int
 	// Err is the last error the operation returned, with a [Permanent]
-	// marker removed; nil if no attempt ran.
+	// marker removed; nil if no attempt ran, except for Reason
+	// [CircuitOpen] with Attempts 0, where it is the breaker's
+	// [*breaker.OpenError].
 	Err error
 	// Delay is, for Reason Deadline when the loop stopped before a sleep,
 	// the sleep it refused to start (the larger of the backoff delay and
@@ -135,8 +140,9 @@ type Error struct {
 	Delay time.Duration
 
 	// cause is context.Cause of the parent when it differs from its Err
-	// (a cause given to context.WithCancelCause or WithDeadlineCause), or
-	// the error a Clock's Sleep failed with.
+	// (a cause given to context.WithCancelCause or WithDeadlineCause), the
+	// error a Clock's Sleep failed with, or the breaker's rejection of a
+	// later attempt (Reason CircuitOpen).
 	cause error
 }
 
@@ -169,8 +175,9 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the sentinel of e.Reason, the last error and, if the
-// parent context had a custom cause (or the Clock's Sleep failed), that
-// cause, so errors.Is and errors.As reach all of them.
+// parent context had a custom cause (or the Clock's Sleep failed, or the
+// breaker rejected a later attempt), that cause, so errors.Is and errors.As
+// reach all of them.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 3)
 	if s := e.Reason.Err(); s != nil {

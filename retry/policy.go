@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
+	"github.com/stormguard/stormguard/breaker"
 )
 
 // Defaults used by [New] when an option is absent.
@@ -47,29 +48,15 @@ type config struct {
 	onGiveUp       func(context.Context, *Error)
 	logger         *slog.Logger
 
-	// gate is the hook point for the retry budget and the circuit
-	// breaker; nil means every attempt and retry is admitted.
-	gate gate
+	// budget, if not nil, is deposited into by each call's first attempt
+	// and withdrawn from before each retry; breaker, if not nil, admits
+	// every attempt and is told its outcome. See guard.go.
+	budget  Budget
+	breaker *breaker.Breaker
 }
 
 // defaultPolicy is what a nil *Policy runs with. It is never modified.
 var defaultPolicy, _ = New()
-
-// gate admits attempts and retries. It is the single place the retry
-// budget ("may this call retry?") and the circuit breaker ("may this call
-// attempt?", "record how the attempt went") plug into the loop. Its
-// methods are called from many goroutines at once.
-type gate interface {
-	// beforeAttempt is asked before each attempt; a false answer stops
-	// the loop with the given reason (CircuitOpen).
-	beforeAttempt(ctx context.Context, attempt int) (Reason, bool)
-	// afterAttempt records the outcome of an attempt (err is nil on
-	// success); retryable says how the classifier judged err.
-	afterAttempt(ctx context.Context, attempt int, err error, retryable bool)
-	// beforeRetry is asked before sleeping for a retry; a false answer
-	// stops the loop with the given reason (BudgetExhausted).
-	beforeRetry(ctx context.Context, attempt int) (Reason, bool)
-}
 
 // Option configures a [Policy]; pass options to [New]. A nil Option is
 // ignored. Options are values: one Option may be passed to many New calls.
@@ -80,7 +67,7 @@ type Option func(*config) error
 // [backoff.Default] (full jitter, base 100 ms, cap 10 s), classifies with
 // [IsRetryable], has no timeout of its own (the parent context's deadline
 // still counts), honours server hints up to [DefaultMaxRetryAfter], uses
-// [SystemClock] and is silent.
+// [SystemClock], has no retry budget and no circuit breaker, and is silent.
 //
 // A bad option value (attempts below 1, a negative duration, a
 // MaxRetryAfter that is not positive, a nil backoff, classifier or clock)

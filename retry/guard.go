@@ -1,0 +1,141 @@
+package retry
+
+import (
+	"context"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+)
+
+// Budget is a retry budget: the loop deposits once per call and must
+// withdraw before every retry. [*budget.Budget] (a per-client budget over a
+// sliding window) satisfies it; a budget shared by a whole fleet can too.
+//
+// Both methods are called from every goroutine that uses the policy, so
+// they must be safe for concurrent use; they sit on the hot path (Deposit
+// on every call) and should neither block nor allocate.
+type Budget interface {
+	// Deposit records an original request: the first attempt of a call.
+	Deposit()
+	// Withdraw reports whether one retry may be sent now, and if so
+	// records it.
+	Withdraw() bool
+}
+
+// WithBudget attaches a retry budget to the policy. nil (or a nil
+// *budget.Budget) means no budget, the default.
+//
+// Each call deposits once, just before its first attempt runs (a call that
+// the breaker rejects, or whose context ended before it started, sends
+// nothing and deposits nothing). Before each retry the loop withdraws, after
+// every other check and before sleeping; a refusal ends the call at once
+// with Reason [BudgetExhausted], Attempts the attempts that ran and Err the
+// last error the operation returned (the dependency's real answer, not an
+// error of the budget's own). A withdrawal is spent even if the retry then
+// does not run (the caller cancels during the sleep, or the breaker rejects
+// the attempt after it); the budget is asked first so that a refused call
+// fails fast instead of sleeping.
+//
+// One budget is meant to be shared: by every policy of a client, and by
+// every goroutine using them.
+func WithBudget(b Budget) Option {
+	return func(p *config) error {
+		if bb, ok := b.(*budget.Budget); ok && bb == nil {
+			b = nil
+		}
+		p.budget = b
+		return nil
+	}
+}
+
+// WithBreaker attaches a circuit breaker to the policy. nil means no
+// breaker, the default.
+//
+// Every attempt asks b.Allow first. A rejection of the first attempt ends
+// the call without running the operation: Reason [CircuitOpen], Attempts 0,
+// and Err the [*breaker.OpenError], whose RetryAfter (the time until the
+// breaker half-opens) [RetryAfter] reads back from the returned error. A
+// rejection of a later attempt ends the call with Reason CircuitOpen, Err
+// the operation's last error, and the *breaker.OpenError reachable with
+// errors.Is (breaker.ErrOpen) and errors.As. If a failure leaves the breaker
+// open for longer than the coming sleep (typically because that failure
+// tripped it), the loop gives up at once in the same way, without sleeping
+// and without spending the budget on a retry that could only be rejected.
+//
+// Every admitted attempt is reported back, exactly once:
+//   - success (nil error) is a success;
+//   - an error the classifier judges retryable (a timeout, a broken
+//     connection, 503, ...: a transient failure of the dependency) is a
+//     failure;
+//   - an error that is not retryable (a 404, a 400, anything marked
+//     [Permanent]) is a success: the dependency answered, and a caller's
+//     bad requests must not open the circuit for everyone else;
+//   - an attempt that ends after the parent context has ended (canceled,
+//     or past its own deadline) is given back with [breaker.Breaker.Cancel]
+//     and counts neither way: the caller went away, the dependency said
+//     nothing. To have slow or hanging calls count as failures, give the
+//     policy a [WithTimeout] or [WithAttemptTimeout]: an attempt cut off by
+//     the policy's own deadline returns a context.DeadlineExceeded, which
+//     the default classifier judges retryable, so it is a failure;
+//   - an operation that panics is a failure, and the panic continues.
+//
+// While the breaker is closed this costs no lock and no allocation. One
+// breaker is meant to be shared by every caller of one dependency.
+func WithBreaker(b *breaker.Breaker) Option {
+	return func(p *config) error {
+		p.breaker = b
+		return nil
+	}
+}
+
+// DoFallback is [DoValue] with a fallback: when the loop stops without a
+// success, for whatever [Reason], fallback is called with the [*Error] and
+// its results are returned instead. It is the place to serve cached or
+// default data when the circuit is open ([CircuitOpen]), the retry budget
+// is spent ([BudgetExhausted]) or the dependency kept failing; fallback
+// decides from err.Reason, and returns err (or any error) to pass the
+// failure on. It is not called on success or for [ErrNilOperation]. A nil
+// fallback makes DoFallback behave like DoValue.
+//
+// fallback runs on the calling goroutine with the caller's ctx (which may
+// have ended: Reason [Canceled] or [Deadline]). DoFallback allocates
+// nothing on the success path.
+func DoFallback[T any](ctx context.Context, p *Policy, op func(ctx context.Context, attempt int) (T, error),
+	fallback func(ctx context.Context, err *Error) (T, error)) (T, error) {
+	v, err := DoValue(ctx, p, op)
+	if err == nil || fallback == nil {
+		return v, err
+	}
+	if e, ok := err.(*Error); ok {
+		return fallback(ctx, e)
+	}
+	return v, err
+}
+
+// attemptGuarded runs op for a permit of b: if op panics (or calls
+// runtime.Goexit), the attempt is recorded as a failure before the panic
+// continues, so a half-open probe never holds its slot forever.
+func attemptGuarded(b *breaker.Breaker, permit breaker.Permit, op func(context.Context, int) error, ctx context.Context, attempt int) error {
+	done := false
+	defer func() {
+		if !done {
+			b.Done(permit, false)
+		}
+	}()
+	err := op(ctx, attempt)
+	done = true
+	return err
+}
+
+// openLongerThan returns the breaker's rejection if b is open and stays open
+// for longer than sleep, nil otherwise.
+func openLongerThan(b *breaker.Breaker, sleep time.Duration) error {
+	if b.State() != breaker.Open {
+		return nil
+	}
+	if s := b.Snapshot(); s.State == breaker.Open && s.HalfOpenIn > sleep {
+		return &breaker.OpenError{State: breaker.Open, Wait: s.HalfOpenIn}
+	}
+	return nil
+}

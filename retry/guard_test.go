@@ -1,0 +1,531 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/retry"
+)
+
+var err404 = &retry.StatusError{Code: 404}
+
+// countingBudget wraps a retry.Budget and counts what the loop asks of it.
+type countingBudget struct {
+	inner               retry.Budget
+	deposits, withdraws atomic.Int64 // withdraws counts admitted ones
+	refused             atomic.Int64
+}
+
+func (b *countingBudget) Deposit() { b.deposits.Add(1); b.inner.Deposit() }
+func (b *countingBudget) Withdraw() bool {
+	ok := b.inner.Withdraw()
+	if ok {
+		b.withdraws.Add(1)
+	} else {
+		b.refused.Add(1)
+	}
+	return ok
+}
+
+// mustBudget builds a budget on clock's time or fails the test.
+func mustBudget(t testing.TB, clock *recordingClock, ratio, perSecond float64) *budget.Budget {
+	t.Helper()
+	c := budget.DefaultConfig()
+	c.Ratio, c.MinPerSecond = ratio, perSecond
+	if clock != nil {
+		c.Now = clock.Now
+	}
+	b, err := budget.New(c)
+	if err != nil {
+		t.Fatalf("budget.New: %v", err)
+	}
+	return b
+}
+
+// mustBreaker builds a breaker that trips on the first failure (MinCalls 1,
+// ratio 0.5), stays open 30 s and closes after one good probe, on clock's
+// time, or fails the test.
+func mustBreaker(t testing.TB, clock *recordingClock) *breaker.Breaker {
+	t.Helper()
+	c := breaker.DefaultConfig()
+	c.MinCalls, c.Probes, c.OpenFor = 1, 1, 30*time.Second
+	if clock != nil {
+		c.Now = clock.Now
+	}
+	b, err := breaker.New(c)
+	if err != nil {
+		t.Fatalf("breaker.New: %v", err)
+	}
+	return b
+}
+
+// trip records one failure on b, which trips a mustBreaker breaker.
+func trip(t *testing.T, b *breaker.Breaker) {
+	t.Helper()
+	pm, err := b.Allow()
+	if err != nil {
+		t.Fatalf("Allow before trip: %v", err)
+	}
+	b.Done(pm, false)
+	if s := b.State(); s != breaker.Open {
+		t.Fatalf("State after a failure = %v, want open", s)
+	}
+}
+
+// script returns an op that returns errs[attempt-1] (nil past the end) and
+// counts its calls.
+func script(calls *int, errs ...error) func(context.Context, int) error {
+	return func(ctx context.Context, attempt int) error {
+		*calls++
+		if attempt <= len(errs) {
+			return errs[attempt-1]
+		}
+		return nil
+	}
+}
+
+func TestBudgetRefusalEndsWithLastError(t *testing.T) {
+	last := &retry.StatusError{Code: 502}
+	tests := []struct {
+		name         string
+		ratio, floor float64
+		earlier      int // successful calls made first (deposits)
+		errs         []error
+		wantReason   retry.Reason // 0: success
+		wantAttempts int
+		wantErr      error
+		wantSleeps   int
+	}{
+		{"empty budget refuses the first retry", 0, 0, 0, []error{err503, err503}, retry.BudgetExhausted, 1, err503, 0},
+		{"last real error, not the first", 0.5, 0, 1, []error{err503, last, err503}, retry.BudgetExhausted, 2, last, 1},
+		{"floor admits the retry", 0, 1, 0, []error{err503}, 0, 2, nil, 1},
+		{"ratio admits two retries", 1, 0, 1, []error{err503, err503}, 0, 3, nil, 2},
+		{"not retryable: no withdrawal asked", 0, 0, 0, []error{err404}, retry.NotRetryable, 1, err404, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newRecordingClock()
+			b := &countingBudget{inner: mustBudget(t, clock, tt.ratio, tt.floor)}
+			p := mustNew(t, retry.WithClock(clock), retry.WithBudget(b), retry.WithMaxAttempts(5))
+			for range tt.earlier {
+				if err := p.Do(context.Background(), succeed); err != nil {
+					t.Fatalf("earlier Do = %v", err)
+				}
+			}
+			calls := 0
+			err := p.Do(context.Background(), script(&calls, tt.errs...))
+			if calls != tt.wantAttempts {
+				t.Errorf("calls = %d, want %d", calls, tt.wantAttempts)
+			}
+			if got := len(clock.Sleeps()); got != tt.wantSleeps {
+				t.Errorf("sleeps = %d, want %d (a refused retry must not sleep)", got, tt.wantSleeps)
+			}
+			if d := b.deposits.Load(); d != int64(tt.earlier+1) {
+				t.Errorf("deposits = %d, want one per call: %d", d, tt.earlier+1)
+			}
+			if w := b.withdraws.Load(); w != int64(calls-1) {
+				t.Errorf("admitted withdrawals = %d, want one per retry: %d", w, calls-1)
+			}
+			if tt.wantReason == 0 {
+				if err != nil {
+					t.Fatalf("Do = %v, want nil", err)
+				}
+				return
+			}
+			re := checkStop(t, err, tt.wantReason, tt.wantAttempts)
+			if re.Err != tt.wantErr {
+				t.Errorf("Do = %v: Err = %v, want the last real error %v", err, re.Err, tt.wantErr)
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("errors.Is(%v, %v) = false", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestBreakerOpenRejectsWithoutCalling(t *testing.T) {
+	clock := newRecordingClock()
+	brk := mustBreaker(t, clock)
+	b := &countingBudget{inner: mustBudget(t, clock, 0.1, 1)}
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk), retry.WithBudget(b))
+	trip(t, brk)
+	clock.Advance(10 * time.Second)
+
+	calls := 0
+	err := p.Do(context.Background(), script(&calls))
+	if calls != 0 {
+		t.Errorf("op called %d times through an open breaker, want 0", calls)
+	}
+	re := checkStop(t, err, retry.CircuitOpen, 0)
+	var oe *breaker.OpenError
+	if !errors.As(re.Err, &oe) || oe.State != breaker.Open {
+		t.Fatalf("Do = %v: Err = %#v, want the *breaker.OpenError", err, re.Err)
+	}
+	if !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("errors.Is(%v, breaker.ErrOpen) = false", err)
+	}
+	if got := retry.RetryAfter(err); got != 20*time.Second {
+		t.Errorf("RetryAfter(%v) = %v, want the 20s until half-open", err, got)
+	}
+	if d := b.deposits.Load(); d != 0 {
+		t.Errorf("deposits = %d, want 0: a rejected call sends nothing", d)
+	}
+}
+
+func TestBreakerTrippedMidCall(t *testing.T) {
+	// This failure trips the breaker: stop before sleeping.
+	{
+		clock := newRecordingClock()
+		brk := mustBreaker(t, clock)
+		b := &countingBudget{inner: mustBudget(t, clock, 0.1, 1)}
+		p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk), retry.WithBudget(b))
+		calls := 0
+		err := p.Do(context.Background(), script(&calls, err503, err503))
+		re := checkStop(t, err, retry.CircuitOpen, 1)
+		if calls != 1 || re.Err != err503 {
+			t.Errorf("Do = %v after %d calls, want Err %v after 1", err, calls, err503)
+		}
+		if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, err503) {
+			t.Errorf("Do = %v: want both breaker.ErrOpen and the 503 reachable", err)
+		}
+		if s := clock.Sleeps(); len(s) != 0 {
+			t.Errorf("sleeps = %v, want none", s)
+		}
+		if n := b.withdraws.Load() + b.refused.Load(); n != 0 {
+			t.Errorf("withdrawals asked = %d, want 0", n)
+		}
+	}
+}
+
+func TestBreakerRejectsLaterAttempt(t *testing.T) {
+	clock := newRecordingClock()
+	c := breaker.DefaultConfig()
+	c.MinCalls, c.FailureRatio, c.Now = 2, 1, clock.Now // trips on the 2nd failure in a row
+	brk, err := breaker.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk),
+		retry.WithOnRetry(func(ctx context.Context, e retry.RetryEvent) {
+			// Another caller's failure trips the breaker during our sleep.
+			if pm, err := brk.Allow(); err == nil {
+				brk.Done(pm, false)
+			}
+		}))
+	calls := 0
+	err = p.Do(context.Background(), script(&calls, err503, err503))
+	re := checkStop(t, err, retry.CircuitOpen, 1)
+	if calls != 1 || re.Err != err503 {
+		t.Errorf("Do = %v after %d calls, want Err %v after 1", err, calls, err503)
+	}
+	var oe *breaker.OpenError
+	if !errors.As(err, &oe) || !errors.Is(err, err503) {
+		t.Errorf("Do = %v: want both the *breaker.OpenError and the 503 reachable", err)
+	}
+	if s := clock.Sleeps(); len(s) != 1 {
+		t.Errorf("sleeps = %v, want the one before the rejected attempt", s)
+	}
+}
+
+func TestHalfOpenProbeThroughTheLoop(t *testing.T) {
+	tests := []struct {
+		name       string
+		errs       []error
+		wantState  breaker.State
+		wantReason retry.Reason // 0: success
+		wantCalls  int
+	}{
+		{"probe succeeds: closes", nil, breaker.Closed, 0, 1},
+		{"probe gets a 404: the dependency answered, closes", []error{err404}, breaker.Closed, retry.NotRetryable, 1},
+		{"probe gets a 503: reopens, no retry into the open breaker", []error{err503, err503}, breaker.Open, retry.CircuitOpen, 1},
+		{"probe permanent: closes", []error{retry.Permanent(err503)}, breaker.Closed, retry.NotRetryable, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newRecordingClock()
+			brk := mustBreaker(t, clock)
+			p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+			trip(t, brk)
+			clock.Advance(30 * time.Second) // the open period is over
+			var probe []bool
+			calls := 0
+			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+				probe = append(probe, brk.State() == breaker.HalfOpen)
+				return script(&calls, tt.errs...)(ctx, attempt)
+			})
+			if calls != tt.wantCalls || !slices.Equal(probe, []bool{true}) {
+				t.Errorf("calls = %d (half-open: %v), want %d probe", calls, probe, tt.wantCalls)
+			}
+			if s := brk.State(); s != tt.wantState {
+				t.Errorf("State after the probe = %v, want %v", s, tt.wantState)
+			}
+			if tt.wantReason == 0 {
+				if err != nil {
+					t.Errorf("Do = %v, want nil", err)
+				}
+				return
+			}
+			checkStop(t, err, tt.wantReason, tt.wantCalls)
+		})
+	}
+}
+
+func TestProbesTakenRejectsFirstAttempt(t *testing.T) {
+	clock := newRecordingClock()
+	brk := mustBreaker(t, clock)
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	trip(t, brk)
+	clock.Advance(30 * time.Second)
+	held, err := brk.Allow() // another caller's probe, still in flight
+	if err != nil || !held.Probe() {
+		t.Fatalf("Allow = %v, %v; want a probe", held, err)
+	}
+	calls := 0
+	err = p.Do(context.Background(), script(&calls))
+	checkStop(t, err, retry.CircuitOpen, 0)
+	if calls != 0 || !errors.Is(err, breaker.ErrTooManyProbes) {
+		t.Errorf("Do = %v after %d calls, want ErrTooManyProbes after 0", err, calls)
+	}
+	brk.Done(held, true)
+	if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {
+		t.Errorf("Do after the breaker closed = %v after %d calls, want nil after 1", err, calls)
+	}
+}
+
+func TestNotDependencyFailures(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"404", err404},
+		{"400", &retry.StatusError{Code: 400}},
+		{"permanent 503", retry.Permanent(err503)},
+		{"plain error", errors.New("bad input")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			brk := mustBreaker(t, nil)
+			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithBreaker(brk))
+			for range 50 {
+				calls := 0
+				err := p.Do(context.Background(), script(&calls, tt.err))
+				checkStop(t, err, retry.NotRetryable, 1)
+			}
+			s := brk.Snapshot()
+			if s.State != breaker.Closed || s.Calls != 50 || s.Failures != 0 {
+				t.Errorf("Snapshot after 50 %v = %+v, want closed with 50 calls, 0 failures", tt.err, s)
+			}
+		})
+	}
+}
+
+func TestParentEndIsNoOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		brk := mustBreaker(t, nil)
+		p := mustNew(t, retry.WithBreaker(brk))
+		ctx, cancel := context.WithCancel(context.Background())
+		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
+			cancel()
+			return context.Canceled
+		})
+		checkStop(t, err, retry.Canceled, 1)
+
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+		defer dcancel()
+		err = p.Do(dctx, func(ctx context.Context, attempt int) error {
+			<-ctx.Done() // hangs until the parent's deadline
+			return ctx.Err()
+		})
+		checkStop(t, err, retry.Deadline, 1)
+		if s := brk.Snapshot(); s.State != breaker.Closed || s.Calls != 0 {
+			t.Errorf("Snapshot = %+v, want closed with no outcome recorded", s)
+		}
+
+		// The policy's own timeout is the owner's verdict: a hang counts.
+		pt := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(time.Second))
+		err = pt.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		checkStop(t, err, retry.Deadline, 1)
+		if s := brk.State(); s != breaker.Open {
+			t.Errorf("State after a call cut off by the policy's timeout = %v, want open", s)
+		}
+	})
+}
+
+func TestCanceledProbeFreesItsSlot(t *testing.T) {
+	clock := newRecordingClock()
+	brk := mustBreaker(t, clock)
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	trip(t, brk)
+	clock.Advance(30 * time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	err := p.Do(ctx, func(ctx context.Context, attempt int) error {
+		cancel()
+		return ctx.Err()
+	})
+	checkStop(t, err, retry.Canceled, 1)
+	calls := 0
+	if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {
+		t.Errorf("Do after a canceled probe = %v after %d calls, want nil after 1 (slot freed)", err, calls)
+	}
+	if s := brk.State(); s != breaker.Closed {
+		t.Errorf("State = %v, want closed", s)
+	}
+}
+
+func TestPanicIsAFailure(t *testing.T) {
+	brk := mustBreaker(t, nil)
+	p := mustNew(t, retry.WithBreaker(brk))
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recover() = %v, want the op's panic", r)
+			}
+		}()
+		_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error { panic("boom") })
+	}()
+	if s := brk.State(); s != breaker.Open {
+		t.Errorf("State after a panicking attempt = %v, want open", s)
+	}
+}
+
+func TestNilBudgetAndBreaker(t *testing.T) {
+	var nilBudget *budget.Budget
+	for _, opt := range []retry.Option{retry.WithBudget(nil), retry.WithBudget(nilBudget), retry.WithBreaker(nil)} {
+		p := mustNew(t, retry.WithClock(instantClock{}), opt)
+		calls := 0
+		if err := p.Do(context.Background(), script(&calls, err503)); err != nil || calls != 2 {
+			t.Errorf("Do = %v after %d calls, want nil after 2", err, calls)
+		}
+	}
+}
+
+func TestDoFallback(t *testing.T) {
+	clock := newRecordingClock()
+	brk := mustBreaker(t, clock)
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	cached := func(ctx context.Context, err *retry.Error) (string, error) {
+		if err.Reason == retry.CircuitOpen || err.Reason == retry.BudgetExhausted {
+			return "cached", nil
+		}
+		return "", err
+	}
+	fresh := func(ctx context.Context, attempt int) (string, error) { return "fresh", nil }
+	fail := func(code int) func(context.Context, int) (string, error) {
+		return func(ctx context.Context, attempt int) (string, error) {
+			return "partial", &retry.StatusError{Code: code}
+		}
+	}
+	tests := []struct {
+		name       string
+		op         func(context.Context, int) (string, error)
+		fallback   func(context.Context, *retry.Error) (string, error)
+		want       string
+		wantReason retry.Reason // 0: nil error
+	}{
+		{"success: no fallback", fresh, cached, "fresh", 0},
+		{"404: fallback passes the error on", fail(404), cached, "", retry.NotRetryable},
+		{"503 trips the breaker: cached", fail(503), cached, "cached", 0},
+		{"open: cached without calling", fresh, cached, "cached", 0},
+		{"nil fallback: like DoValue", fresh, nil, "", retry.CircuitOpen},
+	}
+	for _, tt := range tests {
+		got, err := retry.DoFallback(context.Background(), p, tt.op, tt.fallback)
+		if got != tt.want {
+			t.Errorf("%s: DoFallback = %q, want %q", tt.name, got, tt.want)
+		}
+		if tt.wantReason == 0 {
+			if err != nil {
+				t.Errorf("%s: DoFallback error = %v, want nil", tt.name, err)
+			}
+			continue
+		}
+		if re := asError(t, err); re.Reason != tt.wantReason {
+			t.Errorf("%s: DoFallback error = %v, want reason %v", tt.name, err, tt.wantReason)
+		}
+	}
+	if _, err := retry.DoFallback[string](context.Background(), p, nil, cached); err != retry.ErrNilOperation {
+		t.Errorf("DoFallback(nil op) = %v, want ErrNilOperation", err)
+	}
+}
+
+// TestConcurrentBudgetBreaker shares one policy, budget and breaker between
+// many goroutines: every call deposits once, every retry is one admitted
+// withdrawal, and every failure is a known reason (run with -race).
+func TestConcurrentBudgetBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
+		c := breaker.DefaultConfig()
+		c.MinCalls = 40
+		brk, err := breaker.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustNew(t, retry.WithBudget(b), retry.WithBreaker(brk), retry.WithMaxAttempts(3))
+		const n = 200
+		var attempts atomic.Int64
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				errs[i] = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+					attempts.Add(1)
+					if i%2 == 0 { // half of the callers see a failing dependency: it trips
+						return err503
+					}
+					return nil
+				})
+			})
+		}
+		wg.Wait()
+		reasons := map[retry.Reason]int{}
+		for i, err := range errs {
+			if err == nil {
+				continue
+			}
+			var re *retry.Error
+			if !errors.As(err, &re) {
+				t.Fatalf("goroutine %d: Do = %v, want nil or *retry.Error", i, err)
+			}
+			reasons[re.Reason]++
+			switch re.Reason {
+			case retry.AttemptsExhausted, retry.BudgetExhausted, retry.CircuitOpen:
+			default:
+				t.Errorf("goroutine %d: unexpected reason %v", i, re.Reason)
+			}
+		}
+		rejected, openLater := 0, 0
+		for _, err := range errs {
+			if re := (*retry.Error)(nil); errors.As(err, &re) && re.Reason == retry.CircuitOpen {
+				if re.Attempts == 0 {
+					rejected++
+				} else {
+					openLater++
+				}
+			}
+		}
+		if got, want := b.deposits.Load(), int64(n-rejected); got != want {
+			t.Errorf("deposits = %d, want one per call that ran: %d", got, want)
+		}
+		// One admitted withdrawal per retry, plus at most one per call
+		// whose retry the breaker rejected after the sleep.
+		retries := attempts.Load() - b.deposits.Load()
+		if got := b.withdraws.Load(); got < retries || got > retries+int64(openLater) {
+			t.Errorf("admitted withdrawals = %d, want %d retries (+ up to %d rejected by the breaker)", got, retries, openLater)
+		}
+		if limit := int64(0.1*float64(b.deposits.Load()) + 10); b.withdraws.Load() > limit {
+			t.Errorf("retries = %d, above the budget's %d", b.withdraws.Load(), limit)
+		}
+		t.Logf("reasons: %v, withdrawals %d, rejected %d", reasons, b.withdraws.Load(), rejected)
+	})
+}
