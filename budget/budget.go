@@ -83,10 +83,12 @@ const (
 	countMask = 1<<countBits - 1
 	slotBits  = 64 - countBits
 	slotMask  = 1<<slotBits - 1
-	// MaxCount is the count at which a slice's requests or retries
-	// saturate.
-	MaxCount = countMask
 )
+
+// MaxCount is the count at which a slice's requests or retries saturate:
+// further deposits in the slice are not counted, further withdrawals are
+// refused.
+const MaxCount = 1<<24 - 1 // 16,777,215
 
 // never is the slice number every word starts with: long before any slice
 // a budget will see, so that slices before New (negative numbers) count

@@ -58,13 +58,14 @@
 // [DefaultConfig] uses Ratio 0.1 (the SRE book's 10%), a 10 s window in ten
 // 1 s slices, and MinPerSecond 1, a floor of 10 retries per window.
 // Finagle, Linkerd and tower default to a 20% ratio plus 10 retries per
-// second (100 per 10 s window); with that floor a client sending fewer than
-// 50 requests per second may retry at twice its ratio or more, and the SRE
-// book's goal, an outage costing about 1.1x the normal load, holds only for
-// clients above roughly 500 requests per second. With 1 per second the
-// floor matches the 10% ratio at 10 requests per second, so from there on a
-// client is held close to 10-20%, while a client that sends a request every
-// few seconds can still retry each occasional failure.
+// second (100 per 10 s window). With that floor a client sending fewer than
+// 50 requests per second may retry 40% or more of its requests, twice their
+// own ratio and four times the SRE book's 10%, which is what keeps an outage
+// at about 1.1x the normal load. With 1 per second the floor equals the 10%
+// ratio's share at 10 requests per second, so from there on a client is held
+// to between 10% and 20% (11% at 100 requests per second), while a client
+// that sends a request every few seconds can still retry an occasional
+// failure.
 //
 // The floor is also the limit of a per-client budget: it is granted to
 // every client. A fleet of N low-volume clients is allowed N·MinPerSecond
