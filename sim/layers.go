@@ -71,7 +71,8 @@ type LayersConfig struct {
 
 // DefaultLayersConfig returns 4 layers of 3 attempts (the seed's 3, 9, 27,
 // 81) and, for the budget columns, a client sending 1000 requests/s for
-// 20 s (the first 10 s, the warm-up, left out), budgets as [DefaultBudgetSettings], seed 42.
+// 20 s of which the first 10 s (the warm-up) are left out, budgets as
+// [DefaultBudgetSettings], seed 42.
 func DefaultLayersConfig() LayersConfig {
 	return LayersConfig{
 		Layers:   4,
