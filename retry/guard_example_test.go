@@ -1,0 +1,107 @@
+package retry_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// Serve cached data when the circuit is open. The breaker trips at 50%
+// failures over at least one call and closes after one good probe. The
+// price service answers 200, then 404 (its real answer, passed on: a 404 is
+// not a dependency failure), then 503s: after the second 503 the window
+// holds 2 failures in 4 calls, the breaker opens, and the loop stops
+// without a third attempt; the fallback serves the cache. The next call is
+// rejected without calling the service at all. Once the open period is
+// over, one probe goes through and closes the breaker.
+func ExampleDoFallback() {
+	clock := newRecordingClock() // fake time for the breaker, budget and loop
+	bc := breaker.DefaultConfig()
+	bc.MinCalls, bc.Probes, bc.Now = 1, 1, clock.Now
+	brk, err := breaker.New(bc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	gc := budget.DefaultConfig()
+	gc.Now = clock.Now
+	bud, err := budget.New(gc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, err := retry.New(retry.WithBreaker(brk), retry.WithBudget(bud), retry.WithClock(clock))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	cache := map[string]string{"espresso": "2.50 (cached)"}
+	calls := 0
+	price := func(item string, status int) (string, error) {
+		return retry.DoFallback(context.Background(), p,
+			func(ctx context.Context, attempt int) (string, error) {
+				calls++
+				if status != 200 {
+					return "", &retry.StatusError{Code: status}
+				}
+				return "2.60", nil
+			},
+			func(ctx context.Context, err *retry.Error) (string, error) {
+				switch err.Reason {
+				case retry.CircuitOpen, retry.BudgetExhausted, retry.AttemptsExhausted:
+					if v, ok := cache[item]; ok {
+						return v, nil
+					}
+				}
+				return "", err
+			})
+	}
+
+	show := func(v string, err error) { fmt.Printf("%q %v\n", v, err) }
+	show(price("espresso", 200))
+	show(price("latte", 404))
+	show(price("espresso", 503))
+	show(price("espresso", 200))
+	fmt.Println("calls:", calls, "breaker:", brk.State())
+	clock.Advance(breaker.DefaultOpenFor) // the probe closes the breaker
+	show(price("espresso", 200))
+	fmt.Println("calls:", calls, "breaker:", brk.State())
+	// Output:
+	// "2.60" <nil>
+	// "" retry: not retryable after 1 attempt: HTTP 404
+	// "2.50 (cached)" <nil>
+	// "2.50 (cached)" <nil>
+	// calls: 4 breaker: open
+	// "2.60" <nil>
+	// calls: 5 breaker: closed
+}
+
+// A retry budget shared by every call: it allows 0.5 retries per call plus
+// 1.5 per 10 s window, so the first failing call may retry twice and the
+// second may not retry at all. Once the window's retries are spent, a failing call stops at once with the dependency's own last error
+// (Reason BudgetExhausted) instead of adding load.
+func ExampleWithBudget() {
+	clock := newRecordingClock()
+	bud, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.15, Window: 10 * time.Second, Slices: 10, Now: clock.Now})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, err := retry.New(retry.WithBudget(bud), retry.WithClock(clock), retry.WithMaxAttempts(3))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	down := func(ctx context.Context, attempt int) error { return &retry.StatusError{Code: 503} }
+	for range 2 {
+		fmt.Println(p.Do(context.Background(), down))
+	}
+	// Output:
+	// retry: attempts exhausted after 3 attempts: HTTP 503
+	// retry: budget exhausted after 1 attempt: HTTP 503
+}
