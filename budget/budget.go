@@ -305,14 +305,17 @@ func (b *Budget) publish(s int64, n uint64) {
 // the head; slices between hs and cur have none.
 func (b *Budget) retriesIn(cur, hs int64, hn uint64) uint64 {
 	var sum uint64
-	for s := cur - b.slices + 1; s <= hs; s++ {
+	s := cur - b.slices + 1
+	for i := b.index(s); s <= hs; s++ {
 		if s == hs {
 			sum += hn
 			break
 		}
-		tag, n := unpack(b.retries[b.index(s)].Load())
-		if tag == tagOf(s) {
+		if tag, n := unpack(b.retries[i].Load()); tag == tagOf(s) {
 			sum += n
+		}
+		if i++; i == b.slices {
+			i = 0
 		}
 	}
 	return sum
@@ -321,10 +324,13 @@ func (b *Budget) retriesIn(cur, hs int64, hn uint64) uint64 {
 // requestsIn returns the deposits in the window ending in slice cur.
 func (b *Budget) requestsIn(cur int64) uint64 {
 	var sum uint64
-	for s := cur - b.slices + 1; s <= cur; s++ {
-		tag, n := unpack(b.requests[b.index(s)].Load())
-		if tag == tagOf(s) {
+	s := cur - b.slices + 1
+	for i := b.index(s); s <= cur; s++ {
+		if tag, n := unpack(b.requests[i].Load()); tag == tagOf(s) {
 			sum += n
+		}
+		if i++; i == b.slices {
+			i = 0
 		}
 	}
 	return sum
