@@ -29,6 +29,14 @@
 //     attempts and the last error, all reachable with errors.Is and
 //     errors.As. Success returns nil.
 //
+// A retry budget ([WithBudget], e.g. a *budget.Budget shared by the whole
+// client) and a circuit breaker ([WithBreaker]) plug into the loop: each
+// call deposits once, each retry must withdraw first (a refusal stops the
+// call with its last real error, Reason [BudgetExhausted]), and each
+// attempt must be admitted by the breaker (Reason [CircuitOpen]) and
+// reports back whether the dependency failed. [DoFallback] serves a
+// caller-supplied value (cached data) when the loop gives up.
+//
 // Hooks ([WithOnRetry], [WithOnGiveUp]) and a slog logger ([WithLogger])
 // observe the loop; it is silent by default. Time comes from a [Clock]
 // ([WithClock]), so tests need not sleep.
