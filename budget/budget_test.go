@@ -3,8 +3,10 @@ package budget_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -428,6 +430,12 @@ func TestPropertyBound(t *testing.T) {
 					run, op, now.Sub(t0), st, m.live(cur), m.sum(m.retries, cur))
 			}
 		}
+		// Over every window of Slices slices, whether or not it ends in an
+		// admission, the retries are at most Ratio times the requests of
+		// that window and the one before it, plus the floor: the last
+		// admission in the window was checked against a window that
+		// started at most one window earlier.
+		checkEveryWindow(t, run, m, ratio, perSec*window.Seconds())
 		// Over every window ending in a slice where a retry was admitted,
 		// the final counts obey the bound too (later deposits only raise
 		// the limit; later retries of that window were checked themselves).
@@ -442,6 +450,42 @@ func TestPropertyBound(t *testing.T) {
 	// The generator must exercise both outcomes, or the test proves little.
 	if admittedTotal < runs*10 || refusedTotal < runs*10 {
 		t.Fatalf("admitted %d, refused %d: the random patterns do not exercise the budget", admittedTotal, refusedTotal)
+	}
+}
+
+// checkEveryWindow checks, for every window (k−S, k] that holds a retry,
+// retries ≤ ratio·requests(k−2S, k] + reserve, using the model's full
+// history.
+func checkEveryWindow(t *testing.T, run int, m *model, ratio, reserve float64) {
+	t.Helper()
+	type prefix struct {
+		keys []int64
+		sums []int // sums[i] = total of counts over keys[:i]
+	}
+	build := func(counts map[int64]int) prefix {
+		keys := slices.Sorted(maps.Keys(counts))
+		p := prefix{keys: keys, sums: make([]int, len(keys)+1)}
+		for i, k := range keys {
+			p.sums[i+1] = p.sums[i] + counts[k]
+		}
+		return p
+	}
+	// in returns the total over slices in (a, b].
+	in := func(p prefix, a, b int64) int {
+		lo, _ := slices.BinarySearch(p.keys, a+1)
+		hi, _ := slices.BinarySearch(p.keys, b+1)
+		return p.sums[hi] - p.sums[lo]
+	}
+	ret, req := build(m.retries), build(m.requests)
+	for _, j := range ret.keys {
+		for k := j; k < j+m.slices; k++ {
+			retries := in(ret, k-m.slices, k)
+			requests := in(req, k-2*m.slices, k)
+			if limit := ratio*float64(requests) + reserve; float64(retries) > limit {
+				t.Fatalf("run %d: window ending in slice %d holds %d retries; the two windows up to it hold %d requests; limit %v",
+					run, k, retries, requests, limit)
+			}
+		}
 	}
 }
 
