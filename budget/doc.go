@@ -26,7 +26,11 @@
 // where requests and retries are the deposits and the admitted withdrawals
 // whose slices lie in that window, and the right-hand side is computed in
 // float64. So at every admission the window's admitted retries, this one
-// included, are at most Ratio·requests + MinPerSecond·Window.Seconds(). A
+// included, are at most Ratio·requests + MinPerSecond·Window.Seconds(). It
+// follows that over any window, whether or not it ends in an admission, the
+// retries are at most Ratio times the requests of that window and the one
+// before it, plus MinPerSecond·Window.Seconds(): a window's last admission
+// was checked against a window that began at most one window earlier. A
 // slice expires exactly when its Slices-th successor begins. Requests and
 // retries count up to 16,777,215 per slice and saturate there (a saturated
 // request count only makes the budget stricter; at the retry limit every
