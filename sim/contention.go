@@ -109,9 +109,14 @@ func (s ContentionStrategy) backoffStrategy() (b backoff.Strategy, ok bool) {
 	return 0, false
 }
 
-// MaxContentionClients bounds ContentionConfig.Clients entries: the cost of
-// a run grows with the square of the number of clients.
-const MaxContentionClients = 100_000
+// Limits on a [ContentionConfig], so that a sweep finishes in reasonable
+// time: the cost of a run grows with the square of the number of clients.
+const (
+	// MaxContentionClients bounds each ContentionConfig.Clients entry.
+	MaxContentionClients = 1000
+	// MaxContentionRuns bounds ContentionConfig.Runs.
+	MaxContentionRuns = 10_000
+)
 
 // ContentionConfig describes the optimistic-concurrency experiment of the
 // AWS Architecture Blog post "Exponential Backoff And Jitter" (Marc Brooker,
@@ -132,7 +137,7 @@ type ContentionConfig struct {
 	// 150.
 	Clients []int `json:"clients"`
 	// Runs is how many independent runs each (strategy, N) point averages;
-	// it must be positive.
+	// it must be in [1, MaxContentionRuns].
 	Runs int `json:"runs"`
 	// Base and Cap configure the backoff (see package backoff); they are
 	// checked even for ContentionNone.
@@ -214,8 +219,8 @@ func Contention(c ContentionConfig) (*ContentionResult, error) {
 		c.Strategies = ContentionStrategies()
 	}
 	switch {
-	case c.Runs <= 0:
-		return nil, fmt.Errorf("%w: runs %d must be positive", ErrInvalidConfig, c.Runs)
+	case c.Runs <= 0 || c.Runs > MaxContentionRuns:
+		return nil, fmt.Errorf("%w: runs %d must be in [1, %d]", ErrInvalidConfig, c.Runs, MaxContentionRuns)
 	case c.DelayMean < 0:
 		return nil, fmt.Errorf("%w: delay mean %v must not be negative", ErrInvalidConfig, c.DelayMean)
 	case c.DelayStdDev < 0:

@@ -143,6 +143,7 @@ func TestContentionInvalidConfig(t *testing.T) {
 		modify func(*sim.ContentionConfig)
 	}{
 		{"zero runs", func(c *sim.ContentionConfig) { c.Runs = 0 }},
+		{"too many runs", func(c *sim.ContentionConfig) { c.Runs = sim.MaxContentionRuns + 1 }},
 		{"zero clients", func(c *sim.ContentionConfig) { c.Clients = []int{10, 0} }},
 		{"too many clients", func(c *sim.ContentionConfig) { c.Clients = []int{sim.MaxContentionClients + 1} }},
 		{"negative delay", func(c *sim.ContentionConfig) { c.DelayMean = -time.Millisecond }},

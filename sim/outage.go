@@ -72,7 +72,7 @@ func DefaultOutagePolicies() []OutagePolicy {
 const (
 	// MaxOutageRequests bounds Clients·RatePerClient·Horizon, the expected
 	// number of original requests.
-	MaxOutageRequests = 5_000_000
+	MaxOutageRequests = 2_000_000
 	// MaxOutageClients bounds Clients.
 	MaxOutageClients = 100_000
 	// MaxOutageWindows bounds Horizon/Window.
