@@ -153,6 +153,9 @@ func (e *OpenError) Is(target error) bool {
 	return target == ErrOpen || (target == ErrTooManyProbes && e.State == HalfOpen)
 }
 
+// An *OpenError is a retry hint (the interface package retry looks for).
+var _ interface{ RetryAfter() time.Duration } = (*OpenError)(nil)
+
 // Permit is the right to make one call, returned by [Breaker.Allow] and
 // given back with [Breaker.Done] or [Breaker.Cancel]. It is a small value;
 // it records the generation it was issued in and whether it is a half-open

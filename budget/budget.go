@@ -108,6 +108,12 @@ func tagOf(s int64) uint64 { return uint64(s) & slotMask }
 // while the slices are less than 2^39 apart.
 func tagDiff(a, b uint64) int64 { return int64((a-b)<<countBits) >> countBits }
 
+// The retry loop's view of a budget.
+var _ interface {
+	Deposit()
+	Withdraw() bool
+} = (*Budget)(nil)
+
 // Budget is a per-client retry budget. Build one with [New]; the zero value
 // is not usable. A Budget is safe for concurrent use by any number of
 // goroutines, and its methods take no lock and allocate nothing.
