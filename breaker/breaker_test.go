@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -875,4 +876,28 @@ func TestZeroAllocsClosed(t *testing.T) {
 	if s := h.b.State(); s != breaker.Closed {
 		t.Fatalf("State() = %v, want closed throughout", s)
 	}
+}
+
+// TestRealClockDefault checks that a nil Now means time.Now, inside a
+// synctest bubble where time is fake and sleeping costs nothing.
+func TestRealClockDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := breaker.DefaultConfig()
+		c.MinCalls = 1
+		b, err := breaker.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = b.Execute(func() error { return errors.New("boom") })
+		time.Sleep(10 * time.Second)
+		_, err = b.Allow()
+		var oe *breaker.OpenError
+		if !errors.As(err, &oe) || oe.Wait != 20*time.Second {
+			t.Fatalf("Allow() 10 s after tripping = %v, want *OpenError with Wait 20s", err)
+		}
+		time.Sleep(20 * time.Second)
+		if s := b.State(); s != breaker.HalfOpen {
+			t.Fatalf("State() 30 s after tripping = %v, want half-open", s)
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/budget"
@@ -641,4 +642,24 @@ func TestZeroAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocs per run, want 0", tt.name, n)
 		}
 	}
+}
+
+// TestRealClockDefault checks that a nil Now means time.Now, inside a
+// synctest bubble where time is fake and sleeping costs nothing.
+func TestRealClockDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := budget.New(budget.Config{Ratio: 0.5, Window: 2 * time.Second, Slices: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Deposit()
+		b.Deposit()
+		if !b.Withdraw() || b.Withdraw() {
+			t.Fatal("Withdraw, Withdraw after 2 deposits at ratio 0.5 = want true, false")
+		}
+		time.Sleep(2 * time.Second) // the window slides past everything
+		if st := b.Stats(); st.Requests != 0 || st.Retries != 0 {
+			t.Fatalf("Stats() 2 s later = %+v, want an empty window", st)
+		}
+	})
 }
