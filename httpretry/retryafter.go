@@ -1,6 +1,58 @@
-// Package httpretry applies stormguard's retry rules to HTTP. So far it
-// holds the Retry-After parser; the retrying transport arrives in a later
-// change.
+// Package httpretry applies stormguard's retry rules to HTTP: a
+// [Transport] (an [http.RoundTripper]) and [NewClient] that retry what is
+// worth retrying, per destination host, behind a retry budget and a
+// circuit breaker, and the header helpers that keep retries to one layer.
+//
+//	client, err := httpretry.NewClient(httpretry.WithTimeout(10 * time.Second))
+//	...
+//	resp, err := client.Get(url) // 503, 503, 200: the caller sees the 200
+//
+// What is retried (the rest is returned at once):
+//
+//	| outcome                                    | retried?                                    |
+//	| ------------------------------------------ | ------------------------------------------- |
+//	| timeout, connection reset/refused/closed   | yes, if the request is safe to repeat       |
+//	| 408, 429, 502, 503, 504                    | yes, same condition; 429/503 Retry-After    |
+//	| 500                                        | once, and only for an idempotent method     |
+//	| 401                                        | no; optional credential refresh and resend  |
+//	| other 4xx, 1xx, 2xx, 3xx                   | no                                          |
+//	| any response with "Stormguard-Retry: no"   | no                                          |
+//
+// A request is safe to repeat when its method is idempotent (GET, HEAD,
+// OPTIONS, TRACE, PUT, DELETE) or it carries an Idempotency-Key
+// ([WithAutoIdempotencyKey] adds one, once per request, reused on every
+// attempt), and its body can be sent again: a body with GetBody (as
+// [http.NewRequest] sets for in-memory bodies) is replayed through it; a
+// body without one is sent once, or buffered up to a bound with
+// [WithBufferBodies]. A POST without a key gets exactly one attempt.
+//
+// Delays: full-jitter backoff by default; a Retry-After on 429 and 503
+// (delay-seconds or any of the three HTTP-date forms, see
+// [ParseRetryAfter]) is a floor. If the wait would end past the deadline
+// ([WithTimeout], or the request context's) or exceeds [WithMaxRetryAfter],
+// the transport gives up at once and returns that response.
+//
+// Giving up: on a retryable status the caller gets the last response with
+// a nil error, so it can read the status and body ([GaveUp] tells it apart);
+// on a network error, a [*retry.Error] that says why it stopped and wraps
+// the cause. Bodies of discarded responses are drained (up to 64 KiB) and
+// closed so their connections are reused; the connection pool is never
+// closed.
+//
+// One layer retries: every attempt carries [AttemptHeader]
+// ("Stormguard-Attempt: 1", 2, ...; servers read it with
+// [AttemptFromRequest]). A response with [RetryHeader] ("Stormguard-Retry:
+// no") is never retried, and a handler whose own retries to a dependency
+// stopped sends that signal upward with [PushBack]:
+//
+//	resp, err := client.Do(req.WithContext(r.Context()))
+//	if httpretry.PushBack(w, resp, err) { // 503 + Stormguard-Retry: no
+//		return
+//	}
+//
+// Each destination host (URL.Host) gets its own retry budget and circuit
+// breaker, kept in a bounded table ([WithMaxHosts]). The transport logs
+// only to a logger given with [WithLogger]; time comes from [WithClock].
 package httpretry
 
 import (

@@ -1,0 +1,100 @@
+package httpretry
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/stormguard/stormguard/retry"
+)
+
+// drainLimit is how much of a discarded response body is read before it is
+// closed: enough for the usual error page, so the connection goes back to
+// the pool, small enough that a huge body is cut off instead (the
+// connection is then closed, not the pool).
+const drainLimit = 64 << 10
+
+// drainClose reads up to drainLimit bytes of rc and closes it.
+func drainClose(rc io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, rc, drainLimit)
+	_ = rc.Close()
+}
+
+// body wraps the body of a response handed to the caller when there is
+// something to do on Close (cancel the contexts made for the call) or
+// something to remember (the give-up marker read by [GaveUp]).
+type body struct {
+	io.ReadCloser
+	cancelAttempt context.CancelFunc // nil if none
+	cancelCall    context.CancelFunc // nil if none
+	reason        retry.Reason       // 0: not a give-up response
+	attempts      int
+}
+
+// Read reads from the response body; at EOF it releases the contexts.
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.cancel()
+	}
+	return n, err
+}
+
+// Close closes the response body and releases the contexts.
+func (b *body) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+func (b *body) cancel() {
+	if b.cancelAttempt != nil {
+		b.cancelAttempt()
+	}
+	if b.cancelCall != nil {
+		b.cancelCall()
+	}
+}
+
+// bufferBody reads up to limit bytes of req's body. If the whole body fits,
+// it returns the bytes (the body is closed) and replayable true. Otherwise
+// it returns a body that sends what was read followed by the rest, to be
+// sent once, and replayable false. A read error is returned as is, with
+// the body closed.
+func bufferBody(rc io.ReadCloser, contentLength, limit int64) (data []byte, once io.ReadCloser, replayable bool, err error) {
+	if contentLength > limit {
+		return nil, rc, false, nil
+	}
+	capHint := limit + 1
+	if contentLength > 0 {
+		capHint = contentLength + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, min(capHint, 32<<10)))
+	_, err = buf.ReadFrom(io.LimitReader(rc, limit+1))
+	if err != nil {
+		_ = rc.Close()
+		return nil, nil, false, err
+	}
+	if int64(buf.Len()) <= limit {
+		_ = rc.Close()
+		return buf.Bytes(), nil, true, nil
+	}
+	return nil, &onceBody{Reader: io.MultiReader(bytes.NewReader(buf.Bytes()), rc), closer: rc}, false, nil
+}
+
+// onceBody is a body read partly from a buffer and then from the original.
+type onceBody struct {
+	io.Reader
+	closer io.Closer
+}
+
+func (b *onceBody) Close() error { return b.closer.Close() }
+
+// bytesBody returns a fresh reader over data for one attempt.
+func bytesBody(data []byte) io.ReadCloser {
+	if len(data) == 0 {
+		return http.NoBody
+	}
+	return io.NopCloser(bytes.NewReader(data))
+}

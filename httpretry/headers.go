@@ -1,0 +1,193 @@
+package httpretry
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// AttemptHeader is the request header field the [Transport] puts on every
+// attempt: the attempt number, 1 for the first try, 2 for the first retry,
+// and so on, as a decimal integer ("Stormguard-Attempt: 2"). Like Envoy's
+// x-envoy-attempt-count, it lets a server see retry pressure; read it with
+// [AttemptFromRequest]. A value the caller set on the request is replaced.
+const AttemptHeader = "Stormguard-Attempt"
+
+// RetryHeader is the response header field that carries the "overloaded;
+// don't retry" signal. Its one defined value is [RetryNo] ("no", compared
+// without regard to case or surrounding spaces); other values are ignored
+// and reserved.
+//
+// A server (or a layer below it that already did its retrying) sends
+// "Stormguard-Retry: no" on a failure response to say: this layer has
+// already retried, or the dependency is overloaded, so do not add retries
+// on top. The [Transport] honours it from below: a response carrying it is
+// never retried and is returned to the caller as is. Handlers send it
+// upward with [DontRetry], [WriteOverloaded] or [PushBack]. It plays the
+// role of gRPC's grpc-retry-pushback-ms with a negative value and of the
+// SRE book's "overloaded; don't retry" error.
+const RetryHeader = "Stormguard-Retry"
+
+// RetryNo is the value of [RetryHeader] that means "don't retry".
+const RetryNo = "no"
+
+// maxAttemptValue bounds what [ParseAttempt] accepts, so that a hostile
+// header can neither overflow nor claim absurd numbers.
+const maxAttemptValue = 1 << 20
+
+// ParseAttempt parses the value of an [AttemptHeader] field leniently:
+// surrounding spaces and tabs are ignored and, if a proxy folded several
+// lines into one comma-separated value, the first element counts. The
+// number must be decimal digits only (no sign), from 1 to 1048576. ok is
+// false, and n 0, otherwise. ParseAttempt never panics and allocates
+// nothing.
+func ParseAttempt(value string) (n int, ok bool) {
+	if i := strings.IndexByte(value, ','); i >= 0 {
+		value = value[:i]
+	}
+	v := strings.Trim(value, " \t")
+	if v == "" || len(v) > 7 {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n < 1 || n > maxAttemptValue {
+		return 0, false
+	}
+	return n, true
+}
+
+// AttemptFromRequest returns the attempt number a client put in r's
+// [AttemptHeader] (first line, parsed with [ParseAttempt]). ok is false if
+// r is nil, the header is absent or its value is not a valid number: a
+// request without the header was most likely sent by a client that does
+// not count, so treat it as an unknown attempt, not as attempt 1.
+func AttemptFromRequest(r *http.Request) (n int, ok bool) {
+	if r == nil {
+		return 0, false
+	}
+	vs := r.Header[AttemptHeader]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return ParseAttempt(vs[0])
+}
+
+// dontRetry reports whether h carries RetryHeader: no.
+func dontRetry(h http.Header) bool {
+	for _, v := range h[RetryHeader] {
+		if strings.EqualFold(strings.Trim(v, " \t"), RetryNo) {
+			return true
+		}
+	}
+	return false
+}
+
+// DontRetry marks the response w is about to send with "Stormguard-Retry:
+// no" ([RetryHeader]): the caller should not retry it. Call it before
+// WriteHeader or Write. Use it on failure responses only; the signal means
+// "this layer already retried (or the dependency is overloaded)".
+func DontRetry(w http.ResponseWriter) {
+	w.Header()[RetryHeader] = []string{RetryNo}
+}
+
+// WriteOverloaded answers a request with 503 Service Unavailable and
+// "Stormguard-Retry: no", with a short plain-text body. Handlers call it
+// when their own retries to a dependency stopped (see [Overloaded]) so that
+// their caller does not retry on top.
+func WriteOverloaded(w http.ResponseWriter) {
+	DontRetry(w)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, "overloaded; don't retry\n")
+}
+
+// Overloaded reports whether resp and err, as returned by a client whose
+// transport is a [Transport], show that the retrying for this dependency is
+// done and the caller should be told not to retry:
+//   - err says the retries stopped because the attempts were exhausted
+//     ([retry.ErrAttemptsExhausted]), the retry budget refused one
+//     ([retry.ErrBudgetExhausted]) or a circuit breaker was open
+//     ([retry.ErrCircuitOpen], [breaker.ErrOpen]); or
+//   - resp is a response the Transport gave back after giving up on a
+//     retryable status for one of those reasons; or
+//   - resp carries "Stormguard-Retry: no" from the layer below.
+//
+// A plain failure that was not retried (a 404, a non-idempotent POST) and a
+// canceled call are not "overloaded". Both arguments may be nil.
+func Overloaded(resp *http.Response, err error) bool {
+	if err != nil {
+		return errors.Is(err, retry.ErrAttemptsExhausted) ||
+			errors.Is(err, retry.ErrBudgetExhausted) ||
+			errors.Is(err, retry.ErrCircuitOpen) ||
+			errors.Is(err, breaker.ErrOpen)
+	}
+	if resp == nil {
+		return false
+	}
+	if dontRetry(resp.Header) {
+		return true
+	}
+	if r, _, ok := GaveUp(resp); ok {
+		switch r {
+		case retry.AttemptsExhausted, retry.BudgetExhausted, retry.CircuitOpen:
+			return true
+		}
+	}
+	return false
+}
+
+// PushBack is the one-line helper for handlers: if [Overloaded](resp, err),
+// it drains and closes resp's body (if any), answers w with
+// [WriteOverloaded] and returns true; otherwise it does nothing and returns
+// false, and the handler goes on with resp and err.
+//
+//	resp, err := client.Do(req)
+//	if httpretry.PushBack(w, resp, err) {
+//		return
+//	}
+func PushBack(w http.ResponseWriter, resp *http.Response, err error) bool {
+	if !Overloaded(resp, err) {
+		return false
+	}
+	if resp != nil && resp.Body != nil {
+		drainClose(resp.Body)
+	}
+	WriteOverloaded(w)
+	return true
+}
+
+// GaveUp reports whether resp is a failure response that a [Transport]
+// returned because it gave up retrying (ok), and if so why and after how
+// many attempts. It reads a marker the Transport keeps on the response
+// body, so it reports false once the caller has replaced resp.Body.
+func GaveUp(resp *http.Response) (reason retry.Reason, attempts int, ok bool) {
+	if resp == nil {
+		return 0, 0, false
+	}
+	b, isOurs := resp.Body.(*body)
+	if !isOurs || b.reason == 0 {
+		return 0, 0, false
+	}
+	return b.reason, b.attempts, true
+}
+
+// attemptValues returns the header values for attempts 1 to n, built once
+// per Transport: every attempt shares them and nobody modifies them.
+func attemptValues(n int) [][]string {
+	vs := make([][]string, n)
+	for i := range vs {
+		vs[i] = []string{strconv.Itoa(i + 1)}
+	}
+	return vs
+}
