@@ -116,6 +116,8 @@ const (
 	MaxContentionClients = 1000
 	// MaxContentionRuns bounds ContentionConfig.Runs.
 	MaxContentionRuns = 10_000
+	// MaxContentionDuration bounds Cap, DelayMean and DelayStdDev.
+	MaxContentionDuration = time.Hour
 )
 
 // ContentionConfig describes the optimistic-concurrency experiment of the
@@ -140,11 +142,12 @@ type ContentionConfig struct {
 	// it must be in [1, MaxContentionRuns].
 	Runs int `json:"runs"`
 	// Base and Cap configure the backoff (see package backoff); they are
-	// checked even for ContentionNone.
+	// checked even for ContentionNone. Cap is at most
+	// MaxContentionDuration.
 	Base time.Duration `json:"base_ns"`
 	Cap  time.Duration `json:"cap_ns"`
 	// DelayMean and DelayStdDev describe the network delay of one hop; both
-	// must be non-negative.
+	// must be in [0, MaxContentionDuration].
 	DelayMean   time.Duration `json:"delay_mean_ns"`
 	DelayStdDev time.Duration `json:"delay_stddev_ns"`
 	// Seed seeds every run: run r of strategy s at N clients draws from a
@@ -221,10 +224,12 @@ func Contention(c ContentionConfig) (*ContentionResult, error) {
 	switch {
 	case c.Runs <= 0 || c.Runs > MaxContentionRuns:
 		return nil, fmt.Errorf("%w: runs %d must be in [1, %d]", ErrInvalidConfig, c.Runs, MaxContentionRuns)
-	case c.DelayMean < 0:
-		return nil, fmt.Errorf("%w: delay mean %v must not be negative", ErrInvalidConfig, c.DelayMean)
-	case c.DelayStdDev < 0:
-		return nil, fmt.Errorf("%w: delay stddev %v must not be negative", ErrInvalidConfig, c.DelayStdDev)
+	case c.DelayMean < 0 || c.DelayMean > MaxContentionDuration:
+		return nil, fmt.Errorf("%w: delay mean %v must be in [0, %v]", ErrInvalidConfig, c.DelayMean, MaxContentionDuration)
+	case c.DelayStdDev < 0 || c.DelayStdDev > MaxContentionDuration:
+		return nil, fmt.Errorf("%w: delay stddev %v must be in [0, %v]", ErrInvalidConfig, c.DelayStdDev, MaxContentionDuration)
+	case c.Cap > MaxContentionDuration:
+		return nil, fmt.Errorf("%w: cap %v must be at most %v", ErrInvalidConfig, c.Cap, MaxContentionDuration)
 	}
 	for _, n := range c.Clients {
 		if n < 1 || n > MaxContentionClients {

@@ -176,7 +176,10 @@ func (c LayersConfig) simulate(l int, signal bool) (float64, error) {
 	rng := rand.New(rand.NewPCG(c.Seed, uint64(l)))
 	mean := float64(time.Second) / c.Rate // mean gap between requests, ns
 	var calls, requests int64
-	for at := time.Duration(rng.ExpFloat64() * mean); at < c.Duration; at += time.Duration(rng.ExpFloat64() * mean) {
+	// Arrival times are summed in float64, so a very long gap cannot
+	// overflow.
+	for t := rng.ExpFloat64() * mean; t < float64(c.Duration); t += rng.ExpFloat64() * mean {
+		at := time.Duration(t)
 		n := ch.request(epoch.Add(at))
 		if at >= c.Warmup {
 			calls += n

@@ -77,6 +77,8 @@ const (
 	MaxOutageClients = 100_000
 	// MaxOutageWindows bounds Horizon/Window.
 	MaxOutageWindows = 1_000_000
+	// MaxOutageHorizon bounds Horizon.
+	MaxOutageHorizon = 24 * time.Hour
 )
 
 // OutageConfig describes the outage experiment: the seed's story of a
@@ -144,7 +146,8 @@ type OutageConfig struct {
 	// an attempt because its queue is full; 0 means none. It must not be
 	// negative.
 	ShedRetryAfter time.Duration `json:"shed_retry_after_ns"`
-	// Horizon is the simulated time; nothing happens after it.
+	// Horizon is the simulated time, in (0, MaxOutageHorizon]; nothing
+	// happens after it.
 	Horizon time.Duration `json:"horizon_ns"`
 	// Window is the width of a load-counting window; it must be positive
 	// and at most Horizon, and Horizon/Window at most MaxOutageWindows.
@@ -328,8 +331,8 @@ func (c *OutageConfig) validate() error {
 		return bad("queue %d must be positive", c.Queue)
 	case c.Timeout <= 0:
 		return bad("timeout %v must be positive", c.Timeout)
-	case c.Horizon <= 0:
-		return bad("horizon %v must be positive", c.Horizon)
+	case c.Horizon <= 0 || c.Horizon > MaxOutageHorizon:
+		return bad("horizon %v must be in (0, %v]", c.Horizon, MaxOutageHorizon)
 	case c.TriggerStart < 0 || c.TriggerStart > c.TriggerEnd || c.TriggerEnd > c.Horizon:
 		return bad("trigger [%v, %v) must lie in [0, horizon %v]", c.TriggerStart, c.TriggerEnd, c.Horizon)
 	case c.RetryAfter < 0 || c.ShedRetryAfter < 0:
@@ -401,6 +404,7 @@ type outRun struct {
 	brk    []*breaker.Breaker
 
 	service time.Duration // provider time per request
+	backlog time.Duration // Queue requests' worth of work: the queue is full
 	free    time.Duration // when the provider has finished its backlog
 
 	offeredW []int // original requests per window of arrival
@@ -438,6 +442,7 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 		reqs:     buf.reqs[:0],
 		bo:       bo,
 		service:  time.Duration(float64(time.Second) / c.Capacity),
+		backlog:  time.Duration(min(float64(c.Queue)*float64(time.Second)/c.Capacity, float64(2*MaxOutageHorizon))),
 		offeredW: make([]int, windows),
 		okW:      make([]int, windows),
 		res: OutagePolicyResult{
@@ -465,11 +470,14 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 	}
 	arrivals := rand.New(rand.NewPCG(c.Seed, 1))
 	mean := float64(time.Second) / (float64(c.Clients) * c.RatePerClient)
-	next := func() time.Duration { return r.now + time.Duration(arrivals.ExpFloat64()*mean) }
-
-	if first := next(); first < c.Horizon {
-		r.q.push(first, -1, outArrive)
+	// nextArrival schedules the next original request, in float64 so that
+	// a very long gap cannot overflow.
+	nextArrival := func() {
+		if gap := arrivals.ExpFloat64() * mean; gap < float64(c.Horizon-r.now) {
+			r.q.push(r.now+time.Duration(gap), -1, outArrive)
+		}
 	}
+	nextArrival()
 	for r.q.len() > 0 {
 		e := r.q.pop()
 		r.now = e.at
@@ -487,9 +495,7 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 				r.budget[client].DepositAt(epoch.Add(r.now))
 			}
 			r.send(id)
-			if at := next(); at < c.Horizon {
-				r.q.push(at, -1, outArrive)
-			}
+			nextArrival()
 		case outSend:
 			r.send(e.who)
 		case outSuccess:
@@ -516,10 +522,11 @@ func (r *outRun) inTrigger(t time.Duration) bool {
 	return t >= r.c.TriggerStart && t < r.c.TriggerEnd
 }
 
-// schedule pushes an event unless it falls after the horizon.
-func (r *outRun) schedule(at time.Duration, id int32, kind uint8) {
-	if at < r.c.Horizon {
-		r.q.push(at, id, kind)
+// after schedules an event d from now, unless it falls at or after the
+// horizon (so no sum can overflow).
+func (r *outRun) after(d time.Duration, id int32, kind uint8) {
+	if d < r.c.Horizon-r.now {
+		r.q.push(r.now+max(d, 0), id, kind)
 	}
 }
 
@@ -554,7 +561,7 @@ func (r *outRun) send(id int32) {
 	if r.free < now {
 		r.free = now
 	}
-	if r.free-now >= time.Duration(c.Queue)*r.service {
+	if r.free-now >= r.backlog {
 		r.res.Shed++
 		req.ra = c.ShedRetryAfter
 		r.failed(id) // a fast 503: the client hears of it at once
@@ -567,13 +574,13 @@ func (r *outRun) send(id int32) {
 		// The client gives up; the provider still does the work later.
 		r.res.TimedOut++
 		req.ra = 0
-		r.schedule(now+c.Timeout, id, outFailure)
+		r.after(c.Timeout, id, outFailure)
 	case r.inTrigger(finish):
 		req.ra = c.RetryAfter
-		r.schedule(finish, id, outFailure)
+		r.after(finish-now, id, outFailure)
 	default:
 		r.res.Successes[w]++
-		r.schedule(finish, id, outSuccess)
+		r.after(finish-now, id, outSuccess)
 	}
 }
 
@@ -602,7 +609,7 @@ func (r *outRun) failed(id int32) {
 	if r.p.RetryAfter && req.ra > d {
 		d = req.ra
 	}
-	r.schedule(r.now+d, id, outSend)
+	r.after(d, id, outSend)
 }
 
 // finish computes the summary figures from the counters.
