@@ -127,7 +127,7 @@ type Budget struct {
 	now     func() time.Time
 	base    time.Time // start of slice 0
 
-	// head is the newest slice a withdrawal has used and the retries
+	// head is the newest slice in which a retry was admitted, and the retries
 	// admitted in it. Every admission is a compare-and-swap on head.
 	_    [64]byte // keep head off the cache line of the fields above
 	head atomic.Uint64
@@ -250,8 +250,8 @@ func (b *Budget) Withdraw() bool { return b.WithdrawAt(b.now()) }
 // WithdrawAt reports whether a retry may be sent at time t, and if so
 // records it: it admits the retry if and only if, in the window ending in
 // t's slice, retries + 1 <= Ratio·requests + MinPerSecond·Window.Seconds()
-// (see the package documentation). If t is older than the newest slice a
-// withdrawal has used, it counts as that newest slice.
+// (see the package documentation). If t is older than the newest slice in
+// which a retry was admitted, it counts as that slice.
 //
 // WithdrawAt is safe for concurrent use, takes no lock and allocates
 // nothing: the admission is one compare-and-swap, retried if another
