@@ -678,3 +678,40 @@ over the horizon; in outage: the same during the trigger; goodput: original requ
 after: goodput of requests sent after the trigger; recovered: time after the trigger until`), 100*c.RecoveryRatio, c.RecoveryWindow)
 	return bw.Flush()
 }
+
+// WriteLoad writes the load over time as a table: one row per interval of
+// length every (from t=0), one column per policy, each cell the attempts
+// that reached the provider in that interval. every must be a positive
+// multiple of the config's Window; otherwise WriteLoad writes nothing and
+// returns an error wrapping [ErrInvalidConfig].
+func (r *OutageResult) WriteLoad(w io.Writer, every time.Duration) error {
+	c := r.Config
+	if every <= 0 || every%c.Window != 0 {
+		return fmt.Errorf("%w: interval %v must be a positive multiple of the window %v", ErrInvalidConfig, every, c.Window)
+	}
+	step := int(every / c.Window)
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "attempts at the provider per %v (trigger from %v to %v)\n%8s", every, c.TriggerStart, c.TriggerEnd, "t")
+	width := make([]int, len(r.Policies))
+	for i, p := range r.Policies {
+		width[i] = max(len(p.Policy.Name), 7)
+		fmt.Fprintf(bw, " %*s", width[i], p.Policy.Name)
+	}
+	fmt.Fprintln(bw)
+	windows := 0
+	for _, p := range r.Policies {
+		windows = max(windows, len(p.Load))
+	}
+	for from := 0; from < windows; from += step {
+		fmt.Fprintf(bw, "%8v", time.Duration(from)*c.Window)
+		for i, p := range r.Policies {
+			n := 0
+			for k := from; k < from+step && k < len(p.Load); k++ {
+				n += p.Load[k]
+			}
+			fmt.Fprintf(bw, " %*d", width[i], n)
+		}
+		fmt.Fprintln(bw)
+	}
+	return bw.Flush()
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -316,6 +317,35 @@ func BenchmarkOutageLowVolume(b *testing.B) {
 	for b.Loop() {
 		if _, err := sim.Outage(c); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestOutageWriteLoad(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultOutageConfig()
+	c.Horizon, c.TriggerStart, c.TriggerEnd = 3*time.Second, time.Second, 2*time.Second
+	c.Policies = policies(t, "full", naive)
+	r := outage(t, c)
+	var buf bytes.Buffer
+	if err := r.WriteLoad(&buf, time.Second); err != nil {
+		t.Fatalf("WriteLoad(1s) = %v", err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 2+3 {
+		t.Fatalf("WriteLoad(1s) wrote %d lines, want a title, a header and 3 rows:\n%s", len(lines), buf.String())
+	}
+	var sum int
+	for _, x := range r.Policies[1].Load[:10] {
+		sum += x
+	}
+	if f := strings.Fields(lines[2]); len(f) != 3 || f[0] != "0s" || f[2] != strconv.Itoa(sum) {
+		t.Errorf("WriteLoad(1s) first row = %q, want 0s and %s's %d attempts", lines[2], naive, sum)
+	}
+	for _, bad := range []time.Duration{0, -time.Second, 150 * time.Millisecond} {
+		buf.Reset()
+		if err := r.WriteLoad(&buf, bad); !errors.Is(err, sim.ErrInvalidConfig) || buf.Len() != 0 {
+			t.Errorf("WriteLoad(%v) = %v and %d bytes, want ErrInvalidConfig and nothing written", bad, err, buf.Len())
 		}
 	}
 }
