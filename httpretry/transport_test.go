@@ -1,0 +1,761 @@
+package httpretry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// failThenOK answers 503 to the first fails requests and 200 "ok" after.
+func failThenOK(fails int) func(w http.ResponseWriter, r *http.Request, n int) {
+	return func(w http.ResponseWriter, r *http.Request, n int) {
+		if n <= fails {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}
+}
+
+func TestPOSTBodyReplayedWithSameKey(t *testing.T) {
+	payload := strings.Repeat("0123456789", 1000) + "\x00\xff"
+	tests := []struct {
+		name    string
+		opts    []httpretry.Option
+		key     string
+		newBody func() io.Reader
+	}{
+		{"caller's key, GetBody", nil, "caller-key-1", func() io.Reader { return strings.NewReader(payload) }},
+		{"auto key, GetBody", []httpretry.Option{httpretry.WithAutoIdempotencyKey()}, "", func() io.Reader { return bytes.NewReader([]byte(payload)) }},
+		{"caller's key, buffered body", []httpretry.Option{httpretry.WithBufferBodies(1 << 20)}, "caller-key-2",
+			func() io.Reader { return io.NopCloser(strings.NewReader(payload)) }}, // no GetBody
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, obs := serve(t, failThenOK(2))
+			tr, _ := newTransport(t, srv.Client().Transport, tt.opts...)
+			req := newRequest(t, context.Background(), "POST", srv.URL, tt.newBody())
+			if tt.key != "" {
+				req.Header.Set(idempotency.Header, tt.key)
+			}
+			before := req.Header.Clone()
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip(POST) error: %v", err)
+			}
+			if got := readClose(t, resp); resp.StatusCode != 200 || got != "ok" {
+				t.Errorf("RoundTrip(POST) = %d %q, want 200 \"ok\"", resp.StatusCode, got)
+			}
+			attempts, keys, bodies := obs.snapshot()
+			if !slices.Equal(attempts, []string{"1", "2", "3"}) {
+				t.Errorf("attempt headers = %q, want 1, 2, 3", attempts)
+			}
+			for i, b := range bodies {
+				if b != payload {
+					t.Errorf("attempt %d body: %d bytes, not byte-identical to the %d sent", i+1, len(b), len(payload))
+				}
+			}
+			if keys[0] == "" || (tt.key != "" && keys[0] != tt.key) {
+				t.Errorf("attempt 1 Idempotency-Key = %q, want %q (or a generated one)", keys[0], tt.key)
+			}
+			if _, err := idempotency.ParseKey(keys[0]); err != nil {
+				t.Errorf("Idempotency-Key %q does not parse: %v", keys[0], err)
+			}
+			for i, k := range keys {
+				if k != keys[0] {
+					t.Errorf("attempt %d Idempotency-Key = %q, want the same key %q on every attempt", i+1, k, keys[0])
+				}
+			}
+			if !equalHeader(req.Header, before) {
+				t.Errorf("RoundTrip modified the caller's header: %v, was %v", req.Header, before)
+			}
+		})
+	}
+}
+
+func equalHeader(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestAutoKeyIsPerCall(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithAutoIdempotencyKey())
+	for _, method := range []string{"POST", "POST", "GET"} {
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), method, srv.URL, nil))
+		if err != nil {
+			t.Fatalf("RoundTrip(%s): %v", method, err)
+		}
+		readClose(t, resp)
+	}
+	_, keys, _ := obs.snapshot()
+	if keys[0] == "" || keys[1] == "" || keys[0] == keys[1] {
+		t.Errorf("keys of two POSTs = %q, %q; want two different keys", keys[0], keys[1])
+	}
+	if keys[2] != "" {
+		t.Errorf("GET got Idempotency-Key %q; want none (GET is idempotent)", keys[2])
+	}
+}
+
+// closeRecorder is a request body without GetBody that records Close and
+// how much was read from it.
+type closeRecorder struct {
+	r      io.Reader
+	read   atomic.Int64
+	closed atomic.Int32
+}
+
+func (c *closeRecorder) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+func (c *closeRecorder) Close() error { c.closed.Add(1); return nil }
+
+func TestBodyWithoutGetBody(t *testing.T) {
+	payload := strings.Repeat("x", 10_000)
+	tests := []struct {
+		name        string
+		opts        []httpretry.Option
+		wantTries   int
+		wantMaxRead int64 // bytes read before the first attempt, checked via the server's copy
+	}{
+		{"sent once", nil, 1, 0},
+		{"buffered (fits)", []httpretry.Option{httpretry.WithBufferBodies(20_000)}, 3, 0},
+		{"too large for the buffer: sent once, whole", []httpretry.Option{httpretry.WithBufferBodies(4096)}, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, obs := serve(t, failThenOK(5))
+			tr, _ := newTransport(t, srv.Client().Transport, tt.opts...)
+			body := &closeRecorder{r: strings.NewReader(payload)}
+			req := newRequest(t, context.Background(), "PUT", srv.URL, body)
+			req.ContentLength = -1 // unknown: chunked, so the buffer limit is found by reading
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip(PUT) error: %v", err)
+			}
+			readClose(t, resp)
+			if resp.StatusCode != 503 {
+				t.Errorf("RoundTrip(PUT) status = %d, want the last 503", resp.StatusCode)
+			}
+			_, _, bodies := obs.snapshot()
+			if len(bodies) != tt.wantTries {
+				t.Fatalf("server saw %d attempts, want %d", len(bodies), tt.wantTries)
+			}
+			for i, b := range bodies {
+				if b != payload {
+					t.Errorf("attempt %d body: %d bytes, want the %d sent", i+1, len(b), len(payload))
+				}
+			}
+			if body.closed.Load() == 0 {
+				t.Errorf("request body never closed")
+			}
+		})
+	}
+}
+
+func TestBufferReadsBounded(t *testing.T) {
+	// An endless body: the transport must not try to read it all.
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithBufferBodies(1024))
+	body := &closeRecorder{r: io.LimitReader(zeros{}, 1<<20)}
+	req := newRequest(t, context.Background(), "PUT", srv.URL, body)
+	req.ContentLength = -1
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	readClose(t, resp)
+	_, _, bodies := obs.snapshot()
+	if len(bodies) != 1 || len(bodies[0]) != 1<<20 {
+		t.Errorf("server got %d attempts, first of %d bytes; want 1 attempt with the whole 1 MiB", len(bodies), len(bodies[0]))
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestRequestBodyClosedOnEveryPath covers the paths where no attempt takes
+// the body over.
+func TestRequestBodyClosedOnEveryPath(t *testing.T) {
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		url  string
+	}{
+		{"success", context.Background(), srv.URL},
+		{"context already canceled", canceled, srv.URL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, _ := newTransport(t, srv.Client().Transport)
+			body := &closeRecorder{r: strings.NewReader("abc")}
+			req := newRequest(t, tt.ctx, "PUT", tt.url, body)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				readClose(t, resp)
+			}
+			if body.closed.Load() == 0 {
+				t.Errorf("RoundTrip (%s, err %v) did not close the request body", tt.name, err)
+			}
+		})
+	}
+	t.Run("nil URL", func(t *testing.T) {
+		tr, _ := newTransport(t, nil)
+		body := &closeRecorder{r: strings.NewReader("abc")}
+		req := &http.Request{Method: "PUT", Body: body, Header: http.Header{}}
+		if _, err := tr.RoundTrip(req); err == nil {
+			t.Errorf("RoundTrip(nil URL) error = nil")
+		}
+		if body.closed.Load() == 0 {
+			t.Errorf("RoundTrip(nil URL) did not close the request body")
+		}
+	})
+	t.Run("circuit open", func(t *testing.T) {
+		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithMaxAttempts(1), httpretry.WithBreaker(tripFast()))
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+		if err != nil {
+			t.Fatalf("RoundTrip: %v", err)
+		}
+		readClose(t, resp)
+		body := &closeRecorder{r: strings.NewReader("abc")}
+		_, err = tr.RoundTrip(newRequest(t, context.Background(), "PUT", srv.URL, body))
+		if !errors.Is(err, retry.ErrCircuitOpen) {
+			t.Errorf("RoundTrip with the circuit open: err = %v, want ErrCircuitOpen", err)
+		}
+		if body.closed.Load() == 0 {
+			t.Errorf("RoundTrip rejected by the breaker did not close the request body")
+		}
+		if obs.count() != 1 {
+			t.Errorf("server saw %d requests, want 1 (the open breaker sends nothing)", obs.count())
+		}
+	})
+}
+
+// tripFast is a breaker that opens after one failure, for a long time.
+func tripFast() breaker.Config {
+	c := breaker.DefaultConfig()
+	c.MinCalls = 1
+	c.OpenFor = time.Hour
+	return c
+}
+
+func TestRetryAfterIsAFloor(t *testing.T) {
+	forms := []struct {
+		name  string
+		value func(now time.Time) string
+	}{
+		{"delay-seconds", func(time.Time) string { return "2" }},
+		{"IMF-fixdate", func(now time.Time) string { return now.Add(2 * time.Second).Format(http.TimeFormat) }},
+		{"RFC 850", func(now time.Time) string { return now.Add(2 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT") }},
+		{"asctime", func(now time.Time) string { return now.Add(2 * time.Second).Format(time.ANSIC) }},
+	}
+	for _, code := range []int{429, 503} {
+		for _, f := range forms {
+			t.Run(f.name+"/"+http.StatusText(code), func(t *testing.T) {
+				var clock *fakeClock
+				srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+					if n == 1 {
+						w.Header().Set("Retry-After", f.value(clock.Now()))
+						w.WriteHeader(code)
+					}
+				})
+				var tr *httpretry.Transport
+				tr, clock = newTransport(t, srv.Client().Transport)
+				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				readClose(t, resp)
+				if resp.StatusCode != 200 || obs.count() != 2 {
+					t.Errorf("RoundTrip = %d after %d attempts, want 200 after 2", resp.StatusCode, obs.count())
+				}
+				if s := clock.Sleeps(); len(s) != 1 || s[0] < 2*time.Second {
+					t.Errorf("sleeps = %v, want one of at least 2s (Retry-After is a floor)", s)
+				}
+			})
+		}
+	}
+}
+
+func TestRetryAfterBeyondDeadline(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []httpretry.Option
+		hint string
+	}{
+		{"past the overall timeout", []httpretry.Option{httpretry.WithTimeout(time.Second)}, "2"},
+		{"past the request context's deadline", nil, "3600"},
+		{"above MaxRetryAfter", []httpretry.Option{httpretry.WithMaxRetryAfter(time.Second)}, "2"},
+		{"484289 hours", nil, "1743440400"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+				w.Header().Set("Retry-After", tt.hint)
+				http.Error(w, "come back later", 503)
+			})
+			tr, clock := newTransport(t, srv.Client().Transport, tt.opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", srv.URL, nil))
+			if err != nil {
+				t.Fatalf("RoundTrip error = %v, want the 503 response", err)
+			}
+			if got := readClose(t, resp); resp.StatusCode != 503 || got != "come back later\n" {
+				t.Errorf("RoundTrip = %d %q, want the 503 and its body", resp.StatusCode, got)
+			}
+			if obs.count() != 1 || len(clock.Sleeps()) != 0 {
+				t.Errorf("%d attempts, sleeps %v; want 1 attempt and no sleep", obs.count(), clock.Sleeps())
+			}
+		})
+	}
+}
+
+func TestGaveUpMarker(t *testing.T) {
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { http.Error(w, "busy", 503) })
+	tr, _ := newTransport(t, srv.Client().Transport)
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readClose(t, resp)
+	reason, attempts, ok := httpretry.GaveUp(resp)
+	if !ok || reason != retry.AttemptsExhausted || attempts != 3 {
+		t.Errorf("GaveUp = %v, %d, %v; want attempts exhausted, 3, true", reason, attempts, ok)
+	}
+	if !httpretry.Overloaded(resp, nil) {
+		t.Errorf("Overloaded(give-up response) = false, want true")
+	}
+}
+
+func TestAttemptTimeoutRetried(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			<-r.Context().Done() // slow: the attempt's deadline fires first
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithAttemptTimeout(50*time.Millisecond), httpretry.WithTimeout(time.Minute))
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	// The body is read after RoundTrip returned: the attempt's and the
+	// call's contexts must still be alive.
+	if got := readClose(t, resp); got != "ok" || obs.count() != 2 {
+		t.Errorf("RoundTrip = %q after %d attempts, want \"ok\" after 2", got, obs.count())
+	}
+}
+
+func TestParentCancelStopsAtOnce(t *testing.T) {
+	t.Run("during the sleep", func(t *testing.T) {
+		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+		clock := &blockingClock{started: make(chan struct{}, 1)}
+		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-clock.started; cancel() }()
+		resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", srv.URL, nil))
+		if resp != nil || !errors.Is(err, context.Canceled) || !errors.Is(err, retry.ErrCanceled) {
+			t.Errorf("RoundTrip = %v, %v; want nil, a canceled error", resp, err)
+		}
+		if obs.count() != 1 {
+			t.Errorf("server saw %d attempts, want 1", obs.count())
+		}
+	})
+	t.Run("during an attempt", func(t *testing.T) {
+		entered := make(chan struct{})
+		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			close(entered)
+			<-r.Context().Done()
+		})
+		tr, _ := newTransport(t, srv.Client().Transport)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-entered; cancel() }()
+		resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", srv.URL, nil))
+		if resp != nil || !errors.Is(err, context.Canceled) {
+			t.Errorf("RoundTrip = %v, %v; want nil, context.Canceled", resp, err)
+		}
+		if obs.count() != 1 {
+			t.Errorf("server saw %d attempts, want 1", obs.count())
+		}
+	})
+}
+
+func TestResetBeforeResponseRetried(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n < 3 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr, _ := newTransport(t, srv.Client().Transport)
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	if got := readClose(t, resp); got != "ok" || obs.count() != 3 {
+		t.Errorf("RoundTrip = %q after %d attempts, want \"ok\" after 3", got, obs.count())
+	}
+}
+
+func TestConnectionsReused(t *testing.T) {
+	for _, size := range []int{0, 100, 32 << 10} {
+		t.Run(fmt.Sprintf("503 body of %d bytes", size), func(t *testing.T) {
+			var conns atomic.Int32
+			o := &observed{}
+			errorPage := strings.Repeat("e", size)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if o.record(r) <= 2 {
+					w.WriteHeader(503)
+					_, _ = io.WriteString(w, errorPage)
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			}))
+			srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			srv.Start()
+			defer srv.Close()
+			tr, _ := newTransport(t, srv.Client().Transport)
+			for i := range 2 {
+				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+				if err != nil {
+					t.Fatalf("RoundTrip %d: %v", i, err)
+				}
+				readClose(t, resp)
+			}
+			if n := conns.Load(); n != 1 {
+				t.Errorf("server saw %d new connections for %d requests, want 1", n, o.count())
+			}
+		})
+	}
+}
+
+func TestDontRetryFromBelow(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		httpretry.WriteOverloaded(w)
+	})
+	tr, clock := newTransport(t, srv.Client().Transport)
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	readClose(t, resp)
+	if resp.StatusCode != 503 || resp.Header.Get(httpretry.RetryHeader) != "no" {
+		t.Errorf("RoundTrip = %d with %s %q, want 503 with \"no\"", resp.StatusCode, httpretry.RetryHeader, resp.Header.Get(httpretry.RetryHeader))
+	}
+	if obs.count() != 1 || len(clock.Sleeps()) != 0 {
+		t.Errorf("%d attempts, sleeps %v; want 1 attempt, no sleep", obs.count(), clock.Sleeps())
+	}
+	if !httpretry.Overloaded(resp, nil) {
+		t.Errorf("Overloaded(response with the don't-retry header) = false")
+	}
+}
+
+// TestThreeLayerChain: client -> A -> B -> bottom, each hop through a
+// Transport with 3 attempts, the bottom always failing. With PushBack in
+// the handlers only the layer next to the bottom retries: 3 calls reach the
+// bottom, not 27.
+func TestThreeLayerChain(t *testing.T) {
+	tests := []struct {
+		name     string
+		pushBack bool
+		opts     []httpretry.Option
+		want     []int // calls at A, B, bottom
+	}{
+		{"PushBack", true, nil, []int{1, 1, 3}},
+		{"naive, no budget, no breaker", false, []httpretry.Option{httpretry.WithoutBudget(), httpretry.WithoutBreaker()}, []int{3, 9, 27}},
+		// B's budget to the bottom: 9 requests, a floor of 10 retries per
+		// window: 9 + 10 = 19.
+		{"naive, default budgets", false, nil, []int{3, 9, 19}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bottom, bottomObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+				http.Error(w, "down", 503)
+			})
+			layer := func(next string) (*httptest.Server, *observed) {
+				tr, _ := newTransport(t, nil, tt.opts...)
+				client := &http.Client{Transport: tr}
+				return serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+					req := newRequest(t, r.Context(), "GET", next, nil)
+					resp, err := client.Do(req)
+					if tt.pushBack && httpretry.PushBack(w, resp, err) {
+						return
+					}
+					if err != nil {
+						http.Error(w, err.Error(), http.StatusBadGateway)
+						return
+					}
+					defer resp.Body.Close()
+					w.WriteHeader(resp.StatusCode)
+					_, _ = io.Copy(w, resp.Body)
+				})
+			}
+			b, bObs := layer(bottom.URL)
+			a, aObs := layer(b.URL)
+			tr, _ := newTransport(t, nil, tt.opts...)
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", a.URL, nil))
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			readClose(t, resp)
+			got := []int{aObs.count(), bObs.count(), bottomObs.count()}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("calls at A, B, bottom = %v, want %v", got, tt.want)
+			}
+			if resp.StatusCode != 503 {
+				t.Errorf("client got %d, want 503", resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestRefreshOn401(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		switch {
+		case r.Header.Get("Authorization") != "Bearer new":
+			w.WriteHeader(401)
+		case n == 2:
+			w.WriteHeader(503) // the refreshed request fails once more: retried
+		default:
+			_, _ = io.WriteString(w, "ok")
+		}
+	})
+	var refreshes atomic.Int32
+	refresh := func(r *http.Request) (*http.Request, error) {
+		refreshes.Add(1)
+		r.Header.Set("Authorization", "Bearer new")
+		return r, nil
+	}
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRefreshOn401(refresh),
+		httpretry.WithBudget(budget.Config{Ratio: 0, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}))
+	req := newRequest(t, context.Background(), "PUT", srv.URL, strings.NewReader("body"))
+	req.Header.Set("Authorization", "Bearer old")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	if got := readClose(t, resp); got != "ok" {
+		t.Errorf("RoundTrip body = %q, want ok", got)
+	}
+	attempts, _, bodies := obs.snapshot()
+	// The resend after the 401 is attempt 1 again (not counted), and the
+	// budget's single retry is still there for the 503.
+	if !slices.Equal(attempts, []string{"1", "1", "2"}) || refreshes.Load() != 1 {
+		t.Errorf("attempt headers %q, %d refreshes; want [1 1 2], 1", attempts, refreshes.Load())
+	}
+	for i, b := range bodies {
+		if b != "body" {
+			t.Errorf("request %d body = %q, want the original", i+1, b)
+		}
+	}
+	if req.Header.Get("Authorization") != "Bearer old" {
+		t.Errorf("the caller's request was modified: Authorization %q", req.Header.Get("Authorization"))
+	}
+
+	t.Run("hook error", func(t *testing.T) {
+		boom := errors.New("token endpoint down")
+		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRefreshOn401(func(*http.Request) (*http.Request, error) { return nil, boom }))
+		_, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+		if !errors.Is(err, boom) {
+			t.Errorf("RoundTrip error = %v, want it to wrap the hook's error", err)
+		}
+	})
+	t.Run("no hook", func(t *testing.T) {
+		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(401) })
+		tr, _ := newTransport(t, srv.Client().Transport)
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+		if err != nil || resp.StatusCode != 401 || obs.count() != 1 {
+			t.Fatalf("RoundTrip = %v, %v after %d attempts; want 401 after 1", resp, err, obs.count())
+		}
+		readClose(t, resp)
+	})
+}
+
+func TestPerHostBreaker(t *testing.T) {
+	bad, badObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+	good, goodObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	tr, _ := newTransport(t, nil, httpretry.WithBreaker(tripFast()))
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", bad.URL, nil))
+	if err != nil {
+		t.Fatalf("RoundTrip(bad) error = %v, want the 503", err)
+	}
+	readClose(t, resp)
+	if r, _, _ := httpretry.GaveUp(resp); r != retry.CircuitOpen || badObs.count() != 1 {
+		t.Errorf("first call: GaveUp reason %v after %d attempts; want circuit open after 1 (the failure tripped it)", r, badObs.count())
+	}
+	_, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", bad.URL, nil))
+	if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, retry.ErrCircuitOpen) || !httpretry.Overloaded(nil, err) {
+		t.Errorf("second call to the bad host: err = %v, want the open breaker's error", err)
+	}
+	if badObs.count() != 1 {
+		t.Errorf("bad host saw %d requests, want 1", badObs.count())
+	}
+	resp, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", good.URL, nil))
+	if err != nil || resp.StatusCode != 200 || goodObs.count() != 1 {
+		t.Fatalf("RoundTrip(good host) = %v, %v; want 200 (its breaker is its own)", resp, err)
+	}
+	readClose(t, resp)
+}
+
+func TestPerHostBudget(t *testing.T) {
+	// One retry per window per host.
+	oneRetry := budget.Config{Ratio: 0, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}
+	a, aObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+	b, bObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+	tr, _ := newTransport(t, nil, httpretry.WithBudget(oneRetry))
+	get := func(url string) *http.Response {
+		t.Helper()
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", url, nil))
+		if err != nil {
+			t.Fatalf("RoundTrip(%s): %v", url, err)
+		}
+		readClose(t, resp)
+		return resp
+	}
+	resp := get(a.URL)
+	if r, n, _ := httpretry.GaveUp(resp); r != retry.BudgetExhausted || n != 2 {
+		t.Errorf("first call: GaveUp = %v after %d, want budget exhausted after 2", r, n)
+	}
+	get(a.URL)
+	get(b.URL)
+	if aObs.count() != 3 || bObs.count() != 2 {
+		t.Errorf("host a saw %d, host b %d attempts; want 3 (2+1) and 2 (own budget)", aObs.count(), bObs.count())
+	}
+	if !httpretry.Overloaded(resp, nil) {
+		t.Errorf("Overloaded(budget give-up) = false")
+	}
+}
+
+func TestWithoutBudgetAndBreaker(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithMaxAttempts(5))
+	for range 5 {
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readClose(t, resp)
+	}
+	if obs.count() != 25 {
+		t.Errorf("server saw %d attempts, want 25 (no budget, no breaker)", obs.count())
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n%2 == 1 {
+			w.WriteHeader(503)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	srv2, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithMaxAttempts(10), httpretry.WithMaxHosts(1))
+	client := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 32 {
+		wg.Go(func() {
+			url := srv.URL
+			if i%4 == 0 {
+				url = srv2.URL // two hosts through a table of one: evictions
+			}
+			resp, err := client.Get(url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- errors.New(resp.Status)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent Get: %v", err)
+	}
+}
+
+func TestNewTransportInvalid(t *testing.T) {
+	badBudget := budget.DefaultConfig()
+	badBudget.Ratio = 2
+	badBreaker := breaker.DefaultConfig()
+	badBreaker.MinCalls = 0
+	tests := []struct {
+		name string
+		opt  httpretry.Option
+	}{
+		{"attempts 0", httpretry.WithMaxAttempts(0)},
+		{"attempts 101", httpretry.WithMaxAttempts(101)},
+		{"nil backoff", httpretry.WithBackoff(nil)},
+		{"negative timeout", httpretry.WithTimeout(-1)},
+		{"negative attempt timeout", httpretry.WithAttemptTimeout(-1)},
+		{"zero max retry-after", httpretry.WithMaxRetryAfter(0)},
+		{"zero buffer", httpretry.WithBufferBodies(0)},
+		{"nil clock", httpretry.WithClock(nil)},
+		{"zero hosts", httpretry.WithMaxHosts(0)},
+		{"bad budget", httpretry.WithBudget(badBudget)},
+		{"bad breaker", httpretry.WithBreaker(badBreaker)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := httpretry.NewTransport(nil, tt.opt)
+			if !errors.Is(err, httpretry.ErrInvalidOption) || tr != nil {
+				t.Errorf("NewTransport(%s) = %v, %v; want nil, ErrInvalidOption", tt.name, tr, err)
+			}
+			if _, err := httpretry.NewClient(tt.opt); !errors.Is(err, httpretry.ErrInvalidOption) {
+				t.Errorf("NewClient(%s) error = %v, want ErrInvalidOption", tt.name, err)
+			}
+		})
+	}
+	if _, err := httpretry.NewTransport(nil, nil); err != nil {
+		t.Errorf("NewTransport(nil, nil option) = %v, want nil error", err)
+	}
+}
