@@ -98,13 +98,27 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 
 	// Without a per-attempt cap, one context per call carries the policy's
 	// own timeout to every attempt; otherwise attempts run on ctx itself.
-	callCtx := ctx
 	if p.timeout > 0 && p.attemptTimeout == 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = p.withDeadline(ctx, deadline, now)
-		defer cancel()
+		return p.loopWithCallContext(ctx, op, now, deadline, hasDL, needNow)
 	}
+	return p.loop(ctx, ctx, op, now, deadline, hasDL, needNow)
+}
 
+// loopWithCallContext runs the loop with attempts on one context that ends
+// at the overall deadline. It is apart from run so that run has no defer:
+// with as many returns as the loop has, a defer there would not be
+// open-coded and would cost every call, the success path included.
+func (p *Policy) loopWithCallContext(ctx context.Context, op func(context.Context, int) error, now, deadline time.Time, hasDL, needNow bool) error {
+	callCtx, cancel := p.withDeadline(ctx, deadline, now)
+	defer cancel()
+	return p.loop(ctx, callCtx, op, now, deadline, hasDL, needNow)
+}
+
+// loop is the retry loop proper. Attempts run on callCtx (ctx itself, or one
+// context per call carrying the policy's timeout) unless each attempt gets
+// its own context; ctx is the caller's.
+func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int) error, now, deadline time.Time, hasDL, needNow bool) error {
+	callDerived := p.timeout > 0 && p.attemptTimeout == 0
 	brk := p.breaker
 	seq := p.backoff.Sequence()
 	var lastErr error
@@ -151,7 +165,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		} else {
 			err = op(actx, attempt)
 		}
-		attemptExpired := actx != ctx && actx.Err() != nil
+		attemptExpired := (callDerived || cancel != nil) && actx.Err() != nil
 		if cancel != nil {
 			cancel()
 		}
