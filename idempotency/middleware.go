@@ -27,7 +27,7 @@ const (
 // 503 (store unavailable) answers.
 const retryAfterSeconds = "1"
 
-// DefaultReplayHeaders are the response header fields stored and replayed
+// defaultReplayHeaders are the response header fields stored and replayed
 // unless [WithReplayHeaders] says otherwise.
 var defaultReplayHeaders = []string{
 	"Cache-Control", "Content-Encoding", "Content-Language", "Content-Type",

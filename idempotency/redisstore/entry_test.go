@@ -1,0 +1,33 @@
+package redisstore
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/stormguard/stormguard/idempotency"
+)
+
+func FuzzDecodeEntry(f *testing.F) {
+	rec, _ := idempotency.Record{Status: 201, Body: []byte("ok")}.MarshalBinary()
+	lock := append([]byte{entryVersion, statePending}, make([]byte, headerLen-2)...)
+	done := append([]byte{entryVersion, stateCompleted}, make([]byte, headerLen-2)...)
+	f.Add(lock)
+	f.Add(append(done, rec...))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := decodeEntry(b)
+		if err != nil {
+			if !errors.Is(err, idempotency.ErrCorruptRecord) {
+				t.Fatalf("decodeEntry(%x) error %v does not wrap ErrCorruptRecord", b, err)
+			}
+			return
+		}
+		if !bytes.Equal(e.owner[:], b[2:18]) || !bytes.Equal(e.fp[:], b[18:headerLen]) {
+			t.Fatalf("decodeEntry(%x): owner/fingerprint not taken from their offsets", b)
+		}
+		if e.completed != (b[1] == stateCompleted) {
+			t.Fatalf("decodeEntry(%x): completed = %v for state %q", b, e.completed, b[1])
+		}
+	})
+}
