@@ -68,13 +68,17 @@ type Middleware struct {
 	log         *slog.Logger
 }
 
-// Option configures a [Middleware] in [New].
-type Option func(*Middleware) error
+// Option configures a [Middleware] in [New]. Options are values made by
+// the With functions; the zero Option does nothing. Once New has returned,
+// nothing can change the Middleware.
+type Option struct {
+	apply func(*Middleware) error
+}
 
 // WithScope sets the function that maps a request to its caller. Every
 // Middleware needs one, or an explicit [WithSharedScope].
 func WithScope(f ScopeFunc) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithScope(nil)")
 		}
@@ -83,7 +87,7 @@ func WithScope(f ScopeFunc) Option {
 		}
 		m.scope = f
 		return nil
-	}
+	}}
 }
 
 // WithSharedScope puts every caller in one shared scope: any caller who
@@ -98,13 +102,13 @@ func WithSharedScope() Option {
 // without one is answered 400. By default a request without a key runs
 // unguarded.
 func WithRequired() Option {
-	return func(m *Middleware) error { m.required = true; return nil }
+	return Option{func(m *Middleware) error { m.required = true; return nil }}
 }
 
 // WithMethods sets the guarded methods (default POST and PATCH). Requests
 // with other methods pass through untouched, key or not.
 func WithMethods(methods ...string) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if len(methods) == 0 {
 			return errors.New("WithMethods: no method")
 		}
@@ -116,7 +120,7 @@ func WithMethods(methods ...string) Option {
 			m.methods = append(m.methods, method)
 		}
 		return nil
-	}
+	}}
 }
 
 // WithRoute sets the function that names a request's target for the
@@ -128,64 +132,64 @@ func WithMethods(methods ...string) Option {
 // operations. Return r.Pattern only if path values never change what a
 // request does.
 func WithRoute(f func(*http.Request) string) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithRoute(nil)")
 		}
 		m.route = f
 		return nil
-	}
+	}}
 }
 
 // WithMaxRequestBody caps the request body, in bytes (default 1 MiB): the
 // middleware reads the body to fingerprint it, and a larger body is
 // answered 413.
 func WithMaxRequestBody(n int64) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if n <= 0 {
 			return fmt.Errorf("WithMaxRequestBody(%d): want > 0", n)
 		}
 		m.maxReqBody = n
 		return nil
-	}
+	}}
 }
 
 // WithMaxResponseBody caps the stored response body, in bytes (default
 // 1 MiB). A larger response still reaches the client but is not stored: the
 // key is released, so a retry of the same request runs the handler again.
 func WithMaxResponseBody(n int) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if n <= 0 {
 			return fmt.Errorf("WithMaxResponseBody(%d): want > 0", n)
 		}
 		m.maxRespBody = n
 		return nil
-	}
+	}}
 }
 
 // WithLockTimeout sets how long a claim locks a key (default 1 min). After
 // it, a request whose server vanished stops blocking the key, and its late
 // completion is rejected. Set it above the handler's longest run time.
 func WithLockTimeout(d time.Duration) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if d <= 0 {
 			return fmt.Errorf("WithLockTimeout(%v): want > 0", d)
 		}
 		m.lockTimeout = d
 		return nil
-	}
+	}}
 }
 
 // WithRetention sets how long a finished response is kept for replays
 // (default 24 h).
 func WithRetention(d time.Duration) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if d <= 0 {
 			return fmt.Errorf("WithRetention(%v): want > 0", d)
 		}
 		m.retention = d
 		return nil
-	}
+	}}
 }
 
 // WithStoreStatus sets which final statuses are stored for replay. The
@@ -193,13 +197,13 @@ func WithRetention(d time.Duration) Option {
 // so that a retry runs the handler again. Stripe stores 500s too; pass
 // func(code int) bool { return true } for that.
 func WithStoreStatus(f func(code int) bool) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithStoreStatus(nil)")
 		}
 		m.storeStatus = f
 		return nil
-	}
+	}}
 }
 
 // DefaultStoreStatus reports whether the middleware stores a response with
@@ -214,7 +218,7 @@ func DefaultStoreStatus(code int) bool {
 // Set-Cookie and authentication fields are never stored: listing one is an
 // error.
 func WithReplayHeaders(names ...string) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		m.replay = m.replay[:0:0]
 		for _, name := range names {
 			c := http.CanonicalHeaderKey(name)
@@ -227,19 +231,19 @@ func WithReplayHeaders(names ...string) Option {
 			m.replay = append(m.replay, c)
 		}
 		return nil
-	}
+	}}
 }
 
 // WithLogger sets the logger for store failures, stale completions and
 // released keys. The default discards everything.
 func WithLogger(l *slog.Logger) Option {
-	return func(m *Middleware) error {
+	return Option{func(m *Middleware) error {
 		if l == nil {
 			return errors.New("WithLogger(nil)")
 		}
 		m.log = l
 		return nil
-	}
+	}}
 }
 
 // New returns a middleware that keeps keys in store. It fails when store is
@@ -262,10 +266,10 @@ func New(store Store, opts ...Option) (*Middleware, error) {
 		log:         slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
-		if o == nil {
+		if o.apply == nil {
 			continue
 		}
-		if err := o(m); err != nil {
+		if err := o.apply(m); err != nil {
 			return nil, fmt.Errorf("idempotency: New: %w", err)
 		}
 	}

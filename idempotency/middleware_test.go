@@ -145,8 +145,8 @@ func TestNewErrors(t *testing.T) {
 			t.Errorf("New(%s) = nil error, want an error", tc.name)
 		}
 	}
-	if _, err := idempotency.New(store, idempotency.WithSharedScope()); err != nil {
-		t.Errorf("New(WithSharedScope) error: %v", err)
+	if _, err := idempotency.New(store, idempotency.Option{}, idempotency.WithSharedScope()); err != nil {
+		t.Errorf("New(zero Option, WithSharedScope) error: %v", err)
 	}
 }
 
