@@ -45,6 +45,17 @@ func flaky(fail error) func() error {
 
 func succeed() error { return nil }
 
+// zeroBackoff is stormguard's zero delay: full jitter with the random source
+// fixed at 0 (a backoff's base must be positive).
+func zeroBackoff(tb testing.TB) *backoff.Backoff {
+	tb.Helper()
+	b, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: time.Millisecond, Rand: backoff.Fixed(0)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
 // A peer is one library's way to run an operation under a retry policy of
 // maxAttempts attempts and zero delay. setup builds what the library lets
 // callers reuse, once, and returns the function that runs one call of op.
@@ -56,13 +67,8 @@ type peer struct {
 // peers lists the retry libraries compared; stormguard first.
 var peers = []peer{
 	{"stormguard", func(tb testing.TB, op func() error, _ error) func() error {
-		// Zero delay: full jitter with the random source fixed at 0. The
-		// policy is immutable and shared.
-		zero, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: time.Millisecond, Rand: backoff.Fixed(0)})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p, err := retry.New(retry.WithMaxAttempts(maxAttempts), retry.WithBackoff(zero))
+		// The policy is immutable and shared.
+		p, err := retry.New(retry.WithMaxAttempts(maxAttempts), retry.WithBackoff(zeroBackoff(tb)))
 		if err != nil {
 			tb.Fatal(err)
 		}
