@@ -163,10 +163,12 @@ func WithAttemptTimeout(d time.Duration) Option {
 
 // WithClassifier replaces the default classifier [IsRetryable]. classify
 // reports whether an error is worth another attempt; it must not be nil and
-// must be safe for concurrent use. It is never asked about a nil error, an
-// error returned after the parent context ended, or once the overall
-// deadline has passed (those stop the loop first), and never overrides
-// [Permanent]. To extend rather than replace the default, call
+// must be safe for concurrent use. It is never asked about a nil error or
+// an error returned after the parent context ended, and never overrides
+// [Permanent]. Once the overall deadline has passed the loop stops whatever
+// it says; it is then asked only if the policy has a breaker
+// ([WithBreaker]), to tell whether the attempt failed. Its verdict is also
+// the breaker's: a retryable error is a failure of the dependency. To extend rather than replace the default, call
 // IsRetryable from it. Whatever the classifier, the server's hint is read
 // with [RetryAfter].
 func WithClassifier(classify func(error) bool) Option {
