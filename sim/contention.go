@@ -157,6 +157,10 @@ type ContentionConfig struct {
 	// Strategies are simulated in this order; empty means
 	// [ContentionStrategies].
 	Strategies []ContentionStrategy `json:"strategies"`
+	// Progress, if set, is called after each point (strategy, N) with the
+	// number of points done and the total, never concurrently. It is not
+	// part of the result.
+	Progress func(done, total int) `json:"-"`
 }
 
 // DefaultContentionConfig returns the AWS post's settings: N = 10, 20, ...,
@@ -247,6 +251,7 @@ func Contention(c ContentionConfig) (*ContentionResult, error) {
 	}
 
 	res := &ContentionResult{Config: c, Series: make([]ContentionSeries, len(c.Strategies))}
+	res.Config.Progress = nil // the result is plain data
 	for i, s := range c.Strategies {
 		res.Series[i] = ContentionSeries{Strategy: s, Points: make([]ContentionPoint, len(c.Clients))}
 	}
@@ -258,13 +263,23 @@ func Contention(c ContentionConfig) (*ContentionResult, error) {
 		next <- k
 	}
 	close(next)
-	var wg sync.WaitGroup
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex // serialises Progress
+		done int
+	)
 	for range min(runtime.GOMAXPROCS(0), cells) {
 		wg.Go(func() {
 			var occ occSim
 			for k := range next {
 				i, j := k/len(c.Clients), k%len(c.Clients)
 				res.Series[i].Points[j] = occ.point(c, c.Strategies[i], c.Clients[j])
+				if c.Progress != nil {
+					mu.Lock()
+					done++
+					c.Progress(done, cells)
+					mu.Unlock()
+				}
 			}
 		})
 	}

@@ -175,6 +175,9 @@ type OutageConfig struct {
 	// every policy) and each policy's backoff draws (stream 2+i for the
 	// i-th policy).
 	Seed uint64 `json:"seed"`
+	// Progress, if set, is called after each policy's run with the number
+	// of policies done and the total. It is not part of the result.
+	Progress func(done, total int) `json:"-"`
 }
 
 // DefaultOutageConfig returns the high-volume fleet: 8 clients (say, the
@@ -304,6 +307,7 @@ func Outage(c OutageConfig) (*OutageResult, error) {
 		return nil, err
 	}
 	res := &OutageResult{Config: c, Policies: make([]OutagePolicyResult, 0, len(c.Policies))}
+	res.Config.Progress = nil // the result is plain data
 	var buf outBuffers
 	for i, p := range c.Policies {
 		r, err := c.run(i, p, &buf)
@@ -311,6 +315,9 @@ func Outage(c OutageConfig) (*OutageResult, error) {
 			return nil, err
 		}
 		res.Policies = append(res.Policies, r)
+		if c.Progress != nil {
+			c.Progress(i+1, len(c.Policies))
+		}
 	}
 	return res, nil
 }
