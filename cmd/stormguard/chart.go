@@ -29,6 +29,11 @@ type panel struct {
 	bars                  []series
 	barWidth              float64
 	lines                 []series
+	// height is the panel's height; zero means 7 cm.
+	height vg.Length
+	// legendLeft puts the legend in the top-left corner instead of the
+	// top-right one.
+	legendLeft bool
 }
 
 // chartFormat returns "png" or "svg" for a chart file name.
@@ -58,7 +63,10 @@ func drawPanels(file, title string, panels []panel) error {
 		plots[i] = []*plot.Plot{p}
 	}
 	width := 22 * vg.Centimeter
-	height := vg.Length(len(panels))*7*vg.Centimeter + 1.5*vg.Centimeter
+	height := 1.5 * vg.Centimeter
+	for _, pn := range panels {
+		height += pn.h()
+	}
 
 	var canvas vg.CanvasWriterTo
 	switch format {
@@ -79,11 +87,14 @@ func drawPanels(file, title string, panels []panel) error {
 	dc.FillText(titleStyle, vg.Point{X: width / 2, Y: height - 0.3*vg.Centimeter}, title)
 
 	body := draw.Crop(dc, 0, 0, 0, -1.2*vg.Centimeter)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
-		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
-	canvases := plot.Align(plots, tiles, body)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
+	// Panels stacked top to bottom, each as tall as it asks.
+	top := body.Max.Y
+	for i, pn := range panels {
+		c := draw.Crop(body, 2*vg.Millimeter, -4*vg.Millimeter, 0, 0)
+		c.Max.Y = top - 2*vg.Millimeter
+		c.Min.Y = top - pn.h() + 2*vg.Millimeter
+		top -= pn.h()
+		plots[i][0].Draw(c)
 	}
 	f, err := os.Create(file)
 	if err != nil {
@@ -96,6 +107,13 @@ func drawPanels(file, title string, panels []panel) error {
 	return f.Close()
 }
 
+func (pn panel) h() vg.Length {
+	if pn.height > 0 {
+		return pn.height
+	}
+	return 7 * vg.Centimeter
+}
+
 func (pn panel) plot() (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = pn.title
@@ -103,6 +121,7 @@ func (pn panel) plot() (*plot.Plot, error) {
 	p.Y.Label.Text = pn.yLabel
 	p.Y.Min = 0
 	p.Legend.Top = true
+	p.Legend.Left = pn.legendLeft
 	p.Add(plotter.NewGrid())
 	for i, s := range pn.bars {
 		h := &plotter.Histogram{Width: pn.barWidth, FillColor: withAlpha(plotutil.Color(i), 0xb0)}

@@ -3,6 +3,7 @@ module github.com/stormguard/stormguard/cmd/stormguard
 go 1.26.0
 
 require (
+	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stormguard/stormguard v0.0.0-00010101000000-000000000000
 	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
@@ -15,6 +16,8 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
