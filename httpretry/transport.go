@@ -26,6 +26,14 @@ import (
 // is immutable once built, apart from its table of per-host budgets and
 // breakers. It never modifies the caller's request, always closes the
 // request body, and returns a nil error whenever it returns a response.
+//
+// Per host, every request deposits in the budget and every retry withdraws
+// from it; every attempt asks the breaker first. The breaker counts as
+// failures the network errors and retryable statuses (408, 429, 500, 502,
+// 503, 504), those of requests that may not be retried included; a 4xx is
+// a success (the host answered). Two cases the retry loop cannot yet tell
+// the breaker about count as successes: a second 500, and a failure
+// carrying "Stormguard-Retry: no" (both stop the loop at once).
 type Transport struct {
 	base        http.RoundTripper
 	cfg         config

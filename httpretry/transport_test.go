@@ -323,7 +323,7 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
 				w.Header().Set("Retry-After", tt.hint)
-				http.Error(w, "come back later", 503)
+				http.Error(w, "come back later", http.StatusServiceUnavailable)
 			})
 			tr, clock := newTransport(t, srv.Client().Transport, tt.opts...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -343,7 +343,9 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 }
 
 func TestGaveUpMarker(t *testing.T) {
-	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { http.Error(w, "busy", 503) })
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	})
 	tr, _ := newTransport(t, srv.Client().Transport)
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
 	if err != nil {
@@ -514,7 +516,7 @@ func TestThreeLayerChain(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			bottom, bottomObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-				http.Error(w, "down", 503)
+				http.Error(w, "down", http.StatusServiceUnavailable)
 			})
 			layer := func(next string) (*httptest.Server, *observed) {
 				tr, _ := newTransport(t, nil, tt.opts...)
