@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/stormguard/stormguard/retry"
 )
 
 // drainLimit is how much of a discarded response body is read before it is
@@ -22,14 +21,11 @@ func drainClose(rc io.ReadCloser) {
 }
 
 // body wraps the body of a response handed to the caller when there is
-// something to do on Close (cancel the contexts made for the call) or
-// something to remember (the give-up marker read by [GaveUp]).
+// something to do on Close: cancel the contexts made for the call.
 type body struct {
 	io.ReadCloser
 	cancelAttempt context.CancelFunc // nil if none
 	cancelCall    context.CancelFunc // nil if none
-	reason        retry.Reason       // 0: not a give-up response
-	attempts      int
 }
 
 // Read reads from the response body; at EOF it releases the contexts.

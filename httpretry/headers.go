@@ -120,7 +120,7 @@ func WriteOverloaded(w http.ResponseWriter) {
 //     ([retry.ErrBudgetExhausted]) or a circuit breaker was open
 //     ([retry.ErrCircuitOpen], [breaker.ErrOpen]); or
 //   - resp is a response the Transport gave back after giving up on a
-//     retryable status for one of those reasons; or
+//     retryable status for one of those reasons (see [GaveUp]); or
 //   - resp carries "Stormguard-Retry: no" from the layer below.
 //
 // A plain failure that was not retried (a 404, a non-idempotent POST) and a
@@ -167,19 +167,67 @@ func PushBack(w http.ResponseWriter, resp *http.Response, err error) bool {
 	return true
 }
 
-// GaveUp reports whether resp is a failure response that a [Transport]
-// returned because it gave up retrying (ok), and if so why and after how
-// many attempts. It reads a marker the Transport keeps on the response
-// body, so it reports false once the caller has replaced resp.Body.
+// GaveUpHeader is the response header field a [Transport] adds to a
+// response it returns because it gave up retrying (the last response, whose
+// status was retryable): why, as a token, and after how many attempts,
+// e.g. "Stormguard-Gave-Up: attempts-exhausted;attempts=3". The tokens are
+// not-retryable (the request could not be retried, or the response said
+// "Stormguard-Retry: no", or a second 500), attempts-exhausted,
+// budget-exhausted, circuit-open and deadline (the wait the server asked
+// for ends past the deadline or exceeds [WithMaxRetryAfter]). Read it with
+// [GaveUp]. A server never needs to send it; if a handler copies it from
+// its dependency's response into its own, it means the same there: a layer
+// below gave up.
+const GaveUpHeader = "Stormguard-Gave-Up"
+
+// reasonTokens are the GaveUpHeader tokens, indexed by retry.Reason.
+var reasonTokens = [...]string{
+	retry.NotRetryable:      "not-retryable",
+	retry.AttemptsExhausted: "attempts-exhausted",
+	retry.Deadline:          "deadline",
+	retry.Canceled:          "canceled",
+	retry.BudgetExhausted:   "budget-exhausted",
+	retry.CircuitOpen:       "circuit-open",
+}
+
+// gaveUpValue returns the GaveUpHeader value for a give-up.
+func gaveUpValue(r retry.Reason, attempts int) string {
+	tok := "unknown"
+	if int(r) < len(reasonTokens) && reasonTokens[r] != "" {
+		tok = reasonTokens[r]
+	}
+	return tok + ";attempts=" + strconv.Itoa(attempts)
+}
+
+// GaveUp reports whether resp carries [GaveUpHeader]: it is a failure
+// response a [Transport] returned because it gave up retrying. If so it
+// returns why and after how many attempts (0 if the value does not say).
+// ok is false for a nil resp, a response without the field, or a value
+// whose reason token is unknown. GaveUp never panics.
 func GaveUp(resp *http.Response) (reason retry.Reason, attempts int, ok bool) {
 	if resp == nil {
 		return 0, 0, false
 	}
-	b, isOurs := resp.Body.(*body)
-	if !isOurs || b.reason == 0 {
+	vs := resp.Header[GaveUpHeader]
+	if len(vs) == 0 {
 		return 0, 0, false
 	}
-	return b.reason, b.attempts, true
+	tok, params, _ := strings.Cut(vs[0], ";")
+	tok = strings.Trim(tok, " \t")
+	for r, t := range reasonTokens {
+		if t != "" && strings.EqualFold(tok, t) {
+			reason = retry.Reason(r)
+		}
+	}
+	if reason == 0 {
+		return 0, 0, false
+	}
+	for p := range strings.SplitSeq(params, ";") {
+		if k, v, found := strings.Cut(strings.Trim(p, " \t"), "="); found && strings.EqualFold(k, "attempts") {
+			attempts, _ = ParseAttempt(v)
+		}
+	}
+	return reason, attempts, true
 }
 
 // attemptValues returns the header values for attempts 1 to n, built once

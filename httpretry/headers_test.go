@@ -203,3 +203,76 @@ func TestPushBack(t *testing.T) {
 		t.Errorf("PushBack wrote %d with %s %q; want 503 with \"no\"", w.Code, httpretry.RetryHeader, w.Header().Get(httpretry.RetryHeader))
 	}
 }
+
+func TestGaveUpParse(t *testing.T) {
+	tests := []struct {
+		value    []string
+		reason   retry.Reason
+		attempts int
+		ok       bool
+	}{
+		{nil, 0, 0, false},
+		{[]string{"attempts-exhausted;attempts=3"}, retry.AttemptsExhausted, 3, true},
+		{[]string{" Budget-Exhausted ; attempts = 2"}, retry.BudgetExhausted, 0, true}, // spaces around '=' are not allowed
+		{[]string{"budget-exhausted; attempts=2"}, retry.BudgetExhausted, 2, true},
+		{[]string{"circuit-open"}, retry.CircuitOpen, 0, true},
+		{[]string{"deadline;attempts=x"}, retry.Deadline, 0, true},
+		{[]string{"not-retryable;foo=1;attempts=1"}, retry.NotRetryable, 1, true},
+		{[]string{"exhausted"}, 0, 0, false},
+		{[]string{""}, 0, 0, false},
+	}
+	for _, tt := range tests {
+		resp := &http.Response{Header: http.Header{}}
+		if tt.value != nil {
+			resp.Header[httpretry.GaveUpHeader] = tt.value
+		}
+		r, n, ok := httpretry.GaveUp(resp)
+		if r != tt.reason || n != tt.attempts || ok != tt.ok {
+			t.Errorf("GaveUp(%q) = %v, %d, %v; want %v, %d, %v", tt.value, r, n, ok, tt.reason, tt.attempts, tt.ok)
+		}
+	}
+	if _, _, ok := httpretry.GaveUp(nil); ok {
+		t.Errorf("GaveUp(nil) ok = true")
+	}
+}
+
+// TestGaveUpThroughClientTimeout: an http.Client with a Timeout wraps the
+// response body; the give-up mark must survive that.
+func TestGaveUpThroughClientTimeout(t *testing.T) {
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusBadGateway) })
+	tr, _ := newTransport(t, srv.Client().Transport)
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readClose(t, resp)
+	if r, n, ok := httpretry.GaveUp(resp); r != retry.AttemptsExhausted || n != 3 || !ok {
+		t.Errorf("GaveUp = %v, %d, %v; want attempts exhausted, 3, true", r, n, ok)
+	}
+	if !httpretry.Overloaded(resp, nil) {
+		t.Errorf("Overloaded = false, want true")
+	}
+}
+
+func FuzzGaveUp(f *testing.F) {
+	for _, s := range []string{"attempts-exhausted;attempts=3", "circuit-open", "deadline;attempts=", ";;;", "budget-exhausted; attempts=99999999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		resp := &http.Response{Header: http.Header{httpretry.GaveUpHeader: {s}}}
+		r, n, ok := httpretry.GaveUp(resp)
+		if !ok {
+			if r != 0 || n != 0 {
+				t.Fatalf("GaveUp(%q) = %v, %d, false; want zeros", s, r, n)
+			}
+			return
+		}
+		if r.Err() == nil || n < 0 || n > 1<<20 {
+			t.Fatalf("GaveUp(%q) = %v, %d, true; out of range", s, r, n)
+		}
+		if httpretry.Overloaded(resp, nil) != (r == retry.AttemptsExhausted || r == retry.BudgetExhausted || r == retry.CircuitOpen) {
+			t.Fatalf("Overloaded disagrees with GaveUp(%q) = %v", s, r)
+		}
+	})
+}

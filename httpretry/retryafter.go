@@ -33,7 +33,9 @@
 // the transport gives up at once and returns that response.
 //
 // Giving up: on a retryable status the caller gets the last response with
-// a nil error, so it can read the status and body ([GaveUp] tells it apart);
+// a nil error, so it can read the status and body; the transport marks it
+// with [GaveUpHeader] ("Stormguard-Gave-Up: attempts-exhausted;attempts=3",
+// read with [GaveUp]);
 // on a network error, a [*retry.Error] that says why it stopped and wraps
 // the cause. Bodies of discarded responses are drained (up to 64 KiB) and
 // closed so their connections are reused; the connection pool is never

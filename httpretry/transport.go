@@ -206,7 +206,7 @@ func (e *statusError) RetryAfter() time.Duration { return e.after }
 // returns the response of the last attempt, or an error if it has none.
 //
 // When it gives up on a retryable status it returns that last response
-// with a nil error (see [GaveUp]); the bodies of earlier failed attempts
+// with a nil error, marked with [GaveUpHeader]; the bodies of earlier failed attempts
 // are drained (up to 64 KiB) and closed. When the last attempt failed
 // without a response, the error is a [*retry.Error] saying why it stopped
 // (errors.Is with retry.ErrAttemptsExhausted, retry.ErrDeadline, ...) and
@@ -324,21 +324,27 @@ func (c *call) run(h *host) (*http.Response, error) {
 	return nil, err
 }
 
-// giveBack hands resp, the last attempt's response, to the caller: its
-// body releases the contexts made for the call when closed and remembers
-// why the transport gave up (reason 0: it did not).
+// giveBack hands resp, the last attempt's response, to the caller: marked
+// with GaveUpHeader if the transport gave up on it (reason not 0), and with
+// a body that releases the contexts made for the call when closed.
 func (c *call) giveBack(resp *http.Response, reason retry.Reason, attempts int) *http.Response {
 	c.cur = nil
 	if c.owned != nil {
 		_ = c.owned.Close()
+	}
+	if reason != 0 {
+		if resp.Header == nil {
+			resp.Header = make(http.Header)
+		}
+		resp.Header[GaveUpHeader] = []string{gaveUpValue(reason, attempts)}
 	}
 	if resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		// A 101's body is the connection itself (an io.ReadWriteCloser);
 		// leave it alone. Its contexts only end with the parent's.
 		return resp
 	}
-	if c.curCancel != nil || c.cancel != nil || reason != 0 {
-		resp.Body = &body{ReadCloser: resp.Body, cancelAttempt: c.curCancel, cancelCall: c.cancel, reason: reason, attempts: attempts}
+	if c.curCancel != nil || c.cancel != nil {
+		resp.Body = &body{ReadCloser: resp.Body, cancelAttempt: c.curCancel, cancelCall: c.cancel}
 	}
 	return resp
 }
