@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-
 )
 
 // drainLimit is how much of a discarded response body is read before it is
