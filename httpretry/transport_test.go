@@ -418,24 +418,33 @@ func TestParentCancelStopsAtOnce(t *testing.T) {
 	})
 }
 
-func TestResetBeforeResponseRetried(t *testing.T) {
-	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		if n < 3 {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				_ = conn.Close()
+func TestConnectionDroppedBeforeResponseRetried(t *testing.T) {
+	for _, rst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "closed (EOF)", true: "reset (RST)"}[rst], func(t *testing.T) {
+			srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+				if n < 3 {
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						t.Errorf("Hijack: %v", err)
+						return
+					}
+					if tc, ok := conn.(*net.TCPConn); ok && rst {
+						_ = tc.SetLinger(0)
+					}
+					_ = conn.Close()
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			})
+			tr, _ := newTransport(t, srv.Client().Transport)
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
 			}
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	tr, _ := newTransport(t, srv.Client().Transport)
-	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-	if err != nil {
-		t.Fatalf("RoundTrip: %v", err)
-	}
-	if got := readClose(t, resp); got != "ok" || obs.count() != 3 {
-		t.Errorf("RoundTrip = %q after %d attempts, want \"ok\" after 3", got, obs.count())
+			if got := readClose(t, resp); got != "ok" || obs.count() != 3 {
+				t.Errorf("RoundTrip = %q after %d attempts, want \"ok\" after 3", got, obs.count())
+			}
+		})
 	}
 }
 
