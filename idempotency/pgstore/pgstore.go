@@ -10,6 +10,13 @@
 // a replay one. Expired rows are treated as absent at once and deleted by
 // [Store.DeleteExpired], which should run periodically.
 //
+// Usage:
+//
+//	pool, err := pgxpool.New(ctx, "postgres://...")
+//	store, err := pgstore.New(pool, pgstore.Config{Table: "idempotency_keys"})
+//	err = store.Migrate(ctx) // once, e.g. at deploy time
+//	mw, err := idempotency.New(store, idempotency.WithScope(tenantOf))
+//
 // Time comes from the Go process ([Config.Now]), not from the database's
 // now(), so every server sharing the table needs a synchronised clock (as
 // for any lease); tests inject a fake clock.

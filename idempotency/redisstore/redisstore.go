@@ -11,6 +11,12 @@
 // are Lua scripts that check the owner token before they write, so a late
 // completion from a lock that expired (or was reclaimed) changes nothing.
 // A new request costs two round trips (Begin, Complete), a replay one.
+//
+// Usage:
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store, err := redisstore.New(client, redisstore.Config{Prefix: "myapp:idempotency:"})
+//	mw, err := idempotency.New(store, idempotency.WithScope(tenantOf))
 package redisstore
 
 import (
