@@ -39,6 +39,7 @@ type env struct {
 // commands maps "group name" to its command.
 func commands() map[string]command {
 	return map[string]command{
+		"demo":           {"live on loopback: a failing provider and a fleet, naive retries vs stormguard", runDemo},
 		"sim jitter":     {"retries of clients that all failed at t=0, counted per window, per jitter strategy", runJitter},
 		"sim layers":     {"calls at a failing bottom per user request when layers retry (3, 9, 27, 81)", runLayers},
 		"sim outage":     {"a fleet against a provider that fails for a while: naive vs guarded retries", runOutage},

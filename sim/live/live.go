@@ -215,7 +215,10 @@ type Call func(ctx context.Context) error
 
 // RunFleet runs the fleet: every client calls call once per Every, each call
 // in its own goroutine so that slow retry loops overlap as they do in real
-// clients. It returns when every call has returned; ctx cancels the run.
+// clients. Client i starts at i·Every/Clients, so the fleet's load is even,
+// and sends at fixed times: the number of calls offered is exactly the
+// number of scheduled times before Duration. It returns when every call has
+// returned; ctx cancels the run.
 func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error) {
 	switch {
 	case c.Clients <= 0:
@@ -231,24 +234,27 @@ func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error)
 		bad   atomic.Int64
 		sent  atomic.Int64
 	)
+	// Each client sends at offset + k·Every for every such time before
+	// Duration: a fixed schedule, so the offered load does not depend on
+	// how busy the machine is (a late request is sent late, not dropped).
 	start := time.Now()
-	end := start.Add(c.Duration)
 	var clients sync.WaitGroup
 	for i := range c.Clients {
+		offset := time.Duration(int64(c.Every) * int64(i) / int64(c.Clients))
+		if offset >= c.Duration {
+			continue
+		}
+		n := int((c.Duration-offset-1)/c.Every) + 1
 		clients.Add(1)
 		go func() {
 			defer clients.Done()
-			next := start.Add(time.Duration(int64(c.Every) * int64(i) / int64(c.Clients)))
-			t := time.NewTimer(time.Until(next))
+			t := time.NewTimer(time.Until(start.Add(offset)))
 			defer t.Stop()
-			for {
+			for k := range n {
 				select {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-				}
-				if !time.Now().Before(end) {
-					return
 				}
 				sent.Add(1)
 				calls.Add(1)
@@ -265,8 +271,7 @@ func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error)
 						bad.Add(1)
 					}
 				}()
-				next = next.Add(c.Every)
-				t.Reset(time.Until(next))
+				t.Reset(time.Until(start.Add(offset + time.Duration(k+1)*c.Every)))
 			}
 		}()
 	}

@@ -76,8 +76,9 @@ func TestRunAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := r.Stats
-	if st.Offered == 0 || st.Offered != st.Succeeded+st.Failed {
-		t.Errorf("stats %+v: offered must be positive and equal succeeded+failed", st)
+	// 8 clients, one request per 20 ms each, for 200 ms: exactly 80.
+	if st.Offered != 80 || st.Offered != st.Succeeded+st.Failed {
+		t.Errorf("stats %+v: offered must be 80 and equal succeeded+failed", st)
 	}
 	var sum int64
 	for _, w := range r.Windows {
