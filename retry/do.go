@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 )
 
@@ -78,102 +79,132 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		p = defaultPolicy
 	}
 	// The overall deadline, on p.clock's timeline.
+	var t times
 	parentDL, hasDL := ctx.Deadline()
-	needNow := hasDL || p.timeout > 0 || p.attemptTimeout > 0
-	var now, deadline time.Time
-	if needNow {
-		now = p.clock.Now()
+	t.needNow = hasDL || p.timeout > 0 || p.attemptTimeout > 0
+	if !t.needNow {
+		if p.breaker == nil {
+			// No deadline and no breaker: the first attempt runs here,
+			// in a small frame, and the loop takes over if it fails.
+			if ctx.Err() != nil {
+				return p.stop(ctx, ctxReason(ctx, nil), 0, nil, 0)
+			}
+			if p.budget != nil {
+				p.budget.Deposit()
+			}
+			if t.first = op(ctx, 1); t.first == nil {
+				return nil
+			}
+		}
+		return p.loop(ctx, ctx, op, &t)
 	}
+	t.now = p.clock.Now()
 	if hasDL {
-		deadline = parentDL
+		t.deadline, t.hasDL = parentDL, true
 		if !p.realClock {
-			deadline = now.Add(time.Until(parentDL))
+			t.deadline = t.now.Add(time.Until(parentDL))
 		}
 	}
 	if p.timeout > 0 {
-		if d := now.Add(p.timeout); !hasDL || d.Before(deadline) {
-			deadline, hasDL = d, true
+		if d := t.now.Add(p.timeout); !t.hasDL || d.Before(t.deadline) {
+			t.deadline, t.hasDL = d, true
 		}
 	}
 
 	// Without a per-attempt cap, one context per call carries the policy's
 	// own timeout to every attempt; otherwise attempts run on ctx itself.
 	if p.timeout > 0 && p.attemptTimeout == 0 {
-		return p.loopWithCallContext(ctx, op, now, deadline, hasDL, needNow)
+		return p.loopWithCallContext(ctx, op, &t)
 	}
-	return p.loop(ctx, ctx, op, now, deadline, hasDL, needNow)
+	return p.loop(ctx, ctx, op, &t)
+}
+
+// times is a call's view of time: the overall deadline and the latest
+// reading of the clock, on the policy clock's timeline.
+type times struct {
+	now, deadline time.Time
+	hasDL         bool  // there is an overall deadline
+	needNow       bool  // the loop must read the clock (hasDL or a timeout option)
+	callCtx       bool  // attempts run on a context derived for the call
+	first         error // not nil: run made attempt 1 itself and it failed so
 }
 
 // loopWithCallContext runs the loop with attempts on one context that ends
 // at the overall deadline. It is apart from run so that run has no defer:
 // with as many returns as the loop has, a defer there would not be
 // open-coded and would cost every call, the success path included.
-func (p *Policy) loopWithCallContext(ctx context.Context, op func(context.Context, int) error, now, deadline time.Time, hasDL, needNow bool) error {
-	callCtx, cancel := p.withDeadline(ctx, deadline, now)
+func (p *Policy) loopWithCallContext(ctx context.Context, op func(context.Context, int) error, t *times) error {
+	callCtx, cancel := p.withDeadline(ctx, t.deadline, t.now)
 	defer cancel()
-	return p.loop(ctx, callCtx, op, now, deadline, hasDL, needNow)
+	t.callCtx = true
+	return p.loop(ctx, callCtx, op, t)
 }
 
 // loop is the retry loop proper. Attempts run on callCtx (ctx itself, or one
 // context per call carrying the policy's timeout) unless each attempt gets
 // its own context; ctx is the caller's.
-func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int) error, now, deadline time.Time, hasDL, needNow bool) error {
-	callDerived := p.timeout > 0 && p.attemptTimeout == 0
+func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int) error, t *times) error {
+	hasDL, needNow, now, deadline := t.hasDL, t.needNow, t.now, t.deadline
 	brk := p.breaker
-	seq := p.backoff.Sequence()
+	var seq backoff.Sequence // set up at the first retry
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		// Before each attempt: is the caller still there, is there time?
-		if ctx.Err() != nil {
-			return p.stop(ctx, ctxReason(ctx, nil), attempt-1, lastErr, 0)
-		}
-		if needNow && attempt > 1 {
-			now = p.clock.Now()
-		}
-		if hasDL && !now.Before(deadline) {
-			return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
-		}
-		var permit breaker.Permit
-		if brk != nil {
-			var oerr error
-			if permit, oerr = brk.Allow(); oerr != nil {
-				if attempt == 1 {
-					return p.stop(ctx, CircuitOpen, 0, oerr, 0)
-				}
-				return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
-			}
-		}
-		if attempt == 1 && p.budget != nil {
-			p.budget.Deposit()
-		}
-
-		// The attempt, on a context carrying only the time that is left.
-		actx, overallOnly := callCtx, true
-		var cancel context.CancelFunc
-		if p.attemptTimeout > 0 {
-			adl := now.Add(p.attemptTimeout)
-			if hasDL && !adl.Before(deadline) {
-				adl = deadline
-			} else {
-				overallOnly = false
-			}
-			actx, cancel = p.withDeadline(ctx, adl, now)
-		}
 		var err error
-		if brk != nil {
-			err = attemptGuarded(brk, permit, op, actx, attempt)
+		var permit breaker.Permit
+		attemptExpired, overallOnly := false, true
+		if attempt == 1 && t.first != nil {
+			err = t.first // run made the first attempt (no deadline, no breaker)
 		} else {
-			err = op(actx, attempt)
-		}
-		attemptExpired := (callDerived || cancel != nil) && actx.Err() != nil
-		if cancel != nil {
-			cancel()
-		}
-		if err == nil {
-			if brk != nil {
-				brk.Done(permit, true)
+			// Before each attempt: is the caller still there, is there time?
+			if ctx.Err() != nil {
+				return p.stop(ctx, ctxReason(ctx, nil), attempt-1, lastErr, 0)
 			}
-			return nil
+			if needNow && attempt > 1 {
+				now = p.clock.Now()
+			}
+			if hasDL && !now.Before(deadline) {
+				return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
+			}
+			if brk != nil {
+				var oerr error
+				if permit, oerr = brk.Allow(); oerr != nil {
+					if attempt == 1 {
+						return p.stop(ctx, CircuitOpen, 0, oerr, 0)
+					}
+					return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
+				}
+			}
+			if attempt == 1 && p.budget != nil {
+				p.budget.Deposit()
+			}
+
+			// The attempt, on a context carrying only the time that is left.
+			actx := callCtx
+			var cancel context.CancelFunc
+			if p.attemptTimeout > 0 {
+				adl := now.Add(p.attemptTimeout)
+				if hasDL && !adl.Before(deadline) {
+					adl = deadline
+				} else {
+					overallOnly = false
+				}
+				actx, cancel = p.withDeadline(ctx, adl, now)
+			}
+			if brk != nil {
+				err = attemptGuarded(brk, permit, op, actx, attempt)
+			} else {
+				err = op(actx, attempt)
+			}
+			attemptExpired = (t.callCtx || cancel != nil) && actx.Err() != nil
+			if cancel != nil {
+				cancel()
+			}
+			if err == nil {
+				if brk != nil {
+					brk.Done(permit, true)
+				}
+				return nil
+			}
 		}
 		lastErr = err
 
@@ -207,6 +238,9 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 
 		// The sleep: the backoff delay, raised to the server's hint.
 		hint := RetryAfter(err)
+		if attempt == 1 {
+			seq = p.backoff.Sequence()
+		}
 		sleep := max(seq.Next(), hint)
 		if hint > p.maxRetryAfter {
 			return p.stop(ctx, Deadline, attempt, err, sleep)
