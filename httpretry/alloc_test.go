@@ -57,18 +57,48 @@ func TestSuccessPathAllocs(t *testing.T) {
 	}
 }
 
+// BenchmarkRoundTripOverhead measures the Transport's own cost per
+// successful request over a base that answers from memory.
 func BenchmarkRoundTripOverhead(b *testing.B) {
-	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
-	tr, err := httpretry.NewTransport(canned{resp})
-	if err != nil {
-		b.Fatal(err)
+	setups := []struct {
+		name string
+		opts []httpretry.Option
+	}{
+		{"defaults", nil},
+		{"no budget", []httpretry.Option{httpretry.WithoutBudget()}},
+		{"no breaker", []httpretry.Option{httpretry.WithoutBreaker()}},
+		{"no budget, no breaker", []httpretry.Option{httpretry.WithoutBudget(), httpretry.WithoutBreaker()}},
 	}
-	req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://example.test/x", nil)
-	req.Header.Set("Accept", "text/plain")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := tr.RoundTrip(req); err != nil {
-			b.Fatal(err)
+	for _, s := range setups {
+		b.Run(s.name, func(b *testing.B) {
+			resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
+			tr, err := httpretry.NewTransport(canned{resp}, s.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://example.test/x", nil)
+			req.Header.Set("Accept", "text/plain")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tr.RoundTrip(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("request copy only", func(b *testing.B) {
+		// The floor: what any wrapper that adds one header pays.
+		req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://example.test/x", nil)
+		req.Header.Set("Accept", "text/plain")
+		b.ReportAllocs()
+		for b.Loop() {
+			r := req.WithContext(req.Context())
+			h := make(http.Header, len(req.Header)+2)
+			for k, v := range req.Header {
+				h[k] = v
+			}
+			h[httpretry.AttemptHeader] = []string{"1"}
+			r.Header = h
 		}
-	}
+	})
 }

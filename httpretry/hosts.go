@@ -3,6 +3,7 @@ package httpretry
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/stormguard/stormguard/retry"
 )
@@ -16,32 +17,34 @@ type host struct {
 	single   *retry.Policy
 }
 
-// hosts is a bounded map from destination host to its state. Lookups of a
-// known host take the read lock and allocate nothing; adding a host takes
-// the write lock and, when the table is full, forgets the host that was
-// added first.
+// hosts is a bounded map from destination host to its state. Lookups read
+// an immutable snapshot through one atomic load: no lock, no allocation,
+// no cache line written. Adding a host (rare: once per host, or after an
+// eviction) takes the mutex and publishes a new snapshot with the host
+// added and, when the table is full, the host added first removed; it
+// costs O(max) for the copy.
 type hosts struct {
 	max  int
 	make func(name string) (*host, error)
 
-	mu    sync.RWMutex
-	m     map[string]*host // guarded by mu
-	order []string         // guarded by mu: ring of keys in insertion order
-	next  int              // guarded by mu: oldest entry of order once full
+	snap atomic.Pointer[map[string]*host] // never modified once stored
+
+	mu    sync.Mutex
+	order []string // guarded by mu: ring of keys in insertion order
+	next  int      // guarded by mu: oldest entry of order once full
 }
 
 func newHosts(max int, mk func(string) (*host, error)) *hosts {
-	return &hosts{max: max, make: mk, m: make(map[string]*host)}
+	h := &hosts{max: max, make: mk}
+	h.snap.Store(&map[string]*host{})
+	return h
 }
 
 // get returns the state of the host named name (case-insensitively),
 // creating it if needed.
 func (h *hosts) get(name string) (*host, error) {
 	key := strings.ToLower(name) // no allocation when already lower case
-	h.mu.RLock()
-	st := h.m[key]
-	h.mu.RUnlock()
-	if st != nil {
+	if st := (*h.snap.Load())[key]; st != nil {
 		return st, nil
 	}
 	return h.add(key)
@@ -50,27 +53,29 @@ func (h *hosts) get(name string) (*host, error) {
 func (h *hosts) add(key string) (*host, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if st := h.m[key]; st != nil {
+	old := *h.snap.Load()
+	if st := old[key]; st != nil {
 		return st, nil
 	}
 	st, err := h.make(key)
 	if err != nil {
 		return nil, err
 	}
+	m := make(map[string]*host, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
 	if len(h.order) < h.max {
 		h.order = append(h.order, key)
 	} else {
-		delete(h.m, h.order[h.next])
+		delete(m, h.order[h.next])
 		h.order[h.next] = key
 		h.next = (h.next + 1) % h.max
 	}
-	h.m[key] = st
+	m[key] = st
+	h.snap.Store(&m)
 	return st, nil
 }
 
 // len returns the number of hosts held.
-func (h *hosts) len() int {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return len(h.m)
-}
+func (h *hosts) len() int { return len(*h.snap.Load()) }

@@ -107,6 +107,7 @@ func (t *Transport) newHost(name string) (*host, error) {
 		retry.WithClassifier(classify),
 		retry.WithClock(c.clock),
 	}
+	_, realClock := c.clock.(retry.SystemClock) // then nil Now: time.Now, one call less
 	var logger *slog.Logger
 	if c.logger != nil {
 		logger = c.logger.With(slog.String("host", name))
@@ -114,7 +115,7 @@ func (t *Transport) newHost(name string) (*host, error) {
 	}
 	if c.budget != nil {
 		cfg := *c.budget
-		if cfg.Now == nil {
+		if cfg.Now == nil && !realClock {
 			cfg.Now = c.clock.Now
 		}
 		b, err := budget.New(cfg)
@@ -125,7 +126,7 @@ func (t *Transport) newHost(name string) (*host, error) {
 	}
 	if c.breaker != nil {
 		cfg := *c.breaker
-		if cfg.Now == nil {
+		if cfg.Now == nil && !realClock {
 			cfg.Now = c.clock.Now
 		}
 		if cfg.OnStateChange == nil && logger != nil {
