@@ -16,6 +16,9 @@ import (
 // and so on, as a decimal integer ("Stormguard-Attempt: 2"). Like Envoy's
 // x-envoy-attempt-count, it lets a server see retry pressure; read it with
 // [AttemptFromRequest]. A value the caller set on the request is replaced.
+// (net/http's own Transport may resend a request once, unseen by this
+// package, when a kept-alive connection turns out closed before anything
+// was read from it; the resend carries the same number.)
 const AttemptHeader = "Stormguard-Attempt"
 
 // RetryHeader is the response header field that carries the "overloaded;
