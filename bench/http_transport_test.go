@@ -42,7 +42,7 @@ var httpSetups = []httpSetup{
 	{"retryablehttp", func(base *http.Transport) http.RoundTripper {
 		c := retryablehttp.NewClient()
 		c.HTTPClient.Transport = base
-		c.Logger = nil // its default logs every request at DEBUG
+		c.Logger = nil                                                         // its default logs every request at DEBUG
 		c.RetryWaitMin, c.RetryWaitMax = time.Millisecond, 10*time.Millisecond // default 1 s; off the success path
 		return &retryablehttp.RoundTripper{Client: c}
 	}},
