@@ -42,8 +42,10 @@ var httpSetups = []httpSetup{
 	{"retryablehttp", func(base *http.Transport) http.RoundTripper {
 		c := retryablehttp.NewClient()
 		c.HTTPClient.Transport = base
-		c.Logger = nil                                                         // its default logs every request at DEBUG
-		c.RetryWaitMin, c.RetryWaitMax = time.Millisecond, 10*time.Millisecond // default 1 s; off the success path
+		// Its default logger writes every request at DEBUG; its default
+		// wait (1 s) is off the success path, shortened for the test.
+		c.Logger = nil
+		c.RetryWaitMin, c.RetryWaitMax = time.Millisecond, 10*time.Millisecond
 		return &retryablehttp.RoundTripper{Client: c}
 	}},
 }
