@@ -770,3 +770,15 @@ func TestNewTransportInvalid(t *testing.T) {
 		t.Errorf("NewTransport(nil, nil option) = %v, want nil error", err)
 	}
 }
+
+func TestOverallTimeout(t *testing.T) {
+	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { <-r.Context().Done() })
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithTimeout(50*time.Millisecond))
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+	if resp != nil || !errors.Is(err, retry.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("RoundTrip = %v, %v; want nil and a deadline error", resp, err)
+	}
+	if obs.count() != 1 {
+		t.Errorf("server saw %d attempts, want 1 (the deadline passed during it)", obs.count())
+	}
+}
