@@ -78,26 +78,32 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 	if p == nil {
 		p = defaultPolicy
 	}
-	// The overall deadline, on p.clock's timeline.
-	var t times
 	parentDL, hasDL := ctx.Deadline()
-	t.needNow = hasDL || p.timeout > 0 || p.attemptTimeout > 0
-	if !t.needNow {
-		if p.breaker == nil {
-			// No deadline and no breaker: the first attempt runs here,
-			// in a small frame, and the loop takes over if it fails.
-			if ctx.Err() != nil {
-				return p.stop(ctx, ctxReason(ctx, nil), 0, nil, 0)
-			}
-			if p.budget != nil {
-				p.budget.Deposit()
-			}
-			if t.first = op(ctx, 1); t.first == nil {
-				return nil
-			}
-		}
-		return p.loop(ctx, ctx, op, &t)
+	if hasDL || p.timeout > 0 || p.attemptTimeout > 0 {
+		return p.runTimed(ctx, op, parentDL, hasDL)
 	}
+	var first error
+	if p.breaker == nil {
+		// No deadline and no breaker: the first attempt runs here, in a
+		// small frame, and the loop takes over only if it fails.
+		if ctx.Err() != nil {
+			return p.stop(ctx, ctxReason(ctx, nil), 0, nil, 0)
+		}
+		if p.budget != nil {
+			p.budget.Deposit()
+		}
+		if first = op(ctx, 1); first == nil {
+			return nil
+		}
+	}
+	return p.loop(ctx, ctx, op, &times{first: first})
+}
+
+// runTimed is run for a call with an overall deadline or a timeout option:
+// it works out the deadline on p.clock's timeline (parentDL is ctx's own
+// deadline, if hasDL) and runs the loop.
+func (p *Policy) runTimed(ctx context.Context, op func(context.Context, int) error, parentDL time.Time, hasDL bool) error {
+	t := times{needNow: true}
 	t.now = p.clock.Now()
 	if hasDL {
 		t.deadline, t.hasDL = parentDL, true
