@@ -78,14 +78,12 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 	if p == nil {
 		p = defaultPolicy
 	}
-	parentDL, hasDL := ctx.Deadline()
-	if hasDL || p.timeout > 0 || p.attemptTimeout > 0 {
-		return p.runTimed(ctx, op, parentDL, hasDL)
-	}
 	var first error
-	if p.breaker == nil {
-		// No deadline and no breaker: the first attempt runs here, in a
-		// small frame, and the loop takes over only if it fails.
+	if p.realClock && p.timeout == 0 && p.attemptTimeout == 0 && p.breaker == nil {
+		// The first attempt runs here, in a small frame, and the loop
+		// takes over only if it fails. Without a timeout option it runs on
+		// ctx itself and needs no deadline: on the system clock, a parent
+		// deadline that has passed shows in ctx.Err().
 		if ctx.Err() != nil {
 			return p.stop(ctx, ctxReason(ctx, nil), 0, nil, 0)
 		}
@@ -96,14 +94,17 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 			return nil
 		}
 	}
-	return p.loop(ctx, ctx, op, &times{first: first})
+	return p.runTimed(ctx, op, first)
 }
 
-// runTimed is run for a call with an overall deadline or a timeout option:
-// it works out the deadline on p.clock's timeline (parentDL is ctx's own
-// deadline, if hasDL) and runs the loop.
-func (p *Policy) runTimed(ctx context.Context, op func(context.Context, int) error, parentDL time.Time, hasDL bool) error {
-	t := times{needNow: true}
+// runTimed works out the overall deadline on p.clock's timeline and runs
+// the loop. first is the error of attempt 1 if run made it, else nil.
+func (p *Policy) runTimed(ctx context.Context, op func(context.Context, int) error, first error) error {
+	parentDL, hasDL := ctx.Deadline()
+	if !hasDL && p.timeout == 0 && p.attemptTimeout == 0 {
+		return p.loop(ctx, ctx, op, &times{first: first})
+	}
+	t := times{needNow: true, first: first}
 	t.now = p.clock.Now()
 	if hasDL {
 		t.deadline, t.hasDL = parentDL, true
