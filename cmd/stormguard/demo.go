@@ -32,6 +32,8 @@ type demoConfig struct {
 	Shared     bool          `json:"shared_transport"`
 	OpenFor    time.Duration `json:"breaker_open_for_ns"`
 	Capacity   int           `json:"capacity"`
+	Queue      int           `json:"queue"`
+	Timeout    time.Duration `json:"attempt_timeout_ns"`
 	Work       time.Duration `json:"work_ns"`
 }
 
@@ -45,16 +47,16 @@ func runDemo(args []string, e *env) error {
 	c := demoConfig{
 		Clients: 200, Every: 200 * time.Millisecond, Duration: 7 * time.Second,
 		FailAt: 2 * time.Second, FailFor: 2 * time.Second, RetryAfter: 2 * time.Second,
-		Window: 50 * time.Millisecond, NaiveEvery: time.Second, NaiveTries: 10, Deadline: 15 * time.Second,
-		OpenFor: 2 * time.Second, Capacity: 25, Work: 20 * time.Millisecond,
+		Window: 50 * time.Millisecond, NaiveEvery: time.Second, NaiveTries: 5, Deadline: 15 * time.Second,
+		OpenFor: 2 * time.Second, Capacity: 25, Queue: 2500, Work: 20 * time.Millisecond, Timeout: time.Second,
 	}
 	var out output
 	fs := newFlagSet("demo",
-		"A real HTTP provider on loopback fails with 503 for a few seconds while a real fleet of\n"+
-			"goroutine clients sends it a steady load, four times: a naive client (a fixed-interval\n"+
-			"retry loop) and stormguard's transport (defaults: 3 attempts, full jitter, retry budget,\n"+
-			"circuit breaker), each against 503s without and with Retry-After. Load is measured at\n"+
-			"the server per window. Takes about 4 x (duration + a little); 30 s with the defaults.", e)
+		"A real HTTP provider on loopback, with finite capacity and a queue, fails with 503 for a\n"+
+			"few seconds while a real fleet of goroutine clients sends it a steady load, three times:\n"+
+			"a naive client (a fixed-interval retry loop), stormguard's transport (defaults: 3 attempts,\n"+
+			"full jitter, retry budget, circuit breaker), and stormguard's transport against 503s that\n"+
+			"carry Retry-After. Load is measured at the server per window. About 30 s with the defaults.", e)
 	fs.IntVar(&c.Clients, "clients", c.Clients, "clients in the fleet")
 	fs.DurationVar(&c.Every, "every", c.Every, "interval between a client's requests")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long each run sends new requests")
@@ -67,7 +69,9 @@ func runDemo(args []string, e *env) error {
 	fs.DurationVar(&c.Deadline, "deadline", c.Deadline, "deadline of each request, retries included")
 	fs.DurationVar(&c.OpenFor, "open-for", c.OpenFor, "the stormguard breaker's open period (the library's default is 30s,\nwhich would outlast this demo's outage: every request after it would fail fast)")
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "requests the provider works on at once; more are shed with 503 (0: unlimited)")
+	fs.IntVar(&c.Queue, "queue", c.Queue, "requests that may wait for the provider; it serves them even if their client gave up")
 	fs.DurationVar(&c.Work, "work", c.Work, "time the provider spends on a request")
+	fs.DurationVar(&c.Timeout, "attempt-timeout", c.Timeout, "how long a client waits for one attempt's answer (both clients)")
 	fs.BoolVar(&c.Shared, "shared", false, "one stormguard transport (one budget and breaker) for the whole fleet instead of one per client")
 	out.register(fs)
 	if err := fs.parse(args); err != nil {
@@ -83,15 +87,15 @@ func runDemo(args []string, e *env) error {
 		return usageError{fmt.Errorf("-every, -duration, -window, -naive-every, -deadline and -open-for must be positive")}
 	case c.Duration > 10*time.Minute:
 		return usageError{fmt.Errorf("-duration %v is above 10m", c.Duration)}
-	case c.NaiveTries < 1 || c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Work < 0:
-		return usageError{fmt.Errorf("-naive-tries must be positive and -fail-at, -fail-for, -retry-after, -capacity, -work not negative")}
+	case c.NaiveTries < 1 || c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Queue < 0 || c.Work < 0 || c.Timeout < 0:
+		return usageError{fmt.Errorf("-naive-tries must be positive and -fail-at, -fail-for, -retry-after, -capacity, -queue, -work, -attempt-timeout not negative")}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
 	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
-	plain := &http.Client{Transport: base}
+	plain := &http.Client{Transport: base, Timeout: c.Timeout}
 	naive := func(url string, _ int) live.Call { return live.Naive(plain, url, c.NaiveEvery, c.NaiveTries) }
 	var shared *http.Client
 	guarded := func(url string, _ int) live.Call {
@@ -100,7 +104,11 @@ func runDemo(args []string, e *env) error {
 		}
 		bc := breaker.DefaultConfig()
 		bc.OpenFor = c.OpenFor
-		t, err := httpretry.NewTransport(base, httpretry.WithBreaker(bc))
+		opts := []httpretry.Option{httpretry.WithBreaker(bc)}
+		if c.Timeout > 0 {
+			opts = append(opts, httpretry.WithAttemptTimeout(c.Timeout))
+		}
+		t, err := httpretry.NewTransport(base, opts...)
 		if err != nil {
 			panic(err) // validated above
 		}
@@ -112,7 +120,7 @@ func runDemo(args []string, e *env) error {
 	}
 	fc := live.FleetConfig{Clients: c.Clients, Every: c.Every, Duration: c.Duration, Deadline: c.Deadline}
 	pc := live.ProviderConfig{FailAt: c.FailAt, FailFor: c.FailFor, Window: c.Window, Horizon: c.Duration + c.Deadline,
-		Capacity: c.Capacity, Work: c.Work}
+		Capacity: c.Capacity, Queue: c.Queue, Work: c.Work}
 	withRA := pc
 	withRA.RetryAfter = c.RetryAfter
 	runs := []struct {
@@ -122,8 +130,7 @@ func runDemo(args []string, e *env) error {
 	}{
 		{fmt.Sprintf("naive (every %v), 503", c.NaiveEvery), pc, naive},
 		{"stormguard, 503", pc, guarded},
-		{fmt.Sprintf("naive (every %v), 503 + Retry-After", c.NaiveEvery), withRA, naive},
-		{"stormguard, 503 + Retry-After", withRA, guarded},
+		{fmt.Sprintf("stormguard, 503 + Retry-After %v", c.RetryAfter), withRA, guarded},
 	}
 	progress := e.progress(out.quiet, "demo")
 	res := demoResult{Config: c}
@@ -159,8 +166,9 @@ func (r *demoResult) writeText(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "live on loopback: %d clients x 1 request every %v (%.0f req/s offered) for %v;\n",
 		c.Clients, c.Every, float64(c.Clients)/c.Every.Seconds(), c.Duration)
-	fmt.Fprintf(w, "the provider serves %d requests at once, %v each (%.0f req/s at most), sheds the rest with 503,\n",
-		c.Capacity, c.Work, float64(c.Capacity)/c.Work.Seconds())
+	fmt.Fprintf(w, "the provider serves %d requests at once, %v each (%.0f req/s at most), queues %d more (served even\n"+
+		"after their client timed out at %v), sheds the rest with 503,\n",
+		c.Capacity, c.Work, float64(c.Capacity)/c.Work.Seconds(), c.Queue, c.Timeout)
 	fmt.Fprintf(w, "and answers 503 to everything from %v to %v; attempts counted at the server per %v window;\n", c.FailAt, c.FailAt+c.FailFor, c.Window)
 	scope := "per client"
 	if c.Shared {
@@ -183,28 +191,22 @@ func (r *demoResult) writeText(w io.Writer) error {
 }
 
 func demoChart(r *demoResult, file string) error {
-	var panels []panel
-	for i := 0; i+1 < len(r.Runs); i += 2 {
-		p := panel{title: "without Retry-After", xLabel: "time (s)", yLabel: "attempts per " + r.Config.Window.String(), height: 9 * vg.Centimeter}
-		if r.Runs[i].Provider.RetryAfter > 0 {
-			p.title = fmt.Sprintf("with Retry-After: %v", r.Runs[i].Provider.RetryAfter)
-		}
-		for _, run := range r.Runs[i : i+2] {
-			s := series{name: run.Name}
-			last := 0
-			for j, w := range run.Windows {
-				if w.Attempts > 0 {
-					last = j
-				}
+	p := panel{title: "attempts reaching the provider", xLabel: "time (s)", yLabel: "attempts per " + r.Config.Window.String(),
+		height: 12 * vg.Centimeter}
+	for _, run := range r.Runs {
+		s := series{name: run.Name}
+		last := 0
+		for j, w := range run.Windows {
+			if w.Attempts > 0 {
+				last = j
 			}
-			for _, w := range run.Windows[:last+1] {
-				s.x = append(s.x, w.Start.Seconds())
-				s.y = append(s.y, float64(w.Attempts))
-			}
-			p.lines = append(p.lines, s)
 		}
-		panels = append(panels, p)
+		for _, w := range run.Windows[:last+1] {
+			s.x = append(s.x, w.Start.Seconds())
+			s.y = append(s.y, float64(w.Attempts))
+		}
+		p.lines = append(p.lines, s)
 	}
 	return drawPanels(file, fmt.Sprintf("live: %d clients, 503 from %v to %v, load at the server",
-		r.Config.Clients, r.Config.FailAt, r.Config.FailAt+r.Config.FailFor), panels)
+		r.Config.Clients, r.Config.FailAt, r.Config.FailAt+r.Config.FailFor), []panel{p})
 }

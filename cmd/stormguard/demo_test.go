@@ -30,8 +30,8 @@ func TestDemoSmall(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("demo --json is not JSON: %v", err)
 	}
-	if len(r.Runs) != 4 {
-		t.Fatalf("demo ran %d runs, want 4", len(r.Runs))
+	if len(r.Runs) != 3 {
+		t.Fatalf("demo ran %d runs, want 3", len(r.Runs))
 	}
 	for _, run := range r.Runs {
 		// 10 clients, every 50 ms for 300 ms: 60 requests.
@@ -40,7 +40,7 @@ func TestDemoSmall(t *testing.T) {
 		}
 	}
 	code, out, _ = runCLI(t, args...)
-	if code != 0 || !strings.Contains(out, "stormguard, 503 + Retry-After") || !strings.Contains(out, "peak per window") {
+	if code != 0 || !strings.Contains(out, "stormguard, 503 + Retry-After 1s") || !strings.Contains(out, "peak per window") {
 		t.Errorf("demo table: exit %d, output:\n%s", code, out)
 	}
 }

@@ -34,9 +34,15 @@ type ProviderConfig struct {
 	// seconds, rounded up) on every 503 of the outage. Zero sends none.
 	RetryAfter time.Duration `json:"retry_after_ns"`
 	// Capacity, if positive, is the most requests the provider works on at
-	// once; a request beyond it is answered 503 at once (shed), outage or
-	// not. Zero means unlimited.
+	// once; a request beyond it waits in the queue (see Queue) or, when the
+	// queue is full, is answered 503 at once (shed), outage or not. Zero
+	// means unlimited.
 	Capacity int `json:"capacity"`
+	// Queue is how many requests may wait for a worker when all Capacity
+	// are busy. A queued request is served even if its client has given up
+	// meanwhile: that wasted work is what keeps an overloaded server down
+	// after the trigger has gone (a metastable failure). Zero sheds at once.
+	Queue int `json:"queue"`
 	// Work is how long a healthy request takes to serve (a real sleep in
 	// the handler). Zero answers at once.
 	Work time.Duration `json:"work_ns"`
@@ -61,10 +67,11 @@ type counts struct {
 // with [NewProvider], serve it (e.g. with [Provider.Listen]) and call
 // [Provider.Start] when the fleet starts.
 type Provider struct {
-	cfg      ProviderConfig
-	start    atomic.Int64 // unix nanoseconds of Start; 0 before
-	inflight atomic.Int64
-	windows  []counts
+	cfg     ProviderConfig
+	start   atomic.Int64 // unix nanoseconds of Start; 0 before
+	inside  atomic.Int64 // requests being served or waiting
+	workers chan struct{}
+	windows []counts
 }
 
 // NewProvider validates c and returns a provider.
@@ -76,11 +83,11 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		return nil, fmt.Errorf("%w: horizon %v must be positive", ErrInvalidConfig, c.Horizon)
 	case c.Horizon/c.Window > 1_000_000:
 		return nil, fmt.Errorf("%w: horizon/window above a million windows", ErrInvalidConfig)
-	case c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Work < 0:
+	case c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Queue < 0 || c.Work < 0:
 		return nil, fmt.Errorf("%w: negative setting in %+v", ErrInvalidConfig, c)
 	}
 	n := int((c.Horizon + c.Window - 1) / c.Window)
-	return &Provider{cfg: c, windows: make([]counts, n)}, nil
+	return &Provider{cfg: c, windows: make([]counts, n), workers: make(chan struct{}, max(c.Capacity, 1))}, nil
 }
 
 // Start starts the provider's clock: windows and the outage are measured
@@ -118,13 +125,18 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c := p.cfg.Capacity; c > 0 {
-		if p.inflight.Add(1) > int64(c) {
-			p.inflight.Add(-1)
+		if p.inside.Add(1) > int64(c+p.cfg.Queue) {
+			p.inside.Add(-1)
 			win.shed.Add(1)
 			http.Error(w, "provider over capacity", http.StatusServiceUnavailable)
 			return
 		}
-		defer p.inflight.Add(-1)
+		// Wait for a worker, whether or not the client is still there.
+		p.workers <- struct{}{}
+		defer func() {
+			<-p.workers
+			p.inside.Add(-1)
+		}()
 	}
 	if p.cfg.Work > 0 {
 		time.Sleep(p.cfg.Work)
