@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
@@ -176,32 +174,11 @@ func hasIdempotencyKey(h http.Header) bool {
 // arrived (the request may not have been processed, and it is only retried
 // when it is safe to repeat anyway).
 func classify(err error) bool {
-	if _, ok := err.(*statusError); ok {
-		return true
+	if _, ok := err.(*retry.StatusError); ok {
+		return true // the op returns only retryable statuses (and 500s it may retry)
 	}
 	return retry.IsRetryable(err) || errors.Is(err, io.EOF)
 }
-
-// statusError is what an attempt that got a retryable status returns to
-// the loop, with the response (which the loop hands back as the value).
-type statusError struct {
-	code  int
-	after time.Duration
-}
-
-func (e *statusError) Error() string {
-	s := "httpretry: HTTP " + strconv.Itoa(e.code)
-	if e.after > 0 {
-		s += " (retry after " + e.after.String() + ")"
-	}
-	return s
-}
-
-// StatusCode returns the response's status code.
-func (e *statusError) StatusCode() int { return e.code }
-
-// RetryAfter returns the response's Retry-After, 0 if none.
-func (e *statusError) RetryAfter() time.Duration { return e.after }
 
 // RoundTrip sends req, retrying as the package documentation describes, and
 // returns the response of the last attempt, or an error if it has none.
@@ -391,10 +368,12 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	if !retry.IsRetryableStatus(code) && code != http.StatusInternalServerError {
 		return resp, nil // success, or a failure that is the caller's business
 	}
-	se := &statusError{code: code}
+	// The attempt's answer, for the loop: the status, and Retry-After on
+	// 429 and 503 (the loop's floor on the next sleep).
+	se := &retry.StatusError{Code: code}
 	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 		if v := resp.Header["Retry-After"]; len(v) > 0 {
-			se.after, _ = ParseRetryAfter(v[0], c.t.cfg.clock.Now())
+			se.After, _ = ParseRetryAfter(v[0], c.t.cfg.clock.Now())
 		}
 	}
 	if code == http.StatusInternalServerError {
