@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -149,20 +148,11 @@ func runDemo(args []string, e *env) error {
 	if progress != nil {
 		progress(len(runs), len(runs))
 	}
-	if out.chart != "" {
-		if err := demoChart(&res, out.chart); err != nil {
-			return err
-		}
-	}
-	if out.json {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	return res.writeText(e.stdout)
+	return emit(e, out, &res, func(file string) error { return demoChart(&res, file) })
 }
 
-func (r *demoResult) writeText(w io.Writer) error {
+// WriteText writes the side-by-side table.
+func (r *demoResult) WriteText(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "live on loopback: %d clients x 1 request every %v (%.0f req/s offered) for %v;\n",
 		c.Clients, c.Every, float64(c.Clients)/c.Every.Seconds(), c.Duration)

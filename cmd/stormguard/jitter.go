@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -49,17 +48,7 @@ func runJitter(args []string, e *env) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if out.chart != "" {
-		if err := jitterChart(r, out.chart); err != nil {
-			return err
-		}
-	}
-	if out.json {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	return r.WriteText(e.stdout)
+	return emit(e, out, r, func(file string) error { return jitterChart(r, file) })
 }
 
 // jitterChart draws, per strategy, retries per window for each round.
