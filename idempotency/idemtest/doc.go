@@ -1,0 +1,23 @@
+// Package idemtest is an end-to-end harness for idempotent writes: it
+// checks that a retrying client and the [idempotency.Middleware] together
+// apply every logical operation exactly once over a network that loses
+// requests and responses.
+//
+// [Run] starts one HTTP server per [idempotency.Store] it is given (pass the
+// same store twice, or two stores over one database, for two servers that
+// share a store), each serving a payments handler that records every
+// application in one shared [Ledger]. In front of the servers it puts a
+// [Proxy]: a lossy loopback HTTP proxy that alternates between them and, by
+// a seeded random sequence, resets the client's connection before
+// forwarding some requests (the handler never sees them) and resets it
+// after the handler ran for others (the answer is lost). A driver then
+// makes many logical payments through an [http.Client] built with
+// [httpretry.NewTransport] and [httpretry.WithAutoIdempotencyKey], and the
+// [Result] reports the ledger's verdict: duplicates, lost payments, failed
+// calls, with the counts of every fault injected and every replay seen.
+//
+// The package is standard library only (plus the stormguard packages) and
+// is meant for tests: [RunTest] runs the harness and fails a test on a bad
+// verdict. The store modules (idempotency/pgstore, idempotency/redisstore)
+// run it against real servers.
+package idemtest

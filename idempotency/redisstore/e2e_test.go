@@ -1,0 +1,57 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/idemtest"
+	"github.com/stormguard/stormguard/idempotency/redisstore"
+)
+
+// TestEndToEnd: the retrying client with automatic keys, through a proxy
+// that resets 10% of requests before forwarding and drops 20% of the
+// answers after the handler ran, against two servers, each with its own
+// redisstore.Store over its own client, sharing one Redis and one prefix:
+// every one of idemtest.Payments (10,000 by default) is applied exactly
+// once.
+func TestEndToEnd(t *testing.T) {
+	const conns = 32 // per server
+	c1, _ := client(t, conns)
+	c2, _ := client(t, conns)
+	prefix := "stormguard-e2e:" + rand.Text() + ":"
+	t.Cleanup(func() { deletePrefix(t, c1, prefix) })
+	var stores []idempotency.Store
+	for i, c := range []*redis.Client{c1, c2} {
+		s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
+		if err != nil {
+			t.Fatalf("New(client %d): %v", i+1, err)
+		}
+		stores = append(stores, s)
+	}
+	idemtest.RunTest(t, idemtest.Config{Stores: stores, Payments: idemtest.Payments(t)})
+}
+
+// deletePrefix deletes every key under prefix.
+func deletePrefix(t *testing.T, c *redis.Client, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("cleanup scan: %v", err)
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
+			t.Errorf("cleanup del: %v", err)
+			return
+		}
+		keys = keys[n:]
+	}
+}
