@@ -151,6 +151,30 @@ func TestBudgetRefusalEndsWithLastError(t *testing.T) {
 	}
 }
 
+// TestBudgetSystemClock runs the budget on the system clock without a
+// breaker (the loop's short first-attempt path) inside a synctest bubble.
+func TestBudgetSystemClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &countingBudget{inner: mustBudget(t, nil, 0, 1)} // 10 retries per 10 s
+		p := mustNew(t, retry.WithBudget(b), retry.WithMaxAttempts(2))
+		for i := range 12 {
+			calls := 0
+			err := p.Do(context.Background(), script(&calls, err503))
+			switch {
+			case i < 10 && (err != nil || calls != 2):
+				t.Errorf("call %d: Do = %v after %d calls, want nil after 2", i, err, calls)
+			case i >= 10:
+				if re := checkStop(t, err, retry.BudgetExhausted, 1); re.Err != err503 {
+					t.Errorf("call %d: Err = %v, want the 503", i, re.Err)
+				}
+			}
+		}
+		if d, w := b.deposits.Load(), b.withdraws.Load(); d != 12 || w != 10 {
+			t.Errorf("deposits, withdrawals = %d, %d; want 12, 10", d, w)
+		}
+	})
+}
+
 func TestBreakerOpenRejectsWithoutCalling(t *testing.T) {
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
@@ -232,6 +256,39 @@ func TestBreakerRejectsLaterAttempt(t *testing.T) {
 	}
 	if s := clock.Sleeps(); len(s) != 1 {
 		t.Errorf("sleeps = %v, want the one before the rejected attempt", s)
+	}
+}
+
+// TestSleepOutlastsOpenPeriod: a failure trips the breaker, but the sleep
+// the server asked for is longer than the open period, so the loop sleeps
+// and its next attempt is the half-open probe.
+func TestSleepOutlastsOpenPeriod(t *testing.T) {
+	clock := newRecordingClock()
+	c := breaker.DefaultConfig()
+	c.MinCalls, c.Probes, c.OpenFor, c.Now = 1, 1, time.Second, clock.Now
+	brk, err := breaker.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	calls := 0
+	var probe bool
+	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		if attempt == 1 {
+			return &retry.StatusError{Code: 503, After: 2 * time.Second}
+		}
+		probe = brk.State() == breaker.HalfOpen
+		return nil
+	})
+	if err != nil || calls != 2 || !probe {
+		t.Errorf("Do = %v after %d calls (probe %v), want nil after 2, the second a probe", err, calls, probe)
+	}
+	if s := clock.Sleeps(); !slices.Equal(s, []time.Duration{2 * time.Second}) {
+		t.Errorf("sleeps = %v, want [2s]", s)
+	}
+	if s := brk.State(); s != breaker.Closed {
+		t.Errorf("State = %v, want closed after the good probe", s)
 	}
 }
 

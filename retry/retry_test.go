@@ -437,22 +437,29 @@ func TestContextEndedBeforeStart(t *testing.T) {
 		{"deadline passed", expired, retry.Deadline, context.DeadlineExceeded},
 		{"cancel cause reachable", withCause, retry.Canceled, causeErr},
 	}
-	p := mustNew(t)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			calls := 0
-			err := p.Do(tt.ctx, func(ctx context.Context, attempt int) error {
-				calls++
-				return nil
+	// The system clock without options takes the short first-attempt
+	// path; a fake clock takes the loop.
+	policies := map[string]*retry.Policy{
+		"system clock": mustNew(t),
+		"fake clock":   mustNew(t, retry.WithClock(newRecordingClock())),
+	}
+	for pname, p := range policies {
+		for _, tt := range tests {
+			t.Run(pname+"/"+tt.name, func(t *testing.T) {
+				calls := 0
+				err := p.Do(tt.ctx, func(ctx context.Context, attempt int) error {
+					calls++
+					return nil
+				})
+				if calls != 0 {
+					t.Errorf("op called %d times on an ended context", calls)
+				}
+				checkStop(t, err, tt.reason, 0)
+				if !errors.Is(err, tt.is) {
+					t.Errorf("errors.Is(%v, %v) = false", err, tt.is)
+				}
 			})
-			if calls != 0 {
-				t.Errorf("op called %d times on an ended context", calls)
-			}
-			checkStop(t, err, tt.reason, 0)
-			if !errors.Is(err, tt.is) {
-				t.Errorf("errors.Is(%v, %v) = false", err, tt.is)
-			}
-		})
+		}
 	}
 }
 
