@@ -50,11 +50,14 @@ func (p *Policy) logRetry(ctx context.Context, e RetryEvent) {
 }
 
 // logGiveUp logs a give-up; requires p.logger != nil. Giving up on a
-// non-retryable error or a canceled call is the caller's business, logged
-// at Debug; every other give-up (the dependency kept failing) at Warn.
+// non-retryable error or a canceled call is the caller's business, and a
+// call an open breaker rejected before any attempt is the breaker doing its
+// job (its state change is the event worth a warning; during an outage
+// every call would log one): those are logged at Debug. Every other give-up
+// (the dependency kept failing) at Warn.
 func (p *Policy) logGiveUp(ctx context.Context, e *Error) {
 	level := slog.LevelWarn
-	if e.Reason == NotRetryable || e.Reason == Canceled {
+	if e.Reason == NotRetryable || e.Reason == Canceled || (e.Reason == CircuitOpen && e.Attempts == 0) {
 		level = slog.LevelDebug
 	}
 	p.logger.LogAttrs(ctx, level, "retry: giving up", slog.Any("retry", e))

@@ -1,9 +1,12 @@
 package retry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -585,4 +588,34 @@ func TestConcurrentBudgetBreaker(t *testing.T) {
 		}
 		t.Logf("reasons: %v, withdrawals %d, rejected %d", reasons, b.withdraws.Load(), rejected)
 	})
+}
+
+// TestLoggerCircuitOpen: a rejection before any attempt is logged at
+// Debug (the breaker is doing its job); a failure that opens the breaker
+// and a budget refusal after a failure at Warn.
+func TestLoggerCircuitOpen(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	clock := newRecordingClock()
+	brk := mustBreaker(t, clock)
+	p := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBreaker(brk))
+	trip(t, brk)
+	calls := 0
+	_ = p.Do(context.Background(), script(&calls))
+	clock.Advance(30 * time.Second)
+	_ = p.Do(context.Background(), script(&calls, err404)) // the probe closes it
+	_ = p.Do(context.Background(), script(&calls, err503)) // trips it again
+	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBudget(mustBudget(t, clock, 0, 0)))
+	_ = pb.Do(context.Background(), script(&calls, err503))
+	got := buf.String()
+	for _, want := range []string{
+		`level=DEBUG msg="retry: giving up" retry.reason="circuit open" retry.attempts=0`,
+		`level=DEBUG msg="retry: giving up" retry.reason="not retryable" retry.attempts=1`,
+		`level=WARN msg="retry: giving up" retry.reason="circuit open" retry.attempts=1`,
+		`level=WARN msg="retry: giving up" retry.reason="budget exhausted" retry.attempts=1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log lacks %q:\n%s", want, got)
+		}
+	}
 }

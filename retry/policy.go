@@ -216,8 +216,8 @@ func WithOnGiveUp(f func(ctx context.Context, err *Error)) Option {
 }
 
 // WithLogger logs each retry (Info, message "retry: retrying") and each
-// give-up (Warn, "retry: giving up"; Debug when the error was not retryable
-// or the call was canceled) to l, with the event as a group under key
+// give-up (Warn, "retry: giving up"; Debug when the error was not retryable,
+// the call was canceled, or an open breaker rejected it before any attempt) to l, with the event as a group under key
 // "retry". nil means silent, the default: nothing is logged unless asked.
 func WithLogger(l *slog.Logger) Option {
 	return func(p *config) error {
