@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 // State is the state of a [Breaker]. The zero value is [Closed].
@@ -92,8 +94,10 @@ type Config struct {
 	// old and the new state; never while the breaker's lock is held, one
 	// call at a time, in order (see the package documentation).
 	OnStateChange func(from, to State)
-	// Now returns the current time; nil means time.Now. It must be safe
-	// for concurrent use.
+	// Now returns the current time; nil means the monotonic clock
+	// (time.Now's reading when New ran, advanced by time.Since: cheaper
+	// than time.Now and immune to wall-clock steps). It must be safe for
+	// concurrent use.
 	Now func() time.Time
 }
 
@@ -278,7 +282,7 @@ func New(c Config) (*Breaker, error) {
 		counts:    make([]bucket, c.Buckets),
 	}
 	if b.now == nil {
-		b.now = time.Now
+		b.now = clock.Monotonic()
 	}
 	if b.isFailure == nil {
 		b.isFailure = func(err error) bool { return err != nil }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 // Default settings, as returned by [DefaultConfig].
@@ -55,7 +57,9 @@ type Config struct {
 	// Withdraw slower.
 	Slices int
 	// Now returns the current time for [Budget.Deposit] and
-	// [Budget.Withdraw]; nil means time.Now. It is called from every
+	// [Budget.Withdraw]; nil means the monotonic clock (time.Now's
+	// reading when New ran, advanced by time.Since: cheaper than time.Now and
+	// immune to wall-clock steps). It is called from every
 	// goroutine that uses the budget, so it must be safe for concurrent
 	// use. DepositAt and WithdrawAt take the time as an argument instead.
 	Now func() time.Time
@@ -164,7 +168,7 @@ func New(c Config) (*Budget, error) {
 	}
 	now := c.Now
 	if now == nil {
-		now = time.Now
+		now = clock.Monotonic()
 	}
 	b := &Budget{
 		cfg:      c,
