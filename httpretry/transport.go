@@ -29,9 +29,9 @@ import (
 // from it; every attempt asks the breaker first. The breaker counts as
 // failures the network errors and retryable statuses (408, 429, 500, 502,
 // 503, 504), those of requests that may not be retried included; a 4xx is
-// a success (the host answered). Two cases the retry loop cannot yet tell
-// the breaker about count as successes: a second 500, and a failure
-// carrying "Stormguard-Retry: no" (both stop the loop at once).
+// a success (the host answered). A second 500 and a failure carrying
+// "Stormguard-Retry: no" stop the loop at once and still count as failures
+// ([retry.Final]).
 type Transport struct {
 	base        http.RoundTripper
 	cfg         config
@@ -383,11 +383,11 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		again := c.idempotent && !c.got500
 		c.got500 = true
 		if !again && c.retryable {
-			return resp, retry.Permanent(se)
+			return resp, retry.Final(se)
 		}
 	}
 	if dontRetry(resp.Header) {
-		return resp, retry.Permanent(se)
+		return resp, retry.Final(se)
 	}
 	return resp, se
 }

@@ -782,3 +782,45 @@ func TestOverallTimeout(t *testing.T) {
 		t.Errorf("server saw %d attempts, want 1 (the deadline passed during it)", obs.count())
 	}
 }
+
+// TestFinalAnswersTripTheBreaker: a 503 that says "don't retry" and the
+// second 500 of a GET stop the loop at once, and still count as failures of
+// the host, so its breaker trips.
+func TestFinalAnswersTripTheBreaker(t *testing.T) {
+	tests := []struct {
+		name     string
+		handler  func(w http.ResponseWriter, r *http.Request, n int)
+		attempts int // attempts the first call makes
+	}{
+		{"don't-retry 503", func(w http.ResponseWriter, r *http.Request, n int) { httpretry.WriteOverloaded(w) }, 1},
+		{"500 twice", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) }, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, obs := serve(t, tt.handler)
+			c := breaker.DefaultConfig()
+			c.MinCalls, c.FailureRatio = 2, 0.5
+			tr, _ := newTransport(t, nil, httpretry.WithBreaker(c), httpretry.WithoutBudget())
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+			if err != nil {
+				t.Fatalf("first RoundTrip: %v", err)
+			}
+			readClose(t, resp)
+			if obs.count() != tt.attempts {
+				t.Fatalf("first call made %d attempts, want %d", obs.count(), tt.attempts)
+			}
+			// Fill the window past MinCalls with failures: the breaker opens and the
+			// host stops seeing requests.
+			for range 3 {
+				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+				if err == nil {
+					readClose(t, resp)
+				}
+			}
+			_, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+			if !errors.Is(err, breaker.ErrOpen) {
+				t.Errorf("after repeated %s answers: err = %v, want the open breaker's error", tt.name, err)
+			}
+		})
+	}
+}

@@ -228,13 +228,13 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		}
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			if brk != nil {
-				brk.Done(permit, IsPermanent(err) || !p.classify(err))
+				brk.Done(permit, !p.failed(err))
 			}
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
 		retryable := !IsPermanent(err) && p.classify(err)
 		if brk != nil {
-			brk.Done(permit, !retryable)
+			brk.Done(permit, !p.failed(err))
 		}
 		if !retryable {
 			return p.stop(ctx, NotRetryable, attempt, unmarkPermanent(err), 0)

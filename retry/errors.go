@@ -192,8 +192,12 @@ func (e *Error) Unwrap() []error {
 	return errs
 }
 
-// permanentError marks an error as not to be retried.
-type permanentError struct{ err error }
+// permanentError marks an error as not to be retried. failure says the
+// attempt still counts as a failure of the dependency ([Final]).
+type permanentError struct {
+	err     error
+	failure bool
+}
 
 func (p *permanentError) Error() string { return p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
@@ -210,14 +214,39 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
+// Final marks err as the end of the call: like [Permanent], the loop stops
+// at once with Reason NotRetryable and the marker is removed from the
+// returned [*Error]'s Err; but where a Permanent error counts as a success
+// for the breaker (the dependency answered), a Final one counts as a
+// failure. Use it for "the dependency failed and retrying would not help or
+// is not allowed": a 503 that carries a don't-retry signal, the second 500
+// of a call that may retry a 500 only once. Final(nil) returns nil.
+func Final(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err, failure: true}
+}
+
 // IsPermanent reports whether err, or an error it wraps, was marked with
-// [Permanent].
+// [Permanent] or [Final].
 func IsPermanent(err error) bool {
 	_, ok := find[*permanentError](err)
 	return ok
 }
 
-// unmarkPermanent removes a Permanent marker at the top of err's chain.
+// failed reports whether an attempt that returned err counts as a failure of
+// the dependency: a [Final] mark says yes, a [Permanent] one no; otherwise
+// the classifier decides (a retryable error is a transient failure).
+func (p *Policy) failed(err error) bool {
+	if pe, ok := find[*permanentError](err); ok {
+		return pe.failure
+	}
+	return p.classify(err)
+}
+
+// unmarkPermanent removes a Permanent or Final marker at the top of err's
+// chain.
 func unmarkPermanent(err error) error {
 	if p, ok := err.(*permanentError); ok {
 		return p.err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -617,5 +618,42 @@ func TestLoggerCircuitOpen(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("log lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestFinalStopsAndCountsAsFailure(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"final 503", retry.Final(err503)},
+		{"final 404", retry.Final(err404)},
+		{"final wrapped", fmt.Errorf("call: %w", retry.Final(err503))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			brk := mustBreaker(t, nil)
+			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithBreaker(brk))
+			calls := 0
+			err := p.Do(context.Background(), script(&calls, tt.err, tt.err, tt.err))
+			checkStop(t, err, retry.NotRetryable, 1)
+			if calls != 1 {
+				t.Errorf("Do with %v made %d calls, want 1", tt.err, calls)
+			}
+			if s := brk.State(); s != breaker.Open {
+				t.Errorf("breaker after one Final failure is %v, want open (MinCalls 1)", s)
+			}
+		})
+	}
+	// The marker is removed from the returned Err, and errors.Is sees through it.
+	p := mustNew(t, retry.WithClock(instantClock{}))
+	calls := 0
+	err := p.Do(context.Background(), script(&calls, retry.Final(err503)))
+	var re *retry.Error
+	if !errors.As(err, &re) || re.Err != err503 || !errors.Is(err, err503) || !retry.IsPermanent(retry.Final(err503)) {
+		t.Errorf("Do(Final(503)) = %v; want *Error with Err == the 503", err)
+	}
+	if retry.Final(nil) != nil {
+		t.Error("Final(nil) != nil")
 	}
 }
