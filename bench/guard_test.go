@@ -27,13 +27,6 @@ const (
 	windowSlice = time.Second
 )
 
-// monoNow returns a clock for a budget or breaker Config.Now that reads
-// only the monotonic clock: the start time plus time.Since(start).
-func monoNow() func() time.Time {
-	start := time.Now()
-	return func() time.Time { return start.Add(time.Since(start)) }
-}
-
 // A guard is one library's way to run a call through a circuit breaker,
 // optionally inside a retry policy with a retry budget. setup builds the
 // shared objects once; the returned function runs one call of op and is
@@ -55,31 +48,6 @@ var guards = []guard{
 			tb.Fatal(err)
 		}
 		brk, err := breaker.New(breaker.DefaultConfig())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p, err := retry.New(retry.WithMaxAttempts(maxAttempts), retry.WithBackoff(zeroBackoff(tb)),
-			retry.WithBudget(bud), retry.WithBreaker(brk))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ctx := context.Background()
-		return func(op func() error) error {
-			return p.Do(ctx, func(ctx context.Context, attempt int) error { return op() })
-		}
-	}},
-	{"stormguard-mono", true, func(tb testing.TB) func(op func() error) error {
-		// As "stormguard", but the budget and breaker read a clock that
-		// costs one monotonic reading (time.Since) instead of time.Now's
-		// wall and monotonic readings. Not a default: it shows what the
-		// time source costs on this machine.
-		bc, kc := budget.DefaultConfig(), breaker.DefaultConfig()
-		bc.Now, kc.Now = monoNow(), monoNow()
-		bud, err := budget.New(bc)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		brk, err := breaker.New(kc)
 		if err != nil {
 			tb.Fatal(err)
 		}
