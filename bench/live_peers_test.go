@@ -81,8 +81,8 @@ func liveSetups() []liveSetup {
 		{
 			name: "cenkalti/backoff v5.0.3",
 			how: "backoff.Retry(ctx, op) with no options (default ExponentialBackOff, no try limit, " +
-				"15 min max elapsed); op fails on a non-2xx status and, as the library's example does, " +
-				"returns backoff.RetryAfter(n) when the 503 carries Retry-After: n",
+				"15 min max elapsed); op fails on a non-2xx status and returns backoff.RetryAfter(n) when a " +
+				"429 or 503 carries Retry-After: n (the library's own example does this for 429)",
 			newCall: func(base *http.Transport, url string) live.Call {
 				return cenkaltiCall(&http.Client{Transport: base}, url)
 			},
