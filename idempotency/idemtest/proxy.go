@@ -1,15 +1,15 @@
 package idemtest
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -66,37 +66,52 @@ type ProxyStats struct {
 	RelayedReplays int64
 	// RelayedConflicts is the part of Relayed with status 409 Conflict.
 	RelayedConflicts int64
-	// ResetFailures is the number of resets or drops the proxy could not
-	// carry out (the connection could not be taken over); those requests
-	// got 502 Bad Gateway. Always 0 on a working setup.
-	ResetFailures int64
 	// PerUpstream[i] is the number of requests forwarded to Upstreams[i].
 	PerUpstream []int64
 }
 
 // Proxy is a lossy loopback HTTP/1.1 proxy in front of one or more
-// upstream servers; see [ProxyConfig] for the faults it injects. It is
-// safe for concurrent use. Close it when done.
+// upstream servers; see [ProxyConfig] for the faults it injects. It works
+// on raw TCP connections, one goroutine per client connection reading
+// requests with [http.ReadRequest], so that a reset is a real TCP RST on
+// the connection the client sent the request on. It keeps a pool of
+// keep-alive connections to each upstream. It is safe for concurrent use.
+// Close it when done.
 type Proxy struct {
-	srv       *httptest.Server
-	upstreams []*url.URL
-	transport *http.Transport
+	ln        net.Listener
+	upstreams []*upstream
 	resetRate float64
 	dropRate  float64
 	next      atomic.Uint64
 
-	mu  sync.Mutex // guards rng
-	rng *rand.Rand
+	mu     sync.Mutex // guards rng, conns and closed
+	rng    *rand.Rand
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
 
 	requests, resets, forwarded, upstreamErrors atomic.Int64
 	drops, droppedOriginals                     atomic.Int64
 	relayed, relayedReplays, relayedConflicts   atomic.Int64
-	resetFailures                               atomic.Int64
-	perUpstream                                 []atomic.Int64
+}
+
+// upstream is one server behind the proxy and its idle connections.
+type upstream struct {
+	addr string // host:port
+	idle chan *upConn
+	sent atomic.Int64
+}
+
+// upConn is a keep-alive connection to an upstream.
+type upConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
 }
 
 // NewProxy starts a proxy on a loopback port. It fails when no upstream is
-// given, an upstream is not an absolute http URL, or a rate is out of range.
+// given, an upstream is not an absolute http URL without a path, or a rate
+// is out of range.
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if len(cfg.Upstreams) == 0 {
 		return nil, errors.New("idemtest: NewProxy: no upstream")
@@ -104,40 +119,57 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if !(cfg.ResetRate >= 0 && cfg.DropRate >= 0 && cfg.ResetRate+cfg.DropRate <= 1) {
 		return nil, fmt.Errorf("idemtest: NewProxy: reset rate %v and drop rate %v must be >= 0 with a sum <= 1", cfg.ResetRate, cfg.DropRate)
 	}
-	p := &Proxy{
-		resetRate:   cfg.ResetRate,
-		dropRate:    cfg.DropRate,
-		rng:         rand.New(rand.NewPCG(cfg.Seed, 0x6964656d74657374)),
-		perUpstream: make([]atomic.Int64, len(cfg.Upstreams)),
-	}
-	for _, s := range cfg.Upstreams {
-		u, err := url.Parse(s)
-		if err != nil || u.Scheme != "http" || u.Host == "" {
-			return nil, fmt.Errorf("idemtest: NewProxy: upstream %q is not an absolute http URL", s)
-		}
-		p.upstreams = append(p.upstreams, u)
-	}
 	idle := cfg.MaxIdleConnsPerUpstream
 	if idle <= 0 {
 		idle = 64
 	}
-	p.transport = &http.Transport{
-		Proxy:               nil,
-		MaxIdleConnsPerHost: idle,
-		DisableCompression:  true,
+	p := &Proxy{
+		resetRate: cfg.ResetRate,
+		dropRate:  cfg.DropRate,
+		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x6964656d74657374)),
+		conns:     make(map[net.Conn]struct{}),
 	}
-	p.srv = httptest.NewServer(p)
+	for _, s := range cfg.Upstreams {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("idemtest: NewProxy: upstream %q is not an absolute http URL without a path", s)
+		}
+		p.upstreams = append(p.upstreams, &upstream{addr: u.Host, idle: make(chan *upConn, idle)})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("idemtest: NewProxy: %w", err)
+	}
+	p.ln = ln
+	p.wg.Go(p.accept)
 	return p, nil
 }
 
 // URL returns the proxy's base URL, e.g. "http://127.0.0.1:41234".
-func (p *Proxy) URL() string { return p.srv.URL }
+func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
-// Close stops the proxy, waits for its requests to end and closes its
-// upstream connections.
+// Close stops the proxy: it closes the listener and every client and
+// upstream connection, and waits for its goroutines to end.
 func (p *Proxy) Close() {
-	p.srv.Close()
-	p.transport.CloseIdleConnections()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	p.wg.Wait()
+	for _, u := range p.upstreams {
+	drain:
+		for {
+			select {
+			case uc := <-u.idle:
+				_ = uc.conn.Close()
+			default:
+				break drain
+			}
+		}
+	}
 }
 
 // Stats returns the proxy's counts so far.
@@ -152,11 +184,10 @@ func (p *Proxy) Stats() ProxyStats {
 		Relayed:          p.relayed.Load(),
 		RelayedReplays:   p.relayedReplays.Load(),
 		RelayedConflicts: p.relayedConflicts.Load(),
-		ResetFailures:    p.resetFailures.Load(),
-		PerUpstream:      make([]int64, len(p.perUpstream)),
+		PerUpstream:      make([]int64, len(p.upstreams)),
 	}
-	for i := range p.perUpstream {
-		s.PerUpstream[i] = p.perUpstream[i].Load()
+	for i, u := range p.upstreams {
+		s.PerUpstream[i] = u.sent.Load()
 	}
 	return s
 }
@@ -183,6 +214,148 @@ func (p *Proxy) draw() fault {
 	return pass
 }
 
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		p.conns[c] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Go(func() {
+			p.serve(c)
+			p.mu.Lock()
+			delete(p.conns, c)
+			p.mu.Unlock()
+		})
+	}
+}
+
+// serve handles the requests of one client connection until it is
+// closed or reset.
+func (p *Proxy) serve(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	w := bufio.NewWriter(c)
+	for {
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return // EOF, or a client that went away
+		}
+		p.requests.Add(1)
+		f := p.draw()
+		if f == resetBefore {
+			p.resets.Add(1)
+			reset(c)
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		u := p.upstreams[(p.next.Add(1)-1)%uint64(len(p.upstreams))]
+		p.forwarded.Add(1)
+		u.sent.Add(1)
+		resp, respBody, err := p.forward(u, req, body)
+		if err != nil {
+			p.upstreamErrors.Add(1)
+			msg := "idemtest proxy: upstream: " + err.Error()
+			resp = &http.Response{
+				StatusCode: http.StatusBadGateway, ProtoMajor: 1, ProtoMinor: 1,
+				Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+			}
+			respBody = []byte(msg)
+		} else {
+			replay := resp.Header.Get(idempotency.ReplayHeader) == "true"
+			if f == dropAfter {
+				p.drops.Add(1)
+				if resp.StatusCode/100 == 2 && !replay {
+					p.droppedOriginals.Add(1)
+				}
+				reset(c)
+				return
+			}
+			p.relayed.Add(1)
+			if replay {
+				p.relayedReplays.Add(1)
+			}
+			if resp.StatusCode == http.StatusConflict {
+				p.relayedConflicts.Add(1)
+			}
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(respBody))
+		resp.ContentLength = int64(len(respBody))
+		resp.TransferEncoding = nil
+		resp.Close = req.Close
+		resp.Request = req
+		if err := resp.Write(w); err != nil || w.Flush() != nil || req.Close {
+			return
+		}
+	}
+}
+
+// forward sends req with body to u over an idle or new connection and
+// reads the whole response.
+func (p *Proxy) forward(u *upstream, req *http.Request, body []byte) (*http.Response, []byte, error) {
+	var uc *upConn
+	select {
+	case uc = <-u.idle:
+	default:
+		conn, err := net.Dial("tcp", u.addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		uc = &upConn{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
+	}
+	out := &http.Request{
+		Method:        req.Method,
+		URL:           req.URL,
+		Host:          req.Host,
+		Header:        req.Header,
+		ContentLength: int64(len(body)),
+		Body:          io.NopCloser(bytes.NewReader(body)),
+	}
+	for _, k := range hopHeaders {
+		delete(out.Header, k)
+	}
+	if len(body) == 0 {
+		out.Body = http.NoBody
+	}
+	err := out.Write(uc.w)
+	if err == nil {
+		err = uc.w.Flush()
+	}
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(uc.r, out)
+	}
+	var respBody []byte
+	if err == nil {
+		respBody, err = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		_ = uc.conn.Close()
+		return nil, nil, err
+	}
+	if resp.Close {
+		_ = uc.conn.Close()
+	} else {
+		select {
+		case u.idle <- uc:
+		default:
+			_ = uc.conn.Close()
+		}
+	}
+	return resp, respBody, nil
+}
+
 // hopHeaders are the hop-by-hop header fields (RFC 9110 section 7.6.1)
 // not forwarded.
 var hopHeaders = []string{
@@ -190,97 +363,11 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// ServeHTTP handles one request: reset, or forward and then drop or relay.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.requests.Add(1)
-	f := p.draw()
-	if f == resetBefore {
-		p.resets.Add(1)
-		p.reset(w)
-		return
-	}
-	i := int((p.next.Add(1) - 1) % uint64(len(p.upstreams)))
-	p.forwarded.Add(1)
-	p.perUpstream[i].Add(1)
-	status, header, body, err := p.forward(r, p.upstreams[i])
-	if err != nil {
-		p.upstreamErrors.Add(1)
-		http.Error(w, "idemtest proxy: upstream: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	replay := header.Get(idempotency.ReplayHeader) == "true"
-	if f == dropAfter {
-		p.drops.Add(1)
-		if status/100 == 2 && !replay {
-			p.droppedOriginals.Add(1)
-		}
-		p.reset(w)
-		return
-	}
-	p.relayed.Add(1)
-	if replay {
-		p.relayedReplays.Add(1)
-	}
-	if status == http.StatusConflict {
-		p.relayedConflicts.Add(1)
-	}
-	h := w.Header()
-	for k, v := range header {
-		h[k] = v
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
-// forward sends r to upstream u and reads the whole response.
-func (p *Proxy) forward(r *http.Request, u *url.URL) (int, http.Header, []byte, error) {
-	target := *u
-	target.Path = strings.TrimSuffix(u.Path, "/") + r.URL.Path
-	target.RawPath = ""
-	target.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, target.String(), r.Body)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	out.ContentLength = r.ContentLength
-	if r.ContentLength == 0 {
-		out.Body = http.NoBody
-	}
-	out.Header = r.Header.Clone()
-	for _, k := range hopHeaders {
-		delete(out.Header, k)
-	}
-	resp, err := p.transport.RoundTrip(out)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	for _, k := range hopHeaders {
-		delete(resp.Header, k)
-	}
-	delete(resp.Header, "Content-Length") // the proxy's server sets its own
-	return resp.StatusCode, resp.Header, body, nil
-}
-
-// reset takes the client connection over and closes it with a TCP RST
-// (SO_LINGER 0), sending nothing: the client sees "connection reset by
-// peer" (or EOF) and no response.
-// If the connection cannot be taken over (not on this HTTP/1.1 server) it
-// answers 502 instead and counts a reset failure, so that the statistics
-// never claim a fault that did not happen.
-func (p *Proxy) reset(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		p.resetFailures.Add(1)
-		http.Error(w, "idemtest proxy: cannot reset: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
+// reset closes c with a TCP RST (SO_LINGER 0) after sending nothing more:
+// the client sees "connection reset by peer" (or EOF) and no response.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	}
-	_ = conn.Close()
+	_ = c.Close()
 }

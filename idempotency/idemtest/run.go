@@ -26,7 +26,7 @@ import (
 // Defaults of a [Config].
 const (
 	DefaultPayments    = 10000
-	DefaultWorkers     = 64
+	DefaultWorkers     = 16
 	DefaultResetRate   = 0.10
 	DefaultDropRate    = 0.20
 	DefaultMaxAttempts = 10
@@ -174,8 +174,8 @@ func (r *Result) Err() error {
 	if r.KeyCollisions != 0 {
 		bad("%d payments shared a key with another, want 0", r.KeyCollisions)
 	}
-	if r.Proxy.ResetFailures != 0 {
-		bad("proxy failed to reset %d connections, want 0", r.Proxy.ResetFailures)
+	if r.Proxy.UpstreamErrors != 0 {
+		bad("%d proxy upstream errors, want 0", r.Proxy.UpstreamErrors)
 	}
 	checkRate := func(what string, n, of int64, rate float64) {
 		if rate <= 0 {

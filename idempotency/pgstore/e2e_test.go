@@ -17,7 +17,7 @@ import (
 // pgstore.Store over its own pool, sharing one table: every one of
 // idemtest.Payments (10,000 by default) is applied exactly once.
 func TestEndToEnd(t *testing.T) {
-	const conns = 32 // per server
+	const conns = 16 // per server
 	p1, _ := pool(t, conns)
 	p2, _ := pool(t, conns)
 	table := "sg_idem_e2e_" + strings.ToLower(rand.Text())

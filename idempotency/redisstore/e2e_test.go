@@ -18,7 +18,7 @@ import (
 // every one of idemtest.Payments (10,000 by default) is applied exactly
 // once.
 func TestEndToEnd(t *testing.T) {
-	const conns = 32 // per server
+	const conns = 16 // per server
 	c1, _ := client(t, conns)
 	c2, _ := client(t, conns)
 	prefix := "stormguard-e2e:" + rand.Text() + ":"
