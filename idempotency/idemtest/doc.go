@@ -16,6 +16,14 @@
 // [Result] reports the ledger's verdict: duplicates, lost payments, failed
 // calls, with the counts of every fault injected and every replay seen.
 //
+// Every fault reaches the retrying transport under test: by default the
+// harness keeps net/http from resending a failed request on its own
+// ([Config.NetHTTPResend]). When the upstream servers answer every
+// forwarded request (the normal case), the proxy's counts (requests,
+// resets, drops) depend only on the seed and the number of payments, since
+// the run ends at the Payments-th answer relayed: the figures of a run are
+// reproducible.
+//
 // The package is standard library only (plus the stormguard packages) and
 // is meant for tests: [RunTest] runs the harness and fails a test on a bad
 // verdict. The store modules (idempotency/pgstore, idempotency/redisstore)

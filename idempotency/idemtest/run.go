@@ -82,7 +82,8 @@ type Config struct {
 	NetHTTPResend bool
 }
 
-// Result is what [Run] measured. [Result.Err] gives the verdict.
+// Result is what [Run] measured. [Result.Err] gives the verdict. Err and
+// String only read the Result.
 type Result struct {
 	// Payments is the number of logical payments made.
 	Payments int
@@ -228,7 +229,9 @@ func (r *Result) String() string {
 // Run starts the servers and the proxy, makes cfg.Payments logical
 // payments through a retrying client, stops everything and returns the
 // result. Its error is about the set-up (bad config, a middleware that
-// cannot be built) or ctx ending; the verdict is [Result.Err].
+// cannot be built) or ctx ending; the verdict is [Result.Err]. Each Run
+// has its own servers, proxy and client: runs may go on concurrently
+// (over distinct stores, or one store: keys never collide).
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if len(cfg.Stores) == 0 {
 		return nil, errors.New("idemtest: Run: no store")
