@@ -18,8 +18,9 @@ import (
 
 // ProxyConfig configures a [Proxy].
 type ProxyConfig struct {
-	// Upstreams are the base URLs ("http://127.0.0.1:port") of the servers
-	// the proxy forwards to, in turn (round robin). At least one.
+	// Upstreams are the base URLs ("http://127.0.0.1:port", no path) of
+	// the servers the proxy forwards to, in turn (round robin). At least
+	// one. A request keeps its target (path and query).
 	Upstreams []string
 	// ResetRate is the fraction of requests, from 0 to 1, whose client
 	// connection is reset (RST) before anything is sent upstream: the
