@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
@@ -36,14 +35,11 @@ func runJitter(args []string, e *env) error {
 		return usageError{fmt.Errorf("-seed %d does not fit in 32 bits", seed)}
 	}
 	c.Seed = uint32(seed)
-	c.Strategies = c.Strategies[:0]
-	for _, name := range strings.Split(strategies, ",") {
-		s, err := backoff.ParseStrategy(strings.TrimSpace(name))
-		if err != nil {
-			return usageError{err}
-		}
-		c.Strategies = append(c.Strategies, s)
+	ss, err := parseList(strategies, backoff.ParseStrategy)
+	if err != nil {
+		return usageError{err}
 	}
+	c.Strategies = ss
 	r, err := sim.Jitter(c)
 	if err != nil {
 		return usageError{err}

@@ -117,14 +117,17 @@ func runOutage(args []string, e *env) error {
 		for _, p := range sim.DefaultOutagePolicies() {
 			byName[p.Name] = p
 		}
-		c.Policies = nil
-		for _, name := range strings.Split(policies, ",") {
-			p, ok := byName[strings.TrimSpace(name)]
+		ps, err := parseList(policies, func(name string) (sim.OutagePolicy, error) {
+			p, ok := byName[name]
 			if !ok {
-				return usageError{fmt.Errorf("unknown policy %q (want some of %s)", name, policyNames(sim.DefaultOutagePolicies()))}
+				return p, fmt.Errorf("unknown policy %q (want some of %s)", name, policyNames(sim.DefaultOutagePolicies()))
 			}
-			c.Policies = append(c.Policies, p)
+			return p, nil
+		})
+		if err != nil {
+			return usageError{err}
 		}
+		c.Policies = ps
 	}
 	c.Progress = e.progress(out.quiet, "outage")
 	r, err := sim.Outage(c)
@@ -185,14 +188,11 @@ func runContention(args []string, e *env) error {
 	}
 	c.Clients = ns
 	if strategies != "" {
-		c.Strategies = nil
-		for _, name := range strings.Split(strategies, ",") {
-			s, err := sim.ParseContentionStrategy(strings.TrimSpace(name))
-			if err != nil {
-				return usageError{err}
-			}
-			c.Strategies = append(c.Strategies, s)
+		ss, err := parseList(strategies, sim.ParseContentionStrategy)
+		if err != nil {
+			return usageError{err}
 		}
+		c.Strategies = ss
 	}
 	c.Progress = e.progress(out.quiet, "contention")
 	r, err := sim.Contention(c)
@@ -214,6 +214,20 @@ func runContention(args []string, e *env) error {
 	})
 }
 
+// parseList parses a comma-separated list, each item (spaces trimmed) with
+// parse.
+func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, item := range strings.Split(s, ",") {
+		v, err := parse(strings.TrimSpace(item))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // parseInts parses "10,20,50" or "10-150/10".
 func parseInts(s string) ([]int, error) {
 	if from, rest, ok := strings.Cut(s, "-"); ok {
@@ -233,13 +247,11 @@ func parseInts(s string) ([]int, error) {
 		}
 		return out, nil
 	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+	return parseList(s, func(f string) (int, error) {
+		n, err := strconv.Atoi(f)
 		if err != nil {
-			return nil, fmt.Errorf("bad number %q in %q", f, s)
+			return 0, fmt.Errorf("bad number %q in %q", f, s)
 		}
-		out = append(out, n)
-	}
-	return out, nil
+		return n, nil
+	})
 }
