@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,8 +19,7 @@ import (
 )
 
 const (
-	urlEnv     = "STORMGUARD_POSTGRES_URL"
-	requireEnv = "STORMGUARD_REQUIRE_SERVICES"
+	urlEnv = "STORMGUARD_POSTGRES_URL"
 )
 
 // roundTrips counts what the client sends to PostgreSQL: writes on the
@@ -63,13 +61,7 @@ func (c countingConn) Write(p []byte) (int, error) {
 // unreachable server fails t.
 func pool(t testing.TB, maxConns int32) (*pgxpool.Pool, *roundTrips) {
 	t.Helper()
-	url := os.Getenv(urlEnv)
-	if url == "" {
-		if os.Getenv(requireEnv) == "1" {
-			t.Fatalf("%s is not set and %s=1: PostgreSQL store tests need a server", urlEnv, requireEnv)
-		}
-		t.Skipf("PostgreSQL store tests skipped: set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", urlEnv)
-	}
+	url := storetest.ServiceAddress(t, urlEnv, "PostgreSQL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("%s: %v", urlEnv, err)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"net"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,8 +16,7 @@ import (
 )
 
 const (
-	addrEnv    = "STORMGUARD_REDIS_ADDR"
-	requireEnv = "STORMGUARD_REQUIRE_SERVICES"
+	addrEnv = "STORMGUARD_REDIS_ADDR"
 )
 
 // roundTrips counts what the client sends to Redis: commands seen by a
@@ -72,13 +70,7 @@ func (c countingConn) Write(p []byte) (int, error) {
 // unreachable server fails t.
 func client(t testing.TB, poolSize int) (*redis.Client, *roundTrips) {
 	t.Helper()
-	addr := os.Getenv(addrEnv)
-	if addr == "" {
-		if os.Getenv(requireEnv) == "1" {
-			t.Fatalf("%s is not set and %s=1: Redis store tests need a server", addrEnv, requireEnv)
-		}
-		t.Skipf("Redis store tests skipped: set %s (e.g. 127.0.0.1:6379)", addrEnv)
-	}
+	addr := storetest.ServiceAddress(t, addrEnv, "Redis", "127.0.0.1:6379")
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
 	rt := &roundTrips{}
 	c.AddHook(rt)
