@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/tagged"
 )
 
 // State is the state of a [Breaker]. The zero value is [Closed].
@@ -179,22 +180,6 @@ func word(gen uint64, s State) uint64 { return gen<<stateBits | uint64(s) }
 func stateOf(w uint64) State          { return State(w & (1<<stateBits - 1)) }
 func genOf(w uint64) uint64           { return w >> stateBits }
 
-// A bucket counter is one 64-bit word: the low 40 bits of the bucket number
-// above a 24-bit count, as in package budget.
-const (
-	countBits = 24
-	countMask = 1<<countBits - 1
-	tagBits   = 64 - countBits
-	tagMask   = 1<<tagBits - 1
-	// never is the bucket number every counter starts with.
-	never = -1 << 32
-)
-
-func pack(e int64, n uint64) uint64   { return uint64(e)&tagMask<<countBits | n }
-func unpack(w uint64) (tag, n uint64) { return w >> countBits, w & countMask }
-func tagOf(e int64) uint64            { return uint64(e) & tagMask }
-func tagDiff(a, b uint64) int64       { return int64((a-b)<<countBits) >> countBits }
-
 // bucket holds the counters of one bucket, each tagged with the bucket
 // number.
 type bucket struct{ succ, fail atomic.Uint64 }
@@ -288,7 +273,7 @@ func New(c Config) (*Breaker, error) {
 		b.isFailure = func(err error) bool { return err != nil }
 	}
 	b.base = b.now()
-	empty := pack(never, 0)
+	empty := tagged.Pack(tagged.Never, 0)
 	for i := range b.counts {
 		b.counts[i].succ.Store(empty)
 		b.counts[i].fail.Store(empty)
@@ -436,20 +421,20 @@ func (b *Breaker) record(gen uint64, success bool) {
 	if !success {
 		ctr = &b.counts[b.index(e)].fail
 	}
-	tag := tagOf(e)
+	tag := tagged.Tag(e)
 	for {
 		old := ctr.Load()
-		otag, n := unpack(old)
+		otag, n := tagged.Unpack(old)
 		var next uint64
-		switch d := tagDiff(tag, otag); {
+		switch d := tagged.Diff(tag, otag); {
 		case d == 0:
-			if n == countMask {
+			if n == tagged.MaxCount {
 				next = old // saturated: count no more, but still evaluate
 			} else {
 				next = old + 1
 			}
 		case d > 0:
-			next = pack(e, 1) // the counter held an expired bucket
+			next = tagged.Pack(e, 1) // the counter held an expired bucket
 		default:
 			return // the counter holds a later bucket: this outcome is too old
 		}
@@ -473,11 +458,11 @@ func (b *Breaker) record(gen uint64, success bool) {
 func (b *Breaker) window(cur int64) (calls, failures uint64) {
 	e := cur - b.buckets + 1
 	for i := b.index(e); e <= cur; e++ {
-		c, tag := &b.counts[i], tagOf(e)
-		if t, n := unpack(c.succ.Load()); t == tag {
+		c, tag := &b.counts[i], tagged.Tag(e)
+		if t, n := tagged.Unpack(c.succ.Load()); t == tag {
 			calls += n
 		}
-		if t, n := unpack(c.fail.Load()); t == tag {
+		if t, n := tagged.Unpack(c.fail.Load()); t == tag {
 			calls += n
 			failures += n
 		}

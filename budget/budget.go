@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/tagged"
 )
 
 // Default settings, as returned by [DefaultConfig].
@@ -80,37 +81,10 @@ func DefaultConfig() Config {
 // ErrInvalidConfig is wrapped by every error [New] returns.
 var ErrInvalidConfig = errors.New("budget: invalid config")
 
-// A slice counter is one 64-bit word: the low 40 bits of the slice number
-// above a 24-bit count.
-const (
-	countBits = 24
-	countMask = 1<<countBits - 1
-	slotBits  = 64 - countBits
-	slotMask  = 1<<slotBits - 1
-)
-
 // MaxCount is the count at which a slice's requests or retries saturate:
 // further deposits in the slice are not counted, further withdrawals are
 // refused.
-const MaxCount = 1<<24 - 1 // 16,777,215
-
-// never is the slice number every word starts with: long before any slice
-// a budget will see, so that slices before New (negative numbers) count
-// too.
-const never = -1 << 32
-
-// pack returns the word for slice number s holding count n.
-func pack(s int64, n uint64) uint64 { return uint64(s)&slotMask<<countBits | n }
-
-// unpack splits a word into its 40-bit slice tag and count.
-func unpack(w uint64) (tag, n uint64) { return w >> countBits, w & countMask }
-
-// tagOf returns the 40-bit tag of slice number s.
-func tagOf(s int64) uint64 { return uint64(s) & slotMask }
-
-// tagDiff returns a−b for two 40-bit tags, as a signed number. It is exact
-// while the slices are less than 2^39 apart.
-func tagDiff(a, b uint64) int64 { return int64((a-b)<<countBits) >> countBits }
+const MaxCount = tagged.MaxCount // 16,777,215
 
 // The retry loop's view of a budget.
 var _ interface {
@@ -181,7 +155,7 @@ func New(c Config) (*Budget, error) {
 		requests: make([]atomic.Uint64, c.Slices),
 		retries:  make([]atomic.Uint64, c.Slices),
 	}
-	empty := pack(never, 0)
+	empty := tagged.Pack(tagged.Never, 0)
 	b.head.Store(empty)
 	for i := range b.requests {
 		b.requests[i].Store(empty)
@@ -224,20 +198,20 @@ func (b *Budget) Deposit() { b.DepositAt(b.now()) }
 // no lock and allocates nothing.
 func (b *Budget) DepositAt(t time.Time) {
 	s := b.sliceOf(t)
-	tag := tagOf(s)
+	tag := tagged.Tag(s)
 	w := &b.requests[b.index(s)]
 	for {
 		old := w.Load()
-		otag, n := unpack(old)
+		otag, n := tagged.Unpack(old)
 		var next uint64
-		switch d := tagDiff(tag, otag); {
+		switch d := tagged.Diff(tag, otag); {
 		case d == 0:
-			if n == countMask {
+			if n == tagged.MaxCount {
 				return // saturated
 			}
 			next = old + 1
 		case d > 0:
-			next = pack(s, 1) // the word held an expired slice: reset it
+			next = tagged.Pack(s, 1) // the word held an expired slice: reset it
 		default:
 			return // the word already holds a later slice: t has expired
 		}
@@ -265,8 +239,8 @@ func (b *Budget) WithdrawAt(t time.Time) bool {
 	s := b.sliceOf(t)
 	for {
 		h := b.head.Load()
-		htag, hn := unpack(h)
-		d := tagDiff(tagOf(s), htag)
+		htag, hn := tagged.Unpack(h)
+		d := tagged.Diff(tagged.Tag(s), htag)
 		hs := s - d // the head slice
 		cur := max(s, hs)
 		if float64(b.retriesIn(cur, hs, hn)+1) > b.ratio*float64(b.requestsIn(cur))+b.reserve {
@@ -274,7 +248,7 @@ func (b *Budget) WithdrawAt(t time.Time) bool {
 		}
 		var next uint64
 		if d <= 0 {
-			if hn == countMask {
+			if hn == tagged.MaxCount {
 				return false // saturated: refuse rather than miscount
 			}
 			next = h + 1
@@ -282,7 +256,7 @@ func (b *Budget) WithdrawAt(t time.Time) bool {
 			// Moving the head forward: publish the old head's count first,
 			// so that whoever sees the new head also sees it.
 			b.publish(hs, hn)
-			next = pack(cur, 1)
+			next = tagged.Pack(cur, 1)
 		}
 		if b.head.CompareAndSwap(h, next) {
 			return true
@@ -294,16 +268,16 @@ func (b *Budget) WithdrawAt(t time.Time) bool {
 // Counts of a slice only grow, so a late publish of an older count never
 // lowers the word; a word holding a later slice is left alone.
 func (b *Budget) publish(s int64, n uint64) {
-	tag := tagOf(s)
+	tag := tagged.Tag(s)
 	w := &b.retries[b.index(s)]
 	for {
 		old := w.Load()
-		otag, on := unpack(old)
-		d := tagDiff(tag, otag)
+		otag, on := tagged.Unpack(old)
+		d := tagged.Diff(tag, otag)
 		if d < 0 || (d == 0 && on >= n) {
 			return
 		}
-		if w.CompareAndSwap(old, pack(s, n)) {
+		if w.CompareAndSwap(old, tagged.Pack(s, n)) {
 			return
 		}
 	}
@@ -321,7 +295,7 @@ func (b *Budget) retriesIn(cur, hs int64, hn uint64) uint64 {
 			sum += hn
 			break
 		}
-		if tag, n := unpack(b.retries[i].Load()); tag == tagOf(s) {
+		if tag, n := tagged.Unpack(b.retries[i].Load()); tag == tagged.Tag(s) {
 			sum += n
 		}
 		if i++; i == b.slices {
@@ -336,7 +310,7 @@ func (b *Budget) requestsIn(cur int64) uint64 {
 	var sum uint64
 	s := cur - b.slices + 1
 	for i := b.index(s); s <= cur; s++ {
-		if tag, n := unpack(b.requests[i].Load()); tag == tagOf(s) {
+		if tag, n := tagged.Unpack(b.requests[i].Load()); tag == tagged.Tag(s) {
 			sum += n
 		}
 		if i++; i == b.slices {
@@ -375,8 +349,8 @@ func (b *Budget) Stats() Stats { return b.StatsAt(b.now()) }
 // read one after another, not as one atomic snapshot. It allocates nothing.
 func (b *Budget) StatsAt(t time.Time) Stats {
 	s := b.sliceOf(t)
-	htag, hn := unpack(b.head.Load())
-	hs := s - tagDiff(tagOf(s), htag)
+	htag, hn := tagged.Unpack(b.head.Load())
+	hs := s - tagged.Diff(tagged.Tag(s), htag)
 	cur := max(s, hs)
 	req := b.requestsIn(cur)
 	return Stats{
