@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/sim/live"
+	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 // The live peer comparison: one loopback outage (sim/live's Provider

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/sim/live"
+	"github.com/stormguard/stormguard/internal/sim/live"
 	"gonum.org/v1/plot/vg"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/sim"
+	"github.com/stormguard/stormguard/internal/sim"
 )
 
 func runJitter(args []string, e *env) error {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stormguard/stormguard/sim"
+	"github.com/stormguard/stormguard/internal/sim"
 	"gonum.org/v1/plot/vg"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/idempotency/idemtest"
+	"github.com/stormguard/stormguard/internal/idemtest"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/idempotency/idemtest"
+	"github.com/stormguard/stormguard/internal/idemtest"
 	"github.com/stormguard/stormguard/idempotency/redisstore"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/sim"
+	"github.com/stormguard/stormguard/internal/sim"
 )
 
 // seedTable is the seed's published output, byte for byte.

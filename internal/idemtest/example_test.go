@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/idempotency/idemtest"
+	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
 // Two servers share one store behind a proxy that resets 10% of the

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/idempotency/idemtest"
+	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
 // upstream starts a server answering 201 "ok" and counting its requests.

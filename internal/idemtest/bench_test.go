@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/idempotency/idemtest"
+	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
 // BenchmarkRun measures one logical payment end to end (client transport,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/sim"
+	"github.com/stormguard/stormguard/internal/sim"
 )
 
 // outage runs c and fails the test on error.

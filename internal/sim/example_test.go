@@ -4,7 +4,7 @@ import (
 	"os"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/sim"
+	"github.com/stormguard/stormguard/internal/sim"
 )
 
 // The seed's experiment, full jitter only.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stormguard/stormguard/sim/live"
+	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 func TestProviderSchedule(t *testing.T) {
