@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/internal/idemtest"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
+	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
 // TestEndToEnd: the retrying client with automatic keys, through a proxy

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/internal/idemtest"
 	"github.com/stormguard/stormguard/idempotency/redisstore"
+	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
 // TestEndToEnd: the retrying client with automatic keys, through a proxy
