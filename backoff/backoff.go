@@ -12,9 +12,10 @@
 // where prev is the previous computed delay. A cap is always in force: no
 // strategy ever returns more than c, whatever n is.
 //
-// A [Config] is plain data; [New] validates it once and returns a [Backoff],
-// which is immutable and safe for concurrent use as long as its [Source] is
-// (the default one is). Per-call state, the retry number and, for
+// A [Config] is plain data whose zero fields take the defaults (full jitter,
+// base 100 ms, cap 10 s); [New] validates it once and returns a [Backoff],
+// which is immutable and safe for concurrent use as long as its random
+// source is (the default one is). Per-call state, the retry number and, for
 // Decorrelated, the previous delay, lives with the caller: either passed to
 // [Backoff.Delay] or kept in a [Sequence] value, which costs no allocation.
 package backoff
@@ -23,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -98,32 +100,31 @@ func (s *Strategy) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Default settings, as returned by [DefaultConfig].
+// Defaults of a [Config]'s zero fields.
 const (
 	DefaultBase = 100 * time.Millisecond
 	DefaultCap  = 10 * time.Second
 )
 
 // Config is the plain-data description of a backoff. Build a [Backoff] from
-// it with [New]. Its zero value is not valid: Base and Cap must be set; start
-// from [DefaultConfig] to get the documented defaults.
+// it with [New]. Zero fields take the defaults, so Config{} is full jitter,
+// base 100 ms, cap 10 s and the runtime's random source.
 type Config struct {
 	// Strategy is the jitter strategy; the zero value is FullJitter.
 	Strategy Strategy
-	// Base is b in exp(n) = min(Cap, Base·2^n). It must be positive.
+	// Base is b in exp(n) = min(Cap, Base·2^n); 0 means [DefaultBase]. A
+	// negative Base is an error.
 	Base time.Duration
-	// Cap is the largest delay ever returned. It must be at least Base.
+	// Cap is the largest delay ever returned; 0 means [DefaultCap], or Base
+	// if Base is larger. A Cap below Base is an error.
 	Cap time.Duration
-	// Rand is the random source. Nil means [Runtime], which is safe for
-	// concurrent use without a lock. A Backoff is only as safe for
-	// concurrent use as its Rand.
-	Rand Source
-}
-
-// DefaultConfig returns full jitter, base 100 ms, cap 10 s and the
-// [Runtime] random source.
-func DefaultConfig() Config {
-	return Config{Strategy: FullJitter, Base: DefaultBase, Cap: DefaultCap}
+	// Rand returns uniformly distributed numbers in [0, 1) (a result
+	// outside is clamped into it). Nil means the Go runtime's generator
+	// (math/rand/v2), which is safe for concurrent use, takes no lock and
+	// cannot be seeded; pass NewMulberry32(seed).Float64 for reproducible
+	// figures, or func() float64 { return 0.5 } to pin the jitter in a test.
+	// A Backoff is only as safe for concurrent use as its Rand.
+	Rand func() float64
 }
 
 // ErrInvalidConfig is wrapped by every error [New] returns.
@@ -137,25 +138,29 @@ type Backoff struct {
 	cap      time.Duration
 	baseF    float64 // base in nanoseconds
 	capF     float64 // cap in nanoseconds
-	rand     Source
+	rand     func() float64 // nil: math/rand/v2
 }
 
-// New validates c and returns a Backoff. It returns an error wrapping
-// [ErrInvalidConfig] if Base is not positive, Cap is below Base, or the
-// strategy is unknown; a Backoff that was built never fails or panics later.
+// New validates c and returns a Backoff. Zero fields take the defaults (see
+// [Config]). It returns an error wrapping [ErrInvalidConfig] if Base is
+// negative, Cap is below Base, or the strategy is unknown; a Backoff that
+// was built never fails or panics later.
 func New(c Config) (*Backoff, error) {
+	if c.Base == 0 {
+		c.Base = DefaultBase
+	}
+	if c.Cap == 0 {
+		c.Cap = max(DefaultCap, c.Base)
+	}
 	switch {
 	case c.Strategy >= numStrategies:
 		return nil, fmt.Errorf("%w: unknown strategy %d", ErrInvalidConfig, uint8(c.Strategy))
-	case c.Base <= 0:
+	case c.Base < 0:
 		return nil, fmt.Errorf("%w: base %v must be positive", ErrInvalidConfig, c.Base)
 	case c.Cap < c.Base:
 		return nil, fmt.Errorf("%w: cap %v must be at least base %v", ErrInvalidConfig, c.Cap, c.Base)
 	}
 	r := c.Rand
-	if r == nil {
-		r = Runtime{}
-	}
 	return &Backoff{
 		strategy: c.Strategy,
 		base:     c.Base,
@@ -166,16 +171,32 @@ func New(c Config) (*Backoff, error) {
 	}, nil
 }
 
-// Default returns a Backoff built from [DefaultConfig].
+// Default returns a Backoff built from the zero [Config]: full jitter, base
+// 100 ms, cap 10 s.
 func Default() *Backoff {
-	b, _ := New(DefaultConfig()) // DefaultConfig is valid by construction.
+	b, _ := New(Config{}) // the defaults are valid by construction
 	return b
 }
 
-// Config returns the configuration b was built from (Rand is the source in
-// use, never nil).
+// Config returns the configuration b was built from, with the defaults
+// filled in (Rand as given, possibly nil).
 func (b *Backoff) Config() Config {
 	return Config{Strategy: b.strategy, Base: b.base, Cap: b.cap, Rand: b.rand}
+}
+
+// u returns the next random number, in [0, 1).
+func (b *Backoff) u() float64 {
+	if b.rand == nil {
+		return rand.Float64()
+	}
+	v := b.rand()
+	switch {
+	case !(v >= 0): // also NaN
+		return 0
+	case v >= 1:
+		return 1 - 0x1p-53
+	}
+	return v
 }
 
 // Exp returns exp(n) = min(cap, base·2^n), the delay before jitter. n below 1
@@ -221,12 +242,12 @@ func (b *Backoff) Delay(n int, prev time.Duration) time.Duration {
 		return b.toDuration(b.exp(n))
 	case EqualJitter:
 		e := b.exp(n)
-		return b.toDuration(e/2 + b.rand.Float64()*e/2)
+		return b.toDuration(e/2 + b.u()*e/2)
 	case Decorrelated:
 		p := math.Max(float64(prev), b.baseF)
-		return b.toDuration(math.Min(b.capF, b.baseF+b.rand.Float64()*(p*3-b.baseF)))
+		return b.toDuration(math.Min(b.capF, b.baseF+b.u()*(p*3-b.baseF)))
 	default: // FullJitter
-		return b.toDuration(b.rand.Float64() * b.exp(n))
+		return b.toDuration(b.u() * b.exp(n))
 	}
 }
 

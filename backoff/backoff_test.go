@@ -16,6 +16,9 @@ const (
 	s  = time.Second
 )
 
+// fixed returns a Rand pinned at u.
+func fixed(u float64) func() float64 { return func() float64 { return u } }
+
 func mustNew(t testing.TB, c backoff.Config) *backoff.Backoff {
 	t.Helper()
 	b, err := backoff.New(c)
@@ -58,7 +61,7 @@ func TestDelayExact(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustNew(t, backoff.Config{Strategy: tt.strategy, Base: 100 * ms, Cap: 10 * s, Rand: backoff.Fixed(tt.u)})
+			b := mustNew(t, backoff.Config{Strategy: tt.strategy, Base: 100 * ms, Cap: 10 * s, Rand: fixed(tt.u)})
 			if got := b.Delay(tt.n, tt.prev); got != tt.want {
 				t.Errorf("%v Delay(%d, %v) with U=%v = %v, want %v", tt.strategy, tt.n, tt.prev, tt.u, got, tt.want)
 			}
@@ -69,7 +72,7 @@ func TestDelayExact(t *testing.T) {
 func TestSequenceFeedsPrev(t *testing.T) {
 	// Decorrelated with U=0.5: d1 = 100 + 0.5*(300-100) = 200,
 	// d2 = 100 + 0.5*(600-100) = 350, d3 = 100 + 0.5*(1050-100) = 575.
-	b := mustNew(t, backoff.Config{Strategy: backoff.Decorrelated, Base: 100 * ms, Cap: 10 * s, Rand: backoff.Fixed(0.5)})
+	b := mustNew(t, backoff.Config{Strategy: backoff.Decorrelated, Base: 100 * ms, Cap: 10 * s, Rand: fixed(0.5)})
 	seq := b.Sequence()
 	for i, want := range []time.Duration{200 * ms, 350 * ms, 575 * ms} {
 		if got := seq.Next(); got != want {
@@ -80,7 +83,7 @@ func TestSequenceFeedsPrev(t *testing.T) {
 		t.Errorf("Retries() = %d, want 3", got)
 	}
 	// Full jitter: the sequence is retry 1, 2, 3 of the formula.
-	b = mustNew(t, backoff.Config{Strategy: backoff.FullJitter, Base: 100 * ms, Cap: 10 * s, Rand: backoff.Fixed(0.5)})
+	b = mustNew(t, backoff.Config{Strategy: backoff.FullJitter, Base: 100 * ms, Cap: 10 * s, Rand: fixed(0.5)})
 	seq = b.Sequence()
 	for i, want := range []time.Duration{100 * ms, 200 * ms, 400 * ms} {
 		if got := seq.Next(); got != want {
@@ -94,11 +97,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		name string
 		c    backoff.Config
 	}{
-		{"zero config", backoff.Config{}},
-		{"zero base", backoff.Config{Base: 0, Cap: s}},
 		{"negative base", backoff.Config{Base: -ms, Cap: s}},
-		{"zero cap", backoff.Config{Base: ms, Cap: 0}},
 		{"negative cap", backoff.Config{Base: ms, Cap: -s}},
+		{"zero base, cap below the default base", backoff.Config{Cap: ms}},
 		{"cap below base", backoff.Config{Base: s, Cap: ms}},
 		{"unknown strategy", backoff.Config{Strategy: backoff.Strategy(9), Base: ms, Cap: s}},
 	}
@@ -129,7 +130,7 @@ func TestDelayBounds(t *testing.T) {
 		prev := time.Duration(r.Int64N(int64(capd) + 1))
 		src := backoff.NewMulberry32(r.Uint32())
 		for _, st := range backoff.Strategies() {
-			b := mustNew(t, backoff.Config{Strategy: st, Base: base, Cap: capd, Rand: src})
+			b := mustNew(t, backoff.Config{Strategy: st, Base: base, Cap: capd, Rand: src.Float64})
 			exp := b.Exp(n)
 			if exp < base || exp > capd {
 				t.Fatalf("Exp(%d) = %v outside [%v, %v]", n, exp, base, capd)
@@ -152,8 +153,8 @@ func TestDelayBounds(t *testing.T) {
 }
 
 func TestNoJitterIsDeterministic(t *testing.T) {
-	a := mustNew(t, backoff.Config{Strategy: backoff.NoJitter, Base: 100 * ms, Cap: 10 * s, Rand: backoff.NewMulberry32(1)})
-	b := mustNew(t, backoff.Config{Strategy: backoff.NoJitter, Base: 100 * ms, Cap: 10 * s, Rand: backoff.NewMulberry32(2)})
+	a := mustNew(t, backoff.Config{Strategy: backoff.NoJitter, Base: 100 * ms, Cap: 10 * s, Rand: backoff.NewMulberry32(1).Float64})
+	b := mustNew(t, backoff.Config{Strategy: backoff.NoJitter, Base: 100 * ms, Cap: 10 * s, Rand: backoff.NewMulberry32(2).Float64})
 	for n := 1; n < 10; n++ {
 		if x, y := a.Delay(n, 0), b.Delay(n, 0); x != y {
 			t.Errorf("none Delay(%d) differs between sources: %v vs %v", n, x, y)
@@ -164,7 +165,7 @@ func TestNoJitterIsDeterministic(t *testing.T) {
 func TestHugeAttemptsSaturate(t *testing.T) {
 	for _, capd := range []time.Duration{10 * s, math.MaxInt64} {
 		for _, st := range backoff.Strategies() {
-			b := mustNew(t, backoff.Config{Strategy: st, Base: ms, Cap: capd, Rand: backoff.Fixed(0.999999)})
+			b := mustNew(t, backoff.Config{Strategy: st, Base: ms, Cap: capd, Rand: fixed(0.999999)})
 			for _, n := range []int{62, 63, 64, 1023, 1024, 1025, 5000, math.MaxInt} {
 				d := b.Delay(n, capd)
 				if d < 0 || d > capd {
@@ -200,16 +201,39 @@ func TestStrategyText(t *testing.T) {
 	}
 }
 
-func TestFixedClamps(t *testing.T) {
+// TestZeroFieldsTakeDefaults: Config{} is full jitter, 100 ms, 10 s; a
+// Cap left at zero never falls below Base.
+func TestZeroFieldsTakeDefaults(t *testing.T) {
 	tests := []struct {
-		in   float64
-		want float64
+		in            backoff.Config
+		base, wantCap time.Duration
 	}{
-		{0.5, 0.5}, {0, 0}, {-1, 0}, {math.NaN(), 0}, {1, 1 - 0x1p-53}, {7, 1 - 0x1p-53},
+		{backoff.Config{}, backoff.DefaultBase, backoff.DefaultCap},
+		{backoff.Config{Base: 20 * s}, 20 * s, 20 * s},
+		{backoff.Config{Cap: 5 * s}, backoff.DefaultBase, 5 * s},
+		{backoff.Config{Base: ms}, ms, backoff.DefaultCap},
 	}
 	for _, tt := range tests {
-		if got := backoff.Fixed(tt.in).Float64(); got != tt.want {
-			t.Errorf("Fixed(%v).Float64() = %v, want %v", tt.in, got, tt.want)
+		got := mustNew(t, tt.in).Config()
+		if got.Strategy != backoff.FullJitter || got.Base != tt.base || got.Cap != tt.wantCap {
+			t.Errorf("New(%+v).Config() = %+v, want full jitter, base %v, cap %v", tt.in, got, tt.base, tt.wantCap)
+		}
+	}
+}
+
+// TestRandClamped: a Rand that strays outside [0, 1) is clamped, so no
+// delay leaves [0, cap].
+func TestRandClamped(t *testing.T) {
+	tests := []struct {
+		u    float64
+		want time.Duration
+	}{
+		{0.5, 100 * ms}, {0, 0}, {-1, 0}, {math.NaN(), 0}, {1, 200*ms - 1}, {7, 200*ms - 1},
+	}
+	for _, tt := range tests {
+		b := mustNew(t, backoff.Config{Base: 100 * ms, Cap: 10 * s, Rand: func() float64 { return tt.u }})
+		if got := b.Delay(1, 0); got != tt.want {
+			t.Errorf("U=%v: full Delay(1) = %v, want %v", tt.u, got, tt.want)
 		}
 	}
 }
@@ -231,7 +255,7 @@ func TestMulberry32MatchesJavaScript(t *testing.T) {
 	}
 }
 
-func TestRuntimeSourceConcurrent(t *testing.T) {
+func TestDefaultRandConcurrent(t *testing.T) {
 	b := backoff.Default()
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -264,10 +288,9 @@ func TestDelayAllocatesNothing(t *testing.T) {
 }
 
 func TestConfigRoundTrip(t *testing.T) {
-	c := backoff.DefaultConfig()
 	got := backoff.Default().Config()
-	if got.Strategy != c.Strategy || got.Base != c.Base || got.Cap != c.Cap || got.Rand == nil {
-		t.Errorf("Default().Config() = %+v, want %+v with a non-nil Rand", got, c)
+	if got.Strategy != backoff.FullJitter || got.Base != backoff.DefaultBase || got.Cap != backoff.DefaultCap || got.Rand != nil {
+		t.Errorf("Default().Config() = %+v, want full jitter, %v, %v, nil Rand", got, backoff.DefaultBase, backoff.DefaultCap)
 	}
 }
 
@@ -278,7 +301,7 @@ func FuzzDelay(f *testing.F) {
 	f.Fuzz(func(t *testing.T, st uint8, n int, base, capd, prev int64, seed uint32) {
 		b, err := backoff.New(backoff.Config{
 			Strategy: backoff.Strategy(st), Base: time.Duration(base), Cap: time.Duration(capd),
-			Rand: backoff.NewMulberry32(seed),
+			Rand: backoff.NewMulberry32(seed).Float64,
 		})
 		if err != nil {
 			if !errors.Is(err, backoff.ErrInvalidConfig) {

@@ -14,7 +14,7 @@ func ExampleNew() {
 		Strategy: backoff.FullJitter,
 		Base:     100 * time.Millisecond,
 		Cap:      10 * time.Second,
-		Rand:     backoff.Fixed(0.5),
+		Rand:     func() float64 { return 0.5 }, // U pinned at 0.5
 	})
 	if err != nil {
 		panic(err)
@@ -30,6 +30,15 @@ func ExampleNew() {
 	// 800ms
 }
 
+// Zero fields take the defaults: Config{} is full jitter, base 100 ms, cap
+// 10 s.
+func ExampleDefault() {
+	c := backoff.Default().Config()
+	fmt.Println(c.Strategy, c.Base, c.Cap)
+	// Output:
+	// full 100ms 10s
+}
+
 // Settings that cannot work are rejected when the Backoff is built, never
 // when a delay is computed.
 func ExampleNew_invalid() {
@@ -42,7 +51,7 @@ func ExampleNew_invalid() {
 // Every strategy for the first four retries, with U fixed at 0.5.
 func ExampleBackoff_Delay() {
 	for _, st := range backoff.Strategies() {
-		b, _ := backoff.New(backoff.Config{Strategy: st, Base: 100 * time.Millisecond, Cap: 10 * time.Second, Rand: backoff.Fixed(0.5)})
+		b, _ := backoff.New(backoff.Config{Strategy: st, Base: 100 * time.Millisecond, Cap: 10 * time.Second, Rand: func() float64 { return 0.5 }})
 		var prev time.Duration
 		fmt.Printf("%-12s", st)
 		for n := 1; n <= 4; n++ {

@@ -49,7 +49,7 @@ func succeed() error { return nil }
 // fixed at 0 (a backoff's base must be positive).
 func zeroBackoff(tb testing.TB) *backoff.Backoff {
 	tb.Helper()
-	b, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: time.Millisecond, Rand: backoff.Fixed(0)})
+	b, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: time.Millisecond, Rand: func() float64 { return 0 }})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
 // below 2 s, so a recorded sleep of 2 s can only come from Retry-After.
 func smallBackoff(t *testing.T) *backoff.Backoff {
 	t.Helper()
-	b, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 100 * time.Millisecond, Rand: backoff.Fixed(0.5)})
+	b, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 100 * time.Millisecond, Rand: func() float64 { return 0.5 }})
 	if err != nil {
 		t.Fatalf("backoff.New: %v", err)
 	}

@@ -63,7 +63,7 @@ func seedPolicy(clock retry.Clock) (*retry.Policy, error) {
 		Strategy: backoff.FullJitter,
 		Base:     100 * time.Millisecond,
 		Cap:      10 * time.Second,
-		Rand:     backoff.Fixed(0.5),
+		Rand:     func() float64 { return 0.5 }, // U pinned at 0.5
 	})
 	if err != nil {
 		return nil, err

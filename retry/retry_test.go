@@ -33,7 +33,7 @@ func mustNew(t testing.TB, opts ...retry.Option) *retry.Policy {
 // mustBackoff builds a backoff or fails the test.
 func mustBackoff(t testing.TB, s backoff.Strategy, base, cap time.Duration, u float64) *backoff.Backoff {
 	t.Helper()
-	b, err := backoff.New(backoff.Config{Strategy: s, Base: base, Cap: cap, Rand: backoff.Fixed(u)})
+	b, err := backoff.New(backoff.Config{Strategy: s, Base: base, Cap: cap, Rand: func() float64 { return u }})
 	if err != nil {
 		t.Fatalf("backoff.New: %v", err)
 	}

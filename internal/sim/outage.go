@@ -431,7 +431,7 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 	}
 	bo, err := backoff.New(backoff.Config{
 		Strategy: p.Backoff, Base: c.Base, Cap: c.Cap,
-		Rand: rand.New(rand.NewPCG(c.Seed, 2+uint64(i))),
+		Rand: rand.New(rand.NewPCG(c.Seed, 2+uint64(i))).Float64,
 	})
 	if err != nil {
 		return OutagePolicyResult{}, fmt.Errorf("%w: policy %s: %w", ErrInvalidConfig, p.Name, err)
