@@ -332,7 +332,7 @@ func (o *occSim) run(c ContentionConfig, s ContentionStrategy, n int, rng *rand.
 	var b *backoff.Backoff
 	if bs, ok := s.backoffStrategy(); ok {
 		// Validated in Contention; cannot fail.
-		b, _ = backoff.New(backoff.Config{Strategy: bs, Base: c.Base, Cap: c.Cap, Rand: rng})
+		b, _ = backoff.New(backoff.Config{Strategy: bs, Base: c.Base, Cap: c.Cap, Rand: rng.Float64})
 	}
 	hop := func() time.Duration {
 		return time.Duration(math.Abs(float64(c.DelayMean) + rng.NormFloat64()*float64(c.DelayStdDev)))

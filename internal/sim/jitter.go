@@ -110,7 +110,7 @@ func Jitter(c JitterConfig) (*JitterResult, error) {
 	var counter windowCounter
 	for _, s := range c.Strategies {
 		b, err := backoff.New(backoff.Config{
-			Strategy: s, Base: c.Base, Cap: c.Cap, Rand: backoff.NewMulberry32(c.Seed),
+			Strategy: s, Base: c.Base, Cap: c.Cap, Rand: backoff.NewMulberry32(c.Seed).Float64,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
