@@ -16,6 +16,15 @@ import (
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// half pins the jitter at its middle: every open period is exactly OpenFor.
+func half() float64 { return 0.5 }
+
+// testConfig is the configuration most tests start from: 30 s open periods
+// and 5 probes (round numbers the scenarios were written for), no jitter.
+func testConfig() breaker.Config {
+	return breaker.Config{OpenFor: 30 * time.Second, Probes: 5, Rand: half}
+}
+
 // fakeClock is a clock tests move by hand; safe for concurrent use.
 type fakeClock struct{ ns atomic.Int64 }
 
@@ -56,7 +65,7 @@ type harness struct {
 func newHarness(t *testing.T, edit func(c *breaker.Config)) *harness {
 	t.Helper()
 	h := &harness{clk: newClock(), rec: &recorder{}}
-	c := breaker.DefaultConfig()
+	c := testConfig()
 	c.Now = h.clk.Now
 	c.OnStateChange = h.rec.add
 	if edit != nil {
@@ -127,19 +136,24 @@ func TestStateString(t *testing.T) {
 	}
 }
 
-func TestDefaultConfig(t *testing.T) {
-	c := breaker.DefaultConfig()
-	if c.FailureRatio != 0.5 || c.Window != 10*time.Second || c.Buckets != 10 || c.MinCalls != 20 ||
-		c.OpenFor != 30*time.Second || c.MaxOpenFor != 0 || c.Probes != 5 ||
-		c.IsFailure != nil || c.OnStateChange != nil || c.Now != nil {
-		t.Fatalf("DefaultConfig() = %+v, want 0.5, 10s, 10, 20, 30s, 0, 5, nil funcs", c)
-	}
-	b, err := breaker.New(c)
+func TestZeroConfigTakesDefaults(t *testing.T) {
+	b, err := breaker.New(breaker.Config{})
 	if err != nil {
-		t.Fatalf("New(DefaultConfig()) = %v", err)
+		t.Fatalf("New(Config{}) = %v", err)
+	}
+	c := b.Config()
+	if c.FailureRatio != breaker.DefaultFailureRatio || c.Window != breaker.DefaultWindow || c.Buckets != breaker.DefaultBuckets ||
+		c.MinCalls != breaker.DefaultMinCalls || c.OpenFor != breaker.DefaultOpenFor || c.MaxOpenFor != 0 ||
+		c.Probes != breaker.DefaultProbes || c.MaxWaiters != breaker.DefaultMaxWaiters || c.ReleaseRate != 0 ||
+		c.IsFailure != nil || c.OnStateChange != nil || c.Now != nil || c.Rand != nil || c.Shared != nil {
+		t.Fatalf("New(Config{}).Config() = %+v, want the defaults", c)
 	}
 	if s := b.State(); s != breaker.Closed {
 		t.Fatalf("new breaker State() = %v, want closed", s)
+	}
+	b, err = breaker.New(breaker.Config{OpenFor: 5 * time.Second})
+	if err != nil || b.Config().OpenFor != 5*time.Second || b.Config().Probes != breaker.DefaultProbes {
+		t.Fatalf("New(Config{OpenFor: 5s}) = %+v, %v; want OpenFor 5s and the other defaults", b.Config(), err)
 	}
 }
 
@@ -148,28 +162,24 @@ func TestNewInvalid(t *testing.T) {
 		name string
 		edit func(c *breaker.Config)
 	}{
-		{"zero ratio", func(c *breaker.Config) { c.FailureRatio = 0 }},
 		{"negative ratio", func(c *breaker.Config) { c.FailureRatio = -0.5 }},
 		{"ratio above 1", func(c *breaker.Config) { c.FailureRatio = 1.01 }},
 		{"NaN ratio", func(c *breaker.Config) { c.FailureRatio = math.NaN() }},
-		{"zero window", func(c *breaker.Config) { c.Window = 0 }},
 		{"negative window", func(c *breaker.Config) { c.Window = -time.Second }},
-		{"zero buckets", func(c *breaker.Config) { c.Buckets = 0 }},
+		{"negative buckets", func(c *breaker.Config) { c.Buckets = -1 }},
 		{"too many buckets", func(c *breaker.Config) { c.Buckets = breaker.MaxBuckets + 1; c.Window = time.Hour * 2 }},
 		{"window not a multiple of buckets", func(c *breaker.Config) { c.Window = 10*time.Second + 3 }},
 		{"bucket too short", func(c *breaker.Config) { c.Window = time.Millisecond; c.Buckets = 10 }},
-		{"zero min calls", func(c *breaker.Config) { c.MinCalls = 0 }},
 		{"negative min calls", func(c *breaker.Config) { c.MinCalls = -1 }},
-		{"zero open for", func(c *breaker.Config) { c.OpenFor = 0 }},
 		{"negative open for", func(c *breaker.Config) { c.OpenFor = -time.Second }},
 		{"max open for below open for", func(c *breaker.Config) { c.MaxOpenFor = c.OpenFor - 1 }},
 		{"negative max open for", func(c *breaker.Config) { c.MaxOpenFor = -1 }},
-		{"zero probes", func(c *breaker.Config) { c.Probes = 0 }},
-		{"zero value", func(c *breaker.Config) { *c = breaker.Config{} }},
+		{"negative probes", func(c *breaker.Config) { c.Probes = -2 }},
+		{"NaN release rate", func(c *breaker.Config) { c.ReleaseRate = math.NaN() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := breaker.DefaultConfig()
+			c := testConfig()
 			tt.edit(&c)
 			b, err := breaker.New(c)
 			if !errors.Is(err, breaker.ErrInvalidConfig) || b != nil {
@@ -218,11 +228,13 @@ func TestTransitions(t *testing.T) {
 			events: []string{"closed>open"},
 		},
 		{
-			name: "a success that reaches the minimum trips",
+			// Only a failure trips the breaker: a success that brings the
+			// window to MinCalls does not, the next failure does.
+			name: "the failure after the minimum trips",
 			steps: []step{
 				{op: "fail", n: 10, state: breaker.Closed},
-				{op: "succeed", n: 9, state: breaker.Closed},
-				{op: "succeed", n: 1, state: breaker.Open}, // 10/20 = 50%
+				{op: "succeed", n: 10, state: breaker.Closed}, // 10/20 = 50%, but no failure yet
+				{op: "fail", n: 1, state: breaker.Open},       // 11/21
 			},
 			events: []string{"closed>open"},
 		},
@@ -547,7 +559,7 @@ func TestCallbacksOutsideLock(t *testing.T) {
 	var depth atomic.Int32
 	var got []string
 	var seen []breaker.State
-	c := breaker.DefaultConfig()
+	c := testConfig()
 	c.MinCalls = 1
 	c.Now = clk.Now
 	c.OnStateChange = func(from, to breaker.State) {
@@ -587,7 +599,7 @@ func TestCallbacksOutsideLock(t *testing.T) {
 func TestCallbackPanic(t *testing.T) {
 	clk := newClock()
 	var got []string
-	c := breaker.DefaultConfig()
+	c := testConfig()
 	c.MinCalls, c.Now = 1, clk.Now
 	c.OnStateChange = func(from, to breaker.State) {
 		got = append(got, from.String()+">"+to.String())
@@ -877,7 +889,7 @@ func TestZeroAllocsClosed(t *testing.T) {
 // synctest bubble where time is fake and sleeping costs nothing.
 func TestRealClockDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := breaker.DefaultConfig()
+		c := testConfig()
 		c.MinCalls = 1
 		b, err := breaker.New(c)
 		if err != nil {

@@ -13,11 +13,9 @@ import (
 // while open, and closes again after two good probes.
 func ExampleBreaker() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a fake clock
-	c := breaker.DefaultConfig()
-	c.MinCalls = 4
-	c.OpenFor = 5 * time.Second
-	c.Probes = 2
+	c := breaker.Config{MinCalls: 4, OpenFor: 5 * time.Second, Probes: 2}
 	c.Now = func() time.Time { return now }
+	c.Rand = func() float64 { return 0.5 } // no jitter: open for exactly 5 s
 	c.OnStateChange = func(from, to breaker.State) { fmt.Println("state:", from, "->", to) }
 	b, err := breaker.New(c)
 	if err != nil {
@@ -63,7 +61,7 @@ func ExampleBreaker() {
 // dependency; here a "not found" answer is a healthy dependency.
 func ExampleBreaker_Execute() {
 	errNotFound := errors.New("not found")
-	c := breaker.DefaultConfig()
+	c := breaker.Config{}
 	c.MinCalls = 2
 	c.IsFailure = func(err error) bool { return err != nil && !errors.Is(err, errNotFound) }
 	b, err := breaker.New(c)
@@ -85,7 +83,7 @@ func ExampleBreaker_Execute() {
 
 // Do is Execute for a closure that returns a value.
 func ExampleDo() {
-	b, err := breaker.New(breaker.DefaultConfig())
+	b, err := breaker.New(breaker.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -55,8 +55,8 @@ func FuzzBreaker(f *testing.F) {
 					held = append(held, heldPermit{p, gen})
 					if p.Probe() {
 						probesIn[gen]++
-						if probesIn[gen] > int(probes) {
-							t.Fatalf("op %d: probe %d admitted in generation %d, Probes is %d", i, probesIn[gen], gen, probes)
+						if probesIn[gen] > b.Config().Probes {
+							t.Fatalf("op %d: probe %d admitted in generation %d, Probes is %d", i, probesIn[gen], gen, b.Config().Probes)
 						}
 					}
 				} else if !errors.Is(err, breaker.ErrOpen) {

@@ -1,0 +1,457 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+)
+
+// trip opens b with MinCalls failures (b must have MinCalls <= 4).
+func trip(t *testing.T, b *breaker.Breaker) {
+	t.Helper()
+	for range 4 {
+		p, err := b.Allow()
+		if err != nil {
+			break
+		}
+		b.Done(p, false)
+	}
+	if s := b.Snapshot().State; s != breaker.Open {
+		t.Fatalf("after failures: state %v, want open", s)
+	}
+}
+
+func newWaitBreaker(t *testing.T, edit func(*breaker.Config)) *breaker.Breaker {
+	t.Helper()
+	c := breaker.Config{MinCalls: 4, OpenFor: time.Second, Probes: 1, Rand: half}
+	if edit != nil {
+		edit(&c)
+	}
+	b, err := breaker.New(c)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+// A call with time to spare waits behind the open breaker, is handed the
+// probe of the next round, and the breaker closes on its success.
+func TestWaitBecomesProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, nil)
+		trip(t, b)
+		start := time.Now()
+		p, err := b.Wait(context.Background(), 5*time.Second)
+		if err != nil {
+			t.Fatalf("Wait = %v, want a permit", err)
+		}
+		if waited := time.Since(start); waited != time.Second {
+			t.Errorf("Wait returned after %v, want the 1s open period", waited)
+		}
+		if !p.Probe() {
+			t.Errorf("Wait permit %+v is not a probe", p)
+		}
+		b.Done(p, true)
+		if s := b.State(); s != breaker.Closed {
+			t.Errorf("after the probe's success: %v, want closed", s)
+		}
+	})
+}
+
+// Without enough time left, or without any, Wait fails fast like Allow.
+func TestWaitFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, nil)
+		trip(t, b)
+		for _, maxWait := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
+			start := time.Now()
+			_, err := b.Wait(context.Background(), maxWait)
+			var oe *breaker.OpenError
+			if !errors.As(err, &oe) || oe.State != breaker.Open || oe.Wait != time.Second {
+				t.Errorf("Wait(%v) = %v, want the open breaker's rejection (half-open in 1s)", maxWait, err)
+			}
+			if d := time.Since(start); d != 0 {
+				t.Errorf("Wait(%v) took %v, want no wait", maxWait, d)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := b.Wait(ctx, time.Hour); !errors.Is(err, breaker.ErrOpen) {
+			t.Errorf("Wait(canceled ctx) = %v, want ErrOpen", err)
+		}
+		off := newWaitBreaker(t, func(c *breaker.Config) { c.MaxWaiters = -1 })
+		trip(t, off)
+		if _, err := off.Wait(context.Background(), time.Hour); !errors.Is(err, breaker.ErrOpen) {
+			t.Errorf("Wait with waiting turned off = %v, want ErrOpen at once", err)
+		}
+	})
+}
+
+// Waiters beyond MaxWaiters are rejected at once; those within wait.
+func TestWaitBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.MaxWaiters = 3 })
+		trip(t, b)
+		var wg sync.WaitGroup
+		var admitted atomic.Int32
+		for range 3 {
+			wg.Go(func() {
+				if p, err := b.Wait(context.Background(), 10*time.Second); err == nil {
+					admitted.Add(1)
+					b.Done(p, true)
+				}
+			})
+		}
+		synctest.Wait()
+		if n := b.Snapshot().Waiters; n != 3 {
+			t.Fatalf("Waiters = %d, want 3", n)
+		}
+		start := time.Now()
+		if _, err := b.Wait(context.Background(), 10*time.Second); !errors.Is(err, breaker.ErrOpen) || time.Since(start) != 0 {
+			t.Errorf("fourth Wait = %v after %v, want an immediate rejection", err, time.Since(start))
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 3 {
+			t.Errorf("%d of 3 waiters admitted, want 3", n)
+		}
+	})
+}
+
+// A waiter whose time runs out before it is admitted gets the rejection,
+// and leaves the queue.
+func TestWaitTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, nil)
+		trip(t, b)
+		// The probe goes to the first waiter and never reports back.
+		first, err := b.Wait(context.Background(), 2*time.Second)
+		if err != nil || !first.Probe() {
+			t.Fatalf("first Wait = %+v, %v; want the probe", first, err)
+		}
+		start := time.Now()
+		_, err = b.Wait(context.Background(), 3*time.Second)
+		if !errors.Is(err, breaker.ErrOpen) {
+			t.Fatalf("second Wait = %v, want ErrOpen after waiting", err)
+		}
+		if d := time.Since(start); d != 3*time.Second {
+			t.Errorf("second Wait gave up after %v, want its 3s", d)
+		}
+		if n := b.Snapshot().Waiters; n != 0 {
+			t.Errorf("Waiters = %d after the timeout, want 0", n)
+		}
+	})
+}
+
+// A failed probe reopens the breaker; the waiters keep waiting and the next
+// round's probe goes to the oldest of them.
+func TestWaitAcrossRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, nil)
+		trip(t, b)
+		start := time.Now()
+		var mu sync.Mutex
+		var got []time.Duration
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				p, err := b.Wait(context.Background(), time.Minute)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				got = append(got, time.Since(start))
+				mu.Unlock()
+				// The first two rounds fail, the third succeeds.
+				b.Done(p, len(got) == 3)
+			})
+			synctest.Wait() // keep arrival order
+		}
+		wg.Wait()
+		// Rounds at 1s (probe fails), 2s (fails), 3s (succeeds): the
+		// last probe closes the breaker.
+		want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}
+		if !slices.Equal(got, want) {
+			t.Errorf("admissions at %v, want %v", got, want)
+		}
+		if s := b.State(); s != breaker.Closed {
+			t.Errorf("state %v, want closed", s)
+		}
+	})
+}
+
+// TestWaitThroughOutage is the patience scenario at the breaker: calls
+// with time to spare that meet an open breaker during an outage are not
+// sent while it is open, and go through within a second of recovery.
+func TestWaitThroughOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.Probes = 3; c.ReleaseRate = 100 })
+		start := time.Now()
+		recovered := start.Add(10 * time.Second)
+		var sent, sentWhileOpen atomic.Int32
+		call := func(p breaker.Permit) error { // the dependency: down for 10 s
+			sent.Add(1)
+			if !p.Probe() && b.Snapshot().State == breaker.Open {
+				sentWhileOpen.Add(1)
+			}
+			if time.Now().Before(recovered) {
+				return errors.New("503")
+			}
+			return nil
+		}
+		trip(t, b)
+		var wg sync.WaitGroup
+		var late atomic.Int32
+		for i := range 20 { // one call every 500 ms during the outage
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				for {
+					dl, _ := ctx.Deadline()
+					p, err := b.Wait(ctx, time.Until(dl))
+					if err != nil {
+						t.Errorf("call %d: %v", i, err)
+						return
+					}
+					if err := call(p); err != nil {
+						b.Done(p, false)
+						continue
+					}
+					b.Done(p, true)
+					if d := time.Since(recovered); d > time.Second+200*time.Millisecond {
+						late.Add(1)
+					}
+					return
+				}
+			})
+			time.Sleep(500 * time.Millisecond)
+		}
+		wg.Wait()
+		if n := late.Load(); n != 0 {
+			t.Errorf("%d of 20 calls succeeded more than ~1s after recovery", n)
+		}
+		if n := sentWhileOpen.Load(); n != 0 {
+			t.Errorf("%d calls other than probes sent while the breaker was open", n)
+		}
+		// 4 trips + 3 probes per round for at most 10 rounds + 20 successes.
+		if n := sent.Load(); n > 4+3*11+20 {
+			t.Errorf("%d calls reached the dependency, want at most %d", n, 4+3*11+20)
+		}
+	})
+}
+
+// TestTenThousandWaiters: 10,000 waiting calls start no goroutine of the
+// breaker's own, and the close releases them at the release rate, oldest
+// first, not in one instant.
+func TestTenThousandWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 10_000
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.ReleaseRate = 5000 })
+		trip(t, b)
+		base := runtime.NumGoroutine()
+		start := time.Now()
+		release := make([]time.Duration, n)
+		var wg sync.WaitGroup
+		var probe breaker.Permit
+		probeIndex := -1
+		for i := range n {
+			wg.Go(func() {
+				p, err := b.Wait(context.Background(), time.Minute)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				if p.Probe() {
+					probe, probeIndex = p, i
+					return
+				}
+				release[i] = time.Since(start)
+				b.Done(p, true)
+			})
+			if i%1000 == 999 {
+				synctest.Wait()
+			}
+		}
+		synctest.Wait()
+		if g := runtime.NumGoroutine() - base; g != n {
+			t.Errorf("%d goroutines while %d calls wait, want exactly theirs (%d)", g, n, n)
+		}
+		if w := b.Snapshot().Waiters; w != n {
+			t.Fatalf("Waiters = %d, want %d", w, n)
+		}
+		time.Sleep(time.Second) // the round: waiter 0 gets the probe
+		synctest.Wait()
+		b.Done(probe, true) // the dependency is back: close
+		closed := time.Since(start)
+		wg.Wait()
+		var first, last time.Duration = time.Hour, 0
+		perWindow := map[time.Duration]int{}
+		if probeIndex < 0 {
+			t.Fatal("no waiter got the probe")
+		}
+		for i, r := range release {
+			if i == probeIndex {
+				continue
+			}
+			if r < closed {
+				t.Fatalf("waiter %d released at %v, before the close at %v", i, r, closed)
+			}
+			first, last = min(first, r), max(last, r)
+			perWindow[(r-closed)/(50*time.Millisecond)]++
+		}
+		// 9,999 calls at 5,000/s: about 2 s, about 250 per 50 ms.
+		if spread := last - first; spread < 1900*time.Millisecond || spread > 2100*time.Millisecond {
+			t.Errorf("released over %v, want about 2s (9,999 at 5,000/s)", spread)
+		}
+		peak := 0
+		for _, c := range perWindow {
+			peak = max(peak, c)
+		}
+		if peak > 300 {
+			t.Errorf("peak %d releases per 50 ms, want about 250", peak)
+		}
+		// Oldest first: release order follows arrival order within each
+		// batch of 1,000 (arrival is ordered by the synctest.Wait calls).
+		for k := 1; k+1000 < n; k += 1000 {
+			if k == probeIndex || k+1000 == probeIndex {
+				continue
+			}
+			if release[k] > release[k+1000] {
+				t.Errorf("waiter %d released at %v, after waiter %d at %v", k, release[k], k+1000, release[k+1000])
+			}
+		}
+	})
+}
+
+// Failures during the release reopen the breaker after Probes of them (not
+// MinCalls), and the calls still waiting go back to waiting.
+func TestReleaseAbortsOnFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.MinCalls = 4; c.Probes = 2; c.ReleaseRate = 10 })
+		trip(t, b)
+		var wg sync.WaitGroup
+		var fails atomic.Int32
+		results := make(chan string, 20)
+		for range 20 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+				defer cancel()
+				p, err := b.Wait(ctx, 4*time.Second)
+				if err != nil {
+					results <- "gave up"
+					return
+				}
+				if p.Probe() {
+					b.Done(p, true)
+					results <- "probe"
+					return
+				}
+				// The dependency fails again after the close.
+				fails.Add(1)
+				b.Done(p, false)
+				results <- "failed"
+			})
+		}
+		synctest.Wait()
+		wg.Wait()
+		close(results)
+		count := map[string]int{}
+		for r := range results {
+			count[r]++
+		}
+		// Each round's 2 probes succeed and close the breaker; the first
+		// 2 released calls fail and open it again (Probes failures, not
+		// MinCalls), so every cycle lets through 2 probes and 2 released
+		// calls, and the rest give up at 4 s: rounds at 1 s, ~2.1 s and
+		// ~3.2 s.
+		if count["probe"] != 6 || count["failed"] != 6 || count["gave up"] != 8 {
+			t.Errorf("outcomes %v, want 6 probes, 6 failed, 8 gave up", count)
+		}
+	})
+}
+
+// Fail's hint pushes the first probe round to at least the hint.
+func TestFailHintSetsEarliestProbe(t *testing.T) {
+	h := newHarness(t, func(c *breaker.Config) { c.MinCalls = 2; c.OpenFor = time.Second })
+	p1, _ := h.b.Allow()
+	p2, _ := h.b.Allow()
+	h.b.Done(p1, false)
+	h.b.Fail(p2, 7*time.Second)
+	if s := h.b.Snapshot(); s.State != breaker.Open || s.HalfOpenIn < 7*time.Second || s.HalfOpenIn > 10500*time.Millisecond {
+		t.Fatalf("after Fail(7s): %+v, want open with the next round in [7s, 10.5s]", s)
+	}
+}
+
+// Retry-After spreads: breakers told the same hint at the same instant do
+// not all probe at the same instant.
+func TestHintSpread(t *testing.T) {
+	rounds := map[time.Duration]bool{}
+	for range 100 {
+		b, err := breaker.New(breaker.Config{MinCalls: 1, Now: func() time.Time { return t0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := b.Allow()
+		b.Fail(p, 2*time.Second)
+		in := b.Snapshot().HalfOpenIn
+		if in < 2*time.Second || in > 3*time.Second {
+			t.Fatalf("HalfOpenIn = %v, want in [2s, 3s]", in)
+		}
+		rounds[in/(50*time.Millisecond)] = true
+	}
+	if len(rounds) < 10 {
+		t.Errorf("100 breakers told Retry-After 2s probe in only %d distinct 50 ms windows", len(rounds))
+	}
+}
+
+// Trip and Reset steer the breaker from outside; Reset releases waiters.
+func TestTripReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var events []string
+		var mu sync.Mutex
+		b := newWaitBreaker(t, func(c *breaker.Config) {
+			c.OpenFor = 10 * time.Second
+			c.ReleaseRate = -1 // all at once
+			c.OnStateChange = func(from, to breaker.State) {
+				mu.Lock()
+				events = append(events, from.String()+">"+to.String())
+				mu.Unlock()
+			}
+		})
+		b.Trip(0)
+		if s := b.Snapshot(); s.State != breaker.Open || s.HalfOpenIn != 10*time.Second {
+			t.Fatalf("after Trip(0): %+v, want open for 10s", s)
+		}
+		b.Trip(30 * time.Second)
+		if s := b.Snapshot(); s.HalfOpenIn < 30*time.Second {
+			t.Fatalf("after Trip(30s) on an open breaker: next round in %v, want >= 30s", s.HalfOpenIn)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			start := time.Now()
+			p, err := b.Wait(context.Background(), time.Minute)
+			if err != nil || p.Probe() {
+				t.Errorf("Wait = %+v, %v; want a closed-state permit", p, err)
+			}
+			if d := time.Since(start); d != 5*time.Second {
+				t.Errorf("released after %v, want 5s (the Reset)", d)
+			}
+		})
+		time.Sleep(5 * time.Second)
+		b.Reset()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"closed>open", "open>closed"}; !slices.Equal(events, want) {
+			t.Errorf("events %v, want %v", events, want)
+		}
+	})
+}
