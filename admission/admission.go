@@ -1,0 +1,596 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+// Outcome is what a [Controller] decided for one request. The zero value is
+// [Admitted].
+type Outcome uint8
+
+const (
+	// Admitted means the request may run; the caller holds a [Permit].
+	Admitted Outcome = iota
+	// RetryRefused means the request was a retry beyond the window's retry
+	// ratio and floor. It is refused before anything else, with the
+	// don't-retry signal.
+	RetryRefused
+	// QueueFull means MaxInFlight requests were in progress and the queue
+	// was full (or there is none).
+	QueueFull
+	// QueueTimeout means the request waited MaxQueueWait in the queue
+	// without getting a slot.
+	QueueTimeout
+	// Canceled means the request's context ended while it waited in the
+	// queue.
+	Canceled
+
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	Admitted:     "admitted",
+	RetryRefused: "retry-refused",
+	QueueFull:    "queue-full",
+	QueueTimeout: "queue-timeout",
+	Canceled:     "canceled",
+}
+
+// String returns the outcome's short name ("admitted", "retry-refused",
+// "queue-full", "queue-timeout", "canceled"), or "Outcome(N)" for an
+// unknown value.
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Decision describes one admission decision: what [Controller.Acquire]
+// returns beside the [Permit] and what Config.OnDecision receives. It is
+// plain data.
+type Decision struct {
+	// Outcome says whether the request was admitted and, if not, why.
+	Outcome Outcome
+	// Attempt is the request's attempt number: 1 for an original, 2 or
+	// more for a retry.
+	Attempt int
+	// Waited is how long the request waited in the queue (0 if it did
+	// not queue), measured with Config.Now.
+	Waited time.Duration
+	// RetryAfter is how long a refused client should wait before it tries
+	// again: RetryAfterBase + U·RetryAfterSpread, drawn afresh for every
+	// refusal so that refused clients do not come back together. 0 when
+	// admitted. HTTP sends it as whole seconds (see [Controller.Wrap]).
+	RetryAfter time.Duration
+	// DontRetry reports whether the refusal should carry the don't-retry
+	// signal: always for [RetryRefused], and for any refusal of a request
+	// that was already a retry. False when admitted.
+	DontRetry bool
+}
+
+// Retry reports whether the request was a retry (Attempt >= 2).
+func (d Decision) Retry() bool { return d.Attempt >= 2 }
+
+// Refused reports whether the request was refused (Outcome is not
+// [Admitted]).
+func (d Decision) Refused() bool { return d.Outcome != Admitted }
+
+// Permit is an admitted request's slot of work in progress. Give it back
+// with [Permit.Release] exactly once, when the request is done. The zero
+// Permit (what a refusal returns) holds nothing.
+type Permit struct {
+	c *Controller
+}
+
+// Release gives the slot back, handing it to the oldest queued request if
+// any. It clears p, so a second Release of the same variable does nothing;
+// releasing a copy of a released Permit frees a slot twice, so do not copy
+// Permits. Release of the zero Permit does nothing. It allocates nothing.
+func (p *Permit) Release() {
+	c := p.c
+	if c == nil {
+		return
+	}
+	p.c = nil
+	c.inFlight.Add(-1)
+	if c.nwait.Load() > 0 {
+		c.handOff()
+	}
+}
+
+// Controller decides, for every request a server receives, whether it runs
+// now, waits for a slot, or is refused. Build one with [New]; the zero value
+// is usable and behaves as New(Config{}) (the defaults), built on first use.
+// A Controller is safe for concurrent use and must not be copied after
+// first use.
+type Controller struct {
+	once sync.Once
+
+	// Immutable after once.
+	cfg         Config
+	budget      *budget.Budget
+	now         func() time.Time
+	maxInFlight int64
+	maxQueue    int
+	maxWait     time.Duration
+	raBase      time.Duration
+	raSpread    time.Duration // 0: no jitter
+	hook        func(Decision)
+	rnd         func() float64 // nil: math/rand/v2
+	http        httpValues
+
+	rndMu sync.Mutex // serialises calls to rnd
+
+	// inFlight counts the permits out; nwait counts the requests in the
+	// queue or about to decide whether to join it. Both are read on every
+	// admission, so they share a cache line of their own.
+	_        [64]byte
+	inFlight atomic.Int64
+	nwait    atomic.Int64
+	_        [48]byte
+
+	// The queue: a FIFO list of waiters.
+	mu   sync.Mutex
+	head *waiter // guarded by mu
+	tail *waiter // guarded by mu
+	qlen atomic.Int64
+
+	// Counters for Stats.
+	originals      atomic.Uint64
+	retries        atomic.Uint64
+	admitted       atomic.Uint64
+	queued         atomic.Uint64
+	retriesRefused atomic.Uint64
+	shedFull       atomic.Uint64
+	shedTimeout    atomic.Uint64
+	shedCanceled   atomic.Uint64
+}
+
+// waiter is a request in the queue.
+type waiter struct {
+	prev, next *waiter
+	ready      chan struct{} // receives once the waiter is granted a slot
+	granted    bool          // guarded by Controller.mu
+}
+
+// New validates c and returns a Controller whose window begins now
+// (c.Now()). Zero fields take the defaults (see [Config]). It returns an
+// error wrapping [ErrInvalidConfig] if a field is out of range. A
+// Controller that was built never fails or panics later.
+func New(c Config) (*Controller, error) {
+	eff, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctl := &Controller{}
+	ctl.once.Do(func() { err = ctl.setup(eff) })
+	if err != nil {
+		return nil, err
+	}
+	return ctl, nil
+}
+
+// init builds a zero Controller with the defaults on first use.
+func (c *Controller) init() {
+	c.once.Do(func() {
+		eff, err := Config{}.withDefaults()
+		if err == nil {
+			err = c.setup(eff)
+		}
+		if err != nil { // the defaults are valid; a test guards this
+			panic("admission: default config: " + err.Error())
+		}
+	})
+}
+
+// setup fills c from an effective config.
+func (c *Controller) setup(eff Config) error {
+	now := eff.Now
+	if now == nil {
+		now = clock.Monotonic()
+	}
+	b, err := budget.New(budget.Config{
+		Ratio:        max(eff.RetryRatio, 0),
+		MinPerSecond: max(eff.MinRetriesPerSecond, 0),
+		Window:       eff.Window,
+		Slices:       eff.Slices,
+		Now:          now,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: retry window: %w", ErrInvalidConfig, err)
+	}
+	c.cfg = eff
+	c.budget = b
+	c.now = now
+	c.maxInFlight = math.MaxInt64
+	if eff.MaxInFlight > 0 {
+		c.maxInFlight = int64(eff.MaxInFlight)
+	}
+	c.maxQueue = max(eff.MaxQueue, 0)
+	c.maxWait = eff.MaxQueueWait
+	c.raBase = eff.RetryAfterBase
+	c.raSpread = max(eff.RetryAfterSpread, 0)
+	c.hook = eff.OnDecision
+	c.rnd = eff.Rand
+	c.http = newHTTPValues(eff.RetryAfterBase + c.raSpread)
+	return nil
+}
+
+// Config returns the configuration in force: the one given to [New] with
+// its zero fields replaced by the defaults (Now, Rand and OnDecision as
+// given, possibly nil).
+func (c *Controller) Config() Config {
+	c.init()
+	return c.cfg
+}
+
+// Acquire decides whether a request may run now. attempt is the request's
+// attempt number as its client counts it: 1 (or anything below 2) for an
+// original, 2 or more for a retry.
+//
+// An original is counted in the window. A retry is admitted by the window
+// only while retries + 1 <= RetryRatio·originals +
+// MinRetriesPerSecond·Window.Seconds() over the window (the rule of package
+// budget); otherwise it is refused at once with [RetryRefused]. A request
+// that passed that check runs if fewer than MaxInFlight are in progress;
+// otherwise it waits in the queue, first come first served, until a slot
+// frees ([Admitted]), MaxQueueWait passes ([QueueTimeout]) or ctx ends
+// ([Canceled]); if the queue is full it is refused at once ([QueueFull]).
+// A nil ctx never ends.
+//
+// If d.Outcome is Admitted, the caller must call p.Release() when the
+// request is done; otherwise p is the zero Permit and d says why, how long
+// the client should wait (d.RetryAfter) and whether to tell it not to
+// retry (d.DontRetry). A retry that passed the ratio check but was then
+// refused for lack of a slot still counts as a retry in the window.
+//
+// Acquire is safe for concurrent use. Without queueing it takes no lock
+// and allocates nothing; a request that queues allocates its waiter.
+func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision) {
+	c.init()
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := Decision{Attempt: attempt}
+	now := c.now()
+	if attempt == 1 {
+		c.originals.Add(1)
+		c.budget.DepositAt(now)
+	} else {
+		c.retries.Add(1)
+		if !c.budget.WithdrawAt(now) {
+			c.retriesRefused.Add(1)
+			return Permit{}, c.refuse(d, RetryRefused)
+		}
+	}
+	if c.nwait.Load() == 0 && c.tryInc() {
+		return c.admit(d)
+	}
+	return c.wait(ctx, d, now)
+}
+
+// tryInc takes a slot if one is free.
+func (c *Controller) tryInc() bool {
+	for {
+		n := c.inFlight.Load()
+		if n >= c.maxInFlight {
+			return false
+		}
+		if c.inFlight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// admit returns a granted decision; the caller took the slot.
+func (c *Controller) admit(d Decision) (Permit, Decision) {
+	c.admitted.Add(1)
+	if c.hook != nil {
+		c.hook(d)
+	}
+	return Permit{c: c}, d
+}
+
+// refuse fills in a refusal and reports it.
+func (c *Controller) refuse(d Decision, o Outcome) Decision {
+	d.Outcome = o
+	d.RetryAfter = c.retryAfter()
+	d.DontRetry = o == RetryRefused || d.Retry()
+	if c.hook != nil {
+		c.hook(d)
+	}
+	return d
+}
+
+// retryAfter draws a refusal's Retry-After.
+func (c *Controller) retryAfter() time.Duration {
+	if c.raSpread == 0 {
+		return c.raBase
+	}
+	var u float64
+	if c.rnd == nil {
+		u = rand.Float64()
+	} else {
+		c.rndMu.Lock()
+		u = c.rnd()
+		c.rndMu.Unlock()
+	}
+	if !(u >= 0) { // also NaN from a faulty source
+		u = 0
+	} else if u >= 1 {
+		u = math.Nextafter(1, 0)
+	}
+	return c.raBase + time.Duration(u*float64(c.raSpread))
+}
+
+// wait is the slow path of Acquire: no slot was free at first sight, or
+// requests are queued ahead.
+func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Permit, Decision) {
+	if c.maxQueue == 0 {
+		if c.tryInc() {
+			return c.admit(d)
+		}
+		c.shedFull.Add(1)
+		return Permit{}, c.refuse(d, QueueFull)
+	}
+	c.mu.Lock()
+	// Announce this request before looking for a slot: a Release that frees
+	// one after the look below then sees nwait > 0 and hands the slot over.
+	c.nwait.Add(1)
+	if c.head == nil && c.tryInc() {
+		c.nwait.Add(-1)
+		c.mu.Unlock()
+		return c.admit(d)
+	}
+	if c.qlen.Load() >= int64(c.maxQueue) {
+		c.nwait.Add(-1)
+		c.mu.Unlock()
+		c.shedFull.Add(1)
+		return Permit{}, c.refuse(d, QueueFull)
+	}
+	w := &waiter{ready: make(chan struct{}, 1), prev: c.tail}
+	if c.tail == nil {
+		c.head = w
+	} else {
+		c.tail.next = w
+	}
+	c.tail = w
+	c.qlen.Add(1)
+	c.mu.Unlock()
+	c.queued.Add(1)
+
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	timer := time.NewTimer(c.maxWait)
+	o := Admitted
+	select {
+	case <-w.ready:
+	case <-timer.C:
+		o = QueueTimeout
+	case <-done:
+		o = Canceled
+	}
+	timer.Stop()
+	if o != Admitted {
+		c.mu.Lock()
+		if w.granted {
+			o = Admitted // a slot came at the same moment: take it
+		} else {
+			c.unlink(w)
+		}
+		c.mu.Unlock()
+	}
+	d.Waited = max(c.now().Sub(start), 0)
+	switch o {
+	case Admitted:
+		return c.admit(d)
+	case QueueTimeout:
+		c.shedTimeout.Add(1)
+	default:
+		c.shedCanceled.Add(1)
+	}
+	return Permit{}, c.refuse(d, o)
+}
+
+// unlink removes w from the queue. It requires mu held.
+func (c *Controller) unlink(w *waiter) {
+	if w.prev == nil {
+		c.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		c.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	c.qlen.Add(-1)
+	c.nwait.Add(-1)
+}
+
+// handOff gives free slots to the oldest waiters.
+func (c *Controller) handOff() {
+	c.mu.Lock()
+	for c.head != nil && c.tryInc() {
+		w := c.head
+		c.unlink(w)
+		w.granted = true
+		w.ready <- struct{}{} // buffered: never blocks
+	}
+	c.mu.Unlock()
+}
+
+// Stats is a snapshot of a [Controller]'s counters. The totals count from
+// the Controller's start; the Window fields cover the sliding window.
+type Stats struct {
+	// InFlight is the number of permits out now (requests in progress).
+	InFlight int
+	// QueueLen is the number of requests waiting in the queue now.
+	QueueLen int
+
+	// Originals is the number of original requests seen (attempt 1).
+	Originals uint64
+	// Retries is the number of retries seen (attempt 2 or more), admitted
+	// or not.
+	Retries uint64
+	// Admitted is the number of requests given a permit, queued first or
+	// not.
+	Admitted uint64
+	// Queued is the number of requests that waited in the queue, whatever
+	// came of it.
+	Queued uint64
+	// RetriesRefused is the number of retries refused by the retry ratio
+	// ([RetryRefused]).
+	RetriesRefused uint64
+	// ShedQueueFull, ShedQueueTimeout and ShedCanceled count the requests
+	// refused for lack of a slot: [QueueFull], [QueueTimeout], [Canceled].
+	ShedQueueFull, ShedQueueTimeout, ShedCanceled uint64
+
+	// WindowOriginals and WindowRetries are the originals and the retries
+	// that passed the ratio check in the window now.
+	WindowOriginals, WindowRetries int
+	// WindowRetryLimit is RetryRatio·WindowOriginals +
+	// MinRetriesPerSecond·Window.Seconds(): the window admits a retry while
+	// WindowRetries+1 <= WindowRetryLimit.
+	WindowRetryLimit float64
+}
+
+// Refused returns the number of requests refused for any reason.
+func (s Stats) Refused() uint64 {
+	return s.RetriesRefused + s.ShedQueueFull + s.ShedQueueTimeout + s.ShedCanceled
+}
+
+// Stats returns a snapshot of c's counters. Under concurrent use they are
+// read one after another, not as one atomic snapshot. It allocates nothing.
+func (c *Controller) Stats() Stats {
+	c.init()
+	w := c.budget.StatsAt(c.now())
+	return Stats{
+		InFlight:         int(c.inFlight.Load()),
+		QueueLen:         int(c.qlen.Load()),
+		Originals:        c.originals.Load(),
+		Retries:          c.retries.Load(),
+		Admitted:         c.admitted.Load(),
+		Queued:           c.queued.Load(),
+		RetriesRefused:   c.retriesRefused.Load(),
+		ShedQueueFull:    c.shedFull.Load(),
+		ShedQueueTimeout: c.shedTimeout.Load(),
+		ShedCanceled:     c.shedCanceled.Load(),
+		WindowOriginals:  w.Requests,
+		WindowRetries:    w.Retries,
+		WindowRetryLimit: w.Limit,
+	}
+}
+
+// The HTTP side.
+
+// maxTableSeconds bounds the precomputed Retry-After values.
+const maxTableSeconds = 3600
+
+// httpValues are header values built once per Controller and shared by
+// every refusal: nobody modifies them.
+type httpValues struct {
+	retryAfter [][]string // index s: {"s"}, for 1 <= s < len
+	no         []string
+	textPlain  []string
+}
+
+func newHTTPValues(longest time.Duration) httpValues {
+	n := min(int(longest/time.Second), maxTableSeconds) + 1
+	v := httpValues{
+		retryAfter: make([][]string, n),
+		no:         []string{httpretry.RetryNo},
+		textPlain:  []string{"text/plain; charset=utf-8"},
+	}
+	for s := 1; s < n; s++ {
+		v.retryAfter[s] = []string{strconv.Itoa(s)}
+	}
+	return v
+}
+
+// retryAfterSeconds converts a refusal's RetryAfter to the whole seconds
+// HTTP carries: rounded down, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(int(d/time.Second), 1)
+}
+
+// Wrap returns next behind c: net/http middleware for a server or the
+// gateway in front of it. For every request it reads the attempt number
+// from the [httpretry.AttemptHeader] field (absent, or not a valid number as
+// [httpretry.ParseAttempt] reads it: an original), calls
+// [Controller.Acquire] with the request's context, and either runs next
+// (releasing the permit when next returns or panics) or answers without
+// calling next:
+//
+//	503 Service Unavailable
+//	Retry-After: <whole seconds>
+//	Stormguard-Retry: no          (when Decision.DontRetry)
+//	Content-Type: text/plain; charset=utf-8
+//
+// Retry-After is the decision's RetryAfter rounded down to whole seconds,
+// at least 1: with RetryAfterBase and RetryAfterSpread in whole seconds,
+// it is uniform over the RetryAfterSpread/1s values from RetryAfterBase up.
+// A nil next answers 404 to every admitted request. The returned handler
+// allocates nothing on the admitted path.
+func (c *Controller) Wrap(next http.Handler) http.Handler {
+	if next == nil {
+		next = http.NotFoundHandler()
+	}
+	return &handler{c: c, next: next}
+}
+
+type handler struct {
+	c    *Controller
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	attempt := 1
+	if vs := r.Header[httpretry.AttemptHeader]; len(vs) > 0 {
+		if n, ok := httpretry.ParseAttempt(vs[0]); ok {
+			attempt = n
+		}
+	}
+	p, d := h.c.Acquire(r.Context(), attempt)
+	if d.Outcome != Admitted {
+		h.c.writeRefusal(w, d)
+		return
+	}
+	defer p.Release()
+	h.next.ServeHTTP(w, r)
+}
+
+// writeRefusal answers a refused request.
+func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
+	hdr := w.Header()
+	if s := retryAfterSeconds(d.RetryAfter); s < len(c.http.retryAfter) {
+		hdr["Retry-After"] = c.http.retryAfter[s]
+	} else {
+		hdr["Retry-After"] = []string{strconv.Itoa(s)}
+	}
+	body := "overloaded; try again later\n"
+	if d.DontRetry {
+		hdr[httpretry.RetryHeader] = c.http.no
+		body = "overloaded; don't retry\n"
+	}
+	hdr["Content-Type"] = c.http.textPlain
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, body)
+}

@@ -1,0 +1,96 @@
+// Package admission is the provider's side of retry control: middleware for
+// a server, or the gateway in front of it, that sees the retries of a whole
+// fleet of clients and keeps them, and the work in progress, bounded.
+//
+// A client's own retry budget (package budget) binds that one client. A
+// thousand low-volume clients each stay within their own floor and
+// together can still send a retry for every failure. The provider is the one
+// place that sees them all, so a [Controller] applies the same rule there,
+// and adds a limit on work in progress:
+//
+//	ctl, err := admission.New(admission.Config{MaxInFlight: 100})
+//	...
+//	http.ListenAndServe(addr, ctl.Wrap(mux))
+//
+// # The model
+//
+// Every request is classified by its attempt number. Over HTTP that is the
+// Stormguard-Attempt request header (package httpretry's AttemptHeader): a
+// request without it, or with a value that is not a number from 1 up, is an
+// original; 2 or more is a retry. Each request then goes through two steps,
+// in this order:
+//
+//  1. Retry ratio. Originals are counted in a sliding window. A retry is
+//     admitted only while, over the window,
+//
+//     retries + 1 <= RetryRatio·originals + MinRetriesPerSecond·Window.Seconds()
+//
+//     (package budget's rule, on one budget for the whole fleet). A retry
+//     beyond it is refused at once, before anything else runs: HTTP 503
+//     with "Stormguard-Retry: no", the don't-retry signal that package
+//     httpretry's Transport honours, so the client does not retry on top.
+//     During an outage the handler then sees about (1 + RetryRatio) times
+//     the originals, not the 3x that three attempts each would bring.
+//
+//  2. Work in progress. At most MaxInFlight requests run at once. A request
+//     that finds them all busy waits in a first-come-first-served queue of
+//     at most MaxQueue requests, for at most MaxQueueWait; it runs as soon
+//     as a slot frees, or is refused with 503 when the queue is full, the
+//     wait is over, or its context ends. Such a refusal carries the
+//     don't-retry signal only if the request was itself a retry: an
+//     original may come back once, a retry that meets an overloaded server
+//     should stop.
+//
+// Every refusal carries a Retry-After drawn afresh for that refusal,
+// RetryAfterBase + U·RetryAfterSpread with U uniform in [0, 1), so that
+// clients refused in the same instant and honouring it come back spread
+// over RetryAfterSpread instead of all at once. HTTP carries whole seconds
+// only: the value is rounded down, at least 1 s, so the default 1 s base
+// and 10 s spread send one of 1, 2, ..., 10 with equal chances.
+// [Decision.RetryAfter] keeps the full resolution for protocols that carry
+// milliseconds (gRPC's grpc-retry-pushback-ms).
+//
+// # Defaults
+//
+// Every zero field of a [Config] takes its default, so Config{} is valid:
+//
+//	MaxInFlight          1024 requests in progress (negative: no limit)
+//	MaxQueue             as MaxInFlight (negative: no queue)
+//	MaxQueueWait         500 ms
+//	RetryRatio           0.1 retries per original (negative: 0)
+//	MinRetriesPerSecond  1, so 10 retries per window (negative: 0)
+//	Window, Slices       10 s in ten 1 s slices
+//	RetryAfterBase       1 s
+//	RetryAfterSpread     10 s (negative: no jitter)
+//
+// The floor keeps a quiet service able to admit an occasional retry; at a
+// provider with hundreds of requests a second the ratio dominates. A retry
+// that passed the ratio but then found no slot still counts as a retry in
+// the window: retries the fleet sends during overload are exactly what the
+// ratio must see.
+//
+// # Protocol-neutral core
+//
+// [Controller.Acquire] takes a context and an attempt number and returns a
+// [Permit] to [Permit.Release] when the request is done, or a [Decision]
+// that says why it was refused, the Retry-After and whether to send the
+// don't-retry signal. [Controller.Wrap] is the HTTP middleware built on it;
+// a gRPC server interceptor maps the same decision to its own status and
+// metadata.
+//
+// # Observing
+//
+// [Controller.Stats] returns counters (originals, retries, admitted,
+// queued, refusals by reason) and the window's counts. Config.OnDecision,
+// if set, is called with every [Decision]; left nil it costs nothing.
+//
+// # Concurrency and cost
+//
+// A Controller is safe for concurrent use. An admission that does not queue
+// takes no lock and allocates nothing: the window is lock-free (package
+// budget), the slots are one atomic counter, and the HTTP middleware reads
+// the attempt header without copying it. Only requests that queue take the
+// queue's mutex and allocate a waiter. Time comes from Config.Now (the
+// monotonic clock by default); the queue's timeout runs on the runtime's
+// timers, so tests of it use testing/synctest.
+package admission
