@@ -1,0 +1,634 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/admission"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	ctl := newController(t, admission.Config{MaxInFlight: 100})
+	got := ctl.Config()
+	want := admission.Config{
+		MaxInFlight:         100,
+		MaxQueue:            100,
+		MaxQueueWait:        admission.DefaultMaxQueueWait,
+		RetryRatio:          admission.DefaultRetryRatio,
+		MinRetriesPerSecond: admission.DefaultMinRetriesPerSecond,
+		Window:              admission.DefaultWindow,
+		Slices:              admission.DefaultSlices,
+		RetryAfterBase:      admission.DefaultRetryAfterBase,
+		RetryAfterSpread:    admission.DefaultRetryAfterSpread,
+	}
+	if got.Now != nil || got.Rand != nil || got.OnDecision != nil {
+		t.Fatalf("Config() has funcs set: %+v", got)
+	}
+	if !reflect.DeepEqual(got, want) { // nil funcs are deeply equal
+		t.Fatalf("Config() = %+v, want %+v", got, want)
+	}
+	var zero admission.Controller
+	if got := zero.Config(); got.MaxInFlight != admission.DefaultMaxInFlight || got.MaxQueue != admission.DefaultMaxInFlight {
+		t.Errorf("zero Controller Config() = %+v, want the defaults", got)
+	}
+}
+
+func TestNewInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		c    admission.Config
+		want string // in the message
+	}{
+		{"negative queue wait", admission.Config{MaxQueueWait: -time.Second}, "max queue wait"},
+		{"NaN ratio", admission.Config{RetryRatio: math.NaN()}, "retry ratio"},
+		{"ratio above 1", admission.Config{RetryRatio: 1.5}, "retry ratio"},
+		{"infinite floor", admission.Config{MinRetriesPerSecond: math.Inf(1)}, "min retries per second"},
+		{"minus infinite floor", admission.Config{MinRetriesPerSecond: math.Inf(-1)}, "min retries per second"},
+		{"NaN floor", admission.Config{MinRetriesPerSecond: math.NaN()}, "min retries per second"},
+		{"negative window", admission.Config{Window: -time.Second}, "window"},
+		{"negative slices", admission.Config{Slices: -1}, "slices"},
+		{"too many slices", admission.Config{Slices: 5000, Window: 5000 * time.Millisecond}, "retry window"},
+		{"window not a multiple", admission.Config{Window: 10*time.Second + 1}, "retry window"},
+		{"slice too short", admission.Config{Window: 5 * time.Millisecond}, "retry window"},
+		{"negative base", admission.Config{RetryAfterBase: -time.Second}, "retry-after base"},
+		{"base too long", admission.Config{RetryAfterBase: 25 * time.Hour}, "exceeds"},
+		{"spread too long", admission.Config{RetryAfterSpread: admission.MaxRetryAfter}, "exceeds"},
+		{"base + spread overflow", admission.Config{RetryAfterBase: time.Hour, RetryAfterSpread: math.MaxInt64}, "exceeds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctl, err := admission.New(tt.c)
+			if !errors.Is(err, admission.ErrInvalidConfig) {
+				t.Fatalf("New(%+v) = %v, %v; want an error wrapping ErrInvalidConfig", tt.c, ctl, err)
+			}
+			if ctl != nil {
+				t.Errorf("New(%+v) returned a Controller with its error", tt.c)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New(%+v) error %q does not mention %q", tt.c, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewValidEdges(t *testing.T) {
+	tests := []struct {
+		name string
+		c    admission.Config
+	}{
+		{"zero", admission.Config{}},
+		{"no limit, no queue", admission.Config{MaxInFlight: -1, MaxQueue: -1}},
+		{"ratio 1", admission.Config{RetryRatio: 1}},
+		{"no ratio, no floor", admission.Config{RetryRatio: -1, MinRetriesPerSecond: -1}},
+		{"one slice", admission.Config{Slices: 1, Window: time.Millisecond}},
+		{"longest retry-after", admission.Config{RetryAfterBase: time.Hour, RetryAfterSpread: 23 * time.Hour}},
+		{"no jitter", admission.Config{RetryAfterSpread: -1}},
+	}
+	for _, tt := range tests {
+		if _, err := admission.New(tt.c); err != nil {
+			t.Errorf("%s: New(%+v) = %v, want no error", tt.name, tt.c, err)
+		}
+	}
+}
+
+func TestOutcomeString(t *testing.T) {
+	tests := []struct {
+		o    admission.Outcome
+		want string
+	}{
+		{admission.Admitted, "admitted"},
+		{admission.RetryRefused, "retry-refused"},
+		{admission.QueueFull, "queue-full"},
+		{admission.QueueTimeout, "queue-timeout"},
+		{admission.Canceled, "canceled"},
+		{admission.Outcome(200), "Outcome(200)"},
+	}
+	for _, tt := range tests {
+		if got := tt.o.String(); got != tt.want {
+			t.Errorf("Outcome(%d).String() = %q, want %q", uint8(tt.o), got, tt.want)
+		}
+	}
+}
+
+// The zero Controller works with the defaults.
+func TestZeroController(t *testing.T) {
+	var ctl admission.Controller
+	p, d := ctl.Acquire(context.Background(), 1)
+	if d.Refused() {
+		t.Fatalf("zero Controller refused an original: %+v", d)
+	}
+	if s := ctl.Stats(); s.InFlight != 1 || s.Originals != 1 || s.WindowOriginals != 1 {
+		t.Errorf("Stats() = %+v, want one original in flight", s)
+	}
+	p.Release()
+	p.Release() // a second release of the same variable does nothing
+	if s := ctl.Stats(); s.InFlight != 0 {
+		t.Errorf("after Release, InFlight = %d, want 0", s.InFlight)
+	}
+	var zp admission.Permit
+	zp.Release() // the zero Permit holds nothing
+}
+
+// The retry rule, exactly: with 1000 originals in the window, ratio 0.1 and
+// a floor of 1/s over 10 s, exactly 110 retries reach the handler however
+// many goroutines send them, and every other one is refused with the
+// don't-retry signal before the handler runs.
+func TestRetriesBeyondRatioNeverReachHandler(t *testing.T) {
+	clk := newClock()
+	ctl := newController(t, admission.Config{MaxInFlight: -1, Now: clk.Now})
+	var originals, retries atomic.Int64
+	h := ctl.Wrap(handlerOf(func(attempt int) {
+		if attempt >= 2 {
+			retries.Add(1)
+		} else {
+			originals.Add(1)
+		}
+	}))
+
+	const workers, nOrig, nRetry = 32, 1000, 600
+	run := func(n, attempt int, check func(int)) {
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range workers {
+			wg.Go(func() {
+				for next.Add(1) <= int64(n) {
+					check(attempt)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	run(nOrig, 0, func(a int) {
+		if rec := serve(h, a); rec.Code != 200 {
+			t.Errorf("original: status %d, want 200", rec.Code)
+		}
+	})
+	var refused atomic.Int64
+	run(nRetry, 2, func(a int) {
+		rec := serve(h, a)
+		if rec.Code == 200 {
+			return
+		}
+		refused.Add(1)
+		checkRefusal(t, rec, 1, 10, true)
+	})
+
+	const want = 110 // 0.1·1000 + 1·10
+	if got := retries.Load(); got != want {
+		t.Errorf("retries that reached the handler = %d, want exactly %d", got, want)
+	}
+	if got := refused.Load(); got != nRetry-want {
+		t.Errorf("refused retries = %d, want %d", got, nRetry-want)
+	}
+	if got := originals.Load(); got != nOrig {
+		t.Errorf("originals that reached the handler = %d, want %d", got, nOrig)
+	}
+	s := ctl.Stats()
+	wantStats := admission.Stats{
+		Originals: nOrig, Retries: nRetry, Admitted: nOrig + want, RetriesRefused: nRetry - want,
+		WindowOriginals: nOrig, WindowRetries: want, WindowRetryLimit: 110,
+	}
+	if s != wantStats {
+		t.Errorf("Stats() = %+v\nwant %+v", s, wantStats)
+	}
+	if s.Refused() != nRetry-want {
+		t.Errorf("Stats().Refused() = %d, want %d", s.Refused(), nRetry-want)
+	}
+}
+
+// Originals and retries interleaved from many goroutines: the retries that
+// reach the handler never exceed the limit computed from the originals the
+// window had counted at that moment.
+func TestRetryRatioUnderInterleaving(t *testing.T) {
+	clk := newClock()
+	var violations atomic.Int64
+	var ctl *admission.Controller
+	ctl = newController(t, admission.Config{
+		MaxInFlight: -1, Now: clk.Now, RetryRatio: 0.2, MinRetriesPerSecond: 0.5,
+		OnDecision: func(d admission.Decision) {
+			if d.Retry() && !d.Refused() {
+				// The originals counted now are at least those counted when
+				// this retry was admitted.
+				if s := ctl.Stats(); float64(s.WindowRetries) > s.WindowRetryLimit {
+					violations.Add(1)
+				}
+			}
+		},
+	})
+	var reached atomic.Int64
+	h := ctl.Wrap(handlerOf(func(attempt int) {
+		if attempt >= 2 {
+			reached.Add(1)
+		}
+	}))
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 300 {
+				attempt := 1
+				if (i+w)%3 == 0 { // a third of the traffic is retries
+					attempt = 2 + i%3
+				}
+				serve(h, attempt)
+			}
+		})
+	}
+	wg.Wait()
+	s := ctl.Stats()
+	if violations.Load() != 0 {
+		t.Errorf("%d admissions saw more retries than the limit", violations.Load())
+	}
+	if got := reached.Load(); got != int64(s.WindowRetries) || float64(got) > s.WindowRetryLimit {
+		t.Errorf("retries reached = %d, window retries %d, limit %v", got, s.WindowRetries, s.WindowRetryLimit)
+	}
+	if s.Retries != uint64(reached.Load())+s.RetriesRefused {
+		t.Errorf("Stats() = %+v: retries != reached %d + refused", s, reached.Load())
+	}
+	if s.RetriesRefused == 0 {
+		t.Errorf("no retry refused with a third of the traffic retrying: %+v", s)
+	}
+}
+
+// The window slides: originals older than the window no longer pay for
+// retries.
+func TestRetryWindowSlides(t *testing.T) {
+	clk := newClock()
+	ctl := newController(t, admission.Config{Now: clk.Now, MinRetriesPerSecond: -1}) // ratio only
+	ctx := context.Background()
+	for range 50 {
+		p, _ := ctl.Acquire(ctx, 1)
+		p.Release()
+	}
+	admitted := 0
+	for range 20 {
+		if p, d := ctl.Acquire(ctx, 3); !d.Refused() {
+			admitted++
+			p.Release()
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("with 50 originals, %d retries admitted, want 5", admitted)
+	}
+	clk.Advance(admission.DefaultWindow)
+	if _, d := ctl.Acquire(ctx, 2); d.Outcome != admission.RetryRefused || !d.DontRetry {
+		t.Fatalf("a window later with no originals: %+v, want RetryRefused with DontRetry", d)
+	}
+	if s := ctl.Stats(); s.WindowOriginals != 0 || s.WindowRetryLimit != 0 {
+		t.Errorf("a window later Stats() = %+v, want an empty window", s)
+	}
+}
+
+// Attempt numbers below 1 count as originals.
+func TestAcquireAttemptBelowOne(t *testing.T) {
+	ctl := newController(t, admission.Config{})
+	for _, a := range []int{0, -5, math.MinInt} {
+		p, d := ctl.Acquire(context.Background(), a)
+		if d.Attempt != 1 || d.Retry() || d.Refused() {
+			t.Errorf("Acquire(ctx, %d) = %+v, want an admitted original", a, d)
+		}
+		p.Release()
+	}
+	if s := ctl.Stats(); s.Originals != 3 || s.Retries != 0 {
+		t.Errorf("Stats() = %+v, want 3 originals", s)
+	}
+}
+
+// The work-in-progress limit without a queue, under real concurrency: never
+// more than MaxInFlight handlers at once, every request admitted or shed.
+func TestMaxInFlightConcurrent(t *testing.T) {
+	const limit, workers, each = 4, 32, 50
+	ctl := newController(t, admission.Config{MaxInFlight: limit, MaxQueue: -1})
+	var cur, peak atomic.Int64
+	h := ctl.Wrap(handlerOf(func(int) {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		for range 50 {
+			runtime.Gosched() // so that handlers overlap
+		}
+		cur.Add(-1)
+	}))
+	var ok, shed atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				rec := serve(h, 0)
+				if rec.Code == 200 {
+					ok.Add(1)
+					continue
+				}
+				shed.Add(1)
+				checkRefusal(t, rec, 1, 10, false)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit {
+		t.Errorf("peak handlers at once = %d, want at most %d", p, limit)
+	}
+	s := ctl.Stats()
+	if s.Admitted != uint64(ok.Load()) || s.ShedQueueFull != uint64(shed.Load()) || ok.Load()+shed.Load() != workers*each {
+		t.Errorf("Stats() = %+v; handler ran %d, shed %d of %d", s, ok.Load(), shed.Load(), workers*each)
+	}
+	if s.InFlight != 0 || s.QueueLen != 0 || s.Queued != 0 {
+		t.Errorf("after the run Stats() = %+v, want nothing in flight or queued", s)
+	}
+}
+
+// The queue under real concurrency with a short real wait: slots are
+// handed over, timeouts race with hand-overs, and in the end no slot and
+// no waiter is left behind.
+func TestQueueConcurrent(t *testing.T) {
+	const limit, queue, workers, each = 3, 8, 24, 40
+	var maxQueue atomic.Int64
+	var ctl *admission.Controller
+	ctl = newController(t, admission.Config{
+		MaxInFlight: limit, MaxQueue: queue, MaxQueueWait: 200 * time.Microsecond,
+		OnDecision: func(admission.Decision) {
+			q := int64(ctl.Stats().QueueLen)
+			for {
+				m := maxQueue.Load()
+				if q <= m || maxQueue.CompareAndSwap(m, q) {
+					break
+				}
+			}
+		},
+	})
+	var cur, peak atomic.Int64
+	h := ctl.Wrap(handlerOf(func(int) {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		for range 100 {
+			runtime.Gosched()
+		}
+		cur.Add(-1)
+	}))
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				if serve(h, 0).Code == 200 {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := ctl.Stats()
+	if p := peak.Load(); p > limit {
+		t.Errorf("peak handlers at once = %d, want at most %d", p, limit)
+	}
+	if m := maxQueue.Load(); m > queue {
+		t.Errorf("queue length reached %d, want at most %d", m, queue)
+	}
+	if s.InFlight != 0 || s.QueueLen != 0 {
+		t.Errorf("after the run InFlight = %d, QueueLen = %d, want 0 and 0", s.InFlight, s.QueueLen)
+	}
+	if s.Admitted != uint64(ok.Load()) || s.Admitted+s.Refused() != workers*each {
+		t.Errorf("Stats() = %+v: admitted + refused != %d (handler ran %d)", s, workers*each, ok.Load())
+	}
+	t.Logf("admitted %d (queued first: some of %d), full %d, timed out %d", s.Admitted, s.Queued, s.ShedQueueFull, s.ShedQueueTimeout)
+}
+
+// The queue, step by step in a synctest bubble: FIFO hand-over, a full
+// queue sheds at once, a queued request waits exactly MaxQueueWait.
+func TestQueueSteps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var decisions []admission.Decision
+		ctl := newController(t, admission.Config{
+			MaxInFlight: 2, MaxQueue: 3, MaxQueueWait: time.Second, Rand: mulberry(7),
+			OnDecision: func(d admission.Decision) {
+				mu.Lock()
+				decisions = append(decisions, d)
+				mu.Unlock()
+			},
+		})
+		ctx := context.Background()
+		start := time.Now()
+
+		// Two running, three queued.
+		permits := make([]admission.Permit, 2)
+		for i := range permits {
+			var d admission.Decision
+			permits[i], d = ctl.Acquire(ctx, 1)
+			if d.Refused() {
+				t.Fatalf("request %d refused: %+v", i, d)
+			}
+		}
+		type result struct {
+			id int
+			p  admission.Permit
+			d  admission.Decision
+			at time.Duration
+		}
+		results := make(chan result, 3)
+		for id := range 3 {
+			go func() {
+				p, d := ctl.Acquire(ctx, 1)
+				results <- result{id, p, d, time.Since(start)}
+			}()
+			synctest.Wait() // queued in this order
+		}
+		if s := ctl.Stats(); s.InFlight != 2 || s.QueueLen != 3 || s.Queued != 3 {
+			t.Fatalf("Stats() = %+v, want 2 in flight and 3 queued", s)
+		}
+
+		// The queue is full: an original and a retry are shed at once.
+		for _, attempt := range []int{1, 2} {
+			_, d := ctl.Acquire(ctx, attempt)
+			if d.Outcome != admission.QueueFull || d.DontRetry != (attempt == 2) ||
+				d.RetryAfter < time.Second || d.RetryAfter >= 11*time.Second {
+				t.Errorf("Acquire(attempt %d) on a full queue = %+v, want QueueFull, DontRetry %v, RetryAfter in [1s, 11s)",
+					attempt, d, attempt == 2)
+			}
+		}
+
+		// A slot frees after 300 ms: the oldest waiter gets it.
+		time.Sleep(300 * time.Millisecond)
+		permits[0].Release()
+		synctest.Wait()
+		r := <-results
+		if r.id != 0 || r.d.Outcome != admission.Admitted || r.d.Waited != 300*time.Millisecond {
+			t.Errorf("after one release: waiter %d got %+v, want waiter 0 admitted after 300ms", r.id, r.d)
+		}
+
+		// The other two wait exactly MaxQueueWait, then are shed.
+		for range 2 {
+			r := <-results
+			if r.d.Outcome != admission.QueueTimeout || r.d.Waited != time.Second || r.at != time.Second || r.d.DontRetry {
+				t.Errorf("waiter %d: %+v at %v, want QueueTimeout after exactly 1s, DontRetry false", r.id, r.d, r.at)
+			}
+		}
+		s := ctl.Stats()
+		if s.InFlight != 2 || s.QueueLen != 0 || s.Admitted != 3 || s.ShedQueueFull != 2 || s.ShedQueueTimeout != 2 {
+			t.Errorf("Stats() = %+v, want 2 in flight, 3 admitted, 2 full, 2 timed out", s)
+		}
+		permits[1].Release()
+		r.p.Release()
+		if s := ctl.Stats(); s.InFlight != 0 {
+			t.Errorf("InFlight = %d after every release, want 0", s.InFlight)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(decisions) != 7 {
+			t.Errorf("OnDecision called %d times, want 7 (one per decision)", len(decisions))
+		}
+	})
+}
+
+// A queued request whose context ends is shed as Canceled, leaves the
+// queue, and the next free slot goes to the one behind it.
+func TestQueueCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueue: 2, MaxQueueWait: time.Minute})
+		p, _ := ctl.Acquire(context.Background(), 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		canceled := make(chan admission.Decision, 1)
+		go func() {
+			_, d := ctl.Acquire(ctx, 1)
+			canceled <- d
+		}()
+		synctest.Wait()
+		next := make(chan admission.Decision, 1)
+		go func() {
+			//lint:ignore SA1012 a nil context is documented to never end
+			p, d := ctl.Acquire(nil, 1)
+			next <- d
+			p.Release()
+		}()
+		synctest.Wait()
+		time.Sleep(time.Second)
+		cancel()
+		synctest.Wait()
+		if d := <-canceled; d.Outcome != admission.Canceled || d.Waited != time.Second {
+			t.Errorf("canceled waiter: %+v, want Canceled after 1s", d)
+		}
+		if s := ctl.Stats(); s.QueueLen != 1 || s.ShedCanceled != 1 {
+			t.Errorf("Stats() = %+v, want 1 queued, 1 canceled", s)
+		}
+		p.Release()
+		synctest.Wait()
+		if d := <-next; d.Outcome != admission.Admitted {
+			t.Errorf("waiter behind the canceled one: %+v, want Admitted", d)
+		}
+		if s := ctl.Stats(); s.InFlight != 0 || s.QueueLen != 0 {
+			t.Errorf("Stats() = %+v, want nothing left", s)
+		}
+	})
+}
+
+// A release at the very instant the wait ends: whichever wins, no slot is
+// lost and none is given twice.
+func TestQueueHandOffAtTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueueWait: time.Second})
+		outcomes := map[admission.Outcome]int{}
+		for range 50 {
+			p, _ := ctl.Acquire(context.Background(), 1)
+			got := make(chan admission.Permit, 1)
+			go func() {
+				q, d := ctl.Acquire(context.Background(), 1)
+				outcomes[d.Outcome]++
+				got <- q
+			}()
+			go func() {
+				time.Sleep(time.Second)
+				p.Release()
+			}()
+			q := <-got
+			q.Release()
+			synctest.Wait()
+			if s := ctl.Stats(); s.InFlight != 0 || s.QueueLen != 0 {
+				t.Fatalf("Stats() = %+v, want nothing in flight or queued", s)
+			}
+		}
+		t.Logf("outcomes of a wait that ends as the slot frees: %v", outcomes)
+	})
+}
+
+// With no limit on work in progress nothing queues or is shed.
+func TestNoLimit(t *testing.T) {
+	ctl := newController(t, admission.Config{MaxInFlight: -1})
+	var permits []admission.Permit
+	for range 5000 {
+		p, d := ctl.Acquire(context.Background(), 1)
+		if d.Refused() {
+			t.Fatalf("unlimited Controller refused: %+v", d)
+		}
+		permits = append(permits, p)
+	}
+	if s := ctl.Stats(); s.InFlight != 5000 {
+		t.Errorf("InFlight = %d, want 5000", s.InFlight)
+	}
+	for i := range permits {
+		permits[i].Release()
+	}
+}
+
+// A handler that panics gives its slot back.
+func TestPanicReleases(t *testing.T) {
+	ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueue: -1})
+	h := ctl.Wrap(handlerOf(func(int) { panic("boom") }))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the handler's panic did not propagate")
+			}
+		}()
+		serve(h, 0)
+	}()
+	if s := ctl.Stats(); s.InFlight != 0 {
+		t.Errorf("after a panic InFlight = %d, want 0", s.InFlight)
+	}
+}
+
+// A Rand that returns values outside [0, 1) is clamped; no jitter means
+// every refusal says the base.
+func TestRetryAfterDraw(t *testing.T) {
+	tests := []struct {
+		name   string
+		spread time.Duration
+		u      float64
+		want   time.Duration
+	}{
+		{"low", 4 * time.Second, 0, 2 * time.Second},
+		{"middle", 4 * time.Second, 0.5, 4 * time.Second},
+		{"negative", 4 * time.Second, -3, 2 * time.Second},
+		{"NaN", 4 * time.Second, math.NaN(), 2 * time.Second},
+		{"one", 4 * time.Second, 1, 6*time.Second - 1},
+		{"no jitter", -1, 0.9, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		ctl := newController(t, admission.Config{
+			MaxInFlight: 1, MaxQueue: -1, RetryAfterBase: 2 * time.Second, RetryAfterSpread: tt.spread,
+			Rand: func() float64 { return tt.u },
+		})
+		p, _ := ctl.Acquire(context.Background(), 1)
+		_, d := ctl.Acquire(context.Background(), 1)
+		p.Release()
+		if d.RetryAfter != tt.want {
+			t.Errorf("%s: RetryAfter = %v, want %v", tt.name, d.RetryAfter, tt.want)
+		}
+	}
+}

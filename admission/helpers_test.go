@@ -1,0 +1,97 @@
+package admission_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/backoff"
+	"github.com/stormguard/stormguard/httpretry"
+)
+
+// t0 is the fake time at which the fake clock starts.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fakeClock is a clock tests move by hand; safe for concurrent use.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t0.UnixNano())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// newController builds a Controller from c or fails the test.
+func newController(t testing.TB, c admission.Config) *admission.Controller {
+	t.Helper()
+	ctl, err := admission.New(c)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", c, err)
+	}
+	return ctl
+}
+
+// request returns a GET request carrying attempt in its attempt header (no
+// header for attempt 0).
+func request(attempt int) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "http://provider.test/pay", nil)
+	if attempt > 0 {
+		r.Header.Set(httpretry.AttemptHeader, strconv.Itoa(attempt))
+	}
+	return r
+}
+
+// serve sends one request with the given attempt number through h and
+// returns the recorded response.
+func serve(h http.Handler, attempt int) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request(attempt))
+	return rec
+}
+
+// checkRefusal checks that rec is a refusal: 503, a Retry-After of whole
+// seconds in [lo, hi], and the don't-retry signal exactly when dontRetry.
+func checkRefusal(t *testing.T, rec *httptest.ResponseRecorder, lo, hi int, dontRetry bool) {
+	t.Helper()
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("refusal status = %d, want 503", rec.Code)
+	}
+	ra := rec.Header().Get("Retry-After")
+	if s, err := strconv.Atoi(ra); err != nil || s < lo || s > hi {
+		t.Errorf("refusal Retry-After = %q, want whole seconds in [%d, %d]", ra, lo, hi)
+	}
+	if got := rec.Header().Get(httpretry.RetryHeader) == httpretry.RetryNo; got != dontRetry {
+		t.Errorf("refusal carries %s: %s = %v, want %v", httpretry.RetryHeader, httpretry.RetryNo, got, dontRetry)
+	}
+}
+
+// nopWriter is a ResponseWriter that keeps nothing, for allocation counts
+// and benchmarks. Like net/http's own, it has WriteString.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header               { return w.h }
+func (w *nopWriter) Write(p []byte) (int, error)       { return len(p), nil }
+func (w *nopWriter) WriteString(s string) (int, error) { return len(s), nil }
+func (w *nopWriter) WriteHeader(int)                   {}
+
+// mulberry returns the Float64 of a seeded generator for Config.Rand.
+func mulberry(seed uint32) func() float64 { return backoff.NewMulberry32(seed).Float64 }
+
+// handlerOf returns a handler that calls f with the request's attempt
+// number (1 without a valid header) and answers 200.
+func handlerOf(f func(attempt int)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, ok := httpretry.ParseAttempt(r.Header.Get(httpretry.AttemptHeader))
+		if !ok {
+			n = 1
+		}
+		f(n)
+	})
+}
