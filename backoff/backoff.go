@@ -136,8 +136,8 @@ type Backoff struct {
 	strategy Strategy
 	base     time.Duration
 	cap      time.Duration
-	baseF    float64 // base in nanoseconds
-	capF     float64 // cap in nanoseconds
+	baseF    float64        // base in nanoseconds
+	capF     float64        // cap in nanoseconds
 	rand     func() float64 // nil: math/rand/v2
 }
 
@@ -249,6 +249,22 @@ func (b *Backoff) Delay(n int, prev time.Duration) time.Duration {
 	default: // FullJitter
 		return b.toDuration(b.u() * b.exp(n))
 	}
+}
+
+// Jitter returns d plus a uniformly random part of spread, drawn from b's
+// random source: a delay in [d, d+spread). A retry loop uses it to spread
+// clients above a server's Retry-After instead of having them all return in
+// the same instant. spread of 0 or less returns d; the sum saturates
+// instead of overflowing.
+func (b *Backoff) Jitter(d, spread time.Duration) time.Duration {
+	if spread <= 0 {
+		return d
+	}
+	j := time.Duration(b.u() * float64(spread))
+	if d > math.MaxInt64-j {
+		return math.MaxInt64
+	}
+	return d + j
 }
 
 // Sequence returns the delays of one call's retries in order. It is a value:

@@ -10,7 +10,7 @@ import (
 
 func benchBudget(b *testing.B, slices int) *budget.Budget {
 	b.Helper()
-	c := budget.DefaultConfig()
+	c := budget.Config{}
 	c.Slices = slices
 	bg, err := budget.New(c)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 	"github.com/stormguard/stormguard/internal/tagged"
 )
 
-// Default settings, as returned by [DefaultConfig].
+// Defaults of a [Config]'s zero fields.
 const (
 	// DefaultRatio is the SRE book's 10%: retries per request.
 	DefaultRatio = 0.1
@@ -38,24 +39,27 @@ const (
 )
 
 // Config is the plain-data description of a budget. Build a [Budget] from it
-// with [New]. Its zero value is not valid (Window and Slices must be set);
-// start from [DefaultConfig].
+// with [New]. Zero fields take the defaults, so Config{} allows retries up
+// to 10% of the requests plus 1 per second, over a 10 s window in 10
+// slices.
 type Config struct {
 	// Ratio is the number of retries allowed per request deposited in the
-	// window, in [0, 1]. 0 leaves only the floor.
+	// window, in [0, 1]; 0 means [DefaultRatio]. A negative Ratio means
+	// none: only the floor is left.
 	Ratio float64
 	// MinPerSecond is the floor: retries per second allowed on top of
 	// Ratio, so MinPerSecond·Window.Seconds() retries per window are
-	// always allowed, even to a client that sends nothing. It must be
-	// finite and at least 0; 0 means no floor.
+	// always allowed, even to a client that sends nothing. 0 means
+	// [DefaultMinPerSecond]; a negative value means no floor. It must be
+	// finite.
 	MinPerSecond float64
-	// Window is the length of the sliding window. It must be a positive
-	// multiple of Slices nanoseconds, with Window/Slices at least
-	// [MinSlice].
+	// Window is the length of the sliding window; 0 means [DefaultWindow].
+	// It must be a multiple of Slices nanoseconds, with Window/Slices at
+	// least [MinSlice].
 	Window time.Duration
 	// Slices is the number of slices the window is cut into, from 1 to
-	// [MaxSlices]. More slices make the window slide more smoothly and
-	// Withdraw slower.
+	// [MaxSlices]; 0 means [DefaultSlices]. More slices make the window
+	// slide more smoothly and Withdraw slower.
 	Slices int
 	// Now returns the current time for [Budget.Deposit] and
 	// [Budget.Withdraw]; nil means the monotonic clock (time.Now's
@@ -64,18 +68,6 @@ type Config struct {
 	// goroutine that uses the budget, so it must be safe for concurrent
 	// use. DepositAt and WithdrawAt take the time as an argument instead.
 	Now func() time.Time
-}
-
-// DefaultConfig returns Ratio 0.1, MinPerSecond 1, Window 10 s, Slices 10 and
-// the real clock. See the package documentation for why the floor is 1 per
-// second rather than Finagle's 10.
-func DefaultConfig() Config {
-	return Config{
-		Ratio:        DefaultRatio,
-		MinPerSecond: DefaultMinPerSecond,
-		Window:       DefaultWindow,
-		Slices:       DefaultSlices,
-	}
 }
 
 // ErrInvalidConfig is wrapped by every error [New] returns.
@@ -92,10 +84,14 @@ var _ interface {
 	Withdraw() bool
 } = (*Budget)(nil)
 
-// Budget is a per-client retry budget. Build one with [New]; the zero value
-// is not usable. A Budget is safe for concurrent use by any number of
-// goroutines, and its methods take no lock and allocate nothing.
+// Budget is a per-client retry budget. Build one with [New]. The zero value
+// is a budget with the default settings whose window starts at its first
+// use. A Budget is safe for concurrent use by any number of goroutines, and
+// its methods take no lock and allocate nothing. It must not be copied
+// after first use.
 type Budget struct {
+	once sync.Once // sets up a zero Budget with the defaults
+
 	// Immutable after New.
 	cfg     Config
 	ratio   float64
@@ -119,54 +115,84 @@ type Budget struct {
 }
 
 // New validates c and returns a Budget whose slice 0 begins now (c.Now()).
-// It returns an error wrapping [ErrInvalidConfig] if Ratio is NaN or outside
-// [0, 1], MinPerSecond is negative, NaN or infinite, Window is not positive,
-// Slices is outside [1, MaxSlices], or Window is not a multiple of Slices
-// nanoseconds of at least [MinSlice] each. A Budget that was built never
-// fails or panics later.
+// Zero fields take the defaults (see [Config]). It returns an error wrapping
+// [ErrInvalidConfig] if Ratio is NaN or above 1, MinPerSecond is NaN or
+// infinite, Window is negative, Slices is outside [0, MaxSlices], or Window
+// is not a multiple of Slices nanoseconds of at least [MinSlice] each. A
+// Budget that was built never fails or panics later.
 func New(c Config) (*Budget, error) {
+	b := new(Budget)
+	var err error
+	b.once.Do(func() { err = b.init(c) })
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// init validates c and sets b up; it runs once per Budget.
+func (b *Budget) init(c Config) error {
+	if c.Ratio == 0 {
+		c.Ratio = DefaultRatio
+	}
+	if c.MinPerSecond == 0 {
+		c.MinPerSecond = DefaultMinPerSecond
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Slices == 0 {
+		c.Slices = DefaultSlices
+	}
+	ratio, floor := max(c.Ratio, 0), max(c.MinPerSecond, 0)
 	switch {
-	case !(c.Ratio >= 0 && c.Ratio <= 1):
-		return nil, fmt.Errorf("%w: ratio %v must be in [0, 1]", ErrInvalidConfig, c.Ratio)
-	case !(c.MinPerSecond >= 0) || math.IsInf(c.MinPerSecond, 1):
-		return nil, fmt.Errorf("%w: min per second %v must be finite and at least 0", ErrInvalidConfig, c.MinPerSecond)
-	case c.Window <= 0:
-		return nil, fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
+	case !(c.Ratio <= 1):
+		return fmt.Errorf("%w: ratio %v must be at most 1", ErrInvalidConfig, c.Ratio)
+	case math.IsNaN(c.MinPerSecond) || math.IsInf(c.MinPerSecond, 0):
+		return fmt.Errorf("%w: min per second %v must be finite", ErrInvalidConfig, c.MinPerSecond)
+	case c.Window < 0:
+		return fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
 	case c.Slices < 1 || c.Slices > MaxSlices:
-		return nil, fmt.Errorf("%w: slices %d must be in [1, %d]", ErrInvalidConfig, c.Slices, MaxSlices)
+		return fmt.Errorf("%w: slices %d must be in [0, %d]", ErrInvalidConfig, c.Slices, MaxSlices)
 	case c.Window%time.Duration(c.Slices) != 0:
-		return nil, fmt.Errorf("%w: window %v is not a multiple of %d slices", ErrInvalidConfig, c.Window, c.Slices)
+		return fmt.Errorf("%w: window %v is not a multiple of %d slices", ErrInvalidConfig, c.Window, c.Slices)
 	case c.Window/time.Duration(c.Slices) < MinSlice:
-		return nil, fmt.Errorf("%w: slice %v (window %v / %d slices) is shorter than %v",
+		return fmt.Errorf("%w: slice %v (window %v / %d slices) is shorter than %v",
 			ErrInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, MinSlice)
 	}
 	now := c.Now
 	if now == nil {
 		now = clock.Monotonic()
 	}
-	b := &Budget{
-		cfg:      c,
-		ratio:    c.Ratio,
-		reserve:  c.MinPerSecond * c.Window.Seconds(),
-		slice:    c.Window / time.Duration(c.Slices),
-		slices:   int64(c.Slices),
-		now:      now,
-		base:     now(),
-		requests: make([]atomic.Uint64, c.Slices),
-		retries:  make([]atomic.Uint64, c.Slices),
-	}
+	b.cfg = c
+	b.ratio = ratio
+	b.reserve = floor * c.Window.Seconds()
+	b.slice = c.Window / time.Duration(c.Slices)
+	b.slices = int64(c.Slices)
+	b.now = now
+	b.base = now()
+	b.requests = make([]atomic.Uint64, c.Slices)
+	b.retries = make([]atomic.Uint64, c.Slices)
 	empty := tagged.Pack(tagged.Never, 0)
 	b.head.Store(empty)
 	for i := range b.requests {
 		b.requests[i].Store(empty)
 		b.retries[i].Store(empty)
 	}
-	return b, nil
+	return nil
 }
 
-// Config returns the configuration b was built from (Now as given, possibly
-// nil).
-func (b *Budget) Config() Config { return b.cfg }
+// ready sets up a zero Budget with the defaults on its first use.
+func (b *Budget) ready() {
+	b.once.Do(func() { _ = b.init(Config{}) })
+}
+
+// Config returns the configuration b was built from, with the defaults
+// filled in (Now as given, possibly nil).
+func (b *Budget) Config() Config {
+	b.ready()
+	return b.cfg
+}
 
 // sliceOf returns the number of the slice holding t: 0 for the slice that
 // began when New ran, negative before it.
@@ -190,13 +216,21 @@ func (b *Budget) index(s int64) int64 {
 
 // Deposit records an original request (not a retry). It is shorthand for
 // b.DepositAt(now) with the configured clock.
-func (b *Budget) Deposit() { b.DepositAt(b.now()) }
+func (b *Budget) Deposit() {
+	b.ready()
+	b.depositAt(b.now())
+}
 
 // DepositAt records an original request sent at time t. A deposit whose
 // slice has already been reused by a later one lies outside every window
 // still to come and is dropped. DepositAt is safe for concurrent use, takes
 // no lock and allocates nothing.
 func (b *Budget) DepositAt(t time.Time) {
+	b.ready()
+	b.depositAt(t)
+}
+
+func (b *Budget) depositAt(t time.Time) {
 	s := b.sliceOf(t)
 	tag := tagged.Tag(s)
 	w := &b.requests[b.index(s)]
@@ -223,7 +257,10 @@ func (b *Budget) DepositAt(t time.Time) {
 
 // Withdraw reports whether a retry may be sent now, and if so records it. It
 // is shorthand for b.WithdrawAt(now) with the configured clock.
-func (b *Budget) Withdraw() bool { return b.WithdrawAt(b.now()) }
+func (b *Budget) Withdraw() bool {
+	b.ready()
+	return b.withdrawAt(b.now())
+}
 
 // WithdrawAt reports whether a retry may be sent at time t, and if so
 // records it: it admits the retry if and only if, in the window ending in
@@ -236,6 +273,11 @@ func (b *Budget) Withdraw() bool { return b.WithdrawAt(b.now()) }
 // withdrawal won the race, so concurrent withdrawals never admit more than
 // the rule allows. It reads every slice, so it costs O(Slices).
 func (b *Budget) WithdrawAt(t time.Time) bool {
+	b.ready()
+	return b.withdrawAt(t)
+}
+
+func (b *Budget) withdrawAt(t time.Time) bool {
 	s := b.sliceOf(t)
 	for {
 		h := b.head.Load()
@@ -342,12 +384,16 @@ func (s Stats) Available() int {
 
 // Stats returns a snapshot of the window at the configured clock's current
 // time. It is shorthand for b.StatsAt(now).
-func (b *Budget) Stats() Stats { return b.StatsAt(b.now()) }
+func (b *Budget) Stats() Stats {
+	b.ready()
+	return b.StatsAt(b.now())
+}
 
 // StatsAt returns a snapshot of the window that a withdrawal at time t would
 // see, without recording anything. Under concurrent use the counters are
 // read one after another, not as one atomic snapshot. It allocates nothing.
 func (b *Budget) StatsAt(t time.Time) Stats {
+	b.ready()
 	s := b.sliceOf(t)
 	htag, hn := tagged.Unpack(b.head.Load())
 	hs := s - tagged.Diff(tagged.Tag(s), htag)

@@ -33,11 +33,21 @@ func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).
 func (c *fakeClock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// newBudget builds a budget whose slice 0 starts at t0.
+// none maps 0 (none, in these tests) to the negative value Config reads as
+// none; Config's 0 means the default.
+func none(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// newBudget builds a budget whose slice 0 starts at t0; a ratio or perSec
+// of 0 means none.
 func newBudget(t *testing.T, ratio, perSec float64, window time.Duration, slices int) *budget.Budget {
 	t.Helper()
 	b, err := budget.New(budget.Config{
-		Ratio: ratio, MinPerSecond: perSec, Window: window, Slices: slices,
+		Ratio: none(ratio), MinPerSecond: none(perSec), Window: window, Slices: slices,
 		Now: func() time.Time { return t0 },
 	})
 	if err != nil {
@@ -59,39 +69,84 @@ func drain(t *testing.T, b *budget.Budget, at time.Time) int {
 	return n
 }
 
-func TestDefaultConfig(t *testing.T) {
-	c := budget.DefaultConfig()
+func TestZeroConfigTakesDefaults(t *testing.T) {
+	b, err := budget.New(budget.Config{})
+	if err != nil {
+		t.Fatalf("New(Config{}) = %v, want nil error", err)
+	}
+	c := b.Config()
 	want := budget.Config{Ratio: 0.1, MinPerSecond: 1, Window: 10 * time.Second, Slices: 10}
 	if c.Ratio != want.Ratio || c.MinPerSecond != want.MinPerSecond || c.Window != want.Window ||
 		c.Slices != want.Slices || c.Now != nil {
-		t.Fatalf("DefaultConfig() = %+v, want %+v", c, want)
+		t.Fatalf("New(Config{}).Config() = %+v, want %+v", c, want)
 	}
-	if _, err := budget.New(c); err != nil {
-		t.Fatalf("New(DefaultConfig()) = %v, want nil error", err)
+}
+
+// A zero Budget is usable: the defaults, its window starting at first use.
+func TestZeroBudgetUsable(t *testing.T) {
+	var b budget.Budget
+	for range 100 {
+		b.Deposit()
+	}
+	// 10% of 100 requests + 10 (1/s over 10 s) = 20 retries.
+	n := 0
+	for b.Withdraw() {
+		n++
+		if n > 1000 {
+			t.Fatal("a zero Budget never refuses")
+		}
+	}
+	if n != 20 {
+		t.Errorf("zero Budget admitted %d retries after 100 requests, want 20", n)
+	}
+	if s := b.Stats(); s.Requests != 100 || s.Retries != 20 {
+		t.Errorf("Stats() = %+v, want 100 requests, 20 retries", s)
+	}
+}
+
+// Negative Ratio or MinPerSecond mean none; zero means the default.
+func TestNegativeMeansNone(t *testing.T) {
+	tests := []struct {
+		ratio, perSec float64
+		want          int
+	}{
+		{-1, -1, 0},
+		{-1, 0, 10}, // the default floor only
+		{0, -1, 10}, // the default 10% of 100 only
+		{0.5, -1, 50},
+	}
+	for _, tt := range tests {
+		b, err := budget.New(budget.Config{Ratio: tt.ratio, MinPerSecond: tt.perSec, Now: func() time.Time { return t0 }})
+		if err != nil {
+			t.Fatalf("New(ratio %v, floor %v) = %v", tt.ratio, tt.perSec, err)
+		}
+		for range 100 {
+			b.Deposit()
+		}
+		if got := b.Stats().Available(); got != tt.want {
+			t.Errorf("ratio %v, floor %v: %d retries available after 100 requests, want %d", tt.ratio, tt.perSec, got, tt.want)
+		}
 	}
 }
 
 func TestNewInvalid(t *testing.T) {
-	ok := budget.DefaultConfig()
+	ok := budget.Config{}
 	tests := []struct {
 		name string
 		edit func(c *budget.Config)
 	}{
-		{"negative ratio", func(c *budget.Config) { c.Ratio = -0.1 }},
 		{"ratio above 1", func(c *budget.Config) { c.Ratio = 1.5 }},
 		{"NaN ratio", func(c *budget.Config) { c.Ratio = math.NaN() }},
 		{"infinite ratio", func(c *budget.Config) { c.Ratio = math.Inf(1) }},
-		{"negative floor", func(c *budget.Config) { c.MinPerSecond = -1 }},
+		{"negative infinite floor", func(c *budget.Config) { c.MinPerSecond = math.Inf(-1) }},
 		{"NaN floor", func(c *budget.Config) { c.MinPerSecond = math.NaN() }},
 		{"infinite floor", func(c *budget.Config) { c.MinPerSecond = math.Inf(1) }},
-		{"zero window", func(c *budget.Config) { c.Window = 0 }},
 		{"negative window", func(c *budget.Config) { c.Window = -time.Second }},
-		{"zero slices", func(c *budget.Config) { c.Slices = 0 }},
+		{"too many slices", func(c *budget.Config) { c.Slices = budget.MaxSlices + 1; c.Window = 2 * time.Hour }},
 		{"negative slices", func(c *budget.Config) { c.Slices = -3 }},
 		{"too many slices", func(c *budget.Config) { c.Slices = budget.MaxSlices + 1; c.Window = time.Hour * 2 }},
 		{"window not a multiple of slices", func(c *budget.Config) { c.Window = 10*time.Second + 1 }},
 		{"slice too short", func(c *budget.Config) { c.Window = 10 * time.Microsecond; c.Slices = 10 }},
-		{"zero value", func(c *budget.Config) { *c = budget.Config{} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +160,7 @@ func TestNewInvalid(t *testing.T) {
 	}
 	// Edges that are valid.
 	valid := []budget.Config{
-		{Ratio: 0, MinPerSecond: 0, Window: time.Millisecond, Slices: 1},
+		{Ratio: -1, MinPerSecond: -1, Window: time.Millisecond, Slices: 1},
 		{Ratio: 1, MinPerSecond: 1000, Window: time.Hour, Slices: budget.MaxSlices},
 	}
 	for _, c := range valid {
@@ -263,7 +318,7 @@ func TestStatsAvailable(t *testing.T) {
 
 func TestClockShorthands(t *testing.T) {
 	clk := newClock()
-	b, err := budget.New(budget.Config{Ratio: 0.5, Window: 4 * time.Second, Slices: 4, Now: clk.Now})
+	b, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: -1, Window: 4 * time.Second, Slices: 4, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +703,7 @@ func TestZeroAllocs(t *testing.T) {
 // synctest bubble where time is fake and sleeping costs nothing.
 func TestRealClockDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := budget.New(budget.Config{Ratio: 0.5, Window: 2 * time.Second, Slices: 2})
+		b, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: -1, Window: 2 * time.Second, Slices: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

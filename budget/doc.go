@@ -59,8 +59,9 @@
 //
 // # The floor, and the limit of a per-client budget
 //
-// [DefaultConfig] uses Ratio 0.1 (the SRE book's 10%), a 10 s window in ten
-// 1 s slices, and MinPerSecond 1, a floor of 10 retries per window.
+// The defaults (a zero [Config]) are Ratio 0.1 (the SRE book's 10%), a 10 s
+// window in ten 1 s slices, and MinPerSecond 1, a floor of 10 retries per
+// window.
 // Finagle, Linkerd and tower default to a 20% ratio plus 10 retries per
 // second (100 per 10 s window). With that floor a client sending fewer than
 // 50 requests per second may retry 40% or more of its requests, twice their
@@ -77,6 +78,6 @@
 // whole is not held to Ratio: a thousand POS terminals each sending one
 // request a minute may, during an outage, retry every failed request (only
 // the per-request attempt limit then bounds them). Holding a whole fleet to
-// 10% needs a budget shared across the fleet, which this package does not
-// provide.
+// 10% needs a budget shared across the fleet (module fleet shares one
+// through Redis; retry.Budget is the interface it implements).
 package budget

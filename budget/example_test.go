@@ -13,7 +13,7 @@ import (
 // 0.1·200 + 1·10 = 30 retries.
 func ExampleBudget() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a fake clock
-	c := budget.DefaultConfig()
+	c := budget.Config{}
 	c.Now = func() time.Time { return now }
 	b, err := budget.New(c)
 	if err != nil {
@@ -45,7 +45,7 @@ func ExampleBudget() {
 func ExampleBudget_WithdrawAt() {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	b, err := budget.New(budget.Config{
-		Ratio: 0.5, Window: 4 * time.Second, Slices: 4, // no floor
+		Ratio: 0.5, MinPerSecond: -1, Window: 4 * time.Second, Slices: 4, // no floor
 		Now: func() time.Time { return start },
 	})
 	if err != nil {

@@ -28,6 +28,10 @@ func FuzzBudget(f *testing.F) {
 			}
 			return
 		}
+		// The model takes the effective settings: zero fields are the
+		// defaults, negative ratio and floor are none.
+		c := b.Config()
+		ratio, perSec, window, slices = max(c.Ratio, 0), max(c.MinPerSecond, 0), c.Window, uint16(c.Slices)
 		if slices > 64 {
 			return // the model scans every slice per operation: keep executions fast
 		}

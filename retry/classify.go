@@ -4,25 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
-	"strconv"
 	"time"
 )
 
-// StatusCoder is implemented by errors that carry an HTTP-style status code.
-// [IsRetryable] retries 408, 429, 502, 503 and 504 and nothing else (a code
-// of 0 or below counts as "no status" and is skipped). 500 is not retried by
-// the generic loop: whether a 500 may be retried once depends on the
-// request's idempotency, which package httpretry decides.
-type StatusCoder interface {
-	StatusCode() int
-}
-
 // RetryAfterer is implemented by errors that carry a server's hint of how
 // long to wait before the next attempt (an HTTP Retry-After, a gRPC
-// pushback). A positive hint makes [IsRetryable] report true (unless a
-// status code says otherwise) and is a floor on the next sleep: the loop
-// never retries sooner, jitter never undercuts it. 0 or a negative value
+// pushback). A positive hint makes [IsRetryable] report true and is a floor
+// on the next sleep: the loop never retries sooner. 0 or a negative value
 // means "no hint".
 type RetryAfterer interface {
 	RetryAfter() time.Duration
@@ -30,8 +20,8 @@ type RetryAfterer interface {
 
 // TemporaryReporter is implemented by errors that say whether they are
 // transient, like the (deprecated) Temporary method of [net.Error].
-// [IsRetryable] consults it last, after status codes, hints, timeouts and
-// broken connections.
+// [IsRetryable] consults it last, after hints, timeouts and broken
+// connections.
 type TemporaryReporter interface {
 	Temporary() bool
 }
@@ -42,39 +32,31 @@ type timeouter interface {
 	Timeout() bool
 }
 
-// IsRetryableStatus reports whether an HTTP status code is worth retrying in
-// the generic loop: 408 Request Timeout, 429 Too Many Requests, 502 Bad
-// Gateway, 503 Service Unavailable and 504 Gateway Timeout.
-func IsRetryableStatus(code int) bool {
-	switch code {
-	case 408, 429, 502, 503, 504:
-		return true
-	}
-	return false
-}
-
 // IsRetryable is the default classifier: it reports whether err is worth
 // another attempt. The loop consults its classifier only while the call
 // still has time and the parent context is live, so a context error it
 // sees there belongs to an attempt (its own timeout), not to the caller.
 // The first rule that matches decides:
 //
-//  1. nil, an error marked with [Permanent], and an [*Error] (a nested
-//     retry loop that already gave up: retry at one layer only) are not
-//     retryable; neither is context.Canceled.
-//  2. A [StatusCoder] with a code above 0: retryable if
-//     [IsRetryableStatus] (408, 429, 502, 503, 504), else not (a 404 is
-//     never retried, even with a hint).
-//  3. A [RetryAfterer] with a positive hint: retryable.
-//  4. Timeouts: context.DeadlineExceeded (an attempt's own timeout),
+//  1. nil, an error marked with [Permanent] or [PermanentFailure], and an
+//     [*Error] (a nested retry loop that already gave up: retry at one
+//     layer only) are not retryable; neither is context.Canceled.
+//  2. A [RetryAfterer] with a positive hint: retryable.
+//  3. Timeouts: context.DeadlineExceeded (an attempt's own timeout),
 //     os.ErrDeadlineExceeded, and any error whose Timeout() reports true
 //     (net.Error, *url.Error): retryable.
-//  5. A connection that broke: reset, refused, aborted (ECONNRESET,
+//  4. A connection that broke: reset, refused, aborted (ECONNRESET,
 //     ECONNREFUSED, ECONNABORTED and their Windows twins), broken pipe
-//     (EPIPE), and io.ErrUnexpectedEOF, which is what a reader sees when the
-//     connection drops mid-message: retryable.
-//  6. A [TemporaryReporter]: its answer.
-//  7. Anything else: not retryable.
+//     (EPIPE), a use of a closed network connection (net.ErrClosed), and
+//     io.ErrUnexpectedEOF, which is what a reader sees when the connection
+//     drops mid-message: retryable.
+//  5. A [TemporaryReporter]: its answer.
+//  6. Anything else: not retryable.
+//
+// The loop is protocol-neutral: it knows no status codes. Package
+// httpretry classifies HTTP statuses (408, 429, 502, 503, 504, and 500 at
+// most once) and gRPC interceptors classify codes, each on top of these
+// rules.
 //
 // Errors are searched along their whole Unwrap chain (single and multiple
 // unwraps, like errors.Is), without reflection. To extend it, wrap it:
@@ -94,11 +76,6 @@ func IsRetryable(err error) bool {
 	if errors.Is(err, context.Canceled) {
 		return false
 	}
-	if sc, ok := find[StatusCoder](err); ok {
-		if code := sc.StatusCode(); code > 0 {
-			return IsRetryableStatus(code)
-		}
-	}
 	if RetryAfter(err) > 0 {
 		return true
 	}
@@ -108,7 +85,7 @@ func IsRetryable(err error) bool {
 	if t, ok := find[timeouter](err); ok && t.Timeout() {
 		return true
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
 	for _, e := range connErrnos {
@@ -157,30 +134,3 @@ func find[T any](err error) (T, bool) {
 	var zero T
 	return zero, false
 }
-
-// StatusError is a ready-made error carrying an HTTP-style status code and
-// an optional server hint, for operations that are not built on package
-// httpretry (and for tests). It implements [StatusCoder] and
-// [RetryAfterer]. The zero value is a status-less error that is not
-// retryable.
-type StatusError struct {
-	// Code is the status code, e.g. 503.
-	Code int
-	// After is the server's Retry-After hint; 0 means none.
-	After time.Duration
-}
-
-// Error returns "HTTP 503", with " (retry after 1.5s)" when After is set.
-func (e *StatusError) Error() string {
-	s := "HTTP " + strconv.Itoa(e.Code)
-	if e.After > 0 {
-		s += " (retry after " + e.After.String() + ")"
-	}
-	return s
-}
-
-// StatusCode returns e.Code.
-func (e *StatusError) StatusCode() int { return e.Code }
-
-// RetryAfter returns e.After.
-func (e *StatusError) RetryAfter() time.Duration { return e.After }

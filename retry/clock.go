@@ -6,8 +6,10 @@ import (
 )
 
 // Clock is the loop's source of time: Now for deadline checks and Sleep for
-// the waits between attempts. Inject one to test without sleeping for real
-// (or run the tests inside testing/synctest with [SystemClock]).
+// the waits between attempts. The default is the system clock; inject one to
+// test without sleeping for real where testing/synctest cannot help (a test
+// against a real network connection, which a synctest bubble does not
+// treat as idle).
 //
 // A Clock shared by a [Policy] is used by every call of that policy, so it
 // must be safe for concurrent use.
@@ -27,17 +29,13 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-// SystemClock is the default [Clock]: time.Now and a timer. It is safe for
-// concurrent use; its zero value is ready to use. Inside a testing/synctest
-// bubble it runs on the bubble's fake time.
-type SystemClock struct{}
+// systemClock is the default Clock: time.Now and a timer. Inside a
+// testing/synctest bubble it runs on the bubble's fake time.
+type systemClock struct{}
 
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
 
-// Sleep waits for d or until ctx ends. It returns ctx.Err() at once when ctx
-// ends mid-sleep.
-func (SystemClock) Sleep(ctx context.Context, d time.Duration) error {
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

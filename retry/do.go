@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // Do runs op until it succeeds or the policy gives up, and returns nil on
@@ -19,8 +19,12 @@ import (
 // it is ctx itself.
 //
 // With a circuit breaker ([WithBreaker]), every attempt must be admitted
-// by it first; a rejection stops the loop with Reason [CircuitOpen]. With a
-// retry budget ([WithBudget]), the first attempt deposits into it.
+// by it first. A call that meets an open breaker waits for it when the
+// breaker's next probe round comes before the call's deadline (it may be
+// handed a probe, or be released when the breaker closes; nothing is sent
+// and no attempt or budget is spent while it waits); otherwise, or if the
+// wait ends at the deadline, the loop stops with Reason [CircuitOpen]. With
+// a retry budget ([WithBudget]), the first attempt deposits into it.
 //
 // After a failed attempt the loop stops, in this order, when:
 //   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
@@ -33,23 +37,20 @@ import (
 //   - the next sleep would end at or after the overall deadline, or the
 //     server's hint exceeds [WithMaxRetryAfter]: Reason [Deadline], without
 //     sleeping. The loop never sleeps past the deadline.
-//   - the breaker is open and stays open longer than the next sleep:
-//     Reason [CircuitOpen], without sleeping.
+//   - the breaker is open for longer than the next sleep and the call
+//     cannot wait for it: Reason [CircuitOpen], without sleeping.
 //   - the retry budget refuses the retry: Reason [BudgetExhausted], with
 //     the last error, without sleeping.
 //
-// Otherwise it sleeps max(backoff delay, server hint), where the hint is
-// [RetryAfter] of the error (a floor that jitter never undercuts; the
-// backoff's own sequence, decorrelated's "previous delay" included, is not
-// changed by the hint), and tries again.
+// Otherwise it sleeps and tries again. The sleep is the backoff's delay or,
+// when the error carries a longer server hint ([RetryAfter]), a random time
+// in [hint, 1.5·hint) that never passes the deadline (exactly the hint with
+// [WithExactRetryAfter]): the hint is a floor that jitter never undercuts.
+// [Policy.Plan] exposes this decision step.
 //
 // If ctx has already ended, op is not called and Do returns an *Error with
 // Attempts 0. A nil op makes Do return [ErrNilOperation]. Do is safe for
 // concurrent use.
-func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
-	return p.run(ctx, op)
-}
-
 // DoValue is [Policy.Do] for an operation that returns a value. On success
 // it returns the value of the successful attempt and a nil error. When it
 // gives up it returns the [*Error] together with the value the last
@@ -79,7 +80,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		p = defaultPolicy
 	}
 	var first error
-	if p.realClock && p.timeout == 0 && p.attemptTimeout == 0 && p.breaker == nil {
+	if p.realClock && p.timeout == 0 && p.attemptTimeout == 0 && p.breaker == nil && p.observer == nil {
 		// The first attempt runs here, in a small frame, and the loop
 		// takes over only if it fails. Without a timeout option it runs on
 		// ctx itself and needs no deadline: on the system clock, a parent
@@ -153,7 +154,7 @@ func (p *Policy) loopWithCallContext(ctx context.Context, op func(context.Contex
 func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int) error, t *times) error {
 	hasDL, needNow, now, deadline := t.hasDL, t.needNow, t.now, t.deadline
 	brk := p.breaker
-	var seq backoff.Sequence // set up at the first retry
+	plan := Plan{p: p, seq: p.backoff.Sequence()}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -174,11 +175,18 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 			}
 			if brk != nil {
 				var oerr error
-				if permit, oerr = brk.Allow(); oerr != nil {
+				var waited bool
+				if permit, waited, oerr = p.admit(ctx, brk, hasDL, deadline.Sub(now)); oerr != nil {
+					if ctx.Err() != nil {
+						return p.stop(ctx, ctxReason(ctx, nil), attempt-1, lastErr, 0)
+					}
 					if attempt == 1 {
 						return p.stop(ctx, CircuitOpen, 0, oerr, 0)
 					}
 					return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
+				}
+				if waited && needNow {
+					now = p.clock.Now()
 				}
 			}
 			if attempt == 1 && p.budget != nil {
@@ -197,12 +205,19 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 				}
 				actx, cancel = p.withDeadline(ctx, adl, now)
 			}
+			var started time.Time
+			if p.observer != nil {
+				actx, started = p.attemptStart(actx, attempt)
+			}
 			if brk != nil {
 				err = attemptGuarded(brk, permit, op, actx, attempt)
 			} else {
 				err = op(actx, attempt)
 			}
 			attemptExpired = (t.callCtx || cancel != nil) && actx.Err() != nil
+			if p.observer != nil {
+				p.attemptEnd(actx, attempt, err, started)
+			}
 			if cancel != nil {
 				cancel()
 			}
@@ -226,51 +241,34 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		if needNow {
 			now = p.clock.Now()
 		}
-		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
-			if brk != nil {
-				brk.Done(permit, !p.failed(err))
+		if brk != nil {
+			if p.failed(err) {
+				brk.Fail(permit, RetryAfter(err))
+			} else {
+				brk.Done(permit, true)
 			}
+		}
+		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
-		retryable := !IsPermanent(err) && p.classify(err)
-		if brk != nil {
-			brk.Done(permit, !p.failed(err))
+		var left time.Duration
+		if hasDL {
+			left = deadline.Sub(now)
 		}
-		if !retryable {
+		sleep, reason, oerr := plan.next(err, left)
+		switch reason {
+		case 0:
+		case NotRetryable:
 			return p.stop(ctx, NotRetryable, attempt, unmarkPermanent(err), 0)
-		}
-		if attempt >= p.maxAttempts {
-			return p.stop(ctx, AttemptsExhausted, attempt, err, 0)
-		}
-
-		// The sleep: the backoff delay, raised to the server's hint.
-		hint := RetryAfter(err)
-		if attempt == 1 {
-			seq = p.backoff.Sequence()
-		}
-		sleep := max(seq.Next(), hint)
-		if hint > p.maxRetryAfter {
+		case CircuitOpen:
+			return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt, Err: err, cause: oerr})
+		case Deadline:
 			return p.stop(ctx, Deadline, attempt, err, sleep)
+		default:
+			return p.stop(ctx, reason, attempt, err, 0)
 		}
-		if hasDL && sleep >= deadline.Sub(now) {
-			return p.stop(ctx, Deadline, attempt, err, sleep)
-		}
-		if brk != nil {
-			if oerr := openLongerThan(brk, sleep); oerr != nil {
-				return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt, Err: err, cause: oerr})
-			}
-		}
-		if p.budget != nil && !p.budget.Withdraw() {
-			return p.stop(ctx, BudgetExhausted, attempt, err, 0)
-		}
-		if p.onRetry != nil || p.logger != nil {
-			e := RetryEvent{Attempt: attempt, Delay: sleep, RetryAfter: hint, Err: err}
-			if p.onRetry != nil {
-				p.onRetry(ctx, e)
-			}
-			if p.logger != nil {
-				p.logRetry(ctx, e)
-			}
+		if p.observer != nil || p.logger != nil {
+			p.retrying(ctx, attempt, sleep, err)
 		}
 		if serr := p.clock.Sleep(ctx, sleep); serr != nil {
 			if ctx.Err() == nil { // a Clock that failed on its own: keep its error
@@ -278,6 +276,73 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 			}
 			return p.stop(ctx, ctxReason(ctx, nil), attempt, err, 0)
 		}
+	}
+}
+
+// admit asks brk to admit the next attempt, waiting for it if the call has
+// a deadline (left before it). waited reports whether the breaker was not
+// closed, so time may have passed.
+func (p *Policy) admit(ctx context.Context, brk *breaker.Breaker, hasDL bool, left time.Duration) (breaker.Permit, bool, error) {
+	permit, err := brk.Allow()
+	if err == nil {
+		return permit, false, nil
+	}
+	if !hasDL || left <= 0 {
+		return permit, false, err
+	}
+	var start time.Time
+	if p.observer != nil {
+		start = p.clock.Now()
+	}
+	permit, err = brk.Wait(ctx, left)
+	if p.observer != nil {
+		e := observe.Event{Kind: observe.BreakerWait, Name: p.name, Elapsed: p.clock.Now().Sub(start), Outcome: "admitted", Err: err}
+		if err != nil {
+			e.Outcome = "rejected"
+		}
+		p.observer.Observe(ctx, e)
+	}
+	return permit, true, err
+}
+
+// attemptStart reports the start of an attempt and returns its context
+// (tagged by the observer, if it tags) and its start time.
+func (p *Policy) attemptStart(ctx context.Context, attempt int) (context.Context, time.Time) {
+	e := observe.Event{Kind: observe.AttemptStart, Name: p.name, Attempt: attempt}
+	if p.tagger != nil {
+		ctx = p.tagger.TagAttempt(ctx, e)
+	} else {
+		p.observer.Observe(ctx, e)
+	}
+	return ctx, p.clock.Now()
+}
+
+// attemptEnd reports the end of an attempt.
+func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started time.Time) {
+	e := observe.Event{Kind: observe.AttemptEnd, Name: p.name, Attempt: attempt, Elapsed: p.clock.Now().Sub(started), Err: err, Outcome: "success"}
+	switch {
+	case err == nil:
+	case p.failed(err):
+		e.Outcome = "failure"
+	default:
+		e.Outcome = "rejected"
+	}
+	p.observer.Observe(ctx, e)
+}
+
+// retrying reports and logs a retry about to happen after attempt failed
+// with err.
+func (p *Policy) retrying(ctx context.Context, attempt int, sleep time.Duration, err error) {
+	hint := RetryAfter(err)
+	why := "backoff"
+	if hint > 0 && sleep >= hint {
+		why = "hint"
+	}
+	if p.observer != nil {
+		p.observer.Observe(ctx, observe.Event{Kind: observe.Retry, Name: p.name, Attempt: attempt, Delay: sleep, Hint: hint, Outcome: why, Err: err})
+	}
+	if p.logger != nil {
+		p.logRetry(ctx, attempt, sleep, hint, err)
 	}
 }
 
@@ -316,10 +381,10 @@ func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, d
 	return p.giveUp(ctx, e)
 }
 
-// giveUp runs the give-up hook, logs e and returns it.
+// giveUp reports and logs e and returns it.
 func (p *Policy) giveUp(ctx context.Context, e *Error) error {
-	if p.onGiveUp != nil {
-		p.onGiveUp(ctx, e)
+	if p.observer != nil {
+		p.observer.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: e.Attempts, Reason: e.Reason.String(), Delay: e.Delay, Err: e.Err})
 	}
 	if p.logger != nil {
 		p.logGiveUp(ctx, e)

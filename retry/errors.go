@@ -31,10 +31,13 @@ const (
 	// The error's Err is the operation's last error.
 	BudgetExhausted
 	// CircuitOpen: the circuit breaker ([WithBreaker]) rejected the next
-	// attempt, or is open for longer than the next sleep. On the first
-	// attempt the error's Err is the [*breaker.OpenError]; later, Err is
-	// the operation's last error and the OpenError is reachable with
-	// errors.Is and errors.As.
+	// attempt and the call could not wait for it (no deadline, the next
+	// probe round lies beyond the deadline, too many calls waiting), or
+	// gave up waiting at the deadline. On the first attempt the error's Err
+	// is the [*breaker.OpenError]; later, Err is the operation's last error
+	// and the OpenError is reachable with errors.Is and errors.As. Either
+	// way [RetryAfter] of the error reads how long until the breaker
+	// probes again.
 	CircuitOpen
 
 	numReasons
@@ -59,49 +62,26 @@ func (r Reason) String() string {
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Err returns the sentinel error of r ([ErrNotRetryable] for NotRetryable,
-// and so on), or nil for an unknown reason.
-func (r Reason) Err() error {
-	switch r {
-	case NotRetryable:
-		return ErrNotRetryable
-	case AttemptsExhausted:
-		return ErrAttemptsExhausted
-	case Deadline:
-		return ErrDeadline
-	case Canceled:
-		return ErrCanceled
-	case BudgetExhausted:
-		return ErrBudgetExhausted
-	case CircuitOpen:
-		return ErrCircuitOpen
+// Error returns "retry: " and the reason in words. A Reason is an error so
+// that errors.Is tells why a call stopped: every [*Error] wraps its Reason,
+// and errors.Is(err, retry.AttemptsExhausted) holds for a call that
+// exhausted its attempts.
+func (r Reason) Error() string { return "retry: " + r.String() }
+
+// Is reports whether target is r, or the context error r stands for:
+// context.Canceled for Canceled, context.DeadlineExceeded for Deadline. So
+// errors.Is(err, context.Canceled) holds for every error with Reason
+// Canceled.
+func (r Reason) Is(target error) bool {
+	switch target {
+	case context.Canceled:
+		return r == Canceled
+	case context.DeadlineExceeded:
+		return r == Deadline
 	}
-	return nil
+	t, ok := target.(Reason)
+	return ok && t == r
 }
-
-// reasonError is the type of the sentinels: a fixed message that can also
-// unwrap to a context error, so that errors.Is(err, context.Canceled) holds
-// for every error with Reason Canceled.
-type reasonError struct {
-	msg   string
-	cause error
-}
-
-func (e *reasonError) Error() string { return e.msg }
-func (e *reasonError) Unwrap() error { return e.cause }
-
-// Sentinel errors, one per [Reason]. An [*Error] wraps the one of its
-// Reason, so errors.Is(err, retry.ErrAttemptsExhausted) tells why a call
-// stopped. ErrCanceled also matches context.Canceled and ErrDeadline also
-// matches context.DeadlineExceeded.
-var (
-	ErrNotRetryable      error = &reasonError{msg: "retry: not retryable"}
-	ErrAttemptsExhausted error = &reasonError{msg: "retry: attempts exhausted"}
-	ErrDeadline          error = &reasonError{msg: "retry: deadline", cause: context.DeadlineExceeded}
-	ErrCanceled          error = &reasonError{msg: "retry: canceled", cause: context.Canceled}
-	ErrBudgetExhausted   error = &reasonError{msg: "retry: budget exhausted"}
-	ErrCircuitOpen       error = &reasonError{msg: "retry: circuit open"}
-)
 
 // ErrInvalidOption is wrapped by every error [New] returns.
 var ErrInvalidOption = errors.New("retry: invalid option")
@@ -114,7 +94,7 @@ var ErrNilOperation = errors.New("retry: nil operation")
 // says why (Reason), how many attempts ran, and wraps the last error the
 // operation returned:
 //
-//	errors.Is(err, retry.ErrAttemptsExhausted) // why it stopped
+//	errors.Is(err, retry.AttemptsExhausted)    // why it stopped
 //	errors.Is(err, io.ErrUnexpectedEOF)        // the operation's last error
 //	errors.As(err, &statusErr)                 // ditto, by type
 //	errors.Is(err, context.Canceled)           // for Reason Canceled
@@ -174,14 +154,13 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel of e.Reason, the last error and, if the
-// parent context had a custom cause (or the Clock's Sleep failed, or the
-// breaker rejected a later attempt), that cause, so errors.Is and errors.As
-// reach all of them.
+// Unwrap returns e.Reason, the last error and, if the parent context had a
+// custom cause (or the Clock's Sleep failed, or the breaker rejected a later
+// attempt), that cause, so errors.Is and errors.As reach all of them.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 3)
-	if s := e.Reason.Err(); s != nil {
-		errs = append(errs, s)
+	if e.Reason > 0 && e.Reason < numReasons {
+		errs = append(errs, e.Reason)
 	}
 	if e.Err != nil {
 		errs = append(errs, e.Err)
@@ -193,7 +172,7 @@ func (e *Error) Unwrap() []error {
 }
 
 // permanentError marks an error as not to be retried. failure says the
-// attempt still counts as a failure of the dependency ([Final]).
+// attempt still counts as a failure of the dependency ([PermanentFailure]).
 type permanentError struct {
 	err     error
 	failure bool
@@ -202,8 +181,11 @@ type permanentError struct {
 func (p *permanentError) Error() string { return p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
 
-// Permanent marks err as not retryable: whatever the classifier says, the
-// loop stops with Reason NotRetryable. When op returns the marked error
+// Permanent marks err as not retryable, and as an answer of a healthy
+// dependency: whatever the classifier says, the loop stops with Reason
+// NotRetryable, and a circuit breaker counts the attempt as a success (the
+// dependency answered; the request was wrong). Use it for a caller's
+// errors: a 404, a validation failure. When op returns the marked error
 // itself, the [*Error]'s Err is err (the marker is removed); a marker
 // wrapped deeper stays in the chain. errors.Is and errors.As see through
 // the marker either way. Permanent(nil) returns nil.
@@ -214,14 +196,15 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// Final marks err as the end of the call: like [Permanent], the loop stops
-// at once with Reason NotRetryable and the marker is removed from the
-// returned [*Error]'s Err; but where a Permanent error counts as a success
-// for the breaker (the dependency answered), a Final one counts as a
-// failure. Use it for "the dependency failed and retrying would not help or
-// is not allowed": a 503 that carries a don't-retry signal, the second 500
-// of a call that may retry a 500 only once. Final(nil) returns nil.
-func Final(err error) error {
+// PermanentFailure marks err as not retryable, and as a failure of the
+// dependency: like [Permanent], the loop stops at once with Reason
+// NotRetryable and the marker is removed from the returned [*Error]'s Err;
+// unlike it, a circuit breaker counts the attempt as a failure. Use it for
+// "the dependency failed and retrying would not help or is not allowed": a
+// 503 that carries a don't-retry signal, the second 500 of a call that may
+// retry a 500 only once, a failure of a request that is not safe to repeat.
+// PermanentFailure(nil) returns nil.
+func PermanentFailure(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -229,14 +212,14 @@ func Final(err error) error {
 }
 
 // IsPermanent reports whether err, or an error it wraps, was marked with
-// [Permanent] or [Final].
+// [Permanent] or [PermanentFailure].
 func IsPermanent(err error) bool {
 	_, ok := find[*permanentError](err)
 	return ok
 }
 
 // failed reports whether an attempt that returned err counts as a failure of
-// the dependency: a [Final] mark says yes, a [Permanent] one no; otherwise
+// the dependency: a [PermanentFailure] mark says yes, a [Permanent] one no; otherwise
 // the classifier decides (a retryable error is a transient failure).
 func (p *Policy) failed(err error) bool {
 	if pe, ok := find[*permanentError](err); ok {
@@ -245,7 +228,7 @@ func (p *Policy) failed(err error) bool {
 	return p.classify(err)
 }
 
-// unmarkPermanent removes a Permanent or Final marker at the top of err's
+// unmarkPermanent removes a Permanent or PermanentFailure marker at the top of err's
 // chain.
 func unmarkPermanent(err error) error {
 	if p, ok := err.(*permanentError); ok {

@@ -2,7 +2,6 @@ package retry
 
 import (
 	"context"
-	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -52,25 +51,33 @@ func WithBudget(b Budget) Option {
 // WithBreaker attaches a circuit breaker to the policy. nil means no
 // breaker, the default.
 //
-// Every attempt asks b.Allow first. A rejection of the first attempt ends
-// the call without running the operation: Reason [CircuitOpen], Attempts 0,
-// and Err the [*breaker.OpenError], whose RetryAfter (the time until the
-// breaker half-opens) [RetryAfter] reads back from the returned error. A
-// rejection of a later attempt ends the call with Reason CircuitOpen, Err
-// the operation's last error, and the *breaker.OpenError reachable with
-// errors.Is (breaker.ErrOpen) and errors.As. If a failure leaves the breaker
-// open for longer than the coming sleep (typically because that failure
-// tripped it), the loop gives up at once in the same way, without sleeping
-// and without spending the budget on a retry that could only be rejected.
+// Every attempt asks b first. A closed breaker admits it at once. An open
+// one makes a call with a deadline wait (see [breaker.Breaker.Wait]) when
+// its next probe round comes before the deadline: the call sends nothing
+// and spends no attempt and no budget while it waits, may be handed a
+// probe, and is released in its turn when the breaker closes. A call
+// without a deadline, or whose deadline comes first, is rejected at once
+// (fails fast), as is one that waited until its deadline: the loop stops
+// with Reason [CircuitOpen]. On the first attempt the error's Err is the
+// [*breaker.OpenError], whose RetryAfter (the time until the next probe
+// round) [RetryAfter] reads back from the returned error; on a later one,
+// Err is the operation's last error and the *breaker.OpenError is reachable
+// with errors.Is (breaker.ErrOpen) and errors.As. If a failure leaves the
+// breaker open for longer than the coming sleep and the call cannot wait
+// for it, the loop gives up at once in the same way, without sleeping and
+// without spending the budget on a retry that could only be rejected.
 //
 // Every admitted attempt is reported back, exactly once:
 //   - success (nil error) is a success;
 //   - an error the classifier judges retryable (a timeout, a broken
 //     connection, 503, ...: a transient failure of the dependency) is a
-//     failure;
-//   - an error that is not retryable (a 404, a 400, anything marked
-//     [Permanent]) is a success: the dependency answered, and a caller's
-//     bad requests must not open the circuit for everyone else;
+//     failure, with its server hint ([RetryAfter]) given to
+//     [breaker.Breaker.Fail] so that no probe goes sooner than the
+//     dependency asked;
+//   - an error marked [PermanentFailure] is a failure too;
+//   - any other error (a 404, a 400, anything marked [Permanent]) is a
+//     success: the dependency answered, and a caller's bad requests must
+//     not open the circuit for everyone else;
 //   - an attempt that ends after the parent context has ended (canceled,
 //     or past its own deadline) is given back with [breaker.Breaker.Cancel]
 //     and counts neither way: the caller went away, the dependency said
@@ -126,16 +133,4 @@ func attemptGuarded(b *breaker.Breaker, permit breaker.Permit, op func(context.C
 	err := op(ctx, attempt)
 	done = true
 	return err
-}
-
-// openLongerThan returns the breaker's rejection if b is open and stays open
-// for longer than sleep, nil otherwise.
-func openLongerThan(b *breaker.Breaker, sleep time.Duration) error {
-	if b.State() != breaker.Open {
-		return nil
-	}
-	if s := b.Snapshot(); s.State == breaker.Open && s.HalfOpenIn > sleep {
-		return &breaker.OpenError{State: breaker.Open, Wait: s.HalfOpenIn}
-	}
-	return nil
 }

@@ -1,13 +1,13 @@
 package retry
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // Defaults used by [New] when an option is absent.
@@ -25,10 +25,10 @@ const (
 //
 // A Policy is immutable and safe for concurrent use by any number of
 // goroutines; build it once and reuse it (a reused policy's success path
-// allocates nothing). Hooks, the classifier, the clock and the backoff's
-// random source it was given are called from every goroutine that uses it,
-// so they must be safe for concurrent use too. A nil *Policy is valid and
-// behaves like the one New() returns without options.
+// allocates nothing). The observer, the classifier, the clock and the
+// backoff's random source it was given are called from every goroutine that
+// uses it, so they must be safe for concurrent use too. A nil *Policy is
+// valid and behaves like the one New() returns without options.
 type Policy struct {
 	config
 }
@@ -41,11 +41,13 @@ type config struct {
 	timeout        time.Duration // 0: none
 	attemptTimeout time.Duration // 0: none
 	maxRetryAfter  time.Duration
+	exactHint      bool // sleep exactly the server's hint, not spread above it
 	classify       func(error) bool
 	clock          Clock
-	realClock      bool // clock is SystemClock: deadlines need no translation
-	onRetry        func(context.Context, RetryEvent)
-	onGiveUp       func(context.Context, *Error)
+	realClock      bool // clock is the system's: deadlines need no translation
+	name           string
+	observer       observe.Observer
+	tagger         observe.AttemptTagger // observer, if it tags attempts
 	logger         *slog.Logger
 
 	// budget, if not nil, is deposited into by each call's first attempt
@@ -66,20 +68,20 @@ type Option func(*config) error
 // overrides an earlier one). Without options it makes 3 attempts with
 // [backoff.Default] (full jitter, base 100 ms, cap 10 s), classifies with
 // [IsRetryable], has no timeout of its own (the parent context's deadline
-// still counts), honours server hints up to [DefaultMaxRetryAfter], uses
-// [SystemClock], has no retry budget and no circuit breaker, and is silent.
+// still counts), honours server hints up to [DefaultMaxRetryAfter] (spread
+// above the hint, see [WithExactRetryAfter]), runs on the system clock, has
+// no retry budget and no circuit breaker, and is silent.
 //
 // A bad option value (attempts below 1, a negative duration, a
-// MaxRetryAfter that is not positive, a nil backoff, classifier or clock)
-// makes New return an error wrapping
-// [ErrInvalidOption]; New never panics.
+// MaxRetryAfter that is not positive, a nil backoff or classifier) makes
+// New return an error wrapping [ErrInvalidOption]; New never panics.
 func New(opts ...Option) (*Policy, error) {
 	c := config{
 		maxAttempts:   DefaultMaxAttempts,
 		backoff:       backoff.Default(),
 		maxRetryAfter: DefaultMaxRetryAfter,
 		classify:      IsRetryable,
-		clock:         SystemClock{},
+		clock:         systemClock{},
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -89,7 +91,8 @@ func New(opts ...Option) (*Policy, error) {
 			return nil, err
 		}
 	}
-	_, c.realClock = c.clock.(SystemClock)
+	_, c.realClock = c.clock.(systemClock)
+	c.tagger, _ = c.observer.(observe.AttemptTagger)
 	return &Policy{config: c}, nil
 }
 
@@ -114,7 +117,8 @@ func WithMaxAttempts(n int) Option {
 // default is [backoff.Default]. Retry n (n = 1 before the second attempt)
 // sleeps b's n-th delay of a fresh [backoff.Sequence], raised to the
 // server's hint if one is larger. b is shared by every call, so its random
-// source must be safe for concurrent use (the default one is).
+// source must be safe for concurrent use (the default one is); it also
+// spreads server hints (see [WithExactRetryAfter]).
 func WithBackoff(b *backoff.Backoff) Option {
 	return func(p *config) error {
 		if b == nil {
@@ -181,44 +185,45 @@ func WithClassifier(classify func(error) bool) Option {
 	}
 }
 
-// WithClock sets the clock used for deadline checks and sleeps; c must not
-// be nil. The default is [SystemClock].
+// WithClock sets the clock used for deadline checks and sleeps. nil means
+// the system clock, the default. Tests can instead run the loop inside a
+// testing/synctest bubble, where the system clock is fake.
 func WithClock(c Clock) Option {
 	return func(p *config) error {
 		if c == nil {
-			return invalid("nil clock")
+			c = systemClock{}
 		}
 		p.clock = c
 		return nil
 	}
 }
 
-// WithOnRetry sets a hook called before each sleep, with the attempt that
-// failed, the coming delay and the error. It runs on the calling goroutine,
-// so it should be quick; it may be called concurrently by different calls.
-// nil means no hook (the default).
-func WithOnRetry(f func(ctx context.Context, e RetryEvent)) Option {
+// WithObserver reports what the loop does to o: each attempt's start and
+// end, each retry (with the delay chosen and why), each give-up (with its
+// Reason), waits behind an open breaker; see package observe. Events carry
+// the name set by [WithName]. nil means no observer, the default: the loop
+// then reports nothing and the success path allocates nothing.
+func WithObserver(o observe.Observer) Option {
 	return func(p *config) error {
-		p.onRetry = f
+		p.observer = o
 		return nil
 	}
 }
 
-// WithOnGiveUp sets a hook called once whenever a call returns an error
-// (every [*Error] it returns, NotRetryable included), just before it
-// returns. It is never called on success. It may be called concurrently by
-// different calls. nil means no hook (the default).
-func WithOnGiveUp(f func(ctx context.Context, err *Error)) Option {
+// WithName names the dependency the policy calls (e.g. "payments"), for
+// the events of [WithObserver] and the records of [WithLogger].
+func WithName(name string) Option {
 	return func(p *config) error {
-		p.onGiveUp = f
+		p.name = name
 		return nil
 	}
 }
 
-// WithLogger logs each retry (Info, message "retry: retrying") and each
-// give-up (Warn, "retry: giving up"; Debug when the error was not retryable,
-// the call was canceled, or an open breaker rejected it before any attempt) to l, with the event as a group under key
-// "retry". nil means silent, the default: nothing is logged unless asked.
+// WithLogger logs each retry (message "retry: retrying") and each give-up
+// ("retry: giving up") to l at Debug level, with the event as a group under
+// key "retry": per-call records are for debugging, never a log storm
+// during an outage (breaker state changes, which httpretry logs at Warn,
+// are the events worth a warning). nil means silent, the default.
 func WithLogger(l *slog.Logger) Option {
 	return func(p *config) error {
 		p.logger = l
@@ -243,6 +248,18 @@ func WithMaxRetryAfter(d time.Duration) Option {
 			return invalid("max retry-after %v must be positive", d)
 		}
 		p.maxRetryAfter = d
+		return nil
+	}
+}
+
+// WithExactRetryAfter makes the loop sleep exactly the server's hint when it
+// is longer than the backoff delay. By default the loop sleeps a random
+// time in [hint, 1.5·hint) (never past the deadline) instead: a hint is a
+// floor, and a fleet of clients that all got "Retry-After: 2" at once would
+// otherwise all come back in the same instant, erasing their jitter.
+func WithExactRetryAfter() Option {
+	return func(p *config) error {
+		p.exactHint = true
 		return nil
 	}
 }

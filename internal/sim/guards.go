@@ -24,19 +24,27 @@ type BudgetSettings struct {
 	Slices int `json:"slices"`
 }
 
-// DefaultBudgetSettings returns the settings of [budget.DefaultConfig]:
-// ratio 0.1, floor 1 retry per second, a 10 s window in 10 slices.
+// DefaultBudgetSettings returns the defaults of package budget: ratio 0.1,
+// floor 1 retry per second, a 10 s window in 10 slices.
 func DefaultBudgetSettings() BudgetSettings {
-	d := budget.DefaultConfig()
-	return BudgetSettings{Ratio: d.Ratio, MinPerSecond: d.MinPerSecond, Window: d.Window, Slices: d.Slices}
+	return BudgetSettings{Ratio: budget.DefaultRatio, MinPerSecond: budget.DefaultMinPerSecond, Window: budget.DefaultWindow, Slices: budget.DefaultSlices}
+}
+
+// none maps a setting of 0 (none) to the negative value package budget
+// reads as none (its zero means the default).
+func none(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // build returns a budget whose clock starts at start (the simulation's t=0),
 // or an error wrapping ErrInvalidConfig.
 func (s BudgetSettings) build(start time.Time) (*budget.Budget, error) {
 	b, err := budget.New(budget.Config{
-		Ratio:        s.Ratio,
-		MinPerSecond: s.MinPerSecond,
+		Ratio:        none(s.Ratio),
+		MinPerSecond: none(s.MinPerSecond),
 		Window:       s.Window,
 		Slices:       s.Slices,
 		Now:          func() time.Time { return start },
@@ -70,21 +78,17 @@ type BreakerSettings struct {
 	Probes int `json:"probes"`
 }
 
-// DefaultBreakerSettings returns the settings of [breaker.DefaultConfig]
-// (50% failures over 10 s in 10 buckets, at least 20 calls, 5 probes)
-// except OpenFor, which is 5 s instead of 30 s: an open period far longer
-// than the outage keeps a client away from a provider that has long
-// recovered, and the simulations' outage lasts 10 s.
+// DefaultBreakerSettings returns 50% failures over 10 s in 10 buckets, at
+// least 20 calls, 5 probes, and an open period of 5 s (the simulations'
+// outage lasts 10 s).
 func DefaultBreakerSettings() BreakerSettings {
-	d := breaker.DefaultConfig()
 	return BreakerSettings{
-		FailureRatio: d.FailureRatio,
-		Window:       d.Window,
-		Buckets:      d.Buckets,
-		MinCalls:     d.MinCalls,
+		FailureRatio: breaker.DefaultFailureRatio,
+		Window:       breaker.DefaultWindow,
+		Buckets:      breaker.DefaultBuckets,
+		MinCalls:     breaker.DefaultMinCalls,
 		OpenFor:      5 * time.Second,
-		MaxOpenFor:   d.MaxOpenFor,
-		Probes:       d.Probes,
+		Probes:       5,
 	}
 }
 
@@ -100,6 +104,8 @@ func (s BreakerSettings) build(now func() time.Time) (*breaker.Breaker, error) {
 		MaxOpenFor:   s.MaxOpenFor,
 		Probes:       s.Probes,
 		Now:          now,
+		Rand:         func() float64 { return 0.5 }, // no jitter: reproducible
+		MaxWaiters:   -1,                            // simulated calls do not wait on real timers
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: breaker: %w", ErrInvalidConfig, err)

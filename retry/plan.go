@@ -1,0 +1,103 @@
+package retry
+
+import (
+	"time"
+
+	"github.com/stormguard/stormguard/backoff"
+	"github.com/stormguard/stormguard/breaker"
+)
+
+// Plan is one call's retry schedule: the decision the loop makes after each
+// failed attempt, for code that runs its own loop (a job scheduler that
+// re-queues work, a simulation). [Policy.Do] makes exactly these decisions.
+// Get one per call with [Policy.Plan]; a Plan is a small value, not safe for
+// concurrent use.
+type Plan struct {
+	p        *Policy
+	seq      backoff.Sequence
+	attempts int
+}
+
+// Plan returns the schedule of a new call through p.
+func (p *Policy) Plan() Plan {
+	if p == nil {
+		p = defaultPolicy
+	}
+	return Plan{p: p, seq: p.backoff.Sequence()}
+}
+
+// Attempts returns how many failed attempts the plan was told of.
+func (pl *Plan) Attempts() int { return pl.attempts }
+
+// Next is told that the call's next attempt (attempt Attempts()+1) failed
+// with err, left before the call's overall deadline (0 or less: the call has
+// none). It returns how long to sleep before the following attempt, with
+// stop 0, or the [Reason] to stop for, with sleep the sleep it refused for
+// a [Deadline] stop. In order, it stops when err is not retryable
+// (NotRetryable), the attempts are used up (AttemptsExhausted), the
+// server's hint exceeds the policy's maximum or the sleep would end at or
+// after the deadline (Deadline), the policy's breaker is open for longer
+// than the sleep and the call cannot wait for it (CircuitOpen), or the
+// policy's budget refuses the retry (BudgetExhausted; a retry it admits is
+// withdrawn). The caller must not call Next after a stop, and reports the
+// attempt's outcome to the breaker itself.
+func (pl *Plan) Next(err error, left time.Duration) (sleep time.Duration, stop Reason) {
+	sleep, stop, _ = pl.next(err, left)
+	return sleep, stop
+}
+
+// next is Next with the breaker's rejection, for a CircuitOpen stop.
+func (pl *Plan) next(err error, left time.Duration) (time.Duration, Reason, error) {
+	p := pl.p
+	pl.attempts++
+	if IsPermanent(err) || !p.classify(err) {
+		return 0, NotRetryable, nil
+	}
+	if pl.attempts >= p.maxAttempts {
+		return 0, AttemptsExhausted, nil
+	}
+	sleep := pl.seq.Next()
+	hint := RetryAfter(err)
+	if hint > p.maxRetryAfter {
+		return max(sleep, hint), Deadline, nil
+	}
+	if hint > sleep {
+		sleep = hint
+		if !p.exactHint {
+			spread := hint / 2
+			if left > 0 {
+				spread = min(spread, left-hint-1)
+			}
+			sleep = p.backoff.Jitter(hint, spread)
+		}
+	}
+	if left > 0 && sleep >= left {
+		return sleep, Deadline, nil
+	}
+	if b := p.breaker; b != nil {
+		if oerr := openBeyond(b, sleep, left); oerr != nil {
+			return 0, CircuitOpen, oerr
+		}
+	}
+	if p.budget != nil && !p.budget.Withdraw() {
+		return 0, BudgetExhausted, nil
+	}
+	return sleep, 0, nil
+}
+
+// openBeyond returns the breaker's rejection if b is open for longer than
+// sleep and a call with left before its deadline cannot wait for its next
+// probe round; nil otherwise.
+func openBeyond(b *breaker.Breaker, sleep, left time.Duration) error {
+	if b.State() != breaker.Open {
+		return nil
+	}
+	s := b.Snapshot()
+	if s.State != breaker.Open || s.HalfOpenIn <= sleep {
+		return nil
+	}
+	if left > 0 && s.HalfOpenIn < left && b.Config().MaxWaiters > 0 {
+		return nil // the next attempt waits for the round
+	}
+	return &breaker.OpenError{State: breaker.Open, Wait: s.HalfOpenIn}
+}
