@@ -127,6 +127,8 @@ type Controller struct {
 	maxInFlight int64
 	maxQueue    int
 	maxWait     time.Duration
+	ratio       float64 // retries per original, >= 0
+	reserve     float64 // the floor's retries per window, >= 0
 	raBase      time.Duration
 	raSpread    time.Duration // 0: no jitter
 	hook        func(Decision)
@@ -149,11 +151,13 @@ type Controller struct {
 	tail *waiter // guarded by mu
 	qlen atomic.Int64
 
-	// Counters for Stats.
+	// Counters for Stats, off the queue's cache line.
+	_              [64]byte
 	originals      atomic.Uint64
 	retries        atomic.Uint64
 	admitted       atomic.Uint64
 	queued         atomic.Uint64
+	retriesAdmit   atomic.Uint64
 	retriesRefused atomic.Uint64
 	shedFull       atomic.Uint64
 	shedTimeout    atomic.Uint64
@@ -204,8 +208,8 @@ func (c *Controller) setup(eff Config) error {
 		now = clock.Monotonic()
 	}
 	b, err := budget.New(budget.Config{
-		Ratio:        max(eff.RetryRatio, 0),
-		MinPerSecond: max(eff.MinRetriesPerSecond, 0),
+		Ratio:        orNone(eff.RetryRatio),
+		MinPerSecond: orNone(eff.MinRetriesPerSecond),
 		Window:       eff.Window,
 		Slices:       eff.Slices,
 		Now:          now,
@@ -222,12 +226,26 @@ func (c *Controller) setup(eff Config) error {
 	}
 	c.maxQueue = max(eff.MaxQueue, 0)
 	c.maxWait = eff.MaxQueueWait
+	c.ratio = max(eff.RetryRatio, 0)
+	c.reserve = max(eff.MinRetriesPerSecond, 0) * eff.Window.Seconds()
 	c.raBase = eff.RetryAfterBase
 	c.raSpread = max(eff.RetryAfterSpread, 0)
 	c.hook = eff.OnDecision
 	c.rnd = eff.Rand
 	c.http = newHTTPValues(eff.RetryAfterBase + c.raSpread)
 	return nil
+}
+
+// orNone returns v, or for a negative v (none) the smallest positive
+// float64. That is 0 in effect: times any count a window can hold it stays
+// far below one retry, and added to a positive limit it rounds away. Unlike
+// 0 it cannot be mistaken for an unset field of budget.Config, where zero
+// fields may take budget's defaults.
+func orNone(v float64) float64 {
+	if v < 0 {
+		return math.SmallestNonzeroFloat64
+	}
+	return v
 }
 
 // Config returns the configuration in force: the one given to [New] with
@@ -299,6 +317,9 @@ func (c *Controller) tryInc() bool {
 // admit returns a granted decision; the caller took the slot.
 func (c *Controller) admit(d Decision) (Permit, Decision) {
 	c.admitted.Add(1)
+	if d.Retry() {
+		c.retriesAdmit.Add(1)
+	}
 	if c.hook != nil {
 		c.hook(d)
 	}
@@ -453,6 +474,8 @@ type Stats struct {
 	// Admitted is the number of requests given a permit, queued first or
 	// not.
 	Admitted uint64
+	// RetriesAdmitted is the number of retries among Admitted.
+	RetriesAdmitted uint64
 	// Queued is the number of requests that waited in the queue, whatever
 	// came of it.
 	Queued uint64
@@ -488,6 +511,7 @@ func (c *Controller) Stats() Stats {
 		Originals:        c.originals.Load(),
 		Retries:          c.retries.Load(),
 		Admitted:         c.admitted.Load(),
+		RetriesAdmitted:  c.retriesAdmit.Load(),
 		Queued:           c.queued.Load(),
 		RetriesRefused:   c.retriesRefused.Load(),
 		ShedQueueFull:    c.shedFull.Load(),
@@ -495,7 +519,7 @@ func (c *Controller) Stats() Stats {
 		ShedCanceled:     c.shedCanceled.Load(),
 		WindowOriginals:  w.Requests,
 		WindowRetries:    w.Retries,
-		WindowRetryLimit: w.Limit,
+		WindowRetryLimit: c.ratio*float64(w.Requests) + c.reserve,
 	}
 }
 

@@ -194,7 +194,7 @@ func TestRetriesBeyondRatioNeverReachHandler(t *testing.T) {
 	}
 	s := ctl.Stats()
 	wantStats := admission.Stats{
-		Originals: nOrig, Retries: nRetry, Admitted: nOrig + want, RetriesRefused: nRetry - want,
+		Originals: nOrig, Retries: nRetry, Admitted: nOrig + want, RetriesAdmitted: want, RetriesRefused: nRetry - want,
 		WindowOriginals: nOrig, WindowRetries: want, WindowRetryLimit: 110,
 	}
 	if s != wantStats {
@@ -250,7 +250,7 @@ func TestRetryRatioUnderInterleaving(t *testing.T) {
 	if got := reached.Load(); got != int64(s.WindowRetries) || float64(got) > s.WindowRetryLimit {
 		t.Errorf("retries reached = %d, window retries %d, limit %v", got, s.WindowRetries, s.WindowRetryLimit)
 	}
-	if s.Retries != uint64(reached.Load())+s.RetriesRefused {
+	if s.Retries != uint64(reached.Load())+s.RetriesRefused || s.RetriesAdmitted != uint64(reached.Load()) {
 		t.Errorf("Stats() = %+v: retries != reached %d + refused", s, reached.Load())
 	}
 	if s.RetriesRefused == 0 {
