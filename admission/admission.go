@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"io"
@@ -145,11 +146,10 @@ type Controller struct {
 	nwait    atomic.Int64
 	_        [48]byte
 
-	// The queue: a FIFO list of waiters.
-	mu   sync.Mutex
-	head *waiter // guarded by mu
-	tail *waiter // guarded by mu
-	qlen atomic.Int64
+	// The queue: waiters, oldest first. qlen mirrors queue.Len() for Stats.
+	mu    sync.Mutex
+	queue list.List // of *waiter; guarded by mu
+	qlen  atomic.Int64
 
 	// Counters for Stats, off the queue's cache line.
 	_              [64]byte
@@ -166,9 +166,9 @@ type Controller struct {
 
 // waiter is a request in the queue.
 type waiter struct {
-	prev, next *waiter
-	ready      chan struct{} // receives once the waiter is granted a slot
-	granted    bool          // guarded by Controller.mu
+	elem    *list.Element // its place in the queue; guarded by Controller.mu
+	ready   chan struct{} // receives once the waiter is granted a slot
+	granted bool          // guarded by Controller.mu
 }
 
 // New validates c and returns a Controller whose window begins now
@@ -372,7 +372,7 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 	// Announce this request before looking for a slot: a Release that frees
 	// one after the look below then sees nwait > 0 and hands the slot over.
 	c.nwait.Add(1)
-	if c.head == nil && c.tryInc() {
+	if c.queue.Len() == 0 && c.tryInc() {
 		c.nwait.Add(-1)
 		c.mu.Unlock()
 		return c.admit(d)
@@ -383,13 +383,8 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 		c.shedFull.Add(1)
 		return Permit{}, c.refuse(d, QueueFull)
 	}
-	w := &waiter{ready: make(chan struct{}, 1), prev: c.tail}
-	if c.tail == nil {
-		c.head = w
-	} else {
-		c.tail.next = w
-	}
-	c.tail = w
+	w := &waiter{ready: make(chan struct{}, 1)}
+	w.elem = c.queue.PushBack(w)
 	c.qlen.Add(1)
 	c.mu.Unlock()
 	c.queued.Add(1)
@@ -431,17 +426,8 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 
 // unlink removes w from the queue. It requires mu held.
 func (c *Controller) unlink(w *waiter) {
-	if w.prev == nil {
-		c.head = w.next
-	} else {
-		w.prev.next = w.next
-	}
-	if w.next == nil {
-		c.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
+	c.queue.Remove(w.elem)
+	w.elem = nil
 	c.qlen.Add(-1)
 	c.nwait.Add(-1)
 }
@@ -449,8 +435,8 @@ func (c *Controller) unlink(w *waiter) {
 // handOff gives free slots to the oldest waiters.
 func (c *Controller) handOff() {
 	c.mu.Lock()
-	for c.head != nil && c.tryInc() {
-		w := c.head
+	for c.queue.Len() > 0 && c.tryInc() {
+		w := c.queue.Front().Value.(*waiter)
 		c.unlink(w)
 		w.granted = true
 		w.ready <- struct{}{} // buffered: never blocks

@@ -143,8 +143,7 @@ func TestZeroController(t *testing.T) {
 // many goroutines send them, and every other one is refused with the
 // don't-retry signal before the handler runs.
 func TestRetriesBeyondRatioNeverReachHandler(t *testing.T) {
-	clk := newClock()
-	ctl := newController(t, admission.Config{MaxInFlight: -1, Now: clk.Now})
+	ctl := newController(t, admission.Config{MaxInFlight: -1, Now: fixedNow})
 	var originals, retries atomic.Int64
 	h := ctl.Wrap(handlerOf(func(attempt int) {
 		if attempt >= 2 {
@@ -209,11 +208,10 @@ func TestRetriesBeyondRatioNeverReachHandler(t *testing.T) {
 // reach the handler never exceed the limit computed from the originals the
 // window had counted at that moment.
 func TestRetryRatioUnderInterleaving(t *testing.T) {
-	clk := newClock()
 	var violations atomic.Int64
 	var ctl *admission.Controller
 	ctl = newController(t, admission.Config{
-		MaxInFlight: -1, Now: clk.Now, RetryRatio: 0.2, MinRetriesPerSecond: 0.5,
+		MaxInFlight: -1, Now: fixedNow, RetryRatio: 0.2, MinRetriesPerSecond: 0.5,
 		OnDecision: func(d admission.Decision) {
 			if d.Retry() && !d.Refused() {
 				// The originals counted now are at least those counted when
@@ -261,8 +259,8 @@ func TestRetryRatioUnderInterleaving(t *testing.T) {
 // The window slides: originals older than the window no longer pay for
 // retries.
 func TestRetryWindowSlides(t *testing.T) {
-	clk := newClock()
-	ctl := newController(t, admission.Config{Now: clk.Now, MinRetriesPerSecond: -1}) // ratio only
+	now := t0
+	ctl := newController(t, admission.Config{Now: func() time.Time { return now }, MinRetriesPerSecond: -1}) // ratio only
 	ctx := context.Background()
 	for range 50 {
 		p, _ := ctl.Acquire(ctx, 1)
@@ -278,7 +276,7 @@ func TestRetryWindowSlides(t *testing.T) {
 	if admitted != 5 {
 		t.Fatalf("with 50 originals, %d retries admitted, want 5", admitted)
 	}
-	clk.Advance(admission.DefaultWindow)
+	now = now.Add(admission.DefaultWindow)
 	if _, d := ctl.Acquire(ctx, 2); d.Outcome != admission.RetryRefused || !d.DontRetry {
 		t.Fatalf("a window later with no originals: %+v, want RetryRefused with DontRetry", d)
 	}
@@ -307,19 +305,13 @@ func TestAcquireAttemptBelowOne(t *testing.T) {
 func TestMaxInFlightConcurrent(t *testing.T) {
 	const limit, workers, each = 4, 32, 50
 	ctl := newController(t, admission.Config{MaxInFlight: limit, MaxQueue: -1})
-	var cur, peak atomic.Int64
+	var running peak
 	h := ctl.Wrap(handlerOf(func(int) {
-		n := cur.Add(1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
+		running.enter()
 		for range 50 {
 			runtime.Gosched() // so that handlers overlap
 		}
-		cur.Add(-1)
+		running.leave()
 	}))
 	var ok, shed atomic.Int64
 	var wg sync.WaitGroup
@@ -337,7 +329,7 @@ func TestMaxInFlightConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p := peak.Load(); p > limit {
+	if p := running.max.Load(); p > limit {
 		t.Errorf("peak handlers at once = %d, want at most %d", p, limit)
 	}
 	s := ctl.Stats()
@@ -360,27 +352,17 @@ func TestQueueConcurrent(t *testing.T) {
 		MaxInFlight: limit, MaxQueue: queue, MaxQueueWait: 200 * time.Microsecond,
 		OnDecision: func(admission.Decision) {
 			q := int64(ctl.Stats().QueueLen)
-			for {
-				m := maxQueue.Load()
-				if q <= m || maxQueue.CompareAndSwap(m, q) {
-					break
-				}
+			for m := maxQueue.Load(); q > m && !maxQueue.CompareAndSwap(m, q); m = maxQueue.Load() {
 			}
 		},
 	})
-	var cur, peak atomic.Int64
+	var running peak
 	h := ctl.Wrap(handlerOf(func(int) {
-		n := cur.Add(1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
+		running.enter()
 		for range 100 {
 			runtime.Gosched()
 		}
-		cur.Add(-1)
+		running.leave()
 	}))
 	var ok atomic.Int64
 	var wg sync.WaitGroup
@@ -395,7 +377,7 @@ func TestQueueConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	s := ctl.Stats()
-	if p := peak.Load(); p > limit {
+	if p := running.max.Load(); p > limit {
 		t.Errorf("peak handlers at once = %d, want at most %d", p, limit)
 	}
 	if m := maxQueue.Load(); m > queue {

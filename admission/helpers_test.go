@@ -13,20 +13,29 @@ import (
 	"github.com/stormguard/stormguard/httpretry"
 )
 
-// t0 is the fake time at which the fake clock starts.
+// t0 is a fixed time for Config.Now: a window that never slides.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// fakeClock is a clock tests move by hand; safe for concurrent use.
-type fakeClock struct{ ns atomic.Int64 }
+// fixedNow is a Config.Now that always says t0.
+func fixedNow() time.Time { return t0 }
 
-func newClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(t0.UnixNano())
-	return c
+// peak keeps the running count of something and its highest value; safe
+// for concurrent use.
+type peak struct{ cur, max atomic.Int64 }
+
+// enter counts one more and records the peak.
+func (p *peak) enter() {
+	n := p.cur.Add(1)
+	for {
+		m := p.max.Load()
+		if n <= m || p.max.CompareAndSwap(m, n) {
+			return
+		}
+	}
 }
 
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// leave counts one less.
+func (p *peak) leave() { p.cur.Add(-1) }
 
 // newController builds a Controller from c or fails the test.
 func newController(t testing.TB, c admission.Config) *admission.Controller {
