@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"time"
 )
 
 // drainLimit is how much of a discarded response body is read before it is
@@ -13,9 +14,17 @@ import (
 // connection is then closed, not the pool).
 const drainLimit = 64 << 10
 
-// drainClose reads up to drainLimit bytes of rc and closes it.
+// drainTimeout bounds how long a discarded response body is read: a body
+// that stalls after its headers (a server that sent a 503 and hung) must
+// not hold the retry; closing it unread costs only its connection.
+const drainTimeout = 50 * time.Millisecond
+
+// drainClose reads up to drainLimit bytes of rc, for at most drainTimeout,
+// and closes it.
 func drainClose(rc io.ReadCloser) {
+	t := time.AfterFunc(drainTimeout, func() { _ = rc.Close() })
 	_, _ = io.CopyN(io.Discard, rc, drainLimit)
+	t.Stop()
 	_ = rc.Close()
 }
 

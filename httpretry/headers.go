@@ -6,16 +6,20 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/retry"
 )
 
 // AttemptHeader is the request header field the [Transport] puts on every
-// attempt: the attempt number, 1 for the first try, 2 for the first retry,
-// and so on, as a decimal integer ("Stormguard-Attempt: 2"). Like Envoy's
-// x-envoy-attempt-count, it lets a server see retry pressure; read it with
-// [AttemptFromRequest]. A value the caller set on the request is replaced.
+// retry: the attempt number, 2 for the first retry, 3 for the next, and so
+// on, as a decimal integer ("Stormguard-Attempt: 2"). A first attempt
+// carries none (so it costs nothing): a request without the field is an
+// original. Like Envoy's x-envoy-attempt-count, it lets a server see retry
+// pressure; read it with [AttemptFromRequest]. A value the caller set on
+// the request is replaced on retries and removed from a first attempt that
+// the transport copies anyway.
 // (net/http's own Transport may resend a request once, unseen by this
 // package, when a kept-alive connection turns out closed before anything
 // was read from it; the resend carries the same number.)
@@ -72,9 +76,10 @@ func ParseAttempt(value string) (n int, ok bool) {
 
 // AttemptFromRequest returns the attempt number a client put in r's
 // [AttemptHeader] (first line, parsed with [ParseAttempt]). ok is false if
-// r is nil, the header is absent or its value is not a valid number: a
-// request without the header was most likely sent by a client that does
-// not count, so treat it as an unknown attempt, not as attempt 1.
+// r is nil, the header is absent or its value is not a valid number. A
+// [Transport] sends no header on a first attempt, so a request without it is
+// an original (or comes from a client that does not count): count it as
+// attempt 1.
 func AttemptFromRequest(r *http.Request) (n int, ok bool) {
 	if r == nil {
 		return 0, false
@@ -119,9 +124,9 @@ func WriteOverloaded(w http.ResponseWriter) {
 // transport is a [Transport], show that the retrying for this dependency is
 // done and the caller should be told not to retry:
 //   - err says the retries stopped because the attempts were exhausted
-//     ([retry.ErrAttemptsExhausted]), the retry budget refused one
-//     ([retry.ErrBudgetExhausted]) or a circuit breaker was open
-//     ([retry.ErrCircuitOpen], [breaker.ErrOpen]); or
+//     (retry.AttemptsExhausted), the retry budget refused one
+//     (retry.BudgetExhausted) or a circuit breaker was open
+//     (retry.CircuitOpen, breaker.ErrOpen); or
 //   - resp is a response the Transport gave back after giving up on a
 //     retryable status for one of those reasons (see [GaveUp]); or
 //   - resp carries "Stormguard-Retry: no" from the layer below.
@@ -130,9 +135,9 @@ func WriteOverloaded(w http.ResponseWriter) {
 // canceled call are not "overloaded". Both arguments may be nil.
 func Overloaded(resp *http.Response, err error) bool {
 	if err != nil {
-		return errors.Is(err, retry.ErrAttemptsExhausted) ||
-			errors.Is(err, retry.ErrBudgetExhausted) ||
-			errors.Is(err, retry.ErrCircuitOpen) ||
+		return errors.Is(err, retry.AttemptsExhausted) ||
+			errors.Is(err, retry.BudgetExhausted) ||
+			errors.Is(err, retry.CircuitOpen) ||
 			errors.Is(err, breaker.ErrOpen)
 	}
 	if resp == nil {
@@ -141,8 +146,8 @@ func Overloaded(resp *http.Response, err error) bool {
 	if dontRetry(resp.Header) {
 		return true
 	}
-	if r, _, ok := GaveUp(resp); ok {
-		switch r {
+	if g, ok := GaveUp(resp); ok {
+		switch g.Reason {
 		case retry.AttemptsExhausted, retry.BudgetExhausted, retry.CircuitOpen:
 			return true
 		}
@@ -172,12 +177,13 @@ func PushBack(w http.ResponseWriter, resp *http.Response, err error) bool {
 
 // GaveUpHeader is the response header field a [Transport] adds to a
 // response it returns because it gave up retrying (the last response, whose
-// status was retryable): why, as a token, and after how many attempts,
-// e.g. "Stormguard-Gave-Up: attempts-exhausted;attempts=3". The tokens are
-// not-retryable (the request could not be retried, or the response said
+// status was retryable): why, as a token, after how many attempts and, when
+// known, in how many seconds the host may be tried again, e.g.
+// "Stormguard-Gave-Up: circuit-open;attempts=2;retry-after=3". The tokens
+// are not-retryable (the request could not be retried, or the response said
 // "Stormguard-Retry: no", or a second 500), attempts-exhausted,
 // budget-exhausted, circuit-open and deadline (the wait the server asked
-// for ends past the deadline or exceeds [WithMaxRetryAfter]). Read it with
+// for ends past the deadline or exceeds the maximum). Read it with
 // [GaveUp]. A server never needs to send it; if a handler copies it from
 // its dependency's response into its own, it means the same there: a layer
 // below gave up.
@@ -194,43 +200,79 @@ var reasonTokens = [...]string{
 }
 
 // gaveUpValue returns the GaveUpHeader value for a give-up.
-func gaveUpValue(r retry.Reason, attempts int) string {
+func gaveUpValue(re *retry.Error) string {
 	tok := "unknown"
-	if int(r) < len(reasonTokens) && reasonTokens[r] != "" {
-		tok = reasonTokens[r]
+	if int(re.Reason) < len(reasonTokens) && reasonTokens[re.Reason] != "" {
+		tok = reasonTokens[re.Reason]
 	}
-	return tok + ";attempts=" + strconv.Itoa(attempts)
+	v := tok + ";attempts=" + strconv.Itoa(re.Attempts)
+	if d := retryIn(re); d > 0 {
+		v += ";retry-after=" + strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+	}
+	return v
+}
+
+// retryIn returns how long until the host may be tried again, as far as a
+// give-up tells: the breaker's time until its next probe round, the sleep
+// the loop refused, or the server's hint.
+func retryIn(re *retry.Error) time.Duration {
+	var oe *breaker.OpenError
+	if errors.As(re, &oe) && oe.Wait > 0 {
+		return oe.Wait
+	}
+	if re.Delay > 0 {
+		return re.Delay
+	}
+	return retry.RetryAfter(re.Err)
+}
+
+// GiveUp is what [GaveUpHeader] says.
+type GiveUp struct {
+	// Reason is why the transport gave up.
+	Reason retry.Reason
+	// Attempts is how many attempts it made (0 if the value does not say).
+	Attempts int
+	// RetryAfter is how long until the host may be tried again, in whole
+	// seconds (0 if the value does not say).
+	RetryAfter time.Duration
 }
 
 // GaveUp reports whether resp carries [GaveUpHeader]: it is a failure
 // response a [Transport] returned because it gave up retrying. If so it
-// returns why and after how many attempts (0 if the value does not say).
-// ok is false for a nil resp, a response without the field, or a value
-// whose reason token is unknown. GaveUp never panics.
-func GaveUp(resp *http.Response) (reason retry.Reason, attempts int, ok bool) {
+// returns what the header says. ok is false for a nil resp, a response
+// without the field, or a value whose reason token is unknown. GaveUp never
+// panics.
+func GaveUp(resp *http.Response) (g GiveUp, ok bool) {
 	if resp == nil {
-		return 0, 0, false
+		return GiveUp{}, false
 	}
 	vs := resp.Header[GaveUpHeader]
 	if len(vs) == 0 {
-		return 0, 0, false
+		return GiveUp{}, false
 	}
 	tok, params, _ := strings.Cut(vs[0], ";")
 	tok = strings.Trim(tok, " \t")
 	for r, t := range reasonTokens {
 		if t != "" && strings.EqualFold(tok, t) {
-			reason = retry.Reason(r)
+			g.Reason = retry.Reason(r)
 		}
 	}
-	if reason == 0 {
-		return 0, 0, false
+	if g.Reason == 0 {
+		return GiveUp{}, false
 	}
 	for p := range strings.SplitSeq(params, ";") {
-		if k, v, found := strings.Cut(strings.Trim(p, " \t"), "="); found && strings.EqualFold(k, "attempts") {
-			attempts, _ = ParseAttempt(v)
+		k, v, found := strings.Cut(strings.Trim(p, " \t"), "=")
+		switch {
+		case !found:
+		case strings.EqualFold(k, "attempts"):
+			g.Attempts, _ = ParseAttempt(v)
+		case strings.EqualFold(k, "retry-after"):
+			if d, isNum := parseSeconds(strings.Trim(v, " \t")); isNum {
+				g.RetryAfter = d
+			}
 		}
 	}
-	return reason, attempts, true
+	return g, true
 }
 
 // attemptValues returns the header values for attempts 1 to n, built once

@@ -5,16 +5,17 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/retry"
 )
 
-// host is what a Transport keeps per destination host: two retry policies
-// sharing that host's budget and breaker, one for requests that may be
-// retried and a one-attempt one for those that may not (so their failures
-// still reach the breaker). It is immutable once made.
+// host is what a Transport keeps per destination host: its retry policy,
+// with that host's budget and breaker. It is immutable once made.
 type host struct {
-	retrying *retry.Policy
-	single   *retry.Policy
+	name    string
+	policy  *retry.Policy
+	budget  retry.Budget
+	breaker *breaker.Breaker
 }
 
 // hosts is a bounded map from destination host to its state. Lookups read
@@ -79,3 +80,13 @@ func (h *hosts) add(key string) (*host, error) {
 
 // len returns the number of hosts held.
 func (h *hosts) len() int { return len(*h.snap.Load()) }
+
+// all returns the hosts held, in no particular order.
+func (h *hosts) all() []*host {
+	m := *h.snap.Load()
+	out := make([]*host, 0, len(m))
+	for _, st := range m {
+		out = append(out, st)
+	}
+	return out
+}

@@ -7,15 +7,19 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
 
 // DefaultMaxHosts is the default bound on the number of destination hosts
 // whose budget and breaker a [Transport] keeps; see [WithMaxHosts].
 const DefaultMaxHosts = 1024
+
+// maxAttemptsLimit bounds the attempts a transport makes per request (the
+// attempt header values are built once per transport).
+const maxAttemptsLimit = 100
 
 // ErrInvalidOption is wrapped by every error [NewTransport] and [NewClient]
 // return for a bad option value.
@@ -25,21 +29,28 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 }
 
+// Guards are the retry budget and circuit breaker of one destination host.
+// Either may be nil: no budget, no breaker.
+type Guards struct {
+	Budget  retry.Budget
+	Breaker *breaker.Breaker
+}
+
 // config is what options set; it is unexported so that an Option only ever
 // applies to a Transport being built.
 type config struct {
-	maxAttempts    int
-	backoff        *backoff.Backoff
+	retry          []retry.Option
 	timeout        time.Duration
 	attemptTimeout time.Duration
-	maxRetryAfter  time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
+	guards         func(host string) (Guards, error)
 	autoKey        bool
 	bufferBodies   int64 // 0: do not buffer
 	refresh        func(*http.Request) (*http.Request, error)
+	fallback       func(*http.Request, *retry.Error) (*http.Response, error)
 	logger         *slog.Logger
-	clock          retry.Clock
+	observer       observe.Observer
 	maxHosts       int
 }
 
@@ -49,37 +60,29 @@ type config struct {
 // passed to any number of constructors.
 type Option func(*config) error
 
-// WithMaxAttempts sets how many attempts a request gets in total, the first
-// included; n = 1 disables retries (budgets and breakers still apply). n
-// must be from 1 to 100. The default is 3.
-func WithMaxAttempts(n int) Option {
+// WithRetry sets the retry options of every host's policy (package retry):
+// retry.WithMaxAttempts (at most 100 here), retry.WithBackoff,
+// retry.WithMaxRetryAfter, retry.WithExactRetryAfter, retry.WithClock. The
+// transport sets the rest itself, after these: the classifier (HTTP
+// statuses), the budget and breaker of each host, and the name, observer
+// and logger (labelled with the host; use [WithObserver] and [WithLogger]).
+// Timeouts are the transport's own, because they cover the reading of the
+// response body: retry.WithTimeout and retry.WithAttemptTimeout are
+// rejected; use [WithTimeout] and [WithAttemptTimeout]. A later WithRetry
+// adds to the earlier ones.
+func WithRetry(opts ...retry.Option) Option {
 	return func(c *config) error {
-		if n < 1 || n > 100 {
-			return invalid("max attempts %d must be from 1 to 100", n)
-		}
-		c.maxAttempts = n
-		return nil
-	}
-}
-
-// WithBackoff sets the delays between attempts; b must not be nil. The
-// default is [backoff.Default]: full jitter, base 100 ms, cap 10 s. The
-// server's Retry-After, when longer, is a floor on each delay.
-func WithBackoff(b *backoff.Backoff) Option {
-	return func(c *config) error {
-		if b == nil {
-			return invalid("nil backoff")
-		}
-		c.backoff = b
+		c.retry = append(c.retry[:len(c.retry):len(c.retry)], opts...)
 		return nil
 	}
 }
 
 // WithTimeout sets an overall deadline for each request: d from the start
-// of RoundTrip, covering every attempt and every sleep between them, and
-// the reading of the returned response's body (like [http.Client]'s
-// Timeout). The request context's own deadline still counts; the earlier
-// one wins. d = 0 means none (the default); a negative d is an error.
+// of RoundTrip, covering every attempt, every sleep and any wait behind an
+// open breaker, and the reading of the returned response's body (like
+// [http.Client]'s Timeout). The request context's own deadline still
+// counts; the earlier one wins. d = 0 means none (the default); a negative
+// d is an error.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -105,26 +108,11 @@ func WithAttemptTimeout(d time.Duration) Option {
 	}
 }
 
-// WithMaxRetryAfter sets the longest Retry-After the transport honours; d
-// must be positive. The default is [retry.DefaultMaxRetryAfter] (1 minute).
-// A longer hint is not shortened (that would retry sooner than the server
-// asked): the transport gives up at once and returns the response carrying
-// it. So does a hint that would end past the deadline.
-func WithMaxRetryAfter(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("max retry-after %v must be positive", d)
-		}
-		c.maxRetryAfter = d
-		return nil
-	}
-}
-
-// WithBudget sets the configuration of the retry budget each destination
-// host gets (retries stay below Ratio of that host's requests over the
-// window). The default is [budget.DefaultConfig]. A nil cfg.Now uses the
-// transport's clock.
-func WithBudget(cfg budget.Config) Option {
+// WithBudgetConfig sets the configuration of the retry budget each
+// destination host gets (retries stay below Ratio of that host's requests
+// over the window). The default is the zero budget.Config: 10% plus 1 per
+// second over 10 s. A nil cfg.Now uses the retry policy's clock.
+func WithBudgetConfig(cfg budget.Config) Option {
 	return func(c *config) error {
 		c.budget = &cfg
 		return nil
@@ -140,11 +128,13 @@ func WithoutBudget() Option {
 	}
 }
 
-// WithBreaker sets the configuration of the circuit breaker each
-// destination host gets. The default is [breaker.DefaultConfig]. A nil
-// cfg.Now uses the transport's clock; a nil cfg.OnStateChange logs the
-// change (with the host) to the transport's logger, if any.
-func WithBreaker(cfg breaker.Config) Option {
+// WithBreakerConfig sets the configuration of the circuit breaker each
+// destination host gets. The default is the zero breaker.Config: trips at
+// 50% failures over 10 s (at least 20 calls), probes with 3 calls about
+// every second. A nil cfg.Now uses the retry policy's clock; the
+// transport's logger and observer hear of its state changes, with the host,
+// besides cfg.OnStateChange.
+func WithBreakerConfig(cfg breaker.Config) Option {
 	return func(c *config) error {
 		c.breaker = &cfg
 		return nil
@@ -159,13 +149,31 @@ func WithoutBreaker() Option {
 	}
 }
 
+// WithGuards makes f supply the budget and breaker of each destination
+// host, instead of the transport building them from [WithBudgetConfig] and
+// [WithBreakerConfig]: for guards shared with other transports, or across a
+// fleet of processes. f is called once per host (lower-cased URL.Host),
+// when the host is first seen, and again if the host was evicted from the
+// table ([WithMaxHosts]); an error fails that request. It must be safe for
+// concurrent use. Breaker state changes reach the transport's logger and
+// observer only if f wires them (breaker.Config.OnStateChange).
+func WithGuards(f func(host string) (Guards, error)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return invalid("nil guards func")
+		}
+		c.guards = f
+		return nil
+	}
+}
+
 // WithAutoIdempotencyKey makes the transport give every request whose
 // method is not idempotent (POST, PATCH, ...) and that carries no
 // Idempotency-Key an Idempotency-Key of its own, made with
-// [idempotency.NewKey] once per RoundTrip, before the first attempt, and
-// sent unchanged on every attempt. Such requests then become retryable.
-// Only use it against servers that honour the key (e.g. behind
-// [idempotency.Middleware]). Off by default.
+// idempotency.NewKey once per RoundTrip, before the first attempt, and
+// sent unchanged on every attempt ([Key] returns it). Such requests then
+// become retryable. Only use it against servers that honour the key (e.g.
+// behind idempotency middleware). Off by default.
 func WithAutoIdempotencyKey() Option {
 	return func(c *config) error {
 		c.autoKey = true
@@ -210,9 +218,28 @@ func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Op
 	}
 }
 
-// WithLogger logs retries and give-ups (see [retry.WithLogger]) and the
-// state changes of the per-host breakers to l, each with the attribute
-// "host". nil means silent, the default.
+// WithFallback sets what the caller gets when the transport gives up on a
+// request because the host is failing: the breaker refused it (also after
+// waiting for it until the deadline), the budget refused a retry, the
+// attempts ran out, or the deadline came first; fallback's response and
+// error are returned instead (e.g. a cached response, or a 503 of the
+// caller's own). err says why ([retry.Error].Reason), after how many
+// attempts, and carries the last failure (with the server's hint, or the
+// breaker's time until its next probe: retry.RetryAfter(err)). The last
+// response, if any, has been drained and closed. A request that was not
+// retryable (a 404, a POST without a key) or whose context was canceled
+// gets no fallback. fallback must be safe for concurrent use. nil (the
+// default) means no fallback.
+func WithFallback(fallback func(req *http.Request, err *retry.Error) (*http.Response, error)) Option {
+	return func(c *config) error {
+		c.fallback = fallback
+		return nil
+	}
+}
+
+// WithLogger logs to l, each record with the attribute "host": one Warn per
+// state change of a host's breaker, and the retry loop's per-call records
+// at Debug (see retry.WithLogger). nil means silent, the default.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		c.logger = l
@@ -220,18 +247,13 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithClock sets the clock used for the sleeps between attempts, deadline
-// checks, HTTP-date Retry-After values and (unless their configurations
-// set Now) the budgets and breakers; c must not be nil. The default is
-// [retry.SystemClock]. Tests pass a fake one so nothing sleeps for real.
-// Context deadlines (WithTimeout, WithAttemptTimeout) still run on real
-// time.
-func WithClock(c retry.Clock) Option {
-	return func(cfg *config) error {
-		if c == nil {
-			return invalid("nil clock")
-		}
-		cfg.clock = c
+// WithObserver reports what the transport does to o (package observe):
+// every attempt, retry and give-up, waits behind an open breaker, and the
+// state changes of the hosts' breakers, each event named with its host.
+// nil means no observer, the default.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) error {
+		c.observer = o
 		return nil
 	}
 }

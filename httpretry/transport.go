@@ -7,18 +7,22 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
-	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
 
 // Transport is an [http.RoundTripper] that retries what is worth retrying,
 // per the rules in the package documentation, on top of a base
-// RoundTripper. Build one with [NewTransport]; the zero value is not
-// usable.
+// RoundTripper. Build one with [NewTransport]; the zero value is usable and
+// behaves like NewTransport(nil) without options.
 //
 // A Transport is safe for concurrent use by any number of goroutines and
 // is immutable once built, apart from its table of per-host budgets and
@@ -28,14 +32,14 @@ import (
 // Per host, every request deposits in the budget and every retry withdraws
 // from it; every attempt asks the breaker first. The breaker counts as
 // failures the network errors and retryable statuses (408, 429, 500, 502,
-// 503, 504), those of requests that may not be retried included; a 4xx is
-// a success (the host answered). A second 500 and a failure carrying
-// "Stormguard-Retry: no" stop the loop at once and still count as failures
-// ([retry.Final]).
+// 503, 504, an in-progress 409), those of requests that may not be retried
+// included; any other answer is a success (the host answered).
 type Transport struct {
+	once        sync.Once
 	base        http.RoundTripper
 	cfg         config
-	attemptVals [][]string // attemptVals[n-1] is the AttemptHeader value of attempt n
+	clock       retry.Clock // the policies' clock; nil: the system clock
+	attemptVals [][]string  // attemptVals[n-1] is the AttemptHeader value of attempt n
 	hosts       *hosts
 }
 
@@ -44,44 +48,65 @@ var _ http.RoundTripper = (*Transport)(nil)
 // NewTransport returns a Transport sending through base; a nil base means
 // [http.DefaultTransport]. Without options it makes up to 3 attempts with
 // full-jitter backoff (base 100 ms, cap 10 s), honours Retry-After up to 1
-// minute, keeps a retry budget ([budget.DefaultConfig]) and a circuit
-// breaker ([breaker.DefaultConfig]) per destination host (at most
-// [DefaultMaxHosts] hosts), has no timeout of its own (the request
-// context's deadline counts), does not buffer bodies or make idempotency
-// keys, and logs nothing.
+// minute (spread above it), keeps a retry budget (10% plus 1 per second)
+// and a circuit breaker (50% of at least 20 calls over 10 s; probes every
+// second) per destination host (at most [DefaultMaxHosts] hosts), has no
+// timeout of its own (the request context's deadline counts, and lets a
+// request wait behind an open breaker), does not buffer bodies or make
+// idempotency keys, and logs nothing.
 //
 // A bad option value makes NewTransport return an error wrapping
 // [ErrInvalidOption]; it never panics.
 func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
+	t := new(Transport)
+	var err error
+	t.once.Do(func() { err = t.init(base, opts) })
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// init builds t; it runs once per Transport.
+func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	bc, brc := budget.DefaultConfig(), breaker.DefaultConfig()
-	c := config{
-		maxAttempts:   retry.DefaultMaxAttempts,
-		backoff:       backoff.Default(),
-		maxRetryAfter: retry.DefaultMaxRetryAfter,
-		budget:        &bc,
-		breaker:       &brc,
-		clock:         retry.SystemClock{},
-		maxHosts:      DefaultMaxHosts,
-	}
+	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, maxHosts: DefaultMaxHosts}
 	for _, o := range opts {
 		if o == nil {
 			continue
 		}
 		if err := o(&c); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	t := &Transport{base: base, cfg: c, attemptVals: attemptValues(c.maxAttempts)}
+	probe, err := retry.New(c.retry...)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	if n := probe.MaxAttempts(); n > maxAttemptsLimit {
+		return invalid("max attempts %d must be at most %d", n, maxAttemptsLimit)
+	}
+	if call, attempt := probe.Timeouts(); call != 0 || attempt != 0 {
+		return invalid("retry.WithTimeout and retry.WithAttemptTimeout do not cover the response body: use httpretry.WithTimeout and WithAttemptTimeout")
+	}
+	t.base, t.cfg, t.clock = base, c, probe.Clock()
+	t.attemptVals = attemptValues(probe.MaxAttempts())
 	t.hosts = newHosts(c.maxHosts, t.newHost)
 	// Build one host's state now, so that a bad budget or breaker
 	// configuration is reported here and never by RoundTrip.
-	if _, err := t.newHost(""); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	if c.guards == nil {
+		if _, err := t.newHost(""); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
 	}
-	return t, nil
+	return nil
+}
+
+// ready sets up a zero Transport with the defaults on its first use.
+func (t *Transport) ready() {
+	t.once.Do(func() { _ = t.init(nil, nil) })
 }
 
 // NewClient returns an [http.Client] whose Transport is a [Transport] over
@@ -95,61 +120,126 @@ func NewClient(opts ...Option) (*http.Client, error) {
 	return &http.Client{Transport: t}, nil
 }
 
+// now returns the current time on the policies' clock.
+func (t *Transport) now() time.Time {
+	if t.clock == nil {
+		return time.Now()
+	}
+	return t.clock.Now()
+}
+
 // newHost builds the state of one destination host: its budget, its
-// breaker, and the two policies that share them.
+// breaker, and the policy that uses them.
 func (t *Transport) newHost(name string) (*host, error) {
 	c := &t.cfg
-	opts := []retry.Option{
-		retry.WithBackoff(c.backoff),
-		retry.WithMaxRetryAfter(c.maxRetryAfter),
-		retry.WithClassifier(classify),
-		retry.WithClock(c.clock),
-	}
-	_, realClock := c.clock.(retry.SystemClock) // then nil Now: time.Now, one call less
 	var logger *slog.Logger
 	if c.logger != nil {
 		logger = c.logger.With(slog.String("host", name))
-		opts = append(opts, retry.WithLogger(logger))
 	}
-	if c.budget != nil {
-		cfg := *c.budget
-		if cfg.Now == nil && !realClock {
-			cfg.Now = c.clock.Now
+	var g Guards
+	if c.guards != nil {
+		var err error
+		if g, err = c.guards(name); err != nil {
+			return nil, fmt.Errorf("httpretry: guards for host %q: %w", name, err)
 		}
-		b, err := budget.New(cfg)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, retry.WithBudget(b))
-	}
-	if c.breaker != nil {
-		cfg := *c.breaker
-		if cfg.Now == nil && !realClock {
-			cfg.Now = c.clock.Now
-		}
-		if cfg.OnStateChange == nil && logger != nil {
-			cfg.OnStateChange = func(from, to breaker.State) {
-				logger.LogAttrs(context.Background(), slog.LevelWarn, "httpretry: circuit breaker state change",
-					slog.String("from", from.String()), slog.String("to", to.String()))
+	} else {
+		if c.budget != nil {
+			cfg := *c.budget
+			if cfg.Now == nil && t.clock != nil {
+				cfg.Now = t.clock.Now
 			}
+			b, err := budget.New(cfg)
+			if err != nil {
+				return nil, err
+			}
+			g.Budget = b
 		}
-		b, err := breaker.New(cfg)
-		if err != nil {
-			return nil, err
+		if c.breaker != nil {
+			cfg := *c.breaker
+			if cfg.Now == nil && t.clock != nil {
+				cfg.Now = t.clock.Now
+			}
+			cfg.OnStateChange = t.onStateChange(name, logger, cfg.OnStateChange)
+			b, err := breaker.New(cfg)
+			if err != nil {
+				return nil, err
+			}
+			g.Breaker = b
 		}
-		opts = append(opts, retry.WithBreaker(b))
 	}
-	retrying, err := retry.New(append(opts, retry.WithMaxAttempts(c.maxAttempts))...)
+	opts := append(slices.Clip(c.retry),
+		retry.WithClassifier(classify),
+		retry.WithName(name),
+		retry.WithObserver(c.observer),
+		retry.WithLogger(logger),
+		retry.WithBudget(g.Budget),
+		retry.WithBreaker(g.Breaker),
+	)
+	p, err := retry.New(opts...)
 	if err != nil {
 		return nil, err
 	}
-	single := retrying
-	if c.maxAttempts > 1 {
-		if single, err = retry.New(append(opts, retry.WithMaxAttempts(1))...); err != nil {
-			return nil, err
+	return &host{name: name, policy: p, budget: g.Budget, breaker: g.Breaker}, nil
+}
+
+// onStateChange returns the state-change callback of a host's breaker: the
+// configured one, a Warn to the logger and an event to the observer, each
+// with the host.
+func (t *Transport) onStateChange(name string, logger *slog.Logger, user func(from, to breaker.State)) func(from, to breaker.State) {
+	obs := t.cfg.observer
+	if logger == nil && obs == nil {
+		return user
+	}
+	return func(from, to breaker.State) {
+		if logger != nil {
+			logger.LogAttrs(context.Background(), slog.LevelWarn, "httpretry: circuit breaker state change",
+				slog.String("from", from.String()), slog.String("to", to.String()))
+		}
+		if obs != nil {
+			obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: name, From: from.String(), To: to.String()})
+		}
+		if user != nil {
+			user(from, to)
 		}
 	}
-	return &host{retrying: retrying, single: single}, nil
+}
+
+// HostState is a destination host's guards as a [Transport] holds them.
+type HostState struct {
+	// Host is the destination host, lower-cased.
+	Host string
+	// Budget is the host's retry budget window, if the host has a budget
+	// that reports one (a [*budget.Budget] does); HasBudget says so.
+	Budget    budget.Stats
+	HasBudget bool
+	// Breaker is the host's circuit breaker, if it has one; HasBreaker
+	// says so.
+	Breaker    breaker.Snapshot
+	HasBreaker bool
+}
+
+// Hosts returns the state of every destination host the transport holds,
+// sorted by host. It is safe to call at any time; each host's figures are
+// read one after another, not as one atomic snapshot.
+func (t *Transport) Hosts() []HostState {
+	t.ready()
+	hs := t.hosts.all()
+	out := make([]HostState, 0, len(hs))
+	for _, h := range hs {
+		if h.name == "" && t.cfg.guards == nil {
+			continue // the host built to validate the configuration
+		}
+		s := HostState{Host: h.name}
+		if st, ok := h.budget.(interface{ Stats() budget.Stats }); ok {
+			s.Budget, s.HasBudget = st.Stats(), true
+		}
+		if h.breaker != nil {
+			s.Breaker, s.HasBreaker = h.breaker.Snapshot(), true
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b HostState) int { return strings.Compare(a.Host, b.Host) })
+	return out
 }
 
 // idempotentMethod reports whether method is idempotent per RFC 9110: GET,
@@ -162,35 +252,47 @@ func idempotentMethod(method string) bool {
 	return false
 }
 
-// hasIdempotencyKey reports whether h carries an idempotency key, in the
-// draft's field or the older X- form net/http also knows.
-func hasIdempotencyKey(h http.Header) bool {
-	return len(h[idempotency.Header]) > 0 || len(h["X-Idempotency-Key"]) > 0
+// xKeyHeader is the older form of the idempotency key field, which
+// net/http also knows.
+const xKeyHeader = "X-Idempotency-Key"
+
+// requestKey returns the idempotency key h carries (in the draft's field or
+// the older X- form), "" if none: an empty or blank value is not a key.
+func requestKey(h http.Header) string {
+	for _, name := range [...]string{idempotency.Header, xKeyHeader} {
+		if vs := h[name]; len(vs) > 0 {
+			if v := strings.TrimSpace(vs[0]); v != "" {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
-// classify is the transport's classifier: retryable statuses (the op only
-// returns those, or marks them Permanent), and the loop's default rules
-// for errors, plus io.EOF: a connection closed before any response byte
-// arrived (the request may not have been processed, and it is only retried
-// when it is safe to repeat anyway).
+// classify is the transport's classifier: the op returns a *StatusError
+// only for retryable statuses (anything else is marked), and the HTTP rules
+// for errors without a response.
 func classify(err error) bool {
-	if _, ok := err.(*retry.StatusError); ok {
-		return true // the op returns only retryable statuses (and 500s it may retry)
+	if _, ok := err.(*StatusError); ok {
+		return true
 	}
-	return retry.IsRetryable(err) || errors.Is(err, io.EOF)
+	return IsRetryable(err)
 }
 
 // RoundTrip sends req, retrying as the package documentation describes, and
 // returns the response of the last attempt, or an error if it has none.
 //
 // When it gives up on a retryable status it returns that last response
-// with a nil error, marked with [GaveUpHeader]; the bodies of earlier failed attempts
-// are drained (up to 64 KiB) and closed. When the last attempt failed
-// without a response, the error is a [*retry.Error] saying why it stopped
-// (errors.Is with retry.ErrAttemptsExhausted, retry.ErrDeadline, ...) and
-// wrapping the cause. RoundTrip never modifies req and always closes its
-// body. It is safe for concurrent use.
+// with a nil error, marked with [GaveUpHeader]; the bodies of earlier
+// failed attempts are drained (up to 64 KiB, for at most 50 ms) and closed.
+// When it gives up without a response, the error is a [*retry.Error] saying
+// why it stopped (errors.Is with retry.AttemptsExhausted, retry.Deadline,
+// retry.CircuitOpen, ...) and wrapping the cause. With [WithFallback], a
+// request the host's failure defeated gets the fallback's answer instead.
+// RoundTrip never modifies req and always closes its body. It is safe for
+// concurrent use.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.ready()
 	if req == nil {
 		return nil, errors.New("httpretry: nil request")
 	}
@@ -220,6 +322,7 @@ type call struct {
 	src *http.Request // what attempts copy: req, or the request refresh returned
 
 	key        []string // Idempotency-Key value made by the transport; nil if none
+	hasKey     bool     // the request carries a key, its own or the transport's
 	idempotent bool     // the method is idempotent: a 500 may be retried once
 	retryable  bool     // failures may be retried at all
 	replayable bool     // the body can be sent again
@@ -240,10 +343,10 @@ type call struct {
 func (c *call) run(h *host) (*http.Response, error) {
 	req, cfg := c.req, &c.t.cfg
 	c.idempotent = idempotentMethod(req.Method)
-	hasKey := hasIdempotencyKey(req.Header)
-	if !c.idempotent && !hasKey && cfg.autoKey {
+	c.hasKey = requestKey(req.Header) != ""
+	if !c.idempotent && !c.hasKey && cfg.autoKey {
 		c.key = []string{idempotency.NewKey()}
-		hasKey = true
+		c.hasKey = true
 	}
 	c.replayable = true
 	if req.Body != nil && req.Body != http.NoBody {
@@ -265,28 +368,22 @@ func (c *call) run(h *host) (*http.Response, error) {
 			}
 		}
 	}
-	c.retryable = (c.idempotent || hasKey) && c.replayable
+	c.retryable = (c.idempotent || c.hasKey) && c.replayable
 
 	ctx := req.Context()
 	if cfg.timeout > 0 {
 		ctx, c.cancel = context.WithTimeout(ctx, cfg.timeout)
 	}
-	p := h.retrying
-	if !c.retryable {
-		p = h.single
-	}
-	resp, err := retry.DoValue(ctx, p, c.attempt)
+	resp, err := retry.DoValue(ctx, h.policy, c.attempt)
+	re, _ := err.(*retry.Error)
 	if resp != nil && resp == c.cur {
-		re, isRetryErr := err.(*retry.Error)
 		switch {
 		case err == nil:
-			return c.giveBack(resp, 0, 0), nil
-		case isRetryErr && re.Reason != retry.Canceled:
-			reason := re.Reason
-			if reason == retry.AttemptsExhausted && !c.retryable {
-				reason = retry.NotRetryable // no retry was allowed, none was exhausted
+			return c.giveBack(resp, nil), nil
+		case re != nil && re.Reason != retry.Canceled:
+			if cfg.fallback == nil || !fallsBack(re.Reason) {
+				return c.giveBack(resp, re), nil
 			}
-			return c.giveBack(resp, reason, re.Attempts), nil
 		}
 	}
 	c.discardCur()
@@ -296,25 +393,39 @@ func (c *call) run(h *host) (*http.Response, error) {
 	if c.cancel != nil {
 		c.cancel()
 	}
-	if re, ok := err.(*retry.Error); ok && re.Reason == retry.AttemptsExhausted && !c.retryable {
-		re.Reason = retry.NotRetryable // no retry was allowed, none was exhausted
+	if re != nil && cfg.fallback != nil && fallsBack(re.Reason) {
+		return cfg.fallback(req, re)
+	}
+	if c.key != nil {
+		return nil, &keyError{err: err, key: c.key[0]}
 	}
 	return nil, err
 }
 
+// fallsBack reports whether a give-up for reason r gets the fallback: the
+// host's failure defeated the request (not the request's own answer, not the
+// caller's cancel).
+func fallsBack(r retry.Reason) bool {
+	switch r {
+	case retry.AttemptsExhausted, retry.Deadline, retry.BudgetExhausted, retry.CircuitOpen:
+		return true
+	}
+	return false
+}
+
 // giveBack hands resp, the last attempt's response, to the caller: marked
-// with GaveUpHeader if the transport gave up on it (reason not 0), and with
+// with GaveUpHeader if the transport gave up on it (re not nil), and with
 // a body that releases the contexts made for the call when closed.
-func (c *call) giveBack(resp *http.Response, reason retry.Reason, attempts int) *http.Response {
+func (c *call) giveBack(resp *http.Response, re *retry.Error) *http.Response {
 	c.cur = nil
 	if c.owned != nil {
 		_ = c.owned.Close()
 	}
-	if reason != 0 {
+	if re != nil {
 		if resp.Header == nil {
 			resp.Header = make(http.Header)
 		}
-		resp.Header[GaveUpHeader] = []string{gaveUpValue(reason, attempts)}
+		resp.Header[GaveUpHeader] = []string{gaveUpValue(re)}
 	}
 	if resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		// A 101's body is the connection itself (an io.ReadWriteCloser);
@@ -348,6 +459,11 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	c.discardCur()
 	resp, err := c.send(ctx, n)
 	if err != nil {
+		if !c.retryable && IsRetryable(err) {
+			// A failure of the host, but the request may not be sent
+			// again: the breaker still hears of it.
+			return nil, retry.PermanentFailure(err)
+		}
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusUnauthorized && c.t.cfg.refresh != nil && !c.refreshed && c.replayable {
@@ -365,49 +481,62 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		}
 	}
 	code := resp.StatusCode
-	if !retry.IsRetryableStatus(code) && code != http.StatusInternalServerError {
+	inProgress := code == http.StatusConflict && c.hasKey && len(resp.Header["Retry-After"]) > 0
+	if !IsRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
 	// The attempt's answer, for the loop: the status, and Retry-After on
-	// 429 and 503 (the loop's floor on the next sleep).
-	se := &retry.StatusError{Code: code}
-	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+	// 429, 503 and 409 (the loop's floor on the next sleep).
+	se := &StatusError{Code: code}
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || inProgress {
 		if v := resp.Header["Retry-After"]; len(v) > 0 {
-			se.After, _ = ParseRetryAfter(v[0], c.t.cfg.clock.Now())
+			se.After, _ = ParseRetryAfter(v[0], c.t.now())
 		}
 	}
-	if code == http.StatusInternalServerError {
-		// At most one retry, and only for an idempotent method (a
-		// request that may not be retried at all runs on a one-attempt
-		// policy, so its 500 still counts as a failure for the breaker).
+	switch {
+	case !c.retryable:
+		return resp, retry.PermanentFailure(se)
+	case code == http.StatusInternalServerError:
+		// At most one retry, and only for an idempotent method.
 		again := c.idempotent && !c.got500
 		c.got500 = true
-		if !again && c.retryable {
-			return resp, retry.Final(se)
+		if !again {
+			return resp, retry.PermanentFailure(se)
 		}
 	}
 	if dontRetry(resp.Header) {
-		return resp, retry.Final(se)
+		return resp, retry.PermanentFailure(se)
 	}
 	return resp, se
 }
 
 // send makes one request to the base transport and records the response as
-// the current one.
+// the current one. The first attempt of a request that needs nothing added
+// (no key of the transport's, no context of its own, no buffered body) is
+// the caller's request itself: no copy, no header map.
 func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
+	cfg := &c.t.cfg
+	// The caller's request can go as it is when this is its first send,
+	// with its own body, header and context (the attempt runs on the
+	// request's context unless the transport or an observer made one).
+	asIs := n == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.data == nil && c.once == nil &&
+		cfg.timeout == 0 && cfg.attemptTimeout == 0 && cfg.observer == nil
 	b, err := c.body()
 	if err != nil {
 		return nil, retry.Permanent(fmt.Errorf("httpretry: rewind request body: %w", err))
 	}
 	var cancel context.CancelFunc
-	if d := c.t.cfg.attemptTimeout; d > 0 {
+	if d := cfg.attemptTimeout; d > 0 {
 		ctx, cancel = context.WithTimeout(ctx, d)
 	}
-	r := c.src.WithContext(ctx) // the shallow copy this attempt may change
-	r.Header = c.header(n)
-	r.Body = b
-	if data := c.data; data != nil {
-		r.GetBody = func() (io.ReadCloser, error) { return bytesBody(data), nil }
+	r := c.req
+	if !asIs {
+		r = c.src.WithContext(ctx) // the shallow copy this attempt may change
+		r.Header = c.header(n)
+		r.Body = b
+		if data := c.data; data != nil {
+			r.GetBody = func() (io.ReadCloser, error) { return bytesBody(data), nil }
+		}
 	}
 	c.sends++
 	resp, err := c.t.base.RoundTrip(r)
@@ -445,15 +574,19 @@ func (c *call) body() (io.ReadCloser, error) {
 }
 
 // header returns the header of attempt n: the source request's fields
-// (their values shared, never modified), the attempt number and the
-// transport's idempotency key, if any.
+// (their values shared, never modified), the attempt number from the second
+// attempt on, and the transport's idempotency key, if any.
 func (c *call) header(n int) http.Header {
 	src := c.src.Header
 	h := make(http.Header, len(src)+2)
 	for k, v := range src {
 		h[k] = v
 	}
-	h[AttemptHeader] = c.t.attemptVals[n-1]
+	if n > 1 {
+		h[AttemptHeader] = c.t.attemptVals[n-1]
+	} else {
+		delete(h, AttemptHeader) // a first attempt carries none
+	}
 	if c.key != nil {
 		h[idempotency.Header] = c.key
 	}
@@ -475,4 +608,33 @@ func (c *call) refresh() (*http.Request, error) {
 		return nil, fmt.Errorf("httpretry: refresh credentials after 401: %w", err)
 	}
 	return nr, nil
+}
+
+// keyError is a RoundTrip error of a request whose idempotency key the
+// transport made: [Key] reads the key back.
+type keyError struct {
+	err error
+	key string
+}
+
+func (e *keyError) Error() string { return e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
+// Key returns the idempotency key a request was sent with, from what its
+// RoundTrip (or [http.Client.Do]) returned: the key of resp's request, or
+// the key the transport made for a request that ended in err
+// ([WithAutoIdempotencyKey]). It returns "" if there is none. A caller that
+// must know a key before the request is sent sets the Idempotency-Key
+// header itself (see idempotency.NewKey).
+func Key(resp *http.Response, err error) string {
+	if resp != nil && resp.Request != nil {
+		if k := requestKey(resp.Request.Header); k != "" {
+			return k
+		}
+	}
+	var ke *keyError
+	if errors.As(err, &ke) {
+		return ke.key
+	}
+	return ""
 }

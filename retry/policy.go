@@ -272,3 +272,20 @@ func (p *Policy) MaxAttempts() int {
 	}
 	return p.maxAttempts
 }
+
+// Timeouts returns the policy's own overall timeout ([WithTimeout]) and
+// per-attempt timeout ([WithAttemptTimeout]); 0 means none.
+func (p *Policy) Timeouts() (call, attempt time.Duration) {
+	if p == nil {
+		p = defaultPolicy
+	}
+	return p.timeout, p.attemptTimeout
+}
+
+// Clock returns the clock set with [WithClock], or nil for the system clock.
+func (p *Policy) Clock() Clock {
+	if p == nil || p.realClock {
+		return nil
+	}
+	return p.clock
+}

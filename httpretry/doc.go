@@ -1,0 +1,74 @@
+// Package httpretry applies stormguard's retry rules to HTTP: a
+// [Transport] (an [http.RoundTripper]) and [NewClient] that retry what is
+// worth retrying, per destination host, behind a retry budget and a
+// circuit breaker, and the header helpers that keep retries to one layer.
+//
+//	client, err := httpretry.NewClient(httpretry.WithTimeout(10 * time.Second))
+//	...
+//	resp, err := client.Get(url) // 503, 503, 200: the caller sees the 200
+//
+// What is retried (the rest is returned at once):
+//
+//	| outcome                                     | retried?                                   |
+//	| ------------------------------------------- | ------------------------------------------ |
+//	| timeout, reset, refused, closed connection  | yes, if the request is safe to repeat      |
+//	| any transport error before a response       | yes, same condition (not DNS "no such      |
+//	|                                             | host", TLS certificate errors, bad URLs)   |
+//	| 408, 429, 502, 503, 504                     | yes, same condition; 429/503 Retry-After   |
+//	| 409 with Retry-After, for a keyed request   | yes: the key's first request still runs    |
+//	| 500                                         | once, and only for an idempotent method    |
+//	| 401                                         | no; optional credential refresh and resend |
+//	| other 4xx, 1xx, 2xx, 3xx                    | no                                         |
+//	| any response with "Stormguard-Retry: no"    | no                                         |
+//
+// A request is safe to repeat when its method is idempotent (GET, HEAD,
+// OPTIONS, TRACE, PUT, DELETE) or it carries a non-empty Idempotency-Key (or
+// X-Idempotency-Key; [WithAutoIdempotencyKey] adds one, once per request,
+// reused on every attempt; [Key] tells the caller which), and its body can
+// be sent again: a body with GetBody (as [http.NewRequest] sets for
+// in-memory bodies) is replayed through it; a body without one is sent once,
+// or buffered up to a bound with [WithBufferBodies]. A POST without a key
+// gets exactly one attempt.
+//
+// Delays: full-jitter backoff by default; a Retry-After on 429, 503 and an
+// in-progress 409 (delay-seconds or any of the three HTTP-date forms, see
+// [ParseRetryAfter]) is a floor, spread by up to half of it again so that
+// clients told the same do not return in step (retry.WithExactRetryAfter
+// through [WithRetry] turns the spread off). If the wait would end past the
+// deadline ([WithTimeout], or the request context's) or exceeds the maximum
+// (retry.WithMaxRetryAfter, 1 minute by default), the transport gives up at
+// once and returns that response.
+//
+// Giving up: on a retryable status the caller gets the last response with
+// a nil error, so it can read the status and body; the transport marks it
+// with [GaveUpHeader] ("Stormguard-Gave-Up: attempts-exhausted;attempts=3",
+// read with [GaveUp]); on a network error, or a call the breaker or the
+// budget refused before any response, a [*retry.Error] that says why it
+// stopped and wraps the cause. [WithFallback] serves a response of the
+// caller's instead (cached data). Bodies of discarded responses are drained
+// (up to 64 KiB, for at most 50 ms) and closed so their connections are
+// reused; the connection pool is never closed.
+//
+// Each destination host (URL.Host) gets its own retry budget and circuit
+// breaker, kept in a bounded table ([WithMaxHosts]); [Transport.Hosts]
+// reads their state. A request that meets an open breaker waits for it when
+// its deadline allows (see retry.WithBreaker): nothing is sent while the
+// breaker is open but a few probes, and the calls that waited are released
+// at a pace the host can serve once it is back.
+//
+// One layer retries: every retry carries [AttemptHeader]
+// ("Stormguard-Attempt: 2", 3, ...; a request without it is a first
+// attempt; servers read it with [AttemptFromRequest]). A response with
+// [RetryHeader] ("Stormguard-Retry: no") is never retried, and a handler
+// whose own retries to a dependency stopped sends that signal upward with
+// [PushBack]:
+//
+//	resp, err := client.Do(req.WithContext(r.Context()))
+//	if httpretry.PushBack(w, resp, err) { // 503 + Stormguard-Retry: no
+//		return
+//	}
+//
+// The transport is silent unless given a logger ([WithLogger]: one Warn per
+// breaker state change, per-call records at Debug) or an observer
+// ([WithObserver]); time comes from the retry policy's clock.
+package httpretry
