@@ -207,9 +207,9 @@ func (c *Controller) setup(eff Config) error {
 	if now == nil {
 		now = clock.Monotonic()
 	}
-	b, err := budget.New(budget.Config{
-		Ratio:        orNone(eff.RetryRatio),
-		MinPerSecond: orNone(eff.MinRetriesPerSecond),
+	b, err := budget.New(budget.Config{ // negative means none there too
+		Ratio:        eff.RetryRatio,
+		MinPerSecond: eff.MinRetriesPerSecond,
 		Window:       eff.Window,
 		Slices:       eff.Slices,
 		Now:          now,
@@ -234,18 +234,6 @@ func (c *Controller) setup(eff Config) error {
 	c.rnd = eff.Rand
 	c.http = newHTTPValues(eff.RetryAfterBase + c.raSpread)
 	return nil
-}
-
-// orNone returns v, or for a negative v (none) the smallest positive
-// float64. That is 0 in effect: times any count a window can hold it stays
-// far below one retry, and added to a positive limit it rounds away. Unlike
-// 0 it cannot be mistaken for an unset field of budget.Config, where zero
-// fields may take budget's defaults.
-func orNone(v float64) float64 {
-	if v < 0 {
-		return math.SmallestNonzeroFloat64
-	}
-	return v
 }
 
 // Config returns the configuration in force: the one given to [New] with
