@@ -265,7 +265,8 @@ func (c *Controller) Config() Config {
 // refused for lack of a slot still counts as a retry in the window.
 //
 // Acquire is safe for concurrent use. Without queueing it takes no lock
-// and allocates nothing; a request that queues allocates its waiter.
+// and allocates nothing; a request that queues allocates its waiter, its
+// place in the queue and a timer (a few hundred bytes).
 func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision) {
 	c.init()
 	if attempt < 1 {
