@@ -43,11 +43,11 @@ var guards = []guard{
 	{"stormguard", true, func(tb testing.TB) func(op func() error) error {
 		// retry.Policy with a budget.Budget and a breaker.Breaker, all
 		// built once and shared.
-		bud, err := budget.New(budget.DefaultConfig())
+		bud, err := budget.New(budget.Config{})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		brk, err := breaker.New(breaker.DefaultConfig())
+		brk, err := breaker.New(breaker.Config{OpenFor: openPeriod})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -63,7 +63,7 @@ var guards = []guard{
 	}},
 	{"stormguard-breaker", false, func(tb testing.TB) func(op func() error) error {
 		// The breaker alone, as gobreaker is used.
-		brk, err := breaker.New(breaker.DefaultConfig())
+		brk, err := breaker.New(breaker.Config{OpenFor: openPeriod})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -29,9 +29,6 @@ type httpSetup struct {
 
 var httpSetups = []httpSetup{
 	{"bare", func(base *http.Transport) http.RoundTripper { return base }},
-	// bare, sending the same bytes as httpretry: the request carries the
-	// attempt header, so the server's cost of parsing it is the same.
-	{"bare+attempt-header", func(base *http.Transport) http.RoundTripper { return withAttemptHeader{base} }},
 	{"httpretry", func(base *http.Transport) http.RoundTripper {
 		t, err := httpretry.NewTransport(base)
 		if err != nil {
@@ -48,22 +45,6 @@ var httpSetups = []httpSetup{
 		c.RetryWaitMin, c.RetryWaitMax = time.Millisecond, 10*time.Millisecond
 		return &retryablehttp.RoundTripper{Client: c}
 	}},
-}
-
-// withAttemptHeader sends requests that already carry the attempt header.
-// It does not clone the request (the header is set before the timing); it
-// is only here to put the same bytes on the wire as httpretry does.
-type withAttemptHeader struct{ base http.RoundTripper }
-
-func (w withAttemptHeader) RoundTrip(r *http.Request) (*http.Response, error) {
-	return w.base.RoundTrip(r)
-}
-
-// prepare sets what a setup needs on the request before the timing.
-func (s httpSetup) prepare(req *http.Request) {
-	if s.name == "bare+attempt-header" {
-		req.Header.Set(httpretry.AttemptHeader, "1")
-	}
 }
 
 func newHTTPServer(tb testing.TB, h http.HandlerFunc) *httptest.Server {
@@ -112,7 +93,7 @@ func TestHTTPSetupsBehave(t *testing.T) {
 			}
 			code := roundTrip(t, rt, req)
 			want, wantN := 200, int32(3)
-			if s.name == "bare" || s.name == "bare+attempt-header" {
+			if s.name == "bare" {
 				want, wantN = 503, 2
 			}
 			if code != want || n.Load() != wantN {
@@ -132,7 +113,6 @@ func BenchmarkHTTPRoundTrip(b *testing.B) {
 			rt := s.rt(base)
 			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 			req.Header.Set("Accept", "text/plain")
-			s.prepare(req)
 			roundTrip(b, rt, req) // open the connection outside the timing
 			b.ReportAllocs()
 			for b.Loop() {
@@ -155,7 +135,6 @@ func BenchmarkHTTPRoundTripParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 				req.Header.Set("Accept", "text/plain")
-				s.prepare(req)
 				for pb.Next() {
 					roundTrip(b, rt, req)
 				}

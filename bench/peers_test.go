@@ -17,8 +17,15 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-// errTransient is the retryable failure every library sees: a 503.
-var errTransient error = &retry.StatusError{Code: 503}
+// transientError is the retryable failure every library sees: a 503 that
+// says it is transient (retry.IsRetryable retries a Temporary error).
+type transientError struct{}
+
+func (transientError) Error() string   { return "HTTP 503" }
+func (transientError) Temporary() bool { return true }
+
+// errTransient is the one failure every library sees.
+var errTransient error = transientError{}
 
 // errTransientMarked is errTransient marked retryable for sethvargo/go-retry,
 // which retries only errors wrapped with RetryableError. It is built once so

@@ -490,7 +490,17 @@ func (b *Breaker) startRound(w uint64, now time.Time) bool {
 // the caller: a closed-state permit would count twice, a probe's second
 // Done as another probe outcome.
 func (b *Breaker) Done(p Permit, success bool) {
-	b.done(p, success, 0)
+	b.done(p, success, 0, time.Time{})
+}
+
+// DoneAt is [Breaker.Done] for an outcome known at time t, for a caller that
+// has read the clock anyway (a retry loop reads it once per call for its
+// budget and its breaker): a closed-state success is counted in t's bucket
+// without reading the breaker's clock. t must come from the breaker's clock
+// (its Config.Now, or the monotonic clock when Now is nil); anything else is
+// read as Done.
+func (b *Breaker) DoneAt(p Permit, success bool, t time.Time) {
+	b.done(p, success, 0, t)
 }
 
 // Fail records a failure of the call p was issued for, like Done(p, false),
@@ -500,17 +510,17 @@ func (b *Breaker) Done(p Permit, success bool) {
 // again so that breakers told the same do not probe in step. retryAfter 0
 // is Done(p, false).
 func (b *Breaker) Fail(p Permit, retryAfter time.Duration) {
-	b.done(p, false, max(retryAfter, 0))
+	b.done(p, false, max(retryAfter, 0), time.Time{})
 }
 
-func (b *Breaker) done(p Permit, success bool, hint time.Duration) {
+func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time) {
 	w := b.state.Load()
 	if genOf(w) != p.gen || p.gen == 0 {
 		return // stale, or the zero Permit
 	}
 	if !p.probe {
 		if stateOf(w) == Closed {
-			b.record(p.gen, success, hint)
+			b.record(p.gen, success, hint, at)
 		}
 		return
 	}
@@ -557,12 +567,16 @@ func (b *Breaker) cancelProbeLocked(p Permit) {
 
 // record counts a closed-state outcome of generation gen and, for a
 // failure, trips the breaker if the window calls for it. A success cannot
-// trip it, so it costs one counter update and no window sum.
-func (b *Breaker) record(gen uint64, success bool, hint time.Duration) {
+// trip it, so it costs one counter update and no window sum; at, if not
+// zero, is the time of a success (the caller read the clock).
+func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.Time) {
 	if b.shared != nil {
 		b.shared.Outcome(success)
 	}
-	now := b.now()
+	now := at
+	if !success || now.IsZero() {
+		now = b.now()
+	}
 	e := b.bucketOf(now, gen)
 	ctr := &b.counts[b.index(e)].succ
 	if !success {

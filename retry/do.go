@@ -51,6 +51,10 @@ import (
 // If ctx has already ended, op is not called and Do returns an *Error with
 // Attempts 0. A nil op makes Do return [ErrNilOperation]. Do is safe for
 // concurrent use.
+func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
+	return p.run(ctx, op)
+}
+
 // DoValue is [Policy.Do] for an operation that returns a value. On success
 // it returns the value of the successful attempt and a nil error. When it
 // gives up it returns the [*Error] together with the value the last
@@ -189,8 +193,14 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 					now = p.clock.Now()
 				}
 			}
+			var at time.Time // the call's one clock reading, if budget and breaker share it
 			if attempt == 1 && p.budget != nil {
-				p.budget.Deposit()
+				if p.oneClock != nil {
+					at = p.now()
+					p.oneClock.DepositAt(at)
+				} else {
+					p.budget.Deposit()
+				}
 			}
 
 			// The attempt, on a context carrying only the time that is left.
@@ -223,7 +233,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 			}
 			if err == nil {
 				if brk != nil {
-					brk.Done(permit, true)
+					brk.DoneAt(permit, true, at)
 				}
 				return nil
 			}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -55,6 +57,12 @@ type config struct {
 	// every attempt and is told its outcome. See guard.go.
 	budget  Budget
 	breaker *breaker.Breaker
+
+	// oneClock is set when the budget and the breaker both run on the
+	// default monotonic clock: the loop then reads it once per call, for
+	// the deposit and the breaker's record of a success, through now.
+	oneClock *budget.Budget
+	now      func() time.Time
 }
 
 // defaultPolicy is what a nil *Policy runs with. It is never modified.
@@ -93,6 +101,9 @@ func New(opts ...Option) (*Policy, error) {
 	}
 	_, c.realClock = c.clock.(systemClock)
 	c.tagger, _ = c.observer.(observe.AttemptTagger)
+	if bb, ok := c.budget.(*budget.Budget); ok && c.breaker != nil && bb.Config().Now == nil && c.breaker.Config().Now == nil {
+		c.oneClock, c.now = bb, clock.Monotonic()
+	}
 	return &Policy{config: c}, nil
 }
 
