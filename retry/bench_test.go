@@ -7,16 +7,9 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
-
-// instantClock sleeps for no time at all: a retry costs only the loop.
-type instantClock struct{}
-
-func (instantClock) Now() time.Time { return time.Time{} }
-func (instantClock) Sleep(ctx context.Context, d time.Duration) error {
-	return ctx.Err()
-}
 
 func succeed(ctx context.Context, attempt int) error { return nil }
 
@@ -125,32 +118,40 @@ func BenchmarkDoParallel(b *testing.B) {
 }
 
 // newGuarded builds a policy with the default budget and breaker attached,
-// on the real clock.
-func newGuarded(t testing.TB) *retry.Policy {
+// on the real clock, and opts.
+func newGuarded(t testing.TB, opts ...retry.Option) *retry.Policy {
 	t.Helper()
-	bud, err := budget.New(budget.DefaultConfig())
+	bud, err := budget.New(budget.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	brk, err := breaker.New(breaker.DefaultConfig())
+	brk, err := breaker.New(breaker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mustNew(t, retry.WithBudget(bud), retry.WithBreaker(brk))
+	return mustNew(t, append([]retry.Option{retry.WithBudget(bud), retry.WithBreaker(brk)}, opts...)...)
 }
 
 // TestSuccessPathAllocsBudgetBreaker proves a budget and a closed breaker
-// add no allocation to the success path.
+// add no allocation to the success path, with or without a parent deadline
+// (with one, a call could wait for an open breaker; a closed one admits at
+// once), and without an observer (WithObserver(nil)) or a name.
 func TestSuccessPathAllocsBudgetBreaker(t *testing.T) {
 	p := newGuarded(t)
+	named := newGuarded(t, retry.WithObserver(nil), retry.WithName("payments"))
+	withDeadline, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
 	fallback := func(ctx context.Context, err *retry.Error) (int, error) { return 0, nil }
 	tests := []struct {
 		name string
 		run  func()
 	}{
 		{"Do", func() { _ = p.Do(context.Background(), succeed) }},
+		{"Do with parent deadline", func() { _ = p.Do(withDeadline, succeed) }},
+		{"Do named, nil observer", func() { _ = named.Do(withDeadline, succeed) }},
 		{"DoValue", func() { _, _ = retry.DoValue(context.Background(), p, succeedValue) }},
 		{"DoFallback", func() { _, _ = retry.DoFallback(context.Background(), p, succeedValue, fallback) }},
+		{"DoFallback with parent deadline", func() { _, _ = retry.DoFallback(withDeadline, p, succeedValue, fallback) }},
 	}
 	for _, tt := range tests {
 		if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
@@ -184,4 +185,44 @@ func BenchmarkDoSuccessBudgetBreakerParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkDoSuccessDeadlineBudgetBreaker: a parent deadline takes the
+// loop's full path (a call could wait for an open breaker); a closed
+// breaker admits at once.
+func BenchmarkDoSuccessDeadlineBudgetBreaker(b *testing.B) {
+	p := newGuarded(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Do(ctx, succeed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDoSuccessObserver shows what an observer costs: two events per
+// successful call.
+func BenchmarkDoSuccessObserver(b *testing.B) {
+	p := mustNew(b, retry.WithObserver(observe.Func(func(context.Context, observe.Event) {})))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Do(ctx, succeed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlanNext measures one decision step after a failed attempt.
+func BenchmarkPlanNext(b *testing.B) {
+	p := mustNew(b, retry.WithMaxAttempts(1<<30))
+	b.ReportAllocs()
+	plan := p.Plan()
+	for b.Loop() {
+		if _, stop := plan.Next(err503, time.Hour); stop != 0 {
+			b.Fatal(stop)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -62,18 +63,25 @@ func TestIsRetryable(t *testing.T) {
 		{"zero hint is no hint", hintErr(0), false},
 		{"negative hint is no hint", hintErr(-time.Second), false},
 
-		{"503", &retry.StatusError{Code: 503}, true},
-		{"429 wrapped", fmt.Errorf("call: %w", &retry.StatusError{Code: 429}), true},
-		{"404", &retry.StatusError{Code: 404}, false},
-		{"404 with a hint", &retry.StatusError{Code: 404, After: time.Second}, false},
-		{"500", &retry.StatusError{Code: 500}, false},
-		{"status 0 is no status", &retry.StatusError{}, false},
-		{"status 0 with hint", &retry.StatusError{After: time.Second}, true},
+		// A hint makes an error retryable whatever else it says (it comes
+		// before Temporary); a caller's error and a cancel do not.
+		{"hint beats Temporary false", &statusErr{Code: 404, After: time.Second}, true},
+		{"Temporary true without a hint", &statusErr{Code: 503}, true},
+		{"Temporary false without a hint", &statusErr{Code: 404}, false},
+		{"canceled beats a hint", errors.Join(context.Canceled, hintErr(time.Second)), false},
+		{"timeout beats Temporary false", errors.Join(tempErr(false), os.ErrDeadlineExceeded), true},
+		{"broken connection beats Temporary false", errors.Join(tempErr(false), io.ErrUnexpectedEOF), true},
+		{"closed network connection", fmt.Errorf("write: %w", net.ErrClosed), true},
+		{"bare unexpected EOF", io.ErrUnexpectedEOF, true},
 
 		{"Permanent deep in chain", fmt.Errorf("x: %w", retry.Permanent(io.ErrUnexpectedEOF)), false},
 		{"joined with a timeout", errors.Join(errors.New("a"), os.ErrDeadlineExceeded), true},
-		{"Permanent wins over 503", retry.Permanent(&retry.StatusError{Code: 503}), false},
-		{"inner retry loop gave up", fmt.Errorf("inner: %w", &retry.Error{Reason: retry.AttemptsExhausted, Attempts: 3, Err: &retry.StatusError{Code: 503}}), false},
+		{"Permanent wins over a hint", retry.Permanent(hintErr(time.Second)), false},
+		{"PermanentFailure wins over a timeout", retry.PermanentFailure(os.ErrDeadlineExceeded), false},
+		{"PermanentFailure deep in chain", fmt.Errorf("x: %w", retry.PermanentFailure(&statusErr{Code: 503})), false},
+		{"inner retry loop gave up", fmt.Errorf("inner: %w", &retry.Error{Reason: retry.AttemptsExhausted, Attempts: 3, Err: &statusErr{Code: 503}}), false},
+		{"inner give-up with a hint", &retry.Error{Reason: retry.Deadline, Attempts: 1, Err: hintErr(time.Second)}, false},
+		{"a bare Reason", retry.AttemptsExhausted, false},
 	}
 	for _, tt := range tests {
 		if got := retry.IsRetryable(tt.err); got != tt.want {
@@ -118,15 +126,6 @@ func TestIsRetryableRealErrors(t *testing.T) {
 	}
 }
 
-func TestIsRetryableStatus(t *testing.T) {
-	for code := 100; code < 600; code++ {
-		want := code == 408 || code == 429 || code == 502 || code == 503 || code == 504
-		if got := retry.IsRetryableStatus(code); got != want {
-			t.Errorf("IsRetryableStatus(%d) = %v, want %v", code, got, want)
-		}
-	}
-}
-
 func TestRetryAfter(t *testing.T) {
 	tests := []struct {
 		err  error
@@ -134,7 +133,11 @@ func TestRetryAfter(t *testing.T) {
 	}{
 		{nil, 0},
 		{errors.New("x"), 0},
-		{&retry.StatusError{Code: 503, After: 2 * time.Second}, 2 * time.Second},
+		{&statusErr{Code: 503, After: 2 * time.Second}, 2 * time.Second},
+		{&statusErr{Code: 503}, 0},
+		{errors.Join(errors.New("x"), hintErr(time.Second)), time.Second},
+		{retry.Permanent(hintErr(time.Second)), time.Second}, // read, though not retried
+		{&breaker.OpenError{State: breaker.Open, Wait: 3 * time.Second}, 3 * time.Second},
 		{fmt.Errorf("wrapped: %w", hintErr(time.Minute)), time.Minute},
 		{hintErr(-time.Second), 0},
 	}

@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -11,49 +12,103 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-func TestReasonString(t *testing.T) {
+// reasons lists every Reason a call can return.
+var reasons = []retry.Reason{retry.NotRetryable, retry.AttemptsExhausted, retry.Deadline,
+	retry.Canceled, retry.BudgetExhausted, retry.CircuitOpen}
+
+func TestReasonText(t *testing.T) {
 	tests := []struct {
-		r    retry.Reason
-		want string
-		err  error
+		r          retry.Reason
+		str, error string
 	}{
-		{retry.NotRetryable, "not retryable", retry.ErrNotRetryable},
-		{retry.AttemptsExhausted, "attempts exhausted", retry.ErrAttemptsExhausted},
-		{retry.Deadline, "deadline", retry.ErrDeadline},
-		{retry.Canceled, "canceled", retry.ErrCanceled},
-		{retry.BudgetExhausted, "budget exhausted", retry.ErrBudgetExhausted},
-		{retry.CircuitOpen, "circuit open", retry.ErrCircuitOpen},
-		{0, "Reason(0)", nil},
-		{200, "Reason(200)", nil},
+		{retry.NotRetryable, "not retryable", "retry: not retryable"},
+		{retry.AttemptsExhausted, "attempts exhausted", "retry: attempts exhausted"},
+		{retry.Deadline, "deadline", "retry: deadline"},
+		{retry.Canceled, "canceled", "retry: canceled"},
+		{retry.BudgetExhausted, "budget exhausted", "retry: budget exhausted"},
+		{retry.CircuitOpen, "circuit open", "retry: circuit open"},
+		{0, "Reason(0)", "retry: Reason(0)"},
+		{200, "Reason(200)", "retry: Reason(200)"},
 	}
 	for _, tt := range tests {
-		if got := tt.r.String(); got != tt.want {
-			t.Errorf("Reason(%d).String() = %q, want %q", uint8(tt.r), got, tt.want)
+		if got := tt.r.String(); got != tt.str {
+			t.Errorf("Reason(%d).String() = %q, want %q", uint8(tt.r), got, tt.str)
 		}
-		if got := tt.r.Err(); got != tt.err {
-			t.Errorf("Reason(%d).Err() = %v, want %v", uint8(tt.r), got, tt.err)
+		if got := tt.r.Error(); got != tt.error {
+			t.Errorf("Reason(%d).Error() = %q, want %q", uint8(tt.r), got, tt.error)
 		}
+	}
+	if len(tests)-2 != len(reasons) {
+		t.Errorf("%d reasons listed, the table covers %d", len(reasons), len(tests)-2)
 	}
 }
 
-func TestErrorUnwrap(t *testing.T) {
-	sentinels := []error{retry.ErrNotRetryable, retry.ErrAttemptsExhausted, retry.ErrDeadline,
-		retry.ErrCanceled, retry.ErrBudgetExhausted, retry.ErrCircuitOpen}
-	for r := retry.NotRetryable; r <= retry.CircuitOpen; r++ {
-		err := error(&retry.Error{Reason: r, Attempts: 2, Err: io.ErrUnexpectedEOF})
-		for _, s := range sentinels {
-			if got, want := errors.Is(err, s), s == r.Err(); got != want {
-				t.Errorf("errors.Is(Error{%v}, %v) = %v, want %v", r, s, got, want)
+// TestReasonIs: a Reason is an error that errors.Is matches to itself only,
+// and to the context error it stands for (Canceled: context.Canceled,
+// Deadline: context.DeadlineExceeded), alone or inside an *Error.
+func TestReasonIs(t *testing.T) {
+	for _, r := range reasons {
+		wrapped := fmt.Errorf("charge: %w", &retry.Error{Reason: r, Attempts: 2, Err: io.ErrUnexpectedEOF})
+		for _, err := range []error{r, wrapped} {
+			for _, other := range reasons {
+				if got, want := errors.Is(err, other), other == r; got != want {
+					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, other, got, want)
+				}
+			}
+			if got, want := errors.Is(err, context.Canceled), r == retry.Canceled; got != want {
+				t.Errorf("errors.Is(%v, context.Canceled) = %v, want %v", err, got, want)
+			}
+			if got, want := errors.Is(err, context.DeadlineExceeded), r == retry.Deadline; got != want {
+				t.Errorf("errors.Is(%v, context.DeadlineExceeded) = %v, want %v", err, got, want)
 			}
 		}
-		if !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !errors.Is(wrapped, io.ErrUnexpectedEOF) {
 			t.Errorf("errors.Is(Error{%v}, last error) = false", r)
 		}
-		if got, want := errors.Is(err, context.Canceled), r == retry.Canceled; got != want {
-			t.Errorf("errors.Is(Error{%v}, context.Canceled) = %v, want %v", r, got, want)
+		var got retry.Reason
+		if !errors.As(wrapped, &got) || got != r {
+			t.Errorf("errors.As(Error{%v}, *Reason) = %v, want %v", r, got, r)
 		}
-		if got, want := errors.Is(err, context.DeadlineExceeded), r == retry.Deadline; got != want {
-			t.Errorf("errors.Is(Error{%v}, context.DeadlineExceeded) = %v, want %v", r, got, want)
+	}
+	// The Reason is not an error of its own kind: a last error that is a
+	// context error still matches, whatever the reason.
+	err := &retry.Error{Reason: retry.NotRetryable, Attempts: 1, Err: context.DeadlineExceeded}
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, retry.Deadline) {
+		t.Errorf("Error{not retryable, Err DeadlineExceeded}: want DeadlineExceeded (the last error) and not Reason Deadline")
+	}
+	// An unknown Reason is not unwrapped from an *Error.
+	if err := (&retry.Error{Reason: 0, Err: io.EOF}); errors.Is(err, retry.Reason(0)) || !errors.Is(err, io.EOF) {
+		t.Errorf("Error{Reason 0}: errors.Is(Reason(0)) = true or the last error lost")
+	}
+}
+
+// TestReasonFromDo: the Reason of a real give-up matches with errors.Is and
+// maps to the context's error for cancels and deadlines.
+func TestReasonFromDo(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	p := mustNew(t, retry.WithClock(instantClock{}))
+	tests := []struct {
+		ctx    context.Context
+		errs   []error
+		reason retry.Reason
+		ctxErr error // also matched, nil: neither context error
+	}{
+		{context.Background(), []error{err404}, retry.NotRetryable, nil},
+		{context.Background(), []error{err503, err503, err503}, retry.AttemptsExhausted, nil},
+		{canceled, nil, retry.Canceled, context.Canceled},
+		{expired, nil, retry.Deadline, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		calls := 0
+		err := p.Do(tt.ctx, script(&calls, tt.errs...))
+		checkStop(t, err, tt.reason, len(tt.errs))
+		for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
+			if got, want := errors.Is(err, ce), ce == tt.ctxErr; got != want {
+				t.Errorf("errors.Is(%v, %v) = %v, want %v", err, ce, got, want)
+			}
 		}
 	}
 }
@@ -63,11 +118,11 @@ func TestErrorMessage(t *testing.T) {
 		err  *retry.Error
 		want string
 	}{
-		{&retry.Error{Reason: retry.AttemptsExhausted, Attempts: 3, Err: &retry.StatusError{Code: 503}},
+		{&retry.Error{Reason: retry.AttemptsExhausted, Attempts: 3, Err: &statusErr{Code: 503}},
 			"retry: attempts exhausted after 3 attempts: HTTP 503"},
-		{&retry.Error{Reason: retry.NotRetryable, Attempts: 1, Err: &retry.StatusError{Code: 404}},
+		{&retry.Error{Reason: retry.NotRetryable, Attempts: 1, Err: &statusErr{Code: 404}},
 			"retry: not retryable after 1 attempt: HTTP 404"},
-		{&retry.Error{Reason: retry.Deadline, Attempts: 2, Delay: 1200 * time.Millisecond, Err: &retry.StatusError{Code: 503, After: time.Second}},
+		{&retry.Error{Reason: retry.Deadline, Attempts: 2, Delay: 1200 * time.Millisecond, Err: &statusErr{Code: 503, After: time.Second}},
 			"retry: deadline after 2 attempts (next sleep 1.2s would end past the deadline): HTTP 503 (retry after 1s)"},
 		{&retry.Error{Reason: retry.Canceled}, "retry: canceled after 0 attempts"},
 	}
@@ -78,29 +133,10 @@ func TestErrorMessage(t *testing.T) {
 	}
 }
 
-func TestSentinelMessages(t *testing.T) {
-	tests := []struct {
-		err  error
-		want string
-	}{
-		{retry.ErrNotRetryable, "retry: not retryable"},
-		{retry.ErrAttemptsExhausted, "retry: attempts exhausted"},
-		{retry.ErrDeadline, "retry: deadline"},
-		{retry.ErrCanceled, "retry: canceled"},
-		{retry.ErrBudgetExhausted, "retry: budget exhausted"},
-		{retry.ErrCircuitOpen, "retry: circuit open"},
-	}
-	for _, tt := range tests {
-		if got := tt.err.Error(); got != tt.want {
-			t.Errorf("%v.Error() = %q, want %q", tt.err, got, tt.want)
-		}
-	}
-}
-
 func TestPermanentWrapping(t *testing.T) {
-	base := &retry.StatusError{Code: 409}
+	base := &statusErr{Code: 409}
 	err := retry.Permanent(base)
-	var se *retry.StatusError
+	var se *statusErr
 	if !errors.Is(err, base) || !errors.As(err, &se) || se != base {
 		t.Errorf("Permanent(%v): errors.Is/As do not reach the wrapped error", base)
 	}
@@ -114,9 +150,6 @@ func TestLogValues(t *testing.T) {
 		v    interface{ LogValue() slog.Value }
 		want string
 	}{
-		{retry.RetryEvent{Attempt: 2, Delay: time.Second, Err: io.EOF}, "[attempt=2 delay=1s error=EOF]"},
-		{retry.RetryEvent{Attempt: 1, Delay: 2 * time.Second, RetryAfter: 2 * time.Second, Err: io.EOF},
-			"[attempt=1 delay=2s retry_after=2s error=EOF]"},
 		{&retry.Error{Reason: retry.AttemptsExhausted, Attempts: 3, Err: io.EOF}, "[reason=attempts exhausted attempts=3 error=EOF]"},
 		{&retry.Error{Reason: retry.Deadline, Attempts: 1, Delay: time.Minute, Err: io.EOF}, "[reason=deadline attempts=1 delay=1m0s error=EOF]"},
 	}

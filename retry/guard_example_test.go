@@ -16,20 +16,23 @@ import (
 // not a dependency failure), then 503s: after the second 503 the window
 // holds 2 failures in 4 calls, the breaker opens, and the loop stops
 // without a third attempt; the fallback serves the cache. The next call is
-// rejected without calling the service at all. Once the open period is
+// rejected without calling the service at all (these calls have no
+// deadline, so they do not wait for the breaker). Once the open period is
 // over, one probe goes through and closes the breaker.
 func ExampleDoFallback() {
 	clock := newRecordingClock() // fake time for the breaker, budget and loop
-	bc := breaker.DefaultConfig()
-	bc.MinCalls, bc.Probes, bc.Now = 1, 1, clock.Now
-	brk, err := breaker.New(bc)
+	brk, err := breaker.New(breaker.Config{
+		MinCalls: 1,
+		Probes:   1,
+		Now:      clock.Now,
+		Rand:     func() float64 { return 0.5 }, // no jitter: open for exactly OpenFor (1 s)
+	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	gc := budget.DefaultConfig()
-	gc.Now = clock.Now
-	bud, err := budget.New(gc)
+	bud, err := budget.New(budget.Config{Now: clock.Now}) // the defaults: 10% + 1/s
+
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -47,7 +50,7 @@ func ExampleDoFallback() {
 			func(ctx context.Context, attempt int) (string, error) {
 				calls++
 				if status != 200 {
-					return "", &retry.StatusError{Code: status}
+					return "", &statusErr{Code: status}
 				}
 				return "2.60", nil
 			},
@@ -83,8 +86,9 @@ func ExampleDoFallback() {
 
 // A retry budget shared by every call: it allows 0.5 retries per call plus
 // 1.5 per 10 s window, so the first failing call may retry twice and the
-// second may not retry at all. Once the window's retries are spent, a failing call stops at once with the dependency's own last error
-// (Reason BudgetExhausted) instead of adding load.
+// second may not retry at all. Once the window's retries are spent, a
+// failing call stops at once with the dependency's own last error (Reason
+// BudgetExhausted) instead of adding load.
 func ExampleWithBudget() {
 	clock := newRecordingClock()
 	bud, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.15, Window: 10 * time.Second, Slices: 10, Now: clock.Now})
@@ -97,7 +101,7 @@ func ExampleWithBudget() {
 		fmt.Println(err)
 		return
 	}
-	down := func(ctx context.Context, attempt int) error { return &retry.StatusError{Code: 503} }
+	down := func(ctx context.Context, attempt int) error { return &statusErr{Code: 503} }
 	for range 2 {
 		fmt.Println(p.Do(context.Background(), down))
 	}

@@ -14,12 +14,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
-
-var err404 = &retry.StatusError{Code: 404}
 
 // countingBudget wraps a retry.Budget and counts what the loop asks of it.
 type countingBudget struct {
@@ -39,11 +39,19 @@ func (b *countingBudget) Withdraw() bool {
 	return ok
 }
 
-// mustBudget builds a budget on clock's time or fails the test.
+// mustBudget builds a budget on clock's time (nil: the system's) with the
+// default 10 s window, or fails the test. A ratio or perSecond of 0 means
+// none (budget.Config spells that with a negative value; its zero fields
+// take the defaults).
 func mustBudget(t testing.TB, clock *recordingClock, ratio, perSecond float64) *budget.Budget {
 	t.Helper()
-	c := budget.DefaultConfig()
-	c.Ratio, c.MinPerSecond = ratio, perSecond
+	none := func(v float64) float64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	c := budget.Config{Ratio: none(ratio), MinPerSecond: none(perSecond)}
 	if clock != nil {
 		c.Now = clock.Now
 	}
@@ -54,13 +62,16 @@ func mustBudget(t testing.TB, clock *recordingClock, ratio, perSecond float64) *
 	return b
 }
 
+// half pins a breaker's or a backoff's U at 0.5: a breaker's open periods
+// are then exactly OpenFor.
+func half() float64 { return 0.5 }
+
 // mustBreaker builds a breaker that trips on the first failure (MinCalls 1,
-// ratio 0.5), stays open 30 s and closes after one good probe, on clock's
-// time, or fails the test.
+// ratio 0.5), stays open exactly 30 s and closes after one good probe, on
+// clock's time (nil: the system's), or fails the test.
 func mustBreaker(t testing.TB, clock *recordingClock) *breaker.Breaker {
 	t.Helper()
-	c := breaker.DefaultConfig()
-	c.MinCalls, c.Probes, c.OpenFor = 1, 1, 30*time.Second
+	c := breaker.Config{MinCalls: 1, Probes: 1, OpenFor: 30 * time.Second, Rand: half}
 	if clock != nil {
 		c.Now = clock.Now
 	}
@@ -84,20 +95,8 @@ func trip(t *testing.T, b *breaker.Breaker) {
 	}
 }
 
-// script returns an op that returns errs[attempt-1] (nil past the end) and
-// counts its calls.
-func script(calls *int, errs ...error) func(context.Context, int) error {
-	return func(ctx context.Context, attempt int) error {
-		*calls++
-		if attempt <= len(errs) {
-			return errs[attempt-1]
-		}
-		return nil
-	}
-}
-
 func TestBudgetRefusalEndsWithLastError(t *testing.T) {
-	last := &retry.StatusError{Code: 502}
+	last := &statusErr{Code: 502}
 	tests := []struct {
 		name         string
 		ratio, floor float64
@@ -235,19 +234,21 @@ func TestBreakerTrippedMidCall(t *testing.T) {
 
 func TestBreakerRejectsLaterAttempt(t *testing.T) {
 	clock := newRecordingClock()
-	c := breaker.DefaultConfig()
-	c.MinCalls, c.FailureRatio, c.Now = 2, 1, clock.Now // trips on the 2nd failure in a row
-	brk, err := breaker.New(c)
+	// Trips on the 2nd failure in a row.
+	brk, err := breaker.New(breaker.Config{MinCalls: 2, FailureRatio: 1, Now: clock.Now, Rand: half})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk),
-		retry.WithOnRetry(func(ctx context.Context, e retry.RetryEvent) {
+		retry.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
+			if e.Kind != observe.Retry {
+				return
+			}
 			// Another caller's failure trips the breaker during our sleep.
 			if pm, err := brk.Allow(); err == nil {
 				brk.Done(pm, false)
 			}
-		}))
+		})))
 	calls := 0
 	err = p.Do(context.Background(), script(&calls, err503, err503))
 	re := checkStop(t, err, retry.CircuitOpen, 1)
@@ -264,23 +265,24 @@ func TestBreakerRejectsLaterAttempt(t *testing.T) {
 }
 
 // TestSleepOutlastsOpenPeriod: a failure trips the breaker, but the sleep
-// the server asked for is longer than the open period, so the loop sleeps
-// and its next attempt is the half-open probe.
+// the server asked for is at least as long as the open period, so the loop
+// sleeps and its next attempt is the half-open probe. The breaker opens for
+// the 2 s hint spread by U·hint/2 (2.5 s), longer than its 1 s OpenFor, and
+// the loop, with the same U, sleeps the same 2.5 s.
 func TestSleepOutlastsOpenPeriod(t *testing.T) {
 	clock := newRecordingClock()
-	c := breaker.DefaultConfig()
-	c.MinCalls, c.Probes, c.OpenFor, c.Now = 1, 1, time.Second, clock.Now
-	brk, err := breaker.New(c)
+	brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Now: clock.Now, Rand: half})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk),
+		retry.WithBackoff(mustBackoff(t, backoff.FullJitter, 100*time.Millisecond, 10*time.Second, 0.5)))
 	calls := 0
 	var probe bool
 	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 		calls++
 		if attempt == 1 {
-			return &retry.StatusError{Code: 503, After: 2 * time.Second}
+			return &statusErr{Code: 503, After: 2 * time.Second}
 		}
 		probe = brk.State() == breaker.HalfOpen
 		return nil
@@ -288,8 +290,8 @@ func TestSleepOutlastsOpenPeriod(t *testing.T) {
 	if err != nil || calls != 2 || !probe {
 		t.Errorf("Do = %v after %d calls (probe %v), want nil after 2, the second a probe", err, calls, probe)
 	}
-	if s := clock.Sleeps(); !slices.Equal(s, []time.Duration{2 * time.Second}) {
-		t.Errorf("sleeps = %v, want [2s]", s)
+	if s := clock.Sleeps(); !slices.Equal(s, []time.Duration{2500 * time.Millisecond}) {
+		t.Errorf("sleeps = %v, want [2.5s]", s)
 	}
 	if s := brk.State(); s != breaker.Closed {
 		t.Errorf("State = %v, want closed after the good probe", s)
@@ -367,7 +369,7 @@ func TestNotDependencyFailures(t *testing.T) {
 		err  error
 	}{
 		{"404", err404},
-		{"400", &retry.StatusError{Code: 400}},
+		{"400", &statusErr{Code: 400}},
 		{"permanent 503", retry.Permanent(err503)},
 		{"plain error", errors.New("bad input")},
 	}
@@ -484,7 +486,7 @@ func TestDoFallback(t *testing.T) {
 	fresh := func(ctx context.Context, attempt int) (string, error) { return "fresh", nil }
 	fail := func(code int) func(context.Context, int) (string, error) {
 		return func(ctx context.Context, attempt int) (string, error) {
-			return "partial", &retry.StatusError{Code: code}
+			return "partial", &statusErr{Code: code}
 		}
 	}
 	tests := []struct {
@@ -526,9 +528,7 @@ func TestDoFallback(t *testing.T) {
 func TestConcurrentBudgetBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
-		c := breaker.DefaultConfig()
-		c.MinCalls = 40
-		brk, err := breaker.New(c)
+		brk, err := breaker.New(breaker.Config{MinCalls: 40})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -591,9 +591,9 @@ func TestConcurrentBudgetBreaker(t *testing.T) {
 	})
 }
 
-// TestLoggerCircuitOpen: a rejection before any attempt is logged at
-// Debug (the breaker is doing its job); a failure that opens the breaker
-// and a budget refusal after a failure at Warn.
+// TestLoggerCircuitOpen: give-ups are per-call records, all at Debug: a
+// rejection before any attempt, a failure that opens the breaker, a budget
+// refusal after a failure. Nothing is logged above Debug.
 func TestLoggerCircuitOpen(t *testing.T) {
 	var buf bytes.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -612,23 +612,28 @@ func TestLoggerCircuitOpen(t *testing.T) {
 	for _, want := range []string{
 		`level=DEBUG msg="retry: giving up" retry.reason="circuit open" retry.attempts=0`,
 		`level=DEBUG msg="retry: giving up" retry.reason="not retryable" retry.attempts=1`,
-		`level=WARN msg="retry: giving up" retry.reason="circuit open" retry.attempts=1`,
-		`level=WARN msg="retry: giving up" retry.reason="budget exhausted" retry.attempts=1`,
+		`level=DEBUG msg="retry: giving up" retry.reason="circuit open" retry.attempts=1`,
+		`level=DEBUG msg="retry: giving up" retry.reason="budget exhausted" retry.attempts=1`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("log lacks %q:\n%s", want, got)
 		}
 	}
+	for _, level := range []string{"level=INFO", "level=WARN", "level=ERROR"} {
+		if strings.Contains(got, level) {
+			t.Errorf("log has a per-call record at %s:\n%s", level, got)
+		}
+	}
 }
 
-func TestFinalStopsAndCountsAsFailure(t *testing.T) {
+func TestPermanentFailureStopsAndCountsAsFailure(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
 	}{
-		{"final 503", retry.Final(err503)},
-		{"final 404", retry.Final(err404)},
-		{"final wrapped", fmt.Errorf("call: %w", retry.Final(err503))},
+		{"503", retry.PermanentFailure(err503)},
+		{"404", retry.PermanentFailure(err404)},
+		{"wrapped", fmt.Errorf("call: %w", retry.PermanentFailure(err503))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -641,19 +646,19 @@ func TestFinalStopsAndCountsAsFailure(t *testing.T) {
 				t.Errorf("Do with %v made %d calls, want 1", tt.err, calls)
 			}
 			if s := brk.State(); s != breaker.Open {
-				t.Errorf("breaker after one Final failure is %v, want open (MinCalls 1)", s)
+				t.Errorf("breaker after one PermanentFailure is %v, want open (MinCalls 1)", s)
 			}
 		})
 	}
 	// The marker is removed from the returned Err, and errors.Is sees through it.
 	p := mustNew(t, retry.WithClock(instantClock{}))
 	calls := 0
-	err := p.Do(context.Background(), script(&calls, retry.Final(err503)))
+	err := p.Do(context.Background(), script(&calls, retry.PermanentFailure(err503)))
 	var re *retry.Error
-	if !errors.As(err, &re) || re.Err != err503 || !errors.Is(err, err503) || !retry.IsPermanent(retry.Final(err503)) {
-		t.Errorf("Do(Final(503)) = %v; want *Error with Err == the 503", err)
+	if !errors.As(err, &re) || re.Err != err503 || !errors.Is(err, err503) || !retry.IsPermanent(retry.PermanentFailure(err503)) {
+		t.Errorf("Do(PermanentFailure(503)) = %v; want *Error with Err == the 503", err)
 	}
-	if retry.Final(nil) != nil {
-		t.Error("Final(nil) != nil")
+	if retry.PermanentFailure(nil) != nil {
+		t.Error("PermanentFailure(nil) != nil")
 	}
 }

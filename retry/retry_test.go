@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,54 +19,9 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
-
-// mustNew builds a policy or fails the test.
-func mustNew(t testing.TB, opts ...retry.Option) *retry.Policy {
-	t.Helper()
-	p, err := retry.New(opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return p
-}
-
-// mustBackoff builds a backoff or fails the test.
-func mustBackoff(t testing.TB, s backoff.Strategy, base, cap time.Duration, u float64) *backoff.Backoff {
-	t.Helper()
-	b, err := backoff.New(backoff.Config{Strategy: s, Base: base, Cap: cap, Rand: func() float64 { return u }})
-	if err != nil {
-		t.Fatalf("backoff.New: %v", err)
-	}
-	return b
-}
-
-// asError extracts the *retry.Error from err or fails the test.
-func asError(t *testing.T, err error) *retry.Error {
-	t.Helper()
-	var re *retry.Error
-	if !errors.As(err, &re) {
-		t.Fatalf("error %v (%T) is not a *retry.Error", err, err)
-	}
-	return re
-}
-
-// checkStop asserts a give-up's reason and attempt count, and that the
-// reason's sentinel is reachable with errors.Is.
-func checkStop(t *testing.T, err error, reason retry.Reason, attempts int) *retry.Error {
-	t.Helper()
-	re := asError(t, err)
-	if re.Reason != reason || re.Attempts != attempts {
-		t.Fatalf("Do = %v: reason %v after %d attempts, want %v after %d", err, re.Reason, re.Attempts, reason, attempts)
-	}
-	if !errors.Is(err, reason.Err()) {
-		t.Errorf("errors.Is(%v, %v) = false", err, reason.Err())
-	}
-	return re
-}
-
-var err503 = &retry.StatusError{Code: 503}
 
 func TestSeedSmoke(t *testing.T) {
 	clock := newRecordingClock()
@@ -80,9 +37,9 @@ func TestSeedSmoke(t *testing.T) {
 		}
 		switch calls {
 		case 1:
-			return &retry.StatusError{Code: 503, After: 1500 * time.Millisecond}
+			return &statusErr{Code: 503, After: 1500 * time.Millisecond}
 		case 2:
-			return &retry.StatusError{Code: 503}
+			return &statusErr{Code: 503}
 		}
 		return nil
 	})
@@ -94,7 +51,6 @@ func TestSeedSmoke(t *testing.T) {
 	}
 
 	calls = 0
-	err404 := &retry.StatusError{Code: 404}
 	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 		calls++
 		return err404
@@ -105,6 +61,23 @@ func TestSeedSmoke(t *testing.T) {
 	re := checkStop(t, err, retry.NotRetryable, 1)
 	if re.Err != err404 || !errors.Is(err, err404) {
 		t.Errorf("404: Err = %v, want the 404 error itself", re.Err)
+	}
+}
+
+// TestSeedSmokeSpread runs the seed's scenario without WithExactRetryAfter:
+// the 1.5 s hint is a floor, and the sleep is drawn from [1.5 s, 2.25 s)
+// with the backoff's U (0.5 here): 1.5 s + 0.5 × 750 ms.
+func TestSeedSmokeSpread(t *testing.T) {
+	clock := newRecordingClock()
+	p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(5), retry.WithTimeout(30*time.Second),
+		retry.WithBackoff(mustBackoff(t, backoff.FullJitter, 100*time.Millisecond, 10*time.Second, 0.5)))
+	calls := 0
+	err := p.Do(context.Background(), script(&calls, &statusErr{Code: 503, After: 1500 * time.Millisecond}, err503))
+	if err != nil || calls != 3 {
+		t.Fatalf("Do = %v after %d calls, want nil after 3", err, calls)
+	}
+	if got, want := clock.Sleeps(), []time.Duration{1875 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Errorf("sleeps = %v, want %v", got, want)
 	}
 }
 
@@ -165,29 +138,45 @@ func TestMaxAttemptsCountsTheFirst(t *testing.T) {
 	}
 }
 
-func TestStatusCodes(t *testing.T) {
+// TestLoopFollowsIsRetryable: with the default classifier the loop retries
+// what IsRetryable calls transient (a hint, a timeout, a broken connection,
+// an error that says it is Temporary) and nothing else, and the last error
+// stays reachable with errors.As through any wrapping.
+func TestLoopFollowsIsRetryable(t *testing.T) {
 	tests := []struct {
-		code  int
+		name  string
+		err   error
 		calls int
 	}{
-		{400, 1}, {401, 1}, {403, 1}, {404, 1}, {409, 1}, {422, 1},
-		{500, 1}, {501, 1}, {505, 1},
-		{408, 3}, {429, 3}, {502, 3}, {503, 3}, {504, 3},
+		{"temporary", fmt.Errorf("call: %w", &statusErr{Code: 503}), 3},
+		{"not temporary", fmt.Errorf("call: %w", &statusErr{Code: 404}), 1},
+		{"hint without Temporary", fmt.Errorf("call: %w", hintErr(time.Second)), 3},
+		{"timeout", fmt.Errorf("read: %w", os.ErrDeadlineExceeded), 3},
+		{"dropped connection", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), 3},
+		{"closed connection", fmt.Errorf("write: %w", net.ErrClosed), 3},
+		{"plain error", errors.New("bad input"), 1},
+		{"canceled attempt", fmt.Errorf("query: %w", context.Canceled), 1},
 	}
 	p := mustNew(t, retry.WithClock(newRecordingClock()))
 	for _, tt := range tests {
 		calls := 0
 		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 			calls++
-			return fmt.Errorf("call: %w", &retry.StatusError{Code: tt.code})
+			return tt.err
 		})
 		if calls != tt.calls {
-			t.Errorf("status %d: %d calls, want %d", tt.code, calls, tt.calls)
+			t.Errorf("%s: %d calls, want %d", tt.name, calls, tt.calls)
 		}
-		var se *retry.StatusError
-		if !errors.As(err, &se) || se.Code != tt.code {
-			t.Errorf("status %d: errors.As(%v) does not find the status", tt.code, err)
+		if re := asError(t, err); re.Err != tt.err {
+			t.Errorf("%s: Err = %v, want the last error %v", tt.name, re.Err, tt.err)
 		}
+	}
+	var se *statusErr
+	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		return fmt.Errorf("call: %w", &statusErr{Code: 502})
+	})
+	if !errors.As(err, &se) || se.Code != 502 {
+		t.Errorf("errors.As(%v, *statusErr) does not find the 502", err)
 	}
 }
 
@@ -214,42 +203,74 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestRetryAfterIsAFloor(t *testing.T) {
+	const ms = time.Millisecond
 	tests := []struct {
-		name  string
-		s     backoff.Strategy
-		u     float64
-		hints []time.Duration // hint of attempt i's error
-		want  []time.Duration
+		name    string
+		s       backoff.Strategy
+		u       float64
+		exact   bool            // WithExactRetryAfter
+		timeout time.Duration   // WithTimeout; 0: none
+		hints   []time.Duration // hint of attempt i's error
+		want    []time.Duration
 	}{
 		// Full jitter 0.5: computed delays 100 ms, 200 ms.
-		{"hint beats shorter jittered delay", backoff.FullJitter, 0.5,
-			[]time.Duration{300 * time.Millisecond, 0}, []time.Duration{300 * time.Millisecond, 200 * time.Millisecond}},
-		{"shorter hint does not shorten the delay", backoff.FullJitter, 0.5,
-			[]time.Duration{50 * time.Millisecond, 0}, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
+		{"exact: hint beats shorter jittered delay", backoff.FullJitter, 0.5, true, 0,
+			[]time.Duration{300 * ms, 0}, []time.Duration{300 * ms, 200 * ms}},
+		{"exact: shorter hint does not shorten the delay", backoff.FullJitter, 0.5, true, 0,
+			[]time.Duration{50 * ms, 0}, []time.Duration{100 * ms, 200 * ms}},
 		// Jitter near 0 would sleep ~0; the hint still holds.
-		{"hint holds under tiny jitter", backoff.FullJitter, 0, []time.Duration{time.Second, time.Second},
-			[]time.Duration{time.Second, time.Second}},
+		{"exact: hint holds under tiny jitter", backoff.FullJitter, 0, true, 0,
+			[]time.Duration{time.Second, time.Second}, []time.Duration{time.Second, time.Second}},
 		// Decorrelated 0.5: 100+0.5*(300-100) = 200 ms, then from prev=200 ms
 		// (the computed delay, not the 1 s hint): 100+0.5*(600-100) = 350 ms.
-		{"decorrelated prev is the computed delay", backoff.Decorrelated, 0.5,
-			[]time.Duration{time.Second, 0}, []time.Duration{time.Second, 350 * time.Millisecond}},
+		{"exact: decorrelated prev is the computed delay", backoff.Decorrelated, 0.5, true, 0,
+			[]time.Duration{time.Second, 0}, []time.Duration{time.Second, 350 * ms}},
+
+		// Spread (the default): hint + U·hint/2, never below the hint.
+		{"spread: hint + U·hint/2", backoff.FullJitter, 0.5, false, 0,
+			[]time.Duration{300 * ms, 0}, []time.Duration{375 * ms, 200 * ms}},
+		{"spread: U 0 sleeps the hint itself", backoff.FullJitter, 0, false, 0,
+			[]time.Duration{time.Second, time.Second}, []time.Duration{time.Second, time.Second}},
+		{"spread: shorter hint does not lengthen the delay", backoff.FullJitter, 0.5, false, 0,
+			[]time.Duration{50 * ms, 0}, []time.Duration{100 * ms, 200 * ms}},
+		{"spread: decorrelated prev is the computed delay", backoff.Decorrelated, 0.5, false, 0,
+			[]time.Duration{time.Second, 0}, []time.Duration{1250 * ms, 350 * ms}},
+		// 2.2 s left after the attempt: the spread is cut to end before the
+		// deadline: 2 s + 0.5·(200 ms − 1 ns).
+		{"spread: never past the deadline", backoff.FullJitter, 0.5, false, 2200 * ms,
+			[]time.Duration{2 * time.Second}, []time.Duration{2*time.Second + 100*ms - 1}},
+		// U at its largest, 1 − 2⁻⁵³: (1 − 2⁻⁵³)·(200 ms − 1 ns) truncates to
+		// 200 ms − 2 ns, and the sleep ends before the deadline.
+		{"spread: U near 1 still ends before the deadline", backoff.FullJitter, 1, false, 2200 * ms,
+			[]time.Duration{2 * time.Second}, []time.Duration{2*time.Second + 200*ms - 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newRecordingClock()
-			p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(len(tt.hints)+1),
-				retry.WithBackoff(mustBackoff(t, tt.s, 100*time.Millisecond, 10*time.Second, tt.u)))
+			opts := []retry.Option{retry.WithClock(clock), retry.WithMaxAttempts(len(tt.hints) + 1),
+				retry.WithTimeout(tt.timeout),
+				retry.WithBackoff(mustBackoff(t, tt.s, 100*time.Millisecond, 10*time.Second, tt.u))}
+			if tt.exact {
+				opts = append(opts, retry.WithExactRetryAfter())
+			}
+			p := mustNew(t, opts...)
 			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 				if attempt <= len(tt.hints) {
-					return &retry.StatusError{Code: 429, After: tt.hints[attempt-1]}
+					return &statusErr{Code: 429, After: tt.hints[attempt-1]}
 				}
 				return nil
 			})
 			if err != nil {
 				t.Fatalf("Do = %v", err)
 			}
-			if got := clock.Sleeps(); !slices.Equal(got, tt.want) {
+			got := clock.Sleeps()
+			if !slices.Equal(got, tt.want) {
 				t.Errorf("sleeps = %v, want %v", got, tt.want)
+			}
+			for i, h := range tt.hints {
+				if i < len(got) && got[i] < h {
+					t.Errorf("sleep %d = %v, below the server's hint %v", i+1, got[i], h)
+				}
 			}
 		})
 	}
@@ -280,7 +301,7 @@ func TestDeadlineSleepNeverCrossed(t *testing.T) {
 			p := mustNew(t, retry.WithClock(clock), retry.WithMaxAttempts(10), retry.WithTimeout(time.Second),
 				retry.WithBackoff(mustBackoff(t, backoff.NoJitter, tt.base, time.Minute, 0)))
 			calls := 0
-			last := &retry.StatusError{Code: 503, After: tt.hint}
+			last := &statusErr{Code: 503, After: tt.hint}
 			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 				calls++
 				clock.Advance(tt.opTime)
@@ -332,10 +353,10 @@ func TestMaxRetryAfter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newRecordingClock()
-			p := mustNew(t, retry.WithClock(clock), retry.WithMaxRetryAfter(time.Minute))
+			p := mustNew(t, retry.WithClock(clock), retry.WithMaxRetryAfter(time.Minute), retry.WithExactRetryAfter())
 			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 				if attempt == 1 {
-					return &retry.StatusError{Code: 429, After: tt.hint}
+					return &statusErr{Code: 429, After: tt.hint}
 				}
 				return nil
 			})
@@ -358,7 +379,7 @@ func TestMaxRetryAfter(t *testing.T) {
 	clock := newRecordingClock()
 	p := mustNew(t, retry.WithClock(clock))
 	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-		return &retry.StatusError{Code: 503, After: retry.DefaultMaxRetryAfter + time.Second}
+		return &statusErr{Code: 503, After: retry.DefaultMaxRetryAfter + time.Second}
 	})
 	checkStop(t, err, retry.Deadline, 1)
 }
@@ -606,56 +627,22 @@ func TestClassifier(t *testing.T) {
 	}
 }
 
-func TestHooks(t *testing.T) {
-	clock := newRecordingClock()
-	var events []retry.RetryEvent
-	var gaveUp []*retry.Error
-	hint := &retry.StatusError{Code: 429, After: time.Second}
-	p := mustNew(t, retry.WithClock(clock),
-		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0)),
-		retry.WithOnRetry(func(ctx context.Context, e retry.RetryEvent) { events = append(events, e) }),
-		retry.WithOnGiveUp(func(ctx context.Context, e *retry.Error) { gaveUp = append(gaveUp, e) }),
-	)
-	err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-		if attempt == 1 {
-			return hint
-		}
-		return err503
-	})
-	want := []retry.RetryEvent{
-		{Attempt: 1, Delay: time.Second, RetryAfter: time.Second, Err: hint},
-		{Attempt: 2, Delay: 400 * time.Millisecond, Err: err503},
-	}
-	if !slices.Equal(events, want) {
-		t.Errorf("OnRetry events = %+v, want %+v", events, want)
-	}
-	if len(gaveUp) != 1 || error(gaveUp[0]) != err {
-		t.Errorf("OnGiveUp got %v, want once with the returned error %v", gaveUp, err)
-	}
-
-	events, gaveUp = nil, nil
-	if err := p.Do(context.Background(), func(ctx context.Context, attempt int) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if len(events)+len(gaveUp) != 0 {
-		t.Errorf("hooks called on a first-try success: %v %v", events, gaveUp)
-	}
-}
-
 func TestLogger(t *testing.T) {
 	var buf bytes.Buffer
 	l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p := mustNew(t, retry.WithClock(newRecordingClock()), retry.WithLogger(l), retry.WithMaxAttempts(2),
+		retry.WithName("payments"), retry.WithExactRetryAfter(),
 		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0)))
 	_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-		return &retry.StatusError{Code: 503, After: time.Second}
+		return &statusErr{Code: 503, After: time.Second}
 	})
 	_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-		return &retry.StatusError{Code: 404}
+		return &statusErr{Code: 404}
 	})
 	type line struct {
 		Level string
 		Msg   string
+		Name  string // the policy's name, if logged outside the group
 		Retry map[string]any
 	}
 	var got []line
@@ -673,8 +660,8 @@ func TestLogger(t *testing.T) {
 		level, msg string
 		attrs      map[string]any
 	}{
-		{"INFO", "retry: retrying", map[string]any{"attempt": 1.0, "delay": float64(time.Second), "retry_after": float64(time.Second), "error": "HTTP 503 (retry after 1s)"}},
-		{"WARN", "retry: giving up", map[string]any{"reason": "attempts exhausted", "attempts": 2.0, "error": "HTTP 503 (retry after 1s)"}},
+		{"DEBUG", "retry: retrying", map[string]any{"attempt": 1.0, "delay": float64(time.Second), "retry_after": float64(time.Second), "error": "HTTP 503 (retry after 1s)"}},
+		{"DEBUG", "retry: giving up", map[string]any{"reason": "attempts exhausted", "attempts": 2.0, "error": "HTTP 503 (retry after 1s)"}},
 		{"DEBUG", "retry: giving up", map[string]any{"reason": "not retryable", "attempts": 1.0, "error": "HTTP 404"}},
 	}
 	for i, c := range checks {
@@ -686,6 +673,43 @@ func TestLogger(t *testing.T) {
 				t.Errorf("line %d: retry.%s = %v, want %v", i, k, got[i].Retry[k], v)
 			}
 		}
+		if got[i].Name != "payments" && got[i].Retry["name"] != "payments" {
+			t.Errorf("line %d lacks the policy's name (WithName):\n%s", i, buf.String())
+		}
+	}
+}
+
+// TestLoggerQuietAboveDebug: per-call records are Debug only, so a logger
+// at Info stays silent through retries and give-ups of every reason, even
+// during an outage.
+func TestLoggerQuietAboveDebug(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	clock := newRecordingClock()
+	brk := mustBreaker(t, clock)
+	p := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithMaxAttempts(2), retry.WithTimeout(time.Minute))
+	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBreaker(brk))
+	pg := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBudget(mustBudget(t, clock, -1, -1)))
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	for _, run := range []func() error{
+		func() error { return p.Do(context.Background(), script(&calls, err503, err503)) }, // attempts exhausted
+		func() error { return p.Do(context.Background(), script(&calls, err404)) },         // not retryable
+		func() error {
+			return p.Do(context.Background(), script(&calls, &statusErr{Code: 503, After: time.Hour}))
+		}, // deadline
+		func() error { return p.Do(canceled, script(&calls)) },                      // canceled
+		func() error { return pb.Do(context.Background(), script(&calls, err503)) }, // trips the breaker
+		func() error { return pb.Do(context.Background(), script(&calls)) },         // circuit open
+		func() error { return pg.Do(context.Background(), script(&calls, err503)) }, // budget exhausted
+	} {
+		if err := run(); err == nil {
+			t.Fatal("Do = nil, want a give-up")
+		}
+	}
+	if buf.Len() != 0 {
+		t.Errorf("a logger at Info got per-call records:\n%s", buf.String())
 	}
 }
 
@@ -700,7 +724,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"negative timeout", retry.WithTimeout(-time.Second)},
 		{"negative attempt timeout", retry.WithAttemptTimeout(-time.Second)},
 		{"nil classifier", retry.WithClassifier(nil)},
-		{"nil clock", retry.WithClock(nil)},
 		{"zero max retry-after", retry.WithMaxRetryAfter(0)},
 		{"negative max retry-after", retry.WithMaxRetryAfter(-1)},
 	}
@@ -710,8 +733,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("New(%s) = %v, %v; want nil, ErrInvalidOption", tt.name, p, err)
 		}
 	}
-	// nil Options, nil hooks and a nil logger are fine.
-	if _, err := retry.New(nil, retry.WithOnRetry(nil), retry.WithOnGiveUp(nil), retry.WithLogger(nil),
+	// nil Options, a nil observer, logger, clock (the system's), budget
+	// and breaker, and an empty name are fine.
+	if _, err := retry.New(nil, retry.WithObserver(nil), retry.WithLogger(nil), retry.WithClock(nil),
+		retry.WithBudget(nil), retry.WithBreaker(nil), retry.WithName(""),
 		retry.WithTimeout(0), retry.WithAttemptTimeout(0)); err != nil {
 		t.Errorf("New(nil options) = %v", err)
 	}
@@ -745,8 +770,14 @@ func TestConcurrentShared(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var retries, giveUps atomic.Int64
 		p := mustNew(t, retry.WithMaxAttempts(3), retry.WithTimeout(time.Minute),
-			retry.WithOnRetry(func(ctx context.Context, e retry.RetryEvent) { retries.Add(1) }),
-			retry.WithOnGiveUp(func(ctx context.Context, e *retry.Error) { giveUps.Add(1) }),
+			retry.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
+				switch e.Kind {
+				case observe.Retry:
+					retries.Add(1)
+				case observe.GiveUp:
+					giveUps.Add(1)
+				}
+			})),
 		)
 		const n = 64
 		var wg sync.WaitGroup
@@ -841,23 +872,31 @@ func TestClockSleepError(t *testing.T) {
 	}
 }
 
-func TestSystemClockSleep(t *testing.T) {
+// TestNilClockIsTheSystemClock: WithClock(nil) runs on the system clock,
+// here a synctest bubble's: the loop sleeps exactly the backoff delays on
+// it, and a cancel ends a sleep at once.
+func TestNilClockIsTheSystemClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var c retry.SystemClock
+		p := mustNew(t, retry.WithClock(nil), retry.WithMaxAttempts(3),
+			retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 500*time.Millisecond, time.Minute, 0)))
+		start := time.Now()
+		var at []time.Duration
+		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			at = append(at, time.Since(start))
+			return err503
+		})
+		checkStop(t, err, retry.AttemptsExhausted, 3)
+		if want := []time.Duration{0, time.Second, 3 * time.Second}; !slices.Equal(at, want) {
+			t.Errorf("attempts at %v, want %v (sleeps of 1s and 2s on the bubble's clock)", at, want)
+		}
+
 		ctx, cancel := context.WithCancel(context.Background())
-		start := c.Now()
-		if err := c.Sleep(ctx, 0); err != nil {
-			t.Errorf("Sleep(0) = %v", err)
-		}
-		if err := c.Sleep(ctx, 3*time.Second); err != nil || time.Since(start) != 3*time.Second {
-			t.Errorf("Sleep(3s) = %v after %v, want nil after 3s", err, time.Since(start))
-		}
-		time.AfterFunc(time.Second, cancel)
-		if err := c.Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) != 4*time.Second {
-			t.Errorf("Sleep(1h) canceled at 1s = %v after %v, want context.Canceled after 4s", err, time.Since(start))
-		}
-		if err := c.Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
-			t.Errorf("Sleep(0) on a canceled context = %v, want context.Canceled", err)
+		start = time.Now()
+		time.AfterFunc(300*time.Millisecond, cancel)
+		err = p.Do(ctx, func(ctx context.Context, attempt int) error { return err503 })
+		checkStop(t, err, retry.Canceled, 1)
+		if d := time.Since(start); d != 300*time.Millisecond {
+			t.Errorf("canceled mid-sleep: Do returned after %v, want 300ms", d)
 		}
 	})
 }
@@ -869,7 +908,7 @@ func TestCancelCauseMidSleep(t *testing.T) {
 		p := mustNew(t)
 		time.AfterFunc(time.Millisecond, func() { cancel(errShutdown) })
 		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
-			return &retry.StatusError{Code: 503, After: time.Second}
+			return &statusErr{Code: 503, After: time.Second}
 		})
 		checkStop(t, err, retry.Canceled, 1)
 		for _, target := range []error{errShutdown, context.Canceled} {
