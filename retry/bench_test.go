@@ -44,15 +44,35 @@ func TestSuccessPathAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkDoSuccess(b *testing.B) {
-	p := mustNew(b)
-	ctx := context.Background()
+// benchDo measures p.Do(ctx, op) calls that succeed.
+func benchDo(b *testing.B, p *retry.Policy, ctx context.Context, op func(context.Context, int) error) {
+	b.Helper()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := p.Do(ctx, succeed); err != nil {
+		if err := p.Do(ctx, op); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchDoParallel measures successful calls through p from every P.
+func benchDoParallel(b *testing.B, p *retry.Policy) {
+	b.Helper()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := p.Do(ctx, succeed); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkDoSuccess(b *testing.B) {
+	p := mustNew(b)
+	benchDo(b, p, context.Background(), succeed)
 }
 
 func BenchmarkDoValueSuccess(b *testing.B) {
@@ -70,13 +90,7 @@ func BenchmarkDoValueSuccess(b *testing.B) {
 // its retry, with a clock that does not sleep.
 func BenchmarkDoOneRetryZeroDelay(b *testing.B) {
 	p := mustNew(b, retry.WithClock(instantClock{}))
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := p.Do(ctx, failOnce); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDo(b, p, context.Background(), failOnce)
 }
 
 // BenchmarkDoWithTimeout shows what WithTimeout costs: one derived context
@@ -91,13 +105,7 @@ func BenchmarkDoWithTimeout(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			p := mustNew(b, bc.opt)
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := p.Do(ctx, succeed); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchDo(b, p, context.Background(), succeed)
 		})
 	}
 }
@@ -105,16 +113,7 @@ func BenchmarkDoWithTimeout(b *testing.B) {
 // BenchmarkDoParallel runs one shared policy from every P.
 func BenchmarkDoParallel(b *testing.B) {
 	p := mustNew(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := p.Do(ctx, succeed); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	benchDoParallel(b, p)
 }
 
 // newGuarded builds a policy with the default budget and breaker attached,
@@ -162,29 +161,14 @@ func TestSuccessPathAllocsBudgetBreaker(t *testing.T) {
 
 func BenchmarkDoSuccessBudgetBreaker(b *testing.B) {
 	p := newGuarded(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := p.Do(ctx, succeed); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDo(b, p, context.Background(), succeed)
 }
 
 // BenchmarkDoSuccessBudgetBreakerParallel shares one policy, budget and
 // breaker between every P.
 func BenchmarkDoSuccessBudgetBreakerParallel(b *testing.B) {
 	p := newGuarded(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := p.Do(ctx, succeed); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	benchDoParallel(b, p)
 }
 
 // BenchmarkDoSuccessDeadlineBudgetBreaker: a parent deadline takes the
@@ -194,25 +178,14 @@ func BenchmarkDoSuccessDeadlineBudgetBreaker(b *testing.B) {
 	p := newGuarded(b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := p.Do(ctx, succeed); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDo(b, p, ctx, succeed)
 }
 
 // BenchmarkDoSuccessObserver shows what an observer costs: two events per
 // successful call.
 func BenchmarkDoSuccessObserver(b *testing.B) {
 	p := mustNew(b, retry.WithObserver(observe.Func(func(context.Context, observe.Event) {})))
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := p.Do(ctx, succeed); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDo(b, p, context.Background(), succeed)
 }
 
 // BenchmarkPlanNext measures one decision step after a failed attempt.
