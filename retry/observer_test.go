@@ -237,6 +237,20 @@ func TestObserverBreakerWait(t *testing.T) {
 			})
 		})
 	})
+	t.Run("deadline before the round: no wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var ev events
+			brk := openBreaker(t, nil)
+			p := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(500*time.Millisecond), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			err := p.Do(context.Background(), succeed)
+			re := checkStop(t, err, retry.CircuitOpen, 0)
+			// The call could not wait, and did not: a BreakerWait here would
+			// count a fail-fast rejection as a wait.
+			checkEvents(t, ev.take(), []observe.Event{
+				{Kind: observe.GiveUp, Name: "db", Reason: "circuit open", Err: re.Err},
+			})
+		})
+	})
 	t.Run("no deadline: no wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var ev events

@@ -970,3 +970,34 @@ func TestNilOperation(t *testing.T) {
 		t.Errorf("DoValue(nil op) = %v, want ErrNilOperation", err)
 	}
 }
+
+// TestAccessors: a policy reports the timeouts and the clock it was built
+// with; a nil Policy, the defaults.
+func TestAccessors(t *testing.T) {
+	clock := newRecordingClock()
+	tests := []struct {
+		name          string
+		p             *retry.Policy
+		call, attempt time.Duration
+		clock         retry.Clock
+		maxAttempts   int
+	}{
+		{"nil", nil, 0, 0, nil, retry.DefaultMaxAttempts},
+		{"defaults", mustNew(t), 0, 0, nil, retry.DefaultMaxAttempts},
+		{"set", mustNew(t, retry.WithTimeout(time.Minute), retry.WithAttemptTimeout(time.Second), retry.WithClock(clock), retry.WithMaxAttempts(7)),
+			time.Minute, time.Second, clock, 7},
+		{"nil clock is the system's", mustNew(t, retry.WithClock(clock), retry.WithClock(nil)), 0, 0, nil, retry.DefaultMaxAttempts},
+	}
+	for _, tt := range tests {
+		call, attempt := tt.p.Timeouts()
+		if call != tt.call || attempt != tt.attempt {
+			t.Errorf("%s: Timeouts() = %v, %v; want %v, %v", tt.name, call, attempt, tt.call, tt.attempt)
+		}
+		if c := tt.p.Clock(); c != tt.clock {
+			t.Errorf("%s: Clock() = %v, want %v", tt.name, c, tt.clock)
+		}
+		if n := tt.p.MaxAttempts(); n != tt.maxAttempts {
+			t.Errorf("%s: MaxAttempts() = %d, want %d", tt.name, n, tt.maxAttempts)
+		}
+	}
+}
