@@ -270,6 +270,7 @@ type Breaker struct {
 	admitted   int           // probes admitted in this half-open generation
 	succeeded  int           // probes that succeeded in it
 	rate       float64       // release rate for the next close, calls per second
+	closedAt   int64         // when the breaker last closed (or was built), nanoseconds since base
 	waiters    waitList      // calls waiting in Wait, oldest first
 	roundArmed bool          // a timer will start the next probe round for the waiters
 	pending    []event       // state changes whose callbacks have not run
@@ -614,7 +615,7 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	if calls >= minCalls && float64(failures) >= b.ratio*float64(calls) {
 		b.mu.Lock()
 		if b.state.Load() == word(gen, Closed) {
-			b.rate = b.releaseRate(calls)
+			b.rate = b.releaseRate(calls, now)
 			b.reopens = 0
 			b.openLocked(Closed, now, hint)
 		}
@@ -624,17 +625,21 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 }
 
 // releaseRate returns the pace, in calls per second, at which waiting
-// calls are released after the next close, for a trip with calls in the
-// window.
-func (b *Breaker) releaseRate(calls uint64) float64 {
+// calls are released after the next close, for a trip at now with calls in
+// the window. It requires mu held.
+func (b *Breaker) releaseRate(calls uint64, now time.Time) float64 {
 	switch r := b.cfg.ReleaseRate; {
 	case r < 0:
 		return math.Inf(1)
 	case r > 0:
 		return r
 	}
+	// The window holds the calls since the breaker closed, if that is
+	// less than a window ago: divide by the time they took, not by the
+	// whole window.
+	span := min(b.cfg.Window, max(time.Duration(b.since(now)-b.closedAt), b.bucket))
 	floor := float64(b.probes) / b.cfg.OpenFor.Seconds()
-	return max(float64(calls)/b.cfg.Window.Seconds(), floor)
+	return max(float64(calls)/span.Seconds(), floor)
 }
 
 // window returns the calls and failures in the window ending in bucket cur.
@@ -719,11 +724,12 @@ func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 // within each call's slot. It requires mu held.
 func (b *Breaker) closeLocked(from State, now time.Time) {
 	b.reopens = 0
+	b.closedAt = b.since(now)
 	b.setLocked(from, Closed)
 	gen := genOf(b.state.Load())
 	rate := b.rate
 	if rate == 0 {
-		rate = b.releaseRate(0)
+		rate = b.releaseRate(0, now)
 	}
 	step := 0.0
 	if !math.IsInf(rate, 1) {
@@ -919,7 +925,7 @@ func (b *Breaker) Trip(retryAfter time.Duration) {
 	switch stateOf(w) {
 	case Closed:
 		calls, _ := b.window(b.bucketOf(now, genOf(w)))
-		b.rate = b.releaseRate(calls)
+		b.rate = b.releaseRate(calls, now)
 		b.reopens = 0
 		b.openLocked(Closed, now, retryAfter)
 	case HalfOpen:
@@ -954,7 +960,7 @@ func (b *Breaker) Reset() {
 // Wait is [Breaker.Allow] for a caller that can wait up to maxWait (the
 // time its deadline leaves) to be admitted. A closed breaker admits at
 // once. An open one makes the call wait, without sending it, when the next
-// probe round comes within maxWait and fewer than MaxWaiters calls are
+// probe round comes before maxWait ends and fewer than MaxWaiters calls are
 // waiting already: the call may be handed one of the round's probes (oldest
 // waiting calls first), or, once the breaker closes, is released in its
 // turn (oldest first, at the release rate; see [Config].ReleaseRate). If
@@ -976,7 +982,7 @@ func (b *Breaker) Wait(ctx context.Context, maxWait time.Duration) (Permit, erro
 	if err == nil || maxWait <= 0 || b.maxWaiters == 0 || ctx.Err() != nil {
 		return p, err
 	}
-	if oe, ok := err.(*OpenError); ok && oe.State == Open && oe.Wait > maxWait {
+	if oe, ok := err.(*OpenError); ok && oe.State == Open && oe.Wait >= maxWait {
 		return p, err
 	}
 	return b.wait(ctx, maxWait, err)

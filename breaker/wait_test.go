@@ -71,7 +71,7 @@ func TestWaitFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newWaitBreaker(t, nil)
 		trip(t, b)
-		for _, maxWait := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
+		for _, maxWait := range []time.Duration{0, -time.Second, 999 * time.Millisecond, time.Second} {
 			start := time.Now()
 			_, err := b.Wait(context.Background(), maxWait)
 			var oe *breaker.OpenError
@@ -452,6 +452,60 @@ func TestTripReset(t *testing.T) {
 		defer mu.Unlock()
 		if want := []string{"closed>open", "open>closed"}; !slices.Equal(events, want) {
 			t.Errorf("events %v, want %v", events, want)
+		}
+	})
+}
+
+// The release rate a trip sets is the rate of the calls the window held,
+// over the time they took: a breaker that trips 2 s after it closed, having
+// seen 40 calls, releases 20 per second (not 40 over the whole 10 s
+// window).
+func TestReleaseRateOverTheCallsSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.MinCalls = 40; c.Probes = 1 })
+		for range 20 {
+			p, _ := b.Allow()
+			b.Done(p, true)
+			time.Sleep(50 * time.Millisecond)
+		}
+		for range 20 {
+			p, _ := b.Allow()
+			b.Done(p, false)
+			time.Sleep(50 * time.Millisecond)
+		}
+		if s := b.Snapshot().State; s != breaker.Open {
+			t.Fatalf("state %v after 20 failures of 40 calls, want open", s)
+		}
+		release := make([]time.Duration, 11)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range release {
+			wg.Go(func() {
+				p, err := b.Wait(context.Background(), time.Minute)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				if p.Probe() {
+					b.Done(p, true) // the probe closes the breaker
+					return
+				}
+				release[i] = time.Since(start)
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		var first, last time.Duration = time.Hour, 0
+		for _, r := range release {
+			if r > 0 {
+				first, last = min(first, r), max(last, r)
+			}
+		}
+		// 10 calls after the probe, at 20/s: about 0.5 s from first to last
+		// (40 calls over the 2 s they took); 40 over the 10 s window would
+		// be 4/s, 2.5 s.
+		if spread := last - first; spread < 400*time.Millisecond || spread > 550*time.Millisecond {
+			t.Errorf("10 waiters released over %v, want about 0.5s (20/s)", spread)
 		}
 	})
 }

@@ -39,8 +39,9 @@ type timeouter interface {
 // The first rule that matches decides:
 //
 //  1. nil, an error marked with [Permanent] or [PermanentFailure], and an
-//     [*Error] (a nested retry loop that already gave up: retry at one
-//     layer only) are not retryable; neither is context.Canceled.
+//     [*Error] or a [Reason] (a nested retry loop that already gave up:
+//     retry at one layer only) are not retryable; neither is
+//     context.Canceled.
 //  2. A [RetryAfterer] with a positive hint: retryable.
 //  3. Timeouts: context.DeadlineExceeded (an attempt's own timeout),
 //     os.ErrDeadlineExceeded, and any error whose Timeout() reports true
@@ -72,6 +73,9 @@ func IsRetryable(err error) bool {
 	}
 	if _, ok := find[*Error](err); ok {
 		return false
+	}
+	if _, ok := find[Reason](err); ok {
+		return false // a give-up, even a bare one
 	}
 	if errors.Is(err, context.Canceled) {
 		return false

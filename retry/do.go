@@ -22,9 +22,11 @@ import (
 // by it first. A call that meets an open breaker waits for it when the
 // breaker's next probe round comes before the call's deadline (it may be
 // handed a probe, or be released when the breaker closes; nothing is sent
-// and no attempt or budget is spent while it waits); otherwise, or if the
-// wait ends at the deadline, the loop stops with Reason [CircuitOpen]. With
-// a retry budget ([WithBudget]), the first attempt deposits into it.
+// and no attempt or budget is spent while it waits, and a probe it was
+// handed that fails sends it back to waiting without costing it an attempt
+// or budget); otherwise, or if the wait ends at the deadline, the loop
+// stops with Reason [CircuitOpen]. With a retry budget ([WithBudget]), the
+// first attempt deposits into it.
 //
 // After a failed attempt the loop stops, in this order, when:
 //   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
@@ -192,6 +194,11 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 				if waited && needNow {
 					now = p.clock.Now()
 				}
+				if hasDL && !now.Before(deadline) {
+					// Admitted just as the time ran out: send nothing.
+					brk.Cancel(permit)
+					return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
+				}
 			}
 			var at time.Time // the call's one clock reading, if budget and breaker share it
 			if attempt == 1 && p.budget != nil {
@@ -261,6 +268,13 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
+		if permit.Probe() && hasDL && !IsPermanent(err) && p.classify(err) {
+			// A probe the breaker handed to this call failed: the
+			// breaker is open again and the call goes back to waiting
+			// for it. Probes are the breaker's, a few per round however
+			// many calls wait: the call spends no attempt and no budget.
+			continue
+		}
 		var left time.Duration
 		if hasDL {
 			left = deadline.Sub(now)
@@ -278,7 +292,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 			return p.stop(ctx, reason, attempt, err, 0)
 		}
 		if p.observer != nil || p.logger != nil {
-			p.retrying(ctx, attempt, sleep, err)
+			p.retrying(ctx, attempt, sleep, plan.byHint, err)
 		}
 		if serr := p.clock.Sleep(ctx, sleep); serr != nil {
 			if ctx.Err() == nil { // a Clock that failed on its own: keep its error
@@ -306,11 +320,16 @@ func (p *Policy) admit(ctx context.Context, brk *breaker.Breaker, hasDL bool, le
 	}
 	permit, err = brk.Wait(ctx, left)
 	if p.observer != nil {
-		e := observe.Event{Kind: observe.BreakerWait, Name: p.name, Elapsed: p.clock.Now().Sub(start), Outcome: "admitted", Err: err}
-		if err != nil {
-			e.Outcome = "rejected"
+		// A call that could not wait (its deadline comes before the next
+		// round, too many calls waiting) is rejected at once: no wait to
+		// report.
+		if elapsed := p.clock.Now().Sub(start); err == nil || elapsed > 0 {
+			e := observe.Event{Kind: observe.BreakerWait, Name: p.name, Elapsed: elapsed, Outcome: "admitted", Err: err}
+			if err != nil {
+				e.Outcome = "rejected"
+			}
+			p.observer.Observe(ctx, e)
 		}
-		p.observer.Observe(ctx, e)
 	}
 	return permit, true, err
 }
@@ -342,10 +361,10 @@ func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started
 
 // retrying reports and logs a retry about to happen after attempt failed
 // with err.
-func (p *Policy) retrying(ctx context.Context, attempt int, sleep time.Duration, err error) {
+func (p *Policy) retrying(ctx context.Context, attempt int, sleep time.Duration, byHint bool, err error) {
 	hint := RetryAfter(err)
 	why := "backoff"
-	if hint > 0 && sleep >= hint {
+	if byHint {
 		why = "hint"
 	}
 	if p.observer != nil {

@@ -17,11 +17,15 @@
 //     covers attempts and sleeps; each attempt's context carries only the
 //     time that is left ([WithAttemptTimeout] caps it further).
 //   - Only retryable errors are retried; [IsRetryable] is the default
-//     classifier, [Permanent] stops retrying, and errors can declare
-//     themselves with [StatusCoder], [RetryAfterer] and [TemporaryReporter].
+//     classifier (protocol-neutral: timeouts, broken connections, server
+//     hints; package httpretry adds HTTP statuses), [Permanent] and
+//     [PermanentFailure] stop retrying, and errors can declare themselves
+//     with [RetryAfterer] and [TemporaryReporter].
 //   - The sleep before retry n is the backoff's n-th delay (package
-//     backoff; full jitter by default), raised to the server's hint
-//     ([RetryAfter]) if that is longer: the hint is a floor.
+//     backoff; full jitter by default) or, when the server's hint
+//     ([RetryAfter]) is longer, a random time in [hint, 1.5·hint): the hint
+//     is a floor, spread so that clients told the same do not return in
+//     step ([WithExactRetryAfter] sleeps exactly the hint).
 //   - If the next sleep would end at or after the deadline, the loop gives
 //     up now instead of sleeping past it. Canceling the parent context
 //     stops the loop at once, mid-sleep included, and is never retried.
@@ -33,11 +37,15 @@
 // client) and a circuit breaker ([WithBreaker]) plug into the loop: each
 // call deposits once, each retry must withdraw first (a refusal stops the
 // call with its last real error, Reason [BudgetExhausted]), and each
-// attempt must be admitted by the breaker (Reason [CircuitOpen]) and
-// reports back whether the dependency failed. [DoFallback] serves a
-// caller-supplied value (cached data) when the loop gives up.
+// attempt must be admitted by the breaker and reports back whether the
+// dependency failed. A call with a deadline waits behind an open breaker
+// for its next probe round instead of failing; one without fails fast
+// (Reason [CircuitOpen]). [DoFallback] serves a caller-supplied value
+// (cached data) when the loop gives up.
 //
-// Hooks ([WithOnRetry], [WithOnGiveUp]) and a slog logger ([WithLogger])
-// observe the loop; it is silent by default. Time comes from a [Clock]
-// ([WithClock]), so tests need not sleep.
+// [Policy.Plan] exposes the loop's decision step for code that runs its own
+// loop. An observer ([WithObserver], package observe) and a slog logger
+// ([WithLogger], Debug only) watch the loop; it is silent by default. Time
+// comes from the system clock, which a testing/synctest bubble fakes, or a
+// [Clock] ([WithClock]).
 package retry

@@ -16,6 +16,7 @@ type Plan struct {
 	p        *Policy
 	seq      backoff.Sequence
 	attempts int
+	byHint   bool // the last sleep was set by the server's hint, not the backoff
 }
 
 // Plan returns the schedule of a new call through p.
@@ -61,7 +62,8 @@ func (pl *Plan) next(err error, left time.Duration) (time.Duration, Reason, erro
 	if hint > p.maxRetryAfter {
 		return max(sleep, hint), Deadline, nil
 	}
-	if hint > sleep {
+	pl.byHint = hint > sleep
+	if pl.byHint {
 		sleep = hint
 		if !p.exactHint {
 			spread := hint / 2
