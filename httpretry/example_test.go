@@ -11,6 +11,7 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/retry"
 )
 
 // A client whose server fails twice with 503, then answers: the caller
@@ -21,7 +22,10 @@ func ExampleNewClient() {
 		attempts []string
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := httpretry.AttemptFromRequest(r)
+		n, ok := httpretry.AttemptFromRequest(r)
+		if !ok {
+			n = 1 // no header: a first attempt
+		}
 		mu.Lock()
 		attempts = append(attempts, fmt.Sprint(n))
 		mu.Unlock()
@@ -36,7 +40,7 @@ func ExampleNewClient() {
 	// Short delays so that the example runs fast; the default is full
 	// jitter from 100 ms, capped at 10 s.
 	quick, _ := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 10 * time.Millisecond})
-	client, err := httpretry.NewClient(httpretry.WithBackoff(quick), httpretry.WithTimeout(10*time.Second))
+	client, err := httpretry.NewClient(httpretry.WithRetry(retry.WithBackoff(quick)), httpretry.WithTimeout(10*time.Second))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -64,7 +68,7 @@ func ExamplePushBack() {
 	defer dependency.Close()
 
 	quick, _ := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 10 * time.Millisecond})
-	client, _ := httpretry.NewClient(httpretry.WithBackoff(quick))
+	client, _ := httpretry.NewClient(httpretry.WithRetry(retry.WithBackoff(quick)))
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, dependency.URL, nil)
 		resp, err := client.Do(req)
@@ -102,4 +106,78 @@ func ExampleParseAttempt() {
 	// "4, 1": 4 true
 	// "0": 0 false
 	// "two": 0 false
+}
+
+// A client with a fallback: when the dependency is down (here: three
+// 503s), the caller gets a response of its own, e.g. from a cache.
+func ExampleWithFallback() {
+	dependency := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer dependency.Close()
+
+	quick, _ := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 10 * time.Millisecond})
+	cached := func(req *http.Request, err *retry.Error) (*http.Response, error) {
+		fmt.Println("fallback after", err.Attempts, "attempts:", err.Reason.String())
+		return &http.Response{
+			StatusCode: http.StatusOK,
+			Header:     http.Header{"Content-Type": {"text/plain"}},
+			Body:       io.NopCloser(strings.NewReader("yesterday's data")),
+			Request:    req,
+		}, nil
+	}
+	client, _ := httpretry.NewClient(httpretry.WithRetry(retry.WithBackoff(quick)), httpretry.WithFallback(cached))
+	resp, err := client.Get(dependency.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	// Output:
+	// fallback after 3 attempts: attempts exhausted
+	// 200 yesterday's data
+}
+
+// Key tells the caller which idempotency key the transport made for a
+// POST, to log it or to look the payment up later.
+func ExampleKey() {
+	var (
+		mu   sync.Mutex
+		seen string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = r.Header.Get("Idempotency-Key")
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+
+	client, _ := httpretry.NewClient(httpretry.WithAutoIdempotencyKey())
+	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"amount": 100}`))
+	key := httpretry.Key(resp, err)
+	if err != nil {
+		fmt.Println(err, key)
+		return
+	}
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Println(resp.StatusCode, key != "" && key == seen)
+	// Output:
+	// 201 true
+}
+
+// GaveUp reads why the transport returned a failure response, and when the
+// host may be tried again.
+func ExampleGaveUp() {
+	resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}}
+	resp.Header.Set(httpretry.GaveUpHeader, "circuit-open;attempts=1;retry-after=3")
+	if g, ok := httpretry.GaveUp(resp); ok {
+		fmt.Println(g.Reason.String(), g.Attempts, g.RetryAfter)
+	}
+	// Output:
+	// circuit open 1 3s
 }

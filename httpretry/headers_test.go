@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -129,7 +130,7 @@ func FuzzRetryAfterResponse(f *testing.F) {
 		}
 		hint = s
 		clock := newFakeClock()
-		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithClock(clock), httpretry.WithBackoff(smallBackoff(t)), httpretry.WithoutBudget())
+		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithRetry(retry.WithClock(clock), retry.WithBackoff(smallBackoff(t))), httpretry.WithoutBudget())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,33 +206,42 @@ func TestPushBack(t *testing.T) {
 }
 
 func TestGaveUpParse(t *testing.T) {
+	type g = httpretry.GiveUp
 	tests := []struct {
-		value    []string
-		reason   retry.Reason
-		attempts int
-		ok       bool
+		value []string
+		want  g
+		ok    bool
 	}{
-		{nil, 0, 0, false},
-		{[]string{"attempts-exhausted;attempts=3"}, retry.AttemptsExhausted, 3, true},
-		{[]string{" Budget-Exhausted ; attempts = 2"}, retry.BudgetExhausted, 0, true}, // spaces around '=' are not allowed
-		{[]string{"budget-exhausted; attempts=2"}, retry.BudgetExhausted, 2, true},
-		{[]string{"circuit-open"}, retry.CircuitOpen, 0, true},
-		{[]string{"deadline;attempts=x"}, retry.Deadline, 0, true},
-		{[]string{"not-retryable;foo=1;attempts=1"}, retry.NotRetryable, 1, true},
-		{[]string{"exhausted"}, 0, 0, false},
-		{[]string{""}, 0, 0, false},
+		{nil, g{}, false},
+		{[]string{"attempts-exhausted;attempts=3"}, g{Reason: retry.AttemptsExhausted, Attempts: 3}, true},
+		{[]string{" Budget-Exhausted ; attempts = 2"}, g{Reason: retry.BudgetExhausted}, true}, // spaces around '=' are not allowed
+		{[]string{"budget-exhausted; attempts=2"}, g{Reason: retry.BudgetExhausted, Attempts: 2}, true},
+		{[]string{"circuit-open"}, g{Reason: retry.CircuitOpen}, true},
+		{[]string{"circuit-open;attempts=2;retry-after=3"}, g{Reason: retry.CircuitOpen, Attempts: 2, RetryAfter: 3 * time.Second}, true},
+		{[]string{"deadline; Retry-After= 60 ;attempts=1"}, g{Reason: retry.Deadline, Attempts: 1, RetryAfter: time.Minute}, true},
+		{[]string{"circuit-open;retry-after=0"}, g{Reason: retry.CircuitOpen}, true},
+		{[]string{"circuit-open;retry-after=-3"}, g{Reason: retry.CircuitOpen}, true},
+		{[]string{"circuit-open;retry-after=1.5"}, g{Reason: retry.CircuitOpen}, true},
+		{[]string{"circuit-open;retry-after=Sun, 06 Nov 1994 08:49:37 GMT"}, g{Reason: retry.CircuitOpen}, true},
+		{[]string{"circuit-open;retry-after=99999999999999999999"}, g{Reason: retry.CircuitOpen, RetryAfter: math.MaxInt64}, true},
+		{[]string{"deadline;attempts=x"}, g{Reason: retry.Deadline}, true},
+		{[]string{"not-retryable;foo=1;attempts=1"}, g{Reason: retry.NotRetryable, Attempts: 1}, true},
+		{[]string{"canceled;attempts=1"}, g{Reason: retry.Canceled, Attempts: 1}, true},
+		{[]string{"exhausted"}, g{}, false},
+		{[]string{"unknown;attempts=3"}, g{}, false},
+		{[]string{""}, g{}, false},
 	}
 	for _, tt := range tests {
 		resp := &http.Response{Header: http.Header{}}
 		if tt.value != nil {
 			resp.Header[httpretry.GaveUpHeader] = tt.value
 		}
-		r, n, ok := httpretry.GaveUp(resp)
-		if r != tt.reason || n != tt.attempts || ok != tt.ok {
-			t.Errorf("GaveUp(%q) = %v, %d, %v; want %v, %d, %v", tt.value, r, n, ok, tt.reason, tt.attempts, tt.ok)
+		got, ok := httpretry.GaveUp(resp)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("GaveUp(%q) = %+v, %v; want %+v, %v", tt.value, got, ok, tt.want, tt.ok)
 		}
 	}
-	if _, _, ok := httpretry.GaveUp(nil); ok {
+	if _, ok := httpretry.GaveUp(nil); ok {
 		t.Errorf("GaveUp(nil) ok = true")
 	}
 }
@@ -247,8 +257,8 @@ func TestGaveUpThroughClientTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	readClose(t, resp)
-	if r, n, ok := httpretry.GaveUp(resp); r != retry.AttemptsExhausted || n != 3 || !ok {
-		t.Errorf("GaveUp = %v, %d, %v; want attempts exhausted, 3, true", r, n, ok)
+	if g, ok := httpretry.GaveUp(resp); g.Reason != retry.AttemptsExhausted || g.Attempts != 3 || !ok {
+		t.Errorf("GaveUp = %+v, %v; want attempts exhausted, 3, true", g, ok)
 	}
 	if !httpretry.Overloaded(resp, nil) {
 		t.Errorf("Overloaded = false, want true")
@@ -256,23 +266,29 @@ func TestGaveUpThroughClientTimeout(t *testing.T) {
 }
 
 func FuzzGaveUp(f *testing.F) {
-	for _, s := range []string{"attempts-exhausted;attempts=3", "circuit-open", "deadline;attempts=", ";;;", "budget-exhausted; attempts=99999999", ""} {
+	for _, s := range []string{
+		"attempts-exhausted;attempts=3", "circuit-open", "deadline;attempts=", ";;;", "budget-exhausted; attempts=99999999", "",
+		"circuit-open;attempts=2;retry-after=3", "deadline;retry-after=99999999999999999999", "circuit-open;retry-after=;retry-after=2",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		resp := &http.Response{Header: http.Header{httpretry.GaveUpHeader: {s}}}
-		r, n, ok := httpretry.GaveUp(resp)
+		g, ok := httpretry.GaveUp(resp)
 		if !ok {
-			if r != 0 || n != 0 {
-				t.Fatalf("GaveUp(%q) = %v, %d, false; want zeros", s, r, n)
+			if g != (httpretry.GiveUp{}) {
+				t.Fatalf("GaveUp(%q) = %+v, false; want the zero GiveUp", s, g)
 			}
 			return
 		}
-		if r.Err() == nil || n < 0 || n > 1<<20 {
-			t.Fatalf("GaveUp(%q) = %v, %d, true; out of range", s, r, n)
+		if name := g.Reason.String(); strings.HasPrefix(name, "Reason(") || g.Attempts < 0 || g.Attempts > 1<<20 || g.RetryAfter < 0 {
+			t.Fatalf("GaveUp(%q) = %+v, true; out of range", s, g)
 		}
-		if httpretry.Overloaded(resp, nil) != (r == retry.AttemptsExhausted || r == retry.BudgetExhausted || r == retry.CircuitOpen) {
-			t.Fatalf("Overloaded disagrees with GaveUp(%q) = %v", s, r)
+		if g.RetryAfter%time.Second != 0 && g.RetryAfter != math.MaxInt64 {
+			t.Fatalf("GaveUp(%q).RetryAfter = %v, not whole seconds", s, g.RetryAfter)
+		}
+		if httpretry.Overloaded(resp, nil) != (g.Reason == retry.AttemptsExhausted || g.Reason == retry.BudgetExhausted || g.Reason == retry.CircuitOpen) {
+			t.Fatalf("Overloaded disagrees with GaveUp(%q) = %+v", s, g)
 		}
 	})
 }

@@ -6,12 +6,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/retry"
 )
 
 // fakeClock is a retry.Clock whose Sleep records the delay and moves the
@@ -82,7 +86,7 @@ func smallBackoff(t *testing.T) *backoff.Backoff {
 func newTransport(t *testing.T, base http.RoundTripper, opts ...httpretry.Option) (*httpretry.Transport, *fakeClock) {
 	t.Helper()
 	clock := newFakeClock()
-	all := append([]httpretry.Option{httpretry.WithClock(clock), httpretry.WithBackoff(smallBackoff(t))}, opts...)
+	all := append([]httpretry.Option{httpretry.WithRetry(retry.WithClock(clock), retry.WithBackoff(smallBackoff(t)))}, opts...)
 	tr, err := httpretry.NewTransport(base, all...)
 	if err != nil {
 		t.Fatalf("NewTransport: %v", err)
@@ -93,7 +97,7 @@ func newTransport(t *testing.T, base http.RoundTripper, opts ...httpretry.Option
 // observed is what a test server saw: one entry per request.
 type observed struct {
 	mu       sync.Mutex
-	attempts []string // AttemptHeader values
+	attempts []string // AttemptHeader values, as attemptValue reads them
 	keys     []string // Idempotency-Key values
 	bodies   []string
 	methods  []string
@@ -103,7 +107,7 @@ func (o *observed) record(r *http.Request) int {
 	b, _ := io.ReadAll(r.Body)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.attempts = append(o.attempts, r.Header.Get(httpretry.AttemptHeader))
+	o.attempts = append(o.attempts, attemptValue(r.Header))
 	o.keys = append(o.keys, r.Header.Get("Idempotency-Key"))
 	o.bodies = append(o.bodies, string(b))
 	o.methods = append(o.methods, r.Method)
@@ -134,11 +138,29 @@ func serve(t *testing.T, h func(w http.ResponseWriter, r *http.Request, n int)) 
 	return srv, o
 }
 
-// wantAttemptHeaders returns "1".."n".
+// attemptValue returns the AttemptHeader values of h joined by commas: ""
+// if the field is absent, emptyField if it is present with an empty value.
+func attemptValue(h http.Header) string {
+	vs, ok := h[httpretry.AttemptHeader]
+	switch {
+	case !ok:
+		return ""
+	case len(vs) == 1 && vs[0] == "":
+		return emptyField
+	}
+	return strings.Join(vs, ",")
+}
+
+// emptyField is what attemptValue records for an AttemptHeader present with
+// an empty value (which no attempt should carry).
+const emptyField = "(empty)"
+
+// wantAttemptHeaders returns what attemptValue reads on attempts 1 to n:
+// nothing on the first, "2".."n" on the retries.
 func wantAttemptHeaders(n int) []string {
 	s := make([]string, n)
-	for i := range s {
-		s[i] = string(rune('1' + i))
+	for i := 1; i < n; i++ {
+		s[i] = strconv.Itoa(i + 1)
 	}
 	return s
 }
@@ -163,4 +185,76 @@ func readClose(t *testing.T, resp *http.Response) string {
 		t.Errorf("closing the response body: %v", err)
 	}
 	return string(b)
+}
+
+// recordingRT is a RoundTripper over base that records every request it
+// is handed (one per attempt the Transport sends) and wraps the body of
+// every response base returns, to tell whether it was closed. With fail
+// set, the n-th request (1 for the first) gets fail's error instead of
+// being sent, when fail returns one.
+type recordingRT struct {
+	base http.RoundTripper
+	fail func(n int) error
+
+	mu     sync.Mutex
+	reqs   []*http.Request
+	bodies []*trackedBody
+}
+
+func (rt *recordingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	rt.mu.Lock()
+	rt.reqs = append(rt.reqs, r)
+	n := len(rt.reqs)
+	rt.mu.Unlock()
+	if rt.fail != nil {
+		if err := rt.fail(n); err != nil {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			return nil, err
+		}
+	}
+	resp, err := rt.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Body != nil {
+		tb := &trackedBody{ReadCloser: resp.Body}
+		resp.Body = tb
+		rt.mu.Lock()
+		rt.bodies = append(rt.bodies, tb)
+		rt.mu.Unlock()
+	}
+	return resp, nil
+}
+
+// sent returns the requests handed to the base so far.
+func (rt *recordingRT) sent() []*http.Request {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.reqs)
+}
+
+// unclosed returns the indexes of the responses whose body is not closed.
+func (rt *recordingRT) unclosed() []int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var open []int
+	for i, b := range rt.bodies {
+		if !b.closed.Load() {
+			open = append(open, i)
+		}
+	}
+	return open
+}
+
+// trackedBody is a response body that records its Close.
+type trackedBody struct {
+	io.ReadCloser
+	closed atomic.Bool
+}
+
+func (b *trackedBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
 }

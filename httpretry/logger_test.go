@@ -3,12 +3,14 @@ package httpretry_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
-	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
 )
@@ -31,26 +33,70 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// TestLogger: one Warn per breaker state change, with the host; the
+// per-call records at Debug, with the host too.
 func TestLogger(t *testing.T) {
-	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-	var buf syncBuffer
-	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithLogger(logger), httpretry.WithBreaker(tripFast()))
-	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readClose(t, resp)
-	u, _ := url.Parse(srv.URL)
-	out := buf.String()
-	for _, want := range []string{
-		"host=" + u.Host,
-		"circuit breaker state change",
-		"from=closed to=open",
-		"retry: giving up",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("log lacks %q:\n%s", want, out)
+	var mu sync.Mutex
+	failing := true
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			w.WriteHeader(503)
 		}
+	})
+	var buf syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithLogger(logger), httpretry.WithBreakerConfig(tripFast()))
+	get := func() {
+		t.Helper()
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readClose(t, resp)
+	}
+	get() // 503: trips the breaker
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	clock.advance(time.Hour)
+	for range 3 {
+		get() // the probes: closes the breaker
+	}
+
+	type record struct {
+		Level, Msg, Host, From, To string
+	}
+	var warns []record
+	debugs := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var r record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if r.Host != hostOf(t, srv.URL) {
+			t.Errorf("record %q has host %q, want %q", line, r.Host, hostOf(t, srv.URL))
+		}
+		switch r.Level {
+		case "WARN":
+			warns = append(warns, r)
+		case "DEBUG":
+			debugs[r.Msg]++
+		default:
+			t.Errorf("record at %s: %s", r.Level, line)
+		}
+	}
+	msg := "httpretry: circuit breaker state change"
+	want := []record{
+		{"WARN", msg, hostOf(t, srv.URL), "closed", "open"},
+		{"WARN", msg, hostOf(t, srv.URL), "open", "half-open"},
+		{"WARN", msg, hostOf(t, srv.URL), "half-open", "closed"},
+	}
+	if !slices.Equal(warns, want) {
+		t.Errorf("Warn records = %+v, want one per state change: %+v", warns, want)
+	}
+	if debugs["retry: giving up"] != 1 {
+		t.Errorf("Debug records = %v, want the one give-up", debugs)
 	}
 }

@@ -136,8 +136,13 @@ func TestNetworkTable(t *testing.T) {
 						srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { hijackReset(t, w) })
 						url, seen, base = srv.URL, obs.count, srv.Client().Transport
 					case "timeout":
-						srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { <-r.Context().Done() })
-						url, seen, base = srv.URL, obs.count, srv.Client().Transport
+						// Counted where the transport hands each attempt
+						// on: under load, an attempt may time out before
+						// the server's handler even runs.
+						srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { <-r.Context().Done() })
+						rec := &recordingRT{base: srv.Client().Transport}
+						url, base = srv.URL, rec
+						seen = func() int { return len(rec.sent()) }
 						extra = append(extra, httpretry.WithAttemptTimeout(20*time.Millisecond))
 					case "refused":
 						ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
@@ -64,8 +65,8 @@ func TestPOSTBodyReplayedWithSameKey(t *testing.T) {
 				t.Errorf("RoundTrip(POST) = %d %q, want 200 \"ok\"", resp.StatusCode, got)
 			}
 			attempts, keys, bodies := obs.snapshot()
-			if !slices.Equal(attempts, []string{"1", "2", "3"}) {
-				t.Errorf("attempt headers = %q, want 1, 2, 3", attempts)
+			if want := wantAttemptHeaders(3); !slices.Equal(attempts, want) {
+				t.Errorf("attempt headers = %q, want %q", attempts, want)
 			}
 			for i, b := range bodies {
 				if b != payload {
@@ -242,7 +243,7 @@ func TestRequestBodyClosedOnEveryPath(t *testing.T) {
 	})
 	t.Run("circuit open", func(t *testing.T) {
 		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithMaxAttempts(1), httpretry.WithBreaker(tripFast()))
+		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRetry(retry.WithMaxAttempts(1)), httpretry.WithBreakerConfig(tripFast()))
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
 		if err != nil {
 			t.Fatalf("RoundTrip: %v", err)
@@ -250,8 +251,8 @@ func TestRequestBodyClosedOnEveryPath(t *testing.T) {
 		readClose(t, resp)
 		body := &closeRecorder{r: strings.NewReader("abc")}
 		_, err = tr.RoundTrip(newRequest(t, context.Background(), "PUT", srv.URL, body))
-		if !errors.Is(err, retry.ErrCircuitOpen) {
-			t.Errorf("RoundTrip with the circuit open: err = %v, want ErrCircuitOpen", err)
+		if !errors.Is(err, retry.CircuitOpen) {
+			t.Errorf("RoundTrip with the circuit open: err = %v, want CircuitOpen", err)
 		}
 		if body.closed.Load() == 0 {
 			t.Errorf("RoundTrip rejected by the breaker did not close the request body")
@@ -262,12 +263,10 @@ func TestRequestBodyClosedOnEveryPath(t *testing.T) {
 	})
 }
 
-// tripFast is a breaker that opens after one failure, for a long time.
+// tripFast is a breaker that opens after one failure, for exactly an hour
+// (its jitter pinned).
 func tripFast() breaker.Config {
-	c := breaker.DefaultConfig()
-	c.MinCalls = 1
-	c.OpenFor = time.Hour
-	return c
+	return breaker.Config{MinCalls: 1, OpenFor: time.Hour, Rand: func() float64 { return 0.5 }}
 }
 
 func TestRetryAfterIsAFloor(t *testing.T) {
@@ -280,32 +279,69 @@ func TestRetryAfterIsAFloor(t *testing.T) {
 		{"RFC 850", func(now time.Time) string { return now.Add(2 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT") }},
 		{"asctime", func(now time.Time) string { return now.Add(2 * time.Second).Format(time.ANSIC) }},
 	}
+	// The sleep is the hint spread above it by up to half of it, drawn
+	// from the backoff's Rand: pinned at 0.5 here, so 2s + 0.5·1s; exactly
+	// the hint with retry.WithExactRetryAfter.
+	spreads := []struct {
+		name string
+		opts []httpretry.Option
+		want time.Duration
+	}{
+		{"spread", nil, 2500 * time.Millisecond},
+		{"exact", []httpretry.Option{httpretry.WithRetry(retry.WithExactRetryAfter())}, 2 * time.Second},
+	}
 	for _, code := range []int{429, 503} {
 		for _, f := range forms {
-			t.Run(f.name+"/"+http.StatusText(code), func(t *testing.T) {
-				var clock *fakeClock
-				srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-					if n == 1 {
-						w.Header().Set("Retry-After", f.value(clock.Now()))
-						w.WriteHeader(code)
+			for _, sp := range spreads {
+				t.Run(f.name+"/"+http.StatusText(code)+"/"+sp.name, func(t *testing.T) {
+					var clock *fakeClock
+					srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+						if n == 1 {
+							w.Header().Set("Retry-After", f.value(clock.Now()))
+							w.WriteHeader(code)
+						}
+					})
+					var tr *httpretry.Transport
+					tr, clock = newTransport(t, srv.Client().Transport, sp.opts...)
+					resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+					if err != nil {
+						t.Fatalf("RoundTrip: %v", err)
+					}
+					readClose(t, resp)
+					if resp.StatusCode != 200 || obs.count() != 2 {
+						t.Errorf("RoundTrip = %d after %d attempts, want 200 after 2", resp.StatusCode, obs.count())
+					}
+					if s := clock.Sleeps(); len(s) != 1 || s[0] != sp.want {
+						t.Errorf("sleeps = %v, want one of %v (Retry-After 2s is a floor)", s, sp.want)
 					}
 				})
-				var tr *httpretry.Transport
-				tr, clock = newTransport(t, srv.Client().Transport)
-				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-				if err != nil {
-					t.Fatalf("RoundTrip: %v", err)
-				}
-				readClose(t, resp)
-				if resp.StatusCode != 200 || obs.count() != 2 {
-					t.Errorf("RoundTrip = %d after %d attempts, want 200 after 2", resp.StatusCode, obs.count())
-				}
-				if s := clock.Sleeps(); len(s) != 1 || s[0] < 2*time.Second {
-					t.Errorf("sleeps = %v, want one of at least 2s (Retry-After is a floor)", s)
-				}
-			})
+			}
 		}
 	}
+	t.Run("spread stays in [hint, 1.5 hint)", func(t *testing.T) {
+		for _, u := range []float64{0, 0.25, 0.999999} {
+			srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+				if n == 1 {
+					w.Header().Set("Retry-After", "2")
+					w.WriteHeader(503)
+				}
+			})
+			b, err := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 100 * time.Millisecond, Rand: func() float64 { return u }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithRetry(retry.WithBackoff(b)))
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readClose(t, resp)
+			want := 2*time.Second + time.Duration(u*float64(time.Second))
+			if s := clock.Sleeps(); len(s) != 1 || s[0] != want || s[0] < 2*time.Second || s[0] >= 3*time.Second {
+				t.Errorf("Rand %v: sleeps = %v, want one of %v, in [2s, 3s)", u, s, want)
+			}
+		}
+	})
 }
 
 func TestRetryAfterBeyondDeadline(t *testing.T) {
@@ -316,7 +352,7 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 	}{
 		{"past the overall timeout", []httpretry.Option{httpretry.WithTimeout(time.Second)}, "2"},
 		{"past the request context's deadline", nil, "3600"},
-		{"above MaxRetryAfter", []httpretry.Option{httpretry.WithMaxRetryAfter(time.Second)}, "2"},
+		{"above MaxRetryAfter", []httpretry.Option{httpretry.WithRetry(retry.WithMaxRetryAfter(time.Second))}, "2"},
 		{"484289 hours", nil, "1743440400"},
 	}
 	for _, tt := range tests {
@@ -352,9 +388,9 @@ func TestGaveUpMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer readClose(t, resp)
-	reason, attempts, ok := httpretry.GaveUp(resp)
-	if !ok || reason != retry.AttemptsExhausted || attempts != 3 {
-		t.Errorf("GaveUp = %v, %d, %v; want attempts exhausted, 3, true", reason, attempts, ok)
+	g, ok := httpretry.GaveUp(resp)
+	if want := (httpretry.GiveUp{Reason: retry.AttemptsExhausted, Attempts: 3}); !ok || g != want {
+		t.Errorf("GaveUp = %+v, %v; want %+v, true", g, ok, want)
 	}
 	if !httpretry.Overloaded(resp, nil) {
 		t.Errorf("Overloaded(give-up response) = false, want true")
@@ -385,14 +421,14 @@ func TestParentCancelStopsAtOnce(t *testing.T) {
 	t.Run("during the sleep", func(t *testing.T) {
 		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 		clock := &blockingClock{started: make(chan struct{}, 1)}
-		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithClock(clock))
+		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithRetry(retry.WithClock(clock)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-clock.started; cancel() }()
 		resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", srv.URL, nil))
-		if resp != nil || !errors.Is(err, context.Canceled) || !errors.Is(err, retry.ErrCanceled) {
+		if resp != nil || !errors.Is(err, context.Canceled) || !errors.Is(err, retry.Canceled) {
 			t.Errorf("RoundTrip = %v, %v; want nil, a canceled error", resp, err)
 		}
 		if obs.count() != 1 {
@@ -449,7 +485,17 @@ func TestConnectionDroppedBeforeResponseRetried(t *testing.T) {
 }
 
 func TestConnectionsReused(t *testing.T) {
-	for _, size := range []int{0, 100, 32 << 10} {
+	tests := []struct {
+		size  int
+		conns int32
+	}{
+		{0, 1}, {100, 1}, {32 << 10, 1},
+		// Beyond the 64 KiB drained, a body is cut off: its connection is
+		// closed, not read to the end.
+		{1 << 20, 3},
+	}
+	for _, tt := range tests {
+		size := tt.size
 		t.Run(fmt.Sprintf("503 body of %d bytes", size), func(t *testing.T) {
 			var conns atomic.Int32
 			o := &observed{}
@@ -477,8 +523,8 @@ func TestConnectionsReused(t *testing.T) {
 				}
 				readClose(t, resp)
 			}
-			if n := conns.Load(); n != 1 {
-				t.Errorf("server saw %d new connections for %d requests, want 1", n, o.count())
+			if n := conns.Load(); n != tt.conns {
+				t.Errorf("server saw %d new connections for %d requests, want %d", n, o.count(), tt.conns)
 			}
 		})
 	}
@@ -582,7 +628,7 @@ func TestRefreshOn401(t *testing.T) {
 		return r, nil
 	}
 	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRefreshOn401(refresh),
-		httpretry.WithBudget(budget.Config{Ratio: 0, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}))
+		httpretry.WithBudgetConfig(budget.Config{Ratio: -1, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}))
 	req := newRequest(t, context.Background(), "PUT", srv.URL, strings.NewReader("body"))
 	req.Header.Set("Authorization", "Bearer old")
 	resp, err := tr.RoundTrip(req)
@@ -593,10 +639,10 @@ func TestRefreshOn401(t *testing.T) {
 		t.Errorf("RoundTrip body = %q, want ok", got)
 	}
 	attempts, _, bodies := obs.snapshot()
-	// The resend after the 401 is attempt 1 again (not counted), and the
-	// budget's single retry is still there for the 503.
-	if !slices.Equal(attempts, []string{"1", "1", "2"}) || refreshes.Load() != 1 {
-		t.Errorf("attempt headers %q, %d refreshes; want [1 1 2], 1", attempts, refreshes.Load())
+	// The resend after the 401 is attempt 1 again (not counted: no attempt
+	// header), and the budget's single retry is still there for the 503.
+	if want := []string{"", "", "2"}; !slices.Equal(attempts, want) || refreshes.Load() != 1 {
+		t.Errorf("attempt headers %q, %d refreshes; want %q, 1", attempts, refreshes.Load(), want)
 	}
 	for i, b := range bodies {
 		if b != "body" {
@@ -629,17 +675,17 @@ func TestRefreshOn401(t *testing.T) {
 func TestPerHostBreaker(t *testing.T) {
 	bad, badObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 	good, goodObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-	tr, _ := newTransport(t, nil, httpretry.WithBreaker(tripFast()))
+	tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(tripFast()))
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", bad.URL, nil))
 	if err != nil {
 		t.Fatalf("RoundTrip(bad) error = %v, want the 503", err)
 	}
 	readClose(t, resp)
-	if r, _, _ := httpretry.GaveUp(resp); r != retry.CircuitOpen || badObs.count() != 1 {
-		t.Errorf("first call: GaveUp reason %v after %d attempts; want circuit open after 1 (the failure tripped it)", r, badObs.count())
+	if g, _ := httpretry.GaveUp(resp); g.Reason != retry.CircuitOpen || badObs.count() != 1 {
+		t.Errorf("first call: GaveUp reason %v after %d attempts; want circuit open after 1 (the failure tripped it)", g.Reason, badObs.count())
 	}
 	_, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", bad.URL, nil))
-	if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, retry.ErrCircuitOpen) || !httpretry.Overloaded(nil, err) {
+	if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, retry.CircuitOpen) || !httpretry.Overloaded(nil, err) {
 		t.Errorf("second call to the bad host: err = %v, want the open breaker's error", err)
 	}
 	if badObs.count() != 1 {
@@ -653,11 +699,11 @@ func TestPerHostBreaker(t *testing.T) {
 }
 
 func TestPerHostBudget(t *testing.T) {
-	// One retry per window per host.
-	oneRetry := budget.Config{Ratio: 0, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}
+	// One retry per window per host (no ratio, a floor of 0.1/s over 10 s).
+	oneRetry := budget.Config{Ratio: -1, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}
 	a, aObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 	b, bObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-	tr, _ := newTransport(t, nil, httpretry.WithBudget(oneRetry))
+	tr, _ := newTransport(t, nil, httpretry.WithBudgetConfig(oneRetry))
 	get := func(url string) *http.Response {
 		t.Helper()
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", url, nil))
@@ -668,8 +714,8 @@ func TestPerHostBudget(t *testing.T) {
 		return resp
 	}
 	resp := get(a.URL)
-	if r, n, _ := httpretry.GaveUp(resp); r != retry.BudgetExhausted || n != 2 {
-		t.Errorf("first call: GaveUp = %v after %d, want budget exhausted after 2", r, n)
+	if g, _ := httpretry.GaveUp(resp); g.Reason != retry.BudgetExhausted || g.Attempts != 2 {
+		t.Errorf("first call: GaveUp = %+v, want budget exhausted after 2", g)
 	}
 	get(a.URL)
 	get(b.URL)
@@ -683,7 +729,7 @@ func TestPerHostBudget(t *testing.T) {
 
 func TestWithoutBudgetAndBreaker(t *testing.T) {
 	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithMaxAttempts(5))
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithRetry(retry.WithMaxAttempts(5)))
 	for range 5 {
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
 		if err != nil {
@@ -705,7 +751,7 @@ func TestConcurrentUse(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	srv2, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-	tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithMaxAttempts(10), httpretry.WithMaxHosts(1))
+	tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithRetry(retry.WithMaxAttempts(10)), httpretry.WithMaxHosts(1))
 	client := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -735,25 +781,23 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestNewTransportInvalid(t *testing.T) {
-	badBudget := budget.DefaultConfig()
-	badBudget.Ratio = 2
-	badBreaker := breaker.DefaultConfig()
-	badBreaker.MinCalls = 0
 	tests := []struct {
 		name string
 		opt  httpretry.Option
 	}{
-		{"attempts 0", httpretry.WithMaxAttempts(0)},
-		{"attempts 101", httpretry.WithMaxAttempts(101)},
-		{"nil backoff", httpretry.WithBackoff(nil)},
+		{"attempts 0", httpretry.WithRetry(retry.WithMaxAttempts(0))},
+		{"attempts 101", httpretry.WithRetry(retry.WithMaxAttempts(101))},
+		{"nil backoff", httpretry.WithRetry(retry.WithBackoff(nil))},
+		{"retry's own timeout", httpretry.WithRetry(retry.WithTimeout(time.Second))},
+		{"retry's own attempt timeout", httpretry.WithRetry(retry.WithAttemptTimeout(time.Second))},
 		{"negative timeout", httpretry.WithTimeout(-1)},
 		{"negative attempt timeout", httpretry.WithAttemptTimeout(-1)},
-		{"zero max retry-after", httpretry.WithMaxRetryAfter(0)},
+		{"zero max retry-after", httpretry.WithRetry(retry.WithMaxRetryAfter(0))},
 		{"zero buffer", httpretry.WithBufferBodies(0)},
-		{"nil clock", httpretry.WithClock(nil)},
 		{"zero hosts", httpretry.WithMaxHosts(0)},
-		{"bad budget", httpretry.WithBudget(badBudget)},
-		{"bad breaker", httpretry.WithBreaker(badBreaker)},
+		{"nil guards", httpretry.WithGuards(nil)},
+		{"bad budget", httpretry.WithBudgetConfig(budget.Config{Ratio: 2})},
+		{"bad breaker", httpretry.WithBreakerConfig(breaker.Config{MinCalls: -1})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -766,8 +810,20 @@ func TestNewTransportInvalid(t *testing.T) {
 			}
 		})
 	}
-	if _, err := httpretry.NewTransport(nil, nil); err != nil {
-		t.Errorf("NewTransport(nil, nil option) = %v, want nil error", err)
+	valid := []struct {
+		name string
+		opt  httpretry.Option
+	}{
+		{"nil option", nil},
+		{"nil clock (the system clock)", httpretry.WithRetry(retry.WithClock(nil))},
+		{"zero configs (the defaults)", httpretry.WithBudgetConfig(budget.Config{})},
+		{"zero breaker config", httpretry.WithBreakerConfig(breaker.Config{})},
+		{"100 attempts", httpretry.WithRetry(retry.WithMaxAttempts(100))},
+	}
+	for _, tt := range valid {
+		if _, err := httpretry.NewTransport(nil, tt.opt); err != nil {
+			t.Errorf("NewTransport(%s) = %v, want nil error", tt.name, err)
+		}
 	}
 }
 
@@ -775,7 +831,7 @@ func TestOverallTimeout(t *testing.T) {
 	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { <-r.Context().Done() })
 	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithTimeout(50*time.Millisecond))
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-	if resp != nil || !errors.Is(err, retry.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+	if resp != nil || !errors.Is(err, retry.Deadline) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("RoundTrip = %v, %v; want nil and a deadline error", resp, err)
 	}
 	if obs.count() != 1 {
@@ -787,37 +843,46 @@ func TestOverallTimeout(t *testing.T) {
 // second 500 of a GET stop the loop at once, and still count as failures of
 // the host, so its breaker trips.
 func TestFinalAnswersTripTheBreaker(t *testing.T) {
+	dropConn := func(w http.ResponseWriter, r *http.Request, n int) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}
 	tests := []struct {
 		name     string
+		method   string
 		handler  func(w http.ResponseWriter, r *http.Request, n int)
 		attempts int // attempts the first call makes
 	}{
-		{"don't-retry 503", func(w http.ResponseWriter, r *http.Request, n int) { httpretry.WriteOverloaded(w) }, 1},
-		{"500 twice", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) }, 2},
+		{"don't-retry 503", "GET", func(w http.ResponseWriter, r *http.Request, n int) { httpretry.WriteOverloaded(w) }, 1},
+		{"500 twice", "GET", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) }, 2},
+		{"503 to an unkeyed POST", "POST", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) }, 1},
+		{"dropped connection of an unkeyed POST", "POST", dropConn, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, obs := serve(t, tt.handler)
-			c := breaker.DefaultConfig()
-			c.MinCalls, c.FailureRatio = 2, 0.5
-			tr, _ := newTransport(t, nil, httpretry.WithBreaker(c), httpretry.WithoutBudget())
-			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-			if err != nil {
+			c := breaker.Config{MinCalls: 2, FailureRatio: 0.5}
+			tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(c), httpretry.WithoutBudget())
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), tt.method, srv.URL, nil))
+			if err == nil {
+				readClose(t, resp)
+			} else if !errors.Is(err, retry.NotRetryable) && !errors.Is(err, retry.CircuitOpen) {
 				t.Fatalf("first RoundTrip: %v", err)
 			}
-			readClose(t, resp)
 			if obs.count() != tt.attempts {
 				t.Fatalf("first call made %d attempts, want %d", obs.count(), tt.attempts)
 			}
 			// Fill the window past MinCalls with failures: the breaker opens and the
 			// host stops seeing requests.
 			for range 3 {
-				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+				resp, err := tr.RoundTrip(newRequest(t, context.Background(), tt.method, srv.URL, nil))
 				if err == nil {
 					readClose(t, resp)
 				}
 			}
-			_, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+			_, err = tr.RoundTrip(newRequest(t, context.Background(), tt.method, srv.URL, nil))
 			if !errors.Is(err, breaker.ErrOpen) {
 				t.Errorf("after repeated %s answers: err = %v, want the open breaker's error", tt.name, err)
 			}

@@ -1,0 +1,185 @@
+package httpretry_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/retry"
+)
+
+func hostOf(t *testing.T, rawURL string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ToLower(u.Host)
+}
+
+// TestZeroTransport: a Transport{} works like NewTransport(nil): it
+// retries a 503 and keeps a budget and a breaker for the host.
+func TestZeroTransport(t *testing.T) {
+	srv, obs := serve(t, failThenOK(1))
+	var tr httpretry.Transport
+	if hs := tr.Hosts(); len(hs) != 0 {
+		t.Errorf("Hosts() of an unused Transport = %+v, want none", hs)
+	}
+	client := &http.Client{Transport: &tr}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("Get through a zero Transport: %v", err)
+	}
+	if got := readClose(t, resp); resp.StatusCode != 200 || got != "ok" {
+		t.Errorf("Get = %d %q, want 200 \"ok\"", resp.StatusCode, got)
+	}
+	if attempts, _, _ := obs.snapshot(); len(attempts) != 2 || attempts[0] != "" || attempts[1] != "2" {
+		t.Errorf("server saw attempt headers %q, want [\"\" 2]", attempts)
+	}
+	hs := tr.Hosts()
+	if len(hs) != 1 || hs[0].Host != hostOf(t, srv.URL) || !hs[0].HasBudget || !hs[0].HasBreaker {
+		t.Fatalf("Hosts() = %+v, want the server's host with a budget and a breaker", hs)
+	}
+	if b := hs[0].Budget; b.Requests != 1 || b.Retries != 1 {
+		t.Errorf("budget window = %+v, want 1 request and 1 retry", b)
+	}
+	if s := hs[0].Breaker; s.State != breaker.Closed || s.Calls != 2 || s.Failures != 1 {
+		t.Errorf("breaker = %+v, want closed with 2 calls, 1 failure", s)
+	}
+}
+
+// TestHosts reports each host's budget and breaker.
+func TestHosts(t *testing.T) {
+	bad, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+	good, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	get := func(t *testing.T, tr *httpretry.Transport, url string) {
+		t.Helper()
+		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", url, nil))
+		if err == nil {
+			readClose(t, resp)
+		}
+	}
+	t.Run("defaults", func(t *testing.T) {
+		tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(tripFast()))
+		get(t, tr, bad.URL)
+		get(t, tr, bad.URL) // rejected by the open breaker: deposits, sends nothing
+		get(t, tr, good.URL)
+		get(t, tr, good.URL)
+		get(t, tr, good.URL)
+		hs := tr.Hosts()
+		if len(hs) != 2 {
+			t.Fatalf("Hosts() = %+v, want 2 hosts", hs)
+		}
+		want := map[string]struct {
+			requests, calls int
+			state           breaker.State
+		}{
+			hostOf(t, bad.URL):  {1, 0, breaker.Open}, // the breaker rejected the second call before its first attempt
+			hostOf(t, good.URL): {3, 3, breaker.Closed},
+		}
+		for i, h := range hs {
+			if i > 0 && hs[i-1].Host >= h.Host {
+				t.Errorf("Hosts() not sorted: %q before %q", hs[i-1].Host, h.Host)
+			}
+			w, ok := want[h.Host]
+			if !ok || !h.HasBudget || !h.HasBreaker {
+				t.Errorf("Hosts() holds %+v, want one of %v with budget and breaker", h, want)
+				continue
+			}
+			if h.Budget.Requests != w.requests || h.Budget.Retries != 0 {
+				t.Errorf("host %s budget = %+v, want %d requests, no retries", h.Host, h.Budget, w.requests)
+			}
+			if h.Breaker.State != w.state || h.Breaker.Calls != w.calls {
+				t.Errorf("host %s breaker = %+v, want %v with %d calls", h.Host, h.Breaker, w.state, w.calls)
+			}
+		}
+	})
+	t.Run("without budget and breaker", func(t *testing.T) {
+		tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker())
+		get(t, tr, good.URL)
+		hs := tr.Hosts()
+		if len(hs) != 1 || hs[0].HasBudget || hs[0].HasBreaker || hs[0].Host != hostOf(t, good.URL) {
+			t.Errorf("Hosts() = %+v, want the host without budget or breaker", hs)
+		}
+	})
+	t.Run("bounded", func(t *testing.T) {
+		tr, _ := newTransport(t, nil, httpretry.WithMaxHosts(1))
+		get(t, tr, bad.URL)
+		get(t, tr, good.URL)
+		if hs := tr.Hosts(); len(hs) != 1 || hs[0].Host != hostOf(t, good.URL) {
+			t.Errorf("Hosts() = %+v, want only the host seen last", hs)
+		}
+	})
+}
+
+// TestWithGuards: the guards come from outside, once per host; an error
+// fails that host's requests.
+func TestWithGuards(t *testing.T) {
+	srvA, obsA := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+	srvB, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	shared, err := breaker.New(breaker.Config{MinCalls: 1, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	asked := map[string]int{}
+	denied := errors.New("no guards for this host")
+	guards := func(host string) (httpretry.Guards, error) {
+		mu.Lock()
+		asked[host]++
+		mu.Unlock()
+		if host == "denied.example" {
+			return httpretry.Guards{}, denied
+		}
+		b, err := budget.New(budget.Config{Ratio: -1, MinPerSecond: -1}) // no retries
+		if err != nil {
+			return httpretry.Guards{}, err
+		}
+		return httpretry.Guards{Budget: b, Breaker: shared}, nil
+	}
+	tr, _ := newTransport(t, nil, httpretry.WithGuards(guards))
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srvA.URL, nil))
+	if err != nil {
+		t.Fatalf("RoundTrip(A): %v", err)
+	}
+	readClose(t, resp)
+	if g, _ := httpretry.GaveUp(resp); obsA.count() != 1 || g.Reason != retry.CircuitOpen {
+		t.Errorf("A: %d attempts, gave up %+v; want 1, circuit open (the shared breaker tripped)", obsA.count(), g)
+	}
+	// B shares the breaker the guards handed out: it is open for B too.
+	_, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", srvB.URL, nil))
+	if !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("RoundTrip(B) = %v, want the shared breaker's rejection", err)
+	}
+	body := &closeRecorder{r: strings.NewReader("x")}
+	_, err = tr.RoundTrip(newRequest(t, context.Background(), "PUT", "http://denied.example/", body))
+	if !errors.Is(err, denied) {
+		t.Errorf("RoundTrip(denied host) = %v, want the guards' error", err)
+	}
+	if body.closed.Load() == 0 {
+		t.Errorf("the request body of a refused host was not closed")
+	}
+	_, _ = tr.RoundTrip(newRequest(t, context.Background(), "GET", srvA.URL, nil))
+	mu.Lock()
+	defer mu.Unlock()
+	if asked[hostOf(t, srvA.URL)] != 1 || asked[hostOf(t, srvB.URL)] != 1 {
+		t.Errorf("guards asked %v, want once per host", asked)
+	}
+	hs := tr.Hosts()
+	if len(hs) != 2 {
+		t.Fatalf("Hosts() = %+v, want A and B", hs)
+	}
+	for _, h := range hs {
+		if !h.HasBudget || !h.HasBreaker || h.Breaker.State != breaker.Open {
+			t.Errorf("Hosts() holds %+v, want the guards' budget and the open shared breaker", h)
+		}
+	}
+}
