@@ -19,23 +19,42 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 )
 
+// Limits on a [JitterConfig], so that a run stays within memory and time
+// and no client's simulated time overflows.
+const (
+	// MaxJitterRounds bounds JitterConfig.Rounds.
+	MaxJitterRounds = 1000
+	// MaxJitterCap bounds JitterConfig.Base and Cap: MaxJitterRounds
+	// delays of at most MaxJitterCap each add up to far less than the
+	// largest time.Duration.
+	MaxJitterCap = 24 * time.Hour
+	// MaxJitterRetries bounds Clients·Rounds·len(Strategies), the retries
+	// drawn. It also bounds the histogram bins of the result (one per
+	// occupied window, 16 bytes each): 256 MB at most.
+	MaxJitterRetries = 16_000_000
+)
+
 // JitterConfig describes the jitter clustering experiment: Clients clients
 // all fail at t=0; each then retries Rounds times, sleeping its backoff delay
 // after its own previous retry; retries are counted per Window.
 type JitterConfig struct {
-	// Clients is the number of clients; it must be positive.
+	// Clients is the number of clients; it must be positive, and
+	// Clients·Rounds·len(Strategies) at most MaxJitterRetries.
 	Clients int `json:"clients"`
-	// Rounds is the number of retries per client; it must be positive.
+	// Rounds is the number of retries per client, in [1,
+	// MaxJitterRounds].
 	Rounds int `json:"rounds"`
 	// Window is the width of a counting window; it must be positive.
 	Window time.Duration `json:"window_ns"`
-	// Base and Cap configure the backoff (see package backoff).
+	// Base and Cap configure the backoff (see package backoff, which
+	// gives 0 its default); neither may exceed MaxJitterCap.
 	Base time.Duration `json:"base_ns"`
 	Cap  time.Duration `json:"cap_ns"`
 	// Seed seeds a fresh Mulberry32 generator for each strategy.
 	Seed uint32 `json:"seed"`
 	// Strategies are simulated in this order; empty means
-	// [backoff.Strategies] (none, full, equal, decorrelated).
+	// [backoff.Strategies] (none, full, equal, decorrelated). A strategy
+	// listed twice is simulated twice.
 	Strategies []backoff.Strategy `json:"strategies"`
 }
 
@@ -98,10 +117,15 @@ func Jitter(c JitterConfig) (*JitterResult, error) {
 	switch {
 	case c.Clients <= 0:
 		return nil, fmt.Errorf("%w: clients %d must be positive", ErrInvalidConfig, c.Clients)
-	case c.Rounds <= 0:
-		return nil, fmt.Errorf("%w: rounds %d must be positive", ErrInvalidConfig, c.Rounds)
+	case c.Rounds <= 0 || c.Rounds > MaxJitterRounds:
+		return nil, fmt.Errorf("%w: rounds %d must be in [1, %d]", ErrInvalidConfig, c.Rounds, MaxJitterRounds)
+	case c.Clients > MaxJitterRetries/(c.Rounds*len(c.Strategies)):
+		return nil, fmt.Errorf("%w: %d clients x %d rounds x %d strategies is more than %d retries",
+			ErrInvalidConfig, c.Clients, c.Rounds, len(c.Strategies), MaxJitterRetries)
 	case c.Window <= 0:
 		return nil, fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
+	case c.Base > MaxJitterCap || c.Cap > MaxJitterCap:
+		return nil, fmt.Errorf("%w: base %v and cap %v must be at most %v", ErrInvalidConfig, c.Base, c.Cap, MaxJitterCap)
 	}
 	res := &JitterResult{Config: c}
 	at := make([]time.Duration, c.Clients)   // time of each client's last retry

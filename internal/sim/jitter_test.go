@@ -128,14 +128,51 @@ func TestJitterRejectsBadConfig(t *testing.T) {
 		{"no clients", func(c *sim.JitterConfig) { c.Clients = 0 }},
 		{"negative rounds", func(c *sim.JitterConfig) { c.Rounds = -1 }},
 		{"zero window", func(c *sim.JitterConfig) { c.Window = 0 }},
-		{"zero base", func(c *sim.JitterConfig) { c.Base = 0 }},
+		{"negative base", func(c *sim.JitterConfig) { c.Base = -time.Millisecond }},
 		{"cap below base", func(c *sim.JitterConfig) { c.Cap = time.Millisecond }},
+		{"too many rounds", func(c *sim.JitterConfig) { c.Rounds = sim.MaxJitterRounds + 1 }},
+		{"too many retries", func(c *sim.JitterConfig) { c.Clients = sim.MaxJitterRetries/(4*4) + 1 }},
+		{"too many clients for one round", func(c *sim.JitterConfig) {
+			c.Clients, c.Rounds, c.Strategies = sim.MaxJitterRetries+1, 1, []backoff.Strategy{backoff.NoJitter}
+		}},
+		{"strategy listed many times", func(c *sim.JitterConfig) {
+			c.Clients, c.Rounds = 1_000_000, 1
+			c.Strategies = make([]backoff.Strategy, 17)
+		}},
+		{"cap too long", func(c *sim.JitterConfig) { c.Cap = sim.MaxJitterCap + 1 }},
+		{"base too long", func(c *sim.JitterConfig) { c.Base, c.Cap = sim.MaxJitterCap+1, 0 }},
+		{"huge cap", func(c *sim.JitterConfig) { c.Base, c.Cap = 1<<62, 1<<63-1 }},
 	}
 	for _, tt := range tests {
 		c := base
 		tt.mod(&c)
 		if _, err := sim.Jitter(c); !errors.Is(err, sim.ErrInvalidConfig) {
 			t.Errorf("%s: Jitter error = %v, want ErrInvalidConfig", tt.name, err)
+		}
+	}
+}
+
+// At the limits, a client's time is far from overflowing: every window
+// starts at or after t=0 and the counts add up.
+func TestJitterAtLimits(t *testing.T) {
+	c := sim.JitterConfig{Clients: 10, Rounds: sim.MaxJitterRounds, Window: time.Nanosecond,
+		Base: sim.MaxJitterCap, Cap: sim.MaxJitterCap, Seed: 1}
+	r, err := sim.Jitter(c)
+	if err != nil {
+		t.Fatalf("Jitter(%+v) = %v", c, err)
+	}
+	for _, s := range r.Strategies {
+		for _, rr := range s.Rounds {
+			n := 0
+			for _, b := range rr.Histogram {
+				if b.Start < 0 {
+					t.Fatalf("%v round %d: window at %v, want none before t=0", s.Strategy, rr.Round, b.Start)
+				}
+				n += b.Count
+			}
+			if n != c.Clients {
+				t.Fatalf("%v round %d: %d retries counted, want %d", s.Strategy, rr.Round, n, c.Clients)
+			}
 		}
 	}
 }
@@ -170,4 +207,45 @@ func BenchmarkJitterMillionClients(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzJitterConfig feeds arbitrary settings to Jitter: it returns a result
+// or an error wrapping ErrInvalidConfig, never panics, and every retry
+// lands in a window at or after t=0. Settings that would merely run long
+// are skipped.
+func FuzzJitterConfig(f *testing.F) {
+	f.Add(1000, 4, int64(50e6), int64(100e6), int64(10e9), uint32(42), uint8(1), uint8(4))
+	f.Add(3, 1000, int64(1), int64(1<<62), int64(1<<63-1), uint32(0), uint8(0), uint8(1))
+	f.Add(7, 900, int64(1), int64(24*3600e9), int64(24*3600e9), uint32(1), uint8(3), uint8(2))
+	f.Fuzz(func(t *testing.T, clients, rounds int, window, base, capNs int64, seed uint32, first, n uint8) {
+		if clients > 1000 && rounds > 0 && clients*rounds > 20_000 {
+			t.Skip("would run long")
+		}
+		c := sim.JitterConfig{Clients: clients, Rounds: rounds, Window: time.Duration(window),
+			Base: time.Duration(base), Cap: time.Duration(capNs), Seed: seed}
+		for i := range int(n % 6) {
+			c.Strategies = append(c.Strategies, backoff.Strategy((int(first)+i)%5))
+		}
+		r, err := sim.Jitter(c)
+		if err != nil {
+			if !errors.Is(err, sim.ErrInvalidConfig) || r != nil {
+				t.Fatalf("Jitter(%+v) = %v, %v; want nil and ErrInvalidConfig", c, r, err)
+			}
+			return
+		}
+		for _, s := range r.Strategies {
+			for _, rr := range s.Rounds {
+				total := 0
+				for _, b := range rr.Histogram {
+					if b.Start < 0 || b.Count < 1 {
+						t.Fatalf("Jitter(%+v): %v round %d has bin %+v", c, s.Strategy, rr.Round, b)
+					}
+					total += b.Count
+				}
+				if total != clients {
+					t.Fatalf("Jitter(%+v): %v round %d counts %d retries, want %d", c, s.Strategy, rr.Round, total, clients)
+				}
+			}
+		}
+	})
 }
