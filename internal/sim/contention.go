@@ -118,6 +118,13 @@ const (
 	MaxContentionRuns = 10_000
 	// MaxContentionDuration bounds Cap, DelayMean and DelayStdDev.
 	MaxContentionDuration = time.Hour
+	// MaxContentionWork bounds Runs·len(Strategies)·ΣN² (the sum over the
+	// Clients entries), the work of a sweep: a run with N clients makes at
+	// most about N² write calls (N(N+1)/2 when every round is a dead heat),
+	// and a unit of N² costs at most about 200 ns of simulation. At the
+	// limit a sweep takes up to about 20 s on one core; the default sweep
+	// is 62,000,000.
+	MaxContentionWork = 100_000_000
 )
 
 // ContentionConfig describes the optimistic-concurrency experiment of the
@@ -139,7 +146,8 @@ type ContentionConfig struct {
 	// 150.
 	Clients []int `json:"clients"`
 	// Runs is how many independent runs each (strategy, N) point averages;
-	// it must be in [1, MaxContentionRuns].
+	// it must be in [1, MaxContentionRuns], and Runs·len(Strategies)·ΣN²
+	// at most MaxContentionWork.
 	Runs int `json:"runs"`
 	// Base and Cap configure the backoff (see package backoff); they are
 	// checked even for ContentionNone. Cap is at most
@@ -235,10 +243,16 @@ func Contention(c ContentionConfig) (*ContentionResult, error) {
 	case c.Cap > MaxContentionDuration:
 		return nil, fmt.Errorf("%w: cap %v must be at most %v", ErrInvalidConfig, c.Cap, MaxContentionDuration)
 	}
+	var squares float64 // ΣN²
 	for _, n := range c.Clients {
 		if n < 1 || n > MaxContentionClients {
 			return nil, fmt.Errorf("%w: clients %d must be in [1, %d]", ErrInvalidConfig, n, MaxContentionClients)
 		}
+		squares += float64(n) * float64(n)
+	}
+	if work := float64(c.Runs) * float64(len(c.Strategies)) * squares; work > MaxContentionWork {
+		return nil, fmt.Errorf("%w: %d runs x %d strategies x %.0f (the sum of the squared clients) is more than %d",
+			ErrInvalidConfig, c.Runs, len(c.Strategies), squares, MaxContentionWork)
 	}
 	for _, s := range c.Strategies {
 		if s >= numContentionStrategies {

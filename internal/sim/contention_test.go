@@ -148,7 +148,20 @@ func TestContentionInvalidConfig(t *testing.T) {
 		{"too many clients", func(c *sim.ContentionConfig) { c.Clients = []int{sim.MaxContentionClients + 1} }},
 		{"negative delay", func(c *sim.ContentionConfig) { c.DelayMean = -time.Millisecond }},
 		{"negative stddev", func(c *sim.ContentionConfig) { c.DelayStdDev = -time.Millisecond }},
-		{"zero base", func(c *sim.ContentionConfig) { c.Base = 0 }},
+		{"negative base", func(c *sim.ContentionConfig) { c.Base = -time.Millisecond }},
+		{"too much work", func(c *sim.ContentionConfig) {
+			c.Clients, c.Runs = []int{sim.MaxContentionClients}, sim.MaxContentionRuns
+		}},
+		{"just over the work limit", func(c *sim.ContentionConfig) {
+			// 1000² x 20 runs x 5 strategies = MaxContentionWork; one more client tips it.
+			c.Clients, c.Runs = []int{1000, 1}, sim.MaxContentionWork/(1000*1000*5)
+		}},
+		{"one N listed many times", func(c *sim.ContentionConfig) {
+			c.Clients, c.Runs = make([]int, 1001), 100
+			for i := range c.Clients {
+				c.Clients[i] = 100
+			}
+		}},
 		{"cap below base", func(c *sim.ContentionConfig) { c.Cap = c.Base / 2 }},
 		{"unknown strategy", func(c *sim.ContentionConfig) { c.Strategies = []sim.ContentionStrategy{99} }},
 	}
