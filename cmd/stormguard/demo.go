@@ -42,7 +42,21 @@ type demoResult struct {
 	Runs   []*live.Result `json:"runs"`
 }
 
-func runDemo(args []string, e *env) error {
+// Limits of `demo`. The demo runs in real time, three runs of about
+// duration + deadline each, so those two bound its length (about two
+// minutes at most; 30 s with the defaults). The offered load and the calls
+// it can have in flight bound its goroutines and memory (a few hundred MB
+// at the limit), and the connections to the provider are capped so that
+// the two ends of them stay well within a process's open files.
+const (
+	maxDemoClients  = 5000
+	maxDemoRun      = 20 * time.Second // duration, deadline, fail-at, fail-for
+	maxDemoRate     = 2000             // requests per second offered: clients / every
+	maxDemoInFlight = 20_000           // rate x deadline: calls that may be under way at once
+	maxDemoConns    = 4096             // connections to the provider
+)
+
+func prepareDemo(args []string, e *env) (func() error, error) {
 	c := demoConfig{
 		Clients: 200, Every: 200 * time.Millisecond, Duration: 7 * time.Second,
 		FailAt: 2 * time.Second, FailFor: 2 * time.Second, RetryAfter: 2 * time.Second,
@@ -55,44 +69,57 @@ func runDemo(args []string, e *env) error {
 			"few seconds while a real fleet of goroutine clients sends it a steady load, three times:\n"+
 			"a naive client (a fixed-interval retry loop), stormguard's transport (defaults: 3 attempts,\n"+
 			"full jitter, retry budget, circuit breaker), and stormguard's transport against 503s that\n"+
-			"carry Retry-After. Load is measured at the server per window. About 30 s with the defaults.", e)
-	fs.IntVar(&c.Clients, "clients", c.Clients, "clients in the fleet")
-	fs.DurationVar(&c.Every, "every", c.Every, "interval between a client's requests")
-	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long each run sends new requests")
-	fs.DurationVar(&c.FailAt, "fail-at", c.FailAt, "when the provider starts failing, from the run's start")
-	fs.DurationVar(&c.FailFor, "fail-for", c.FailFor, "how long it fails")
-	fs.DurationVar(&c.RetryAfter, "retry-after", c.RetryAfter, "Retry-After sent in the runs that send one")
-	fs.DurationVar(&c.Window, "window", c.Window, "width of a counting window at the server")
-	fs.DurationVar(&c.NaiveEvery, "naive-every", c.NaiveEvery, "the naive client's fixed retry interval")
-	fs.IntVar(&c.NaiveTries, "naive-tries", c.NaiveTries, "the naive client's tries per request")
-	fs.DurationVar(&c.Deadline, "deadline", c.Deadline, "deadline of each request, retries included")
-	fs.DurationVar(&c.OpenFor, "open-for", c.OpenFor, "the stormguard breaker's open period (the library's default is 30s,\nwhich would outlast this demo's outage: every request after it would fail fast)")
-	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "requests the provider works on at once; more are shed with 503 (0: unlimited)")
-	fs.IntVar(&c.Queue, "queue", c.Queue, "requests that may wait for the provider; it serves them even if their client gave up")
-	fs.DurationVar(&c.Work, "work", c.Work, "time the provider spends on a request")
-	fs.DurationVar(&c.Timeout, "attempt-timeout", c.Timeout, "how long a client waits for one attempt's answer (both clients)")
+			"carry Retry-After. Load is measured at the server per window. About 30 s with the defaults.",
+		fmt.Sprintf("clients / every at most %d requests per second; that rate x deadline at most %d calls in\n"+
+			"flight. Three runs of about duration + deadline each: at most about two minutes.", maxDemoRate, maxDemoInFlight), e)
+	fs.intVar(&c.Clients, "clients", 1, maxDemoClients, "clients in the fleet")
+	fs.durationVar(&c.Every, "every", time.Millisecond, time.Minute, "interval between a client's requests")
+	fs.durationVar(&c.Duration, "duration", time.Millisecond, maxDemoRun, "how long each run sends new requests")
+	fs.durationVar(&c.FailAt, "fail-at", 0, maxDemoRun, "when the provider starts failing, from the run's start")
+	fs.durationVar(&c.FailFor, "fail-for", 0, maxDemoRun, "how long it fails")
+	fs.durationVar(&c.RetryAfter, "retry-after", 0, time.Minute, "Retry-After sent in the runs that send one")
+	fs.durationVar(&c.Window, "window", time.Millisecond, 10*time.Second, "width of a counting window at the server")
+	fs.durationVar(&c.NaiveEvery, "naive-every", time.Millisecond, time.Minute, "the naive client's fixed retry interval")
+	fs.intVar(&c.NaiveTries, "naive-tries", 1, 100, "the naive client's tries per request")
+	fs.durationVar(&c.Deadline, "deadline", time.Millisecond, maxDemoRun, "deadline of each request, retries included")
+	fs.durationVar(&c.OpenFor, "open-for", time.Millisecond, time.Hour, "how long the stormguard breaker stays open before it probes again")
+	fs.intVar(&c.Capacity, "capacity", 0, 10_000, "requests the provider works on at once; more are shed with 503 (0: unlimited)")
+	fs.intVar(&c.Queue, "queue", 0, 100_000, "requests that may wait for the provider; it serves them even if their client gave up")
+	fs.durationVar(&c.Work, "work", 0, 10*time.Second, "time the provider spends on a request")
+	fs.durationVar(&c.Timeout, "attempt-timeout", 0, time.Minute, "how long a client waits for one attempt's answer, both clients (0: no limit)")
 	fs.BoolVar(&c.Shared, "shared", false, "one stormguard transport (one budget and breaker) for the whole fleet instead of one per client")
 	out.register(fs)
 	if err := fs.parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if err := out.validate(); err != nil {
-		return err
+		return nil, err
 	}
-	switch {
-	case c.Clients <= 0 || c.Clients > 5000:
-		return usageError{fmt.Errorf("-clients %d must be in [1, 5000]", c.Clients)}
-	case c.Every <= 0 || c.Duration <= 0 || c.Window <= 0 || c.NaiveEvery <= 0 || c.Deadline <= 0 || c.OpenFor <= 0:
-		return usageError{fmt.Errorf("-every, -duration, -window, -naive-every, -deadline and -open-for must be positive")}
-	case c.Duration > 10*time.Minute:
-		return usageError{fmt.Errorf("-duration %v is above 10m", c.Duration)}
-	case c.NaiveTries < 1 || c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Queue < 0 || c.Work < 0 || c.Timeout < 0:
-		return usageError{fmt.Errorf("-naive-tries must be positive and -fail-at, -fail-for, -retry-after, -capacity, -queue, -work, -attempt-timeout not negative")}
+	rate := float64(c.Clients) / c.Every.Seconds()
+	if rate > maxDemoRate {
+		return nil, usageError{fmt.Errorf("-clients %d / -every %v is %.0f requests per second, at most %d", c.Clients, fmtDuration(c.Every), rate, maxDemoRate)}
 	}
+	if n := rate * c.Deadline.Seconds(); n > maxDemoInFlight {
+		return nil, usageError{fmt.Errorf("-clients %d / -every %v x -deadline %v is %.0f calls in flight, at most %d",
+			c.Clients, fmtDuration(c.Every), fmtDuration(c.Deadline), n, maxDemoInFlight)}
+	}
+	opts := []httpretry.Option{httpretry.WithBreakerConfig(breaker.Config{OpenFor: c.OpenFor})}
+	if c.Timeout > 0 {
+		opts = append(opts, httpretry.WithAttemptTimeout(c.Timeout))
+	}
+	if _, err := httpretry.NewTransport(http.DefaultTransport, opts...); err != nil {
+		return nil, usageError{err}
+	}
+	return func() error { return runDemo(c, out, opts, e) }, nil
+}
+
+// runDemo runs the three runs of the demo and writes the result.
+func runDemo(c demoConfig, out output, opts []httpretry.Option, e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 30 * time.Second}
+	base := &http.Transport{MaxIdleConns: maxDemoConns, MaxIdleConnsPerHost: maxDemoConns, MaxConnsPerHost: maxDemoConns,
+		IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
 	plain := &http.Client{Transport: base, Timeout: c.Timeout}
 	naive := func(url string, _ int) live.Call { return live.Naive(plain, url, c.NaiveEvery, c.NaiveTries) }
@@ -101,15 +128,9 @@ func runDemo(args []string, e *env) error {
 		if c.Shared && shared != nil {
 			return live.Get(shared, url)
 		}
-		bc := breaker.DefaultConfig()
-		bc.OpenFor = c.OpenFor
-		opts := []httpretry.Option{httpretry.WithBreaker(bc)}
-		if c.Timeout > 0 {
-			opts = append(opts, httpretry.WithAttemptTimeout(c.Timeout))
-		}
 		t, err := httpretry.NewTransport(base, opts...)
-		if err != nil {
-			panic(err) // validated above
+		if err != nil { // checked by prepareDemo
+			return func(context.Context) error { return err }
 		}
 		cl := &http.Client{Transport: t}
 		if c.Shared {
@@ -181,21 +202,23 @@ func (r *demoResult) WriteText(w io.Writer) error {
 }
 
 func demoChart(r *demoResult, file string) error {
-	p := panel{title: "attempts reaching the provider", xLabel: "time (s)", yLabel: "attempts per " + r.Config.Window.String(),
-		height: 12 * vg.Centimeter}
-	for _, run := range r.Runs {
-		s := series{name: run.Name}
+	counts := make([][]int64, len(r.Runs))
+	k := 1
+	for i, run := range r.Runs {
 		last := 0
 		for j, w := range run.Windows {
+			counts[i] = append(counts[i], w.Attempts)
 			if w.Attempts > 0 {
 				last = j
 			}
 		}
-		for _, w := range run.Windows[:last+1] {
-			s.x = append(s.x, w.Start.Seconds())
-			s.y = append(s.y, float64(w.Attempts))
-		}
-		p.lines = append(p.lines, s)
+		counts[i] = counts[i][:min(last+1, len(counts[i]))]
+		k = max(k, mergeFactor(len(counts[i])))
+	}
+	p := panel{title: "attempts reaching the provider", xLabel: "time (s)", height: 12 * vg.Centimeter,
+		yLabel: "attempts per " + fmtDuration(r.Config.Window*time.Duration(k))}
+	for i, run := range r.Runs {
+		p.lines = append(p.lines, windowSeries(run.Name, r.Config.Window, counts[i], k))
 	}
 	return drawPanels(file, fmt.Sprintf("live: %d clients, 503 from %v to %v, load at the server",
 		r.Config.Clients, r.Config.FailAt, r.Config.FailAt+r.Config.FailFor), []panel{p})

@@ -44,17 +44,3 @@ func TestDemoSmall(t *testing.T) {
 		t.Errorf("demo table: exit %d, output:\n%s", code, out)
 	}
 }
-
-func TestDemoBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"demo", "--clients", "0"},
-		{"demo", "--every", "0s"},
-		{"demo", "--open-for", "-1s"},
-		{"demo", "--duration", "1h"},
-	} {
-		code, _, errs := runCLI(t, args...)
-		if code != 2 || strings.Count(errs, "\n") != 1 {
-			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, code, errs)
-		}
-	}
-}

@@ -2,11 +2,18 @@
 //
 // Usage:
 //
-//	stormguard sim jitter [flags]   how retries of clients that failed together cluster in time
+//	stormguard demo [flags]             live on loopback: a failing provider and a fleet
+//	stormguard sim jitter [flags]       how retries of clients that failed together cluster in time
+//	stormguard sim layers [flags]       how retries multiply across layers
+//	stormguard sim outage [flags]       a fleet against a provider that fails for a while
+//	stormguard sim contention [flags]   optimistic concurrency on one row
 //
 // Every command prints a table; --json prints the result as JSON instead,
 // and --chart FILE.png (or .svg) draws it. Run `stormguard help` or
-// `stormguard sim jitter --help` for the flags.
+// `stormguard sim jitter --help` for the flags and the range each accepts:
+// every input is bounded so that a run fits in memory and takes seconds, and
+// a bad one is refused before any work with one line on stderr and exit
+// status 2.
 package main
 
 import (
@@ -15,8 +22,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 func main() {
@@ -26,7 +36,10 @@ func main() {
 // command is one subcommand of the CLI.
 type command struct {
 	summary string
-	run     func(args []string, env *env) error
+	// prepare parses and checks the command's arguments and returns its
+	// work. It does no work itself, so bad input is refused at once;
+	// errors are usage errors, flag.ErrHelp after printing the help.
+	prepare func(args []string, e *env) (work func() error, err error)
 }
 
 // env is what a command writes to.
@@ -36,14 +49,14 @@ type env struct {
 	stderrIsTerminal bool
 }
 
-// commands maps "group name" to its command.
+// commands maps "group name" (or "name") to its command.
 func commands() map[string]command {
 	return map[string]command{
-		"demo":           {"live on loopback: a failing provider and a fleet, naive retries vs stormguard", runDemo},
-		"sim jitter":     {"retries of clients that all failed at t=0, counted per window, per jitter strategy", runJitter},
-		"sim layers":     {"calls at a failing bottom per user request when layers retry (3, 9, 27, 81)", runLayers},
-		"sim outage":     {"a fleet against a provider that fails for a while: naive vs guarded retries", runOutage},
-		"sim contention": {"optimistic concurrency on one row: write calls and completion time per strategy", runContention},
+		"demo":           {"live on loopback: a failing provider and a fleet, naive retries vs stormguard", prepareDemo},
+		"sim jitter":     {"retries of clients that all failed at t=0, counted per window, per jitter strategy", prepareJitter},
+		"sim layers":     {"calls at a failing bottom per user request when layers retry (3, 9, 27, 81)", prepareLayers},
+		"sim outage":     {"a fleet against a provider that fails for a while: naive vs guarded retries", prepareOutage},
+		"sim contention": {"optimistic concurrency on one row: write calls and completion time per strategy", prepareContention},
 	}
 }
 
@@ -53,31 +66,60 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "help" || arg == "-h" || arg == "--help" || arg == "-help"
+}
+
+// run runs the command line args and returns the exit status: 0 on
+// success or help, 1 when the work failed, 2 for a bad command line (with
+// exactly one line on stderr, or the usage when no command was given).
 func run(args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr, stderrIsTerminal: isTerminal(stderr)}
 	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		printUsage(stdout, cmds)
+	switch {
+	case len(args) == 0:
+		printUsage(stderr, "", cmds)
+		return 2
+	case args[0] == "help" && len(args) > 1 && !isHelp(args[1]) && !strings.HasPrefix(args[1], "-"):
+		// "help sim jitter" is "sim jitter --help".
+		return run(append(slices.Clone(args[1:]), "--help"), stdout, stderr)
+	case isHelp(args[0]):
+		printUsage(stdout, "", cmds)
 		return 0
 	}
-	name := args[0]
-	rest := args[1:]
-	if _, ok := cmds[name]; !ok && len(args) > 1 {
-		name, rest = args[0]+" "+args[1], args[2:]
+	name, rest := args[0], args[1:]
+	if _, ok := cmds[name]; !ok && isGroup(name, cmds) {
+		switch {
+		case len(rest) == 0:
+			printUsage(stderr, name, cmds)
+			return 2
+		case isHelp(rest[0]):
+			printUsage(stdout, name, cmds)
+			return 0
+		}
+		name, rest = name+" "+rest[0], rest[1:]
 	}
 	cmd, ok := cmds[name]
 	if !ok {
-		fmt.Fprintf(stderr, "stormguard: unknown command %q (run 'stormguard help')\n", strings.Join(args[:min(2, len(args))], " "))
+		hint := "stormguard help"
+		if g, _, ok := strings.Cut(name, " "); ok {
+			hint = "stormguard " + g + " --help"
+		}
+		fmt.Fprintf(stderr, "stormguard: unknown command %s (run '%s')\n", oneLine(fmt.Sprintf("%.60q", name)), hint)
 		return 2
 	}
-	err := cmd.run(rest, e)
+	work, err := cmd.prepare(rest, e)
+	if err == nil {
+		err = work()
+	}
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	}
-	fmt.Fprintf(stderr, "stormguard %s: %v\n", name, err)
+	fmt.Fprintf(stderr, "stormguard %s: %s\n", name, oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -85,78 +127,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func printUsage(w io.Writer, cmds map[string]command) {
+// oneLine escapes the control characters of s (a newline in an argument,
+// say), so that an error is one line on the terminal.
+func oneLine(s string) string {
+	nonPrint := func(r rune) bool { return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' }
+	if !strings.ContainsFunc(s, nonPrint) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if nonPrint(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// isGroup reports whether name is the first word of some commands.
+func isGroup(name string, cmds map[string]command) bool {
+	for n := range cmds {
+		if g, _, ok := strings.Cut(n, " "); ok && g == name {
+			return true
+		}
+	}
+	return false
+}
+
+// printUsage lists the commands, or with a group only the group's.
+func printUsage(w io.Writer, group string, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		if g, _, _ := strings.Cut(n, " "); group == "" || g == group {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	if group != "" {
+		fmt.Fprintf(w, "Usage: stormguard %s <command> [flags]\n\nCommands:\n", group)
+		for _, n := range names {
+			fmt.Fprintf(w, "  %-12s %s\n", strings.TrimPrefix(n, group+" "), cmds[n].summary)
+		}
+		fmt.Fprintf(w, "\nRun 'stormguard %s <command> --help' for its flags and their limits.\n", group)
+		return
+	}
 	fmt.Fprintln(w, "stormguard shows retry storms and how stormguard tames them.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage: stormguard <command> [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-16s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every command takes --json (print JSON instead of the table), --chart FILE.png|FILE.svg")
-	fmt.Fprintln(w, "(draw the result) and --help.")
-}
-
-// flagSet is a command's flags: errors come back as one line (returned, not
-// printed) and --help prints the usage to stdout.
-type flagSet struct {
-	*flag.FlagSet
-	name, synopsis string
-	e              *env
-}
-
-func newFlagSet(name, synopsis string, e *env) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {} // the flag package calls it on every error; parse prints help itself
-	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis, e: e}
-}
-
-// parse parses args, turning flag errors into usage errors and --help into
-// flag.ErrHelp after printing the usage.
-func (fs *flagSet) parse(args []string) error {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(fs.e.stdout, "Usage: stormguard %s [flags]\n\n%s\n\nFlags:\n", fs.name, fs.synopsis)
-		fs.SetOutput(fs.e.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-		return flag.ErrHelp
-	case err != nil:
-		return usageError{err}
-	case fs.NArg() > 0:
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
-}
-
-// output holds the flags every command shares.
-type output struct {
-	json  bool
-	chart string
-	quiet bool
-}
-
-func (o *output) register(fs *flagSet) {
-	fs.BoolVar(&o.json, "json", false, "print the result as JSON instead of a table")
-	fs.StringVar(&o.chart, "chart", "", "also draw the result to `FILE` (.png or .svg)")
-	fs.BoolVar(&o.quiet, "quiet", false, "no progress bar on stderr")
-}
-
-// validate checks the flags before any work is done.
-func (o *output) validate() error {
-	if o.chart != "" {
-		if _, err := chartFormat(o.chart); err != nil {
-			return usageError{err}
-		}
-	}
-	return nil
+	fmt.Fprintln(w, "(draw the result) and --help (its flags, with the range each accepts). Every input is")
+	fmt.Fprintln(w, "bounded so that a run fits in memory and takes seconds (the live demo: at most about two")
+	fmt.Fprintln(w, "minutes); a value out of range is refused before any work, with exit status 2.")
 }

@@ -92,23 +92,3 @@ func TestStormCharts(t *testing.T) {
 		}
 	}
 }
-
-func TestStormBadFlags(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"sim", "outage", "--policies", "bogus"}, `unknown policy "bogus"`},
-		{[]string{"sim", "outage", "--clients", "0"}, "clients 0 must be"},
-		{[]string{"sim", "contention", "--clients", "30-10"}, "bad range"},
-		{[]string{"sim", "contention", "--clients", "a,b"}, "bad number"},
-		{[]string{"sim", "contention", "--strategies", "fast"}, "fast"},
-		{[]string{"sim", "layers", "--attempts", "0"}, "attempts"},
-	}
-	for _, tt := range tests {
-		code, out, errs := runCLI(t, tt.args...)
-		if code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tt.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one line containing %q", tt.args, code, out, errs, tt.want)
-		}
-	}
-}
