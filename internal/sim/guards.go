@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -9,18 +11,21 @@ import (
 )
 
 // BudgetSettings is the plain-data part of a [budget.Config] that the
-// simulations use for every client's retry budget; the clock is always the
-// simulation's. See package budget for the admission rule.
+// simulations use for every retry budget; the clock is always the
+// simulation's. See package budget for the admission rule. Unlike a
+// budget.Config, every field is explicit: 0 means none, not the default.
 type BudgetSettings struct {
 	// Ratio is the retries allowed per original request in the window, in
-	// [0, 1].
+	// [0, 1]; 0 means none (only the floor).
 	Ratio float64 `json:"ratio"`
-	// MinPerSecond is the floor of retries per second every client gets on
-	// top of Ratio; 0 means no floor.
+	// MinPerSecond is the floor of retries per second on top of Ratio
+	// (for a fleet-shared budget, one floor for the whole fleet); 0 means
+	// no floor. It must be finite and not negative.
 	MinPerSecond float64 `json:"min_per_second"`
-	// Window is the sliding window's length.
+	// Window is the sliding window's length; it must be positive.
 	Window time.Duration `json:"window_ns"`
-	// Slices is the number of slices the window is cut into.
+	// Slices is the number of slices the window is cut into; it must be
+	// positive.
 	Slices int `json:"slices"`
 }
 
@@ -39,15 +44,24 @@ func none(v float64) float64 {
 	return v
 }
 
-// build returns a budget whose clock starts at start (the simulation's t=0),
-// or an error wrapping ErrInvalidConfig.
-func (s BudgetSettings) build(start time.Time) (*budget.Budget, error) {
+// build returns a budget on the clock now, or an error wrapping
+// ErrInvalidConfig. Callers that pass the time (DepositAt, WithdrawAt)
+// may give any clock.
+func (s BudgetSettings) build(now func() time.Time) (*budget.Budget, error) {
+	switch {
+	case !(s.Ratio >= 0 && s.Ratio <= 1):
+		return nil, fmt.Errorf("%w: budget ratio %v must be in [0, 1]", ErrInvalidConfig, s.Ratio)
+	case !(s.MinPerSecond >= 0) || math.IsInf(s.MinPerSecond, 0):
+		return nil, fmt.Errorf("%w: budget floor %v must be finite and not negative", ErrInvalidConfig, s.MinPerSecond)
+	case s.Window <= 0 || s.Slices <= 0:
+		return nil, fmt.Errorf("%w: budget window %v and slices %d must be positive", ErrInvalidConfig, s.Window, s.Slices)
+	}
 	b, err := budget.New(budget.Config{
 		Ratio:        none(s.Ratio),
 		MinPerSecond: none(s.MinPerSecond),
 		Window:       s.Window,
 		Slices:       s.Slices,
-		Now:          func() time.Time { return start },
+		Now:          now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: budget: %w", ErrInvalidConfig, err)
@@ -56,8 +70,10 @@ func (s BudgetSettings) build(start time.Time) (*budget.Budget, error) {
 }
 
 // BreakerSettings is the plain-data part of a [breaker.Config] that the
-// simulations use for every client's circuit breaker; the clock is always
-// the simulation's. See package breaker for the states and the rule.
+// simulations use for every circuit breaker; the clock, the random source
+// and the state-change callback are always the simulation's. See package
+// breaker for the states and the rules. As in a breaker.Config, a zero
+// field takes the library's default.
 type BreakerSettings struct {
 	// FailureRatio is the fraction of failed calls in the window, in
 	// (0, 1], at or above which the breaker trips.
@@ -68,47 +84,154 @@ type BreakerSettings struct {
 	// MinCalls is the number of calls the window must hold before the
 	// breaker may trip.
 	MinCalls int `json:"min_calls"`
-	// OpenFor is how long the breaker stays open after tripping; with
-	// MaxOpenFor above it, each consecutive trip doubles the open period
-	// up to MaxOpenFor (0 means no growth).
+	// OpenFor is the probe interval (jittered by ±20%); with MaxOpenFor
+	// above it, each consecutive failed probe doubles the open period up
+	// to MaxOpenFor (0 means no growth).
 	OpenFor    time.Duration `json:"open_for_ns"`
 	MaxOpenFor time.Duration `json:"max_open_for_ns"`
-	// Probes is the number of calls the half-open breaker admits; all must
-	// succeed to close it.
+	// Probes is the number of calls a probe round admits; all must
+	// succeed to close the breaker.
 	Probes int `json:"probes"`
+	// MaxWaiters bounds the calls waiting behind the breaker, for the
+	// policies that wait (OutagePolicy.Wait); a negative value turns
+	// waiting off.
+	MaxWaiters int `json:"max_waiters"`
+	// ReleaseRate is how many waiting calls per second are released after
+	// a close; 0 means the rate of calls the window held when the breaker
+	// tripped (at least Probes per OpenFor), a negative value all at once.
+	ReleaseRate float64 `json:"release_rate"`
 }
 
-// DefaultBreakerSettings returns 50% failures over 10 s in 10 buckets, at
-// least 20 calls, 5 probes, and an open period of 5 s (the simulations'
-// outage lasts 10 s).
+// DefaultBreakerSettings returns the defaults of package breaker, spelled
+// out: 50% failures over 10 s in 10 buckets, at least 20 calls, 3 probes
+// about every second (no growth), up to 10,000 waiting calls released at
+// the pace of the window before the trip.
 func DefaultBreakerSettings() BreakerSettings {
 	return BreakerSettings{
 		FailureRatio: breaker.DefaultFailureRatio,
 		Window:       breaker.DefaultWindow,
 		Buckets:      breaker.DefaultBuckets,
 		MinCalls:     breaker.DefaultMinCalls,
-		OpenFor:      5 * time.Second,
-		Probes:       5,
+		OpenFor:      breaker.DefaultOpenFor,
+		Probes:       breaker.DefaultProbes,
+		MaxWaiters:   breaker.DefaultMaxWaiters,
 	}
 }
 
-// build returns a breaker on the clock now (read once now, as the
-// breaker's start), or an error wrapping ErrInvalidConfig.
-func (s BreakerSettings) build(now func() time.Time) (*breaker.Breaker, error) {
-	b, err := breaker.New(breaker.Config{
-		FailureRatio: s.FailureRatio,
-		Window:       s.Window,
-		Buckets:      s.Buckets,
-		MinCalls:     s.MinCalls,
-		OpenFor:      s.OpenFor,
-		MaxOpenFor:   s.MaxOpenFor,
-		Probes:       s.Probes,
-		Now:          now,
-		Rand:         func() float64 { return 0.5 }, // no jitter: reproducible
-		MaxWaiters:   -1,                            // simulated calls do not wait on real timers
-	})
+// build returns a breaker of s on clock with random source u (nil: the
+// runtime's), reporting its state changes to onChange (nil: none); wait
+// false turns waiting off whatever MaxWaiters says. The error wraps
+// ErrInvalidConfig.
+func (s BreakerSettings) build(clock func() time.Time, u func() float64, onChange func(from, to breaker.State), wait bool) (*breaker.Breaker, error) {
+	c := breaker.Config{
+		FailureRatio:  s.FailureRatio,
+		Window:        s.Window,
+		Buckets:       s.Buckets,
+		MinCalls:      s.MinCalls,
+		OpenFor:       s.OpenFor,
+		MaxOpenFor:    s.MaxOpenFor,
+		Probes:        s.Probes,
+		MaxWaiters:    s.MaxWaiters,
+		ReleaseRate:   s.ReleaseRate,
+		Now:           clock,
+		Rand:          u,
+		OnStateChange: onChange,
+	}
+	if !wait {
+		c.MaxWaiters = -1
+	}
+	b, err := breaker.New(c)
 	if err != nil {
 		return nil, fmt.Errorf("%w: breaker: %w", ErrInvalidConfig, err)
 	}
 	return b, nil
 }
+
+// simBreaker is one circuit breaker of the outage model together with the
+// calls waiting behind it. The breaker is the library's, driven through
+// its public API on the simulated clock; the waiting is modelled here,
+// because [breaker.Breaker.Wait] parks a goroutine on real timers. See
+// [OutageConfig] for how the model follows the breaker's documentation.
+type simBreaker struct {
+	b   *breaker.Breaker
+	cfg breaker.Config // b.Config(): the defaults filled in
+	idx int32          // index in outRun.brks, the who of its events
+
+	// fifo holds the waiting calls, oldest first, from head on. An entry
+	// whose request has left (or waits again, under a new seq) is stale
+	// and skipped.
+	fifo []waitEntry
+	head int
+	// n counts the waiting calls, those scheduled for release included
+	// (as breaker.Snapshot.Waiters does).
+	n int
+	// perClient, for a fleet's breaker, counts the waiting calls of each
+	// client: MaxWaiters bounds each client's, as each process bounds its
+	// own. Nil for a client's own breaker.
+	perClient []int32
+	// armed is set while a probe-round event is scheduled.
+	armed bool
+	// epoch grows on every state change: a release scheduled in an older
+	// epoch is void.
+	epoch uint32
+	// calls is the closed window's calls, the failure being recorded
+	// included, read just before each closed-state failure is reported:
+	// the window the breaker trips on, for its release rate.
+	calls int
+	// rate is the release rate of the next close, in calls per second, set
+	// when the breaker trips from closed; 0 until then.
+	rate float64
+}
+
+// waitEntry is one wait of request id: its seq-th.
+type waitEntry struct {
+	id  int32
+	seq uint32
+}
+
+// releaseRate returns the pace, in calls per second, at which sb releases
+// its waiting calls after a close: the breaker's rule (see
+// breaker.Config.ReleaseRate).
+func (sb *simBreaker) releaseRate() float64 {
+	switch r := sb.cfg.ReleaseRate; {
+	case r < 0:
+		return math.Inf(1)
+	case r > 0:
+		return r
+	}
+	floor := float64(sb.cfg.Probes) / sb.cfg.OpenFor.Seconds()
+	return max(sb.rate, floor)
+}
+
+// tripped records that the breaker tripped from closed on a window of
+// sb.calls calls.
+func (sb *simBreaker) tripped() {
+	sb.rate = float64(sb.calls) / sb.cfg.Window.Seconds()
+}
+
+// compact drops the stale entries of the FIFO when nothing waits, and the
+// consumed prefix when it is long.
+func (sb *simBreaker) compact() {
+	switch {
+	case sb.n == 0:
+		sb.fifo, sb.head = sb.fifo[:0], 0
+	case sb.head > 1024 && sb.head > len(sb.fifo)/2:
+		k := copy(sb.fifo, sb.fifo[sb.head:])
+		sb.fifo, sb.head = sb.fifo[:k], 0
+	}
+}
+
+// openWait returns how long until the next probe round of the rejection
+// err, and whether err is an open breaker's (a half-open breaker with all
+// probes taken is not).
+func openWait(err error) (time.Duration, bool, error) {
+	var oe *breaker.OpenError
+	if !errors.As(err, &oe) {
+		return 0, false, errNotOpen
+	}
+	return oe.Wait, oe.State == breaker.Open, nil
+}
+
+// errNotOpen reports a breaker rejection without an *OpenError, which
+// package breaker never returns.
+var errNotOpen = errors.New("sim: breaker rejection without an OpenError")

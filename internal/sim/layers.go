@@ -134,7 +134,7 @@ func Layers(c LayersConfig) (*LayersResult, error) {
 	case float64(c.Duration)/float64(time.Second)*c.Rate > maxLayerRequests:
 		return nil, fmt.Errorf("%w: rate %v for %v is more than %d requests", ErrInvalidConfig, c.Rate, c.Duration, maxLayerRequests)
 	}
-	if _, err := c.Budget.build(epoch); err != nil {
+	if _, err := c.Budget.build(fixedClock); err != nil {
 		return nil, err
 	}
 	res := &LayersResult{Config: c, Rows: make([]LayersRow, 0, c.Layers)}
@@ -162,12 +162,15 @@ const maxLayerRequests = 10_000_000
 // and the breaker.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// fixedClock reads epoch, for budgets that are always given the time.
+func fixedClock() time.Time { return epoch }
+
 // simulate runs the budget column for l layers and returns the mean calls
 // at the bottom per user request arriving after the warm-up.
 func (c LayersConfig) simulate(l int, signal bool) (float64, error) {
 	ch := chain{layers: l, attempts: c.Attempts, signal: signal, budgets: make([]*budget.Budget, l)}
 	for i := range ch.budgets {
-		b, err := c.Budget.build(epoch)
+		b, err := c.Budget.build(fixedClock)
 		if err != nil {
 			return 0, err
 		}

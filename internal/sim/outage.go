@@ -6,12 +6,14 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/retry"
 )
 
 // OutagePolicy is how every client of the fleet retries in one run of
@@ -20,9 +22,8 @@ type OutagePolicy struct {
 	// Name labels the policy in results, e.g. "full+budget".
 	Name string `json:"name"`
 	// Interval, if positive, makes the client wait exactly Interval before
-	// every retry, with no backoff and no jitter: the fixed-interval retry
-	// loop of many real clients, and the thundering herd. Zero means
-	// Backoff.
+	// every retry, with no jitter: the fixed-interval retry loop of many
+	// real clients, and the thundering herd. Zero means Backoff.
 	Interval time.Duration `json:"interval_ns"`
 	// Backoff is the backoff strategy, with the config's Base and Cap,
 	// used when Interval is zero.
@@ -35,12 +36,23 @@ type OutagePolicy struct {
 	// request fails.
 	Budget bool `json:"budget"`
 	// Breaker gives every client its own circuit breaker (package breaker,
-	// OutageConfig.Breaker): an attempt the open breaker rejects is not
-	// sent, and the request fails at once, without further retries.
+	// OutageConfig.Breaker): an attempt the breaker rejects is not sent,
+	// and the request fails at once unless it waits (Wait).
 	Breaker bool `json:"breaker"`
-	// RetryAfter makes the client honour the provider's Retry-After as a
-	// floor on its next delay: it never retries sooner than asked.
+	// RetryAfter makes the client honour the provider's Retry-After: as a
+	// floor on its next delay (spread above it, as package retry does),
+	// and as the earliest probe of its breaker. Without it the client
+	// never sees the header.
 	RetryAfter bool `json:"retry_after"`
+	// Wait makes a request that meets an open breaker wait for it while
+	// its deadline (OutageConfig.Deadline) allows, instead of failing:
+	// nothing is sent while it waits, it may be handed a probe, and it is
+	// released in its turn when the breaker closes. It needs Breaker.
+	Wait bool `json:"wait"`
+	// Fleet makes the budget and the breaker (as Budget and Breaker ask)
+	// one for the whole fleet instead of one per client, shared with a
+	// delay: see OutageConfig.SyncEvery. It needs Budget or Breaker.
+	Fleet bool `json:"fleet"`
 }
 
 // MaxOutageAttempts bounds OutagePolicy.Attempts.
@@ -49,13 +61,16 @@ const MaxOutageAttempts = 100
 // DefaultOutagePolicies returns the policies the outage experiment
 // compares, from the naive to the fully guarded:
 //
-//	fixed-1s                         every 1 s, up to 30 attempts (a terminal that keeps trying for about half a minute)
-//	fixed-1s+budget                  the same, with a per-client retry budget
-//	exponential                      backoff without jitter, 3 attempts
-//	full                             full jitter, 3 attempts
-//	full+budget                      + a per-client retry budget
-//	full+budget+breaker              + a per-client circuit breaker
-//	full+budget+breaker+retry-after  + honouring the provider's Retry-After
+//	fixed-1s                              every 1 s, up to 30 attempts (until the deadline)
+//	fixed-1s+budget                       the same, with a per-client retry budget
+//	exponential                           backoff without jitter, 3 attempts
+//	full                                  full jitter, 3 attempts
+//	full+budget                           + a per-client retry budget
+//	full+budget+breaker                   + a per-client circuit breaker
+//	full+budget+breaker+retry-after       + honouring the provider's Retry-After
+//	full+budget+breaker+retry-after+wait  + waiting behind the open breaker
+//	fleet+retry-after+wait                the same with one budget and one
+//	                                      breaker for the whole fleet
 func DefaultOutagePolicies() []OutagePolicy {
 	return []OutagePolicy{
 		{Name: "fixed-1s", Interval: time.Second, Attempts: 30},
@@ -65,6 +80,8 @@ func DefaultOutagePolicies() []OutagePolicy {
 		{Name: "full+budget", Backoff: backoff.FullJitter, Attempts: 3, Budget: true},
 		{Name: "full+budget+breaker", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true},
 		{Name: "full+budget+breaker+retry-after", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true},
+		{Name: "full+budget+breaker+retry-after+wait", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true},
+		{Name: "fleet+retry-after+wait", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true, Fleet: true},
 	}
 }
 
@@ -79,6 +96,8 @@ const (
 	MaxOutageWindows = 1_000_000
 	// MaxOutageHorizon bounds Horizon.
 	MaxOutageHorizon = 24 * time.Hour
+	// maxSyncGroups is the most sync groups a fleet is cut into.
+	maxSyncGroups = 64
 )
 
 // OutageConfig describes the outage experiment: the seed's story of a
@@ -93,12 +112,59 @@ const (
 // Clients: Clients clients each send original requests as a Poisson stream
 // of RatePerClient requests per second (the fleet's arrivals are one
 // Poisson stream of Clients·RatePerClient, each request going to a
-// uniformly chosen client). On a failure a client retries as its
-// [OutagePolicy] says, through the library's own parts: the delays come
-// from package backoff, each client has its own [budget.Budget] and
-// [breaker.Breaker] driven by the simulated clock. A client waits at most
-// Timeout for an answer to an attempt; then it counts the attempt as
-// failed (a timeout carries no Retry-After).
+// uniformly chosen client). Each request has Deadline to succeed, retries
+// included. A client waits at most Timeout for the answer to an attempt
+// (and never past the deadline); then it counts the attempt as failed (a
+// timeout carries no Retry-After).
+//
+// Every client retries with the library's own parts, not a copy of them:
+// a [retry.Policy] per client (WithMaxAttempts, WithBackoff on a seeded
+// random source, WithBudget and WithBreaker with the client's guards), and
+// after each failed attempt the policy's decision step, [retry.Plan.Next],
+// says how long to sleep or why to stop (attempts used up, the deadline,
+// the budget, the breaker). The budget ([budget.Budget]) and the breaker
+// ([breaker.Breaker]) run on the simulated clock and a seeded random
+// source. Around them the model does what [retry.Policy.Do] does: the
+// first attempt that is sent deposits into the budget; each attempt asks
+// the breaker first; each outcome is reported to it (a failure with its
+// Retry-After, through [breaker.Breaker.Fail]); an attempt cut off by the
+// deadline is given back with [breaker.Breaker.Cancel]. A policy without
+// RetryAfter gets the provider's 503s without their Retry-After.
+//
+// Waiting (policies with Wait): [breaker.Breaker.Wait] parks a goroutine
+// on real timers, so the model drives the breaker through Allow, Done,
+// Fail, Snapshot and OnStateChange and keeps the waiting calls itself,
+// following the breaker's documentation: an attempt the breaker rejects
+// waits, without being sent, if the request has deadline left, the
+// rejection is a half-open breaker's or an open one's whose next probe
+// round comes before the deadline, and fewer than MaxWaiters calls wait;
+// otherwise the request fails. A probe round starts when the open period
+// ends (Snapshot's HalfOpenIn), even if no new call arrives then, and its
+// probes go to the waiting calls first, oldest first (Allow on their
+// behalf, before any new call asks). When the breaker closes, the waiting
+// calls are released oldest first at the release rate (ReleaseRate, or
+// the calls per second its window held when it tripped, read with
+// Snapshot just before each failure is reported; at least Probes per
+// OpenFor), each at a uniformly random point of its slot; new calls are
+// not held back. If the breaker trips again, the calls not yet released
+// wait again. A waiting call whose deadline comes fails. One thing of the
+// breaker's is not modelled: while it releases the calls that waited in
+// Wait, it trips on Probes failures rather than MinCalls; here it trips
+// on its usual rule.
+//
+// A fleet (policies with Fleet) shares one budget and one breaker, the
+// library's, as if they lived in a store that every client reads: a
+// client's withdrawals (one retry each, granted at once, as leases of one)
+// and the breaker's verdicts reach every client at once, but deposits and
+// outcomes reach the shared budget and breaker only when the client syncs:
+// every SyncEvery, clients cut into up to 64 groups that sync at evenly
+// spread phases. So the fleet's window lags by up to SyncEvery, the
+// budget's floor is one for the whole fleet, and the breaker sees the
+// fleet's calls (it trips on the fleet's failure ratio, admits Probes
+// probes per round for the whole fleet, and releases the fleet's waiting
+// calls at the fleet's pace). Left out: the time a client takes to learn
+// of the fleet's verdicts (a real fleet learns at its next sync too),
+// and a store that fails.
 //
 // Provider: one FIFO server that completes Capacity requests per second,
 // one at a time, in front of which at most Queue requests wait. An attempt
@@ -116,8 +182,7 @@ const (
 // Left out: network latency and its variance, connection limits, the cost
 // of a rejection, requests the provider could drop from its queue once
 // their client has gone (a server that does that is much harder to keep
-// down), retries at more than one layer (see [Layers]), client-side
-// deadlines other than the attempt limit, and any fleet-wide coordination.
+// down), and retries at more than one layer (see [Layers]).
 type OutageConfig struct {
 	// Clients is the number of clients in the fleet, in [1,
 	// MaxOutageClients].
@@ -134,6 +199,10 @@ type OutageConfig struct {
 	// Timeout is how long a client waits for the answer to one attempt;
 	// it must be positive.
 	Timeout time.Duration `json:"timeout_ns"`
+	// Deadline is how long each request has to succeed, from its arrival,
+	// retries and waits included (a context deadline); 0 means none (and
+	// then no request waits behind a breaker). It must not be negative.
+	Deadline time.Duration `json:"deadline_ns"`
 	// TriggerStart and TriggerEnd bound the outage itself: every attempt
 	// in [TriggerStart, TriggerEnd) gets a 503. 0 <= TriggerStart <=
 	// TriggerEnd <= Horizon.
@@ -154,26 +223,32 @@ type OutageConfig struct {
 	Window time.Duration `json:"window_ns"`
 	// RecoveryWindow and RecoveryRatio define recovery: the provider has
 	// recovered at the first window-aligned time t >= TriggerEnd such
-	// that at least RecoveryRatio of the original requests arriving in
-	// [t, t+RecoveryWindow) succeed. RecoveryWindow must be a positive
-	// multiple of Window; RecoveryRatio must be in (0, 1].
+	// that, for every window-aligned t' >= t with t'+RecoveryWindow <=
+	// Horizon, at least RecoveryRatio of the original requests arriving
+	// in [t', t'+RecoveryWindow) succeed: it is back and stays back.
+	// RecoveryWindow must be a positive multiple of Window; RecoveryRatio
+	// must be in (0, 1].
 	RecoveryWindow time.Duration `json:"recovery_window_ns"`
 	RecoveryRatio  float64       `json:"recovery_ratio"`
-	// Base and Cap configure the policies' backoff (see package backoff).
+	// Base and Cap configure the policies' backoff (see package backoff);
+	// Base must be positive and Cap at least Base.
 	Base time.Duration `json:"base_ns"`
 	Cap  time.Duration `json:"cap_ns"`
-	// Budget configures each client's retry budget, for policies with
-	// Budget set.
+	// Budget configures the retry budgets, for policies with Budget set.
 	Budget BudgetSettings `json:"budget"`
-	// Breaker configures each client's circuit breaker, for policies with
-	// Breaker set.
+	// Breaker configures the circuit breakers, for policies with Breaker
+	// set.
 	Breaker BreakerSettings `json:"breaker"`
+	// SyncEvery is how often each client of a fleet policy syncs its
+	// deposits and outcomes into the fleet's shared budget and breaker;
+	// it must be positive when a policy has Fleet set.
+	SyncEvery time.Duration `json:"sync_every_ns"`
 	// Policies are simulated in this order, each over the same arrivals;
 	// empty means [DefaultOutagePolicies].
 	Policies []OutagePolicy `json:"policies"`
 	// Seed seeds the arrivals (math/rand/v2 PCG, stream 1, the same for
-	// every policy) and each policy's backoff draws (stream 2+i for the
-	// i-th policy).
+	// every policy), each policy's backoff draws (stream 2+i for the i-th
+	// policy) and its breakers' jitter (stream 2^32+i).
 	Seed uint64 `json:"seed"`
 	// Progress, if set, is called after each policy's run with the number
 	// of policies done and the total. It is not part of the result.
@@ -182,13 +257,14 @@ type OutageConfig struct {
 
 // DefaultOutageConfig returns the high-volume fleet: 8 clients (say, the
 // instances of a checkout service) sending 100 requests per second each,
-// 800 per second in all, to a provider that completes 1000 per second with
-// a queue of 2000 (two seconds of work) and fails from t=5 s to t=15 s,
-// answering 503 with Retry-After 5 s (1 s when shedding). Clients time out
-// after 1 s; backoff base 100 ms, cap 10 s; budgets as
-// [DefaultBudgetSettings], breakers as [DefaultBreakerSettings]; 60 s
-// horizon, 100 ms windows, recovered at 90% success over 1 s; seed 42; all
-// of [DefaultOutagePolicies].
+// 800 per second in all, each request with a 20 s deadline, to a provider
+// that completes 1000 per second with a queue of 2000 (two seconds of
+// work) and fails from t=5 s to t=15 s, answering 503 with Retry-After 5 s
+// (1 s when shedding). Clients time out after 1 s per attempt; backoff
+// base 100 ms, cap 10 s; budgets as [DefaultBudgetSettings], breakers as
+// [DefaultBreakerSettings]; fleets sync every second; 60 s horizon, 100 ms
+// windows, recovered at 90% success over 1 s; seed 42; all of
+// [DefaultOutagePolicies].
 func DefaultOutageConfig() OutageConfig {
 	return OutageConfig{
 		Clients:        8,
@@ -196,6 +272,7 @@ func DefaultOutageConfig() OutageConfig {
 		Capacity:       1000,
 		Queue:          2000,
 		Timeout:        time.Second,
+		Deadline:       20 * time.Second,
 		TriggerStart:   5 * time.Second,
 		TriggerEnd:     15 * time.Second,
 		RetryAfter:     5 * time.Second,
@@ -208,6 +285,7 @@ func DefaultOutageConfig() OutageConfig {
 		Cap:            backoff.DefaultCap,
 		Budget:         DefaultBudgetSettings(),
 		Breaker:        DefaultBreakerSettings(),
+		SyncEvery:      time.Second,
 		Policies:       DefaultOutagePolicies(),
 		Seed:           42,
 	}
@@ -218,7 +296,7 @@ func DefaultOutageConfig() OutageConfig {
 // 8000 clients sending one request every 10 s each. Every terminal's
 // budget floor (1 retry per second) dwarfs its 10% ratio, and its breaker
 // never sees the minimum number of calls in a window, so per-client
-// guards do little here; the provider's Retry-After is what spreads them.
+// guards do little here; a fleet-shared budget and breaker do.
 func DefaultLowVolumeOutageConfig() OutageConfig {
 	c := DefaultOutageConfig()
 	c.Clients = 8000
@@ -264,10 +342,20 @@ type OutagePolicyResult struct {
 	// count as failed.
 	Succeeded int     `json:"succeeded"`
 	Goodput   float64 `json:"goodput"`
+	// OutageSucceeded is the original requests made during the trigger
+	// that succeeded (during it or after), and OutageGoodput their share
+	// of OutageOffered: what patience buys.
+	OutageSucceeded int     `json:"outage_succeeded"`
+	OutageGoodput   float64 `json:"outage_goodput"`
 	// AfterGoodput is the goodput of the original requests sent after the
 	// trigger ended: near 1 if the provider recovered at once, near 0 if it
 	// stayed down.
 	AfterGoodput float64 `json:"after_goodput"`
+	// P50 and P99 are the median and the 99th percentile of the time from
+	// a request's arrival to its success, over the requests that
+	// succeeded (0 if none did).
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
 
 	// Recovered reports whether the provider recovered (see
 	// OutageConfig.RecoveryWindow) within the horizon, and RecoverAfter
@@ -278,14 +366,19 @@ type OutagePolicyResult struct {
 	// Retries is the attempts that were retries (Attempts minus the first
 	// attempts that were sent).
 	Retries int `json:"retries"`
-	// BudgetDenied is the retries a budget refused, BreakerRejected the
-	// attempts an open breaker rejected, Shed the attempts the provider
-	// shed with a full queue, and TimedOut the attempts whose client
-	// stopped waiting.
-	BudgetDenied    int `json:"budget_denied"`
-	BreakerRejected int `json:"breaker_rejected"`
-	Shed            int `json:"shed"`
-	TimedOut        int `json:"timed_out"`
+	// BudgetDenied is the retries a budget refused; BreakerRejected the
+	// requests that ended because of the breaker (rejected at once, or
+	// after waiting until their deadline); Waited the times a request
+	// began to wait behind the breaker; DeadlineExceeded the requests that
+	// ran out of deadline otherwise; Shed the attempts the provider shed
+	// with a full queue; and TimedOut the attempts whose client stopped
+	// waiting for the answer (Timeout).
+	BudgetDenied     int `json:"budget_denied"`
+	BreakerRejected  int `json:"breaker_rejected"`
+	Waited           int `json:"waited"`
+	DeadlineExceeded int `json:"deadline_exceeded"`
+	Shed             int `json:"shed"`
+	TimedOut         int `json:"timed_out"`
 
 	// Load is the attempts that reached the provider in each Window, from
 	// t=0; Successes is, per window of arrival, the attempts that
@@ -338,6 +431,8 @@ func (c *OutageConfig) validate() error {
 		return bad("queue %d must be positive", c.Queue)
 	case c.Timeout <= 0:
 		return bad("timeout %v must be positive", c.Timeout)
+	case c.Deadline < 0:
+		return bad("deadline %v must not be negative", c.Deadline)
 	case c.Horizon <= 0 || c.Horizon > MaxOutageHorizon:
 		return bad("horizon %v must be in (0, %v]", c.Horizon, MaxOutageHorizon)
 	case c.TriggerStart < 0 || c.TriggerStart > c.TriggerEnd || c.TriggerEnd > c.Horizon:
@@ -354,14 +449,15 @@ func (c *OutageConfig) validate() error {
 		return bad("%d clients at %v/s for %v is more than %d requests", c.Clients, c.RatePerClient, c.Horizon, MaxOutageRequests)
 	case time.Duration(float64(time.Second)/c.Capacity) <= 0:
 		return bad("capacity %v is above one request per nanosecond", c.Capacity)
+	case c.Base <= 0 || c.Cap < c.Base:
+		return bad("backoff base %v must be positive and cap %v at least the base", c.Base, c.Cap)
+	case c.SyncEvery < 0:
+		return bad("sync interval %v must not be negative", c.SyncEvery)
 	}
-	if _, err := backoff.New(backoff.Config{Base: c.Base, Cap: c.Cap}); err != nil {
-		return bad("%w", err)
-	}
-	if _, err := c.Budget.build(epoch); err != nil {
+	if _, err := c.Budget.build(nil); err != nil {
 		return err
 	}
-	if _, err := c.Breaker.build(func() time.Time { return epoch }); err != nil {
+	if _, err := c.Breaker.build(func() time.Time { return epoch }, nil, nil, true); err != nil {
 		return err
 	}
 	for _, p := range c.Policies {
@@ -372,67 +468,160 @@ func (c *OutageConfig) validate() error {
 			return bad("policy %s: interval %v must not be negative", p.Name, p.Interval)
 		case p.Attempts < 0 || p.Attempts > MaxOutageAttempts:
 			return bad("policy %s: attempts %d must be in [1, %d]", p.Name, p.Attempts, MaxOutageAttempts)
+		case p.Wait && !p.Breaker:
+			return bad("policy %s: waiting needs a breaker", p.Name)
+		case p.Fleet && !p.Budget && !p.Breaker:
+			return bad("policy %s: a fleet shares a budget or a breaker; it has neither", p.Name)
+		case p.Fleet && c.SyncEvery == 0:
+			return bad("policy %s: a fleet needs a positive sync interval", p.Name)
 		}
-		if _, err := backoff.New(backoff.Config{Strategy: p.Backoff, Base: c.Base, Cap: c.Cap}); err != nil {
+		if _, err := p.backoff(c, nil); err != nil {
 			return bad("policy %s: %w", p.Name, err)
 		}
 	}
 	return nil
 }
 
+// backoff returns p's backoff in c with random source u.
+func (p OutagePolicy) backoff(c *OutageConfig, u func() float64) (*backoff.Backoff, error) {
+	if p.Interval > 0 { // exp(n) = min(cap, base·2^n) = Interval for every n
+		return backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: p.Interval, Cap: p.Interval, Rand: u})
+	}
+	return backoff.New(backoff.Config{Strategy: p.Backoff, Base: c.Base, Cap: c.Cap, Rand: u})
+}
+
 // Outage event kinds.
 const (
-	outArrive  = iota // a new original request
-	outSend           // an attempt is sent
-	outSuccess        // an attempt's success reaches the client
-	outFailure        // an attempt's failure reaches the client
+	outArrive   = iota // a new original request
+	outSend            // a request's next attempt is due (after its sleep)
+	outSuccess         // an attempt's success reaches the client
+	outFailure         // an attempt's failure (a 503, a timeout) reaches the client
+	outDeadline        // the request's deadline cuts its attempt in flight
+	outWaitEnd         // the request's deadline, if it is still waiting
+	outRelease         // a waiting request's turn after the breaker closed
+	outRound           // a breaker's open period ends: a probe round is due
+	outGrant           // a breaker half-opened: its probes go to the waiting calls
+	outArm             // a breaker opened: arm a probe round for its waiting calls
+	outSync            // a fleet sync group syncs
+)
+
+// Request states.
+const (
+	reqIdle      = iota // between attempts (sleeping, or about to send)
+	reqWaiting          // waiting behind its breaker
+	reqReleasing        // waiting, with a release scheduled
+	reqFlight           // an attempt in flight
+	reqDone             // succeeded or gave up
+)
+
+// What an attempt's failure was, for the error handed to the plan.
+const (
+	failTrigger = iota // the outage's 503
+	failShed           // 503 from a full queue
+	failTimeout        // no answer within Timeout
 )
 
 // outRequest is one original request and its retries.
 type outRequest struct {
-	client   int32
-	attempts int32          // attempts sent so far
+	plan     retry.Plan     // the policy's decision step for this request
+	permit   breaker.Permit // of the attempt in flight (zero: none)
 	arrived  time.Duration  // when the original request was made
-	prev     time.Duration  // previous backoff delay (decorrelated)
-	ra       time.Duration  // Retry-After of the last failure, 0 if none
-	permit   breaker.Permit // permit of the attempt in flight
-	hasPerm  bool
+	deadline time.Duration  // arrived + Deadline (if there is one)
+	client   int32
+	attempts int32  // attempts sent so far
+	seq      uint32 // how many times it began to wait
+	release  uint32 // the breaker's epoch its release was scheduled in
+	state    uint8
+	fail     uint8 // failTrigger, failShed or failTimeout: the last failure
 }
+
+// outUnit is what a request's client retries with: its policy and guards.
+// Without guards one unit serves every client; with per-client guards each
+// client has one; in a fleet each sync group has one.
+type outUnit struct {
+	pol   *retry.Policy
+	dep   retry.Budget // what the first attempt deposits into; nil: no budget
+	brk   *simBreaker  // nil: no breaker
+	group int32        // the fleet sync group; -1 outside a fleet
+}
+
+// outOutcome is an outcome a fleet client has not synced yet.
+type outOutcome struct {
+	permit breaker.Permit
+	ok     bool
+	hint   time.Duration
+}
+
+// outFleet is the fleet's shared state and what each sync group has not
+// synced yet.
+type outFleet struct {
+	budget   *budget.Budget // shared; nil if the policy has no budget
+	deposits []int          // per group
+	outcomes [][]outOutcome // per group
+}
+
+// groupBudget is a sync group's view of the fleet budget: deposits wait
+// for the group's sync, withdrawals go to the shared budget at once.
+type groupBudget struct {
+	shared  *budget.Budget
+	pending *int
+}
+
+func (g groupBudget) Deposit()       { *g.pending++ }
+func (g groupBudget) Withdraw() bool { return g.shared.Withdraw() }
+
+// provError is a failed attempt as the client sees it: a 503 (with the
+// provider's Retry-After if the policy reads it) or a timeout. Both are
+// retryable for retry.IsRetryable.
+type provError struct {
+	msg     string
+	hint    time.Duration
+	timeout bool
+}
+
+func (e *provError) Error() string             { return e.msg }
+func (e *provError) RetryAfter() time.Duration { return e.hint }
+func (e *provError) Timeout() bool             { return e.timeout }
+func (e *provError) Temporary() bool           { return true }
 
 // outRun is one policy's run: the state of the fleet and the provider.
 type outRun struct {
-	c      *OutageConfig
-	p      OutagePolicy
-	now    time.Duration
-	q      eventQueue
-	reqs   []outRequest
+	c    *OutageConfig
+	p    OutagePolicy
+	now  time.Duration
+	q    eventQueue
+	reqs []outRequest
+
 	bo     *backoff.Backoff
-	budget []*budget.Budget
-	brk    []*breaker.Breaker
+	bu     func() float64 // the breakers' random source
+	units  []*outUnit     // per client, per sync group, or one
+	brks   []*simBreaker
+	fleet  *outFleet
+	groups int
+	errs   [3]*provError // per fail kind, as the policy sees it
 
 	service time.Duration // provider time per request
 	backlog time.Duration // Queue requests' worth of work: the queue is full
 	free    time.Duration // when the provider has finished its backlog
 
-	offeredW []int // original requests per window of arrival
-	okW      []int // ... of which succeeded
+	offeredW []int           // original requests per window of arrival
+	okW      []int           // ... of which succeeded
+	latency  []time.Duration // of each success
 	res      OutagePolicyResult
 }
 
 // outBuffers is the storage one policy's run leaves to the next.
 type outBuffers struct {
-	q    eventQueue
-	reqs []outRequest
+	q       eventQueue
+	reqs    []outRequest
+	latency []time.Duration
 }
 
 func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicyResult, error) {
 	if p.Attempts < 1 {
 		p.Attempts = 1
 	}
-	bo, err := backoff.New(backoff.Config{
-		Strategy: p.Backoff, Base: c.Base, Cap: c.Cap,
-		Rand: rand.New(rand.NewPCG(c.Seed, 2+uint64(i))).Float64,
-	})
+	bo, err := p.backoff(c, rand.New(rand.NewPCG(c.Seed, 2+uint64(i))).Float64)
 	if err != nil {
 		return OutagePolicyResult{}, fmt.Errorf("%w: policy %s: %w", ErrInvalidConfig, p.Name, err)
 	}
@@ -448,32 +637,28 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 		q:        buf.q,
 		reqs:     buf.reqs[:0],
 		bo:       bo,
+		bu:       rand.New(rand.NewPCG(c.Seed, 1<<32+uint64(i))).Float64,
 		service:  time.Duration(float64(time.Second) / c.Capacity),
 		backlog:  time.Duration(min(float64(c.Queue)*float64(time.Second)/c.Capacity, float64(2*MaxOutageHorizon))),
 		offeredW: make([]int, windows),
 		okW:      make([]int, windows),
+		latency:  buf.latency[:0],
 		res: OutagePolicyResult{
 			Policy:    p,
 			Load:      make([]int, windows),
 			Successes: make([]int, windows),
 		},
 	}
-	clock := func() time.Time { return epoch.Add(r.now) }
-	if p.Budget {
-		r.budget = make([]*budget.Budget, c.Clients)
-		for k := range r.budget {
-			if r.budget[k], err = c.Budget.build(epoch); err != nil {
-				return OutagePolicyResult{}, err
-			}
-		}
+	r.errs = [3]*provError{
+		failTrigger: {msg: "503 (outage)"},
+		failShed:    {msg: "503 (queue full)"},
+		failTimeout: {msg: "attempt timed out", timeout: true},
 	}
-	if p.Breaker {
-		r.brk = make([]*breaker.Breaker, c.Clients)
-		for k := range r.brk {
-			if r.brk[k], err = c.Breaker.build(clock); err != nil {
-				return OutagePolicyResult{}, err
-			}
-		}
+	if p.RetryAfter {
+		r.errs[failTrigger].hint, r.errs[failShed].hint = c.RetryAfter, c.ShedRetryAfter
+	}
+	if err := r.setup(); err != nil {
+		return OutagePolicyResult{}, err
 	}
 	arrivals := rand.New(rand.NewPCG(c.Seed, 1))
 	mean := float64(time.Second) / (float64(c.Clients) * c.RatePerClient)
@@ -490,36 +675,142 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 		r.now = e.at
 		switch e.kind {
 		case outArrive:
-			id := int32(len(r.reqs))
-			client := int32(arrivals.IntN(c.Clients))
-			r.reqs = append(r.reqs, outRequest{client: client, arrived: r.now})
-			r.res.Offered++
-			r.offeredW[r.window(r.now)]++
-			if r.inTrigger(r.now) {
-				r.res.OutageOffered++
-			}
-			if r.budget != nil {
-				r.budget[client].DepositAt(epoch.Add(r.now))
-			}
-			r.send(id)
+			r.arrive(int32(arrivals.IntN(c.Clients)))
 			nextArrival()
 		case outSend:
-			r.send(e.who)
+			r.attempt(e.who)
 		case outSuccess:
-			req := &r.reqs[e.who]
-			if req.hasPerm {
-				r.brk[req.client].Done(req.permit, true)
-				req.hasPerm = false
-			}
-			r.res.Succeeded++
-			r.okW[r.window(req.arrived)]++
+			r.succeeded(e.who)
 		case outFailure:
 			r.failed(e.who)
+		case outDeadline:
+			r.cut(e.who)
+		case outWaitEnd:
+			r.waitEnd(e.who)
+		case outRelease:
+			r.release(e.who)
+		case outRound:
+			sb := r.brks[e.who]
+			sb.armed = false
+			r.grant(sb)
+			r.arm(sb)
+		case outGrant:
+			r.grant(r.brks[e.who])
+		case outArm:
+			r.arm(r.brks[e.who])
+		case outSync:
+			r.sync(e.who)
 		}
 	}
 	r.finish()
-	buf.q, buf.reqs = r.q, r.reqs
+	buf.q, buf.reqs, buf.latency = r.q, r.reqs, r.latency
 	return r.res, nil
+}
+
+// setup builds the units: one policy for all clients without guards, one
+// per client with per-client guards, one per sync group in a fleet.
+func (r *outRun) setup() error {
+	c, p := r.c, r.p
+	if !p.Budget && !p.Breaker {
+		u, err := r.unit(nil, nil, -1)
+		r.units = []*outUnit{u}
+		return err
+	}
+	if !p.Fleet {
+		r.units = make([]*outUnit, c.Clients) // built on first use
+		return nil
+	}
+	r.groups = min(c.Clients, maxSyncGroups)
+	r.fleet = &outFleet{deposits: make([]int, r.groups), outcomes: make([][]outOutcome, r.groups)}
+	if p.Budget {
+		b, err := c.Budget.build(r.clock)
+		if err != nil {
+			return err
+		}
+		r.fleet.budget = b
+	}
+	var sb *simBreaker
+	if p.Breaker {
+		var err error
+		if sb, err = r.newBreaker(); err != nil {
+			return err
+		}
+		sb.perClient = make([]int32, c.Clients)
+	}
+	r.units = make([]*outUnit, r.groups)
+	for g := range r.units {
+		var dep retry.Budget
+		if r.fleet.budget != nil {
+			dep = groupBudget{shared: r.fleet.budget, pending: &r.fleet.deposits[g]}
+		}
+		u, err := r.unit(dep, sb, int32(g))
+		if err != nil {
+			return err
+		}
+		r.units[g] = u
+		r.after(time.Duration(int64(c.SyncEvery)*int64(g)/int64(r.groups)), int32(g), outSync)
+	}
+	return nil
+}
+
+// clock is the simulated clock, for the budgets and the breakers.
+func (r *outRun) clock() time.Time { return epoch.Add(r.now) }
+
+// unit returns a unit retrying with budget dep and breaker sb (either may
+// be nil) in fleet sync group group (-1: none).
+func (r *outRun) unit(dep retry.Budget, sb *simBreaker, group int32) (*outUnit, error) {
+	opts := []retry.Option{retry.WithMaxAttempts(r.p.Attempts), retry.WithBackoff(r.bo)}
+	if dep != nil {
+		opts = append(opts, retry.WithBudget(dep))
+	}
+	if sb != nil {
+		opts = append(opts, retry.WithBreaker(sb.b))
+	}
+	pol, err := retry.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy %s: %w", ErrInvalidConfig, r.p.Name, err)
+	}
+	return &outUnit{pol: pol, dep: dep, brk: sb, group: group}, nil
+}
+
+// newBreaker builds a breaker of the run's settings, on the simulated clock
+// and the breakers' random source, whose state changes the model follows.
+func (r *outRun) newBreaker() (*simBreaker, error) {
+	sb := &simBreaker{idx: int32(len(r.brks))}
+	b, err := r.c.Breaker.build(r.clock, r.bu, func(from, to breaker.State) { r.stateChanged(sb, from, to) }, r.p.Wait)
+	if err != nil {
+		return nil, err
+	}
+	sb.b, sb.cfg = b, b.Config()
+	r.brks = append(r.brks, sb)
+	return sb, nil
+}
+
+// unitOf returns the unit of client k, building a per-client one on first
+// use.
+func (r *outRun) unitOf(k int32) *outUnit {
+	switch {
+	case r.fleet != nil:
+		return r.units[int(k)%r.groups]
+	case !r.p.Budget && !r.p.Breaker:
+		return r.units[0]
+	}
+	if u := r.units[k]; u != nil {
+		return u
+	}
+	// Settings were validated: building a client's guards cannot fail.
+	var dep retry.Budget
+	if r.p.Budget {
+		b, _ := r.c.Budget.build(r.clock)
+		dep = b
+	}
+	var sb *simBreaker
+	if r.p.Breaker {
+		sb, _ = r.newBreaker()
+	}
+	u, _ := r.unit(dep, sb, -1)
+	r.units[k] = u
+	return u
 }
 
 // window returns the index of the window holding t < Horizon.
@@ -537,18 +828,68 @@ func (r *outRun) after(d time.Duration, id int32, kind uint8) {
 	}
 }
 
-// send sends the next attempt of request id now.
-func (r *outRun) send(id int32) {
+// left returns the time left before request id's deadline, or 0 if it has
+// none (as retry.Plan.Next takes it).
+func (r *outRun) left(req *outRequest) time.Duration {
+	if r.c.Deadline == 0 {
+		return 0
+	}
+	return req.deadline - r.now
+}
+
+// expired reports whether req's deadline has passed.
+func (r *outRun) expired(req *outRequest) bool {
+	return r.c.Deadline > 0 && r.now >= req.deadline
+}
+
+// arrive makes a new original request of client k and sends its first
+// attempt.
+func (r *outRun) arrive(k int32) {
+	id := int32(len(r.reqs))
+	u := r.unitOf(k)
+	r.reqs = append(r.reqs, outRequest{plan: u.pol.Plan(), client: k, arrived: r.now, deadline: r.now + r.c.Deadline})
+	r.res.Offered++
+	r.offeredW[r.window(r.now)]++
+	if r.inTrigger(r.now) {
+		r.res.OutageOffered++
+	}
+	r.attempt(id)
+}
+
+// attempt makes request id's next attempt now, as the retry loop does
+// before each attempt: stop at the deadline, ask the breaker (and wait for
+// it, if the policy does), then send.
+func (r *outRun) attempt(id int32) {
 	req := &r.reqs[id]
-	if r.brk != nil {
-		p, err := r.brk[req.client].Allow()
-		if err != nil { // errors.Is(err, breaker.ErrOpen): rejected without a call
-			r.res.BreakerRejected++
-			return // fail fast: the request is over
+	req.state = reqIdle
+	if r.expired(req) {
+		r.giveUp(id, retry.Deadline)
+		return
+	}
+	if sb := r.unitOf(req.client).brk; sb != nil {
+		r.grant(sb) // the waiting calls get a due round's probes first
+		p, err := sb.b.Allow()
+		if err != nil {
+			if !r.wait(id, sb, err) {
+				r.giveUp(id, retry.CircuitOpen)
+			}
+			return
 		}
-		req.permit, req.hasPerm = p, true
+		req.permit = p
+	}
+	r.transmit(id)
+}
+
+// transmit sends request id's attempt to the provider now, the breaker
+// having admitted it.
+func (r *outRun) transmit(id int32) {
+	req := &r.reqs[id]
+	u := r.unitOf(req.client)
+	if req.attempts == 0 && u.dep != nil {
+		u.dep.Deposit() // the first attempt that is sent deposits
 	}
 	req.attempts++
+	req.state = reqFlight
 	if req.attempts > 1 {
 		r.res.Retries++
 	}
@@ -556,12 +897,10 @@ func (r *outRun) send(id int32) {
 	w := r.window(now)
 	r.res.Attempts++
 	r.res.Load[w]++
-	if r.inTrigger(now) {
-		r.res.OutageAttempts++
-	}
 	c := r.c
 	if r.inTrigger(now) {
-		req.ra = c.RetryAfter
+		r.res.OutageAttempts++
+		req.fail = failTrigger
 		r.failed(id) // a fast 503: the client hears of it at once
 		return
 	}
@@ -570,53 +909,301 @@ func (r *outRun) send(id int32) {
 	}
 	if r.free-now >= r.backlog {
 		r.res.Shed++
-		req.ra = c.ShedRetryAfter
+		req.fail = failShed
 		r.failed(id) // a fast 503: the client hears of it at once
 		return
 	}
 	r.free += r.service
 	finish := r.free
 	switch {
-	case finish-now > c.Timeout:
-		// The client gives up; the provider still does the work later.
-		r.res.TimedOut++
-		req.ra = 0
-		r.after(c.Timeout, id, outFailure)
-	case r.inTrigger(finish):
-		req.ra = c.RetryAfter
-		r.after(finish-now, id, outFailure)
+	case finish-now <= c.Timeout && (c.Deadline == 0 || finish < req.deadline):
+		if r.inTrigger(finish) {
+			req.fail = failTrigger
+			r.after(finish-now, id, outFailure)
+		} else {
+			r.res.Successes[w]++
+			r.after(finish-now, id, outSuccess)
+		}
+	case c.Deadline > 0 && req.deadline-now < c.Timeout:
+		// The call's deadline ends the attempt; the provider still does
+		// the work later.
+		r.after(req.deadline-now, id, outDeadline)
 	default:
-		r.res.Successes[w]++
-		r.after(finish-now, id, outSuccess)
+		// The client gives up on the attempt; the provider still does the
+		// work later.
+		r.res.TimedOut++
+		req.fail = failTimeout
+		r.after(c.Timeout, id, outFailure)
 	}
 }
 
+// succeeded handles the success of request id's attempt.
+func (r *outRun) succeeded(id int32) {
+	req := &r.reqs[id]
+	r.report(req, true, 0)
+	req.state = reqDone
+	r.res.Succeeded++
+	r.okW[r.window(req.arrived)]++
+	if r.inTrigger(req.arrived) {
+		r.res.OutageSucceeded++
+	}
+	r.latency = append(r.latency, r.now-req.arrived)
+}
+
 // failed handles the failure of request id's latest attempt: retry or give
-// up, as the policy says.
+// up, as the policy's plan says.
 func (r *outRun) failed(id int32) {
 	req := &r.reqs[id]
-	if req.hasPerm {
-		r.brk[req.client].Done(req.permit, false)
-		req.hasPerm = false
-	}
-	if int(req.attempts) >= r.p.Attempts {
+	err := r.errs[req.fail]
+	r.report(req, false, err.hint)
+	if r.expired(req) {
+		r.giveUp(id, retry.Deadline)
 		return
 	}
-	if r.budget != nil && !r.budget[req.client].WithdrawAt(epoch.Add(r.now)) {
+	sleep, stop := req.plan.Next(err, r.left(req))
+	if stop != 0 {
+		r.giveUp(id, stop)
+		return
+	}
+	req.state = reqIdle
+	r.after(sleep, id, outSend)
+}
+
+// cut ends request id's attempt at its deadline: the breaker gets the
+// permit back without an outcome, and the request gives up.
+func (r *outRun) cut(id int32) {
+	req := &r.reqs[id]
+	if sb := r.unitOf(req.client).brk; sb != nil && req.permit != (breaker.Permit{}) {
+		sb.b.Cancel(req.permit) // a probe's slot goes to a waiting call
+		req.permit = breaker.Permit{}
+		r.q.push(r.now, sb.idx, outGrant)
+	}
+	r.giveUp(id, retry.Deadline)
+}
+
+// giveUp ends request id without success, for reason.
+func (r *outRun) giveUp(id int32, reason retry.Reason) {
+	r.reqs[id].state = reqDone
+	switch reason {
+	case retry.BudgetExhausted:
 		r.res.BudgetDenied++
+	case retry.CircuitOpen:
+		r.res.BreakerRejected++
+	case retry.Deadline:
+		r.res.DeadlineExceeded++
+	}
+}
+
+// report tells req's breaker the outcome of its attempt, as the retry loop
+// does (a failure with its Retry-After); in a fleet, at the next sync.
+func (r *outRun) report(req *outRequest, ok bool, hint time.Duration) {
+	u := r.unitOf(req.client)
+	sb := u.brk
+	if sb == nil {
 		return
 	}
-	var d time.Duration
-	if r.p.Interval > 0 {
-		d = r.p.Interval
-	} else {
-		d = r.bo.Delay(int(req.attempts), req.prev)
-		req.prev = d
+	p := req.permit
+	req.permit = breaker.Permit{}
+	if u.group >= 0 {
+		r.fleet.outcomes[u.group] = append(r.fleet.outcomes[u.group], outOutcome{permit: p, ok: ok, hint: hint})
+		return
 	}
-	if r.p.RetryAfter && req.ra > d {
-		d = req.ra
+	r.record(sb, p, ok, hint)
+}
+
+// record reports an outcome to sb's breaker now.
+func (r *outRun) record(sb *simBreaker, p breaker.Permit, ok bool, hint time.Duration) {
+	if ok {
+		sb.b.Done(p, true)
+		return
 	}
-	r.after(d, id, outSend)
+	if s := sb.b.Snapshot(); s.State == breaker.Closed {
+		sb.calls = s.Calls + 1 // the window this failure may trip on
+	}
+	sb.b.Fail(p, hint)
+}
+
+// sync is fleet sync group g's periodic sync: its deposits and outcomes
+// reach the shared budget and breaker now.
+func (r *outRun) sync(g int32) {
+	fl := r.fleet
+	if fl.budget != nil {
+		for range fl.deposits[g] {
+			fl.budget.Deposit()
+		}
+		fl.deposits[g] = 0
+	}
+	if sb := r.units[g].brk; sb != nil {
+		for _, o := range fl.outcomes[g] {
+			r.record(sb, o.permit, o.ok, o.hint)
+		}
+	}
+	fl.outcomes[g] = fl.outcomes[g][:0]
+	r.after(r.c.SyncEvery, g, outSync)
+}
+
+// wait makes request id wait behind sb after the breaker rejected its
+// attempt with err, if the policy waits and the breaker's rules allow it
+// (see Breaker.Wait); it reports whether the request waits.
+func (r *outRun) wait(id int32, sb *simBreaker, err error) bool {
+	req := &r.reqs[id]
+	left := r.left(req)
+	waiting := sb.n
+	if sb.perClient != nil {
+		waiting = int(sb.perClient[req.client])
+	}
+	if !r.p.Wait || left <= 0 || sb.cfg.MaxWaiters <= 0 || waiting >= sb.cfg.MaxWaiters {
+		return false
+	}
+	until, open, oerr := openWait(err)
+	if oerr != nil || (open && until > left) {
+		return false
+	}
+	sb.compact()
+	req.seq++
+	req.state = reqWaiting
+	sb.fifo = append(sb.fifo, waitEntry{id: id, seq: req.seq})
+	sb.n++
+	if sb.perClient != nil {
+		sb.perClient[req.client]++
+	}
+	r.res.Waited++
+	r.after(left, id, outWaitEnd)
+	r.arm(sb)
+	return true
+}
+
+// waiting reports whether entry e is a call still waiting.
+func (r *outRun) waiting(e waitEntry) bool {
+	req := &r.reqs[e.id]
+	return req.seq == e.seq && (req.state == reqWaiting || req.state == reqReleasing)
+}
+
+// leave takes waiting request id off its breaker's list.
+func (r *outRun) leave(id int32, sb *simBreaker) {
+	req := &r.reqs[id]
+	req.seq++ // its entry is stale from now on
+	req.state = reqIdle
+	sb.n--
+	if sb.perClient != nil {
+		sb.perClient[req.client]--
+	}
+}
+
+// waitEnd ends request id's wait at its deadline, if it still waits.
+func (r *outRun) waitEnd(id int32) {
+	req := &r.reqs[id]
+	if req.state != reqWaiting && req.state != reqReleasing {
+		return
+	}
+	sb := r.unitOf(req.client).brk
+	r.leave(id, sb)
+	sb.compact()
+	r.giveUp(id, retry.CircuitOpen)
+}
+
+// arm makes sure a probe round comes for sb's waiting calls when its open
+// period ends, even if no new call arrives then.
+func (r *outRun) arm(sb *simBreaker) {
+	if sb.armed || sb.n == 0 {
+		return
+	}
+	s := sb.b.Snapshot()
+	if s.State != breaker.Open {
+		return
+	}
+	sb.armed = true
+	r.after(s.HalfOpenIn, sb.idx, outRound)
+}
+
+// grant hands the free probes of sb's round, if one is due or running, to
+// its waiting calls, oldest first, and sends them.
+func (r *outRun) grant(sb *simBreaker) {
+	if sb.n == 0 || sb.b.State() == breaker.Closed { // State starts a due round
+		return
+	}
+	for sb.head < len(sb.fifo) {
+		e := sb.fifo[sb.head]
+		if !r.waiting(e) {
+			sb.head++
+			continue
+		}
+		p, err := sb.b.Allow()
+		if err != nil || !p.Probe() {
+			break // probes taken, or closed meanwhile: a closed-state permit needs no giving back
+		}
+		sb.head++
+		r.leave(e.id, sb)
+		r.reqs[e.id].permit = p
+		r.transmit(e.id)
+	}
+	sb.compact()
+}
+
+// release sends waiting request id in its turn after its breaker closed,
+// unless the breaker has changed state since.
+func (r *outRun) release(id int32) {
+	req := &r.reqs[id]
+	if req.state != reqReleasing {
+		return
+	}
+	sb := r.unitOf(req.client).brk
+	if req.release != sb.epoch {
+		return // reopened: it waits again
+	}
+	p, err := sb.b.Allow()
+	if err != nil {
+		req.state = reqWaiting
+		r.arm(sb)
+		return
+	}
+	r.leave(id, sb)
+	sb.compact()
+	req.permit = p
+	r.transmit(id)
+}
+
+// stateChanged follows a state change of sb's breaker. It runs inside the
+// breaker's call that made the change (OnStateChange), so it only keeps
+// books and schedules: what calls the breaker again runs as an event.
+func (r *outRun) stateChanged(sb *simBreaker, from, to breaker.State) {
+	sb.epoch++
+	switch to {
+	case breaker.Open:
+		if from == breaker.Closed {
+			sb.tripped()
+		}
+		for i := sb.head; i < len(sb.fifo); i++ {
+			if e := sb.fifo[i]; r.waiting(e) {
+				r.reqs[e.id].state = reqWaiting // not released yet: wait again
+			}
+		}
+		if sb.n > 0 {
+			r.q.push(r.now, sb.idx, outArm)
+		}
+	case breaker.HalfOpen:
+		if sb.n > 0 {
+			r.q.push(r.now, sb.idx, outGrant)
+		}
+	case breaker.Closed:
+		// Release the waiting calls oldest first, one per slot of 1/rate,
+		// each at a random point of its slot.
+		step := 0.0
+		if rate := sb.releaseRate(); !math.IsInf(rate, 1) {
+			step = float64(time.Second) / rate
+		}
+		at := 0.0
+		for i := sb.head; i < len(sb.fifo); i++ {
+			e := sb.fifo[i]
+			if !r.waiting(e) {
+				continue
+			}
+			req := &r.reqs[e.id]
+			req.state, req.release = reqReleasing, sb.epoch
+			r.after(time.Duration(min(at+r.bu()*step, float64(MaxOutageHorizon))), e.id, outRelease)
+			at += step
+		}
+	}
 }
 
 // finish computes the summary figures from the counters.
@@ -631,10 +1218,16 @@ func (r *outRun) finish() {
 	res.Amplification = ratio(res.Attempts, res.Offered)
 	res.OutageAmplification = ratio(res.OutageAttempts, res.OutageOffered)
 	res.Goodput = ratio(res.Succeeded, res.Offered)
+	res.OutageGoodput = ratio(res.OutageSucceeded, res.OutageOffered)
 	for w, n := range res.Load {
 		if n > res.Peak {
 			res.Peak, res.PeakAt = n, time.Duration(w)*c.Window
 		}
+	}
+	if n := len(r.latency); n > 0 {
+		slices.Sort(r.latency)
+		res.P50 = r.latency[(n-1)/2]
+		res.P99 = r.latency[int(math.Ceil(0.99*float64(n)))-1]
 	}
 	from := int((c.TriggerEnd + c.Window - 1) / c.Window)
 	var after, afterOK int
@@ -643,18 +1236,27 @@ func (r *outRun) finish() {
 		afterOK += r.okW[w]
 	}
 	res.AfterGoodput = ratio(afterOK, after)
+	// Recovered from the earliest window w >= from such that every
+	// recovery window starting at w or later (and ending by the horizon)
+	// meets the ratio: found scanning backwards from the last one.
 	span := int(c.RecoveryWindow / c.Window)
-	for w := from; w+span <= len(r.offeredW); w++ {
+	rec := -1
+	for w := len(r.offeredW) - span; w >= from; w-- {
 		var n, ok int
 		for k := w; k < w+span; k++ {
 			n += r.offeredW[k]
 			ok += r.okW[k]
 		}
-		if n > 0 && float64(ok) >= c.RecoveryRatio*float64(n) {
-			res.Recovered = true
-			res.RecoverAfter = time.Duration(w)*c.Window - c.TriggerEnd
+		if float64(ok) < c.RecoveryRatio*float64(n) {
 			break
 		}
+		if n > 0 {
+			rec = w
+		}
+	}
+	if rec >= 0 {
+		res.Recovered = true
+		res.RecoverAfter = time.Duration(rec)*c.Window - c.TriggerEnd
 	}
 }
 
@@ -662,27 +1264,29 @@ func (r *outRun) finish() {
 func (r *OutageResult) WriteText(w io.Writer) error {
 	c := r.Config
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "fleet: %d clients x %g req/s = %g req/s offered; provider: %g req/s, queue %d, client timeout %v\n",
-		c.Clients, c.RatePerClient, float64(c.Clients)*c.RatePerClient, c.Capacity, c.Queue, c.Timeout)
-	fmt.Fprintf(bw, "trigger: 503 (Retry-After %v) from %v to %v; horizon %v, windows of %v, seed %d\n\n",
-		c.RetryAfter, c.TriggerStart, c.TriggerEnd, c.Horizon, c.Window, c.Seed)
+	fmt.Fprintf(bw, "fleet: %d clients x %g req/s = %g req/s offered, deadline %v; provider: %g req/s, queue %d, client timeout %v\n",
+		c.Clients, c.RatePerClient, float64(c.Clients)*c.RatePerClient, c.Deadline, c.Capacity, c.Queue, c.Timeout)
+	fmt.Fprintf(bw, "trigger: 503 (Retry-After %v) from %v to %v; horizon %v, windows of %v, fleet sync every %v, seed %d\n\n",
+		c.RetryAfter, c.TriggerStart, c.TriggerEnd, c.Horizon, c.Window, c.SyncEvery, c.Seed)
 	name := len("policy")
 	for _, p := range r.Policies {
 		name = max(name, len(p.Policy.Name))
 	}
-	fmt.Fprintf(bw, "%-*s %10s %12s %12s %10s %10s %14s\n", name, "policy", "peak/win", "attempts/off", "in outage", "goodput", "after", "recovered")
+	fmt.Fprintf(bw, "%-*s %9s %13s %10s %8s %10s %8s %8s %10s\n", name, "policy", "peak/win", "attempts/off", "in outage",
+		"goodput", "outage gp", "after", "p99", "recovered")
 	for _, p := range r.Policies {
 		rec := "never"
 		if p.Recovered {
 			rec = fmt.Sprintf("+%v", p.RecoverAfter)
 		}
-		fmt.Fprintf(bw, "%-*s %10d %11.2fx %11.2fx %9.1f%% %9.1f%% %14s\n", name, p.Policy.Name, p.Peak,
-			p.Amplification, p.OutageAmplification, 100*p.Goodput, 100*p.AfterGoodput, rec)
+		fmt.Fprintf(bw, "%-*s %9d %12.2fx %9.2fx %7.1f%% %9.1f%% %7.1f%% %7.1fs %10s\n", name, p.Policy.Name, p.Peak,
+			p.Amplification, p.OutageAmplification, 100*p.Goodput, 100*p.OutageGoodput, 100*p.AfterGoodput, p.P99.Seconds(), rec)
 	}
 	fmt.Fprintf(bw, "\n%s %g%% of requests succeed over %v\n", strings.TrimSpace(`
 peak/win: most attempts at the provider in one window; attempts/off: attempts per original request
 over the horizon; in outage: the same during the trigger; goodput: original requests that succeeded;
-after: goodput of requests sent after the trigger; recovered: time after the trigger until`), 100*c.RecoveryRatio, c.RecoveryWindow)
+outage gp: goodput of the requests made during the trigger; after: goodput of requests made after it;
+p99: 99th percentile of the time to success; recovered: time after the trigger until`), 100*c.RecoveryRatio, c.RecoveryWindow)
 	return bw.Flush()
 }
 

@@ -170,6 +170,123 @@ func TestOutageLowVolume(t *testing.T) {
 	}
 }
 
+const (
+	patient = "full+budget+breaker+retry-after+wait"
+	fleet   = "fleet+retry-after+wait"
+)
+
+// The seed's POS terminals with one budget and one breaker for the whole
+// fleet: the fleet is held to about 1.1x the offered load during the
+// outage, where per-terminal guards let every retry through. With a
+// provider that has room for the backlog (3x the offered load, as in the
+// live POS scenario) every request that waited is served after the
+// outage and the provider recovers at once; the requests that fail are
+// those the budget refused before the breaker tripped.
+func TestOutageFleet(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultLowVolumeOutageConfig()
+	c.Horizon = c.TriggerEnd + time.Second // the outage is what counts here
+	c.Policies = policies(t, patient, fleet)
+	r := outage(t, c)
+	checkInvariants(t, r)
+	f, own := policy(t, r, fleet), policy(t, r, patient)
+	if f.OutageAmplification > 1.1 || f.Waited == 0 {
+		t.Errorf("Outage(8000 terminals) fleet: %.3fx the offered load during the outage, %d waits; want <= 1.1x, and waits", f.OutageAmplification, f.Waited)
+	}
+	if own.OutageAmplification < 1.3 || own.Waited != 0 {
+		t.Errorf("Outage(8000 terminals) per-terminal guards: %.3fx during the outage, %d waits; want > 1.3x and none (a terminal's breaker never trips)",
+			own.OutageAmplification, own.Waited)
+	}
+
+	c.Capacity = 2400
+	c.Horizon = 30 * time.Second
+	c.Policies = policies(t, fleet)
+	r = outage(t, c)
+	checkInvariants(t, r)
+	f = r.Policies[0]
+	if f.OutageAmplification > 1.1 {
+		t.Errorf("Outage(8000 terminals, capacity %g) fleet: %.3fx the offered load during the outage, want <= 1.1x", c.Capacity, f.OutageAmplification)
+	}
+	if f.BreakerRejected != 0 || f.DeadlineExceeded != 0 || f.AfterGoodput < 0.999 || !f.Recovered || f.RecoverAfter > time.Second {
+		t.Errorf("Outage(8000 terminals, capacity %g) fleet: %d requests gave up waiting, %d past their deadline, goodput after the outage %.4f, recovered %v after %v; "+
+			"want every waiting request served and recovery within a second", c.Capacity, f.BreakerRejected, f.DeadlineExceeded, f.AfterGoodput, f.Recovered, f.RecoverAfter)
+	}
+	// What the fleet loses of the outage's requests is lost before its
+	// breaker trips: failed calls that the fleet's 10% budget does not
+	// retry fail at once (only an open breaker makes a call wait).
+	if lost := f.OutageOffered - f.OutageSucceeded; f.OutageGoodput < 0.5 || lost > f.BudgetDenied {
+		t.Errorf("Outage(8000 terminals, capacity %g) fleet: %.3f of the requests made during the outage succeeded, %d lost, %d refused by the budget; "+
+			"want most served and every loss a budget refusal", c.Capacity, f.OutageGoodput, lost, f.BudgetDenied)
+	}
+}
+
+// While the breaker is open a waiting fleet sends nothing but its probes:
+// Probes calls per round, a round about every OpenFor.
+func TestOutageWaitingSendsOnlyProbes(t *testing.T) {
+	t.Parallel()
+	c := sim.DefaultLowVolumeOutageConfig()
+	c.Clients, c.RatePerClient = 800, 1
+	c.TriggerStart, c.TriggerEnd, c.Horizon = time.Second, 21*time.Second, 25*time.Second
+	c.RetryAfter = 0 // rounds every OpenFor ±20%
+	c.Policies = policies(t, fleet, patient)
+	r := outage(t, c)
+	checkInvariants(t, r)
+	for _, name := range []string{fleet, patient} {
+		p := policy(t, r, name)
+		perSecond := int(time.Second / c.Window)
+		// The breaker has tripped well before the trigger's last 5 s.
+		for s := 16; s < 21; s++ {
+			n := 0
+			for _, x := range p.Load[s*perSecond : (s+1)*perSecond] {
+				n += x
+			}
+			// At most two rounds start in one second (0.8 s apart at
+			// least); each admits Probes calls per breaker.
+			limit := 2 * c.Breaker.Probes
+			if name == patient {
+				limit *= c.Clients
+			}
+			if n > limit {
+				t.Errorf("Outage %s: %d attempts in second %d of an open breaker, want at most %d (probes only)", name, n, s, limit)
+			}
+		}
+		if p.Waited == 0 {
+			t.Errorf("Outage %s: nothing waited", name)
+		}
+	}
+}
+
+// When the breaker closes, the calls that waited are released at the
+// release rate, not all at once.
+func TestOutageReleaseIsPaced(t *testing.T) {
+	t.Parallel()
+	peak := func(rate float64) (int, sim.OutagePolicyResult) {
+		c := sim.DefaultLowVolumeOutageConfig()
+		c.Capacity, c.Queue = 1e5, 1e6 // room for any spike: measure the clients only
+		c.RetryAfter, c.Horizon = 0, 40*time.Second
+		c.Breaker.ReleaseRate = rate
+		c.Policies = policies(t, fleet)
+		r := outage(t, c)
+		checkInvariants(t, r)
+		p := r.Policies[0]
+		m := 0
+		for _, x := range p.Load[int(c.TriggerEnd/c.Window):] {
+			m = max(m, x)
+		}
+		return m, p
+	}
+	paced, p := peak(500)
+	burst, _ := peak(-1)
+	// 80 new requests per 100 ms window plus 50 released, with Poisson
+	// noise; all at once, thousands.
+	if paced > 250 || burst < 10*paced {
+		t.Errorf("Outage fleet: peak after the outage %d per window released at 500/s, %d all at once; want <= 250 and at least 10x less than all at once", paced, burst)
+	}
+	if p.OutageGoodput < 0.5 || p.BreakerRejected != 0 {
+		t.Errorf("Outage fleet released at 500/s: outage goodput %.3f, %d gave up waiting; want most served and none", p.OutageGoodput, p.BreakerRejected)
+	}
+}
+
 // A policy that honours Retry-After never retries sooner than asked: with
 // the provider down from t=0 and asking for 5 s, the first 5 s see only
 // first attempts.
@@ -203,7 +320,7 @@ func TestOutageRetryAfterIsAFloor(t *testing.T) {
 func TestOutageNoTrigger(t *testing.T) {
 	t.Parallel()
 	c := sim.DefaultOutageConfig()
-	c.Horizon, c.TriggerStart, c.TriggerEnd = 20*time.Second, 0, 0
+	c.Horizon, c.TriggerStart, c.TriggerEnd = 10*time.Second, 0, 0
 	r := outage(t, c)
 	checkInvariants(t, r)
 	for _, p := range r.Policies {
@@ -218,7 +335,7 @@ func TestOutageDeterministic(t *testing.T) {
 	t.Parallel()
 	c := sim.DefaultOutageConfig()
 	c.Horizon = 20 * time.Second
-	c.Policies = policies(t, "full", guarded)
+	c.Policies = policies(t, "full", guarded, patient)
 	a, b := outage(t, c), outage(t, c)
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("Outage(seed %d) differs between two runs", c.Seed)
@@ -276,6 +393,17 @@ func TestOutageInvalidConfig(t *testing.T) {
 			c.Policies = []sim.OutagePolicy{{Name: "x", Attempts: sim.MaxOutageAttempts + 1}}
 		}},
 		{"unknown backoff", func(c *sim.OutageConfig) { c.Policies = []sim.OutagePolicy{{Name: "x", Backoff: backoff.Strategy(9)}} }},
+		{"cap below base", func(c *sim.OutageConfig) { c.Cap = c.Base / 2 }},
+		{"negative deadline", func(c *sim.OutageConfig) { c.Deadline = -time.Second }},
+		{"bad breaker", func(c *sim.OutageConfig) { c.Breaker.FailureRatio = 2 }},
+		{"budget floor NaN", func(c *sim.OutageConfig) { c.Budget.MinPerSecond = math.NaN() }},
+		{"wait without breaker", func(c *sim.OutageConfig) { c.Policies = []sim.OutagePolicy{{Name: "x", Attempts: 3, Wait: true}} }},
+		{"fleet of nothing", func(c *sim.OutageConfig) { c.Policies = []sim.OutagePolicy{{Name: "x", Attempts: 3, Fleet: true}} }},
+		{"fleet that never syncs", func(c *sim.OutageConfig) {
+			c.SyncEvery = 0
+			c.Policies = []sim.OutagePolicy{{Name: "x", Attempts: 3, Budget: true, Fleet: true}}
+		}},
+		{"negative sync interval", func(c *sim.OutageConfig) { c.SyncEvery = -time.Second }},
 	}
 	for _, tt := range tests {
 		c := sim.DefaultOutageConfig()
@@ -291,6 +419,7 @@ func TestOutageWriteText(t *testing.T) {
 	t.Parallel()
 	c := sim.DefaultOutageConfig()
 	c.Horizon = 20 * time.Second
+	c.Policies = policies(t, naive, "full+budget", guarded)
 	var buf bytes.Buffer
 	if err := outage(t, c).WriteText(&buf); err != nil {
 		t.Fatalf("WriteText = %v", err)

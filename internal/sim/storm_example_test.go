@@ -58,15 +58,17 @@ func ExampleOutage() {
 		if p.Recovered {
 			recovered = "+" + p.RecoverAfter.String()
 		}
-		fmt.Printf("%-31s peak %4d per %v, %.2fx offered during the outage, recovered %s\n",
-			p.Policy.Name, p.Peak, c.Window, p.OutageAmplification, recovered)
+		fmt.Printf("%-36s peak %4d per %v, %.2fx offered during the outage, %3.0f%% of its requests served, recovered %s\n",
+			p.Policy.Name, p.Peak, c.Window, p.OutageAmplification, 100*p.OutageGoodput, recovered)
 	}
 	// Output:
-	// fixed-1s                        peak 2034 per 100ms, 5.43x offered during the outage, recovered never
-	// fixed-1s+budget                 peak  187 per 100ms, 1.11x offered during the outage, recovered +0s
-	// exponential                     peak  280 per 100ms, 2.91x offered during the outage, recovered +0s
-	// full                            peak  292 per 100ms, 2.96x offered during the outage, recovered +0s
-	// full+budget                     peak  204 per 100ms, 1.11x offered during the outage, recovered +0s
-	// full+budget+breaker             peak  209 per 100ms, 0.48x offered during the outage, recovered +4.1s
-	// full+budget+breaker+retry-after peak  103 per 100ms, 0.47x offered during the outage, recovered +4.6s
+	// fixed-1s                             peak 1639 per 100ms, 5.43x offered during the outage,  13% of its requests served, recovered never
+	// fixed-1s+budget                      peak  187 per 100ms, 1.11x offered during the outage,   0% of its requests served, recovered +0s
+	// exponential                          peak  280 per 100ms, 2.91x offered during the outage,   6% of its requests served, recovered +0s
+	// full                                 peak  292 per 100ms, 2.96x offered during the outage,   3% of its requests served, recovered +0s
+	// full+budget                          peak  201 per 100ms, 1.11x offered during the outage,   0% of its requests served, recovered +0s
+	// full+budget+breaker                  peak  211 per 100ms, 0.48x offered during the outage,   0% of its requests served, recovered +600ms
+	// full+budget+breaker+retry-after      peak  103 per 100ms, 0.47x offered during the outage,   0% of its requests served, recovered +4.3s
+	// full+budget+breaker+retry-after+wait peak  277 per 100ms, 0.47x offered during the outage,  38% of its requests served, recovered never
+	// fleet+retry-after+wait               peak  316 per 100ms, 0.49x offered during the outage,  27% of its requests served, recovered never
 }

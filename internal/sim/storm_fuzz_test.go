@@ -69,6 +69,8 @@ func FuzzOutageConfig(f *testing.F) {
 	d := sim.DefaultOutageConfig()
 	f.Add(8, 10.0, 1000.0, 200, int64(d.Timeout), int64(d.TriggerStart), int64(d.TriggerEnd), int64(d.RetryAfter),
 		int64(20e9), int64(d.Window), int64(d.RecoveryWindow), 0.9, int64(d.Base), int64(d.Cap), int64(0), 3, uint8(0), uint8(7), uint64(42))
+	f.Add(40, 5.0, 100.0, 50, int64(d.Timeout), int64(d.TriggerStart), int64(d.TriggerEnd), int64(0),
+		int64(20e9), int64(d.Window), int64(d.RecoveryWindow), 0.9, int64(d.Base), int64(d.Cap), int64(0), 3, uint8(0), uint8(0xff), uint64(7))
 	f.Add(1, 1e-300, 1e-300, 1<<62, int64(1<<62), int64(0), int64(0), int64(1<<62),
 		int64(1e9), int64(1e8), int64(1e8), 1.0, int64(1), int64(1<<62), int64(1<<62), 100, uint8(3), uint8(15), uint64(0))
 	f.Fuzz(func(t *testing.T, clients int, rate, capacity float64, queue int, timeout, ts, te, ra, horizon, window, rw int64,
@@ -83,9 +85,10 @@ func FuzzOutageConfig(f *testing.F) {
 			time.Duration(ts), time.Duration(te), time.Duration(ra), time.Duration(ra)
 		c.Horizon, c.Window, c.RecoveryWindow, c.RecoveryRatio = time.Duration(horizon), time.Duration(window), time.Duration(rw), ratio
 		c.Base, c.Cap, c.Seed = time.Duration(base), time.Duration(capNs), seed
+		c.Deadline = time.Duration(timeout) * time.Duration(flags>>5)
 		c.Policies = []sim.OutagePolicy{{
 			Name: "fuzz", Interval: time.Duration(interval), Backoff: backoff.Strategy(strategy), Attempts: attempts,
-			Budget: flags&1 != 0, Breaker: flags&2 != 0, RetryAfter: flags&4 != 0,
+			Budget: flags&1 != 0, Breaker: flags&2 != 0, RetryAfter: flags&4 != 0, Wait: flags&8 != 0, Fleet: flags&16 != 0,
 		}}
 		r, err := sim.Outage(c)
 		if err != nil {
@@ -99,7 +102,8 @@ func FuzzOutageConfig(f *testing.F) {
 		for _, n := range p.Load {
 			load += n
 		}
-		if load != p.Attempts || p.Succeeded > p.Offered || p.RecoverAfter < 0 {
+		if load != p.Attempts || p.Succeeded > p.Offered || p.RecoverAfter < 0 || p.OutageSucceeded > p.OutageOffered ||
+			p.Succeeded+p.BudgetDenied+p.BreakerRejected+p.DeadlineExceeded > p.Offered {
 			t.Fatalf("Outage(%+v) = %+v", c, p)
 		}
 	})

@@ -44,7 +44,8 @@ func TestStormResultsJSON(t *testing.T) {
 		{"LayersResult", lr, func() any { return new(sim.LayersResult) },
 			[]string{`"naive":81`, `"signal":3`, `"signal_budget":`, `"min_per_second":`}},
 		{"OutageResult", or, func() any { return new(sim.OutageResult) },
-			[]string{`"backoff":"full"`, `"outage_amplification":`, `"load":[`, `"recover_after_ns":`, `"open_for_ns":`}},
+			[]string{`"backoff":"full"`, `"outage_amplification":`, `"load":[`, `"recover_after_ns":`, `"open_for_ns":`,
+				`"wait":true`, `"fleet":true`, `"outage_goodput":`, `"sync_every_ns":`, `"p99_ns":`}},
 	}
 	for _, tt := range tests {
 		b, err := json.Marshal(tt.v)
