@@ -16,6 +16,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // Outcome is what a [Controller] decided for one request. The zero value is
@@ -61,8 +62,7 @@ func (o Outcome) String() string {
 }
 
 // Decision describes one admission decision: what [Controller.Acquire]
-// returns beside the [Permit] and what Config.OnDecision receives. It is
-// plain data.
+// returns beside the [Permit]. It is plain data.
 type Decision struct {
 	// Outcome says whether the request was admitted and, if not, why.
 	Outcome Outcome
@@ -131,9 +131,9 @@ type Controller struct {
 	ratio       float64 // retries per original, >= 0
 	reserve     float64 // the floor's retries per window, >= 0
 	raBase      time.Duration
-	raSpread    time.Duration // 0: no jitter
-	hook        func(Decision)
-	rnd         func() float64 // nil: math/rand/v2
+	raSpread    time.Duration    // 0: no jitter
+	obs         observe.Observer // nil: none
+	rnd         func() float64   // nil: math/rand/v2
 	http        httpValues
 
 	rndMu sync.Mutex // serialises calls to rnd
@@ -230,14 +230,14 @@ func (c *Controller) setup(eff Config) error {
 	c.reserve = max(eff.MinRetriesPerSecond, 0) * eff.Window.Seconds()
 	c.raBase = eff.RetryAfterBase
 	c.raSpread = max(eff.RetryAfterSpread, 0)
-	c.hook = eff.OnDecision
+	c.obs = eff.Observer
 	c.rnd = eff.Rand
 	c.http = newHTTPValues(eff.RetryAfterBase + c.raSpread)
 	return nil
 }
 
 // Config returns the configuration in force: the one given to [New] with
-// its zero fields replaced by the defaults (Now, Rand and OnDecision as
+// its zero fields replaced by the defaults (Now, Rand and Observer as
 // given, possibly nil).
 func (c *Controller) Config() Config {
 	c.init()
@@ -281,11 +281,11 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 		c.retries.Add(1)
 		if !c.budget.WithdrawAt(now) {
 			c.retriesRefused.Add(1)
-			return Permit{}, c.refuse(d, RetryRefused)
+			return Permit{}, c.refuse(ctx, d, RetryRefused)
 		}
 	}
 	if c.nwait.Load() == 0 && c.tryInc() {
-		return c.admit(d)
+		return c.admit(ctx, d)
 	}
 	return c.wait(ctx, d, now)
 }
@@ -304,26 +304,43 @@ func (c *Controller) tryInc() bool {
 }
 
 // admit returns a granted decision; the caller took the slot.
-func (c *Controller) admit(d Decision) (Permit, Decision) {
+func (c *Controller) admit(ctx context.Context, d Decision) (Permit, Decision) {
 	c.admitted.Add(1)
 	if d.Retry() {
 		c.retriesAdmit.Add(1)
 	}
-	if c.hook != nil {
-		c.hook(d)
+	if c.obs != nil {
+		c.report(ctx, d, "admitted")
 	}
 	return Permit{c: c}, d
 }
 
 // refuse fills in a refusal and reports it.
-func (c *Controller) refuse(d Decision, o Outcome) Decision {
+func (c *Controller) refuse(ctx context.Context, d Decision, o Outcome) Decision {
 	d.Outcome = o
 	d.RetryAfter = c.retryAfter()
 	d.DontRetry = o == RetryRefused || d.Retry()
-	if c.hook != nil {
-		c.hook(d)
+	if c.obs != nil {
+		outcome := "shed-busy"
+		if o == RetryRefused {
+			outcome = "shed-retry"
+		}
+		c.report(ctx, d, outcome)
 	}
 	return d
+}
+
+// report tells the observer of a decision; requires c.obs != nil. A
+// refusal's own outcome name is the event's Reason.
+func (c *Controller) report(ctx context.Context, d Decision, outcome string) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e := observe.Event{Kind: observe.Admission, Name: c.cfg.Name, Attempt: d.Attempt, Outcome: outcome, Elapsed: d.Waited, Delay: d.RetryAfter}
+	if d.Outcome != Admitted {
+		e.Reason = d.Outcome.String()
+	}
+	c.obs.Observe(ctx, e)
 }
 
 // retryAfter draws a refusal's Retry-After.
@@ -352,10 +369,10 @@ func (c *Controller) retryAfter() time.Duration {
 func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Permit, Decision) {
 	if c.maxQueue == 0 {
 		if c.tryInc() {
-			return c.admit(d)
+			return c.admit(ctx, d)
 		}
 		c.shedFull.Add(1)
-		return Permit{}, c.refuse(d, QueueFull)
+		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
 	c.mu.Lock()
 	// Announce this request before looking for a slot: a Release that frees
@@ -364,19 +381,22 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 	if c.queue.Len() == 0 && c.tryInc() {
 		c.nwait.Add(-1)
 		c.mu.Unlock()
-		return c.admit(d)
+		return c.admit(ctx, d)
 	}
 	if c.qlen.Load() >= int64(c.maxQueue) {
 		c.nwait.Add(-1)
 		c.mu.Unlock()
 		c.shedFull.Add(1)
-		return Permit{}, c.refuse(d, QueueFull)
+		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
 	w := &waiter{ready: make(chan struct{}, 1)}
 	w.elem = c.queue.PushBack(w)
 	c.qlen.Add(1)
 	c.mu.Unlock()
 	c.queued.Add(1)
+	if c.obs != nil {
+		c.report(ctx, d, "queued")
+	}
 
 	var done <-chan struct{}
 	if ctx != nil {
@@ -404,13 +424,13 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 	d.Waited = max(c.now().Sub(start), 0)
 	switch o {
 	case Admitted:
-		return c.admit(d)
+		return c.admit(ctx, d)
 	case QueueTimeout:
 		c.shedTimeout.Add(1)
 	default:
 		c.shedCanceled.Add(1)
 	}
-	return Permit{}, c.refuse(d, o)
+	return Permit{}, c.refuse(ctx, d, o)
 }
 
 // unlink removes w from the queue. It requires mu held.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/observe"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -30,7 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 		RetryAfterBase:      admission.DefaultRetryAfterBase,
 		RetryAfterSpread:    admission.DefaultRetryAfterSpread,
 	}
-	if got.Now != nil || got.Rand != nil || got.OnDecision != nil {
+	if got.Now != nil || got.Rand != nil || got.Observer != nil {
 		t.Fatalf("Config() has funcs set: %+v", got)
 	}
 	if !reflect.DeepEqual(got, want) { // nil funcs are deeply equal
@@ -212,15 +213,15 @@ func TestRetryRatioUnderInterleaving(t *testing.T) {
 	var ctl *admission.Controller
 	ctl = newController(t, admission.Config{
 		MaxInFlight: -1, Now: fixedNow, RetryRatio: 0.2, MinRetriesPerSecond: 0.5,
-		OnDecision: func(d admission.Decision) {
-			if d.Retry() && !d.Refused() {
+		Observer: observe.Func(func(_ context.Context, e observe.Event) {
+			if e.Attempt >= 2 && e.Outcome == "admitted" {
 				// The originals counted now are at least those counted when
 				// this retry was admitted.
 				if s := ctl.Stats(); float64(s.WindowRetries) > s.WindowRetryLimit {
 					violations.Add(1)
 				}
 			}
-		},
+		}),
 	})
 	var reached atomic.Int64
 	h := ctl.Wrap(handlerOf(func(attempt int) {
@@ -350,11 +351,11 @@ func TestQueueConcurrent(t *testing.T) {
 	var ctl *admission.Controller
 	ctl = newController(t, admission.Config{
 		MaxInFlight: limit, MaxQueue: queue, MaxQueueWait: 200 * time.Microsecond,
-		OnDecision: func(admission.Decision) {
+		Observer: observe.Func(func(context.Context, observe.Event) {
 			q := int64(ctl.Stats().QueueLen)
 			for m := maxQueue.Load(); q > m && !maxQueue.CompareAndSwap(m, q); m = maxQueue.Load() {
 			}
-		},
+		}),
 	})
 	var running peak
 	h := ctl.Wrap(handlerOf(func(int) {
@@ -396,15 +397,10 @@ func TestQueueConcurrent(t *testing.T) {
 // queue sheds at once, a queued request waits exactly MaxQueueWait.
 func TestQueueSteps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		var decisions []admission.Decision
+		events := new(recorder)
 		ctl := newController(t, admission.Config{
-			MaxInFlight: 2, MaxQueue: 3, MaxQueueWait: time.Second, Rand: mulberry(7),
-			OnDecision: func(d admission.Decision) {
-				mu.Lock()
-				decisions = append(decisions, d)
-				mu.Unlock()
-			},
+			Name: "pay", MaxInFlight: 2, MaxQueue: 3, MaxQueueWait: time.Second, Rand: mulberry(7),
+			RetryAfterSpread: -1, Observer: events,
 		})
 		ctx := context.Background()
 		start := time.Now()
@@ -439,9 +435,8 @@ func TestQueueSteps(t *testing.T) {
 		// The queue is full: an original and a retry are shed at once.
 		for _, attempt := range []int{1, 2} {
 			_, d := ctl.Acquire(ctx, attempt)
-			if d.Outcome != admission.QueueFull || d.DontRetry != (attempt == 2) ||
-				d.RetryAfter < time.Second || d.RetryAfter >= 11*time.Second {
-				t.Errorf("Acquire(attempt %d) on a full queue = %+v, want QueueFull, DontRetry %v, RetryAfter in [1s, 11s)",
+			if d.Outcome != admission.QueueFull || d.DontRetry != (attempt == 2) || d.RetryAfter != time.Second {
+				t.Errorf("Acquire(attempt %d) on a full queue = %+v, want QueueFull, DontRetry %v, RetryAfter 1s",
 					attempt, d, attempt == 2)
 			}
 		}
@@ -471,10 +466,24 @@ func TestQueueSteps(t *testing.T) {
 		if s := ctl.Stats(); s.InFlight != 0 {
 			t.Errorf("InFlight = %d after every release, want 0", s.InFlight)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(decisions) != 7 {
-			t.Errorf("OnDecision called %d times, want 7 (one per decision)", len(decisions))
+		// One event per decision, one more per request that queued.
+		ev := func(outcome, reason string, attempt int, delay, elapsed time.Duration) observe.Event {
+			return observe.Event{Kind: observe.Admission, Name: "pay", Attempt: attempt, Outcome: outcome, Reason: reason, Delay: delay, Elapsed: elapsed}
+		}
+		want := []observe.Event{
+			ev("admitted", "", 1, 0, 0),
+			ev("admitted", "", 1, 0, 0),
+			ev("queued", "", 1, 0, 0),
+			ev("queued", "", 1, 0, 0),
+			ev("queued", "", 1, 0, 0),
+			ev("shed-busy", "queue-full", 1, time.Second, 0),
+			ev("shed-busy", "queue-full", 2, time.Second, 0),
+			ev("admitted", "", 1, 0, 300*time.Millisecond),
+			ev("shed-busy", "queue-timeout", 1, time.Second, time.Second),
+			ev("shed-busy", "queue-timeout", 1, time.Second, time.Second),
+		}
+		if got := events.all(); !reflect.DeepEqual(got, want) {
+			t.Errorf("events:\n%v\nwant\n%v", got, want)
 		}
 	})
 }
@@ -483,7 +492,8 @@ func TestQueueSteps(t *testing.T) {
 // queue, and the next free slot goes to the one behind it.
 func TestQueueCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueue: 2, MaxQueueWait: time.Minute})
+		events := new(recorder)
+		ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueue: 2, MaxQueueWait: time.Minute, Observer: events})
 		p, _ := ctl.Acquire(context.Background(), 1)
 		ctx, cancel := context.WithCancel(context.Background())
 		canceled := make(chan admission.Decision, 1)
@@ -505,6 +515,9 @@ func TestQueueCanceled(t *testing.T) {
 		synctest.Wait()
 		if d := <-canceled; d.Outcome != admission.Canceled || d.Waited != time.Second {
 			t.Errorf("canceled waiter: %+v, want Canceled after 1s", d)
+		}
+		if e := events.last(); e.Outcome != "shed-busy" || e.Reason != "canceled" || e.Elapsed != time.Second || e.Delay < time.Second {
+			t.Errorf("canceled waiter reported %+v, want shed-busy, reason canceled, after 1s, with a Retry-After", e)
 		}
 		if s := ctl.Stats(); s.QueueLen != 1 || s.ShedCanceled != 1 {
 			t.Errorf("Stats() = %+v, want 1 queued, 1 canceled", s)

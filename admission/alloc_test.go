@@ -7,29 +7,30 @@ import (
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // The admitted path allocates nothing: Acquire and Release, and the HTTP
 // middleware around a handler, for originals and for retries within the
-// ratio, with and without a hook.
+// ratio, with and without an observer.
 func TestAdmittedPathAllocs(t *testing.T) {
-	var decisions int
-	hook := func(admission.Decision) { decisions++ }
+	events := new(counter)
 	tests := []struct {
-		name    string
-		attempt string // "" for no header
-		hook    func(admission.Decision)
+		name     string
+		attempt  string // "" for no header
+		observer observe.Observer
 	}{
 		{"original without header", "", nil},
 		{"original with header", "1", nil},
 		{"retry", "2", nil},
-		{"retry with hook", "3", hook},
+		{"original with observer", "", events},
+		{"retry with observer", "3", events},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctl := newController(t, admission.Config{
 				MaxInFlight: 4, MinRetriesPerSecond: 1e9, // the floor admits every retry
-				OnDecision: tt.hook,
+				Name: "pay", Observer: tt.observer,
 			})
 			attempt := 1
 			if tt.attempt != "" {
@@ -61,7 +62,8 @@ func TestAdmittedPathAllocs(t *testing.T) {
 			}
 		})
 	}
-	if decisions == 0 {
-		t.Error("the hook was never called")
+	// Two observed cases, each 1001 Acquire+Release and 1001 requests.
+	if n := events.n.Load(); n != 2*2*1001 {
+		t.Errorf("the observer heard %d events, want %d (one per admission)", n, 2*2*1001)
 	}
 }

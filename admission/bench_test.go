@@ -37,6 +37,13 @@ func BenchmarkWrapOriginal(b *testing.B) {
 	benchServe(b, newController(b, admission.Config{}).Wrap(okHandler), "")
 }
 
+// BenchmarkWrapOriginalObserved is BenchmarkWrapOriginal with an observer
+// that counts the events: what the observer seam itself costs.
+func BenchmarkWrapOriginalObserved(b *testing.B) {
+	ctl := newController(b, admission.Config{Name: "pay", Observer: new(counter)})
+	benchServe(b, ctl.Wrap(okHandler), "")
+}
+
 // BenchmarkWrapRetry is a retry within the ratio (a high floor admits all).
 func BenchmarkWrapRetry(b *testing.B) {
 	ctl := newController(b, admission.Config{MinRetriesPerSecond: 1e9})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/stormguard/stormguard/observe"
 )
 
 // Default settings: a zero field of a [Config] takes the matching one.
@@ -107,12 +109,23 @@ type Config struct {
 	// time.Since). It is called from every request's goroutine, so it must
 	// be safe for concurrent use.
 	Now func() time.Time
-	// OnDecision, if not nil, is called with every decision (admitted or
-	// refused) on the requesting goroutine, before Acquire returns. It must
-	// be quick and safe for concurrent use; it must not call Acquire or
-	// Release of the same Controller for the request at hand. nil costs
-	// nothing.
-	OnDecision func(Decision)
+	// Name is the name of what the Controller protects (a service, a
+	// route), given as Name to the events it reports; "" for none.
+	Name string
+	// Observer, if not nil, hears of every decision as an
+	// [observe.Admission] event, on the requesting goroutine, before
+	// Acquire returns: Outcome "admitted", "shed-retry" (a retry beyond
+	// the ratio: [RetryRefused]) or "shed-busy" (no room to run or wait:
+	// [QueueFull], [QueueTimeout] or [Canceled], whose name is the event's
+	// Reason), and "queued" when a request joins the queue, before its
+	// final decision. Attempt is the request's attempt number, Delay the
+	// Retry-After of a refusal, Elapsed the time a request waited in the
+	// queue (see [Decision]). So every request makes one event, and one
+	// more if it queued. The Observer must be quick and safe for
+	// concurrent use; it must not call Acquire or Release of the same
+	// Controller for the request at hand. nil costs nothing, and the
+	// admitted path allocates nothing either way.
+	Observer observe.Observer
 }
 
 // withDefaults returns c with its zero fields replaced by the defaults, and

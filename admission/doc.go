@@ -81,8 +81,11 @@
 // # Observing
 //
 // [Controller.Stats] returns counters (originals, retries, admitted,
-// queued, refusals by reason) and the window's counts. Config.OnDecision,
-// if set, is called with every [Decision]; left nil it costs nothing.
+// queued, refusals by reason) and the window's counts. Config.Observer, if
+// set, hears of every decision through stormguard's one event seam
+// (package observe, whose OpenTelemetry adapter turns the events into
+// metrics): an [observe.Admission] event with Outcome "admitted",
+// "queued", "shed-retry" or "shed-busy"; left nil it costs nothing.
 //
 // # Concurrency and cost
 //

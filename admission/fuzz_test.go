@@ -1,11 +1,13 @@
 package admission_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // FuzzWrapAttemptHeader sends arbitrary attempt header lines through the
@@ -18,8 +20,8 @@ func FuzzWrapAttemptHeader(f *testing.F) {
 		f.Add(s, true)
 	}
 	f.Fuzz(func(t *testing.T, value string, second bool) {
-		var got admission.Decision
-		ctl, err := admission.New(admission.Config{OnDecision: func(d admission.Decision) { got = d }})
+		var got observe.Event
+		ctl, err := admission.New(admission.Config{Observer: observe.Func(func(_ context.Context, e observe.Event) { got = e })})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +40,7 @@ func FuzzWrapAttemptHeader(f *testing.F) {
 		if got.Attempt != want {
 			t.Errorf("header %q (second line %v): attempt %d, want %d", value, second, got.Attempt, want)
 		}
-		if called == got.Refused() {
+		if called != (got.Outcome == "admitted") {
 			t.Errorf("header %q: handler called %v for outcome %v", value, called, got.Outcome)
 		}
 	})

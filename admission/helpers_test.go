@@ -1,9 +1,11 @@
 package admission_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // t0 is a fixed time for Config.Now: a window that never slides.
@@ -104,3 +107,38 @@ func handlerOf(f func(attempt int)) http.Handler {
 		f(n)
 	})
 }
+
+// recorder is an observer that keeps every event, in order; safe for
+// concurrent use.
+type recorder struct {
+	mu     sync.Mutex
+	events []observe.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e observe.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// all returns a copy of the events kept so far.
+func (r *recorder) all() []observe.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]observe.Event(nil), r.events...)
+}
+
+// last returns the latest event, the zero Event if none.
+func (r *recorder) last() observe.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) == 0 {
+		return observe.Event{}
+	}
+	return r.events[len(r.events)-1]
+}
+
+// counter is an observer that only counts events; safe for concurrent use.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Observe(context.Context, observe.Event) { c.n.Add(1) }

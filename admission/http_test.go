@@ -13,6 +13,7 @@ import (
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // The attempt header decides original or retry; a missing or invalid one
@@ -38,8 +39,8 @@ func TestWrapAttemptHeader(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var got admission.Decision
-			ctl := newController(t, admission.Config{OnDecision: func(d admission.Decision) { got = d }})
+			var got observe.Event
+			ctl := newController(t, admission.Config{Observer: observe.Func(func(_ context.Context, e observe.Event) { got = e })})
 			called := false
 			h := ctl.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
 			r := request(0)
@@ -47,7 +48,7 @@ func TestWrapAttemptHeader(t *testing.T) {
 				r.Header[httpretry.AttemptHeader] = tt.values
 			}
 			h.ServeHTTP(httptest.NewRecorder(), r)
-			if got.Attempt != tt.want || got.Refused() || !called {
+			if got.Attempt != tt.want || got.Outcome != "admitted" || !called {
 				t.Errorf("header %q: decision %+v (handler called %v), want attempt %d admitted",
 					tt.values, got, called, tt.want)
 			}
@@ -68,17 +69,18 @@ func TestWrapRefusals(t *testing.T) {
 		busy      bool // one request holds the only slot
 		attempt   int
 		outcome   admission.Outcome
+		reported  string // the event's Outcome
 		dontRetry bool
 	}{
-		{"retry beyond the ratio", admission.Config{MinRetriesPerSecond: -1}, false, 2, admission.RetryRefused, true},
-		{"retry beyond the ratio, third attempt", admission.Config{MinRetriesPerSecond: -1}, false, 3, admission.RetryRefused, true},
-		{"original, no slot, no queue", admission.Config{MaxInFlight: 1, MaxQueue: -1}, true, 0, admission.QueueFull, false},
-		{"retry, no slot, no queue", admission.Config{MaxInFlight: 1, MaxQueue: -1}, true, 2, admission.QueueFull, true},
+		{"retry beyond the ratio", admission.Config{MinRetriesPerSecond: -1}, false, 2, admission.RetryRefused, "shed-retry", true},
+		{"retry beyond the ratio, third attempt", admission.Config{MinRetriesPerSecond: -1}, false, 3, admission.RetryRefused, "shed-retry", true},
+		{"original, no slot, no queue", admission.Config{MaxInFlight: 1, MaxQueue: -1}, true, 0, admission.QueueFull, "shed-busy", false},
+		{"retry, no slot, no queue", admission.Config{MaxInFlight: 1, MaxQueue: -1}, true, 2, admission.QueueFull, "shed-busy", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var got admission.Decision
-			tt.cfg.OnDecision = func(d admission.Decision) { got = d }
+			var got observe.Event
+			tt.cfg.Observer = observe.Func(func(_ context.Context, e observe.Event) { got = e })
 			ctl := newController(t, tt.cfg)
 			if tt.busy {
 				p, _ := ctl.Acquire(context.Background(), 1)
@@ -89,14 +91,14 @@ func TestWrapRefusals(t *testing.T) {
 			}))
 			rec := serve(h, tt.attempt)
 			checkRefusal(t, rec, 1, 10, tt.dontRetry)
-			if got.Outcome != tt.outcome {
-				t.Errorf("outcome = %v, want %v", got.Outcome, tt.outcome)
+			if got.Kind != observe.Admission || got.Outcome != tt.reported || got.Reason != tt.outcome.String() || got.Attempt != max(tt.attempt, 1) {
+				t.Errorf("reported %+v, want outcome %s, reason %v, attempt %d", got, tt.reported, tt.outcome, max(tt.attempt, 1))
 			}
 			if ct := rec.Header().Get("Content-Type"); ct != "text/plain; charset=utf-8" {
 				t.Errorf("Content-Type = %q", ct)
 			}
-			if want := strconv.Itoa(max(int(got.RetryAfter/time.Second), 1)); rec.Header().Get("Retry-After") != want {
-				t.Errorf("Retry-After = %q for a decision of %v, want %s", rec.Header().Get("Retry-After"), got.RetryAfter, want)
+			if want := strconv.Itoa(max(int(got.Delay/time.Second), 1)); rec.Header().Get("Retry-After") != want {
+				t.Errorf("Retry-After = %q for a decision of %v, want %s", rec.Header().Get("Retry-After"), got.Delay, want)
 			}
 			if rec.Body.Len() == 0 {
 				t.Error("refusal has no body")
@@ -173,13 +175,13 @@ func TestWrapClientsReturnSpread(t *testing.T) {
 				ctl := newController(t, admission.Config{
 					MaxInFlight: 1, MaxQueue: -1, RetryAfterSpread: tt.spread, Rand: mulberry(42),
 					RetryRatio: 1, // let every retry through the ratio: this test is about the timing
-					OnDecision: func(d admission.Decision) {
-						if d.Retry() {
+					Observer: observe.Func(func(_ context.Context, e observe.Event) {
+						if e.Attempt >= 2 {
 							mu.Lock()
 							perWindow[int64(time.Since(start)/(50*time.Millisecond))]++
 							mu.Unlock()
 						}
-					},
+					}),
 				})
 				// One long request holds the only slot, so everyone is shed.
 				busy := make(chan struct{})
