@@ -3,6 +3,7 @@ package httpretry_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -257,4 +258,47 @@ type trackedBody struct {
 func (b *trackedBody) Close() error {
 	b.closed.Store(true)
 	return b.ReadCloser.Close()
+}
+
+// refusedAddr returns a loopback address nothing listens on any more, and
+// a transport that counts its connection attempts there.
+func refusedAddr(t *testing.T) (addr string, base *http.Transport, dials *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	_ = ln.Close()
+	dials = new(atomic.Int64)
+	base = &http.Transport{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, a)
+	}}
+	t.Cleanup(base.CloseIdleConnections)
+	return addr, base, dials
+}
+
+// getClose sends a GET for url through rt and, if there is a response,
+// reads and closes its body.
+func getClose(t *testing.T, rt http.RoundTripper, url string) (*http.Response, error) {
+	t.Helper()
+	resp, err := rt.RoundTrip(newRequest(t, context.Background(), "GET", url, nil))
+	if err == nil {
+		readClose(t, resp)
+	}
+	return resp, err
+}
+
+// outage starts a server that answers 503 until end is called, and 200
+// after.
+func outage(t *testing.T) (srv *httptest.Server, end func()) {
+	var down atomic.Bool
+	down.Store(true)
+	srv, _ = serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	return srv, func() { down.Store(false) }
 }

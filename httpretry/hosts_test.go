@@ -60,20 +60,13 @@ func TestZeroTransport(t *testing.T) {
 func TestHosts(t *testing.T) {
 	bad, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 	good, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-	get := func(t *testing.T, tr *httpretry.Transport, url string) {
-		t.Helper()
-		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", url, nil))
-		if err == nil {
-			readClose(t, resp)
-		}
-	}
 	t.Run("defaults", func(t *testing.T) {
 		tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(tripFast()))
-		get(t, tr, bad.URL)
-		get(t, tr, bad.URL) // rejected by the open breaker: deposits, sends nothing
-		get(t, tr, good.URL)
-		get(t, tr, good.URL)
-		get(t, tr, good.URL)
+		_, _ = getClose(t, tr, bad.URL)
+		_, _ = getClose(t, tr, bad.URL) // rejected by the open breaker: deposits, sends nothing
+		_, _ = getClose(t, tr, good.URL)
+		_, _ = getClose(t, tr, good.URL)
+		_, _ = getClose(t, tr, good.URL)
 		hs := tr.Hosts()
 		if len(hs) != 2 {
 			t.Fatalf("Hosts() = %+v, want 2 hosts", hs)
@@ -104,7 +97,7 @@ func TestHosts(t *testing.T) {
 	})
 	t.Run("without budget and breaker", func(t *testing.T) {
 		tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker())
-		get(t, tr, good.URL)
+		_, _ = getClose(t, tr, good.URL)
 		hs := tr.Hosts()
 		if len(hs) != 1 || hs[0].HasBudget || hs[0].HasBreaker || hs[0].Host != hostOf(t, good.URL) {
 			t.Errorf("Hosts() = %+v, want the host without budget or breaker", hs)
@@ -112,8 +105,8 @@ func TestHosts(t *testing.T) {
 	})
 	t.Run("bounded", func(t *testing.T) {
 		tr, _ := newTransport(t, nil, httpretry.WithMaxHosts(1))
-		get(t, tr, bad.URL)
-		get(t, tr, good.URL)
+		_, _ = getClose(t, tr, bad.URL)
+		_, _ = getClose(t, tr, good.URL)
 		if hs := tr.Hosts(); len(hs) != 1 || hs[0].Host != hostOf(t, good.URL) {
 			t.Errorf("Hosts() = %+v, want only the host seen last", hs)
 		}

@@ -3,7 +3,6 @@ package httpretry_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -185,14 +184,9 @@ func TestKey(t *testing.T) {
 		}
 	})
 	t.Run("auto key, from the error", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close() // refused from now on
+		addr, refused, _ := refusedAddr(t)
 		var sentKey string
-		base := &recordingRT{base: &http.Transport{}}
+		base := &recordingRT{base: refused}
 		tr, _ := newTransport(t, base, httpretry.WithAutoIdempotencyKey())
 		client := &http.Client{Transport: tr}
 		resp, err := client.Post("http://"+addr, "text/plain", strings.NewReader("x"))

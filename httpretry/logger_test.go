@@ -2,10 +2,8 @@ package httpretry_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -36,33 +34,15 @@ func (s *syncBuffer) String() string {
 // TestLogger: one Warn per breaker state change, with the host; the
 // per-call records at Debug, with the host too.
 func TestLogger(t *testing.T) {
-	var mu sync.Mutex
-	failing := true
-	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failing {
-			w.WriteHeader(503)
-		}
-	})
+	srv, endOutage := outage(t)
 	var buf syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithLogger(logger), httpretry.WithBreakerConfig(tripFast()))
-	get := func() {
-		t.Helper()
-		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		readClose(t, resp)
-	}
-	get() // 503: trips the breaker
-	mu.Lock()
-	failing = false
-	mu.Unlock()
+	_, _ = getClose(t, tr, srv.URL) // 503: trips the breaker
+	endOutage()
 	clock.advance(time.Hour)
 	for range 3 {
-		get() // the probes: closes the breaker
+		_, _ = getClose(t, tr, srv.URL) // the probes: close the breaker
 	}
 
 	type record struct {

@@ -51,103 +51,87 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// TestObserverEvents checks the exact events of a call that gets 503, 503,
-// 200: every attempt's start and end, the retries with their delays, each
-// named with the host.
+// TestObserverEvents checks the exact events of a call: every attempt's
+// start and end, the retries with their delays (and why that long), the
+// give-up with its reason, each named with the host.
 func TestObserverEvents(t *testing.T) {
-	srv, _ := serve(t, failThenOK(2))
-	host := hostOf(t, srv.URL)
-	log := &eventLog{}
-	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log))
-	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readClose(t, resp)
-
 	seq := smallBackoff(t).Sequence()
 	d1, d2 := seq.Next(), seq.Next()
-	e503 := &httpretry.StatusError{Code: 503}
-	want := []string{
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 1}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503}),
-		ev(observe.Event{Kind: observe.Retry, Name: host, Attempt: 1, Delay: d1, Outcome: "backoff", Err: e503}),
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 2}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 2, Outcome: "failure", Err: e503}),
-		ev(observe.Event{Kind: observe.Retry, Name: host, Attempt: 2, Delay: d2, Outcome: "backoff", Err: e503}),
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 3}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 3, Outcome: "success"}),
+	tests := []struct {
+		name    string
+		handler func(w http.ResponseWriter, r *http.Request, n int)
+		want    func(host string) []observe.Event
+	}{
+		{"503 503 200", failThenOK(2), func(host string) []observe.Event {
+			e503 := &httpretry.StatusError{Code: 503}
+			return []observe.Event{
+				{Kind: observe.AttemptStart, Name: host, Attempt: 1},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503},
+				{Kind: observe.Retry, Name: host, Attempt: 1, Delay: d1, Outcome: "backoff", Err: e503},
+				{Kind: observe.AttemptStart, Name: host, Attempt: 2},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 2, Outcome: "failure", Err: e503},
+				{Kind: observe.Retry, Name: host, Attempt: 2, Delay: d2, Outcome: "backoff", Err: e503},
+				{Kind: observe.AttemptStart, Name: host, Attempt: 3},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 3, Outcome: "success"},
+			}
+		}},
+		{"503 with Retry-After, 502 502", func(w http.ResponseWriter, r *http.Request, n int) {
+			if n == 1 {
+				w.Header().Set("Retry-After", "2")
+				w.WriteHeader(503)
+				return
+			}
+			w.WriteHeader(502)
+		}, func(host string) []observe.Event {
+			e503 := &httpretry.StatusError{Code: 503, After: 2 * time.Second}
+			e502 := &httpretry.StatusError{Code: 502}
+			return []observe.Event{
+				{Kind: observe.AttemptStart, Name: host, Attempt: 1},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503},
+				// The hint of 2 s, spread by the pinned 0.5 of half of it.
+				{Kind: observe.Retry, Name: host, Attempt: 1, Delay: 2500 * time.Millisecond, Hint: 2 * time.Second, Outcome: "hint", Err: e503},
+				{Kind: observe.AttemptStart, Name: host, Attempt: 2},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 2, Outcome: "failure", Err: e502},
+				{Kind: observe.Retry, Name: host, Attempt: 2, Delay: d2, Outcome: "backoff", Err: e502},
+				{Kind: observe.AttemptStart, Name: host, Attempt: 3},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 3, Outcome: "failure", Err: e502},
+				{Kind: observe.GiveUp, Name: host, Attempt: 3, Reason: "attempts exhausted", Err: e502},
+			}
+		}},
+		{"404", func(w http.ResponseWriter, r *http.Request, n int) { http.NotFound(w, r) }, func(host string) []observe.Event {
+			return []observe.Event{
+				{Kind: observe.AttemptStart, Name: host, Attempt: 1},
+				{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "success"},
+			}
+		}},
 	}
-	if got := log.take(); !slices.Equal(got, want) {
-		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// TestObserverHintAndGiveUp: a retry after a Retry-After says so, and a
-// give-up reports its reason and last error.
-func TestObserverHintAndGiveUp(t *testing.T) {
-	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(503)
-			return
-		}
-		w.WriteHeader(502)
-	})
-	host := hostOf(t, srv.URL)
-	log := &eventLog{}
-	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log))
-	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readClose(t, resp)
-
-	seq := smallBackoff(t).Sequence()
-	_, d2 := seq.Next(), seq.Next()
-	e503 := &httpretry.StatusError{Code: 503, After: 2 * time.Second}
-	e502 := &httpretry.StatusError{Code: 502}
-	want := []string{
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 1}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503}),
-		// The hint of 2 s, spread by the pinned 0.5 of half of it: 2.5 s.
-		ev(observe.Event{Kind: observe.Retry, Name: host, Attempt: 1, Delay: 2500 * time.Millisecond, Hint: 2 * time.Second, Outcome: "hint", Err: e503}),
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 2}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 2, Outcome: "failure", Err: e502}),
-		ev(observe.Event{Kind: observe.Retry, Name: host, Attempt: 2, Delay: d2, Outcome: "backoff", Err: e502}),
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 3}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 3, Outcome: "failure", Err: e502}),
-		ev(observe.Event{Kind: observe.GiveUp, Name: host, Attempt: 3, Reason: "attempts exhausted", Err: e502}),
-	}
-	if got := log.take(); !slices.Equal(got, want) {
-		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, _ := serve(t, tt.handler)
+			log := &eventLog{}
+			tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log))
+			if _, err := getClose(t, tr, srv.URL); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, e := range tt.want(hostOf(t, srv.URL)) {
+				want = append(want, ev(e))
+			}
+			if got := log.take(); !slices.Equal(got, want) {
+				t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
 }
 
 // TestObserverBreakerState: each state change of a host's breaker is an
 // event with the host, in order.
 func TestObserverBreakerState(t *testing.T) {
-	var down sync.Mutex
-	failing := true
-	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		down.Lock()
-		defer down.Unlock()
-		if failing {
-			w.WriteHeader(503)
-		}
-	})
+	srv, endOutage := outage(t)
 	host := hostOf(t, srv.URL)
 	log := &eventLog{}
 	tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log), httpretry.WithBreakerConfig(tripFast()))
-	get := func() {
-		t.Helper()
-		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		readClose(t, resp)
-	}
-	get()
+	_, _ = getClose(t, tr, srv.URL)
 	e503 := &httpretry.StatusError{Code: 503}
 	want := []string{
 		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 1}),
@@ -161,12 +145,10 @@ func TestObserverBreakerState(t *testing.T) {
 
 	// The host is back; an hour later the breaker probes with 3 calls and
 	// closes.
-	down.Lock()
-	failing = false
-	down.Unlock()
+	endOutage()
 	clock.advance(time.Hour)
 	for range 3 {
-		get()
+		_, _ = getClose(t, tr, srv.URL)
 	}
 	var states []string
 	for _, e := range log.take() {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -191,21 +190,10 @@ func Test404WithRetryAfterNotRetried(t *testing.T) {
 // one gave up on: the attempts multiply otherwise.
 func TestNestedTransportsRetryAtOneLayer(t *testing.T) {
 	t.Run("connection refused", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close() // nothing listens there now
-		var dials atomic.Int64
-		base := &http.Transport{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-			dials.Add(1)
-			return (&net.Dialer{}).DialContext(ctx, network, a)
-		}}
-		t.Cleanup(base.CloseIdleConnections)
+		addr, base, dials := refusedAddr(t)
 		inner, _ := newTransport(t, base)
 		outer, _ := newTransport(t, inner)
-		_, err = outer.RoundTrip(newRequest(t, context.Background(), "GET", "http://"+addr, nil))
+		_, err := getClose(t, outer, "http://"+addr)
 		if err == nil {
 			t.Fatal("RoundTrip to a closed port succeeded")
 		}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,18 +144,7 @@ func TestNetworkTable(t *testing.T) {
 						seen = func() int { return len(rec.sent()) }
 						extra = append(extra, httpretry.WithAttemptTimeout(20*time.Millisecond))
 					case "refused":
-						ln, err := net.Listen("tcp", "127.0.0.1:0")
-						if err != nil {
-							t.Fatal(err)
-						}
-						addr := ln.Addr().String()
-						_ = ln.Close() // nothing listens there now
-						var dials atomic.Int64
-						tr := &http.Transport{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-							dials.Add(1)
-							return (&net.Dialer{}).DialContext(ctx, network, a)
-						}}
-						t.Cleanup(tr.CloseIdleConnections)
+						addr, tr, dials := refusedAddr(t)
 						url, base = "http://"+addr, tr
 						seen = func() int { return int(dials.Load()) }
 					}
