@@ -270,7 +270,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"sim", "-h"}, 0, true, []string{"Usage: stormguard sim <command>"}},
 		{[]string{"sim", "help"}, 0, true, []string{"Usage: stormguard sim <command>"}},
 		{[]string{"help", "sim"}, 0, true, []string{"Usage: stormguard sim <command>"}},
-		{[]string{"help", "sim", "jitter"}, 0, true, []string{"Usage: stormguard sim jitter [flags]", "-strategies"}},
+		{[]string{"help", "sim", "jitter"}, 0, true, []string{"Usage: stormguard sim jitter [flags]", "-strategies string\n", "-json\n", "-chart FILE\n"}},
 		{[]string{"sim", "jitter", "--help"}, 0, true, []string{"Usage: stormguard sim jitter [flags]",
 			"-clients int\n    \tnumber of clients, 1 to 250000 (default 1000)", "Limits: clients x rounds at most 250000"}},
 		{[]string{"sim", "layers", "-h"}, 0, true, []string{"Usage: stormguard sim layers", "-rate number", "0.001 to 1e+06", "Limits:"}},

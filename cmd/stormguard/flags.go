@@ -66,12 +66,12 @@ func (fs *flagSet) printHelp(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nFlags:\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		v := f.Value
-		if o, ok := v.(*onceValue); ok {
-			v = o.Value
+		plain := *f
+		if o, ok := f.Value.(*onceValue); ok {
+			plain.Value = o.Value
 		}
-		kind, usage := flag.UnquoteUsage(f)
-		if r, ok := v.(ranged); ok {
+		kind, usage := flag.UnquoteUsage(&plain)
+		if r, ok := plain.Value.(ranged); ok {
 			var span string
 			kind, span = r.rangeText()
 			usage += ", " + span
