@@ -1,22 +1,31 @@
 // Package live runs a retry storm for real, on loopback: a [Provider] is an
 // HTTP server that fails for a while and counts, per window, every attempt
 // that reaches it; a fleet ([RunFleet]) is many goroutine clients sending a
-// steady load through whatever HTTP client is under test.
+// steady load through whatever HTTP client is under test, and records when
+// each of its calls started, how long it took and whether it succeeded.
 //
-// It is what `stormguard demo` and the peer comparison in the bench module
-// are built on. It measures at the server, so a client cannot under-report
-// its own retries. Runs take real time (seconds); tests of this package only
-// check its accounting, never its timing.
+// It is what `stormguard demo` and the peer comparisons in the bench module
+// (the outage of [Run], the POS scenario of [RunScenario] with [Payment]
+// calls) are built on. It measures load at the server, so a client cannot
+// under-report its own retries, and success at the client. Runs take real
+// time (seconds); tests of this package only check its accounting, never
+// its timing.
 package live
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,12 +68,13 @@ var ErrInvalidConfig = errors.New("live: invalid config")
 
 // counts are the atomic counters of one window.
 type counts struct {
-	attempts, ok, failed, shed atomic.Int64
+	attempts, ok, failed, shed, refused atomic.Int64
 }
 
 // Provider is an [http.Handler] that fails on a schedule and counts the
 // attempts that reach it per window. It is safe for concurrent use. Build it
-// with [NewProvider], serve it (e.g. with [Provider.Listen]) and call
+// with [NewProvider], optionally put middleware in front of its work with
+// [Provider.Wrap], serve it (e.g. with [Provider.Listen]) and call
 // [Provider.Start] when the fleet starts.
 type Provider struct {
 	cfg     ProviderConfig
@@ -72,6 +82,8 @@ type Provider struct {
 	inside  atomic.Int64 // requests being served or waiting
 	workers chan struct{}
 	windows []counts
+	inner   http.Handler // the work, behind the middleware of Wrap
+	wrapped bool         // Wrap was called
 }
 
 // NewProvider validates c and returns a provider.
@@ -87,12 +99,27 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		return nil, fmt.Errorf("%w: negative setting in %+v", ErrInvalidConfig, c)
 	}
 	n := int((c.Horizon + c.Window - 1) / c.Window)
-	return &Provider{cfg: c, windows: make([]counts, n), workers: make(chan struct{}, max(c.Capacity, 1))}, nil
+	p := &Provider{cfg: c, windows: make([]counts, n), workers: make(chan struct{}, max(c.Capacity, 1))}
+	return p, nil
+}
+
+// Config returns the configuration p was built from.
+func (p *Provider) Config() ProviderConfig { return p.cfg }
+
+// Wrap puts middleware in front of the provider's work (admission control,
+// say): every attempt is still counted when it arrives, and one that the
+// middleware answers without passing it on is counted as refused. Call it
+// before serving; wrap(next) must call next at most once per request, on
+// the request's goroutine.
+func (p *Provider) Wrap(wrap func(next http.Handler) http.Handler) {
+	p.inner, p.wrapped = wrap(http.HandlerFunc(p.work)), true
 }
 
 // Start starts the provider's clock: windows and the outage are measured
 // from now. Requests before Start are served healthy and counted in window 0.
-func (p *Provider) Start() { p.start.Store(time.Now().UnixNano()) }
+func (p *Provider) Start() { p.startAt(time.Now()) }
+
+func (p *Provider) startAt(t time.Time) { p.start.Store(t.UnixNano()) }
 
 // since returns the time since Start (0 before it).
 func (p *Provider) since() time.Duration {
@@ -108,14 +135,48 @@ func (p *Provider) Failing(t time.Duration) bool {
 	return t >= p.cfg.FailAt && t < p.cfg.FailAt+p.cfg.FailFor
 }
 
+// reachedKey is the context key of the flag the work sets for the front
+// door: the attempt got past the middleware.
+type reachedKey struct{}
+
+// window returns the counters of the window holding t.
+func (p *Provider) window(t time.Duration) *counts {
+	return &p.windows[max(0, min(int(t/p.cfg.Window), len(p.windows)-1))]
+}
+
 // ServeHTTP answers one attempt: 503 during the outage or when over
-// capacity, else 200 after Work.
+// capacity, else 200 after Work; behind the middleware of [Provider.Wrap],
+// if any.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := p.since()
+	win := p.window(t)
+	win.attempts.Add(1)
+	if !p.wrapped {
+		p.serve(w, r, t, win) // no middleware: nothing can refuse it
+		return
+	}
+	reached := new(bool)
+	p.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reachedKey{}, reached)))
+	if !*reached {
+		win.refused.Add(1)
+	}
+}
+
+// work is the provider proper behind middleware: it counts in the window
+// the attempt reaches it in.
+func (p *Provider) work(w http.ResponseWriter, r *http.Request) {
+	if reached, ok := r.Context().Value(reachedKey{}).(*bool); ok {
+		*reached = true
+	}
+	t := p.since()
+	p.serve(w, r, t, p.window(t))
+}
+
+// serve answers an attempt that reached the provider at t, counting its
+// outcome in win.
+func (p *Provider) serve(w http.ResponseWriter, r *http.Request, t time.Duration, win *counts) {
 	// Drain what the client sent so the connection can be reused.
 	io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
-	t := p.since()
-	win := &p.windows[min(int(t/p.cfg.Window), len(p.windows)-1)]
-	win.attempts.Add(1)
 	if p.Failing(t) {
 		win.failed.Add(1)
 		if ra := p.cfg.RetryAfter; ra > 0 {
@@ -152,10 +213,13 @@ type Window struct {
 	// Attempts is every request that reached the provider.
 	Attempts int64 `json:"attempts"`
 	// OK were served, Failed got the outage's 503, Shed got the
-	// over-capacity 503.
-	OK     int64 `json:"ok"`
-	Failed int64 `json:"failed"`
-	Shed   int64 `json:"shed"`
+	// over-capacity 503 (counted in the window they reached the work in),
+	// Refused were answered by the middleware in front of the work (see
+	// [Provider.Wrap]; counted in the window they arrived in).
+	OK      int64 `json:"ok"`
+	Failed  int64 `json:"failed"`
+	Shed    int64 `json:"shed"`
+	Refused int64 `json:"refused,omitempty"`
 }
 
 // Windows returns the counts so far, one entry per window of the horizon.
@@ -165,7 +229,7 @@ func (p *Provider) Windows() []Window {
 		c := &p.windows[i]
 		out[i] = Window{
 			Start:    time.Duration(i) * p.cfg.Window,
-			Attempts: c.attempts.Load(), OK: c.ok.Load(), Failed: c.failed.Load(), Shed: c.shed.Load(),
+			Attempts: c.attempts.Load(), OK: c.ok.Load(), Failed: c.failed.Load(), Shed: c.shed.Load(), Refused: c.refused.Load(),
 		}
 	}
 	return out
@@ -201,7 +265,8 @@ type FleetConfig struct {
 	// Clients is the number of clients; it must be positive.
 	Clients int `json:"clients"`
 	// Every is the interval between a client's logical requests; it must
-	// be positive. Clients start evenly spread over the first interval.
+	// be positive. Clients start evenly spread over the first interval,
+	// or at random points of it with RandomPhase.
 	Every time.Duration `json:"every_ns"`
 	// Duration is how long clients keep sending new requests; it must be
 	// positive. RunFleet returns when the last request has finished.
@@ -209,6 +274,11 @@ type FleetConfig struct {
 	// Deadline bounds each logical request, retries included (a context
 	// deadline). Zero means none.
 	Deadline time.Duration `json:"deadline_ns"`
+	// RandomPhase starts each client at a point of [0, Every) drawn
+	// uniformly from a generator seeded with Seed (math/rand/v2 PCG), as
+	// independent terminals would, instead of spreading them evenly.
+	RandomPhase bool   `json:"random_phase,omitempty"`
+	Seed        uint64 `json:"seed,omitempty"`
 }
 
 // FleetStats counts the fleet's logical requests.
@@ -219,6 +289,19 @@ type FleetStats struct {
 	Succeeded int64 `json:"succeeded"`
 	// Failed ended with an error.
 	Failed int64 `json:"failed"`
+	// Calls records every logical request, in no particular order (not
+	// part of the JSON form).
+	Calls []CallRecord `json:"-"`
+}
+
+// CallRecord is one logical request of a fleet.
+type CallRecord struct {
+	// Start is when the call was made, since the fleet started.
+	Start time.Duration
+	// Took is how long it ran, retries and waits included.
+	Took time.Duration
+	// OK reports whether it succeeded.
+	OK bool
 }
 
 // Call performs one logical request (with whatever retries the client under
@@ -227,11 +310,32 @@ type Call func(ctx context.Context) error
 
 // RunFleet runs the fleet: every client calls call once per Every, each call
 // in its own goroutine so that slow retry loops overlap as they do in real
-// clients. Client i starts at i·Every/Clients, so the fleet's load is even,
-// and sends at fixed times: the number of calls offered is exactly the
-// number of scheduled times before Duration. It returns when every call has
-// returned; ctx cancels the run.
+// clients. Client i starts at i·Every/Clients (or at a random phase, see
+// FleetConfig.RandomPhase) and sends at fixed times: the number of calls
+// offered is exactly the number of scheduled times before Duration. It
+// returns when every call has returned; ctx cancels the run.
 func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error) {
+	return runFleet(ctx, c, call, time.Now())
+}
+
+// offsets returns each client's first send time.
+func (c FleetConfig) offsets() []time.Duration {
+	out := make([]time.Duration, c.Clients)
+	var rng *mrand.Rand
+	if c.RandomPhase {
+		rng = mrand.New(mrand.NewPCG(c.Seed, 0x5eed))
+	}
+	for i := range out {
+		if rng != nil {
+			out[i] = time.Duration(rng.Int64N(int64(c.Every)))
+		} else {
+			out[i] = time.Duration(int64(c.Every) * int64(i) / int64(c.Clients))
+		}
+	}
+	return out
+}
+
+func runFleet(ctx context.Context, c FleetConfig, call Call, start time.Time) (FleetStats, error) {
 	switch {
 	case c.Clients <= 0:
 		return FleetStats{}, fmt.Errorf("%w: clients %d must be positive", ErrInvalidConfig, c.Clients)
@@ -239,20 +343,24 @@ func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error)
 		return FleetStats{}, fmt.Errorf("%w: every %v and duration %v must be positive, deadline %v not negative",
 			ErrInvalidConfig, c.Every, c.Duration, c.Deadline)
 	}
-	var (
-		st    FleetStats
-		calls sync.WaitGroup
-		ok    atomic.Int64
-		bad   atomic.Int64
-		sent  atomic.Int64
-	)
 	// Each client sends at offset + k·Every for every such time before
 	// Duration: a fixed schedule, so the offered load does not depend on
 	// how busy the machine is (a late request is sent late, not dropped).
-	start := time.Now()
-	var clients sync.WaitGroup
-	for i := range c.Clients {
-		offset := time.Duration(int64(c.Every) * int64(i) / int64(c.Clients))
+	offsets := c.offsets()
+	total := 0
+	for _, offset := range offsets {
+		if offset < c.Duration {
+			total += int((c.Duration-offset-1)/c.Every) + 1
+		}
+	}
+	var (
+		calls   sync.WaitGroup
+		clients sync.WaitGroup
+		ok, bad atomic.Int64
+		sent    atomic.Int64
+		records = make([]CallRecord, total)
+	)
+	for _, offset := range offsets {
 		if offset >= c.Duration {
 			continue
 		}
@@ -268,7 +376,7 @@ func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error)
 					return
 				case <-t.C:
 				}
-				sent.Add(1)
+				rec := &records[sent.Add(1)-1]
 				calls.Add(1)
 				go func() {
 					defer calls.Done()
@@ -277,7 +385,10 @@ func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error)
 						cctx, cancel = context.WithTimeout(ctx, c.Deadline)
 					}
 					defer cancel()
-					if call(cctx) == nil {
+					began := time.Now()
+					err := call(cctx)
+					*rec = CallRecord{Start: began.Sub(start), Took: time.Since(began), OK: err == nil}
+					if err == nil {
 						ok.Add(1)
 					} else {
 						bad.Add(1)
@@ -289,7 +400,7 @@ func RunFleet(ctx context.Context, c FleetConfig, call Call) (FleetStats, error)
 	}
 	clients.Wait()
 	calls.Wait()
-	st.Offered, st.Succeeded, st.Failed = sent.Load(), ok.Load(), bad.Load()
+	st := FleetStats{Offered: sent.Load(), Succeeded: ok.Load(), Failed: bad.Load(), Calls: records[:sent.Load()]}
 	return st, ctx.Err()
 }
 
@@ -301,17 +412,118 @@ func Get(client *http.Client, url string) Call {
 		if err != nil {
 			return err
 		}
-		resp, err := client.Do(req)
+		return Do(client, req)
+	}
+}
+
+// Do sends req with client and returns nil for a 2xx answer, an error
+// otherwise. It reads (up to 1 MiB) and closes the body.
+func Do(client *http.Client, req *http.Request) error {
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return &StatusError{Method: req.Method, URL: req.URL.String(), Code: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
+	}
+	return nil
+}
+
+// StatusError is a non-2xx answer to a [Call]'s request.
+type StatusError struct {
+	Method, URL string
+	// Code is the status code; RetryAfter the Retry-After header, if any.
+	Code       int
+	RetryAfter string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("live: %s %s: %d %s", e.Method, e.URL, e.Code, http.StatusText(e.Code))
+}
+
+// PaymentBody is what a payment request sends.
+const PaymentBody = `{"amount":1250,"currency":"IDR"}`
+
+// NewPayment returns a payment: a POST of [PaymentBody] to url with
+// Idempotency-Key key, whose body can be sent again (GetBody is set).
+func NewPayment(ctx context.Context, url, key string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(PaymentBody))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	return req, nil
+}
+
+// Keys makes idempotency keys that are unique across runs: a random
+// prefix and a counter. It is safe for concurrent use; the zero value is
+// not usable (use [NewKeys]).
+type Keys struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+// NewKeys returns a new key source.
+func NewKeys() *Keys {
+	var b [8]byte
+	rand.Read(b[:])
+	return &Keys{prefix: hex.EncodeToString(b[:]) + "-"}
+}
+
+// Next returns a key not returned before.
+func (k *Keys) Next() string { return k.prefix + strconv.FormatUint(k.n.Add(1), 10) }
+
+// Payment returns a [Call] that makes one payment through client (whose
+// transport does whatever retrying it does): a new key from keys, one
+// client.Do of [NewPayment].
+func Payment(client *http.Client, url string, keys *Keys) Call {
+	return func(ctx context.Context) error {
+		req, err := NewPayment(ctx, url, keys.Next())
 		if err != nil {
 			return err
 		}
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("live: GET %s: %s", url, resp.Status)
-		}
-		return nil
+		return Do(client, req)
 	}
+}
+
+// Loop returns a [Call] of a hand-rolled retry loop as many real clients
+// have it: for each call, begin(ctx) returns the call's attempt (so that
+// every attempt of one call can share state, such as an idempotency key);
+// it runs, and on any failure the loop waits exactly every and runs it
+// again, ignoring Retry-After, up to attempts tries in all (0: until ctx
+// ends).
+func Loop(begin func() func(ctx context.Context) error, every time.Duration, attempts int) Call {
+	return func(ctx context.Context) error {
+		attempt := begin()
+		var err error
+		for i := 0; attempts <= 0 || i < attempts; i++ {
+			if i > 0 {
+				t := time.NewTimer(every)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return errors.Join(err, ctx.Err())
+				case <-t.C:
+				}
+			}
+			if err = attempt(ctx); err == nil || ctx.Err() != nil {
+				return err
+			}
+		}
+		return err
+	}
+}
+
+// Naive returns the [Call] of a hand-rolled retry loop as many real clients
+// have it: GET url, and on any failure wait exactly every and try again, up
+// to attempts tries in all, ignoring Retry-After. It is the thundering herd
+// the demo compares against.
+func Naive(client *http.Client, url string, every time.Duration, attempts int) Call {
+	get := Get(client, url)
+	return Loop(func() func(context.Context) error { return get }, every, attempts)
 }
 
 // Result is one client's run against one provider.
@@ -346,6 +558,41 @@ type Summary struct {
 	PeakAt time.Duration `json:"peak_at_ns"`
 	// Goodput is Stats.Succeeded / Stats.Offered.
 	Goodput float64 `json:"goodput"`
+	// OutageStarted is the logical requests started during the outage,
+	// OutageSucceeded those of them that succeeded (during it or after),
+	// OutageGoodput their ratio.
+	OutageStarted   int64   `json:"outage_started"`
+	OutageSucceeded int64   `json:"outage_succeeded"`
+	OutageGoodput   float64 `json:"outage_goodput"`
+	// P50 and P99 are the median and 99th percentile of the time the
+	// successful logical requests took (0 if none succeeded).
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	// ShedAfter is the attempts the provider shed (or its middleware
+	// refused) from the end of the outage on.
+	ShedAfter int64 `json:"shed_after"`
+	// Normal reports whether the provider got back to normal after the
+	// outage, and NormalAfter how long after its end: from then until
+	// the fleet stopped sending, every second (in steps of one window) it
+	// failed, shed and refused nothing and got at most 1.1 times the
+	// offered load.
+	Normal      bool          `json:"normal"`
+	NormalAfter time.Duration `json:"normal_after_ns"`
+}
+
+// Scenario is one run of [RunScenario]: a client under test, a provider
+// and a fleet.
+type Scenario struct {
+	// Name labels the client under test.
+	Name     string
+	Provider ProviderConfig
+	Fleet    FleetConfig
+	// NewCall returns the call of client i, given the provider's URL; it
+	// is called once per client before the run.
+	NewCall func(url string, client int) Call
+	// Wrap, if not nil, is put in front of the provider's work (see
+	// [Provider.Wrap]).
+	Wrap func(next http.Handler) http.Handler
 }
 
 // Run starts a provider on loopback, runs the fleet through the calls that
@@ -353,18 +600,27 @@ type Summary struct {
 // what the provider saw. It takes about Fleet.Duration plus the longest
 // call's tail.
 func Run(ctx context.Context, name string, pc ProviderConfig, fc FleetConfig, newCall func(url string, client int) Call) (*Result, error) {
-	p, err := NewProvider(pc)
+	return RunScenario(ctx, Scenario{Name: name, Provider: pc, Fleet: fc, NewCall: newCall})
+}
+
+// RunScenario is [Run] with middleware at the provider, if s.Wrap is set.
+// The provider's clock and the fleet's start at the same instant.
+func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
+	p, err := NewProvider(s.Provider)
 	if err != nil {
 		return nil, err
+	}
+	if s.Wrap != nil {
+		p.Wrap(s.Wrap)
 	}
 	url, stop, err := p.Listen()
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	calls := make([]Call, fc.Clients)
+	calls := make([]Call, s.Fleet.Clients)
 	for i := range calls {
-		calls[i] = newCall(url, i)
+		calls[i] = s.NewCall(url, i)
 	}
 	var next atomic.Int64
 	perClient := func(ctx context.Context) error {
@@ -372,30 +628,35 @@ func Run(ctx context.Context, name string, pc ProviderConfig, fc FleetConfig, ne
 		// spread evenly, as RunFleet sends them in turn.
 		return calls[int(next.Add(1)-1)%len(calls)](ctx)
 	}
-	p.Start()
-	st, err := RunFleet(ctx, fc, perClient)
+	start := time.Now()
+	p.startAt(start)
+	st, err := runFleet(ctx, s.Fleet, perClient, start)
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Name: name, Provider: pc, Fleet: fc, Stats: st, Windows: p.Windows()}
+	r := &Result{Name: s.Name, Provider: s.Provider, Fleet: s.Fleet, Stats: st, Windows: p.Windows()}
 	r.Summary = summarize(r)
 	return r, nil
 }
 
 func summarize(r *Result) Summary {
 	var s Summary
-	pc := r.Provider
+	pc, fc := r.Provider, r.Fleet
+	end := pc.FailAt + pc.FailFor
 	for _, w := range r.Windows {
 		s.Attempts += w.Attempts
-		if w.Start >= pc.FailAt && w.Start < pc.FailAt+pc.FailFor {
+		if w.Start >= pc.FailAt && w.Start < end {
 			s.OutageAttempts += w.Attempts
+		}
+		if w.Start >= end {
+			s.ShedAfter += w.Shed + w.Refused
 		}
 		if w.Attempts > s.Peak {
 			s.Peak, s.PeakAt = w.Attempts, w.Start
 		}
 	}
-	rate := float64(r.Fleet.Clients) / r.Fleet.Every.Seconds()
-	s.OutageOffered = rate * min(pc.FailFor, max(0, r.Fleet.Duration-pc.FailAt)).Seconds()
+	rate := float64(fc.Clients) / fc.Every.Seconds()
+	s.OutageOffered = rate * min(pc.FailFor, max(0, fc.Duration-pc.FailAt)).Seconds()
 	if s.OutageOffered > 0 {
 		s.OutageAmplification = float64(s.OutageAttempts) / s.OutageOffered
 	}
@@ -403,31 +664,61 @@ func summarize(r *Result) Summary {
 		s.Amplification = float64(s.Attempts) / float64(r.Stats.Offered)
 		s.Goodput = float64(r.Stats.Succeeded) / float64(r.Stats.Offered)
 	}
+	var took []time.Duration
+	for _, c := range r.Stats.Calls {
+		during := c.Start >= pc.FailAt && c.Start < end
+		if during {
+			s.OutageStarted++
+		}
+		if c.OK {
+			took = append(took, c.Took)
+			if during {
+				s.OutageSucceeded++
+			}
+		}
+	}
+	if s.OutageStarted > 0 {
+		s.OutageGoodput = float64(s.OutageSucceeded) / float64(s.OutageStarted)
+	}
+	s.P50, s.P99 = Percentile(took, 0.5), Percentile(took, 0.99)
+	s.NormalAfter, s.Normal = backToNormal(r.Windows, pc.Window, end, fc.Duration, 1.1*rate)
 	return s
 }
 
-// Naive returns the [Call] of a hand-rolled retry loop as many real clients
-// have it: GET url, and on any failure wait exactly every and try again, up
-// to attempts tries in all, ignoring Retry-After. It is the thundering herd
-// the demo compares against.
-func Naive(client *http.Client, url string, every time.Duration, attempts int) Call {
-	get := Get(client, url)
-	return func(ctx context.Context) error {
-		var err error
-		for i := range attempts {
-			if i > 0 {
-				t := time.NewTimer(every)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return errors.Join(err, ctx.Err())
-				case <-t.C:
-				}
-			}
-			if err = get(ctx); err == nil {
-				return nil
-			}
+// backToNormal returns how long after end the provider got back to normal
+// for good, and whether it did before stop: the first window start t >= end
+// such that every span of one second starting at a window start in [t,
+// stop-1s] holds no failed, shed or refused attempt and at most perSecond
+// attempts.
+func backToNormal(ws []Window, window, end, stop time.Duration, perSecond float64) (time.Duration, bool) {
+	span := int(max(time.Second/window, 1))
+	first := int((end + window - 1) / window)
+	last := min(int(stop/window), len(ws)) - span // the last span's first window
+	normal := -1
+	for i := last; i >= first; i-- {
+		var n, bad int64
+		for _, w := range ws[i : i+span] {
+			n += w.Attempts
+			bad += w.Failed + w.Shed + w.Refused
 		}
-		return err
+		if bad > 0 || float64(n) > perSecond*float64(span)*window.Seconds() {
+			break
+		}
+		normal = i
 	}
+	if normal < 0 {
+		return 0, false
+	}
+	return time.Duration(normal)*window - end, true
+}
+
+// Percentile returns the q-quantile (0 < q <= 1, nearest rank) of xs, which
+// it sorts; 0 if xs is empty.
+func Percentile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
 }

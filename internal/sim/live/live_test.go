@@ -3,8 +3,10 @@ package live_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,4 +105,166 @@ type countingTransport struct {
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
 	return c.base.RoundTrip(r)
+}
+
+// Random phases are seeded, within the interval, and not the even spread.
+func TestRandomPhase(t *testing.T) {
+	c := live.FleetConfig{Clients: 50, Every: 2 * time.Second, Duration: 2 * time.Second, RandomPhase: true, Seed: 7}
+	starts := func(c live.FleetConfig) []time.Duration {
+		// A fleet whose calls return at once: each record's start is its
+		// client's phase.
+		st, err := live.RunFleet(context.Background(), c, func(context.Context) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var xs []time.Duration
+		for _, r := range st.Calls {
+			xs = append(xs, r.Start)
+		}
+		slices.Sort(xs)
+		return xs
+	}
+	a := starts(c)
+	if len(a) != c.Clients {
+		t.Fatalf("%d calls recorded, want %d", len(a), c.Clients)
+	}
+	if a[len(a)-1] >= c.Every+time.Second/2 { // generous: the machine may be slow
+		t.Errorf("last client started at %v, want within the first interval %v", a[len(a)-1], c.Every)
+	}
+	// Evenly spread clients are 40 ms apart; 50 uniform draws in 2 s have
+	// a gap under 20 ms almost surely (the chance of none is below 1e-9).
+	minGap := c.Every
+	for i := 1; i < len(a); i++ {
+		minGap = min(minGap, a[i]-a[i-1])
+	}
+	if minGap >= 20*time.Millisecond {
+		t.Errorf("random phases: smallest gap %v, want the clustering of uniform draws (< 20ms)", minGap)
+	}
+}
+
+// The fleet records every call, and a middleware's refusals are counted at
+// the provider.
+func TestRunScenarioAccounting(t *testing.T) {
+	var attempts, refusedByMW atomic.Int64
+	pc := live.ProviderConfig{FailAt: 40 * time.Millisecond, FailFor: 60 * time.Millisecond, RetryAfter: time.Second,
+		Capacity: 4, Queue: 8, Work: time.Millisecond, Window: 10 * time.Millisecond, Horizon: 2 * time.Second}
+	fc := live.FleetConfig{Clients: 8, Every: 20 * time.Millisecond, Duration: 200 * time.Millisecond, Deadline: time.Second, RandomPhase: true, Seed: 1}
+	client := &http.Client{Transport: countingTransport{&attempts, http.DefaultTransport}}
+	keys := live.NewKeys()
+	var n atomic.Int64
+	r, err := live.RunScenario(context.Background(), live.Scenario{
+		Name: "every third refused", Provider: pc, Fleet: fc,
+		NewCall: func(url string, _ int) live.Call {
+			return live.Loop(func() func(context.Context) error {
+				key := keys.Next()
+				return func(ctx context.Context) error {
+					req, err := live.NewPayment(ctx, url, key)
+					if err != nil {
+						return err
+					}
+					return live.Do(client, req)
+				}
+			}, 5*time.Millisecond, 3)
+		},
+		Wrap: func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if n.Add(1)%3 == 0 {
+					refusedByMW.Add(1)
+					http.Error(w, "refused", http.StatusServiceUnavailable)
+					return
+				}
+				next.ServeHTTP(w, r)
+			})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats
+	if st.Offered != 80 || st.Offered != st.Succeeded+st.Failed || int64(len(st.Calls)) != st.Offered {
+		t.Errorf("stats %+v with %d records: want 80 offered = succeeded + failed = records", st, len(st.Calls))
+	}
+	var ok int64
+	for _, c := range st.Calls {
+		if c.OK {
+			ok++
+		}
+		if c.Took <= 0 || c.Took > fc.Deadline+time.Second {
+			t.Errorf("record %+v: took must be positive and bounded by the deadline", c)
+		}
+	}
+	if ok != st.Succeeded {
+		t.Errorf("%d records succeeded, stats say %d", ok, st.Succeeded)
+	}
+	var sum, outcomes, refused int64
+	for _, w := range r.Windows {
+		sum += w.Attempts
+		outcomes += w.OK + w.Failed + w.Shed + w.Refused
+		refused += w.Refused
+	}
+	if sum != attempts.Load() || outcomes != sum || refused != refusedByMW.Load() || refused == 0 {
+		t.Errorf("provider counted %d attempts (%d outcomes, %d refused); clients sent %d, the middleware refused %d",
+			sum, outcomes, refused, attempts.Load(), refusedByMW.Load())
+	}
+	s := r.Summary
+	if s.OutageStarted == 0 || s.OutageSucceeded > s.OutageStarted || s.P50 <= 0 || s.P99 < s.P50 || s.ShedAfter == 0 {
+		t.Errorf("summary %+v: want calls started in the outage, p50 <= p99, refusals after it", s)
+	}
+}
+
+func TestNewPaymentAndKeys(t *testing.T) {
+	keys := live.NewKeys()
+	seen := map[string]bool{}
+	for range 1000 {
+		k := keys.Next()
+		if seen[k] || k == "" {
+			t.Fatalf("key %q repeated or empty", k)
+		}
+		seen[k] = true
+	}
+	if a, b := live.NewKeys().Next(), live.NewKeys().Next(); a == b {
+		t.Errorf("two key sources both started with %q", a)
+	}
+	req, err := live.NewPayment(context.Background(), "http://127.0.0.1:1/pay", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := req.GetBody()
+	b, _ := io.ReadAll(body)
+	if req.Method != http.MethodPost || req.Header.Get("Idempotency-Key") != "k1" || string(b) != live.PaymentBody {
+		t.Errorf("NewPayment = %s with key %q and body %q", req.Method, req.Header.Get("Idempotency-Key"), b)
+	}
+}
+
+// Loop retries a failing attempt at its interval, with the same state per
+// call, until it succeeds, the attempts run out or the context ends.
+func TestLoop(t *testing.T) {
+	var fails atomic.Int64
+	fails.Store(2)
+	var begun atomic.Int64
+	call := live.Loop(func() func(context.Context) error {
+		begun.Add(1)
+		return func(context.Context) error {
+			if fails.Add(-1) >= 0 {
+				return errors.New("503")
+			}
+			return nil
+		}
+	}, time.Millisecond, 0)
+	if err := call(context.Background()); err != nil || begun.Load() != 1 || fails.Load() != -1 {
+		t.Errorf("Loop = %v after %d begins, %d fails left; want success on the third try of one call", err, begun.Load(), fails.Load())
+	}
+	fails.Store(100)
+	if err := live.Loop(func() func(context.Context) error {
+		return func(context.Context) error { fails.Add(-1); return errors.New("503") }
+	}, time.Millisecond, 3)(context.Background()); err == nil || fails.Load() != 97 {
+		t.Errorf("Loop(3 attempts) = %v with %d tries, want an error after 3", err, 100-fails.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := live.Loop(func() func(context.Context) error {
+		return func(context.Context) error { return errors.New("503") }
+	}, time.Millisecond, 0)(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Loop(until the deadline) = %v, want the deadline", err)
+	}
 }
