@@ -1,0 +1,125 @@
+// Package grpcretry applies stormguard's retry rules to gRPC: client
+// interceptors that retry what is worth retrying, per target, behind a
+// retry budget and a circuit breaker, honouring the server's pushback; and
+// server interceptors for admission control and idempotency keys.
+//
+//	c, err := grpcretry.New(
+//		grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"),
+//		grpcretry.WithTimeout(5*time.Second),
+//	)
+//	...
+//	conn, err := grpc.NewClient(addr, append(c.DialOptions(), creds)...)
+//
+// # What is retried
+//
+// A call is safe to repeat when its method is declared idempotent
+// ([WithIdempotentMethods], [WithIdempotentFunc]) or it carries an
+// idempotency key in its outgoing metadata ([KeyMetadata],
+// "idempotency-key"; [WithAutoIdempotencyKey] adds one per call, made once
+// before the first attempt and sent on every attempt). A call that is not
+// safe to repeat gets exactly one attempt. For a call that is:
+//
+//	| code                 | retried?                                    | breaker   |
+//	| -------------------- | ------------------------------------------- | --------- |
+//	| UNAVAILABLE          | yes                                         | failure   |
+//	| RESOURCE_EXHAUSTED   | only with a server hint (pushback >= 0 or   | failure   |
+//	|                      | RetryInfo), which is the floor of the wait  | with hint |
+//	| DEADLINE_EXCEEDED    | only when the attempt's own timeout         | failure   |
+//	|                      | ([WithAttemptTimeout]) cut it off and the   | if so     |
+//	|                      | call still has time; never the caller's     |           |
+//	| INTERNAL             | once, and only for an idempotent method     | failure   |
+//	| ABORTED              | for an idempotent method; for a keyed call  | failure   |
+//	|                      | with a server hint (the key's first request | if retried|
+//	|                      | still runs on the server)                   |           |
+//	| any other code       | no                                          | success   |
+//	| any code, with a     | no: the layer below said stop               | as above  |
+//	| pushback < 0 or      |                                             |           |
+//	| malformed            |                                             |           |
+//
+// "breaker" says how the target's circuit breaker counts the attempt: a
+// failure of the target, or an answer (the target is up; the call was
+// wrong). Failures of calls that may not be repeated count too. A call
+// canceled by its caller counts neither way.
+//
+// # Delays and server hints
+//
+// Full-jitter backoff by default (package backoff, through
+// [WithRetry](retry.WithBackoff(...))). A server hint is a floor on the
+// next wait: the trailer "grpc-retry-pushback-ms: N" ([PushbackKey]) and a
+// google.rpc.RetryInfo in the status details; with both, the longer one.
+// The wait is spread above the floor by up to half of it again (so that
+// clients told the same do not return in step; retry.WithExactRetryAfter
+// turns that off). A hint past the call's deadline, or above the maximum
+// (retry.WithMaxRetryAfter, 1 minute by default), ends the call at once
+// (Reason retry.Deadline): the loop never sleeps past the deadline. A
+// negative or malformed pushback, or several pushback values, mean "do not
+// retry": the call stops with that answer, as grpc-go's own retry reads it.
+//
+// # One layer retries
+//
+// Every attempt after the first carries "grpc-previous-rpc-attempts: N"
+// ([PreviousAttemptsKey]; absent on a first attempt, and removed from a
+// first attempt whose outgoing metadata carried one), which servers read
+// with [AttemptFromContext] and admission control uses. A server handler
+// whose own call to a dependency gave up tells its caller not to retry on
+// top with [PushBack]: the trailer "grpc-retry-pushback-ms: -1" and
+// UNAVAILABLE. With three services in a chain, each retrying up to 3
+// times, the bottom one then sees 3 attempts, not 27.
+//
+// # Streams
+//
+// A server-streaming call is retried until the first response (its first
+// message, or its header if the caller asks for it with Header) reaches the
+// caller: the stream opens when the caller first asks for a response, with
+// the request message kept for replay; once a response arrived, the stream
+// is the caller's and later failures are returned as they come. A
+// client-streaming or bidirectional call passes through untouched (never
+// retried, not guarded) unless [WithBufferMessages] is given: then the
+// messages it sends are kept, up to the bound, and replayed on a new stream
+// when an attempt fails before the first response; a message past the
+// bound commits the call to the attempt that sends it. Sent messages are
+// kept by reference: as grpc-go asks, a caller must not modify a message
+// after sending it. A stream has no fallback.
+//
+// # grpc-go's own retry
+//
+// grpc-go retries by itself when the service config has a retryPolicy for
+// the method, and the two would multiply (3 x 3 attempts). [Client.DialOptions]
+// includes grpc.WithDisableRetry, so that only this package retries; that
+// also turns off grpc-go's transparent retry of a call that never left the
+// client. When the interceptors are installed otherwise (without
+// [WithGRPCRetryDisabled]), every call looks up its method's service config
+// (grpc.ClientConn.GetMethodConfig) and, if it has a retry policy, makes a
+// single attempt of its own and leaves the retrying to grpc-go (logging one
+// Warn per target with [WithLogger]). grpc-go's transparent retry, which
+// resends only calls the server never received, is left as it is then.
+//
+// # Giving up
+//
+// A call that ends without success returns an [*Error]: it reads as a gRPC
+// status (status.Code(err) is the last attempt's code; UNAVAILABLE when an
+// open circuit refused the call before any attempt) and wraps the
+// [retry.Error] that says why the retrying stopped (errors.Is with
+// retry.AttemptsExhausted, retry.Deadline, retry.CircuitOpen, ...).
+// [WithFallback] serves a unary call's reply from elsewhere (cached data)
+// when the target's failure defeated it.
+//
+// Each target (grpc.ClientConn.Target) gets its own retry budget and
+// circuit breaker, kept in a bounded table ([WithMaxTargets]);
+// [Client.Targets] reads their state, and [WithGuards] supplies shared ones
+// (a fleet's). A call that meets an open breaker waits for it when its
+// deadline allows (see retry.WithBreaker).
+//
+// # Servers
+//
+// [AdmissionUnaryServerInterceptor] and [AdmissionStreamServerInterceptor]
+// put calls through an admission.Controller: a retry beyond the fleet's
+// ratio is refused before the handler runs with UNAVAILABLE and the
+// don't-retry pushback; a call shed for lack of room gets UNAVAILABLE with
+// a jittered pushback (and RetryInfo). [IdempotencyUnaryServerInterceptor]
+// makes a keyed unary call run once per key.
+//
+// The interceptors are silent unless given a logger ([WithLogger]) or an
+// observer ([WithObserver], events named with the target); time comes from
+// the retry policy's clock.
+package grpcretry

@@ -1,0 +1,111 @@
+package grpcretry
+
+import (
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Metadata keys the package reads and writes.
+const (
+	// PushbackKey is the trailer key of gRPC's retry pushback: a
+	// non-negative decimal number of milliseconds to wait before the next
+	// attempt (a floor), or a negative or malformed value meaning "do not
+	// retry" (the server is overloaded, or a layer below already retried).
+	PushbackKey = "grpc-retry-pushback-ms"
+	// PreviousAttemptsKey is the request metadata key that carries how
+	// many attempts of the same call came before this one: "1" on the
+	// second attempt, "2" on the third. A first attempt carries none.
+	PreviousAttemptsKey = "grpc-previous-rpc-attempts"
+	// KeyMetadata is the request metadata key of an idempotency key, the
+	// gRPC twin of the Idempotency-Key HTTP header field.
+	KeyMetadata = "idempotency-key"
+)
+
+// maxPushback bounds a parsed pushback: longer values saturate here, which
+// is far beyond any retry.WithMaxRetryAfter, so the loop gives up at once.
+const maxPushback = 1 << 40 * time.Millisecond
+
+// hint is what a failed attempt's server said about retrying.
+type hint struct {
+	after time.Duration // the floor on the next sleep
+	set   bool          // a pushback >= 0 or a RetryInfo was sent
+	stop  bool          // a negative or malformed pushback: do not retry
+}
+
+// parsePushback reads the values of a grpc-retry-pushback-ms trailer. No
+// value: no pushback. One value of decimal digits (surrounding spaces and
+// tabs aside): wait at least that many milliseconds. Anything else (a
+// negative number, garbage, an empty value, several values) means "do not
+// retry", as grpc-go reads it. It never panics and allocates nothing.
+func parsePushback(values []string) (after time.Duration, present, stop bool) {
+	switch len(values) {
+	case 0:
+		return 0, false, false
+	case 1:
+	default:
+		return 0, true, true
+	}
+	v := strings.Trim(values[0], " \t")
+	if v == "" {
+		return 0, true, true
+	}
+	var ms int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, true, true
+		}
+		if ms < int64(maxPushback/time.Millisecond) {
+			ms = ms*10 + int64(c-'0')
+		}
+	}
+	return time.Duration(min(ms, int64(maxPushback/time.Millisecond))) * time.Millisecond, true, false
+}
+
+// retryInfo returns the delay of the first google.rpc.RetryInfo among st's
+// details, if it has one with a valid, non-negative delay.
+func retryInfo(st *status.Status) (time.Duration, bool) {
+	for _, d := range st.Details() {
+		ri, ok := d.(*errdetails.RetryInfo)
+		if !ok || ri.GetRetryDelay() == nil {
+			continue
+		}
+		rd := ri.GetRetryDelay()
+		if rd.CheckValid() != nil || rd.GetSeconds() < 0 || rd.GetNanos() < 0 {
+			continue
+		}
+		return min(rd.AsDuration(), maxPushback), true
+	}
+	return 0, false
+}
+
+// serverHint reads the pushback trailer and the RetryInfo of a failed
+// attempt. With both, the longer floor counts; a don't-retry pushback wins
+// over everything.
+func serverHint(trailer metadata.MD, st *status.Status) hint {
+	var h hint
+	var present bool
+	h.after, present, h.stop = parsePushback(trailer[PushbackKey])
+	h.set = present && !h.stop
+	if h.stop {
+		return hint{stop: true}
+	}
+	if d, ok := retryInfo(st); ok {
+		h.after, h.set = max(h.after, d), true
+	}
+	return h
+}
+
+// statusOf returns err's gRPC status (Unknown for an error without one).
+func statusOf(err error) *status.Status {
+	st, _ := status.FromError(err)
+	if st == nil {
+		st = status.New(codes.Unknown, err.Error())
+	}
+	return st
+}

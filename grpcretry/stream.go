@@ -1,0 +1,377 @@
+package grpcretry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/stormguard/stormguard/retry"
+)
+
+// errAttemptTimeout is the cause of a stream attempt cut off by the
+// client's attempt timeout.
+var errAttemptTimeout = errors.New("grpcretry: attempt timeout")
+
+// errSuperseded is the cause of a failed stream attempt's context, canceled
+// when the next attempt opens.
+var errSuperseded = errors.New("grpcretry: attempt superseded by a retry")
+
+func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if desc.ClientStreams && !c.cfg.bufferStreams {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	s := c.classify(ctx, method)
+	if !s.safe() {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	t, err := c.target(cc)
+	if err != nil {
+		return nil, err
+	}
+	if s.key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, s.key)
+	}
+	rs := &retryStream{c: c, t: t, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, s: s, ctx: ctx}
+	rs.strip = metadata.ValueFromOutgoingContext(ctx, PreviousAttemptsKey) != nil
+	if c.cfg.timeout > 0 {
+		rs.ctx, rs.cancelCall = context.WithTimeout(ctx, c.cfg.timeout)
+	}
+	rs.cond.L = &rs.mu
+	return rs, nil
+}
+
+// trigger is what starts a stream's retry loop: the first call that needs
+// an answer from the server, or a message the buffer cannot keep.
+type trigger uint8
+
+const (
+	trigRecv   trigger = iota // RecvMsg: retried until a message (or the end) arrives
+	trigHeader                // Header: retried until the header arrives
+	trigFlush                 // a message past the buffer: retried until the stream opens
+)
+
+// retryStream is a grpc.ClientStream that opens its stream lazily and
+// retries it, replaying the messages sent, until the first response
+// arrives. From then on (committed) it passes every call through.
+type retryStream struct {
+	c        *Client
+	t        *target
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	method   string
+	streamer grpc.Streamer
+	opts     []grpc.CallOption
+	ctx      context.Context // the call's
+	strip    bool            // ctx carries a PreviousAttemptsKey of its own
+
+	cancelCall context.CancelFunc // nil without WithTimeout
+	loopMu     sync.Mutex         // one retry loop at a time
+	committed  atomic.Bool        // set once, after cur, err and eof are final
+
+	s safety // used by the loop only
+
+	mu   sync.Mutex
+	cond sync.Cond // on mu: an attempt opened, or the loop ended
+	// Fields below are guarded by mu until committed is set; then they
+	// never change.
+	cur       grpc.ClientStream
+	curCancel context.CancelCauseFunc
+	timer     *time.Timer
+	sent      []any // the messages sent so far, for replay
+	size      int   // their proto.Size total
+	closed    bool  // CloseSend was called
+	pinned    bool  // a message could not be kept: the open attempt is the last
+	looping   bool  // the retry loop runs
+	err       error // the give-up, returned by every later call
+	eof       bool  // the stream ended with OK and no message
+}
+
+// Context returns the context of the current attempt's stream, or the
+// call's before one is open.
+func (rs *retryStream) Context() context.Context {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.cur != nil {
+		return rs.cur.Context()
+	}
+	return rs.ctx
+}
+
+// Trailer returns the current attempt's trailer (nil before one is open).
+func (rs *retryStream) Trailer() metadata.MD {
+	rs.mu.Lock()
+	cur := rs.cur
+	rs.mu.Unlock()
+	if cur == nil {
+		return nil
+	}
+	return cur.Trailer()
+}
+
+// CloseSend closes the sending side; an attempt opened later closes it too.
+func (rs *retryStream) CloseSend() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.closed = true
+	if rs.cur != nil {
+		return rs.cur.CloseSend()
+	}
+	return nil
+}
+
+// Header returns the header of the stream, running the retry loop if the
+// stream has not answered yet.
+func (rs *retryStream) Header() (metadata.MD, error) {
+	if !rs.committed.Load() {
+		var h metadata.MD
+		switch err := rs.run(trigHeader, nil, &h); err {
+		case nil:
+			return h, nil
+		case errCommittedMeanwhile:
+		default:
+			return nil, err
+		}
+	}
+	if rs.err != nil {
+		return nil, rs.err
+	}
+	return rs.cur.Header()
+}
+
+// RecvMsg receives a message; the first one is worth retries.
+func (rs *retryStream) RecvMsg(m any) error {
+	if !rs.committed.Load() {
+		if err := rs.run(trigRecv, m, nil); err != errCommittedMeanwhile {
+			return err
+		}
+	}
+	switch {
+	case rs.err != nil:
+		return rs.err
+	case rs.eof:
+		return io.EOF
+	}
+	err := rs.cur.RecvMsg(m)
+	if err != nil {
+		rs.finish()
+	}
+	return err
+}
+
+// errCommittedMeanwhile tells a caller of run that another call ran the
+// loop while it waited: it goes on as on a committed stream.
+var errCommittedMeanwhile = errors.New("grpcretry: committed meanwhile")
+
+// SendMsg sends m. Until the stream commits, m is kept for replay (up to
+// the buffer's bound); the failure of an attempt shows in RecvMsg, which
+// retries it.
+func (rs *retryStream) SendMsg(m any) error {
+	if !rs.committed.Load() {
+		done, err := rs.sendUncommitted(m)
+		if done {
+			return err
+		}
+	}
+	if rs.err != nil {
+		return io.EOF
+	}
+	return rs.cur.SendMsg(m)
+}
+
+// sendUncommitted is SendMsg before the stream committed; done is false if
+// it committed meanwhile and m is still to be sent on rs.cur.
+func (rs *retryStream) sendUncommitted(m any) (done bool, err error) {
+	rs.mu.Lock()
+	if !rs.pinned {
+		if pm, ok := m.(proto.Message); ok {
+			if n := proto.Size(pm); rs.size+n <= rs.c.cfg.streamBuffer {
+				rs.sent = append(rs.sent, m)
+				rs.size += n
+				if rs.cur != nil {
+					// A failure shows in RecvMsg, which retries with m.
+					_ = rs.cur.SendMsg(m)
+				}
+				rs.mu.Unlock()
+				return true, nil
+			}
+		}
+		rs.pinned = true
+	}
+	// m cannot be kept: the attempt that sends it is the last one.
+	for {
+		switch {
+		case rs.committed.Load():
+			rs.mu.Unlock()
+			return false, nil
+		case rs.cur != nil:
+			rs.sent = nil
+			err := rs.cur.SendMsg(m)
+			rs.mu.Unlock()
+			return true, err
+		case rs.looping:
+			rs.cond.Wait() // the loop sleeps between attempts
+			continue
+		}
+		rs.mu.Unlock()
+		if err := rs.run(trigFlush, nil, nil); err != nil && err != errCommittedMeanwhile {
+			return true, err
+		}
+		return false, nil
+	}
+}
+
+// run runs the stream's retry loop for trig (m is RecvMsg's message, h
+// receives Header's result) and commits the stream. It returns
+// errCommittedMeanwhile if another call committed it first.
+func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
+	rs.loopMu.Lock()
+	defer rs.loopMu.Unlock()
+	if rs.committed.Load() {
+		return errCommittedMeanwhile
+	}
+	rs.mu.Lock()
+	rs.looping = true
+	rs.mu.Unlock()
+	var hdr metadata.MD
+	var eof bool
+	err := rs.t.policy.Do(rs.ctx, func(ctx context.Context, n int) error {
+		return rs.attempt(ctx, n, trig, m, &hdr, &eof)
+	})
+	rs.mu.Lock()
+	rs.looping, rs.sent = false, nil
+	if rs.timer != nil {
+		rs.timer.Stop()
+	}
+	if err != nil {
+		if re, ok := err.(*retry.Error); ok {
+			err = newError(re, rs.s.key)
+		}
+		rs.err = err
+	}
+	rs.eof = eof
+	rs.committed.Store(true)
+	rs.cond.Broadcast()
+	rs.mu.Unlock()
+	switch {
+	case err != nil:
+		rs.finish()
+		return err
+	case eof:
+		rs.finish()
+		if trig == trigHeader {
+			*h = metadata.MD{}
+			return nil
+		}
+		return io.EOF
+	case trig == trigHeader:
+		*h = hdr
+	}
+	return nil
+}
+
+// attempt is the loop's operation: open attempt n's stream, replay what was
+// sent, and wait for trig's answer.
+func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, hdr *metadata.MD, eof *bool) error {
+	rs.mu.Lock()
+	if rs.curCancel != nil {
+		rs.curCancel(errSuperseded)
+		rs.cur, rs.curCancel = nil, nil
+	}
+	actx, cancel := context.WithCancelCause(rs.c.attemptContext(ctx, n, rs.strip))
+	var timer *time.Timer
+	if d := rs.c.cfg.attemptTimeout; d > 0 {
+		timer = time.AfterFunc(d, func() { cancel(errAttemptTimeout) })
+	}
+	cs, err := rs.streamer(actx, rs.desc, rs.cc, rs.method, rs.opts...)
+	if err != nil {
+		final := rs.pinned
+		rs.mu.Unlock()
+		return rs.failed(ctx, actx, cancel, timer, err, nil, final)
+	}
+	var sendErr error
+	for _, msg := range rs.sent {
+		if sendErr = cs.SendMsg(msg); sendErr != nil {
+			break
+		}
+	}
+	if sendErr == nil && rs.closed {
+		sendErr = cs.CloseSend()
+	}
+	rs.cur, rs.curCancel, rs.timer = cs, cancel, timer
+	rs.cond.Broadcast()
+	rs.mu.Unlock()
+	if sendErr != nil && sendErr != io.EOF {
+		// An error of the client's own (the message would not marshal):
+		// nothing a retry would change. io.EOF means the stream ended,
+		// and RecvMsg tells how.
+		return retry.Permanent(sendErr)
+	}
+
+	switch trig {
+	case trigRecv:
+		err = cs.RecvMsg(m)
+		if err == io.EOF {
+			*eof, err = true, nil
+		}
+	case trigHeader:
+		if *hdr, err = cs.Header(); err == nil && *hdr == nil {
+			// The stream ended without a header (a trailers-only
+			// answer), so without a message: RecvMsg tells how.
+			if err = cs.RecvMsg(new(emptypb.Empty)); err == io.EOF {
+				*eof, err = true, nil
+			}
+		}
+	}
+	if err != nil {
+		rs.mu.Lock()
+		final := rs.pinned
+		rs.mu.Unlock()
+		return rs.failed(ctx, actx, cancel, timer, err, cs, final)
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	return nil
+}
+
+// failed judges a failed stream attempt; final says it may not be retried
+// whatever the error.
+func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCauseFunc, timer *time.Timer, err error, cs grpc.ClientStream, final bool) error {
+	if timer != nil {
+		timer.Stop()
+	}
+	timedOut := context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil
+	var trailer metadata.MD
+	if cs != nil {
+		trailer = cs.Trailer()
+	} else {
+		cancel(nil)
+	}
+	if rs.s.safe() && rs.c.stackedOn(rs.cc, rs.method) {
+		rs.s.stacked = true
+		rs.t.warnStacked(ctx, rs.method)
+	}
+	judged := rs.s.judge(err, trailer, timedOut)
+	if ae, ok := judged.(*attemptError); ok && final {
+		return retry.PermanentFailure(ae)
+	}
+	return judged
+}
+
+// finish releases the contexts of a stream that ended.
+func (rs *retryStream) finish() {
+	if rs.curCancel != nil {
+		rs.curCancel(nil)
+	}
+	if rs.cancelCall != nil {
+		rs.cancelCall()
+	}
+}
