@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -221,6 +222,22 @@ func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
+// deadlineSlack is how early a server may end a call before the attempt
+// deadline it learned from grpc-timeout (sent rounded, received a moment
+// after the client set it) and still count as the attempt's timeout.
+const deadlineSlack = 5 * time.Millisecond
+
+// attemptExpired reports whether an attempt that failed with err ended
+// because actx's deadline (the attempt timeout) came: actx has ended, or the
+// server answered DEADLINE_EXCEEDED within deadlineSlack of it.
+func attemptExpired(actx context.Context, err error) bool {
+	if actx.Err() != nil {
+		return true
+	}
+	dl, ok := actx.Deadline()
+	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) <= deadlineSlack
+}
+
 // fallsBack reports whether a give-up for reason r gets the fallback: the
 // target's failure defeated the call (not the call's own answer, not the
 // caller's cancel).
@@ -337,7 +354,7 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 	err := u.invoker(actx, u.method, u.req, u.reply, u.cc, h.opts...)
 	timedOut := false
 	if cancel != nil {
-		timedOut = err != nil && actx.Err() != nil && ctx.Err() == nil
+		timedOut = err != nil && attemptExpired(actx, err) && ctx.Err() == nil
 		cancel()
 	}
 	if err == nil {
