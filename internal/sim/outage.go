@@ -1282,11 +1282,11 @@ func (r *OutageResult) WriteText(w io.Writer) error {
 		fmt.Fprintf(bw, "%-*s %9d %12.2fx %9.2fx %7.1f%% %9.1f%% %7.1f%% %7.1fs %10s\n", name, p.Policy.Name, p.Peak,
 			p.Amplification, p.OutageAmplification, 100*p.Goodput, 100*p.OutageGoodput, 100*p.AfterGoodput, p.P99.Seconds(), rec)
 	}
-	fmt.Fprintf(bw, "\n%s %g%% of requests succeed over %v\n", strings.TrimSpace(`
+	fmt.Fprintf(bw, "\n%s\nspan of %v (window-aligned, to the horizon) at least %g%% of the requests made in it succeed\n", strings.TrimSpace(`
 peak/win: most attempts at the provider in one window; attempts/off: attempts per original request
 over the horizon; in outage: the same during the trigger; goodput: original requests that succeeded;
 outage gp: goodput of the requests made during the trigger; after: goodput of requests made after it;
-p99: 99th percentile of the time to success; recovered: time after the trigger until`), 100*c.RecoveryRatio, c.RecoveryWindow)
+p99: 99th percentile of the time to success; recovered: time after the trigger from which, in every`), c.RecoveryWindow, 100*c.RecoveryRatio)
 	return bw.Flush()
 }
 

@@ -256,6 +256,32 @@ func TestOutageWaitingSendsOnlyProbes(t *testing.T) {
 	}
 }
 
+// Patience helps only once the breaker is open: a fleet whose breaker has
+// a 2 s window trips within about a second of a total outage and serves
+// more of the outage's requests than one with the default 10 s window,
+// which needs about five seconds of failures to outnumber the successes
+// still in its window; the difference is the calls the budget refused in
+// between.
+func TestOutageBreakerWindow(t *testing.T) {
+	t.Parallel()
+	run := func(window time.Duration) sim.OutagePolicyResult {
+		c := sim.DefaultLowVolumeOutageConfig()
+		c.Capacity, c.Horizon = 2400, 30*time.Second
+		c.Breaker.Window = window
+		c.Policies = policies(t, fleet)
+		r := outage(t, c)
+		checkInvariants(t, r)
+		return r.Policies[0]
+	}
+	long, short := run(10*time.Second), run(2*time.Second)
+	t.Logf("fleet, breaker window 10 s: %.3fx in the outage, %.1f%% of its requests served, %d refused by the budget", long.OutageAmplification, 100*long.OutageGoodput, long.BudgetDenied)
+	t.Logf("fleet, breaker window 2 s: %.3fx in the outage, %.1f%% of its requests served, %d refused by the budget", short.OutageAmplification, 100*short.OutageGoodput, short.BudgetDenied)
+	if short.OutageGoodput < long.OutageGoodput+0.15 || short.BudgetDenied*2 > long.BudgetDenied || short.OutageAmplification > 1.1 {
+		t.Errorf("fleet: 2 s window serves %.3f of the outage's requests (%d budget refusals, %.3fx), 10 s window %.3f (%d); want the short window well ahead, at <= 1.1x",
+			short.OutageGoodput, short.BudgetDenied, short.OutageAmplification, long.OutageGoodput, long.BudgetDenied)
+	}
+}
+
 // When the breaker closes, the calls that waited are released at the
 // release rate, not all at once.
 func TestOutageReleaseIsPaced(t *testing.T) {
