@@ -1,20 +1,32 @@
-# Every module of the repository: each folder with a go.mod.
-MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
+SHELL := /bin/bash
+
+# Every module of the repository: each folder with a go.mod. Like the go
+# command's ./... (and scripts/modcheck), the search skips testdata, vendor and
+# folders whose name starts with "." or "_".
+MODULES := $(shell find . -mindepth 1 -type d \( -name testdata -o -name vendor -o -name '.*' -o -name '_*' \) -prune -o -name go.mod -type f -printf '%h\n' | sort)
+ROOT_MODULE := $(shell sed -n 's/^module //p' go.mod)
+# The version every module is released at: the tags are v0.1.0 for the root
+# and <folder>/v0.1.0 for the others, and siblings require each other at it.
+RELEASE_VERSION ?= v0.1.0
 STATICCHECK := go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The scripts module needs no sibling, so its tools build without the
+# workspace, even while a go.mod breaks it.
+MODCHECK := cd scripts && GOWORK=off go run ./modcheck -version $(RELEASE_VERSION)
 GO_TEST_FLAGS ?=
 BENCH ?= .
 BENCHTIME ?= 1s
 
-.PHONY: test fmt-check vet staticcheck test-race bench demo jitter modules
+.PHONY: test fmt-check vet staticcheck modules-check test-race tidy release-tags bench demo jitter modules
 
-## test: gofmt check, go vet, staticcheck and go test -race in every module.
-test: fmt-check vet staticcheck test-race
+## test: gofmt check, go vet, staticcheck, module checks (tidy, adoption) and
+## go test -race in every module; ends with the skipped tests and the totals.
+test: fmt-check vet staticcheck modules-check test-race
 
 modules:
 	@echo $(MODULES)
 
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(git ls-files -z --cached --others --exclude-standard '*.go' | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] && echo "$$f"; done' sh | xargs -r gofmt -l); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 vet:
@@ -23,8 +35,32 @@ vet:
 staticcheck:
 	@set -e; for m in $(MODULES); do echo "== staticcheck $$m"; (cd $$m && $(STATICCHECK) ./...); done
 
+## modules-check: every go.mod resolvable by users (module paths, no replace,
+## siblings required at released versions, go.work), every module tidy with
+## the workspace off, and a module outside the repository that go gets the
+## root and pgstore modules and builds; see scripts/modcheck.
+modules-check:
+	@$(MODCHECK)
+
+## tidy: rewrite go.work and the go.mod/go.sum of every module that the
+## modules check finds untidy.
+tidy:
+	@$(MODCHECK) -fix static tidy
+
+## test-race: go test -race in every module, read by scripts/testsum, which
+## prints what go test prints, then why tests were skipped, then the totals.
+## With STORMGUARD_REQUIRE_SERVICES=1, a store test without its service fails.
 test-race:
-	@set -e; for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && go test -race -count=1 $(GO_TEST_FLAGS) ./...); done
+	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	(cd scripts && GOWORK=off go build -o "$$bin/testsum" ./testsum) || exit 1; \
+	{ status=0; for m in $(MODULES); do echo "== go test -race $$m"; \
+	    (cd $$m && go test -race -count=1 -json $(GO_TEST_FLAGS) ./...) || status=1; done; exit $$status; } \
+	| "$$bin/testsum" -trim $(ROOT_MODULE)
+
+## release-tags: annotated tags $(RELEASE_VERSION) (root) and
+## <folder>/$(RELEASE_VERSION) for every other module, at HEAD.
+release-tags:
+	@bash scripts/tag-release $(RELEASE_VERSION)
 
 ## bench: every benchmark of every module, with allocation counts.
 bench:

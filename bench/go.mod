@@ -1,6 +1,6 @@
 module github.com/stormguard/stormguard/bench
 
-go 1.26
+go 1.25.0
 
 require (
 	github.com/avast/retry-go/v4 v4.7.0
@@ -10,7 +10,7 @@ require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/sethvargo/go-retry v0.5.0
 	github.com/sony/gobreaker/v2 v2.4.0
-	github.com/stormguard/stormguard v0.0.0-00010101000000-000000000000
+	github.com/stormguard/stormguard v0.1.0
 )
 
 require (
@@ -18,5 +18,3 @@ require (
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
 )
-
-replace github.com/stormguard/stormguard => ../

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/schollz/progressbar/v3 v3.19.1
-	github.com/stormguard/stormguard v0.0.0-00010101000000-000000000000
+	github.com/stormguard/stormguard v0.1.0
 	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -22,5 +22,3 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )
-
-replace github.com/stormguard/stormguard => ../..

@@ -1,10 +1,10 @@
 module github.com/stormguard/stormguard/idempotency/pgstore
 
-go 1.26
+go 1.25.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/stormguard/stormguard v0.0.0-00010101000000-000000000000
+	github.com/stormguard/stormguard v0.1.0
 )
 
 require (
@@ -14,5 +14,3 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/stormguard/stormguard => ../..
