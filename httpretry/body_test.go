@@ -237,3 +237,56 @@ func TestTimeoutsCoverTheBody(t *testing.T) {
 		})
 	}
 }
+
+// checkingClock runs check at the start of every sleep, then sleeps no
+// time.
+type checkingClock struct{ check func() }
+
+func (c checkingClock) Now() time.Time { return time.Now() }
+func (c checkingClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.check()
+	return ctx.Err()
+}
+
+// A failed attempt's body is read and its connection handed back to the
+// pool before the sleep, not after it: with one connection per host, a
+// request made during the sleep gets through. The last response's body
+// stays readable.
+func TestFailedBodyReleasedBeforeSleep(t *testing.T) {
+	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.Header.Get("Side") != "" {
+			return // the request made during the sleep
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "busy, come back later")
+	})
+	base := &http.Transport{MaxConnsPerHost: 1}
+	defer base.CloseIdleConnections()
+	sleeps := 0
+	check := func() {
+		sleeps++
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req := newRequest(t, ctx, "GET", srv.URL, nil)
+		req.Header.Set("Side", "1")
+		resp, err := base.RoundTrip(req)
+		if err != nil {
+			t.Errorf("sleep %d: a request during the sleep = %v: the failed attempt still holds the connection", sleeps, err)
+			return
+		}
+		readClose(t, resp)
+	}
+	tr, err := httpretry.NewTransport(base, httpretry.WithRetry(retry.WithClock(checkingClock{check}), retry.WithBackoff(smallBackoff(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if string(b) != "busy, come back later" || sleeps != 2 {
+		t.Errorf("last body %q after %d sleeps, want the server's after 2", b, sleeps)
+	}
+}

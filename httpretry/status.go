@@ -53,8 +53,9 @@ func IsRetryableStatus(code int) bool {
 	return false
 }
 
-// IsRetryable is the HTTP classifier, for a retry loop around HTTP calls: an
-// error carrying a status code (a StatusCode() int method, like
+// IsRetryable is the HTTP classifier, for a retry loop around HTTP calls. A
+// give-up of a retry loop below ([*retry.Error], [retry.Reason]) is not
+// retryable (one layer retries). An error carrying a status code (a StatusCode() int method, like
 // [*StatusError]) is retryable if [IsRetryableStatus] (a 404 is never
 // retried, even with a Retry-After); otherwise an error from a round trip
 // that got no response is retryable if it is a transport failure (see
@@ -62,6 +63,11 @@ func IsRetryableStatus(code int) bool {
 // operation error), but not a DNS "no such host", a TLS certificate error
 // or a malformed request.
 func IsRetryable(err error) bool {
+	var re *retry.Error
+	var r retry.Reason
+	if errors.As(err, &re) || errors.As(err, &r) {
+		return false // a retry loop below gave up: retry at one layer only
+	}
 	var sc interface{ StatusCode() int }
 	if errors.As(err, &sc) && sc.StatusCode() > 0 {
 		return !retry.IsPermanent(err) && IsRetryableStatus(sc.StatusCode())

@@ -202,3 +202,29 @@ func TestNestedTransportsRetryAtOneLayer(t *testing.T) {
 		}
 	})
 }
+
+// A transport over another one does not retry the inner one's give-up on a
+// retryable status either: the response carries the inner give-up
+// (Stormguard-Gave-Up), and the server sees the inner transport's 3
+// attempts, not 3 x 3.
+func TestNestedTransportsGiveUpOnStatus(t *testing.T) {
+	srv, seen := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	inner, _ := newTransport(t, http.DefaultTransport)
+	outer, _ := newTransport(t, inner)
+	resp, err := getClose(t, outer, srv.URL)
+	if err != nil {
+		t.Fatalf("RoundTrip = %v, want the 503", err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("status %d, want 503", resp.StatusCode)
+	}
+	if n := seen.count(); n != 3 {
+		t.Errorf("server saw %d requests, want 3 (the inner transport's)", n)
+	}
+	g, ok := httpretry.GaveUp(resp)
+	if !ok || g.Attempts != 1 || g.Reason != retry.NotRetryable {
+		t.Errorf("outer give-up = %+v, %v; want not-retryable after its 1 attempt", g, ok)
+	}
+}

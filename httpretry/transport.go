@@ -1,6 +1,7 @@
 package httpretry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -285,9 +286,11 @@ func classify(err error) bool {
 // When it gives up on a retryable status it returns that last response
 // with a nil error, marked with [GaveUpHeader]; the bodies of earlier
 // failed attempts are drained (up to 64 KiB, for at most 50 ms) and closed.
-// When it gives up without a response, the error is a [*retry.Error] saying
-// why it stopped (errors.Is with retry.AttemptsExhausted, retry.Deadline,
-// retry.CircuitOpen, ...) and wrapping the cause. With [WithFallback], a
+// When it gives up without a response, errors.As finds a [*retry.Error] in
+// the error saying why it stopped (errors.Is with retry.AttemptsExhausted,
+// retry.Deadline, retry.CircuitOpen, ...) and wrapping the cause (the error
+// is a wrapper when the transport made the request's key, so that [Key]
+// can read it back). With [WithFallback], a
 // request the host's failure defeated gets the fallback's answer instead.
 // RoundTrip never modifies req and always closes its body. It is safe for
 // concurrent use.
@@ -459,12 +462,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	c.discardCur()
 	resp, err := c.send(ctx, n)
 	if err != nil {
-		if !c.retryable && IsRetryable(err) {
-			// A failure of the host, but the request may not be sent
-			// again: the breaker still hears of it.
-			return nil, retry.PermanentFailure(err)
-		}
-		return nil, err
+		return nil, c.sendError(err)
 	}
 	if resp.StatusCode == http.StatusUnauthorized && c.t.cfg.refresh != nil && !c.refreshed && c.replayable {
 		c.refreshed = true
@@ -476,23 +474,27 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 			c.discardCur()
 			c.src = nr
 			if resp, err = c.send(ctx, n); err != nil {
-				return nil, err
+				return nil, c.sendError(err)
 			}
 		}
 	}
 	code := resp.StatusCode
-	inProgress := code == http.StatusConflict && c.hasKey && len(resp.Header["Retry-After"]) > 0
+	// A 409 with a Retry-After for a keyed request: the key's first
+	// request is still running (idempotency middleware); ask again after.
+	var hint time.Duration
+	var hasHint bool
+	if v := resp.Header["Retry-After"]; len(v) > 0 &&
+		(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusConflict) {
+		hint, hasHint = ParseRetryAfter(v[0], c.t.now())
+	}
+	inProgress := code == http.StatusConflict && c.hasKey && hasHint
 	if !IsRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
 	// The attempt's answer, for the loop: the status, and Retry-After on
 	// 429, 503 and 409 (the loop's floor on the next sleep).
-	se := &StatusError{Code: code}
-	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || inProgress {
-		if v := resp.Header["Retry-After"]; len(v) > 0 {
-			se.After, _ = ParseRetryAfter(v[0], c.t.now())
-		}
-	}
+	se := &StatusError{Code: code, After: hint}
+	c.detachBody(resp)
 	switch {
 	case !c.retryable:
 		return resp, retry.PermanentFailure(se)
@@ -504,10 +506,44 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 			return resp, retry.PermanentFailure(se)
 		}
 	}
-	if dontRetry(resp.Header) {
+	if dontRetry(resp.Header) || len(resp.Header[GaveUpHeader]) > 0 {
+		// The layer below said not to retry, or already retried and
+		// gave up (a Transport under this one, or a handler that copied
+		// its dependency's give-up): one layer retries.
 		return resp, retry.PermanentFailure(se)
 	}
 	return resp, se
+}
+
+// sendError marks err, a send that got no response: a failure of the host
+// that the request, not safe to repeat, may not be retried for still
+// reaches the breaker.
+func (c *call) sendError(err error) error {
+	if !c.retryable && IsRetryable(err) {
+		return retry.PermanentFailure(err)
+	}
+	return err
+}
+
+// detachBody reads a failed attempt's body (up to drainLimit, for at most
+// drainTimeout) into memory and closes it, so that its connection goes back
+// to the pool before the sleep rather than after it; the bytes stay
+// readable for the caller if this is the response it gets. A longer or
+// stalled body is left as it is (what was read, then the rest).
+func (c *call) detachBody(resp *http.Response) {
+	rc := resp.Body
+	if rc == nil || rc == http.NoBody {
+		return
+	}
+	t := time.AfterFunc(drainTimeout, func() { _ = rc.Close() })
+	buf, err := io.ReadAll(io.LimitReader(rc, drainLimit+1))
+	t.Stop()
+	if err == nil && len(buf) <= drainLimit {
+		_ = rc.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(buf))
+		return
+	}
+	resp.Body = &onceBody{Reader: io.MultiReader(bytes.NewReader(buf), rc), closer: rc}
 }
 
 // send makes one request to the base transport and records the response as

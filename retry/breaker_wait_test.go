@@ -331,8 +331,13 @@ func TestHintSetsTheEarliestProbe(t *testing.T) {
 	if got, want := brk.Snapshot().HalfOpenIn, 6250*time.Millisecond; got != want {
 		t.Errorf("breaker half-opens in %v, want %v (the hint, spread)", got, want)
 	}
-	if got := retry.RetryAfter(re); got != 5*time.Second {
-		t.Errorf("RetryAfter(%v) = %v, want the last error's 5s", err, got)
+	// The give-up's hint is when the breaker probes again, not the last
+	// error's 5 s: that is when calling again can be admitted.
+	if got := retry.RetryAfter(re); got != 6250*time.Millisecond {
+		t.Errorf("RetryAfter(%v) = %v, want the breaker's 6.25s", err, got)
+	}
+	if got := retry.RetryAfter(re.Err); got != 5*time.Second {
+		t.Errorf("RetryAfter(Err) = %v, want the last error's 5s", got)
 	}
 }
 

@@ -103,12 +103,33 @@ func IsRetryable(err error) bool {
 	return false
 }
 
-// RetryAfter returns the server's hint carried by err (the first
-// [RetryAfterer] along its Unwrap chain), or 0 if there is none or it is
-// not positive.
+// RetryAfter returns the server's hint carried by err: that of the first
+// [RetryAfterer] along its Unwrap chain (depth first) with a positive hint,
+// or 0 if there is none. For an [*Error] it is the give-up's own
+// ([Error.RetryAfter]).
 func RetryAfter(err error) time.Duration {
-	if ra, ok := find[RetryAfterer](err); ok {
-		return max(ra.RetryAfter(), 0)
+	for err != nil {
+		if ra, ok := err.(RetryAfterer); ok {
+			if d := ra.RetryAfter(); d > 0 {
+				return d
+			}
+			if _, isGiveUp := err.(*Error); isGiveUp {
+				return 0 // it looked through its own chain
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if d := RetryAfter(e); d > 0 {
+					return d
+				}
+			}
+			return 0
+		default:
+			return 0
+		}
 	}
 	return 0
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stormguard/stormguard/breaker"
 )
 
 // Reason says why a retry loop stopped without success. The zero value is
@@ -152,6 +154,26 @@ func (e *Error) Error() string {
 		b.WriteString(e.Err.Error())
 	}
 	return b.String()
+}
+
+// RetryAfter returns how long the caller should wait before calling the
+// dependency again, as far as the give-up tells: for Reason [CircuitOpen],
+// the breaker's time until its next probe round; for a Deadline stop that
+// refused a sleep, that sleep (Delay); otherwise the server's hint carried
+// by the last error ([RetryAfter] of Err); 0 if nothing tells. It makes a
+// give-up a hint for a caller's own retry loop, which by the default
+// classifier still does not retry it (one layer retries).
+func (e *Error) RetryAfter() time.Duration {
+	if e.Reason == CircuitOpen {
+		var oe *breaker.OpenError
+		if (errors.As(e.cause, &oe) || errors.As(e.Err, &oe)) && oe.Wait > 0 {
+			return oe.Wait
+		}
+	}
+	if e.Delay > 0 {
+		return e.Delay
+	}
+	return RetryAfter(e.Err)
 }
 
 // Unwrap returns e.Reason, the last error and, if the parent context had a
