@@ -123,11 +123,12 @@ func layersChart(r *sim.LayersResult, file string) error {
 	return drawPanels(file, fmt.Sprintf("%d attempts per layer against a failing bottom", r.Config.Attempts), []panel{p})
 }
 
-// Limits of `sim outage`, tighter than the simulation's own: at the limit
-// every policy together takes up to about 20 s, and 100,000 clients with a
-// budget and a breaker each take a few hundred MB.
+// Limits of `sim outage`, tighter than the simulation's own: every client
+// runs the library's retry loop, breaker and budget, about 100 to 200 µs of
+// simulation per request over all the policies, so at the limit a run takes
+// up to about 10 s and, with 100,000 clients, about 400 MB.
 const (
-	maxOutageRequests = 500_000 // clients x rate x horizon
+	maxOutageRequests = 100_000 // clients x rate x horizon
 	maxOutageWindows  = 100_000 // horizon / window, each a few ints per policy
 )
 
