@@ -181,6 +181,8 @@ type simBreaker struct {
 	// rate is the release rate of the next close, in calls per second, set
 	// when the breaker trips from closed; 0 until then.
 	rate float64
+	// closedAt is when the breaker last closed (0: built closed at t=0).
+	closedAt time.Duration
 }
 
 // waitEntry is one wait of request id: its seq-th.
@@ -203,10 +205,13 @@ func (sb *simBreaker) releaseRate() float64 {
 	return max(sb.rate, floor)
 }
 
-// tripped records that the breaker tripped from closed on a window of
-// sb.calls calls.
-func (sb *simBreaker) tripped() {
-	sb.rate = float64(sb.calls) / sb.cfg.Window.Seconds()
+// tripped records that the breaker tripped from closed at now on a window
+// of sb.calls calls: they took the window, or the time since the breaker
+// closed if that is shorter (at least one bucket).
+func (sb *simBreaker) tripped(now time.Duration) {
+	bucket := sb.cfg.Window / time.Duration(sb.cfg.Buckets)
+	span := min(sb.cfg.Window, max(now-sb.closedAt, bucket))
+	sb.rate = float64(sb.calls) / span.Seconds()
 }
 
 // compact drops the stale entries of the FIFO when nothing waits, and the

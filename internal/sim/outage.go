@@ -143,11 +143,15 @@ const (
 // probes go to the waiting calls first, oldest first (Allow on their
 // behalf, before any new call asks). When the breaker closes, the waiting
 // calls are released oldest first at the release rate (ReleaseRate, or
-// the calls per second its window held when it tripped, read with
-// Snapshot just before each failure is reported; at least Probes per
-// OpenFor), each at a uniformly random point of its slot; new calls are
+// the calls its window held when it tripped, read with Snapshot just
+// before each failure is reported, per second of the time they took: the
+// window, or the time since the breaker last closed if shorter; at least
+// Probes per OpenFor), each at a uniformly random point of its slot; new
+// calls are
 // not held back. If the breaker trips again, the calls not yet released
-// wait again. A waiting call whose deadline comes fails. One thing of the
+// wait again. A waiting call whose deadline comes fails; a call handed a
+// probe that fails goes back to waiting without spending an attempt or
+// budget (as the retry loop does). One thing of the
 // breaker's is not modelled: while it releases the calls that waited in
 // Wait, it trips on Probes failures rather than MinCalls; here it trips
 // on its usual rule.
@@ -955,9 +959,17 @@ func (r *outRun) succeeded(id int32) {
 func (r *outRun) failed(id int32) {
 	req := &r.reqs[id]
 	err := r.errs[req.fail]
+	probe := req.permit.Probe()
 	r.report(req, false, err.hint)
 	if r.expired(req) {
 		r.giveUp(id, retry.Deadline)
+		return
+	}
+	if probe && r.c.Deadline > 0 {
+		// A probe the breaker handed to this request failed: the
+		// request goes back to waiting, spending no attempt of its plan
+		// and no budget (as the retry loop does).
+		r.attempt(id)
 		return
 	}
 	sleep, stop := req.plan.Next(err, r.left(req))
@@ -1056,7 +1068,7 @@ func (r *outRun) wait(id int32, sb *simBreaker, err error) bool {
 		return false
 	}
 	until, open, oerr := openWait(err)
-	if oerr != nil || (open && until > left) {
+	if oerr != nil || (open && until >= left) {
 		return false
 	}
 	sb.compact()
@@ -1171,7 +1183,7 @@ func (r *outRun) stateChanged(sb *simBreaker, from, to breaker.State) {
 	switch to {
 	case breaker.Open:
 		if from == breaker.Closed {
-			sb.tripped()
+			sb.tripped(r.now)
 		}
 		for i := sb.head; i < len(sb.fifo); i++ {
 			if e := sb.fifo[i]; r.waiting(e) {
@@ -1186,6 +1198,7 @@ func (r *outRun) stateChanged(sb *simBreaker, from, to breaker.State) {
 			r.q.push(r.now, sb.idx, outGrant)
 		}
 	case breaker.Closed:
+		sb.closedAt = r.now
 		// Release the waiting calls oldest first, one per slot of 1/rate,
 		// each at a random point of its slot.
 		step := 0.0

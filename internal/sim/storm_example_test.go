@@ -69,6 +69,6 @@ func ExampleOutage() {
 	// full+budget                          peak  201 per 100ms, 1.11x offered during the outage,   0% of its requests served, recovered +0s
 	// full+budget+breaker                  peak  211 per 100ms, 0.48x offered during the outage,   0% of its requests served, recovered +600ms
 	// full+budget+breaker+retry-after      peak  103 per 100ms, 0.47x offered during the outage,   0% of its requests served, recovered +4.3s
-	// full+budget+breaker+retry-after+wait peak  277 per 100ms, 0.47x offered during the outage,  38% of its requests served, recovered never
-	// fleet+retry-after+wait               peak  316 per 100ms, 0.49x offered during the outage,  27% of its requests served, recovered never
+	// full+budget+breaker+retry-after+wait peak  289 per 100ms, 0.47x offered during the outage,  37% of its requests served, recovered never
+	// fleet+retry-after+wait               peak  316 per 100ms, 0.49x offered during the outage,  26% of its requests served, recovered never
 }
