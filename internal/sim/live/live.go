@@ -443,6 +443,27 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("live: %s %s: %d %s", e.Method, e.URL, e.Code, http.StatusText(e.Code))
 }
 
+// Counter is an [http.RoundTripper] that counts the requests it passes on
+// to Base (nil: http.DefaultTransport): the attempts a client sent, to set
+// against what the provider counted. It is safe for concurrent use.
+type Counter struct {
+	Base http.RoundTripper
+	n    atomic.Int64
+}
+
+// RoundTrip counts r and sends it through Base.
+func (c *Counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	base := c.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(r)
+}
+
+// N returns the number of requests counted.
+func (c *Counter) N() int64 { return c.n.Load() }
+
 // PaymentBody is what a payment request sends.
 const PaymentBody = `{"amount":1250,"currency":"IDR"}`
 
@@ -604,7 +625,9 @@ func Run(ctx context.Context, name string, pc ProviderConfig, fc FleetConfig, ne
 }
 
 // RunScenario is [Run] with middleware at the provider, if s.Wrap is set.
-// The provider's clock and the fleet's start at the same instant.
+// The provider's clock and the fleet's start at the same instant; the
+// provider is shut down (finishing what it holds, for up to 2 s) before its
+// windows are read.
 func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
 	p, err := NewProvider(s.Provider)
 	if err != nil {
@@ -617,7 +640,12 @@ func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
 	calls := make([]Call, s.Fleet.Clients)
 	for i := range calls {
 		calls[i] = s.NewCall(url, i)
@@ -634,6 +662,11 @@ func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A call that gave up at its deadline may have left its attempt in
+	// the provider's queue: let the provider finish, so that every
+	// attempt it counted has its outcome.
+	stop()
+	stopped = true
 	r := &Result{Name: s.Name, Provider: s.Provider, Fleet: s.Fleet, Stats: st, Windows: p.Windows()}
 	r.Summary = summarize(r)
 	return r, nil

@@ -67,10 +67,10 @@ func TestConfigErrors(t *testing.T) {
 // the provider counted equals what the clients sent. Nothing here depends
 // on timing: the outage may catch more or fewer requests on a slow machine.
 func TestRunAccounting(t *testing.T) {
-	var attempts atomic.Int64
+	attempts := &live.Counter{}
 	pc := live.ProviderConfig{FailAt: 40 * time.Millisecond, FailFor: 60 * time.Millisecond, RetryAfter: time.Second, Window: 10 * time.Millisecond, Horizon: 2 * time.Second}
 	fc := live.FleetConfig{Clients: 8, Every: 20 * time.Millisecond, Duration: 200 * time.Millisecond, Deadline: 2 * time.Second}
-	client := &http.Client{Transport: countingTransport{&attempts, http.DefaultTransport}}
+	client := &http.Client{Transport: attempts}
 	r, err := live.Run(context.Background(), "naive", pc, fc, func(url string, _ int) live.Call {
 		return live.Naive(client, url, 10*time.Millisecond, 3)
 	})
@@ -89,23 +89,14 @@ func TestRunAccounting(t *testing.T) {
 		}
 		sum += w.Attempts
 	}
-	if sum != attempts.Load() || r.Summary.Attempts != sum {
-		t.Errorf("provider counted %d (summary %d), clients sent %d", sum, r.Summary.Attempts, attempts.Load())
+	if sum != attempts.N() || r.Summary.Attempts != sum {
+		t.Errorf("provider counted %d (summary %d), clients sent %d", sum, r.Summary.Attempts, attempts.N())
 	}
 	if r.Summary.Peak <= 0 || r.Summary.Amplification < 1 {
 		t.Errorf("summary %+v: want a positive peak and amplification >= 1", r.Summary)
 	}
 }
 
-type countingTransport struct {
-	n    *atomic.Int64
-	base http.RoundTripper
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.base.RoundTrip(r)
-}
 
 // Random phases are seeded, within the interval, and not the even spread.
 func TestRandomPhase(t *testing.T) {
@@ -145,11 +136,12 @@ func TestRandomPhase(t *testing.T) {
 // The fleet records every call, and a middleware's refusals are counted at
 // the provider.
 func TestRunScenarioAccounting(t *testing.T) {
-	var attempts, refusedByMW atomic.Int64
+	var refusedByMW atomic.Int64
+	attempts := &live.Counter{}
 	pc := live.ProviderConfig{FailAt: 40 * time.Millisecond, FailFor: 60 * time.Millisecond, RetryAfter: time.Second,
 		Capacity: 4, Queue: 8, Work: time.Millisecond, Window: 10 * time.Millisecond, Horizon: 2 * time.Second}
 	fc := live.FleetConfig{Clients: 8, Every: 20 * time.Millisecond, Duration: 200 * time.Millisecond, Deadline: time.Second, RandomPhase: true, Seed: 1}
-	client := &http.Client{Transport: countingTransport{&attempts, http.DefaultTransport}}
+	client := &http.Client{Transport: attempts}
 	keys := live.NewKeys()
 	var n atomic.Int64
 	r, err := live.RunScenario(context.Background(), live.Scenario{
@@ -202,9 +194,9 @@ func TestRunScenarioAccounting(t *testing.T) {
 		outcomes += w.OK + w.Failed + w.Shed + w.Refused
 		refused += w.Refused
 	}
-	if sum != attempts.Load() || outcomes != sum || refused != refusedByMW.Load() || refused == 0 {
+	if sum != attempts.N() || outcomes != sum || refused != refusedByMW.Load() || refused == 0 {
 		t.Errorf("provider counted %d attempts (%d outcomes, %d refused); clients sent %d, the middleware refused %d",
-			sum, outcomes, refused, attempts.Load(), refusedByMW.Load())
+			sum, outcomes, refused, attempts.N(), refusedByMW.Load())
 	}
 	s := r.Summary
 	if s.OutageStarted == 0 || s.OutageSucceeded > s.OutageStarted || s.P50 <= 0 || s.P99 < s.P50 || s.ShedAfter == 0 {
