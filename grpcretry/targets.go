@@ -34,6 +34,7 @@ type targets struct {
 	max  int
 	make func(name string) (*target, error)
 	snap atomic.Pointer[map[string]*target] // never modified once stored
+	last atomic.Pointer[target]             // the target found last: most clients call one
 
 	mu    sync.Mutex
 	order []string // guarded by mu: names in insertion order, a ring once full
@@ -48,7 +49,15 @@ func newTargets(max int, mk func(string) (*target, error)) *targets {
 
 // get returns the state of target name, creating it if needed.
 func (t *targets) get(name string) (*target, error) {
-	if st := (*t.snap.Load())[name]; st != nil {
+	if st := t.last.Load(); st != nil && st.name == name {
+		return st, nil
+	}
+	snap := t.snap.Load()
+	if st := (*snap)[name]; st != nil {
+		t.last.Store(st)
+		if t.snap.Load() != snap { // a target was added (maybe st evicted) meanwhile
+			t.last.Store(nil)
+		}
 		return st, nil
 	}
 	t.mu.Lock()
@@ -74,6 +83,7 @@ func (t *targets) get(name string) (*target, error) {
 	}
 	m[name] = st
 	t.snap.Store(&m)
+	t.last.Store(nil) // it may be the target just evicted
 	return st, nil
 }
 
