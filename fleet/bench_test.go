@@ -1,0 +1,187 @@
+package fleet
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// TestSuccessPathAllocs proves that the fleet's success path allocates
+// nothing: a deposit, a closed breaker's outcome, a whole successful call
+// through a retry policy with a fleet budget and breaker, and a retry from
+// a lease.
+func TestSuccessPathAllocs(t *testing.T) {
+	// No sync runs during the measurement (it allocates, in the background).
+	f := mustNew(t, newModelBackend(), Config{Name: "a", SyncEvery: time.Hour})
+	g, err := f.Guards("api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := retry.New(retry.WithBudget(g.Budget), retry.WithBreaker(g.Breaker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h := f.hostFor("api")
+	h.lease.install(math.MaxUint32, 0, math.MaxInt64)
+	tests := []struct {
+		name string
+		run  func()
+	}{
+		{"Deposit", g.Budget.Deposit},
+		{"breaker success", func() {
+			p, _ := g.Breaker.Allow()
+			g.Breaker.Done(p, true)
+		}},
+		{"retry.Do success", func() { _ = p.Do(ctx, ok) }},
+		{"Withdraw from a lease", func() { g.Budget.Withdraw() }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
+			t.Errorf("%s: %v allocs per run, want 0", tt.name, n)
+		}
+	}
+}
+
+// benchFleet returns a fleet on the test Redis, syncing every 100ms in
+// the background while the benchmark runs.
+func benchFleet(b *testing.B) *Fleet {
+	b.Helper()
+	c := redisClient(b)
+	cfg := Config{Name: uniqueName(b), Timeout: time.Second}
+	cleanup(b, c, "", cfg.Name)
+	f, err := New(c, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	if f.Mode() != ModeFleet {
+		b.Fatalf("mode %v", f.Mode())
+	}
+	return f
+}
+
+// BenchmarkDeposit compares a fleet budget's Deposit with a local
+// budget's, on one goroutine and on all of them.
+func BenchmarkDeposit(b *testing.B) {
+	local, err := budget.New(budget.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fb, err := benchFleet(b).Budget("api")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bb := range []struct {
+		name string
+		b    retry.Budget
+	}{{"local", local}, {"fleet", fb}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bb.b.Deposit()
+			}
+		})
+		b.Run(bb.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					bb.b.Deposit()
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkSuccess compares a successful call through a retry policy with
+// a local budget and breaker and one with the fleet's.
+func BenchmarkSuccess(b *testing.B) {
+	lb, err := budget.New(budget.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lk, err := breaker.New(breaker.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := benchFleet(b).Guards("api")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		bud  retry.Budget
+		brk  *breaker.Breaker
+	}{{"local", lb, lk}, {"fleet", g.Budget, g.Breaker}} {
+		p, err := retry.New(retry.WithBudget(c.bud), retry.WithBreaker(c.brk))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Do(ctx, ok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := p.Do(ctx, ok); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkWithdrawLeaseHit measures a retry spent from the process's
+// lease (no round trip), against a local budget's Withdraw.
+func BenchmarkWithdrawLeaseHit(b *testing.B) {
+	f := benchFleet(b)
+	fb, err := f.Budget("api")
+	if err != nil {
+		b.Fatal(err)
+	}
+	local, err := budget.New(budget.Config{Ratio: 1, MinPerSecond: 1e12})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("local", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			local.Withdraw()
+		}
+	})
+	b.Run("fleet", func(b *testing.B) {
+		h := f.hostFor("api")
+		h.refillMu.Lock()
+		h.expire(0, true)
+		h.lease.install(math.MaxUint32, 0, math.MaxInt64)
+		h.refillMu.Unlock()
+		calls := f.Stats().LeaseCalls
+		b.ReportAllocs()
+		for b.Loop() {
+			if !fb.Withdraw() {
+				b.Fatal("Withdraw refused with a full lease")
+			}
+		}
+		if n := f.Stats().LeaseCalls - calls; n != 0 {
+			b.Fatalf("%d lease round trips with a full lease", n)
+		}
+		h.expire(0, true) // the test lease is not the fleet's: do not return it
+		h.retMu.Lock()
+		h.returns = nil
+		h.retMu.Unlock()
+	})
+}

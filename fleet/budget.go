@@ -1,0 +1,195 @@
+package fleet
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Budget is the fleet retry budget of one destination host: a retry.Budget
+// for retry.WithBudget or httpretry.Guards. Get one from [Fleet.Budget];
+// the zero value is not usable. It is safe for concurrent use.
+//
+// Deposit is local: one atomic add, flushed by the background sync; it
+// never waits, does no I/O and allocates nothing. Withdraw spends a retry from the process's lease of
+// fleet retries; an empty lease asks Redis for more (one round trip of at
+// most Timeout), unless the last reply said the fleet's budget is spent. In
+// local mode both go to the host's local budget.
+type Budget struct {
+	h *host
+}
+
+// Deposit records an original request (not a retry). In fleet mode it is
+// one atomic add: the next sync flushes it to the fleet's window and to the
+// local budget's (so that the local budget is ready when Redis goes away);
+// in local mode it goes to the local budget at once.
+func (b *Budget) Deposit() {
+	if b.h.f.fleetMode() {
+		b.h.requests.Add(1)
+	} else {
+		b.h.local.Deposit()
+	}
+}
+
+// Withdraw reports whether one retry may be sent now, and if so records it:
+// in fleet mode it spends a leased fleet retry, asking Redis for a lease if
+// it holds none; in local mode (or when that round trip fails) it asks the
+// local budget.
+func (b *Budget) Withdraw() bool {
+	h := b.h
+	if !h.f.fleetMode() {
+		return h.local.Withdraw()
+	}
+	if h.lease.take(h.f.since()) {
+		h.spent()
+		return true
+	}
+	if h.denied.Load() {
+		return false
+	}
+	return h.refill()
+}
+
+// Host returns the destination host b belongs to.
+func (b *Budget) Host() string { return b.h.name }
+
+// spent records a retry taken from the lease; the local budget hears of it
+// too, so that its window is current when the fleet goes local.
+func (h *host) spent() {
+	h.used.Add(1)
+	h.local.Withdraw()
+}
+
+// refill asks the fleet for a new lease and spends one of its retries. One
+// lease request runs at a time; callers that wait for it use its lease.
+func (h *host) refill() bool {
+	h.refillMu.Lock()
+	defer h.refillMu.Unlock()
+	f := h.f
+	if !f.fleetMode() {
+		return h.local.Withdraw()
+	}
+	now := f.since()
+	if h.lease.take(now) {
+		h.spent()
+		return true
+	}
+	if h.denied.Load() {
+		return false
+	}
+	if h.lease.usedUp(now) {
+		h.want.Store(min(2*h.want.Load(), f.maxLease))
+	}
+	h.expire(now, false)
+	want := h.want.Load()
+	f.leaseCalls.Add(1)
+	v, err := f.call([]string{h.key}, append(f.set.args("l", 0), itoa(want)), func(v []int64, err error) {
+		// The caller stopped waiting: whatever was granted goes back.
+		if err == nil {
+			if r, err := decodeLease(v, want); err == nil && r.granted > 0 {
+				h.granted.Add(r.granted)
+				h.addReturn(r.slice, r.granted)
+			}
+		}
+	})
+	var r leaseReply
+	if err == nil {
+		r, err = decodeLease(v, want)
+	}
+	if err != nil {
+		f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, err))
+		return h.local.Withdraw()
+	}
+	h.window(r.requests, r.retries, r.state, r.epoch)
+	if r.granted == 0 {
+		h.denied.Store(true)
+		return false
+	}
+	h.granted.Add(r.granted)
+	// The lease ends with the slice it was counted in. now was read before
+	// the request left, so now+left is no later than the slice's end.
+	h.lease.install(r.granted-1, r.slice, leaseDeadline(now, r.left))
+	h.spent()
+	return true
+}
+
+// leaseDeadline returns the time on the process's clock (nanoseconds) at
+// which a lease granted with leftUS microseconds left in its slice ends,
+// for a request sent at now: now + leftUS, saturating.
+func leaseDeadline(now, leftUS int64) int64 {
+	if leftUS > (math.MaxInt64-max(now, 0))/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return now + leftUS*int64(time.Microsecond)
+}
+
+// lease is a process's leased fleet retries: a number of retries it may
+// spend until a deadline, counted by the fleet in one slice. take is one
+// compare-and-swap; install and expire keep the three words consistent:
+// deadline and slice are written only while the word holds no retries, and
+// every change of the word's retries from non-zero is a compare-and-swap,
+// so a successful take or expire saw the deadline and slice of its own
+// generation.
+type lease struct {
+	word     atomic.Uint64 // generation in the high 32 bits, retries left in the low 32
+	deadline atomic.Int64  // process clock, ns: no retry may be taken at or after it
+	slice    atomic.Int64  // the fleet slice the retries were counted in
+}
+
+// take spends one retry of the lease at now, and reports whether there
+// was one.
+func (l *lease) take(now int64) bool {
+	for {
+		w := l.word.Load()
+		if uint32(w) == 0 || now >= l.deadline.Load() {
+			return false
+		}
+		if l.word.CompareAndSwap(w, w-1) {
+			return true
+		}
+	}
+}
+
+// expire empties the lease if its deadline is at or before now (or
+// whatever its deadline, if all), and returns the retries it held and their
+// slice; 0 if it held none or has not expired.
+func (l *lease) expire(now int64, all bool) (n, slice int64) {
+	for {
+		w := l.word.Load()
+		if uint32(w) == 0 || (!all && now < l.deadline.Load()) {
+			return 0, 0
+		}
+		s := l.slice.Load()
+		if l.word.CompareAndSwap(w, w&^math.MaxUint32) {
+			return int64(uint32(w)), s
+		}
+	}
+}
+
+// usedUp reports whether the current lease was spent to the last retry
+// before its deadline (so the next one should be bigger).
+func (l *lease) usedUp(now int64) bool {
+	w := l.word.Load()
+	return w>>32 != 0 && uint32(w) == 0 && now < l.deadline.Load()
+}
+
+// install starts a new generation of n retries counted in slice, valid
+// until deadline. It requires the lease empty (expire it first) and one
+// installer at a time.
+func (l *lease) install(n, slice, deadline int64) {
+	n = min(max(n, 0), math.MaxUint32)
+	l.slice.Store(slice)
+	l.deadline.Store(deadline)
+	gen := l.word.Load()>>32 + 1
+	l.word.Store(gen<<32 | uint64(n))
+}
+
+// left returns the retries the lease holds at now (0 once expired).
+func (l *lease) left(now int64) int64 {
+	w := l.word.Load()
+	if now >= l.deadline.Load() {
+		return 0
+	}
+	return int64(uint32(w))
+}

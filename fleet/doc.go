@@ -1,0 +1,101 @@
+// Package fleet shares retry budgets and circuit breakers across the
+// processes of a fleet through Redis, without a lock and without a round
+// trip on the success path.
+//
+// A per-process budget does not bind a fleet of low-volume clients: each
+// one's floor admits every retry, and each breaker rarely sees its minimum
+// of calls. A [Fleet] gives every destination host one budget and one
+// breaker for the whole fleet (every process that uses the same
+// Config.Name on the same Redis):
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	f, err := fleet.New(client, fleet.Config{Name: "pos-terminals"})
+//	defer f.Close()
+//	rt, err := httpretry.NewTransport(nil, httpretry.WithGuards(f.Guards))
+//
+// # The model
+//
+// Each process counts locally and syncs in the background: every
+// Config.SyncEvery (100 ms by default) one goroutine per process flushes
+// every host's counts (requests, and closed-state successes and failures of
+// its breaker) and reads the fleet's windows back, in one call of one Lua
+// script (EVALSHA): one round trip per interval per process, whatever the
+// traffic. The windows are sliding windows in slices, like package budget's
+// and package breaker's, on the Redis server's clock (TIME inside the
+// script), so the processes' clocks do not matter. All keys of a fleet
+// share one hash tag, {Name}, so they live on one Redis Cluster node and
+// one script can touch all of them.
+//
+// The budget. [Budget.Deposit] is an atomic add; the sync also passes the
+// count on to the process's local budget. The fleet's rule is
+// package budget's rule over the whole fleet:
+//
+//	retries + k <= Ratio·requests + MinPerSecond·Window.Seconds()
+//
+// checked by the script at every grant of k retries, where requests and
+// retries are the fleet's in the window, and MinPerSecond·Window is a floor
+// for the whole fleet, not for each process. Retries are granted as small
+// leases: [Budget.Withdraw] spends one from the process's lease, and only
+// an empty lease asks Redis for more (one round trip, at most
+// Config.Timeout). A lease asks for one retry at first, doubles its ask
+// each time a whole lease is spent and halves it when one expires unused.
+// A lease ends with the window slice it was counted in (on the server's
+// clock, mapped conservatively to the process's), so every retry is
+// counted in the slice it is sent in; the retries it did not spend are
+// given back by the next sync. When a reply shows the fleet's budget spent,
+// withdrawals are refused without asking until a sync shows room again.
+// Requests reach the fleet's window up to one interval late, which only
+// makes it stricter.
+//
+// The breaker. Each host's [breaker.Breaker] is a normal breaker with its
+// own window (it still trips alone) and a [breaker.Shared] connection to
+// the fleet: its outcomes are counted (an atomic add) and synced; when the
+// fleet's window holds at least Config.MinCalls calls with failures >=
+// FailureRatio·calls, the script opens the fleet's breaker, and every
+// process's sync trips its breaker ([breaker.Breaker.Trip]) within about one
+// interval. Probes are fleet-wide: when a breaker's probe round is due it
+// asks Redis, and the whole fleet gets Config.ProbeRounds rounds (of
+// Breaker.Probes calls each) per probe interval (Breaker.OpenFor), so a
+// thousand processes send a handful of probes, not a thousand. When a
+// process's probes close its breaker, its next sync (started at once) tells
+// the fleet, and every other process resets its breaker
+// ([breaker.Breaker.Reset]) at its next sync; each releases its waiting
+// calls at its own pace.
+//
+// # No lock
+//
+// Nothing is held across a caller's call. A distributed breaker that takes
+// a fleet-wide lock around each request (as gobreaker v2's does) makes the
+// fleet call its dependency one request at a time, and makes every call
+// wait on Redis. Here the success path (Deposit, the breaker's Allow and
+// Done, Outcome) is a few atomic operations on local memory: no Redis I/O,
+// no lock, no allocation. Round trips happen only in the background sync, on
+// a retry that finds its lease empty, and when an open breaker's probe round
+// is due.
+//
+// # Modes
+//
+// A Fleet is in [ModeFleet] while Redis answers. A round trip that fails,
+// or takes longer than Config.Timeout, switches it to [ModeLocal]: each
+// host's local budget (Config.LocalBudget, a [budget.Budget] fed with every
+// deposit all along) and its breaker's own window decide alone: retries are
+// never unlimited, and a breaker still trips on its own calls; probe rounds
+// are the breaker's own.
+// The success path is the same in both modes, and never waits on Redis. The
+// background sync keeps trying every interval, and the first one that
+// succeeds switches back to ModeFleet. Counts of a failed sync are dropped,
+// which only makes the fleet stricter; a lease granted after its caller
+// stopped waiting is given back; the leases of a process that dies expire
+// with their slice. The mode and the last error are in [Fleet.Stats]; each
+// change (not each call) is logged at Warn (Config.Logger) and reported as
+// an observe.FleetMode event (Config.Observer).
+//
+// # Redis
+//
+// Redis 5.0 or later (the script reads TIME before it writes), single,
+// Sentinel or Cluster, through any redis.UniversalClient. Give the client
+// ContextTimeoutEnabled: true so that an abandoned round trip ends at its
+// deadline; the fleet never waits longer than Config.Timeout either way.
+// Each host is one hash, Prefix + "{" + Name + "}:" + host, that expires
+// when no process has synced it for twice the longest window plus 10 s.
+package fleet

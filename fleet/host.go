@@ -1,0 +1,264 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/observe"
+)
+
+// host is what a Fleet keeps per destination host.
+type host struct {
+	f      *Fleet
+	name   string
+	key    string
+	local  *budget.Budget
+	brk    *breaker.Breaker
+	budget Budget
+
+	// Counted on the success path, flushed by each sync: one atomic add
+	// per call, each counter on a cache line of its own.
+	_        [64]byte
+	requests atomic.Uint64
+	_        [56]byte
+	outcomes atomic.Uint64 // successes in the low 32 bits, failures in the high 32
+	_        [56]byte
+
+	lease    lease
+	refillMu sync.Mutex   // one lease request at a time
+	want     atomic.Int64 // retries the next lease request asks for
+	denied   atomic.Bool  // the fleet's budget is spent: refuse without asking until a sync says otherwise
+
+	retMu   sync.Mutex
+	returns []returned // guarded by retMu: unused leased retries to give back
+
+	seen     atomic.Int64 // the fleet breaker's epoch this process last acted on
+	closes   atomic.Int64 // closes of the breaker by its own probes
+	closesOK atomic.Int64 // closes the fleet has been told of
+
+	// The fleet's windows at the last reply, for HostStats.
+	fleetRequests, fleetRetries atomic.Int64
+	fleetState, fleetEpoch      atomic.Int64
+	fleetCalls, fleetFailures   atomic.Int64
+	granted, used, returnedN    atomic.Int64
+	probeRounds                 atomic.Int64
+}
+
+func newHost(f *Fleet, name string) (*host, error) {
+	h := &host{f: f, name: name, key: f.keyPrefix + name}
+	h.budget.h = h
+	h.want.Store(1)
+	var err error
+	if h.local, err = budget.New(f.cfg.LocalBudget); err != nil {
+		return nil, err
+	}
+	bc := f.cfg.Breaker
+	bc.Shared = h
+	if h.brk, err = breaker.New(bc); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// collect takes what the next sync sends for h: the counts since the last
+// one, the leftovers of an expired lease (of any lease, if all), and news of
+// a close.
+func (h *host) collect(now int64, all bool) syncHost {
+	o := h.outcomes.Swap(0)
+	s := syncHost{
+		requests:  h.takeRequests(),
+		successes: o & math.MaxUint32,
+		failures:  o >> 32,
+		seen:      h.seen.Load(),
+	}
+	h.expire(now, all)
+	h.retMu.Lock()
+	s.returns, h.returns = h.returns, nil
+	h.retMu.Unlock()
+	if c := h.closes.Load(); c > h.closesOK.Load() && h.brk.State() == breaker.Closed {
+		s.close = true
+	}
+	return s
+}
+
+// takeRequests takes the requests deposited since the last sync, and
+// deposits them in the local budget (in this sync's slice of its window).
+func (h *host) takeRequests() uint64 {
+	n := h.requests.Swap(0)
+	for range min(n, budget.MaxCount) {
+		h.local.Deposit()
+	}
+	return n
+}
+
+// synced takes in the reply w to a sync that sent s.
+func (h *host) synced(s syncHost, w hostWindow) {
+	for _, r := range s.returns {
+		h.returnedN.Add(r.n)
+	}
+	if s.close {
+		h.closesOK.Store(h.closes.Load())
+	}
+	h.window(w.requests, w.retries, w.state, w.epoch)
+	h.fleetCalls.Store(w.calls)
+	h.fleetFailures.Store(w.failures)
+	h.denied.Store(h.f.set.available(w.requests, w.retries) <= 0)
+	h.steer(w.state, w.epoch)
+}
+
+// window records the fleet's windows from a reply.
+func (h *host) window(requests, retries, state, epoch int64) {
+	h.fleetRequests.Store(requests)
+	h.fleetRetries.Store(retries)
+	h.fleetState.Store(state)
+	h.fleetEpoch.Store(epoch)
+}
+
+// available returns how many more retries the fleet's window would admit:
+// ⌊Ratio·requests + floor⌋ − retries, computed as the script does.
+func (s *settings) available(requests, retries int64) int64 {
+	limit := float64(s.ratio*float64(requests)) + s.reserve
+	return int64(math.Floor(limit)) - retries
+}
+
+// steer brings h's breaker in line with the fleet's breaker, the first time
+// this process sees epoch: the fleet opened (trip a closed breaker) or
+// closed (reset one that is not closed).
+func (h *host) steer(state, epoch int64) {
+	old := h.seen.Load()
+	if old == epoch || !h.seen.CompareAndSwap(old, epoch) {
+		return
+	}
+	switch local := h.brk.State(); {
+	case state == fleetOpen && local == breaker.Closed:
+		h.brk.Trip(0)
+	case state == fleetClosed && local != breaker.Closed:
+		h.brk.Reset()
+	}
+}
+
+// addReturn queues n leased retries of slice for the next sync to give back.
+func (h *host) addReturn(slice, n int64) {
+	if n <= 0 {
+		return
+	}
+	h.retMu.Lock()
+	h.returns = append(h.returns, returned{slice, n})
+	h.retMu.Unlock()
+}
+
+// expire queues the retries left in h's lease for return if it has expired
+// at now (or whatever its state, if all), and halves the next ask.
+func (h *host) expire(now int64, all bool) {
+	if n, slice := h.lease.expire(now, all); n > 0 {
+		h.addReturn(slice, n)
+		h.want.Store(max(h.want.Load()/2, 1))
+	}
+}
+
+// Outcome counts a closed-state outcome of h's breaker for the next sync
+// (part of breaker.Shared). One atomic add: no lock, no allocation.
+func (h *host) Outcome(success bool) {
+	if success {
+		h.outcomes.Add(1)
+	} else {
+		h.outcomes.Add(1 << 32)
+	}
+}
+
+// ProbeRound asks the fleet whether this process may start a probe round
+// (part of breaker.Shared). In local mode, or if Redis does not answer
+// within Timeout, the local breaker decides alone: yes.
+func (h *host) ProbeRound() bool {
+	f := h.f
+	if !f.fleetMode() {
+		return true
+	}
+	f.probeCalls.Add(1)
+	v, err := f.call([]string{h.key}, append(f.set.args("p", 0), itoa(h.seen.Load())), nil)
+	var r probeReply
+	if err == nil {
+		r, err = decodeProbe(v)
+	}
+	if err != nil {
+		f.failed(fmt.Errorf("fleet: probe round for %q: %w", h.name, err))
+		return true
+	}
+	h.fleetState.Store(r.state)
+	h.fleetEpoch.Store(r.epoch)
+	if r.state == fleetClosed && r.epoch != h.seen.Load() {
+		h.steer(r.state, r.epoch) // the fleet recovered meanwhile: close
+		return true
+	}
+	if r.granted {
+		h.probeRounds.Add(1)
+	}
+	return r.granted
+}
+
+// StateChanged is told every state change of h's breaker (part of
+// breaker.Shared): a close by its own probes is news for the fleet, sent at
+// once.
+func (h *host) StateChanged(from, to breaker.State) {
+	if from == breaker.HalfOpen && to == breaker.Closed {
+		h.closes.Add(1)
+		h.f.kickSync()
+	}
+	if obs := h.f.obs; obs != nil {
+		obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: h.name,
+			From: from.String(), To: to.String()})
+	}
+}
+
+var _ breaker.Shared = (*host)(nil)
+
+// HostStats is a snapshot of one host's share of the fleet.
+type HostStats struct {
+	// Requests and Retries are the fleet budget's window as of the last
+	// reply from Redis (a sync or a lease), and Limit the retries it
+	// allows: Ratio·Requests + the fleet's floor.
+	Requests, Retries int64
+	Limit             float64
+	// Lease is the number of leased retries this process holds.
+	Lease int64
+	// Granted counts the retries leased to this process, Used those it
+	// spent (in fleet mode), Returned those it gave back unused.
+	Granted, Used, Returned int64
+	// Breaker is the fleet breaker's state (Closed or Open) and Epoch its
+	// number of state changes, as of the last reply; Calls and Failures
+	// its window.
+	Breaker         breaker.State
+	Epoch           int64
+	Calls, Failures int64
+	// ProbeRounds counts the probe rounds the fleet granted this process.
+	ProbeRounds int64
+}
+
+// HostStats returns a snapshot of host name's fleet state, and false if f
+// does not track the host.
+func (f *Fleet) HostStats(name string) (HostStats, bool) {
+	f.mu.Lock()
+	h := f.hosts[name]
+	f.mu.Unlock()
+	if h == nil {
+		return HostStats{}, false
+	}
+	s := HostStats{
+		Requests: h.fleetRequests.Load(), Retries: h.fleetRetries.Load(),
+		Lease:   h.lease.left(f.since()),
+		Granted: h.granted.Load(), Used: h.used.Load(), Returned: h.returnedN.Load(),
+		Breaker: breaker.Closed, Epoch: h.fleetEpoch.Load(),
+		Calls: h.fleetCalls.Load(), Failures: h.fleetFailures.Load(),
+		ProbeRounds: h.probeRounds.Load(),
+	}
+	s.Limit = float64(f.set.ratio*float64(s.Requests)) + f.set.reserve
+	if h.fleetState.Load() == fleetOpen {
+		s.Breaker = breaker.Open
+	}
+	return s, true
+}

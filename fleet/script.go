@@ -1,0 +1,349 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// scriptSource is the one Lua script every Redis round trip of a fleet runs.
+// KEYS are hashes, one per destination host, all under the fleet's hash tag.
+// ARGV[1] is the mode: "s" (sync: flush counts of every host in KEYS and read
+// their fleet windows), "l" (lease: grant retries of KEYS[1]) or "p" (probe:
+// ask for a probe round of KEYS[1]). ARGV[2] is the time in microseconds,
+// 0 for the server's clock (TIME); ARGV[3..13] are the fleet's settings (see
+// settings.args); the rest depends on the mode.
+//
+// Each hash holds:
+//   - t: the latest time seen, so that a server clock that steps back never
+//     moves a window back;
+//   - bn<i>, bq<i>, br<i>: the budget's ring of slices, slot i holding slice
+//     bn<i> (requests bq<i>, retries br<i>);
+//   - on<i>, os<i>, of<i>: the breaker's ring of buckets, slot i holding
+//     bucket on<i> (successes os<i>, failures of<i>); -1 marks a slot
+//     cleared when the fleet's breaker changed state;
+//   - st, ep: the fleet's breaker state (0 closed, 1 open) and epoch (the
+//     number of state changes);
+//   - ps, pc: the current probe slot and the probe rounds granted in it.
+//
+// A missing field reads as 0. Numbers are written with %.0f: every value is
+// an integer below 2^53, which a Lua number holds exactly.
+const scriptSource = `
+local mode = ARGV[1]
+local now = tonumber(ARGV[2])
+if now <= 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local slice_us, slices = tonumber(ARGV[3]), tonumber(ARGV[4])
+local ratio, reserve = tonumber(ARGV[5]), tonumber(ARGV[6])
+local bucket_us, buckets = tonumber(ARGV[7]), tonumber(ARGV[8])
+local fratio, min_calls = tonumber(ARGV[9]), tonumber(ARGV[10])
+local ttl = tonumber(ARGV[11])
+local probe_us, rounds = tonumber(ARGV[12]), tonumber(ARGV[13])
+
+local h, dirty
+local function get(f) return h[f] or 0 end
+local function set(f, v) h[f] = v; dirty[f] = true end
+
+local function load(key)
+  h, dirty = {}, {}
+  local raw = redis.call('HGETALL', key)
+  for i = 1, #raw, 2 do h[raw[i]] = tonumber(raw[i + 1]) end
+  if get('t') > now then now = get('t') else set('t', now) end
+end
+
+local function save(key)
+  local args = {}
+  for f in pairs(dirty) do
+    args[#args + 1] = f
+    args[#args + 1] = string.format('%.0f', h[f])
+  end
+  if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  redis.call('PEXPIRE', key, ttl)
+end
+
+local function budget_window(cur)
+  local q, r = 0, 0
+  for s = cur - slices + 1, cur do
+    local i = s % slices
+    if get('bn' .. i) == s then
+      q = q + get('bq' .. i)
+      r = r + get('br' .. i)
+    end
+  end
+  return q, r
+end
+
+local function budget_slot(cur)
+  local i = cur % slices
+  if get('bn' .. i) ~= cur then
+    set('bn' .. i, cur); set('bq' .. i, 0); set('br' .. i, 0)
+  end
+  return i
+end
+
+local function outcome_window(cur)
+  local calls, fails = 0, 0
+  for e = cur - buckets + 1, cur do
+    local i = e % buckets
+    if get('on' .. i) == e then
+      local f = get('of' .. i)
+      calls = calls + get('os' .. i) + f
+      fails = fails + f
+    end
+  end
+  return calls, fails
+end
+
+local function flip(st)
+  set('st', st); set('ep', get('ep') + 1)
+  for i = 0, buckets - 1 do
+    if get('on' .. i) ~= -1 then set('on' .. i, -1) end
+  end
+end
+
+local out = {}
+if mode == 's' then
+  local a = 14
+  for k = 1, #KEYS do
+    load(KEYS[k])
+    local cur, bcur = math.floor(now / slice_us), math.floor(now / bucket_us)
+    local dq, ds, df = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    local seen, close, nret = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    a = a + 6
+    if dq > 0 then
+      local i = budget_slot(cur)
+      set('bq' .. i, get('bq' .. i) + dq)
+    end
+    for j = 1, nret do
+      local s, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+      a = a + 2
+      local i = s % slices
+      if s <= cur and s > cur - slices and get('bn' .. i) == s then
+        set('br' .. i, math.max(0, get('br' .. i) - n))
+      end
+    end
+    if close == 1 and get('st') == 1 and seen == get('ep') then flip(0) end
+    if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
+      local i = bcur % buckets
+      if get('on' .. i) ~= bcur then
+        set('on' .. i, bcur); set('os' .. i, 0); set('of' .. i, 0)
+      end
+      set('os' .. i, get('os' .. i) + ds)
+      set('of' .. i, get('of' .. i) + df)
+      if df > 0 then
+        local calls, fails = outcome_window(bcur)
+        if calls >= min_calls and fails >= fratio * calls then flip(1) end
+      end
+    end
+    local q, r = budget_window(cur)
+    local calls, fails = outcome_window(bcur)
+    save(KEYS[k])
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails}) do
+      out[#out + 1] = v
+    end
+  end
+elseif mode == 'l' then
+  load(KEYS[1])
+  local cur = math.floor(now / slice_us)
+  local q, r = budget_window(cur)
+  local k = math.min(tonumber(ARGV[14]), math.floor(ratio * q + reserve) - r)
+  if k > 0 then
+    local i = budget_slot(cur)
+    set('br' .. i, get('br' .. i) + k)
+    r = r + k
+  else
+    k = 0
+  end
+  save(KEYS[1])
+  out = {k, cur, (cur + 1) * slice_us - now, q, r, get('st'), get('ep')}
+elseif mode == 'p' then
+  load(KEYS[1])
+  local seen = tonumber(ARGV[14])
+  local granted = 0
+  if get('st') == 1 or seen == get('ep') then
+    local slot = math.floor(now / probe_us)
+    if get('ps') ~= slot then set('ps', slot); set('pc', 0) end
+    if get('pc') < rounds then
+      set('pc', get('pc') + 1)
+      granted = 1
+    end
+  end
+  save(KEYS[1])
+  out = {granted, get('st'), get('ep')}
+else
+  return redis.error_reply('stormguard fleet: unknown mode ' .. tostring(mode))
+end
+table.insert(out, 1, now)
+return out
+`
+
+// errBadReply is wrapped by every error a decoder returns for a reply that
+// is not what the script sends.
+var errBadReply = errors.New("fleet: malformed script reply")
+
+func badReply(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errBadReply}, args...)...)
+}
+
+// Fleet breaker states in the script.
+const (
+	fleetClosed = 0
+	fleetOpen   = 1
+)
+
+// hostWindow is what a sync reads back for one host: the fleet's budget and
+// breaker windows after this process's counts were added.
+type hostWindow struct {
+	requests, retries int64
+	state, epoch      int64
+	calls, failures   int64
+}
+
+// syncReply is the decoded reply of a sync.
+type syncReply struct {
+	now   int64 // the server's time, in microseconds
+	hosts []hostWindow
+}
+
+// leaseReply is the decoded reply of a lease request.
+type leaseReply struct {
+	now               int64
+	granted           int64 // retries granted, counted in slice
+	slice             int64
+	left              int64 // microseconds until slice ends
+	requests, retries int64 // the window after the grant
+	state, epoch      int64
+}
+
+// probeReply is the decoded reply of a probe request.
+type probeReply struct {
+	now          int64
+	granted      bool
+	state, epoch int64
+}
+
+func checkState(st, ep int64) error {
+	if st != fleetClosed && st != fleetOpen {
+		return badReply("breaker state %d", st)
+	}
+	if ep < 0 {
+		return badReply("epoch %d", ep)
+	}
+	return nil
+}
+
+func checkCounts(vs ...int64) error {
+	for _, v := range vs {
+		if v < 0 {
+			return badReply("negative count %d", v)
+		}
+	}
+	return nil
+}
+
+// decodeSync decodes the reply of a sync of n hosts.
+func decodeSync(v []int64, n int) (syncReply, error) {
+	if len(v) != 1+6*n {
+		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+6*n)
+	}
+	r := syncReply{now: v[0], hosts: make([]hostWindow, n)}
+	for i := range r.hosts {
+		x := v[1+6*i : 7+6*i]
+		w := hostWindow{requests: x[0], retries: x[1], state: x[2], epoch: x[3], calls: x[4], failures: x[5]}
+		if err := checkCounts(w.requests, w.retries, w.calls, w.failures); err != nil {
+			return syncReply{}, err
+		}
+		if err := checkState(w.state, w.epoch); err != nil {
+			return syncReply{}, err
+		}
+		if w.failures > w.calls {
+			return syncReply{}, badReply("%d failures in %d calls", w.failures, w.calls)
+		}
+		r.hosts[i] = w
+	}
+	return r, nil
+}
+
+// decodeLease decodes the reply of a lease request for want retries.
+func decodeLease(v []int64, want int64) (leaseReply, error) {
+	if len(v) != 8 {
+		return leaseReply{}, badReply("lease: %d values, want 8", len(v))
+	}
+	r := leaseReply{now: v[0], granted: v[1], slice: v[2], left: v[3], requests: v[4], retries: v[5], state: v[6], epoch: v[7]}
+	if err := checkCounts(r.granted, r.slice, r.requests, r.retries); err != nil {
+		return leaseReply{}, err
+	}
+	if r.granted > want {
+		return leaseReply{}, badReply("lease: %d retries granted, %d asked", r.granted, want)
+	}
+	if r.left <= 0 {
+		return leaseReply{}, badReply("lease: %dµs left in the slice", r.left)
+	}
+	return r, checkState(r.state, r.epoch)
+}
+
+// decodeProbe decodes the reply of a probe request.
+func decodeProbe(v []int64) (probeReply, error) {
+	if len(v) != 4 {
+		return probeReply{}, badReply("probe: %d values, want 4", len(v))
+	}
+	if v[1] != 0 && v[1] != 1 {
+		return probeReply{}, badReply("probe: granted %d", v[1])
+	}
+	r := probeReply{now: v[0], granted: v[1] == 1, state: v[2], epoch: v[3]}
+	return r, checkState(r.state, r.epoch)
+}
+
+// settings are the fleet's numbers the script needs, fixed at New.
+type settings struct {
+	sliceUS  int64   // budget slice
+	slices   int64   // budget slices per window
+	ratio    float64 // retries per request (0 for none)
+	reserve  float64 // the floor: retries per window
+	bucketUS int64   // breaker bucket
+	buckets  int64   // breaker buckets per window
+	fratio   float64 // failure ratio that opens the breaker
+	minCalls int64   // calls the fleet's window needs before it may open
+	ttlMS    int64   // expiry of an idle host's hash
+	probeUS  int64   // the probe interval
+	rounds   int64   // probe rounds per probe interval, fleet-wide
+}
+
+func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+func itoa(x int64) string   { return strconv.FormatInt(x, 10) }
+
+// args returns ARGV[1..13] for mode at time now (0: the server's clock).
+func (s *settings) args(mode string, now int64) []string {
+	return []string{mode, itoa(now),
+		itoa(s.sliceUS), itoa(s.slices), ftoa(s.ratio), ftoa(s.reserve),
+		itoa(s.bucketUS), itoa(s.buckets), ftoa(s.fratio), itoa(s.minCalls),
+		itoa(s.ttlMS), itoa(s.probeUS), itoa(s.rounds)}
+}
+
+// returned is a number of leased retries given back unused, and the slice
+// they were counted in.
+type returned struct{ slice, n int64 }
+
+// syncHost is one host's part of a sync.
+type syncHost struct {
+	requests, successes, failures uint64
+	seen                          int64
+	close                         bool
+	returns                       []returned
+}
+
+// appendSync appends a host's ARGV of a sync to args.
+func appendSync(args []string, h syncHost) []string {
+	cl := "0"
+	if h.close {
+		cl = "1"
+	}
+	args = append(args, strconv.FormatUint(h.requests, 10), strconv.FormatUint(h.successes, 10),
+		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))))
+	for _, r := range h.returns {
+		args = append(args, itoa(r.slice), itoa(r.n))
+	}
+	return args
+}
