@@ -1,7 +1,7 @@
 // Package grpcretry applies stormguard's retry rules to gRPC: client
 // interceptors that retry what is worth retrying, per target, behind a
 // retry budget and a circuit breaker, honouring the server's pushback; and
-// server interceptors for admission control and idempotency keys.
+// server interceptors for admission control.
 //
 //	c, err := grpcretry.New(
 //		grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"),
@@ -84,15 +84,18 @@
 // # grpc-go's own retry
 //
 // grpc-go retries by itself when the service config has a retryPolicy for
-// the method, and the two would multiply (3 x 3 attempts). [Client.DialOptions]
-// includes grpc.WithDisableRetry, so that only this package retries; that
-// also turns off grpc-go's transparent retry of a call that never left the
-// client. When the interceptors are installed otherwise (without
-// [WithGRPCRetryDisabled]), every call looks up its method's service config
-// (grpc.ClientConn.GetMethodConfig) and, if it has a retry policy, makes a
-// single attempt of its own and leaves the retrying to grpc-go (logging one
-// Warn per target with [WithLogger]). grpc-go's transparent retry, which
-// resends only calls the server never received, is left as it is then.
+// the method, and the two would multiply (3 x 3 attempts).
+// [Client.DialOptions] includes grpc.WithDisableRetry, so that only this
+// package retries; that also turns off grpc-go's transparent retry of a
+// call that never left the client. When the interceptors are installed
+// otherwise (without [WithGRPCRetryDisabled]), a call whose attempt failed
+// looks up its method's service config (grpc.ClientConn.GetMethodConfig; a
+// new connection has it once its first call started) and, if it has a
+// retry policy, stops there and leaves the retrying to grpc-go, whose
+// attempts are already behind that failure (logging one Warn per target
+// with [WithLogger]). The look-up costs a successful call nothing. grpc-go's
+// transparent retry, which resends only calls the server never received, is
+// left as it is then.
 //
 // # Giving up
 //
@@ -116,8 +119,7 @@
 // put calls through an admission.Controller: a retry beyond the fleet's
 // ratio is refused before the handler runs with UNAVAILABLE and the
 // don't-retry pushback; a call shed for lack of room gets UNAVAILABLE with
-// a jittered pushback (and RetryInfo). [IdempotencyUnaryServerInterceptor]
-// makes a keyed unary call run once per key.
+// a jittered pushback (and RetryInfo).
 //
 // The interceptors are silent unless given a logger ([WithLogger]) or an
 // observer ([WithObserver], events named with the target); time comes from

@@ -221,8 +221,8 @@ func WithIdempotentFunc(f func(method string) bool) Option {
 // ([KeyMetadata]) a key of its own, made with idempotency.NewKey once per
 // call, before the first attempt, and sent unchanged on every attempt (an
 // [*Error] names it in Key). Such calls then become retryable. Only use it
-// against servers that honour the key (e.g. behind
-// [IdempotencyUnaryServerInterceptor]). Off by default.
+// against servers that honour the key (that run a keyed call at most once
+// and replay its answer). Off by default.
 func WithAutoIdempotencyKey() Option {
 	return func(c *config) error {
 		c.autoKey = true
