@@ -18,9 +18,15 @@ BENCHTIME ?= 1s
 
 .PHONY: test fmt-check vet staticcheck modules-check test-race tidy release-tags bench demo jitter modules
 
+TEST_STEPS := fmt-check vet staticcheck modules-check test-race
+
 ## test: gofmt check, go vet, staticcheck, module checks (tidy, adoption) and
 ## go test -race in every module; ends with the skipped tests and the totals.
-test: fmt-check vet staticcheck modules-check test-race
+## Every step runs even if one before it failed; the last line names those
+## that failed.
+test:
+	@failed=; for step in $(TEST_STEPS); do $(MAKE) --no-print-directory $$step || failed="$$failed $$step"; done; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 modules:
 	@echo $(MODULES)
@@ -30,10 +36,10 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 vet:
-	@set -e; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && go vet ./...); done
+	@status=0; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && go vet ./...) || status=1; done; exit $$status
 
 staticcheck:
-	@set -e; for m in $(MODULES); do echo "== staticcheck $$m"; (cd $$m && $(STATICCHECK) ./...); done
+	@status=0; for m in $(MODULES); do echo "== staticcheck $$m"; (cd $$m && $(STATICCHECK) ./...) || status=1; done; exit $$status
 
 ## modules-check: every go.mod resolvable by users (module paths, no replace,
 ## siblings required at released versions, go.work), every module tidy with
