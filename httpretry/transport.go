@@ -16,7 +16,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -144,28 +144,14 @@ func (t *Transport) newHost(name string) (*host, error) {
 			return nil, fmt.Errorf("httpretry: guards for host %q: %w", name, err)
 		}
 	} else {
-		if c.budget != nil {
-			cfg := *c.budget
-			if cfg.Now == nil && t.clock != nil {
-				cfg.Now = t.clock.Now
-			}
-			b, err := budget.New(cfg)
-			if err != nil {
-				return nil, err
-			}
-			g.Budget = b
-		}
-		if c.breaker != nil {
-			cfg := *c.breaker
-			if cfg.Now == nil && t.clock != nil {
-				cfg.Now = t.clock.Now
-			}
-			cfg.OnStateChange = t.onStateChange(name, logger, cfg.OnStateChange)
-			b, err := breaker.New(cfg)
-			if err != nil {
-				return nil, err
-			}
-			g.Breaker = b
+		var err error
+		g.Budget, g.Breaker, err = guards.Build(guards.Spec{
+			Name: name, Component: "httpretry",
+			Budget: c.budget, Breaker: c.breaker, Clock: t.clock,
+			Logger: logger, Observer: c.observer,
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	opts := append(slices.Clip(c.retry),
@@ -181,28 +167,6 @@ func (t *Transport) newHost(name string) (*host, error) {
 		return nil, err
 	}
 	return &host{name: name, policy: p, budget: g.Budget, breaker: g.Breaker}, nil
-}
-
-// onStateChange returns the state-change callback of a host's breaker: the
-// configured one, a Warn to the logger and an event to the observer, each
-// with the host.
-func (t *Transport) onStateChange(name string, logger *slog.Logger, user func(from, to breaker.State)) func(from, to breaker.State) {
-	obs := t.cfg.observer
-	if logger == nil && obs == nil {
-		return user
-	}
-	return func(from, to breaker.State) {
-		if logger != nil {
-			logger.LogAttrs(context.Background(), slog.LevelWarn, "httpretry: circuit breaker state change",
-				slog.String("from", from.String()), slog.String("to", to.String()))
-		}
-		if obs != nil {
-			obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: name, From: from.String(), To: to.String()})
-		}
-		if user != nil {
-			user(from, to)
-		}
-	}
 }
 
 // HostState is a destination host's guards as a [Transport] holds them.
