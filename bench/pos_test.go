@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,16 +279,6 @@ func cenkaltiOp(err error) error {
 	return err
 }
 
-// countingTransport counts the attempts a client sends.
-type countingTransport struct {
-	n    *atomic.Int64
-	base http.RoundTripper
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.base.RoundTrip(r)
-}
 
 // runPOS runs setup s through one scenario.
 func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (*live.Result, error) {
@@ -325,10 +314,10 @@ func TestLivePOSSmoke(t *testing.T) {
 			fc := live.FleetConfig{Clients: 20, Every: 100 * time.Millisecond, Duration: time.Second, Deadline: 1500 * time.Millisecond, RandomPhase: true, Seed: 1}
 			pc := live.ProviderConfig{FailAt: 300 * time.Millisecond, FailFor: 300 * time.Millisecond, Capacity: 4, Queue: 8, Work: time.Millisecond,
 				Window: 10 * time.Millisecond, Horizon: 5 * time.Second}
-			var sent atomic.Int64
 			base := newLiveBase()
 			defer base.CloseIdleConnections()
-			r, err := runPOS(context.Background(), s, pc, fc, countingTransport{&sent, base})
+			sent := &live.Counter{Base: base}
+			r, err := runPOS(context.Background(), s, pc, fc, sent)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -348,9 +337,9 @@ func TestLivePOSSmoke(t *testing.T) {
 				outcomes += w.OK + w.Failed + w.Shed + w.Refused
 				served += w.OK
 			}
-			if ok != st.Succeeded || attempts == 0 || outcomes != attempts || attempts > sent.Load() || served < st.Succeeded {
+			if ok != st.Succeeded || attempts == 0 || outcomes != attempts || attempts > sent.N() || served < st.Succeeded {
 				t.Errorf("%s: %d payments recorded OK of %d succeeded; the provider counted %d attempts with %d outcomes, %d served; the terminals sent %d",
-					s.name, ok, st.Succeeded, attempts, outcomes, served, sent.Load())
+					s.name, ok, st.Succeeded, attempts, outcomes, served, sent.N())
 			}
 		})
 	}
@@ -445,17 +434,18 @@ func posTable(pc live.ProviderConfig, fc live.FleetConfig, rows []posRow) string
 	fmt.Fprintf(&b, "#### 503 from %v to %v, %s; %d terminals x 1 payment every %v (%.0f/s offered) for %v, deadline %v; provider %d workers x %v (%.0f/s), queue %d\n\n",
 		pc.FailAt, end, hint, fc.Clients, fc.Every, float64(fc.Clients)/fc.Every.Seconds(), fc.Duration, fc.Deadline,
 		pc.Capacity, pc.Work, float64(pc.Capacity)/pc.Work.Seconds(), pc.Queue)
-	b.WriteString("| client | attempts in outage / offered | peak per 100 ms (at) | back to normal after the outage | payments OK | started in outage OK | p50 | p99 | shed after the outage | load avg |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| client | attempts in outage / offered | peak per 100 ms (at) | back to normal after the outage | payments OK | started in outage OK | p50 | p99 | shed after the outage | load avg | payments late, p99 / max |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, row := range rows {
 		s := row.result.Summary
 		normal := "not within the run"
 		if s.Normal {
 			normal = fmt.Sprintf("%.1f s", s.NormalAfter.Seconds())
 		}
-		fmt.Fprintf(&b, "| %s | %.2fx | %d (%.1f s) | %s | %.1f%% | %.1f%% | %s | %s | %d | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.2fx | %d (%.1f s) | %s | %.1f%% | %.1f%% | %s | %s | %d | %s | %s / %s |\n",
 			row.setup.name, s.OutageAmplification, s.Peak, s.PeakAt.Seconds(), normal,
-			100*s.Goodput, 100*s.OutageGoodput, fmtLatency(s.P50), fmtLatency(s.P99), s.ShedAfter, row.load)
+			100*s.Goodput, 100*s.OutageGoodput, fmtLatency(s.P50), fmtLatency(s.P99), s.ShedAfter, row.load,
+			fmtLatency(s.LateP99), fmtLatency(s.LateMax))
 	}
 	b.WriteString("\nTargets:\n\n")
 	b.WriteString(posTargets(rows))

@@ -300,6 +300,9 @@ type CallRecord struct {
 	Start time.Duration
 	// Took is how long it ran, retries and waits included.
 	Took time.Duration
+	// Late is how much later than scheduled the call was made: the
+	// fleet's own lag (a busy machine), which its figures cannot hide.
+	Late time.Duration
 	// OK reports whether it succeeded.
 	OK bool
 }
@@ -377,6 +380,7 @@ func runFleet(ctx context.Context, c FleetConfig, call Call, start time.Time) (F
 				case <-t.C:
 				}
 				rec := &records[sent.Add(1)-1]
+				scheduled := start.Add(offset + time.Duration(k)*c.Every)
 				calls.Add(1)
 				go func() {
 					defer calls.Done()
@@ -387,7 +391,7 @@ func runFleet(ctx context.Context, c FleetConfig, call Call, start time.Time) (F
 					defer cancel()
 					began := time.Now()
 					err := call(cctx)
-					*rec = CallRecord{Start: began.Sub(start), Took: time.Since(began), OK: err == nil}
+					*rec = CallRecord{Start: began.Sub(start), Took: time.Since(began), Late: began.Sub(scheduled), OK: err == nil}
 					if err == nil {
 						ok.Add(1)
 					} else {
@@ -589,6 +593,11 @@ type Summary struct {
 	// successful logical requests took (0 if none succeeded).
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
+	// LateP99 and LateMax are the 99th percentile and the maximum of how
+	// late the fleet made its calls (CallRecord.Late): on a busy machine
+	// the load the fleet offers is not the load it meant to.
+	LateP99 time.Duration `json:"late_p99_ns"`
+	LateMax time.Duration `json:"late_max_ns"`
 	// ShedAfter is the attempts the provider shed (or its middleware
 	// refused) from the end of the outage on.
 	ShedAfter int64 `json:"shed_after"`
@@ -698,7 +707,9 @@ func summarize(r *Result) Summary {
 		s.Goodput = float64(r.Stats.Succeeded) / float64(r.Stats.Offered)
 	}
 	var took []time.Duration
+	late := make([]time.Duration, 0, len(r.Stats.Calls))
 	for _, c := range r.Stats.Calls {
+		late = append(late, c.Late)
 		during := c.Start >= pc.FailAt && c.Start < end
 		if during {
 			s.OutageStarted++
@@ -714,6 +725,7 @@ func summarize(r *Result) Summary {
 		s.OutageGoodput = float64(s.OutageSucceeded) / float64(s.OutageStarted)
 	}
 	s.P50, s.P99 = Percentile(took, 0.5), Percentile(took, 0.99)
+	s.LateP99, s.LateMax = Percentile(late, 0.99), Percentile(late, 1)
 	s.NormalAfter, s.Normal = backToNormal(r.Windows, pc.Window, end, fc.Duration, 1.1*rate)
 	return s
 }

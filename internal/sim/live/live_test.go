@@ -181,8 +181,8 @@ func TestRunScenarioAccounting(t *testing.T) {
 		if c.OK {
 			ok++
 		}
-		if c.Took <= 0 || c.Took > fc.Deadline+time.Second {
-			t.Errorf("record %+v: took must be positive and bounded by the deadline", c)
+		if c.Took <= 0 || c.Took > fc.Deadline+time.Second || c.Late < 0 {
+			t.Errorf("record %+v: took must be positive and bounded by the deadline, late not negative", c)
 		}
 	}
 	if ok != st.Succeeded {
@@ -199,7 +199,7 @@ func TestRunScenarioAccounting(t *testing.T) {
 			sum, outcomes, refused, attempts.N(), refusedByMW.Load())
 	}
 	s := r.Summary
-	if s.OutageStarted == 0 || s.OutageSucceeded > s.OutageStarted || s.P50 <= 0 || s.P99 < s.P50 || s.ShedAfter == 0 {
+	if s.OutageStarted == 0 || s.OutageSucceeded > s.OutageStarted || s.P50 <= 0 || s.P99 < s.P50 || s.ShedAfter == 0 || s.LateMax < s.LateP99 {
 		t.Errorf("summary %+v: want calls started in the outage, p50 <= p99, refusals after it", s)
 	}
 }
