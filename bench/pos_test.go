@@ -279,7 +279,6 @@ func cenkaltiOp(err error) error {
 	return err
 }
 
-
 // runPOS runs setup s through one scenario.
 func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (*live.Result, error) {
 	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc}

@@ -97,7 +97,6 @@ func TestRunAccounting(t *testing.T) {
 	}
 }
 
-
 // Random phases are seeded, within the interval, and not the even spread.
 func TestRandomPhase(t *testing.T) {
 	c := live.FleetConfig{Clients: 50, Every: 2 * time.Second, Duration: 2 * time.Second, RandomPhase: true, Seed: 7}
