@@ -50,8 +50,9 @@ type posSetup struct {
 	// how says how the library is set up, for the report.
 	how string
 	// prepare is called once per run with the run's shared base transport
-	// and the provider's URL; it returns the call of terminal i.
-	prepare func(base http.RoundTripper, url string) func(terminal int) live.Call
+	// and the provider's URL; it returns the call of terminal i, and what
+	// to do after the run (nil: nothing).
+	prepare func(base http.RoundTripper, url string) (call func(terminal int) live.Call, done func())
 	// admission, if true, puts an admission controller in front of the
 	// provider's work.
 	admission bool
@@ -110,19 +111,19 @@ func posAdmission(pc live.ProviderConfig) (func(http.Handler) http.Handler, erro
 func posSetups() []posSetup {
 	keys := live.NewKeys()
 	sgOpts := posStormguardOptions()
-	perTerminal := func(opts []httpretry.Option) func(http.RoundTripper, string) func(int) live.Call {
-		return func(base http.RoundTripper, url string) func(int) live.Call {
+	perTerminal := func(opts []httpretry.Option) func(http.RoundTripper, string) (func(int) live.Call, func()) {
+		return func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 			return func(int) live.Call {
 				t, err := httpretry.NewTransport(base, opts...)
 				if err != nil {
 					return failing(err)
 				}
 				return live.Payment(&http.Client{Transport: t}, url, keys)
-			}
+			}, nil
 		}
 	}
-	shared := func(opts []httpretry.Option) func(http.RoundTripper, string) func(int) live.Call {
-		return func(base http.RoundTripper, url string) func(int) live.Call {
+	shared := func(opts []httpretry.Option) func(http.RoundTripper, string) (func(int) live.Call, func()) {
+		return func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 			t, err := httpretry.NewTransport(base, opts...)
 			client := &http.Client{Transport: t}
 			return func(int) live.Call {
@@ -130,28 +131,28 @@ func posSetups() []posSetup {
 					return failing(err)
 				}
 				return live.Payment(client, url, keys)
-			}
+			}, nil
 		}
 	}
 	return []posSetup{
 		{
 			name: "fixed 1 s loop",
 			how:  "a hand-rolled loop: POST, on any failure sleep exactly 1 s and POST again with the same key, until the deadline",
-			prepare: func(base http.RoundTripper, url string) func(int) live.Call {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 				client := &http.Client{Transport: base}
 				return func(int) live.Call {
 					return live.Loop(func() func(context.Context) error {
 						key := keys.Next()
 						return func(ctx context.Context) error { return pay(ctx, client, url, key) }
 					}, time.Second, 0)
-				}
+				}, nil
 			},
 		},
 		{
 			name: "go-retryablehttp v0.7.8",
 			how: "retryablehttp.NewClient() per terminal (4 retries, 1 s to 30 s exponential, Retry-After honoured on 503), " +
 				"Logger nil, HTTPClient.Transport = the shared base; Do of a retryablehttp.Request",
-			prepare: func(base http.RoundTripper, url string) func(int) live.Call {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 				return func(int) live.Call {
 					c := retryablehttp.NewClient()
 					c.Logger = nil
@@ -166,14 +167,14 @@ func posSetups() []posSetup {
 						resp, err := c.Do(req)
 						return answer(resp, err)
 					}
-				}
+				}, nil
 			},
 		},
 		{
 			name: "cenkalti/backoff v5.0.3",
 			how: "backoff.Retry(ctx, op) with no options (exponential from 500 ms, x1.5, ±50%, no try limit; the deadline ends it); " +
 				"op returns backoff.RetryAfter(n) on a 503 with Retry-After: n",
-			prepare: func(base http.RoundTripper, url string) func(int) live.Call {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 				client := &http.Client{Transport: base}
 				return func(int) live.Call {
 					return func(ctx context.Context) error {
@@ -183,31 +184,31 @@ func posSetups() []posSetup {
 						})
 						return err
 					}
-				}
+				}, nil
 			},
 		},
 		{
 			name: "avast/retry-go v4.7.0",
 			how:  "retry.Do(op, retry.Context(ctx)) with its defaults: 10 attempts, 100 ms backoff plus up to 100 ms random, Retry-After ignored",
-			prepare: func(base http.RoundTripper, url string) func(int) live.Call {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 				client := &http.Client{Transport: base}
 				return func(int) live.Call {
 					return func(ctx context.Context) error {
 						key := keys.Next()
 						return avast.Do(func() error { return pay(ctx, client, url, key) }, avast.Context(ctx))
 					}
-				}
+				}, nil
 			},
 		},
 		{
 			name: "failsafe-go v0.9.8",
 			how: "failsafehttp.NewRoundTripper(base, failsafehttp.NewRetryPolicyBuilder().Build()) per terminal: " +
 				"2 retries, no delay unless Retry-After (integer seconds), no jitter",
-			prepare: func(base http.RoundTripper, url string) func(int) live.Call {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
 				return func(int) live.Call {
 					rp := failsafehttp.NewRetryPolicyBuilder().Build()
 					return live.Payment(&http.Client{Transport: failsafehttp.NewRoundTripper(base, rp)}, url, keys)
-				}
+				}, nil
 			},
 		},
 		{
@@ -290,13 +291,18 @@ func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.Fle
 		sc.Wrap = wrap
 	}
 	var calls func(int) live.Call
+	var done func()
 	sc.NewCall = func(url string, i int) live.Call {
 		if calls == nil {
-			calls = s.prepare(base, url)
+			calls, done = s.prepare(base, url)
 		}
 		return calls(i)
 	}
-	return live.RunScenario(ctx, sc)
+	r, err := live.RunScenario(ctx, sc)
+	if done != nil {
+		done()
+	}
+	return r, err
 }
 
 // TestLivePOSSmoke runs every setup through a tiny POS scenario (20
