@@ -12,7 +12,9 @@
 //	skipped: 14 tests need STORMGUARD_POSTGRES_URL (idempotency/pgstore)
 //	skipped: 3 tests: would run long (internal/sim)
 //
-// and a last line with the totals over every test, subtest and example:
+// and a last line with the totals over every test, subtest and example
+// (a package that fails with no failing test, such as one that does not
+// build, counts as one failed):
 //
 //	tests: 812 passed, 0 failed, 15 skipped
 //
@@ -66,11 +68,12 @@ type summary struct {
 	trim           string                // module path trimmed from package paths in the closing lines
 	output         map[testKey][]string  // output of each test still running, and of each package
 	done           map[testKey]bool      // tests that ended
-	passed, failed int                   // tests, subtests and examples
+	passed, failed int                   // tests, subtests and examples; failed also counts each package that failed without a failing test
 	skipped        int                   //
 	skips          map[string]*skipGroup // by reason
 	skipOrder      []string
 	failedPkgs     []string
+	testFailed     map[string]bool // packages with a failed test
 	events         int
 }
 
@@ -87,6 +90,8 @@ func newSummary(out io.Writer) *summary {
 		output: map[testKey][]string{},
 		done:   map[testKey]bool{},
 		skips:  map[string]*skipGroup{},
+
+		testFailed: map[string]bool{},
 	}
 }
 
@@ -132,6 +137,7 @@ func (s *summary) handle(e event) {
 			s.passed++
 		case "fail":
 			s.failed++
+			s.testFailed[e.Package] = true
 			for _, l := range s.output[k] {
 				fmt.Fprint(s.out, l)
 			}
@@ -149,6 +155,11 @@ func (s *summary) handle(e event) {
 func (s *summary) endPackage(e event) {
 	if e.Action == "fail" {
 		s.failedPkgs = append(s.failedPkgs, e.Package)
+		if !s.testFailed[e.Package] {
+			// It failed with no failing test: it did not build, or its
+			// test binary died outside a test. That counts as one failure.
+			s.failed++
+		}
 		for k, lines := range s.output {
 			if k.pkg == e.Package && k.test != "" && !s.done[k] {
 				for _, l := range lines {

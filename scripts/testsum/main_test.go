@@ -87,7 +87,7 @@ func TestSummary(t *testing.T) {
 	tail := strings.Join(lines[len(lines)-3:], "\n")
 	wantTail := "skipped: 2 tests need FX_DB_URL (a)\n" +
 		"skipped: 1 test: would run long (a)\n" +
-		"tests: 4 passed, 1 failed, 3 skipped"
+		"tests: 4 passed, 2 failed, 3 skipped"
 	if tail != wantTail {
 		t.Errorf("last lines:\n%s\nwant:\n%s\nwhole output:\n%s", tail, wantTail, got)
 	}
