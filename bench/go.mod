@@ -9,9 +9,11 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sethvargo/go-retry v0.5.0
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/stormguard/stormguard v0.1.0
+	github.com/stormguard/stormguard/fleet v0.1.0
 	github.com/stormguard/stormguard/grpcretry v0.1.0
 	google.golang.org/grpc v1.85.0
 )

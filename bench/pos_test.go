@@ -134,7 +134,7 @@ func posSetups() []posSetup {
 			}, nil
 		}
 	}
-	return []posSetup{
+	setups := []posSetup{
 		{
 			name: "fixed 1 s loop",
 			how:  "a hand-rolled loop: POST, on any failure sleep exactly 1 s and POST again with the same key, until the deadline",
@@ -238,6 +238,10 @@ func posSetups() []posSetup {
 			stormguard: true,
 		},
 	}
+	if fl, ok := posFleetSetup(keys); ok {
+		setups = append(setups, fl)
+	}
+	return setups
 }
 
 // failing is the call of a terminal whose client could not be built.
