@@ -22,10 +22,7 @@ func TestSuccessPathAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := retry.New(retry.WithBudget(g.Budget), retry.WithBreaker(g.Breaker))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := policy(t, f, "api")
 	ctx := context.Background()
 	h := f.hostFor("api")
 	h.lease.install(math.MaxUint32, 0, math.MaxInt64)
@@ -184,4 +181,42 @@ func BenchmarkWithdrawLeaseHit(b *testing.B) {
 		h.returns = nil
 		h.retMu.Unlock()
 	})
+}
+
+// BenchmarkSuccessInterleaved runs the local and the fleet success paths of
+// BenchmarkSuccess in alternating chunks of 1024 calls, so that both see the
+// same machine load, and reports each one's time per call and their ratio.
+func BenchmarkSuccessInterleaved(b *testing.B) {
+	lb, err := budget.New(budget.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lk, err := breaker.New(breaker.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	local, err := retry.New(retry.WithBudget(lb), retry.WithBreaker(lk))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fleet := policy(b, benchFleet(b), "api")
+	ctx := context.Background()
+	const chunk = 1024
+	var tl, tf time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		for range chunk {
+			_ = local.Do(ctx, ok)
+		}
+		mid := time.Now()
+		for range chunk {
+			_ = fleet.Do(ctx, ok)
+		}
+		tl, tf = tl+mid.Sub(start), tf+time.Since(mid)
+	}
+	n := float64(b.N) * chunk
+	b.ReportMetric(float64(tl)/n, "local-ns/call")
+	b.ReportMetric(float64(tf)/n, "fleet-ns/call")
+	b.ReportMetric(float64(tf)/float64(tl), "fleet/local")
 }

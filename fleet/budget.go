@@ -5,11 +5,14 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/stormguard/stormguard/budget"
 )
 
 // Budget is the fleet retry budget of one destination host: a retry.Budget
-// for retry.WithBudget or httpretry.Guards. Get one from [Fleet.Budget];
-// the zero value is not usable. It is safe for concurrent use.
+// for retry.WithBudget or httpretry.Guards. Get one from [Fleet.Budget]; a
+// zero Budget counts nothing and refuses every retry. It is safe for
+// concurrent use.
 //
 // Deposit is local: one atomic add, flushed by the background sync; it
 // never waits, does no I/O and allocates nothing. Withdraw spends a retry from the process's lease of
@@ -25,6 +28,9 @@ type Budget struct {
 // local budget's (so that the local budget is ready when Redis goes away);
 // in local mode it goes to the local budget at once.
 func (b *Budget) Deposit() {
+	if b.h == nil {
+		return
+	}
 	if b.h.f.fleetMode() {
 		b.h.requests.Add(1)
 	} else {
@@ -38,6 +44,9 @@ func (b *Budget) Deposit() {
 // local budget.
 func (b *Budget) Withdraw() bool {
 	h := b.h
+	if h == nil {
+		return false
+	}
 	if !h.f.fleetMode() {
 		return h.local.Withdraw()
 	}
@@ -51,8 +60,28 @@ func (b *Budget) Withdraw() bool {
 	return h.refill()
 }
 
-// Host returns the destination host b belongs to.
-func (b *Budget) Host() string { return b.h.name }
+// Stats returns the window b decides on: in fleet mode the fleet's, as of
+// the last reply from Redis (Limit is the fleet's Ratio·Requests + floor),
+// in local mode the local budget's. httpretry's Transport.Hosts reports it.
+func (b *Budget) Stats() budget.Stats {
+	h := b.h
+	if h == nil {
+		return budget.Stats{}
+	}
+	if !h.f.fleetMode() {
+		return h.local.Stats()
+	}
+	q, r := h.fleetRequests.Load(), h.fleetRetries.Load()
+	return budget.Stats{Requests: int(q), Retries: int(r), Limit: float64(h.f.set.ratio*float64(q)) + h.f.set.reserve}
+}
+
+// Host returns the destination host b belongs to ("" for a zero Budget).
+func (b *Budget) Host() string {
+	if b.h == nil {
+		return ""
+	}
+	return b.h.name
+}
 
 // spent records a retry taken from the lease; the local budget hears of it
 // too, so that its window is current when the fleet goes local.

@@ -27,30 +27,22 @@ type workload struct {
 // startWorkload calls op through p from n goroutines.
 func startWorkload(p *retry.Policy, n int, op func(context.Context, int) error) *workload {
 	w := &workload{stop: make(chan struct{})}
+	counted := func(ctx context.Context, attempt int) error {
+		w.attempts.Add(1)
+		return op(ctx, attempt)
+	}
 	for range n {
-		w.wg.Go(func() {
-			ctx := context.Background()
-			for {
-				select {
-				case <-w.stop:
-					return
-				default:
+		until(&w.wg, w.stop, func() {
+			w.calls.Add(1)
+			if err := p.Do(context.Background(), counted); err != nil {
+				w.errs.Add(1)
+				if !errors.Is(err, errDependency) && !errors.Is(err, breaker.ErrOpen) {
+					w.mu.Lock()
+					w.badErrs = append(w.badErrs, err)
+					w.mu.Unlock()
 				}
-				w.calls.Add(1)
-				err := p.Do(ctx, func(ctx context.Context, attempt int) error {
-					w.attempts.Add(1)
-					return op(ctx, attempt)
-				})
-				if err != nil {
-					w.errs.Add(1)
-					if !errors.Is(err, errDependency) && !errors.Is(err, breaker.ErrOpen) {
-						w.mu.Lock()
-						w.badErrs = append(w.badErrs, err)
-						w.mu.Unlock()
-					}
-				}
-				time.Sleep(100 * time.Microsecond)
 			}
+			time.Sleep(100 * time.Microsecond)
 		})
 	}
 	return w
@@ -68,20 +60,11 @@ func fail(context.Context, int) error { return errDependency }
 // backoff of at most a millisecond, every error retryable.
 func newPolicy(t *testing.T, f *Fleet, host string) *retry.Policy {
 	t.Helper()
-	g, err := f.Guards(host)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bo, err := backoff.New(backoff.Config{Base: 100 * time.Microsecond, Cap: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := retry.New(retry.WithBudget(g.Budget), retry.WithBreaker(g.Breaker), retry.WithClassifier(always),
-		retry.WithMaxAttempts(3), retry.WithBackoff(bo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return policy(t, f, host, retry.WithClassifier(always), retry.WithMaxAttempts(3), retry.WithBackoff(bo))
 }
 
 // TestFaultsThroughProxy puts a proxy the test controls between the fleet

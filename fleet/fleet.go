@@ -464,7 +464,9 @@ func (f *Fleet) Breaker(name string) (*breaker.Breaker, error) {
 
 // Guards returns the budget and breaker of host: pass f.Guards to
 // httpretry.WithGuards to give every destination host of a transport a
-// fleet budget and a fleet breaker.
+// fleet budget and a fleet breaker. The transport's logger and observer do
+// not hear of these breakers' state changes: set Config.Observer (or
+// Breaker.OnStateChange) for that.
 func (f *Fleet) Guards(host string) (httpretry.Guards, error) {
 	h, err := f.host(host)
 	if err != nil {

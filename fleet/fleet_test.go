@@ -14,7 +14,6 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/observe"
-	"github.com/stormguard/stormguard/retry"
 )
 
 func TestConfigErrors(t *testing.T) {
@@ -94,18 +93,11 @@ func TestSuccessPathMakesNoRoundTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := newModelBackend()
 		f := mustNew(t, be, Config{Name: "s", SyncEvery: 10 * time.Millisecond})
-		g, err := f.Guards("api")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := retry.New(retry.WithBudget(g.Budget), retry.WithBreaker(g.Breaker))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := policy(t, f, "api")
 		ctx := context.Background()
 		before := f.Stats()
 		for i := range 10_000 {
-			if err := p.Do(ctx, func(context.Context, int) error { return nil }); err != nil {
+			if err := p.Do(ctx, ok); err != nil {
 				t.Fatalf("call %d: %v", i, err)
 			}
 			if i%100 == 0 {
@@ -188,15 +180,7 @@ func TestBudgetSharedAcrossProcesses(t *testing.T) {
 func sumWindow(be *modelBackend, key string) (q, r int64) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	for f, v := range be.m.hashes[key] {
-		switch {
-		case strings.HasPrefix(f, "bq"):
-			q += v
-		case strings.HasPrefix(f, "br"):
-			r += v
-		}
-	}
-	return q, r
+	return sumRing(be.m.hashes[key])
 }
 
 // TestLeaseExpiresWithItsSlice leases retries, lets the slice end, and
@@ -553,6 +537,14 @@ func TestCloseStopsEverything(t *testing.T) {
 		}
 		synctest.Wait()
 	})
+}
+
+func TestZeroBudget(t *testing.T) {
+	var b Budget
+	b.Deposit()
+	if b.Withdraw() || b.Host() != "" {
+		t.Error("a zero Budget admitted a retry or named a host")
+	}
 }
 
 func TestTooManyHosts(t *testing.T) {

@@ -190,29 +190,15 @@ func TestLeaseConcurrent(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 8 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if l.take(clock.Load()) {
-					taken.Add(1)
-				}
+		until(&wg, stop, func() {
+			if l.take(clock.Load()) {
+				taken.Add(1)
 			}
 		})
 	}
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, _ := l.expire(clock.Add(7), false)
-			returned.Add(n)
-		}
+	until(&wg, stop, func() {
+		n, _ := l.expire(clock.Add(7), false)
+		returned.Add(n)
 	})
 	for i := range 2000 {
 		mu.Lock()

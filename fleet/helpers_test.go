@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/idempotency/storetest"
+	"github.com/stormguard/stormguard/retry"
 )
 
 const redisAddrEnv = "STORMGUARD_REDIS_ADDR"
@@ -78,6 +81,48 @@ func eventually(d time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// policy returns a retry policy on the fleet guards of host, with opts.
+func policy(t testing.TB, f *Fleet, host string, opts ...retry.Option) *retry.Policy {
+	t.Helper()
+	g, err := f.Guards(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := retry.New(append([]retry.Option{retry.WithBudget(g.Budget), retry.WithBreaker(g.Breaker)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// until runs fn over and over on a goroutine of wg until stop is closed.
+func until(wg *sync.WaitGroup, stop <-chan struct{}, fn func()) {
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fn()
+		}
+	})
+}
+
+// sumRing returns the requests and retries a fleet hash holds, in every
+// slice.
+func sumRing(h map[string]int64) (q, r int64) {
+	for f, v := range h {
+		switch {
+		case strings.HasPrefix(f, "bq"):
+			q += v
+		case strings.HasPrefix(f, "br"):
+			r += v
+		}
+	}
+	return q, r
 }
 
 // mustNew builds a fleet on be, closed with t.

@@ -103,35 +103,30 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 		}
 	}
 	f := func(p string, i int64) string { return p + strconv.FormatInt(i, 10) }
-	budgetWindow := func(cur int64) (q, r int64) {
-		for s := cur - slices + 1; s <= cur; s++ {
-			i := fmod(s, slices)
-			if get(f("bn", i)) == s {
-				q += get(f("bq", i))
-				r += get(f("br", i))
+	ringSum := func(t, a, b string, cur, n int64) (x, y int64) {
+		for s := cur - n + 1; s <= cur; s++ {
+			i := fmod(s, n)
+			if get(f(t, i)) == s {
+				x += get(f(a, i))
+				y += get(f(b, i))
 			}
 		}
-		return q, r
+		return x, y
 	}
-	budgetSlot := func(cur int64) int64 {
-		i := fmod(cur, slices)
-		if get(f("bn", i)) != cur {
-			set(f("bn", i), cur)
-			set(f("bq", i), 0)
-			set(f("br", i), 0)
+	ringSlot := func(t, a, b string, cur, n int64) int64 {
+		i := fmod(cur, n)
+		if get(f(t, i)) != cur {
+			set(f(t, i), cur)
+			set(f(a, i), 0)
+			set(f(b, i), 0)
 		}
 		return i
 	}
+	budgetWindow := func(cur int64) (q, r int64) { return ringSum("bn", "bq", "br", cur, slices) }
+	budgetSlot := func(cur int64) int64 { return ringSlot("bn", "bq", "br", cur, slices) }
 	outcomeWindow := func(cur int64) (calls, fails int64) {
-		for e := cur - buckets + 1; e <= cur; e++ {
-			i := fmod(e, buckets)
-			if get(f("on", i)) == e {
-				fl := get(f("of", i))
-				calls += get(f("os", i)) + fl
-				fails += fl
-			}
-		}
-		return calls, fails
+		succ, fails := ringSum("on", "os", "of", cur, buckets)
+		return succ + fails, fails
 	}
 	flip := func(st int64) {
 		set("st", st)
@@ -175,12 +170,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 				flip(0)
 			}
 			if (ds > 0 || df > 0) && get("st") == 0 && seen == get("ep") {
-				i := fmod(bcur, buckets)
-				if get(f("on", i)) != bcur {
-					set(f("on", i), bcur)
-					set(f("os", i), 0)
-					set(f("of", i), 0)
-				}
+				i := ringSlot("on", "os", "of", bcur, buckets)
 				set(f("os", i), get(f("os", i))+ds)
 				set(f("of", i), get(f("of", i))+df)
 				if df > 0 {

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,16 +42,13 @@ func redisWindow(t *testing.T, c redis.UniversalClient, cfg Config, host string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := map[string]int64{}
 	for f, v := range raw {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		switch {
-		case strings.HasPrefix(f, "bq"):
-			q += n
-		case strings.HasPrefix(f, "br"):
-			r += n
+		if h[f], err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("field %s = %q: %v", f, v, err)
 		}
 	}
-	return q, r
+	return sumRing(h)
 }
 
 // TestRedisFleetAccounting runs 100 processes' budgets, each used by
@@ -290,18 +286,11 @@ func TestRedisTripAndRecover(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for _, b := range brks {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if p, err := b.Allow(); err == nil {
-					b.Done(p, true)
-				}
-				time.Sleep(2 * time.Millisecond)
+		until(&wg, stop, func() {
+			if p, err := b.Allow(); err == nil {
+				b.Done(p, true)
 			}
+			time.Sleep(2 * time.Millisecond)
 		})
 	}
 	ok := eventually(2*time.Second, func() bool { return allIn(breaker.Closed) })

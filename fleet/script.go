@@ -63,37 +63,35 @@ local function save(key)
   redis.call('PEXPIRE', key, ttl)
 end
 
-local function budget_window(cur)
-  local q, r = 0, 0
-  for s = cur - slices + 1, cur do
-    local i = s % slices
-    if get('bn' .. i) == s then
-      q = q + get('bq' .. i)
-      r = r + get('br' .. i)
+-- ring_sum returns the sums of fields a<i> and b<i> over the slots i of a
+-- ring of n whose tag t<i> lies in the window (cur - n, cur].
+local function ring_sum(t, a, b, cur, n)
+  local x, y = 0, 0
+  for s = cur - n + 1, cur do
+    local i = s % n
+    if get(t .. i) == s then
+      x = x + get(a .. i)
+      y = y + get(b .. i)
     end
   end
-  return q, r
+  return x, y
 end
 
-local function budget_slot(cur)
-  local i = cur % slices
-  if get('bn' .. i) ~= cur then
-    set('bn' .. i, cur); set('bq' .. i, 0); set('br' .. i, 0)
+-- ring_slot returns the slot of cur in a ring of n, emptied first if it
+-- held an older slice.
+local function ring_slot(t, a, b, cur, n)
+  local i = cur % n
+  if get(t .. i) ~= cur then
+    set(t .. i, cur); set(a .. i, 0); set(b .. i, 0)
   end
   return i
 end
 
+local function budget_window(cur) return ring_sum('bn', 'bq', 'br', cur, slices) end
+local function budget_slot(cur) return ring_slot('bn', 'bq', 'br', cur, slices) end
 local function outcome_window(cur)
-  local calls, fails = 0, 0
-  for e = cur - buckets + 1, cur do
-    local i = e % buckets
-    if get('on' .. i) == e then
-      local f = get('of' .. i)
-      calls = calls + get('os' .. i) + f
-      fails = fails + f
-    end
-  end
-  return calls, fails
+  local succ, fails = ring_sum('on', 'os', 'of', cur, buckets)
+  return succ + fails, fails
 end
 
 local function flip(st)
@@ -126,10 +124,7 @@ if mode == 's' then
     end
     if close == 1 and get('st') == 1 and seen == get('ep') then flip(0) end
     if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
-      local i = bcur % buckets
-      if get('on' .. i) ~= bcur then
-        set('on' .. i, bcur); set('os' .. i, 0); set('of' .. i, 0)
-      end
+      local i = ring_slot('on', 'os', 'of', bcur, buckets)
       set('os' .. i, get('os' .. i) + ds)
       set('of' .. i, get('of' .. i) + df)
       if df > 0 then

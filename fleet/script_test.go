@@ -177,8 +177,8 @@ func FuzzScriptMatchesModel(f *testing.F) {
 	f.Add([]byte{0})
 	f.Add([]byte("a sequence of calls with some returns and closes"))
 	f.Add(make([]byte, 200))
+	rc := redisClient(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rc := redisClient(t)
 		prefix := DefaultPrefix + "{" + uniqueName(t) + "}:"
 		defer rc.Del(context.Background(), prefix+"h0", prefix+"h1", prefix+"h2")
 		src := &byteSource{data}

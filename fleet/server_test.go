@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/idempotency/storetest"
 )
 
 // redisServer is a redis-server the test started, on its own port.
@@ -37,6 +39,9 @@ func startRedisServer(t *testing.T, port int) *redisServer {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
+		if os.Getenv(storetest.RequireServicesEnv) == "1" {
+			t.Fatalf("redis-server not installed and %s=1: %v", storetest.RequireServicesEnv, err)
+		}
 		t.Skipf("redis-server not installed: %v", err)
 	}
 	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
