@@ -1,0 +1,260 @@
+package otelstormguard
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Attribute keys of stormguard's own, for what OpenTelemetry's semantic
+// conventions have no name for (retry loops, breakers, budgets, admission).
+const (
+	// NameKey is the name of a server-side guard (admission control,
+	// idempotency keys): the Name of its events.
+	NameKey = attribute.Key("stormguard.name")
+	// OutcomeKey is the outcome of an attempt ("success", "failure",
+	// "rejected"), a breaker wait ("admitted", "rejected"), an idempotency
+	// lookup or an admission decision.
+	OutcomeKey = attribute.Key("stormguard.outcome")
+	// AttemptKey is an attempt's number, 1 for the first (spans only).
+	AttemptKey = attribute.Key("stormguard.attempt")
+	// AttemptsKey is the number of attempts a call made (give-up span
+	// events).
+	AttemptsKey = attribute.Key("stormguard.attempts")
+	// DelaySourceKey says what set a retry's delay: "backoff" or "hint"
+	// (the server's Retry-After was longer).
+	DelaySourceKey = attribute.Key("stormguard.retry.delay_source")
+	// DelayKey is a retry's delay in seconds (span events).
+	DelayKey = attribute.Key("stormguard.retry.delay")
+	// GiveUpReasonKey is why a call gave up: "not retryable", "attempts
+	// exhausted", "deadline", "canceled", "budget exhausted" or "circuit
+	// open".
+	GiveUpReasonKey = attribute.Key("stormguard.give_up.reason")
+	// BreakerFromKey and BreakerToKey are the states of a breaker's
+	// change; BreakerStateKey is a state of the state gauge ("closed",
+	// "half-open", "open").
+	BreakerFromKey  = attribute.Key("stormguard.breaker.from")
+	BreakerToKey    = attribute.Key("stormguard.breaker.to")
+	BreakerStateKey = attribute.Key("stormguard.breaker.state")
+	// WaitKey is how long a call waited behind an open breaker, in
+	// seconds (span events).
+	WaitKey = attribute.Key("stormguard.breaker.wait")
+	// AdmissionReasonKey is the admission controller's own name for a
+	// refusal: "retry-refused", "queue-full", "queue-timeout", "canceled".
+	AdmissionReasonKey = attribute.Key("stormguard.admission.reason")
+	// FleetFromKey and FleetToKey are the modes of a fleet's change;
+	// FleetModeKey is a mode of the mode gauge ("fleet", "local").
+	FleetFromKey = attribute.Key("stormguard.fleet.from")
+	FleetToKey   = attribute.Key("stormguard.fleet.to")
+	FleetModeKey = attribute.Key("stormguard.fleet.mode")
+)
+
+// overflowName stands for every dependency beyond the observer's limit, as
+// semantic conventions use "_OTHER" for values outside a known set.
+const overflowName = "_OTHER"
+
+// kind says which attribute set a cache entry holds.
+type kind uint8
+
+const (
+	kindAttempt           kind = iota + 1 // AttemptEnd: outcome
+	kindSpan                              // AttemptStart: span start options for attempt n
+	kindRetry                             // Retry: delay source
+	kindGiveUp                            // GiveUp: reason
+	kindWait                              // BreakerWait: outcome
+	kindBreakerTransition                 // BreakerState: from, to
+	kindBreakerState                      // breaker state gauge: state
+	kindIdempotency                       // Idempotency: outcome
+	kindAdmission                         // Admission: outcome, reason
+	kindFleetTransition                   // FleetMode: from, to
+	kindFleetState                        // fleet mode gauge: mode
+)
+
+// serverSide reports whether the Name of k's events names a server-side
+// guard (stormguard.name) rather than a dependency (server.address).
+func (k kind) serverSide() bool { return k == kindIdempotency || k == kindAdmission }
+
+// maxCachedAttempt is the highest attempt number whose span options are
+// cached; later attempts build theirs on each call.
+const maxCachedAttempt = 32
+
+// labels identifies one attribute set of a dependency.
+type labels struct {
+	kind kind
+	n    int // attempt number (kindSpan)
+	a, b string
+}
+
+// attrs is one attribute set, as the options each API takes, built once.
+type attrs struct {
+	add  []metric.AddOption
+	rec  []metric.RecordOption
+	obs  []metric.ObserveOption
+	span []trace.SpanStartOption // kindSpan only
+}
+
+// dep is what the observer keeps per dependency (an event's Name): its
+// attribute sets. Lookups read an immutable snapshot through one atomic
+// load; a new set (rare: once per label) is added under mu to a copy.
+type dep struct {
+	client   []attribute.KeyValue // server.address[, server.port]
+	server   []attribute.KeyValue // stormguard.name
+	spanKind trace.SpanKind
+
+	snap atomic.Pointer[map[labels]*attrs] // never modified once stored
+	mu   sync.Mutex
+}
+
+func newDep(name string, spanKind trace.SpanKind) *dep {
+	d := &dep{spanKind: spanKind}
+	if name != "" {
+		host, port := splitHostPort(name)
+		d.client = append(d.client, semconv.ServerAddressKey.String(host))
+		if port > 0 {
+			d.client = append(d.client, semconv.ServerPortKey.Int(port))
+		}
+		d.server = []attribute.KeyValue{NameKey.String(name)}
+	}
+	d.snap.Store(&map[labels]*attrs{})
+	return d
+}
+
+// get returns the attribute set l of d, building it on first use.
+func (d *dep) get(l labels) *attrs {
+	if a := (*d.snap.Load())[l]; a != nil {
+		return a
+	}
+	if l.kind == kindSpan && l.n > maxCachedAttempt {
+		return d.build(l)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := *d.snap.Load()
+	if a := old[l]; a != nil {
+		return a
+	}
+	a := d.build(l)
+	m := make(map[labels]*attrs, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[l] = a
+	d.snap.Store(&m)
+	return a
+}
+
+// build makes the attribute set l of d.
+func (d *dep) build(l labels) *attrs {
+	base := d.client
+	if l.kind.serverSide() {
+		base = d.server
+	}
+	kvs := make([]attribute.KeyValue, 0, len(base)+2)
+	kvs = append(kvs, base...)
+	switch l.kind {
+	case kindSpan:
+		kvs = append(kvs, AttemptKey.Int(l.n))
+		if l.n > 1 {
+			kvs = append(kvs, semconv.HTTPRequestResendCountKey.Int(l.n-1))
+		}
+		return &attrs{span: []trace.SpanStartOption{trace.WithSpanKind(d.spanKind), trace.WithAttributes(kvs...)}}
+	case kindAttempt, kindWait, kindIdempotency:
+		kvs = append(kvs, OutcomeKey.String(l.a))
+	case kindRetry:
+		kvs = append(kvs, DelaySourceKey.String(l.a))
+	case kindGiveUp:
+		kvs = append(kvs, GiveUpReasonKey.String(l.a))
+	case kindBreakerTransition:
+		kvs = append(kvs, BreakerFromKey.String(l.a), BreakerToKey.String(l.b))
+	case kindBreakerState:
+		kvs = append(kvs, BreakerStateKey.String(l.a))
+	case kindAdmission:
+		kvs = append(kvs, OutcomeKey.String(l.a))
+		if l.b != "" {
+			kvs = append(kvs, AdmissionReasonKey.String(l.b))
+		}
+	case kindFleetTransition:
+		kvs = append(kvs, FleetFromKey.String(l.a), FleetToKey.String(l.b))
+	case kindFleetState:
+		kvs = append(kvs, FleetModeKey.String(l.a))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	return &attrs{
+		add: []metric.AddOption{opt},
+		rec: []metric.RecordOption{opt},
+		obs: []metric.ObserveOption{opt},
+	}
+}
+
+// deps is the bounded table of dependencies, by name. Lookups read an
+// immutable snapshot through one atomic load: no lock, no allocation. A
+// name beyond the limit is reported as the dependency "_OTHER" (and looks
+// the table up under its mutex each time, so the table stays bounded).
+type deps struct {
+	max      int
+	spanKind trace.SpanKind
+	other    *dep
+
+	snap atomic.Pointer[map[string]*dep] // never modified once stored
+	mu   sync.Mutex
+}
+
+func newDeps(max int, spanKind trace.SpanKind) *deps {
+	t := &deps{max: max, spanKind: spanKind, other: newDep(overflowName, spanKind)}
+	t.snap.Store(&map[string]*dep{})
+	return t
+}
+
+// get returns the dependency named name.
+func (t *deps) get(name string) *dep {
+	if d := (*t.snap.Load())[name]; d != nil {
+		return d
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.snap.Load()
+	if d := old[name]; d != nil {
+		return d
+	}
+	if len(old) >= t.max {
+		return t.other
+	}
+	d := newDep(name, t.spanKind)
+	m := make(map[string]*dep, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[name] = d
+	t.snap.Store(&m)
+	return d
+}
+
+// splitHostPort splits a dependency's name into the server address and
+// port of the semantic conventions: "api.example.com:8443" gives
+// "api.example.com" and 8443, "[::1]:80" gives "::1" and 80. A name
+// without a valid port (a bare host, a policy's name, a gRPC target
+// with a scheme) is the address as it is, with port 0.
+func splitHostPort(name string) (string, int) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return name, 0
+	}
+	host, p := name[:i], name[i+1:]
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 || p[0] == '+' || strings.ContainsRune(host, '/') || host == "" {
+		return name, 0
+	}
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		return host[1 : len(host)-1], port
+	}
+	if strings.ContainsRune(host, ':') { // an IPv6 address without brackets
+		return name, 0
+	}
+	return host, port
+}

@@ -1,0 +1,78 @@
+// Package otelstormguard turns what stormguard's guards do into
+// OpenTelemetry metrics and traces: it adapts the one event seam of the core
+// (package observe) to an OpenTelemetry meter and tracer. It is a module of
+// its own, so that the core needs nothing but the standard library.
+//
+//	obs, err := otelstormguard.NewObserver() // the global providers
+//	client, err := httpretry.NewClient(httpretry.WithObserver(obs))
+//
+// The same [Observer] serves every guard: retry.WithObserver for a policy
+// of one's own (with retry.WithName for the dependency), httpretry's
+// WithObserver, admission.Config.Observer, and the fleet module's
+// Config.Observer. [PrometheusHandler] serves the metrics at /metrics
+// through the OpenTelemetry Prometheus exporter.
+//
+// # Metrics
+//
+// Every metric of the client side carries the dependency as server.address
+// and, when the event's Name ends in a port, server.port (the semantic
+// conventions' attributes; for httpretry the Name is the destination host,
+// otherwise the policy's name). Those of the server side (admission,
+// idempotency) carry the guard's name as stormguard.name.
+//
+//	stormguard.attempts                   counter    {attempt}     by stormguard.outcome
+//	stormguard.attempt.duration           histogram  s             by stormguard.outcome
+//	stormguard.retries                    counter    {retry}       by stormguard.retry.delay_source
+//	stormguard.retry.delay                histogram  s             by stormguard.retry.delay_source
+//	stormguard.give_ups                   counter    {call}        by stormguard.give_up.reason
+//	stormguard.breaker.transitions        counter    {transition}  by stormguard.breaker.from, .to
+//	stormguard.breaker.state              gauge      {state}       by stormguard.breaker.state (1 current, 0 others)
+//	stormguard.breaker.wait.duration      histogram  s             by stormguard.outcome
+//	stormguard.idempotency.outcomes       counter    {request}     by stormguard.outcome
+//	stormguard.idempotency.store.duration histogram  s             by stormguard.outcome
+//	stormguard.admission.decisions        counter    {decision}    by stormguard.outcome, stormguard.admission.reason
+//	stormguard.admission.retry_after      histogram  s             by stormguard.outcome, stormguard.admission.reason
+//	stormguard.fleet.mode.transitions     counter    {transition}  by stormguard.fleet.from, .to
+//	stormguard.fleet.mode                 gauge      {mode}        by stormguard.fleet.mode (1 current, 0 other)
+//
+// A budget refusal is a give-up with reason "budget exhausted": it has no
+// counter of its own, so that a refused call is counted once. The state
+// gauges report a breaker or a fleet from its first change on (before it,
+// a breaker is closed).
+//
+// # Traces
+//
+// Each attempt runs under a span of its own, "stormguard.attempt", started
+// by [Observer.TagAttempt] as a child of the span in the caller's context
+// and ended when the attempt ends. It carries server.address, server.port,
+// stormguard.attempt (1 for the first), http.request.resend_count (attempt
+// − 1, from the second attempt on), stormguard.outcome and, for a failed
+// attempt, error.type (the HTTP status code, or the error's type) and the
+// status Error with the error's message. Its kind is INTERNAL by default,
+// so that an HTTP or gRPC client span made below it (otelhttp or otelgrpc
+// as the base transport) stays the one CLIENT span of the attempt
+// ([WithAttemptSpanKind] changes it).
+//
+// The loop's decisions are events on the caller's span, the span in the
+// context the call was made with: "stormguard.retry" (the failed attempt,
+// the delay and its source), "stormguard.breaker.wait" and
+// "stormguard.give_up" (the reason and the attempts made). A call made
+// without a span of the caller's has no parent for its attempts (each is
+// a root span) and nowhere to put those events: start a span around the
+// call, or let the server's instrumentation do it.
+//
+// # Cost
+//
+// Attribute sets are built once per dependency and label and reused, so a
+// steady state of metrics allocates nothing of the observer's own (the
+// success path of a retry loop with a budget and a breaker makes no
+// allocation with the metrics SDK; see the benchmarks). Spans allocate
+// what the tracing SDK allocates. No-op providers (the noop packages of
+// the OpenTelemetry API) are recognised and cost no more than the event
+// seam itself. The observer never logs.
+//
+// At most [DefaultMaxDependencies] distinct names ([WithMaxDependencies])
+// are kept; the events of further names are reported with the name
+// "_OTHER", so that a client that calls arbitrary hosts cannot grow the
+// observer's memory or the metrics' cardinality without bound.
+package otelstormguard

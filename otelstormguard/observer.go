@@ -1,0 +1,383 @@
+package otelstormguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/stormguard/stormguard/observe"
+)
+
+// ScopeName is the instrumentation scope of the meter and the tracer the
+// observer uses.
+const ScopeName = "github.com/stormguard/stormguard/otelstormguard"
+
+// DefaultMaxDependencies is the number of distinct dependencies (event
+// names) an [Observer] keeps attribute sets for by default.
+const DefaultMaxDependencies = 1024
+
+// Option configures [NewObserver]. Options are immutable and safe to share.
+type Option func(*config)
+
+type config struct {
+	mp       metric.MeterProvider
+	tp       trace.TracerProvider
+	spanKind trace.SpanKind
+	maxDeps  int
+}
+
+// WithMeterProvider sets the meter provider the metrics are created with.
+// nil (the default) means the global one, [otel.GetMeterProvider]; a
+// provider of package go.opentelemetry.io/otel/metric/noop turns the
+// metrics off at no cost.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.mp = mp }
+}
+
+// WithTracerProvider sets the tracer provider the attempt spans are started
+// with. nil (the default) means the global one, [otel.GetTracerProvider]; a
+// provider of package go.opentelemetry.io/otel/trace/noop turns the spans
+// off at no cost.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithAttemptSpanKind sets the kind of the attempt spans. The default,
+// [trace.SpanKindInternal], suits a stack where the protocol's own
+// instrumentation (otelhttp, otelgrpc as the base transport) makes the
+// client span of each attempt under it; use [trace.SpanKindClient] when
+// the attempt spans are the only spans of the calls. An invalid kind
+// means the default.
+func WithAttemptSpanKind(k trace.SpanKind) Option {
+	return func(c *config) { c.spanKind = k }
+}
+
+// WithMaxDependencies bounds the number of distinct dependencies (event
+// names) the observer keeps attribute sets and gauge states for; the
+// events of any further name are reported with the name "_OTHER". n <= 0
+// means [DefaultMaxDependencies].
+func WithMaxDependencies(n int) Option {
+	return func(c *config) { c.maxDeps = n }
+}
+
+// Observer turns stormguard's events (package observe) into OpenTelemetry
+// metrics and spans. Build one with [NewObserver] and hand it to the guards
+// (httpretry.WithObserver, retry.WithObserver, admission.Config.Observer,
+// fleet's Config.Observer, ...); one Observer may serve them all.
+//
+// It is an [observe.AttemptTagger]: each attempt runs under a span of its
+// own. Attribute sets are built once per dependency and label and then
+// reused, so that in a steady state a metric update allocates nothing of
+// the observer's own. It never logs. An Observer is safe for concurrent
+// use.
+type Observer struct {
+	metrics bool // false: a no-op meter provider
+	traces  bool // false: a no-op tracer provider
+	tracer  trace.Tracer
+	deps    *deps
+	reg     metric.Registration // the gauges' callback; nil without metrics
+
+	attempts, retries, giveUps               metric.Int64Counter
+	attemptDuration, retryDelay, breakerWait metric.Float64Histogram
+	breakerTransitions, fleetTransitions     metric.Int64Counter
+	idemOutcomes, admissionDecisions         metric.Int64Counter
+	idemStoreDuration, admissionRetryAfter   metric.Float64Histogram
+	breakerState, fleetMode                  metric.Int64ObservableGauge
+
+	stateMu       sync.Mutex
+	breakerStates map[*dep]string // guarded by stateMu: the latest state per dependency
+	fleetModes    map[*dep]string // guarded by stateMu: the latest mode per fleet
+}
+
+var (
+	_ observe.Observer      = (*Observer)(nil)
+	_ observe.AttemptTagger = (*Observer)(nil)
+)
+
+// Histogram bucket boundaries, in seconds: the HTTP semantic conventions'
+// request duration buckets for the durations of attempts and store calls,
+// and a longer range for delays (backoffs, Retry-After, breaker waits).
+var (
+	durationBuckets = []float64{0, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+	delayBuckets    = []float64{0, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
+)
+
+// The states the gauges report, one series each.
+var (
+	breakerStateNames = []string{"closed", "half-open", "open"}
+	fleetModeNames    = []string{"fleet", "local"}
+)
+
+// NewObserver returns an Observer that records to the given providers (the
+// global ones by default). It creates its instruments (see the package
+// documentation for their names and units) and registers the callback of
+// the two state gauges; [Observer.Close] unregisters it. It returns an
+// error if the meter provider refuses an instrument.
+func NewObserver(opts ...Option) (*Observer, error) {
+	c := config{spanKind: trace.SpanKindInternal, maxDeps: DefaultMaxDependencies}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.maxDeps <= 0 {
+		c.maxDeps = DefaultMaxDependencies
+	}
+	if c.spanKind < trace.SpanKindInternal || c.spanKind > trace.SpanKindConsumer {
+		c.spanKind = trace.SpanKindInternal
+	}
+	o := &Observer{
+		deps:          newDeps(c.maxDeps, c.spanKind),
+		breakerStates: map[*dep]string{},
+		fleetModes:    map[*dep]string{},
+	}
+	if _, noop := c.tp.(tracenoop.TracerProvider); !noop {
+		o.traces = true
+		o.tracer = c.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))
+	}
+	if _, noop := c.mp.(metricnoop.MeterProvider); !noop {
+		o.metrics = true
+		if err := o.instruments(c.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// instruments creates the instruments on m.
+func (o *Observer) instruments(m metric.Meter) error {
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	o.attempts = counter("stormguard.attempts", "{attempt}", "Attempts made, by outcome.")
+	o.attemptDuration = histogram("stormguard.attempt.duration", "Duration of attempts, by outcome.", durationBuckets)
+	o.retries = counter("stormguard.retries", "{retry}", "Retries decided, by what set the delay.")
+	o.retryDelay = histogram("stormguard.retry.delay", "Delay slept before a retry, by what set it.", delayBuckets)
+	o.giveUps = counter("stormguard.give_ups", "{call}", "Calls that ended without success, by reason (a budget refusal is reason \"budget exhausted\").")
+	o.breakerTransitions = counter("stormguard.breaker.transitions", "{transition}", "Circuit breaker state changes.")
+	o.breakerState = gauge("stormguard.breaker.state", "{state}", "1 for the state a circuit breaker is in, 0 for the others; a breaker appears at its first change.")
+	o.breakerWait = histogram("stormguard.breaker.wait.duration", "Time calls waited behind an open circuit breaker, by outcome.", delayBuckets)
+	o.idemOutcomes = counter("stormguard.idempotency.outcomes", "{request}", "Keyed requests the idempotency guard handled, by outcome.")
+	o.idemStoreDuration = histogram("stormguard.idempotency.store.duration", "Time the idempotency guard spent in its store per request, by outcome.", durationBuckets)
+	o.admissionDecisions = counter("stormguard.admission.decisions", "{decision}", "Admission decisions, by outcome (a request that queued makes a queued decision and a final one).")
+	o.admissionRetryAfter = histogram("stormguard.admission.retry_after", "Retry-After given with each shed request, by outcome.", delayBuckets)
+	o.fleetTransitions = counter("stormguard.fleet.mode.transitions", "{transition}", "Fleet mode changes of a shared budget or breaker.")
+	o.fleetMode = gauge("stormguard.fleet.mode", "{mode}", "1 for the mode a fleet-shared guard is in, 0 for the other; a fleet appears at its first change.")
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("otelstormguard: create instruments: %w", err)
+	}
+	reg, err := m.RegisterCallback(o.observeStates, o.breakerState, o.fleetMode)
+	if err != nil {
+		return fmt.Errorf("otelstormguard: register the state gauges: %w", err)
+	}
+	o.reg = reg
+	return nil
+}
+
+// Close unregisters the callback of the state gauges, so that the meter
+// provider stops calling into o. o may still be used; its gauges then
+// report nothing. Close is safe to call more than once.
+func (o *Observer) Close() error {
+	if o.reg == nil {
+		return nil
+	}
+	if err := o.reg.Unregister(); err != nil {
+		return fmt.Errorf("otelstormguard: unregister the state gauges: %w", err)
+	}
+	return nil
+}
+
+// attemptKey is the context key of the span TagAttempt started.
+type attemptKey struct{}
+
+// TagAttempt starts the span of an attempt (e.Kind AttemptStart) as a
+// child of the span in ctx and returns the context that carries it. The
+// span is named "stormguard.attempt"; it has server.address and
+// server.port (the dependency), stormguard.attempt (the attempt number)
+// and, on every attempt after the first, http.request.resend_count
+// (attempt - 1). The AttemptEnd event of the attempt ends it. For any other
+// kind of event, and without tracing, it returns ctx.
+func (o *Observer) TagAttempt(ctx context.Context, e observe.Event) context.Context {
+	if !o.traces || e.Kind != observe.AttemptStart {
+		return ctx
+	}
+	a := o.deps.get(e.Name).get(labels{kind: kindSpan, n: e.Attempt})
+	ctx, span := o.tracer.Start(ctx, "stormguard.attempt", a.span...)
+	return context.WithValue(ctx, attemptKey{}, span)
+}
+
+// Observe records e: see the package documentation for what each kind of
+// event feeds.
+func (o *Observer) Observe(ctx context.Context, e observe.Event) {
+	switch e.Kind {
+	case observe.AttemptEnd:
+		o.attemptEnd(ctx, e)
+	case observe.Retry:
+		if o.metrics {
+			a := o.attrs(e.Name, labels{kind: kindRetry, a: e.Outcome})
+			o.retries.Add(ctx, 1, a.add...)
+			o.retryDelay.Record(ctx, e.Delay.Seconds(), a.rec...)
+		}
+		if o.traces {
+			if span := trace.SpanFromContext(ctx); span.IsRecording() {
+				span.AddEvent("stormguard.retry", trace.WithAttributes(
+					AttemptKey.Int(e.Attempt), DelayKey.Float64(e.Delay.Seconds()), DelaySourceKey.String(e.Outcome)))
+			}
+		}
+	case observe.GiveUp:
+		if o.metrics {
+			o.giveUps.Add(ctx, 1, o.attrs(e.Name, labels{kind: kindGiveUp, a: e.Reason}).add...)
+		}
+		if o.traces {
+			if span := trace.SpanFromContext(ctx); span.IsRecording() {
+				span.AddEvent("stormguard.give_up", trace.WithAttributes(
+					GiveUpReasonKey.String(e.Reason), AttemptsKey.Int(e.Attempt)))
+			}
+		}
+	case observe.BreakerWait:
+		if o.metrics {
+			o.breakerWait.Record(ctx, e.Elapsed.Seconds(), o.attrs(e.Name, labels{kind: kindWait, a: e.Outcome}).rec...)
+		}
+		if o.traces {
+			if span := trace.SpanFromContext(ctx); span.IsRecording() {
+				span.AddEvent("stormguard.breaker.wait", trace.WithAttributes(
+					WaitKey.Float64(e.Elapsed.Seconds()), OutcomeKey.String(e.Outcome)))
+			}
+		}
+	case observe.BreakerState:
+		if o.metrics {
+			d := o.deps.get(e.Name)
+			o.breakerTransitions.Add(ctx, 1, d.get(labels{kind: kindBreakerTransition, a: e.From, b: e.To}).add...)
+			o.setState(o.breakerStates, d, e.To)
+		}
+	case observe.Idempotency:
+		if o.metrics {
+			a := o.attrs(e.Name, labels{kind: kindIdempotency, a: e.Outcome})
+			o.idemOutcomes.Add(ctx, 1, a.add...)
+			o.idemStoreDuration.Record(ctx, e.Elapsed.Seconds(), a.rec...)
+		}
+	case observe.Admission:
+		if o.metrics {
+			a := o.attrs(e.Name, labels{kind: kindAdmission, a: e.Outcome, b: e.Reason})
+			o.admissionDecisions.Add(ctx, 1, a.add...)
+			if e.Delay > 0 {
+				o.admissionRetryAfter.Record(ctx, e.Delay.Seconds(), a.rec...)
+			}
+		}
+	case observe.FleetMode:
+		if o.metrics {
+			d := o.deps.get(e.Name)
+			o.fleetTransitions.Add(ctx, 1, d.get(labels{kind: kindFleetTransition, a: e.From, b: e.To}).add...)
+			o.setState(o.fleetModes, d, e.To)
+		}
+	}
+}
+
+// attrs returns the attribute set l of the dependency named name.
+func (o *Observer) attrs(name string, l labels) *attrs {
+	return o.deps.get(name).get(l)
+}
+
+// attemptEnd records the end of an attempt and ends its span.
+func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
+	if o.metrics {
+		a := o.attrs(e.Name, labels{kind: kindAttempt, a: e.Outcome})
+		o.attempts.Add(ctx, 1, a.add...)
+		o.attemptDuration.Record(ctx, e.Elapsed.Seconds(), a.rec...)
+	}
+	if !o.traces {
+		return
+	}
+	span, ok := ctx.Value(attemptKey{}).(trace.Span)
+	if !ok {
+		return // not an attempt this observer tagged
+	}
+	if span.IsRecording() {
+		span.SetAttributes(OutcomeKey.String(e.Outcome))
+		if e.Outcome != "success" && e.Err != nil {
+			span.SetAttributes(semconv.ErrorTypeKey.String(errorType(e.Err)))
+			span.SetStatus(codes.Error, e.Err.Error())
+		}
+	}
+	span.End()
+}
+
+// errorType is the error.type of an attempt's error: the status code of an
+// error that carries one (httpretry's StatusError), else the type of the
+// innermost error.
+func errorType(err error) string {
+	var sc interface{ StatusCode() int }
+	if errors.As(err, &sc) {
+		return strconv.Itoa(sc.StatusCode())
+	}
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			break
+		}
+		err = u
+	}
+	return semconv.ErrorType(err).Value.AsString()
+}
+
+// setState records the latest state of a breaker or fleet for its gauge.
+func (o *Observer) setState(states map[*dep]string, d *dep, state string) {
+	o.stateMu.Lock()
+	states[d] = state
+	o.stateMu.Unlock()
+}
+
+// observeStates is the callback of the state gauges: one series per state
+// and dependency, 1 for the state it is in and 0 for the others.
+func (o *Observer) observeStates(_ context.Context, obs metric.Observer) error {
+	o.stateMu.Lock()
+	defer o.stateMu.Unlock()
+	observeState(obs, o.breakerState, o.breakerStates, kindBreakerState, breakerStateNames)
+	observeState(obs, o.fleetMode, o.fleetModes, kindFleetState, fleetModeNames)
+	return nil
+}
+
+func observeState(obs metric.Observer, g metric.Int64Observable, states map[*dep]string, k kind, names []string) {
+	for d, cur := range states {
+		known := false
+		for _, s := range names {
+			v := int64(0)
+			if s == cur {
+				v, known = 1, true
+			}
+			obs.ObserveInt64(g, v, d.get(labels{kind: k, a: s}).obs...)
+		}
+		if !known { // a state outside the known set still shows
+			obs.ObserveInt64(g, 1, d.get(labels{kind: k, a: cur}).obs...)
+		}
+	}
+}

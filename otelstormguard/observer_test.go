@@ -1,0 +1,190 @@
+package otelstormguard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/otelstormguard"
+)
+
+// The observer ends only the spans it started: an AttemptEnd whose context
+// it did not tag (an observer wrapped so that it cannot tag, or an event
+// from elsewhere) leaves the caller's span alone; TagAttempt of any other
+// kind returns the context as it is.
+func TestEndsOnlyItsOwnSpans(t *testing.T) {
+	s := newSDK(t)
+	ctx, call := s.tracer.Start(context.Background(), "call")
+	s.obs.Observe(ctx, observe.Event{Kind: observe.AttemptStart, Name: "db", Attempt: 1})
+	s.obs.Observe(ctx, observe.Event{Kind: observe.AttemptEnd, Name: "db", Attempt: 1, Outcome: "failure", Err: errors.New("boom")})
+	if got := s.obs.TagAttempt(ctx, observe.Event{Kind: observe.Retry, Name: "db"}); got != ctx {
+		t.Error("TagAttempt of a Retry event returned a new context")
+	}
+	if n := len(s.spans.Ended()); n != 0 {
+		t.Fatalf("%d spans ended, want none (the caller's span is still open)", n)
+	}
+	call.End()
+	if n := len(s.spans.Ended()); n != 1 || s.spans.Ended()[0].Status().Code != 0 {
+		t.Errorf("after the caller ended its span: %d spans ended, want 1 with its status untouched", n)
+	}
+}
+
+// An attempt tagged through observe.Multi, after another tagger, still
+// gets its span ended with its outcome; its span is the child of the
+// caller's.
+func TestTagThroughMulti(t *testing.T) {
+	s := newSDK(t)
+	type key struct{}
+	other := tagger(func(ctx context.Context, e observe.Event) context.Context {
+		return context.WithValue(ctx, key{}, e.Attempt)
+	})
+	obs := observe.Multi(other, s.obs).(observe.AttemptTagger)
+	ctx, call := s.tracer.Start(context.Background(), "call")
+	actx := obs.TagAttempt(ctx, observe.Event{Kind: observe.AttemptStart, Name: "db:5432", Attempt: 2})
+	if actx.Value(key{}) != 2 {
+		t.Error("the other tagger's value is lost")
+	}
+	if sc := trace.SpanContextFromContext(actx); !sc.IsValid() || sc.SpanID() == call.SpanContext().SpanID() {
+		t.Fatalf("attempt context carries span %v, want a new span", sc.SpanID())
+	}
+	obs.(observe.Observer).Observe(actx, observe.Event{Kind: observe.AttemptEnd, Name: "db:5432", Attempt: 2, Outcome: "success"})
+	call.End()
+	ended := s.spans.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans ended, want 2", len(ended))
+	}
+	got := fmtAttrs(spanAttrs(ended[0].Attributes()))
+	want := "http.request.resend_count=1 server.address=db server.port=5432 stormguard.attempt=2 stormguard.outcome=success"
+	if got != want || ended[0].Parent().SpanID() != call.SpanContext().SpanID() {
+		t.Errorf("attempt span attributes %s (parent %v), want %s under the call", got, ended[0].Parent().SpanID(), want)
+	}
+}
+
+// tagger is an observer that tags attempts with a function and ignores
+// the rest.
+type tagger func(context.Context, observe.Event) context.Context
+
+func (f tagger) TagAttempt(ctx context.Context, e observe.Event) context.Context { return f(ctx, e) }
+func (tagger) Observe(context.Context, observe.Event)                            {}
+
+// Dependencies beyond WithMaxDependencies are reported as "_OTHER".
+func TestMaxDependencies(t *testing.T) {
+	s := newSDK(t, otelstormguard.WithMaxDependencies(2))
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c", "d", "a"} {
+		s.obs.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: name, Reason: "deadline"})
+	}
+	checkSeries(t, s.series(t), map[string]float64{
+		"stormguard.give_ups{server.address=a,stormguard.give_up.reason=deadline}":      2,
+		"stormguard.give_ups{server.address=b,stormguard.give_up.reason=deadline}":      1,
+		"stormguard.give_ups{server.address=_OTHER,stormguard.give_up.reason=deadline}": 2,
+	})
+}
+
+// How an event's Name becomes server.address and server.port, and a
+// nameless event has neither.
+func TestDependencyAttributes(t *testing.T) {
+	tests := []struct{ name, want string }{
+		{"api.example.com", "server.address=api.example.com"},
+		{"api.example.com:8443", "server.address=api.example.com,server.port=8443"},
+		{"[::1]:80", "server.address=::1,server.port=80"},
+		{"::1", "server.address=::1"},
+		{"payments", "server.address=payments"},
+		{"dns:///pay.svc:443", "server.address=dns:///pay.svc:443"},
+		{"host:0", "server.address=host:0"},
+		{"host:99999", "server.address=host:99999"},
+		{"host:+80", "server.address=host:+80"},
+		{":80", "server.address=:80"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSDK(t)
+			s.obs.Observe(context.Background(), observe.Event{Kind: observe.GiveUp, Name: tt.name, Reason: "canceled"})
+			sep := ","
+			if tt.want == "" {
+				sep = ""
+			}
+			checkSeries(t, s.series(t), map[string]float64{
+				"stormguard.give_ups{" + tt.want + sep + "stormguard.give_up.reason=canceled}": 1,
+			})
+		})
+	}
+}
+
+// With no-op providers the observer records nothing, tags nothing and
+// costs nothing; Close is safe without metrics and twice.
+func TestNoopProviders(t *testing.T) {
+	obs, err := otelstormguard.NewObserver(
+		otelstormguard.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelstormguard.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if got := obs.TagAttempt(ctx, observe.Event{Kind: observe.AttemptStart, Attempt: 1}); got != ctx {
+		t.Error("TagAttempt with a no-op tracer returned a new context")
+	}
+	events := append(idempotencyAndFleetEvents(),
+		observe.Event{Kind: observe.AttemptEnd, Outcome: "success"},
+		observe.Event{Kind: observe.Retry, Delay: time.Second, Outcome: "backoff"},
+		observe.Event{Kind: observe.GiveUp, Reason: "deadline"},
+		observe.Event{Kind: observe.BreakerState, From: "closed", To: "open"},
+		observe.Event{Kind: observe.BreakerWait, Outcome: "admitted"},
+		observe.Event{Kind: observe.Admission, Outcome: "admitted"},
+	)
+	if n := testing.AllocsPerRun(100, func() {
+		for _, e := range events {
+			obs.Observe(ctx, e)
+		}
+	}); n != 0 {
+		t.Errorf("Observe with no-op providers: %v allocs, want 0", n)
+	}
+	for range 2 {
+		if err := obs.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+}
+
+// Close stops the state gauges; the counters go on.
+func TestClose(t *testing.T) {
+	s := newSDK(t)
+	ctx := context.Background()
+	s.obs.Observe(ctx, observe.Event{Kind: observe.BreakerState, Name: "db", From: "closed", To: "open"})
+	if err := s.obs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkSeries(t, s.series(t), map[string]float64{
+		"stormguard.breaker.transitions{server.address=db,stormguard.breaker.from=closed,stormguard.breaker.to=open}": 1,
+	})
+}
+
+// A meter provider that refuses an instrument makes NewObserver fail with
+// its error.
+func TestNewObserverError(t *testing.T) {
+	_, err := otelstormguard.NewObserver(otelstormguard.WithMeterProvider(refusing{}))
+	if !errors.Is(err, errRefused) {
+		t.Errorf("NewObserver = %v, want an error wrapping %v", err, errRefused)
+	}
+}
+
+var errRefused = errors.New("instrument refused")
+
+// refusing is a meter provider whose meters refuse int64 counters.
+type refusing struct{ metricnoop.MeterProvider }
+
+func (refusing) Meter(string, ...metric.MeterOption) metric.Meter { return refusingMeter{} }
+
+type refusingMeter struct{ metricnoop.Meter }
+
+func (refusingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return metricnoop.Int64Counter{}, errRefused
+}
