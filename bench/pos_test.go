@@ -346,6 +346,9 @@ func TestLivePOSSmoke(t *testing.T) {
 				outcomes += w.OK + w.Failed + w.Shed + w.Refused
 				served += w.OK
 			}
+			if st.Panics > 0 {
+				t.Errorf("%s: %d payments panicked in the client; the first:\n%s", s.name, st.Panics, st.Panic)
+			}
 			if ok != st.Succeeded || attempts == 0 || outcomes != attempts || attempts > sent.N() || served < st.Succeeded {
 				t.Errorf("%s: %d payments recorded OK of %d succeeded; the provider counted %d attempts with %d outcomes, %d served; the terminals sent %d",
 					s.name, ok, st.Succeeded, attempts, outcomes, served, sent.N())
@@ -405,6 +408,9 @@ func TestLivePOS(t *testing.T) {
 				t.Fatalf("%s: %v", s.name, err)
 			}
 			rows = append(rows, posRow{setup: s, result: r, load: loadavg()})
+			if r.Stats.Panics > 0 {
+				t.Errorf("%s, Retry-After %v: %d payments panicked in the client; the first:\n%s", s.name, ra, r.Stats.Panics, r.Stats.Panic)
+			}
 			t.Logf("%s, Retry-After %v: %.2fx in the outage, %.1f%% of its payments OK, load %s", s.name, ra,
 				r.Summary.OutageAmplification, 100*r.Summary.OutageGoodput, rows[len(rows)-1].load)
 		}
@@ -455,6 +461,12 @@ func posTable(pc live.ProviderConfig, fc live.FleetConfig, rows []posRow) string
 			row.setup.name, s.OutageAmplification, s.Peak, s.PeakAt.Seconds(), normal,
 			100*s.Goodput, 100*s.OutageGoodput, fmtLatency(s.P50), fmtLatency(s.P99), s.ShedAfter, row.load,
 			fmtLatency(s.LateP99), fmtLatency(s.LateMax))
+	}
+	for _, row := range rows {
+		if st := row.result.Stats; st.Panics > 0 {
+			first, _, _ := strings.Cut(st.Panic, "\n")
+			fmt.Fprintf(&b, "\n**%s: %d payments panicked in the client** (counted as failed): %s\n", row.setup.name, st.Panics, first)
+		}
 	}
 	b.WriteString("\nTargets:\n\n")
 	b.WriteString(posTargets(rows))

@@ -23,6 +23,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,8 +288,13 @@ type FleetStats struct {
 	Offered int64 `json:"offered"`
 	// Succeeded ended with a nil error.
 	Succeeded int64 `json:"succeeded"`
-	// Failed ended with an error.
+	// Failed ended with an error (or a panic).
 	Failed int64 `json:"failed"`
+	// Panics counts the calls that panicked (the client under test has a
+	// bug); Panic is the first panic's value and stack. A panicking call
+	// counts as failed, and the run goes on.
+	Panics int64  `json:"panics,omitempty"`
+	Panic  string `json:"panic,omitempty"`
 	// Calls records every logical request, in no particular order (not
 	// part of the JSON form).
 	Calls []CallRecord `json:"-"`
@@ -357,11 +363,12 @@ func runFleet(ctx context.Context, c FleetConfig, call Call, start time.Time) (F
 		}
 	}
 	var (
-		calls   sync.WaitGroup
-		clients sync.WaitGroup
-		ok, bad atomic.Int64
-		sent    atomic.Int64
-		records = make([]CallRecord, total)
+		calls      sync.WaitGroup
+		clients    sync.WaitGroup
+		ok, bad    atomic.Int64
+		sent       atomic.Int64
+		records    = make([]CallRecord, total)
+		firstPanic panicLog
 	)
 	for _, offset := range offsets {
 		if offset >= c.Duration {
@@ -390,7 +397,7 @@ func runFleet(ctx context.Context, c FleetConfig, call Call, start time.Time) (F
 					}
 					defer cancel()
 					began := time.Now()
-					err := call(cctx)
+					err := guard(cctx, call, &firstPanic)
 					*rec = CallRecord{Start: began.Sub(start), Took: time.Since(began), Late: began.Sub(scheduled), OK: err == nil}
 					if err == nil {
 						ok.Add(1)
@@ -405,7 +412,30 @@ func runFleet(ctx context.Context, c FleetConfig, call Call, start time.Time) (F
 	clients.Wait()
 	calls.Wait()
 	st := FleetStats{Offered: sent.Load(), Succeeded: ok.Load(), Failed: bad.Load(), Calls: records[:sent.Load()]}
+	st.Panics, st.Panic = firstPanic.n.Load(), firstPanic.first
 	return st, ctx.Err()
+}
+
+// panicLog counts the calls that panicked and keeps the first panic.
+type panicLog struct {
+	n     atomic.Int64
+	once  sync.Once
+	first string
+}
+
+// errPanicked is what a call that panicked returns.
+var errPanicked = errors.New("live: the call panicked")
+
+// guard runs call, turning a panic into errPanicked logged in log.
+func guard(ctx context.Context, call Call, log *panicLog) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.n.Add(1)
+			log.once.Do(func() { log.first = fmt.Sprintf("%v\n%s", v, debug.Stack()) })
+			err = errPanicked
+		}
+	}()
+	return call(ctx)
 }
 
 // Get returns a [Call] that sends GET url with client and succeeds on a

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,5 +258,23 @@ func TestLoop(t *testing.T) {
 		return func(context.Context) error { return errors.New("503") }
 	}, time.Millisecond, 0)(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Loop(until the deadline) = %v, want the deadline", err)
+	}
+}
+
+// A call that panics is counted, fails, and does not stop the fleet.
+func TestRunFleetPanics(t *testing.T) {
+	var n atomic.Int64
+	st, err := live.RunFleet(context.Background(), live.FleetConfig{Clients: 4, Every: 10 * time.Millisecond, Duration: 50 * time.Millisecond},
+		func(context.Context) error {
+			if n.Add(1)%2 == 0 {
+				panic("client bug")
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Offered != 20 || st.Panics != 10 || st.Failed != 10 || st.Succeeded != 10 || !strings.Contains(st.Panic, "client bug") {
+		t.Errorf("RunFleet with a panicking call: %+v (panic %q); want 20 offered, 10 panics counted as failures", st, st.Panic)
 	}
 }
