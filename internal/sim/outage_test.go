@@ -467,6 +467,24 @@ func BenchmarkOutage(b *testing.B) {
 	}
 }
 
+// BenchmarkOutagePatience runs the two policies that wait behind the
+// breaker (one breaker per terminal, one for the fleet) over 8000
+// terminals: the model's heaviest paths.
+func BenchmarkOutagePatience(b *testing.B) {
+	c := sim.DefaultLowVolumeOutageConfig()
+	c.Policies = nil
+	for _, p := range sim.DefaultOutagePolicies() {
+		if p.Wait {
+			c.Policies = append(c.Policies, p)
+		}
+	}
+	for b.Loop() {
+		if _, err := sim.Outage(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkOutageLowVolume(b *testing.B) {
 	c := sim.DefaultLowVolumeOutageConfig()
 	for b.Loop() {

@@ -1,0 +1,80 @@
+package sim
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+)
+
+// The model's release rate follows breaker.Config.ReleaseRate: the trip's
+// window per second of the time its calls took, at least Probes per
+// OpenFor; a set rate as is; a negative one all at once.
+func TestSimBreakerReleaseRate(t *testing.T) {
+	s := DefaultBreakerSettings() // 10 s window in 1 s buckets, 3 probes per 1 s
+	tests := []struct {
+		name     string
+		rate     float64 // ReleaseRate setting
+		calls    int     // in the window at the trip
+		closedAt time.Duration
+		trip     time.Duration
+		want     float64
+	}{
+		{"whole window", 0, 500, 0, 30 * time.Second, 50},
+		{"closed 2 s before the trip", 0, 500, 28 * time.Second, 30 * time.Second, 250},
+		{"closed just before: one bucket", 0, 500, 30*time.Second - time.Millisecond, 30 * time.Second, 500},
+		{"floor: probes per open period", 0, 10, 0, 30 * time.Second, 3},
+		{"set", 42, 500, 0, 30 * time.Second, 42},
+		{"all at once", -1, 500, 0, 30 * time.Second, math.Inf(1)},
+	}
+	for _, tt := range tests {
+		s.ReleaseRate = tt.rate
+		b, err := s.build(fixedClock, nil, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := &simBreaker{b: b, cfg: b.Config(), calls: tt.calls, closedAt: tt.closedAt}
+		sb.tripped(tt.trip)
+		if got := sb.releaseRate(); math.Abs(got-tt.want) > 1e-9 && got != tt.want {
+			t.Errorf("%s: release rate %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestSimBreakerCompact(t *testing.T) {
+	sb := &simBreaker{}
+	for i := range 3000 {
+		sb.fifo = append(sb.fifo, waitEntry{id: int32(i)})
+	}
+	sb.head, sb.n = 2000, 1000
+	sb.compact()
+	if sb.head != 0 || len(sb.fifo) != 1000 || sb.fifo[0].id != 2000 {
+		t.Errorf("compact with 2000 consumed of 3000: head %d, %d left starting at %d; want 0, 1000, 2000", sb.head, len(sb.fifo), sb.fifo[0].id)
+	}
+	sb.n = 0
+	sb.compact()
+	if sb.head != 0 || len(sb.fifo) != 0 {
+		t.Errorf("compact with nothing waiting: head %d, %d left; want an empty list", sb.head, len(sb.fifo))
+	}
+}
+
+func TestOpenWait(t *testing.T) {
+	b, err := DefaultBreakerSettings().build(fixedClock, nil, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Trip(0)
+	_, rejection := b.Allow()
+	wait, open, err := openWait(rejection)
+	if err != nil || !open || wait <= 0 || wait > 2*time.Second {
+		t.Errorf("openWait(open breaker's rejection) = %v, %v, %v; want up to 1.2 s, open", wait, open, err)
+	}
+	if _, _, err := openWait(errors.New("not a breaker's")); !errors.Is(err, errNotOpen) {
+		t.Errorf("openWait(other error) = %v, want errNotOpen", err)
+	}
+	if _, open, _ := openWait(&breaker.OpenError{State: breaker.HalfOpen}); open {
+		t.Error("openWait(half-open rejection) reports open")
+	}
+}
