@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -219,4 +220,31 @@ func BenchmarkSuccessInterleaved(b *testing.B) {
 	b.ReportMetric(float64(tl)/n, "local-ns/call")
 	b.ReportMetric(float64(tf)/n, "fleet-ns/call")
 	b.ReportMetric(float64(tf)/float64(tl), "fleet/local")
+}
+
+// BenchmarkSync measures one sync (the one round trip a process makes per
+// interval) against the test Redis, for 1 and 10 hosts with traffic.
+func BenchmarkSync(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		b.Run(strconv.Itoa(n)+"hosts", func(b *testing.B) {
+			f := benchFleet(b)
+			var budgets []*Budget
+			for i := range n {
+				fb, err := f.Budget("host" + strconv.Itoa(i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				budgets = append(budgets, fb)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, fb := range budgets {
+					fb.Deposit()
+				}
+				if err := f.sync(false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
