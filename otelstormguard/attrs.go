@@ -1,6 +1,7 @@
 package otelstormguard
 
 import (
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,12 +141,7 @@ func (d *dep) get(l labels) *attrs {
 		return a
 	}
 	a := d.build(l)
-	m := make(map[labels]*attrs, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[l] = a
-	d.snap.Store(&m)
+	publish(&d.snap, old, l, a)
 	return a
 }
 
@@ -226,13 +222,17 @@ func (t *deps) get(name string) *dep {
 		return t.other
 	}
 	d := newDep(name, t.spanKind)
-	m := make(map[string]*dep, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[name] = d
-	t.snap.Store(&m)
+	publish(&t.snap, old, name, d)
 	return d
+}
+
+// publish stores in snap a copy of old, the map it holds, with k set to v.
+// The caller holds the lock that serialises the writers of snap.
+func publish[K comparable, V any](snap *atomic.Pointer[map[K]V], old map[K]V, k K, v V) {
+	m := make(map[K]V, len(old)+1)
+	maps.Copy(m, old)
+	m[k] = v
+	snap.Store(&m)
 }
 
 // splitHostPort splits a dependency's name into the server address and

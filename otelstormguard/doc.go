@@ -7,9 +7,9 @@
 //	client, err := httpretry.NewClient(httpretry.WithObserver(obs))
 //
 // The same [Observer] serves every guard: retry.WithObserver for a policy
-// of one's own (with retry.WithName for the dependency), httpretry's
-// WithObserver, admission.Config.Observer, and the fleet module's
-// Config.Observer. [PrometheusHandler] serves the metrics at /metrics
+// of one's own (with retry.WithName for the dependency), the WithObserver
+// options of httpretry and grpcretry, admission.Config.Observer, and the
+// fleet module's Config.Observer. [PrometheusHandler] serves the metrics at /metrics
 // through the OpenTelemetry Prometheus exporter.
 //
 // # Metrics
