@@ -230,7 +230,22 @@ func (b *Budget) DepositAt(t time.Time) {
 	b.depositAt(t)
 }
 
-func (b *Budget) depositAt(t time.Time) {
+// DepositN records n original requests sent at time t, like n calls of
+// [Budget.DepositAt] in one counter update: for counts gathered elsewhere (a
+// fleet's sync feeding the local budget it falls back to). n of 0 or less
+// records nothing.
+func (b *Budget) DepositN(t time.Time, n int) {
+	b.ready()
+	if n <= 0 {
+		return
+	}
+	b.deposit(t, uint64(min(n, tagged.MaxCount)))
+}
+
+func (b *Budget) depositAt(t time.Time) { b.deposit(t, 1) }
+
+// deposit adds n deposits at t, saturating at MaxCount.
+func (b *Budget) deposit(t time.Time, add uint64) {
 	s := b.sliceOf(t)
 	tag := tagged.Tag(s)
 	w := &b.requests[b.index(s)]
@@ -243,9 +258,9 @@ func (b *Budget) depositAt(t time.Time) {
 			if n == tagged.MaxCount {
 				return // saturated
 			}
-			next = old + 1
+			next = old + min(add, tagged.MaxCount-n)
 		case d > 0:
-			next = tagged.Pack(s, 1) // the word held an expired slice: reset it
+			next = tagged.Pack(s, add) // the word held an expired slice: reset it
 		default:
 			return // the word already holds a later slice: t has expired
 		}

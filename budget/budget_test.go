@@ -718,3 +718,31 @@ func TestRealClockDefault(t *testing.T) {
 		}
 	})
 }
+
+// DepositN counts like n DepositAt calls, saturating at MaxCount.
+func TestDepositN(t *testing.T) {
+	a := newBudget(t, 0.5, 0, 10*time.Second, 10)
+	b := newBudget(t, 0.5, 0, 10*time.Second, 10)
+	at := t0.Add(1500 * time.Millisecond)
+	for range 40 {
+		a.DepositAt(at)
+	}
+	b.DepositN(at, 40)
+	b.DepositN(at, 0)
+	b.DepositN(at, -5)
+	if sa, sb := a.StatsAt(at), b.StatsAt(at); sa != sb || sb.Requests != 40 {
+		t.Errorf("DepositN(40) stats %+v, 40 DepositAt %+v; want equal, 40 requests", sb, sa)
+	}
+	c := newBudget(t, 0.5, 0, 10*time.Second, 10)
+	c.DepositN(at, budget.MaxCount-1)
+	c.DepositN(at, 10)
+	if s := c.StatsAt(at); s.Requests != budget.MaxCount {
+		t.Errorf("DepositN past MaxCount: %d requests, want %d (saturated)", s.Requests, budget.MaxCount)
+	}
+	d := newBudget(t, 0.5, 0, time.Second, 1)
+	d.DepositN(t0, 7)
+	d.DepositN(t0.Add(time.Second), 3) // the next slice resets the word
+	if s := d.StatsAt(t0.Add(time.Second)); s.Requests != 3 {
+		t.Errorf("after the slice moved on: %d requests, want 3", s.Requests)
+	}
+}

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -12,14 +13,26 @@ import (
 // sliding window) satisfies it; a budget shared by a whole fleet can too.
 //
 // Both methods are called from every goroutine that uses the policy, so
-// they must be safe for concurrent use; they sit on the hot path (Deposit
-// on every call) and should neither block nor allocate.
+// they must be safe for concurrent use. Deposit sits on the hot path (every
+// call) and must neither block nor allocate. Withdraw is called only before
+// a retry; it should be quick, but may make one short bounded round trip
+// (a budget shared by a fleet leasing more retries). Such a budget should
+// also implement [BudgetWithin], so that the round trip never outlasts the
+// call's deadline.
 type Budget interface {
 	// Deposit records an original request: the first attempt of a call.
 	Deposit()
 	// Withdraw reports whether one retry may be sent now, and if so
 	// records it.
 	Withdraw() bool
+}
+
+// BudgetWithin is implemented by a [Budget] whose Withdraw may wait (a
+// round trip to a shared store): the loop then calls WithdrawWithin with
+// the time left before the call's overall deadline (0 when the call has
+// none), and the budget must answer within it (refusing if it cannot).
+type BudgetWithin interface {
+	WithdrawWithin(left time.Duration) bool
 }
 
 // WithBudget attaches a retry budget to the policy. nil (or a nil

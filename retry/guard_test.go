@@ -662,3 +662,43 @@ func TestPermanentFailureStopsAndCountsAsFailure(t *testing.T) {
 		t.Error("PermanentFailure(nil) != nil")
 	}
 }
+
+// withinBudget records the time left each WithdrawWithin was given.
+type withinBudget struct {
+	lefts []time.Duration
+	plain int
+}
+
+func (b *withinBudget) Deposit()       {}
+func (b *withinBudget) Withdraw() bool { b.plain++; return true }
+func (b *withinBudget) WithdrawWithin(left time.Duration) bool {
+	b.lefts = append(b.lefts, left)
+	return true
+}
+
+// A budget that may wait is asked with the time left before the deadline
+// (0 without one), never with plain Withdraw.
+func TestBudgetWithin(t *testing.T) {
+	clock := newRecordingClock()
+	b := &withinBudget{}
+	p := mustNew(t, retry.WithClock(clock), retry.WithBudget(b), retry.WithExactRetryAfter(),
+		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Second, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calls := 0
+	_ = p.Do(ctx, script(&calls, err503, err503, nil))
+	if len(b.lefts) != 2 || b.plain != 0 {
+		t.Fatalf("WithdrawWithin called %d times (plain Withdraw %d), want 2 and 0", len(b.lefts), b.plain)
+	}
+	// 10 s at the start; the first sleep (200 ms) is taken after the
+	// first withdrawal.
+	if b.lefts[0] <= 9*time.Second || b.lefts[1] >= b.lefts[0] {
+		t.Errorf("time left per withdrawal %v, want about 10s then less", b.lefts)
+	}
+	b.lefts = nil
+	calls = 0
+	_ = p.Do(context.Background(), script(&calls, err503, nil))
+	if len(b.lefts) != 1 || b.lefts[0] != 0 {
+		t.Errorf("without a deadline: lefts %v, want [0]", b.lefts)
+	}
+}

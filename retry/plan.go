@@ -81,7 +81,7 @@ func (pl *Plan) next(err error, left time.Duration) (time.Duration, Reason, erro
 			return 0, CircuitOpen, oerr
 		}
 	}
-	if p.budget != nil && !p.budget.Withdraw() {
+	if p.budget != nil && !p.withdraw(left) {
 		return 0, BudgetExhausted, nil
 	}
 	return sleep, 0, nil
@@ -102,4 +102,13 @@ func openBeyond(b *breaker.Breaker, sleep, left time.Duration) error {
 		return nil // the next attempt waits for the round
 	}
 	return &breaker.OpenError{State: breaker.Open, Wait: s.HalfOpenIn}
+}
+
+// withdraw asks the budget for one retry, within left of the call's
+// deadline if the budget may wait.
+func (p *Policy) withdraw(left time.Duration) bool {
+	if p.within != nil {
+		return p.within.WithdrawWithin(max(left, 0))
+	}
+	return p.budget.Withdraw()
 }

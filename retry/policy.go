@@ -56,6 +56,7 @@ type config struct {
 	// and withdrawn from before each retry; breaker, if not nil, admits
 	// every attempt and is told its outcome. See guard.go.
 	budget  Budget
+	within  BudgetWithin // budget, if it implements BudgetWithin
 	breaker *breaker.Breaker
 
 	// oneClock is set when the budget and the breaker both run on the
@@ -101,6 +102,7 @@ func New(opts ...Option) (*Policy, error) {
 	}
 	_, c.realClock = c.clock.(systemClock)
 	c.tagger, _ = c.observer.(observe.AttemptTagger)
+	c.within, _ = c.budget.(BudgetWithin)
 	if bb, ok := c.budget.(*budget.Budget); ok && c.breaker != nil && bb.Config().Now == nil && c.breaker.Config().Now == nil {
 		c.oneClock, c.now = bb, clock.Monotonic()
 	}
