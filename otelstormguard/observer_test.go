@@ -3,6 +3,8 @@ package otelstormguard_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,4 +189,54 @@ type refusingMeter struct{ metricnoop.Meter }
 
 func (refusingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
 	return metricnoop.Int64Counter{}, errRefused
+}
+
+// Many goroutines report for a few dependencies while the reader collects:
+// every event is counted once, the caches stay consistent (run with -race).
+func TestConcurrentObserve(t *testing.T) {
+	s := newSDK(t)
+	const workers, each = 8, 300
+	names := []string{"a:1", "b:2", "c:3"}
+	stop := make(chan struct{})
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.series(t)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			ctx := context.Background()
+			for i := range each {
+				name := names[(w+i)%len(names)]
+				actx := s.obs.TagAttempt(ctx, observe.Event{Kind: observe.AttemptStart, Name: name, Attempt: 1 + i%3})
+				s.obs.Observe(actx, observe.Event{Kind: observe.AttemptEnd, Name: name, Attempt: 1 + i%3, Outcome: "success"})
+				s.obs.Observe(ctx, observe.Event{Kind: observe.BreakerState, Name: name, From: "closed", To: "open"})
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-collected
+	got := s.series(t)
+	for _, name := range names {
+		host, port, _ := strings.Cut(name, ":")
+		a := "server.address=" + host + ",server.port=" + port
+		if n := got["stormguard.attempts{"+a+",stormguard.outcome=success}"]; n != workers*each/3 {
+			t.Errorf("%s: %v attempts, want %d", name, n, workers*each/3)
+		}
+		if n := got["stormguard.breaker.state{"+a+",stormguard.breaker.state=open}"]; n != 1 {
+			t.Errorf("%s: open state gauge %v, want 1", name, n)
+		}
+	}
+	if n := len(s.spans.Ended()); n != workers*each {
+		t.Errorf("%d spans ended, want %d", n, workers*each)
+	}
 }
