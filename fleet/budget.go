@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -42,7 +43,14 @@ func (b *Budget) Deposit() {
 // in fleet mode it spends a leased fleet retry, asking Redis for a lease if
 // it holds none; in local mode (or when that round trip fails) it asks the
 // local budget.
-func (b *Budget) Withdraw() bool {
+func (b *Budget) Withdraw() bool { return b.WithdrawWithin(0) }
+
+// WithdrawWithin is Withdraw for a caller with left before its deadline
+// (0: none; retry.BudgetWithin): a lease round trip waits at most the
+// smaller of left and Timeout. A round trip cut short by the caller's left
+// (not by Timeout) decides this retry on the local budget and does not
+// count as a Redis failure.
+func (b *Budget) WithdrawWithin(left time.Duration) bool {
 	h := b.h
 	if h == nil {
 		return false
@@ -57,7 +65,7 @@ func (b *Budget) Withdraw() bool {
 	if h.denied.Load() {
 		return false
 	}
-	return h.refill()
+	return h.refill(left)
 }
 
 // Stats returns the window b decides on: in fleet mode the fleet's, as of
@@ -92,7 +100,7 @@ func (h *host) spent() {
 
 // refill asks the fleet for a new lease and spends one of its retries. One
 // lease request runs at a time; callers that wait for it use its lease.
-func (h *host) refill() bool {
+func (h *host) refill(left time.Duration) bool {
 	h.refillMu.Lock()
 	defer h.refillMu.Unlock()
 	f := h.f
@@ -113,7 +121,12 @@ func (h *host) refill() bool {
 	h.expire(now, false)
 	want := h.want.Load()
 	f.leaseCalls.Add(1)
-	v, err := f.call([]string{h.key}, append(f.set.args("l", 0), itoa(want)), func(v []int64, err error) {
+	wait := f.cfg.Timeout
+	short := left > 0 && left < wait
+	if short {
+		wait = left
+	}
+	v, err := f.callWithin([]string{h.key}, append(f.set.args("l", 0), itoa(want)), func(v []int64, err error) {
 		// The caller stopped waiting: whatever was granted goes back.
 		if err == nil {
 			if r, err := decodeLease(v, want); err == nil && r.granted > 0 {
@@ -121,10 +134,13 @@ func (h *host) refill() bool {
 				h.addReturn(r.slice, r.granted)
 			}
 		}
-	})
+	}, wait)
 	var r leaseReply
 	if err == nil {
 		r, err = decodeLease(v, want)
+	}
+	if short && errors.Is(err, ErrTimeout) {
+		return h.local.Withdraw() // the caller's time ran out, not Redis
 	}
 	if err != nil {
 		f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, err))

@@ -199,3 +199,43 @@ func TestRoundTripRates(t *testing.T) {
 		t.Errorf("idle: %.1f round trips per second, want about 10", idle)
 	}
 }
+
+// A lease request cut short by the caller's own deadline decides that retry
+// on the local budget and does not switch the fleet to local mode: only
+// Redis being slower than Timeout does.
+func TestWithdrawWithinShortDeadline(t *testing.T) {
+	rc := redisClient(t)
+	px := newProxy(t, redisAddr(t))
+	cfg := Config{Name: uniqueName(t), SyncEvery: 50 * time.Millisecond, Timeout: time.Second,
+		MinCalls: 1_000_000, Breaker: breaker.Config{MinCalls: 1_000_000}}
+	cleanup(t, rc, "", cfg.Name)
+	f, err := New(newClient(t, px.addr()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := f.Budget("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		b.Deposit()
+	}
+	// Redis stops answering: a lease that waited Timeout (1 s) would
+	// fail and switch the fleet to local mode; the caller's 20 ms end
+	// the wait first, and the syncs have not yet timed out.
+	px.set(blackhole, 0)
+	if !b.WithdrawWithin(20 * time.Millisecond) {
+		t.Errorf("WithdrawWithin(20ms) = false, want the local budget's yes")
+	}
+	if m := f.Mode(); m != ModeFleet {
+		t.Errorf("mode %v after a lease cut short by the caller, want fleet (stats %+v)", m, f.Stats())
+	}
+	px.set(pass, 0)
+	if !b.WithdrawWithin(time.Second) {
+		t.Errorf("WithdrawWithin(1s) with Redis answering = false")
+	}
+	if m := f.Mode(); m != ModeFleet {
+		t.Errorf("mode %v, want fleet", m)
+	}
+}

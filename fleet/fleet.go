@@ -381,6 +381,11 @@ func (f *Fleet) setMode(to Mode, err error) {
 // ignores the context's deadline cannot hold the caller longer; if the
 // caller stops waiting, late (if not nil) gets the reply when it comes.
 func (f *Fleet) call(keys, args []string, late func([]int64, error)) ([]int64, error) {
+	return f.callWithin(keys, args, late, f.cfg.Timeout)
+}
+
+// callWithin is call waiting at most wait (at most Timeout) for the reply.
+func (f *Fleet) callWithin(keys, args []string, late func([]int64, error), wait time.Duration) ([]int64, error) {
 	if f.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -409,7 +414,7 @@ func (f *Fleet) call(keys, args []string, late func([]int64, error)) ([]int64, e
 			}
 		}
 	}()
-	t := time.NewTimer(f.cfg.Timeout)
+	t := time.NewTimer(min(wait, f.cfg.Timeout))
 	defer t.Stop()
 	select {
 	case r := <-ch:

@@ -90,9 +90,7 @@ func (h *host) collect(now int64, all bool) syncHost {
 // deposits them in the local budget (in this sync's slice of its window).
 func (h *host) takeRequests() uint64 {
 	n := h.requests.Swap(0)
-	for range min(n, budget.MaxCount) {
-		h.local.Deposit()
-	}
+	h.local.DepositN(h.f.cfg.Now(), int(min(n, budget.MaxCount)))
 	return n
 }
 
