@@ -49,8 +49,11 @@ const (
 	Idempotency
 	// Admission: the provider-side admission control decided on a request:
 	// Outcome "admitted", "queued", "shed-retry" (a retry beyond the
-	// ratio) or "shed-busy" (no room to run or wait); Delay is the
-	// Retry-After it answered with, if it shed.
+	// ratio) or "shed-busy" (no room to run or wait). A request that joins
+	// the queue reports "queued" first, then its final decision. Reason is
+	// the controller's own outcome name ("retry-refused", "queue-full",
+	// "queue-timeout", "canceled"); Delay is the Retry-After it answered
+	// with, if it shed; Elapsed is the time the request spent queued.
 	Admission
 	// FleetMode: a fleet-shared budget or breaker switched mode, From and
 	// To ("fleet", "local"), Err the cause of a switch to local.
@@ -112,7 +115,8 @@ type Event struct {
 	// Elapsed is the duration of what ended: an attempt, a wait, a store
 	// call.
 	Elapsed time.Duration
-	// Reason is why a call gave up.
+	// Reason is why a call gave up (for Admission, the controller's
+	// outcome name).
 	Reason string
 	// From and To are the states of a change.
 	From, To string
