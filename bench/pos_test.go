@@ -51,8 +51,9 @@ type posSetup struct {
 	how string
 	// prepare is called once per run with the run's shared base transport
 	// and the provider's URL; it returns the call of terminal i, and what
-	// to do after the run (nil: nothing).
-	prepare func(base http.RoundTripper, url string) (call func(terminal int) live.Call, done func())
+	// to do after the run (nil: nothing), which may return a note for the
+	// report.
+	prepare func(base http.RoundTripper, url string) (call func(terminal int) live.Call, done func() string)
 	// admission, if true, puts an admission controller in front of the
 	// provider's work.
 	admission bool
@@ -111,8 +112,8 @@ func posAdmission(pc live.ProviderConfig) (func(http.Handler) http.Handler, erro
 func posSetups() []posSetup {
 	keys := live.NewKeys()
 	sgOpts := posStormguardOptions()
-	perTerminal := func(opts []httpretry.Option) func(http.RoundTripper, string) (func(int) live.Call, func()) {
-		return func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+	perTerminal := func(opts []httpretry.Option) func(http.RoundTripper, string) (func(int) live.Call, func() string) {
+		return func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 			return func(int) live.Call {
 				t, err := httpretry.NewTransport(base, opts...)
 				if err != nil {
@@ -122,8 +123,8 @@ func posSetups() []posSetup {
 			}, nil
 		}
 	}
-	shared := func(opts []httpretry.Option) func(http.RoundTripper, string) (func(int) live.Call, func()) {
-		return func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+	shared := func(opts []httpretry.Option) func(http.RoundTripper, string) (func(int) live.Call, func() string) {
+		return func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 			t, err := httpretry.NewTransport(base, opts...)
 			client := &http.Client{Transport: t}
 			return func(int) live.Call {
@@ -138,7 +139,7 @@ func posSetups() []posSetup {
 		{
 			name: "fixed 1 s loop",
 			how:  "a hand-rolled loop: POST, on any failure sleep exactly 1 s and POST again with the same key, until the deadline",
-			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 				client := &http.Client{Transport: base}
 				return func(int) live.Call {
 					return live.Loop(func() func(context.Context) error {
@@ -152,7 +153,7 @@ func posSetups() []posSetup {
 			name: "go-retryablehttp v0.7.8",
 			how: "retryablehttp.NewClient() per terminal (4 retries, 1 s to 30 s exponential, Retry-After honoured on 503), " +
 				"Logger nil, HTTPClient.Transport = the shared base; Do of a retryablehttp.Request",
-			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 				return func(int) live.Call {
 					c := retryablehttp.NewClient()
 					c.Logger = nil
@@ -174,7 +175,7 @@ func posSetups() []posSetup {
 			name: "cenkalti/backoff v5.0.3",
 			how: "backoff.Retry(ctx, op) with no options (exponential from 500 ms, x1.5, ±50%, no try limit; the deadline ends it); " +
 				"op returns backoff.RetryAfter(n) on a 503 with Retry-After: n",
-			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 				client := &http.Client{Transport: base}
 				return func(int) live.Call {
 					return func(ctx context.Context) error {
@@ -190,7 +191,7 @@ func posSetups() []posSetup {
 		{
 			name: "avast/retry-go v4.7.0",
 			how:  "retry.Do(op, retry.Context(ctx)) with its defaults: 10 attempts, 100 ms backoff plus up to 100 ms random, Retry-After ignored",
-			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 				client := &http.Client{Transport: base}
 				return func(int) live.Call {
 					return func(ctx context.Context) error {
@@ -204,7 +205,7 @@ func posSetups() []posSetup {
 			name: "failsafe-go v0.9.8",
 			how: "failsafehttp.NewRoundTripper(base, failsafehttp.NewRetryPolicyBuilder().Build()) per terminal: " +
 				"2 retries, no delay unless Retry-After (integer seconds), no jitter",
-			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func()) {
+			prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 				return func(int) live.Call {
 					rp := failsafehttp.NewRetryPolicyBuilder().Build()
 					return live.Payment(&http.Client{Transport: failsafehttp.NewRoundTripper(base, rp)}, url, keys)
@@ -285,17 +286,17 @@ func cenkaltiOp(err error) error {
 }
 
 // runPOS runs setup s through one scenario.
-func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (*live.Result, error) {
+func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (*live.Result, string, error) {
 	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc}
 	if s.admission {
 		wrap, err := posAdmission(pc)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		sc.Wrap = wrap
 	}
 	var calls func(int) live.Call
-	var done func()
+	var done func() string
 	sc.NewCall = func(url string, i int) live.Call {
 		if calls == nil {
 			calls, done = s.prepare(base, url)
@@ -303,10 +304,11 @@ func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.Fle
 		return calls(i)
 	}
 	r, err := live.RunScenario(ctx, sc)
+	note := ""
 	if done != nil {
-		done()
+		note = done()
 	}
-	return r, err
+	return r, note, err
 }
 
 // TestLivePOSSmoke runs every setup through a tiny POS scenario (20
@@ -326,7 +328,7 @@ func TestLivePOSSmoke(t *testing.T) {
 			base := newLiveBase()
 			defer base.CloseIdleConnections()
 			sent := &live.Counter{Base: base}
-			r, err := runPOS(context.Background(), s, pc, fc, sent)
+			r, _, err := runPOS(context.Background(), s, pc, fc, sent)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -368,7 +370,7 @@ func TestLivePOSRetries(t *testing.T) {
 			fc := live.FleetConfig{Clients: 1, Every: time.Minute, Duration: time.Millisecond, Deadline: 30 * time.Second}
 			base := newLiveBase()
 			defer base.CloseIdleConnections()
-			r, err := runPOS(context.Background(), s, pc, fc, base)
+			r, _, err := runPOS(context.Background(), s, pc, fc, base)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -402,12 +404,12 @@ func TestLivePOS(t *testing.T) {
 		var rows []posRow
 		for _, s := range setups {
 			base := newLiveBase()
-			r, err := runPOS(context.Background(), s, pc, fc, base)
+			r, note, err := runPOS(context.Background(), s, pc, fc, base)
 			base.CloseIdleConnections()
 			if err != nil {
 				t.Fatalf("%s: %v", s.name, err)
 			}
-			rows = append(rows, posRow{setup: s, result: r, load: loadavg()})
+			rows = append(rows, posRow{setup: s, result: r, load: loadavg(), note: note})
 			if r.Stats.Panics > 0 {
 				t.Errorf("%s, Retry-After %v: %d payments panicked in the client; the first:\n%s", s.name, ra, r.Stats.Panics, r.Stats.Panic)
 			}
@@ -435,6 +437,7 @@ type posRow struct {
 	setup  posSetup
 	result *live.Result
 	load   string // load average right after the row's run
+	note   string // what the setup reported after the run
 }
 
 // posTable formats one scenario's rows as Markdown: the figures, the
@@ -463,6 +466,9 @@ func posTable(pc live.ProviderConfig, fc live.FleetConfig, rows []posRow) string
 			fmtLatency(s.LateP99), fmtLatency(s.LateMax))
 	}
 	for _, row := range rows {
+		if row.note != "" {
+			fmt.Fprintf(&b, "\n%s: %s\n", row.setup.name, row.note)
+		}
 		if st := row.result.Stats; st.Panics > 0 {
 			first, _, _ := strings.Cut(st.Panic, "\n")
 			fmt.Fprintf(&b, "\n**%s: %d payments panicked in the client** (counted as failed): %s\n", row.setup.name, st.Panics, first)
