@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -85,12 +86,16 @@ const (
 )
 
 // posScenario returns the provider and the fleet of the POS scenario, with
-// the provider sending Retry-After retryAfter during the outage (0: none).
-func posScenario(retryAfter time.Duration) (live.ProviderConfig, live.FleetConfig) {
-	fc := live.FleetConfig{Clients: posTerminals, Every: posEvery, Duration: posDuration, Deadline: posDeadline, RandomPhase: true, Seed: 42}
+// the provider sending Retry-After retryAfter during the outage (0: none),
+// scaled by scale: the terminals, the provider's workers and its queue
+// (1 is the scenario itself; 0.1 has the same shape with a tenth of the
+// load, for a machine that cannot run a thousand terminals on time).
+func posScenario(retryAfter time.Duration, scale float64) (live.ProviderConfig, live.FleetConfig) {
+	scaled := func(n int) int { return max(int(math.Round(float64(n)*scale)), 1) }
+	fc := live.FleetConfig{Clients: scaled(posTerminals), Every: posEvery, Duration: posDuration, Deadline: posDeadline, RandomPhase: true, Seed: 42}
 	pc := live.ProviderConfig{
 		FailAt: posFailAt, FailFor: posFailFor, RetryAfter: retryAfter,
-		Capacity: posWorkers, Queue: posQueue, Work: posWork,
+		Capacity: scaled(posWorkers), Queue: scaled(posQueue), Work: posWork,
 		Window: 100 * time.Millisecond, Horizon: fc.Duration + fc.Deadline + 5*time.Second,
 	}
 	return pc, fc
@@ -384,7 +389,9 @@ func TestLivePOSRetries(t *testing.T) {
 // TestLivePOS runs the POS scenario for every setup, without and with
 // Retry-After, and reports the tables (and writes them as Markdown to the
 // file named by STORMGUARD_LIVE_POS_MD, if set). STORMGUARD_LIVE_POS_ROWS,
-// if set, runs only the rows whose names it contains.
+// if set, runs only the rows whose names it contains;
+// STORMGUARD_LIVE_POS_SCALE (in (0, 1], default 1) scales the terminals and
+// the provider.
 //
 //	cd bench && STORMGUARD_LIVE_POS=1 go test -run='^TestLivePOS$' -v -timeout=40m .
 func TestLivePOS(t *testing.T) {
@@ -396,11 +403,18 @@ func TestLivePOS(t *testing.T) {
 	fmt.Fprintf(&md, "Run %s on %s/%s, %d CPUs, %s; load average before: %s\n\n",
 		start.Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), loadavg())
 	setups := posSetups()
+	scale := 1.0
+	if v := os.Getenv("STORMGUARD_LIVE_POS_SCALE"); v != "" {
+		var err error
+		if scale, err = strconv.ParseFloat(v, 64); err != nil || !(scale > 0 && scale <= 1) {
+			t.Fatalf("STORMGUARD_LIVE_POS_SCALE=%q: want a number in (0, 1]", v)
+		}
+	}
 	if only := os.Getenv("STORMGUARD_LIVE_POS_ROWS"); only != "" {
 		setups = slices.DeleteFunc(setups, func(s posSetup) bool { return !strings.Contains(only, s.name) })
 	}
 	for _, ra := range []time.Duration{0, 2 * time.Second} {
-		pc, fc := posScenario(ra)
+		pc, fc := posScenario(ra, scale)
 		var rows []posRow
 		for _, s := range setups {
 			base := newLiveBase()
