@@ -634,8 +634,8 @@ type Summary struct {
 	// Normal reports whether the provider got back to normal after the
 	// outage, and NormalAfter how long after its end: from then until
 	// the fleet stopped sending, every second (in steps of one window) it
-	// failed, shed and refused nothing and got at most 1.1 times the
-	// offered load.
+	// failed, shed and refused nothing and got at most 10% (and one) more
+	// attempts than the fleet scheduled calls in that second.
 	Normal      bool          `json:"normal"`
 	NormalAfter time.Duration `json:"normal_after_ns"`
 }
@@ -756,27 +756,35 @@ func summarize(r *Result) Summary {
 	}
 	s.P50, s.P99 = Percentile(took, 0.5), Percentile(took, 0.99)
 	s.LateP99, s.LateMax = Percentile(late, 0.99), Percentile(late, 1)
-	s.NormalAfter, s.Normal = backToNormal(r.Windows, pc.Window, end, fc.Duration, 1.1*rate)
+	offered := make([]int64, len(r.Windows))
+	for _, c := range r.Stats.Calls {
+		if i := int((c.Start - c.Late) / pc.Window); i >= 0 && i < len(offered) {
+			offered[i]++
+		}
+	}
+	s.NormalAfter, s.Normal = backToNormal(r.Windows, offered, pc.Window, end, fc.Duration)
 	return s
 }
 
 // backToNormal returns how long after end the provider got back to normal
 // for good, and whether it did before stop: the first window start t >= end
 // such that every span of one second starting at a window start in [t,
-// stop-1s] holds no failed, shed or refused attempt and at most perSecond
-// attempts.
-func backToNormal(ws []Window, window, end, stop time.Duration, perSecond float64) (time.Duration, bool) {
+// stop-1s] holds no failed, shed or refused attempt, and at most 10% (and
+// one) more attempts than the fleet's calls scheduled in it (offered[i]:
+// the calls scheduled in window i).
+func backToNormal(ws []Window, offered []int64, window, end, stop time.Duration) (time.Duration, bool) {
 	span := int(max(time.Second/window, 1))
 	first := int((end + window - 1) / window)
-	last := min(int(stop/window), len(ws)) - span // the last span's first window
+	last := min(int(stop/window), len(ws), len(offered)) - span // the last span's first window
 	normal := -1
 	for i := last; i >= first; i-- {
-		var n, bad int64
-		for _, w := range ws[i : i+span] {
-			n += w.Attempts
-			bad += w.Failed + w.Shed + w.Refused
+		var n, bad, calls int64
+		for k := i; k < i+span; k++ {
+			n += ws[k].Attempts
+			bad += ws[k].Failed + ws[k].Shed + ws[k].Refused
+			calls += offered[k]
 		}
-		if bad > 0 || float64(n) > perSecond*float64(span)*window.Seconds() {
+		if bad > 0 || float64(n) > 1.1*float64(calls)+1 {
 			break
 		}
 		normal = i

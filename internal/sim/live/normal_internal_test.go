@@ -30,7 +30,8 @@ func repeat(n int, v int64) []int64 {
 func TestBackToNormal(t *testing.T) {
 	const w = 100 * time.Millisecond
 	end, stop := time.Second, 5*time.Second
-	calm := repeat(50, 1) // 10 per second, under the limit of 11
+	calm := repeat(50, 1) // 10 per second, as offered
+	offered := repeat(50, 1)
 	tests := []struct {
 		name   string
 		ws     []Window
@@ -41,11 +42,13 @@ func TestBackToNormal(t *testing.T) {
 		{"a spike at 2.0 s", windows(append(append(repeat(20, 1), 20), repeat(29, 1)...)), 1100 * time.Millisecond, true},
 		{"a shed attempt at 2.5 s", windows(calm, 25), 1600 * time.Millisecond, true},
 		{"overloaded to the end", windows(repeat(50, 5)), 0, false},
+		{"one retry more than offered is normal", windows(append(append(repeat(30, 1), 2), repeat(19, 1)...)), 0, true},
+		{"three more is not", windows(append(append(repeat(30, 1), 4), repeat(19, 1)...)), 2100 * time.Millisecond, true},
 		{"shedding in the last second", windows(calm, 48), 0, false},
 		{"a spike during the outage does not count", windows(append([]int64{99}, repeat(49, 1)...)), 0, true},
 	}
 	for _, tt := range tests {
-		got, ok := backToNormal(tt.ws, w, end, stop, 11)
+		got, ok := backToNormal(tt.ws, offered, w, end, stop)
 		if got != tt.want || ok != tt.normal {
 			t.Errorf("%s: backToNormal = %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.normal)
 		}
