@@ -20,12 +20,17 @@ var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 })
 
 // discardWriter is a minimal ResponseWriter, so that the figures are the
-// middleware's own cost rather than httptest.ResponseRecorder's.
-type discardWriter struct{ h http.Header }
+// middleware's own cost rather than httptest.ResponseRecorder's. It keeps
+// the last status, so that a benchmark can check it measured what it
+// meant to (a store full halfway would measure 503s).
+type discardWriter struct {
+	h      http.Header
+	status int
+}
 
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (w *discardWriter) WriteHeader(int)             {}
+func (w *discardWriter) WriteHeader(code int)        { w.status = code }
 
 func benchRequests(b *testing.B, n int, sameKey bool) []*http.Request {
 	b.Helper()
@@ -50,9 +55,13 @@ func benchServe(b *testing.B, h http.Handler, reqs []*http.Request) {
 	b.ResetTimer()
 	for i := range b.N {
 		clear(w.h)
+		w.status = 0
 		r := reqs[i]
 		r.Body = io.NopCloser(strings.NewReader(benchBody))
 		h.ServeHTTP(w, r)
+		if w.status != http.StatusCreated {
+			b.Fatalf("request %d: status %d, want 201", i, w.status)
+		}
 	}
 }
 
@@ -63,13 +72,15 @@ func BenchmarkMiddleware(b *testing.B) {
 		benchServe(b, benchHandler, benchRequests(b, b.N, false))
 	})
 	b.Run("new", func(b *testing.B) {
-		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: b.N + 16})
-		mw, _ := idempotency.New(s, idempotency.WithScope(userScope))
+		// Room for every key: one scope may take about half the store
+		// (half of each shard).
+		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
+		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope))
 		benchServe(b, mw.Handler(benchHandler), benchRequests(b, b.N, false))
 	})
 	b.Run("replay", func(b *testing.B) {
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		mw, _ := idempotency.New(s, idempotency.WithScope(userScope))
+		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope))
 		h := mw.Handler(benchHandler)
 		reqs := benchRequests(b, b.N+1, true)
 		h.ServeHTTP(&discardWriter{h: make(http.Header)}, reqs[b.N])
@@ -77,7 +88,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	b.Run("unguarded-GET", func(b *testing.B) {
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		mw, _ := idempotency.New(s, idempotency.WithScope(userScope))
+		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope))
 		reqs := benchRequests(b, b.N, false)
 		for _, r := range reqs {
 			r.Method = http.MethodGet

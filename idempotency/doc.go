@@ -5,11 +5,13 @@
 // attempt of that operation. A key created inside the retried callback is the
 // classic double-charge bug: each retry then looks like a new operation.
 //
-// A server wraps its handlers with a [Middleware] (after authentication). The
-// middleware follows the IETF draft "The Idempotency-Key HTTP Header Field"
-// and Stripe's behaviour:
+// A server wraps its handlers with a [Middleware] (after authentication),
+// built by [NewMiddleware]. The middleware follows the IETF draft "The
+// Idempotency-Key HTTP Header Field" and Stripe's behaviour:
 //
 //	key required but missing, or malformed          400 problem+json
+//	  (also: an empty key, two header lines, or
+//	  Idempotency-Key and X-Idempotency-Key that differ)
 //	request body over the cap                       413 problem+json
 //	same key, different fingerprint                 422 problem+json
 //	  (method, route, SHA-256 of the body)
@@ -17,18 +19,35 @@
 //	first request finished                          the stored status, allow-listed
 //	                                                headers and body, plus
 //	                                                "Idempotent-Replayed: true"
-//	store unavailable or full                       503 problem+json, Retry-After;
-//	                                                the handler does not run
+//	  body over the cap, or no room for it          the same without the body, plus
+//	                                                "Idempotent-Body-Omitted: true"
+//	store unavailable, full, or silent              503 problem+json, Retry-After;
+//	  past the store timeout                        the handler does not run
+//
+// The key is read from [Header] or, as many clients send it, from
+// [LegacyHeader] ("X-Idempotency-Key").
+//
+// Within the retention period a key's handler runs at most once, whatever
+// happens to the response on its way to the client: what is stored is what
+// the handler produced, whole, even when the client went away mid-response
+// or an [net/http.TimeoutHandler] in front gave up; a handler that returns
+// without a word because its request was canceled produced nothing, and
+// its key is released. The handler runs again only after it panicked, ended
+// with a status that is not stored (5xx, 401, 429 by default), hijacked the
+// connection, or lost its lock.
 //
 // Keys are scoped to the caller (a scope function maps each request to its
-// tenant, user or API key) and reach the [Store] only as a SHA-256 hash of
-// (scope, key): one caller can never read another's stored response, and the
-// store never sees a raw key.
+// tenant, user or API key) and reach the [Store] only as a hash of (scope,
+// key): one caller can never read another's stored response, and the store
+// never sees a raw key.
 //
-// A [Store] claims a key with an owner token and a lock timeout, so that a
-// server that crashes mid-request does not block the key forever, and keeps a
-// finished response for a separate retention period. The package ships the
-// in-memory [MemoryStore]; PostgreSQL and Redis stores live in their own
-// modules (idempotency/pgstore and idempotency/redisstore), and
-// idempotency/storetest holds the conformance suite every store passes.
+// A [Store] claims a key with an owner token and a lock timeout, which the
+// middleware renews while the handler runs, so that a slow handler keeps
+// its key while a server that crashes mid-request does not block it
+// forever; it keeps a finished response for a separate retention period.
+// Every store call is bounded in time. The package ships the in-memory
+// [MemoryStore], which shares its room fairly between callers; PostgreSQL
+// and Redis stores live in their own modules (idempotency/pgstore and
+// idempotency/redisstore), and idempotency/storetest holds the conformance
+// suite every store passes.
 package idempotency

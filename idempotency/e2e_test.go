@@ -23,3 +23,23 @@ func TestEndToEnd(t *testing.T) {
 		Payments: idemtest.Payments(t),
 	})
 }
+
+// TestEndToEndHostile: the same run with the server-side faults of
+// idemtest.Hostile on top: answers cut mid-way (the server's client goes
+// away while the handler writes), an http.TimeoutHandler in front of the
+// middleware of one server, slow handlers that overrun it or give up
+// without a word when their request is canceled. Every payment is applied
+// once, and every answer and replay is the whole answer the handler
+// produced.
+func TestEndToEndHostile(t *testing.T) {
+	// Room for every answer: 10,000 of 16 KiB in one scope (the harness's
+	// shared scope), which may take half the store.
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxBytes: 1 << 30})
+	if err != nil {
+		t.Fatalf("NewMemoryStore: %v", err)
+	}
+	idemtest.RunTest(t, idemtest.Hostile(idemtest.Config{
+		Stores:   []idempotency.Store{store, store},
+		Payments: idemtest.Payments(t),
+	}))
+}

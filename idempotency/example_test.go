@@ -27,12 +27,12 @@ func ExampleNewKey() {
 	// Idempotency-Key set: true
 }
 
-func ExampleMiddleware() {
+func ExampleNewMiddleware() {
 	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := idempotency.New(store,
+	mw, err := idempotency.NewMiddleware(store,
 		// The middleware runs after authentication; keys are per caller.
 		idempotency.WithScope(func(r *http.Request) (string, error) {
 			return r.Header.Get("X-Api-Key"), nil

@@ -14,10 +14,23 @@ import (
 // idempotency key.
 const Header = "Idempotency-Key"
 
+// LegacyHeader is the older, unregistered name of [Header] that many
+// clients still send (and that net/http's Transport, like [Header], takes
+// as a sign that a request may be resent). The [Middleware] takes a key
+// from either; a request that carries both must give the same key in each.
+const LegacyHeader = "X-Idempotency-Key"
+
 // ReplayHeader is the response header field the [Middleware] adds, with the
 // value "true", to a response it replays from the store instead of running
 // the handler.
 const ReplayHeader = "Idempotent-Replayed"
+
+// BodyOmittedHeader is the response header field the [Middleware] adds,
+// with the value "true", to a replay whose body was not kept (it was over
+// the size cap, or the store had no room for it): the replay has the
+// original status and allow-listed header fields and an empty body. The
+// handler did run, once.
+const BodyOmittedHeader = "Idempotent-Body-Omitted"
 
 // MaxKeyLen is the longest idempotency key [ParseKey] accepts, in characters
 // (bytes: keys are ASCII).
@@ -143,26 +156,43 @@ func parseQuoted(v string) (string, error) {
 	return "", fmt.Errorf("%w: missing closing quote", ErrInvalidKey)
 }
 
-// Key identifies an idempotency key inside a [Store]: the SHA-256 hash of
-// the caller's scope and the raw key, built by [HashKey]. A store never sees
-// the raw key. The zero Key is not produced by HashKey.
+// Key identifies an idempotency key inside a [Store]: a hash of the
+// caller's scope and the raw key, built by [HashKey]. Its first 8 bytes are
+// a hash of the scope alone ([Key.Scope]), the other 24 a SHA-256 hash of
+// (scope, raw key). A store never sees the raw key or the scope. The zero
+// Key is not produced by HashKey.
 type Key [sha256.Size]byte
+
+// scopeLen is the number of leading bytes of a Key that hash the scope.
+const scopeLen = 8
 
 // HashKey returns the store key for the raw idempotency key raw sent by the
 // caller identified by scope. Different scopes always give different keys
 // for the same raw key (the scope is length-prefixed, so ("ab", "c") and
-// ("a", "bc") differ too).
+// ("a", "bc") differ too), and every key of one scope has the same
+// [Key.Scope].
 func HashKey(scope, raw string) Key {
+	var k Key
+	var sum [sha256.Size]byte
 	h := sha256.New()
+	h.Write([]byte("stormguard-idempotency-scope\x00"))
+	h.Write([]byte(scope))
+	copy(k[:scopeLen], h.Sum(sum[:0]))
+	h.Reset()
 	var n [binary.MaxVarintLen64]byte
 	h.Write([]byte("stormguard-idempotency-key\x00"))
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(scope)))])
 	h.Write([]byte(scope))
 	h.Write([]byte(raw))
-	var k Key
-	h.Sum(k[:0])
+	copy(k[scopeLen:], h.Sum(sum[:0]))
 	return k
 }
+
+// Scope returns the part of k that identifies the caller's scope: equal
+// for every key [HashKey] made for one scope, and, but for a one in 2^64
+// chance, different between two scopes. A bounded store shares its room
+// fairly between scopes by it.
+func (k Key) Scope() uint64 { return binary.BigEndian.Uint64(k[:scopeLen]) }
 
 // String returns k in hexadecimal.
 func (k Key) String() string { return hex.EncodeToString(k[:]) }

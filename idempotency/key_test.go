@@ -111,11 +111,22 @@ func TestHashKeySeparatesScopes(t *testing.T) {
 			t.Errorf("HashKey%q == HashKey%q", p[0], p[1])
 		}
 	}
-	// Known answer: SHA-256 of a domain tag, the scope's length, the scope
+	// Known answer: 8 bytes of the SHA-256 of a domain tag and the scope,
+	// then 24 of the SHA-256 of another tag, the scope's length, the scope
 	// and the raw key. Stored keys depend on it: it must never change.
-	want := sha256.Sum256([]byte("stormguard-idempotency-key\x00\x05alicek-1"))
-	if got := idempotency.HashKey("alice", "k-1"); got != idempotency.Key(want) {
-		t.Errorf("HashKey(alice, k-1) = %v, want %x", got, want)
+	scope := sha256.Sum256([]byte("stormguard-idempotency-scope\x00alice"))
+	key := sha256.Sum256([]byte("stormguard-idempotency-key\x00\x05alicek-1"))
+	var want idempotency.Key
+	copy(want[:8], scope[:])
+	copy(want[8:], key[:])
+	if got := idempotency.HashKey("alice", "k-1"); got != want {
+		t.Errorf("HashKey(alice, k-1) = %v, want %v", got, want)
+	}
+	if a, b := idempotency.HashKey("alice", "k-1"), idempotency.HashKey("alice", "k-2"); a.Scope() != b.Scope() || a == b {
+		t.Errorf("two keys of alice: Scope() %x and %x, want equal (keys %v, %v differ)", a.Scope(), b.Scope(), a, b)
+	}
+	if a, b := idempotency.HashKey("alice", "k"), idempotency.HashKey("bob", "k"); a.Scope() == b.Scope() {
+		t.Errorf("keys of alice and bob: same Scope() %x", a.Scope())
 	}
 	if s := idempotency.HashKey("alice", "secret-key").String(); strings.Contains(s, "secret") || len(s) != 64 {
 		t.Errorf("HashKey(...).String() = %q, want 64 hex digits", s)

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ func TestNewMemoryStoreErrors(t *testing.T) {
 		{MaxEntries: -1},
 		{MaxBytes: -1},
 		{Shards: 8, MaxEntries: 4},
+		{Shards: 8, MaxEntries: 15},
+		{Shards: 1, MaxBytes: 319},
 	} {
 		if _, err := idempotency.NewMemoryStore(cfg); err == nil {
 			t.Errorf("NewMemoryStore(%+v) = nil error, want an error", cfg)
@@ -44,7 +47,8 @@ func fp(s string) idempotency.Fingerprint {
 func TestMemoryStoreBoundedEntries(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
-	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 3, Now: clock.Now})
+	// One scope takes at most half: 3 keys.
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 6, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +92,8 @@ func TestMemoryStoreBoundedEntries(t *testing.T) {
 func TestMemoryStoreBoundedBytes(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
-	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxBytes: 10_000, Now: clock.Now})
+	// One scope takes at most half: 10,000 bytes.
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxBytes: 20_000, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,5 +174,87 @@ func TestMemoryStoreCopiesRecord(t *testing.T) {
 	got, _ := s.Begin(ctx, k, fp("a"), time.Hour)
 	if string(got.Record.Body) != "hello" || got.Record.Header.Get("Content-Type") != "text/plain" {
 		t.Fatalf("stored record changed with the caller's buffers: %q %v", got.Record.Body, got.Record.Header)
+	}
+}
+
+// TestMemoryStoreFairShare: a scope's own keys and bytes count twice, so a
+// scope that filled its share leaves room for the others, and a later
+// scope gets half of what is left.
+func TestMemoryStoreFairShare(t *testing.T) {
+	ctx := context.Background()
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(scope string) int {
+		n := 0
+		for i := range 100 {
+			_, err := s.Begin(ctx, idempotency.HashKey(scope, fmt.Sprint(i)), fp("a"), time.Hour)
+			if errors.Is(err, idempotency.ErrStoreFull) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("Begin(%s %d): %v", scope, i, err)
+			}
+			n++
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		scope string
+		want  int
+	}{
+		{"mallory", 50}, // alone: half of 100
+		{"bob", 25},     // half of the 50 left
+		{"carol", 12},   // half of the 25 left, rounded down
+	} {
+		if got := claim(tc.scope); got != tc.want {
+			t.Fatalf("%s claimed %d keys, want %d", tc.scope, got, tc.want)
+		}
+	}
+}
+
+// TestMemoryStoreStatusOnlyAlwaysFits: a record of size 0 takes no more
+// room than its lock, so it is stored even when the scope's share is used
+// up.
+func TestMemoryStoreStatusOnlyAlwaysFits(t *testing.T) {
+	ctx := context.Background()
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxBytes: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owners []idempotency.Owner
+	var keys []idempotency.Key
+	for i := 0; ; i++ {
+		k := idempotency.HashKey("s", fmt.Sprint(i))
+		res, err := s.Begin(ctx, k, fp("a"), time.Hour)
+		if errors.Is(err, idempotency.ErrStoreFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, owners = append(keys, k), append(owners, res.Owner)
+	}
+	if len(keys) == 0 {
+		t.Fatal("no key claimed")
+	}
+	if err := s.Complete(ctx, keys[0], owners[0], idempotency.Record{Status: 201, Body: make([]byte, 100)}, time.Hour); !errors.Is(err, idempotency.ErrStoreFull) {
+		t.Fatalf("Complete with a body in a full store: %v, want ErrStoreFull", err)
+	}
+	for i, k := range keys {
+		if err := s.Complete(ctx, k, owners[i], idempotency.Record{Status: 201, BodyOmitted: true}, time.Hour); err != nil {
+			t.Fatalf("Complete(key %d, status only) in a full store: %v", i, err)
+		}
+	}
+}
+
+func TestMemoryStoreRejectsBadRecord(t *testing.T) {
+	ctx := context.Background()
+	s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	k := idempotency.HashKey("s", "k")
+	res, _ := s.Begin(ctx, k, fp("a"), time.Hour)
+	if err := s.Complete(ctx, k, res.Owner, idempotency.Record{Status: 200, Body: []byte("x"), BodyOmitted: true}, time.Hour); err == nil {
+		t.Fatal("Complete(a record with a body and BodyOmitted) = nil error")
 	}
 }

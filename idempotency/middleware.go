@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +19,7 @@ import (
 const (
 	DefaultLockTimeout     = time.Minute
 	DefaultRetention       = 24 * time.Hour
+	DefaultStoreTimeout    = 2 * time.Second
 	DefaultMaxRequestBody  = 1 << 20 // bytes
 	DefaultMaxResponseBody = 1 << 20 // bytes
 )
@@ -39,6 +40,7 @@ var defaultReplayHeaders = []string{
 var neverStored = []string{
 	"Set-Cookie", "Set-Cookie2", "Authorization", "Proxy-Authorization",
 	"Www-Authenticate", "Proxy-Authenticate", "Authentication-Info", "Cookie",
+	ReplayHeader, BodyOmittedHeader,
 }
 
 // ScopeFunc maps an authenticated request to its caller (tenant, user, API
@@ -49,12 +51,14 @@ var neverStored = []string{
 type ScopeFunc func(*http.Request) (string, error)
 
 // Middleware is server-side idempotency for net/http handlers; see the
-// package documentation for its answers. Build it with [New] and wrap
-// handlers with [Middleware.Handler]. A Middleware is immutable and safe
-// for concurrent use; one Middleware may wrap many handlers, and many
-// servers may share one [Store].
+// package documentation for its answers. Build it with [NewMiddleware] and
+// wrap handlers with [Middleware.Handler]. A Middleware is immutable and
+// safe for concurrent use; one Middleware may wrap many handlers, and many
+// servers may share one [Store]. A zero (or nil) Middleware is not usable:
+// its handlers answer every request 500 without running it.
 type Middleware struct {
 	store       Store
+	local       bool // store is a *MemoryStore: it answers at once
 	scope       ScopeFunc
 	required    bool
 	methods     []string
@@ -63,14 +67,15 @@ type Middleware struct {
 	maxRespBody int
 	lockTimeout time.Duration
 	retention   time.Duration
+	callTimeout time.Duration
 	storeStatus func(int) bool
 	replay      []string // canonical header names
 	log         *slog.Logger
 }
 
-// Option configures a [Middleware] in [New]. Options are values made by
-// the With functions; the zero Option does nothing. Once New has returned,
-// nothing can change the Middleware.
+// Option configures a [Middleware] in [NewMiddleware]. Options are values
+// made by the With functions; the zero Option does nothing. Once
+// NewMiddleware has returned, nothing can change the Middleware.
 type Option struct {
 	apply func(*Middleware) error
 }
@@ -99,8 +104,8 @@ func WithSharedScope() Option {
 }
 
 // WithRequired makes the key mandatory on guarded methods: a request
-// without one is answered 400. By default a request without a key runs
-// unguarded.
+// without one (in [Header] or [LegacyHeader]) is answered 400. By default a
+// request without a key runs unguarded.
 func WithRequired() Option {
 	return Option{func(m *Middleware) error { m.required = true; return nil }}
 }
@@ -155,8 +160,10 @@ func WithMaxRequestBody(n int64) Option {
 }
 
 // WithMaxResponseBody caps the stored response body, in bytes (default
-// 1 MiB). A larger response still reaches the client but is not stored: the
-// key is released, so a retry of the same request runs the handler again.
+// 1 MiB). A larger response still reaches the client, and its status and
+// allow-listed header fields are stored without the body: a retry gets them
+// with [BodyOmittedHeader] and an empty body, and the handler does not run
+// again. The same happens when the store has no room for the body.
 func WithMaxResponseBody(n int) Option {
 	return Option{func(m *Middleware) error {
 		if n <= 0 {
@@ -167,9 +174,14 @@ func WithMaxResponseBody(n int) Option {
 	}}
 }
 
-// WithLockTimeout sets how long a claim locks a key (default 1 min). After
-// it, a request whose server vanished stops blocking the key, and its late
-// completion is rejected. Set it above the handler's longest run time.
+// WithLockTimeout sets how long a claim locks a key (default 1 min). While
+// the handler runs, the middleware renews the lock about every third of
+// this time ([Store.Extend]), so a slow handler keeps its key; if a renewal
+// finds the lock lost, or the store does not answer before the lock could
+// expire, the handler's context is canceled with [ErrLockLost] and its
+// response is not stored. A server that dies stops renewing: after the lock
+// timeout its key is free again. Shorter means faster recovery after a
+// crash and more renewals.
 func WithLockTimeout(d time.Duration) Option {
 	return Option{func(m *Middleware) error {
 		if d <= 0 {
@@ -188,6 +200,24 @@ func WithRetention(d time.Duration) Option {
 			return fmt.Errorf("WithRetention(%v): want > 0", d)
 		}
 		m.retention = d
+		return nil
+	}}
+}
+
+// WithStoreTimeout bounds each call to the store (claim, renewal,
+// completion, release), default 2 s. A call that has not answered by then
+// counts as failed, even if the store ignores its context: a claim is
+// answered 503 (fail closed), a completion is tried once more and then
+// left to the lock timeout. A claim is not canceled when the request is
+// (its answer, with the owner token, must not be lost); one that the store
+// reports after the timeout, or after the client left, is released. The
+// in-memory store answers at once and is called directly.
+func WithStoreTimeout(d time.Duration) Option {
+	return Option{func(m *Middleware) error {
+		if d <= 0 {
+			return fmt.Errorf("WithStoreTimeout(%v): want > 0", d)
+		}
+		m.callTimeout = d
 		return nil
 	}}
 }
@@ -246,12 +276,13 @@ func WithLogger(l *slog.Logger) Option {
 	}}
 }
 
-// New returns a middleware that keeps keys in store. It fails when store is
-// nil, an option is invalid, or no scope is set: pass [WithScope] or,
-// deliberately, [WithSharedScope].
-func New(store Store, opts ...Option) (*Middleware, error) {
-	if store == nil {
-		return nil, errors.New("idempotency: New: nil store")
+// NewMiddleware returns a middleware that keeps keys in store. It fails
+// when store is nil, an option is invalid, no scope is set (pass
+// [WithScope] or, deliberately, [WithSharedScope]), or the store cannot
+// keep the lock timeout or retention ([TTLChecker]).
+func NewMiddleware(store Store, opts ...Option) (*Middleware, error) {
+	if v := reflect.ValueOf(store); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return nil, errors.New("idempotency: NewMiddleware: nil store")
 	}
 	m := &Middleware{
 		store:       store,
@@ -261,20 +292,32 @@ func New(store Store, opts ...Option) (*Middleware, error) {
 		maxRespBody: DefaultMaxResponseBody,
 		lockTimeout: DefaultLockTimeout,
 		retention:   DefaultRetention,
+		callTimeout: DefaultStoreTimeout,
 		storeStatus: DefaultStoreStatus,
 		replay:      defaultReplayHeaders,
 		log:         slog.New(slog.DiscardHandler),
 	}
+	_, m.local = store.(*MemoryStore)
 	for _, o := range opts {
 		if o.apply == nil {
 			continue
 		}
 		if err := o.apply(m); err != nil {
-			return nil, fmt.Errorf("idempotency: New: %w", err)
+			return nil, fmt.Errorf("idempotency: NewMiddleware: %w", err)
 		}
 	}
 	if m.scope == nil {
-		return nil, errors.New("idempotency: New: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope")
+		return nil, errors.New("idempotency: NewMiddleware: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope")
+	}
+	if c, ok := store.(TTLChecker); ok {
+		for _, d := range []struct {
+			what string
+			d    time.Duration
+		}{{"lock timeout", m.lockTimeout}, {"retention", m.retention}} {
+			if err := c.CheckTTL(d.d); err != nil {
+				return nil, fmt.Errorf("idempotency: NewMiddleware: %s %v: %w", d.what, d.d, err)
+			}
+		}
 	}
 	return m, nil
 }
@@ -286,11 +329,22 @@ func defaultRoute(r *http.Request) string {
 	return r.URL.EscapedPath() + "?" + r.URL.RawQuery
 }
 
-// Handler returns next guarded by m.
+// Handler returns next guarded by m. A nil next, or a zero or nil m, gives
+// a handler that answers every request 500 without running anything.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if m == nil || m.store == nil || next == nil {
+		return http.HandlerFunc(unconfigured)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	})
+}
+
+// unconfigured answers a request that reached a middleware not built by
+// NewMiddleware, or without a handler.
+func unconfigured(w http.ResponseWriter, _ *http.Request) {
+	problem(w, http.StatusInternalServerError, "not-configured", "Idempotency middleware not configured",
+		"The request was not processed.")
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -298,24 +352,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	values := r.Header.Values(Header)
+	raw, err := requestKey(r.Header)
 	switch {
-	case len(values) == 0 && m.required:
+	case err != nil:
+		problem(w, http.StatusBadRequest, "key-invalid", "Idempotency-Key invalid", keyProblem(err))
+		return
+	case raw == "" && m.required:
 		problem(w, http.StatusBadRequest, "key-missing", "Idempotency-Key missing",
 			"This request needs an Idempotency-Key header.")
 		return
-	case len(values) == 0:
+	case raw == "":
 		next.ServeHTTP(w, r)
-		return
-	case len(values) > 1:
-		problem(w, http.StatusBadRequest, "key-invalid", "Idempotency-Key invalid",
-			"Send exactly one Idempotency-Key header line.")
-		return
-	}
-	raw, err := ParseKey(values[0])
-	if err != nil {
-		problem(w, http.StatusBadRequest, "key-invalid", "Idempotency-Key invalid",
-			"The Idempotency-Key must be 1 to 255 printable ASCII characters, bare or as a quoted string.")
 		return
 	}
 	scope, err := m.scope(r)
@@ -343,7 +390,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	key := HashKey(scope, raw)
 	fp := NewFingerprint(r.Method, m.route(r), sha256.Sum256(body))
 
-	res, err := m.store.Begin(r.Context(), key, fp, m.lockTimeout)
+	claimedAt := time.Now()
+	res, err := m.begin(r.Context(), key, fp)
 	if err != nil {
 		m.log.ErrorContext(r.Context(), "idempotency: store begin failed", "key", key, "err", err)
 		w.Header().Set("Retry-After", retryAfterSeconds)
@@ -362,17 +410,62 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case Completed:
 		m.replayRecord(w, res.Record)
 	case Claimed:
-		r2 := new(http.Request)
-		*r2 = *r
-		r2.Body = io.NopCloser(bytes.NewReader(body))
-		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		r2.ContentLength = int64(len(body))
-		m.run(w, r2, next, key, res.Owner)
+		if r.Context().Err() != nil { // gone while the key was claimed
+			m.release(r.Context(), key, res.Owner, "request canceled before the handler ran")
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			problem(w, http.StatusServiceUnavailable, "canceled", "Request canceled",
+				"The request was canceled before it was processed; retry it with the same Idempotency-Key.")
+			return
+		}
+		m.run(w, r, body, next, key, res.Owner, claimedAt)
 	default:
 		m.log.ErrorContext(r.Context(), "idempotency: store returned no outcome", "key", key, "outcome", res.Outcome)
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Idempotency store unavailable", "")
 	}
+}
+
+// Errors of requestKey.
+var (
+	errKeyLines   = errors.New("more than one key header line")
+	errKeysDiffer = errors.New("the Idempotency-Key and X-Idempotency-Key fields differ")
+)
+
+// requestKey returns the raw idempotency key of a request with header h,
+// from [Header] or [LegacyHeader]; "" if it has neither. A request may
+// carry both if they give the same key. More than one line of either
+// field, an empty or malformed value, or two different keys are errors.
+func requestKey(h http.Header) (string, error) {
+	draft, legacy := h[Header], h[LegacyHeader]
+	if len(draft) > 1 || len(legacy) > 1 {
+		return "", errKeyLines
+	}
+	var key string
+	for _, vs := range [2][]string{draft, legacy} {
+		if len(vs) == 0 {
+			continue
+		}
+		k, err := ParseKey(vs[0])
+		if err != nil {
+			return "", err
+		}
+		if key != "" && k != key {
+			return "", errKeysDiffer
+		}
+		key = k
+	}
+	return key, nil
+}
+
+// keyProblem returns the problem detail for an error of requestKey.
+func keyProblem(err error) string {
+	switch {
+	case errors.Is(err, errKeyLines):
+		return "Send exactly one Idempotency-Key header line."
+	case errors.Is(err, errKeysDiffer):
+		return "Idempotency-Key and X-Idempotency-Key carry different keys; send one key."
+	}
+	return "The Idempotency-Key must be 1 to 255 printable ASCII characters, bare or as a quoted string."
 }
 
 // readBody reads the whole body, at most m.maxReqBody bytes.
@@ -397,57 +490,6 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// run runs the handler for a claimed key, then stores or releases the key.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, key Key, owner Owner) {
-	rec := &recorder{w: w, replay: m.replay, max: m.maxRespBody}
-	finished := false
-	defer func() {
-		if !finished { // panic or runtime.Goexit: release the key, let it unwind
-			m.release(r.Context(), key, owner, "handler panicked")
-		}
-	}()
-	next.ServeHTTP(rec, r)
-	finished = true
-	if !rec.wroteHeader {
-		rec.snapshot(http.StatusOK)
-	}
-	switch {
-	case rec.status < 200:
-		m.release(r.Context(), key, owner, "informational final status")
-	case !m.storeStatus(rec.status):
-		m.release(r.Context(), key, owner, "status not stored")
-	case rec.overflow:
-		m.release(r.Context(), key, owner, "response over the size cap")
-	default:
-		ctx, cancel := m.afterContext(r.Context())
-		defer cancel()
-		err := m.store.Complete(ctx, key, owner, Record{Status: rec.status, Header: rec.header, Body: rec.body}, m.retention)
-		switch {
-		case errors.Is(err, ErrStaleOwner):
-			m.log.WarnContext(ctx, "idempotency: completion rejected: lock lost (handler ran longer than the lock timeout?)", "key", key, "err", err)
-		case err != nil:
-			m.log.ErrorContext(ctx, "idempotency: store complete failed; releasing the key", "key", key, "err", err)
-			m.release(r.Context(), key, owner, "completion failed")
-		}
-	}
-}
-
-// afterContext returns the context for store calls after the handler: not
-// canceled with the request (the client may be gone, the key must still be
-// settled), bounded by the lock timeout (after which the lock is moot).
-func (m *Middleware) afterContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), m.lockTimeout)
-}
-
-func (m *Middleware) release(ctx context.Context, key Key, owner Owner, why string) {
-	ctx, cancel := m.afterContext(ctx)
-	defer cancel()
-	m.log.DebugContext(ctx, "idempotency: releasing key", "key", key, "why", why)
-	if err := m.store.Release(ctx, key, owner); err != nil {
-		m.log.WarnContext(ctx, "idempotency: release failed; the key stays locked until the lock timeout", "key", key, "err", err)
-	}
-}
-
 func (m *Middleware) replayRecord(w http.ResponseWriter, rec Record) {
 	h := w.Header()
 	for _, name := range m.replay {
@@ -456,6 +498,9 @@ func (m *Middleware) replayRecord(w http.ResponseWriter, rec Record) {
 		}
 	}
 	h.Set(ReplayHeader, "true")
+	if rec.BodyOmitted {
+		h.Set(BodyOmittedHeader, "true")
+	}
 	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
 }
@@ -474,71 +519,3 @@ func problem(w http.ResponseWriter, status int, typ, title, detail string) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
-
-// recorder passes a response through to the client and keeps what a
-// replay needs: final status, allow-listed header fields, body up to max.
-type recorder struct {
-	w           http.ResponseWriter
-	replay      []string
-	max         int
-	wroteHeader bool
-	status      int
-	header      http.Header
-	body        []byte
-	overflow    bool
-}
-
-func (rw *recorder) Header() http.Header { return rw.w.Header() }
-
-func (rw *recorder) WriteHeader(code int) {
-	if !rw.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		rw.snapshot(code)
-	}
-	rw.w.WriteHeader(code)
-}
-
-// snapshot records the final status and the allow-listed header fields as
-// they are when the header is written.
-func (rw *recorder) snapshot(code int) {
-	rw.wroteHeader = true
-	rw.status = code
-	h := rw.w.Header()
-	for _, name := range rw.replay {
-		if vs, ok := h[name]; ok {
-			if rw.header == nil {
-				rw.header = make(http.Header, len(rw.replay))
-			}
-			rw.header[name] = slices.Clone(vs)
-		}
-	}
-}
-
-func (rw *recorder) Write(p []byte) (int, error) {
-	if !rw.wroteHeader {
-		rw.WriteHeader(http.StatusOK)
-	}
-	n, err := rw.w.Write(p)
-	if !rw.overflow {
-		if len(rw.body)+n > rw.max {
-			rw.overflow = true
-			rw.body = nil
-		} else {
-			rw.body = append(rw.body, p[:n]...)
-		}
-	}
-	return n, err
-}
-
-// FlushError flushes the underlying writer through http.ResponseController.
-func (rw *recorder) FlushError() error {
-	if !rw.wroteHeader {
-		rw.WriteHeader(http.StatusOK)
-	}
-	return http.NewResponseController(rw.w).Flush()
-}
-
-// Flush implements http.Flusher for handlers that type-assert it.
-func (rw *recorder) Flush() { _ = rw.FlushError() }
-
-// Unwrap returns the underlying writer, for http.ResponseController.
-func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }

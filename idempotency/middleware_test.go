@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,9 +58,9 @@ func newMiddleware(t *testing.T, store idempotency.Store, opts ...idempotency.Op
 		}
 		store = s
 	}
-	mw, err := idempotency.New(store, append([]idempotency.Option{idempotency.WithScope(userScope)}, opts...)...)
+	mw, err := idempotency.NewMiddleware(store, append([]idempotency.Option{idempotency.WithScope(userScope)}, opts...)...)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("NewMiddleware: %v", err)
 	}
 	return mw
 }
@@ -141,12 +140,12 @@ func TestNewErrors(t *testing.T) {
 		{"WithLogger(nil)", store, []idempotency.Option{scope, idempotency.WithLogger(nil)}},
 	}
 	for _, tc := range tests {
-		if _, err := idempotency.New(tc.store, tc.opts...); err == nil {
-			t.Errorf("New(%s) = nil error, want an error", tc.name)
+		if _, err := idempotency.NewMiddleware(tc.store, tc.opts...); err == nil {
+			t.Errorf("NewMiddleware(%s) = nil error, want an error", tc.name)
 		}
 	}
-	if _, err := idempotency.New(store, idempotency.Option{}, idempotency.WithSharedScope()); err != nil {
-		t.Errorf("New(zero Option, WithSharedScope) error: %v", err)
+	if _, err := idempotency.NewMiddleware(store, idempotency.Option{}, idempotency.WithSharedScope()); err != nil {
+		t.Errorf("NewMiddleware(zero Option, WithSharedScope) error: %v", err)
 	}
 }
 
@@ -456,7 +455,9 @@ func TestStatusesNotStored(t *testing.T) {
 	}
 }
 
-func TestResponseOverCapNotStored(t *testing.T) {
+// TestResponseAtCap: a response of exactly the cap is stored whole; one
+// byte more is stored without its body (TestBodyNotKeptStillRunsOnce).
+func TestResponseAtCap(t *testing.T) {
 	for _, size := range []int{10, 11} {
 		var runs atomic.Int64
 		h := newMiddleware(t, nil, idempotency.WithMaxResponseBody(10)).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -470,12 +471,15 @@ func TestResponseOverCapNotStored(t *testing.T) {
 			t.Fatalf("response of %d bytes: client got %d bytes", size, first.Body.Len())
 		}
 		second := c.do(h)
-		stored := size <= 10
-		if replayed := second.Header().Get(idempotency.ReplayHeader) == "true"; replayed != stored {
-			t.Errorf("response of %d bytes (cap 10): replayed = %v, want %v", size, replayed, stored)
+		whole := size <= 10
+		if second.Header().Get(idempotency.ReplayHeader) != "true" || runs.Load() != 1 {
+			t.Errorf("response of %d bytes (cap 10): replayed %q, runs %d; want a replay and 1 run", size, second.Header().Get(idempotency.ReplayHeader), runs.Load())
 		}
-		if second.Body.Len() != size {
-			t.Errorf("response of %d bytes: second call got %d bytes", size, second.Body.Len())
+		if got := second.Body.Len() == size; got != whole {
+			t.Errorf("response of %d bytes (cap 10): replay of %d bytes, want the whole body: %v", size, second.Body.Len(), whole)
+		}
+		if omitted := second.Header().Get(idempotency.BodyOmittedHeader) == "true"; omitted == whole {
+			t.Errorf("response of %d bytes (cap 10): %s %q", size, idempotency.BodyOmittedHeader, second.Header().Get(idempotency.BodyOmittedHeader))
 		}
 	}
 }
@@ -515,12 +519,15 @@ func (s failingStore) Begin(context.Context, idempotency.Key, idempotency.Finger
 func (s failingStore) Complete(context.Context, idempotency.Key, idempotency.Owner, idempotency.Record, time.Duration) error {
 	return s.err
 }
+func (s failingStore) Extend(context.Context, idempotency.Key, idempotency.Owner, time.Duration) error {
+	return s.err
+}
 func (s failingStore) Release(context.Context, idempotency.Key, idempotency.Owner) error {
 	return s.err
 }
 
 func TestStoreUnavailableFailsClosed(t *testing.T) {
-	full, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 1})
+	full, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 2})
 	if _, err := full.Begin(context.Background(), idempotency.HashKey("x", "y"), idempotency.Fingerprint{}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -567,7 +574,7 @@ func TestScopeIsolation(t *testing.T) {
 func TestSharedScope(t *testing.T) {
 	var l ledger
 	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	mw, err := idempotency.New(store, idempotency.WithSharedScope())
+	mw, err := idempotency.NewMiddleware(store, idempotency.WithSharedScope())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +592,7 @@ func TestScopeErrors(t *testing.T) {
 	} {
 		var l ledger
 		store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		mw, _ := idempotency.New(store, idempotency.WithScope(scope))
+		mw, _ := idempotency.NewMiddleware(store, idempotency.WithScope(scope))
 		wantProblem(t, "scope "+name, call{keys: key("k")}.do(mw.Handler(&l)), http.StatusInternalServerError)
 		if l.runs.Load() != 0 {
 			t.Errorf("scope %s: handler ran", name)
@@ -609,45 +616,6 @@ func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// TestCrashRecovery: a request whose lock times out (its server hung or
-// died) no longer blocks the key; a retry claims it and runs, and the first
-// request's late completion is rejected, so the replay is the retry's.
-func TestCrashRecovery(t *testing.T) {
-	clock := newFakeClock()
-	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{Now: clock.Now})
-	var logs logBuffer
-	mw := newMiddleware(t, store, idempotency.WithLockTimeout(time.Minute),
-		idempotency.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	var runs atomic.Int64
-	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := runs.Add(1)
-		if n == 1 {
-			close(entered)
-			<-unblock // the hung first request
-		}
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, "run %d", n)
-	}))
-	c := call{keys: key("k")}
-	firstDone := make(chan *httptest.ResponseRecorder)
-	go func() { firstDone <- c.do(h) }()
-	<-entered
-	wantProblem(t, "retry before the lock timeout", c.do(h), http.StatusConflict)
-	clock.Advance(time.Minute)
-	if rec := c.do(h); rec.Code != 201 || rec.Body.String() != "run 2" {
-		t.Fatalf("retry after the lock timeout: %d %q, want 201 \"run 2\"", rec.Code, rec.Body)
-	}
-	close(unblock)
-	<-firstDone
-	if rep := c.do(h); rep.Body.String() != "run 2" || rep.Header().Get(idempotency.ReplayHeader) != "true" {
-		t.Fatalf("replay: %q, want the retry's \"run 2\" (the stale completion must be rejected)", rep.Body)
-	}
-	if !strings.Contains(logs.String(), "completion rejected") {
-		t.Fatalf("no warning logged for the stale completion; log: %s", logs.String())
-	}
 }
 
 func TestClientGoneStillStores(t *testing.T) {
@@ -808,6 +776,9 @@ func (s *spyStore) Begin(ctx context.Context, k idempotency.Key, fp idempotency.
 }
 func (s *spyStore) Complete(ctx context.Context, k idempotency.Key, o idempotency.Owner, r idempotency.Record, d time.Duration) error {
 	return s.inner.Complete(ctx, k, o, r, d)
+}
+func (s *spyStore) Extend(ctx context.Context, k idempotency.Key, o idempotency.Owner, d time.Duration) error {
+	return s.inner.Extend(ctx, k, o, d)
 }
 func (s *spyStore) Release(ctx context.Context, k idempotency.Key, o idempotency.Owner) error {
 	return s.inner.Release(ctx, k, o)

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,36 +21,60 @@ type Record struct {
 	Header http.Header
 	// Body is the response body; nil means empty.
 	Body []byte
+	// BodyOmitted reports that the handler's body was not kept (over the
+	// size cap, or no room in the store): Body is empty and a replay says
+	// so with [BodyOmittedHeader].
+	BodyOmitted bool
 }
 
-// Record encoding, version 1 (all integers unsigned varints unless noted):
+// Record encoding (all integers unsigned varints unless noted):
 //
-//	"SGR" 0x01                    magic and version
+//	"SGR" version                 magic; version 1, or 2 when a flag is set
 //	status                        2 bytes, big endian
+//	flags                         version 2 only: 1 byte, at least one bit
+//	                              set; bit 0: body omitted (the body is
+//	                              then empty); other bits 0
 //	number of header fields n
 //	n times: len, name bytes, number of values m, m times: len, value bytes
 //	len, body bytes
 //
 // Header names are written sorted and varints in their shortest form, so
-// equal records encode equally. Nothing may follow the body.
-const recordMagic = "SGR\x01"
+// equal records encode equally, and a record without flags is written as
+// version 1, which readers of version 1 understand. Nothing may follow the
+// body.
+const recordMagic = "SGR"
+
+// Record encoding versions and flags.
+const (
+	recordV1        = 1
+	recordV2        = 2
+	flagBodyOmitted = 1 << 0
+)
 
 // recordMinLen is the length of the shortest valid encoding.
-const recordMinLen = len(recordMagic) + 2 + 1 + 1
+const recordMinLen = len(recordMagic) + 1 + 2 + 1 + 1
 
 // MarshalBinary encodes r in the versioned binary form [DecodeRecord]
-// reads. It fails only when Status is outside 200-999.
+// reads. It fails only when Status is outside 200-999 or a record with
+// BodyOmitted has a body.
 func (r Record) MarshalBinary() ([]byte, error) {
 	return r.AppendBinary(make([]byte, 0, r.encodedLen()))
 }
 
 // AppendBinary appends the encoding of r (see [Record.MarshalBinary]) to b.
 func (r Record) AppendBinary(b []byte) ([]byte, error) {
-	if r.Status < 200 || r.Status > 999 {
-		return b, fmt.Errorf("idempotency: encode record: status %d outside 200-999", r.Status)
+	if err := r.check(); err != nil {
+		return b, fmt.Errorf("idempotency: encode record: %w", err)
 	}
 	b = append(b, recordMagic...)
-	b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
+	if r.BodyOmitted {
+		b = append(b, recordV2)
+		b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
+		b = append(b, flagBodyOmitted)
+	} else {
+		b = append(b, recordV1)
+		b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
+	}
 	names := make([]string, 0, len(r.Header))
 	for name := range r.Header {
 		names = append(names, name)
@@ -82,7 +107,33 @@ func (r Record) Size() int {
 }
 
 func (r Record) encodedLen() int {
-	return recordMinLen + r.Size() + 2*binary.MaxVarintLen64
+	return recordMinLen + 1 + r.Size() + 2*binary.MaxVarintLen64
+}
+
+// check reports what makes r unstorable, if anything.
+func (r Record) check() error {
+	if r.Status < 200 || r.Status > 999 {
+		return fmt.Errorf("status %d outside 200-999", r.Status)
+	}
+	if r.BodyOmitted && len(r.Body) > 0 {
+		return fmt.Errorf("a record with BodyOmitted has a body of %d bytes", len(r.Body))
+	}
+	return nil
+}
+
+// equal reports whether r and o are the same record (nil and empty header
+// or body are the same).
+func (r Record) equal(o Record) bool {
+	if r.Status != o.Status || r.BodyOmitted != o.BodyOmitted || !bytes.Equal(r.Body, o.Body) || len(r.Header) != len(o.Header) {
+		return false
+	}
+	for name, vs := range r.Header {
+		ws, ok := o.Header[name]
+		if !ok || !slices.Equal(vs, ws) {
+			return false
+		}
+	}
+	return true
 }
 
 func appendBytes[T string | []byte](b []byte, s T) []byte {
@@ -96,19 +147,28 @@ func appendBytes[T string | []byte](b []byte, s T) []byte {
 // returned record does not alias data.
 func DecodeRecord(data []byte) (Record, error) {
 	d := decoder{data: data}
-	if len(data) < recordMinLen || string(data[:len(recordMagic)-1]) != recordMagic[:len(recordMagic)-1] {
+	if len(data) < recordMinLen || string(data[:len(recordMagic)]) != recordMagic {
 		return Record{}, fmt.Errorf("%w: not a record (bad magic or too short: %d bytes)", ErrCorruptRecord, len(data))
 	}
-	if v := data[len(recordMagic)-1]; v != recordMagic[len(recordMagic)-1] {
-		return Record{}, fmt.Errorf("%w: unsupported version %d", ErrCorruptRecord, v)
+	version := data[len(recordMagic)]
+	if version != recordV1 && version != recordV2 {
+		return Record{}, fmt.Errorf("%w: unsupported version %d", ErrCorruptRecord, version)
 	}
-	d.off = len(recordMagic)
+	d.off = len(recordMagic) + 1
 	status := int(binary.BigEndian.Uint16(data[d.off:]))
 	d.off += 2
 	if status < 200 || status > 999 {
 		return Record{}, fmt.Errorf("%w: status %d outside 200-999", ErrCorruptRecord, status)
 	}
 	rec := Record{Status: status}
+	if version == recordV2 {
+		flags := data[d.off]
+		d.off++
+		if flags == 0 || flags&^flagBodyOmitted != 0 {
+			return Record{}, fmt.Errorf("%w: flags 0x%02x (want some, and only known ones)", ErrCorruptRecord, flags)
+		}
+		rec.BodyOmitted = flags&flagBodyOmitted != 0
+	}
 	n, err := d.count("header count")
 	if err != nil {
 		return Record{}, err
@@ -147,6 +207,9 @@ func DecodeRecord(data []byte) (Record, error) {
 		return Record{}, err
 	}
 	if len(body) > 0 {
+		if rec.BodyOmitted {
+			return Record{}, fmt.Errorf("%w: %d body bytes in a record whose body is omitted", ErrCorruptRecord, len(body))
+		}
 		rec.Body = slices.Clone(body)
 	}
 	if d.off != len(data) {

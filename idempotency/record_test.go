@@ -16,6 +16,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Status: 999},
 		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Vary": {"A", "B"}}, Body: []byte(`{"id":1}`)},
 		{Status: 204, Header: http.Header{"Etag": {""}}, Body: bytes.Repeat([]byte{0, 0xff}, 70000)},
+		{Status: 201, Header: http.Header{"Location": {"/payments/1"}}, BodyOmitted: true},
 	}
 	for i, rec := range recs {
 		b, err := rec.MarshalBinary()
@@ -26,7 +27,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: DecodeRecord: %v", i, err)
 		}
-		if got.Status != rec.Status || !bytes.Equal(got.Body, rec.Body) || (len(rec.Header) > 0 && !reflect.DeepEqual(got.Header, rec.Header)) || (len(rec.Header) == 0 && len(got.Header) != 0) {
+		if got.Status != rec.Status || got.BodyOmitted != rec.BodyOmitted || !bytes.Equal(got.Body, rec.Body) || (len(rec.Header) > 0 && !reflect.DeepEqual(got.Header, rec.Header)) || (len(rec.Header) == 0 && len(got.Header) != 0) {
 			t.Fatalf("record %d: DecodeRecord(MarshalBinary(r)) = %+v, want %+v", i, got, rec)
 		}
 		// Deterministic: header order does not change the encoding.
@@ -42,6 +43,20 @@ func TestRecordMarshalBadStatus(t *testing.T) {
 		if _, err := (idempotency.Record{Status: s}).MarshalBinary(); err == nil {
 			t.Errorf("MarshalBinary(status %d) = nil error", s)
 		}
+	}
+	if _, err := (idempotency.Record{Status: 200, Body: []byte("x"), BodyOmitted: true}).MarshalBinary(); err == nil {
+		t.Error("MarshalBinary(a body and BodyOmitted) = nil error")
+	}
+}
+
+// TestRecordEncodingVersions: a record without flags is written as
+// version 1 (read by every version), one whose body was omitted as version
+// 2.
+func TestRecordEncodingVersions(t *testing.T) {
+	v1, _ := idempotency.Record{Status: 201}.MarshalBinary()
+	v2, _ := idempotency.Record{Status: 201, BodyOmitted: true}.MarshalBinary()
+	if string(v1) != "SGR\x01\x00\xc9\x00\x00" || string(v2) != "SGR\x02\x00\xc9\x01\x00\x00" {
+		t.Fatalf("encodings %q and %q, want version 1 without flags, version 2 with flag 1", v1, v2)
 	}
 }
 
@@ -61,6 +76,10 @@ func TestDecodeRecordErrors(t *testing.T) {
 		"empty name":      {'S', 'G', 'R', 1, 0, 200, 1, 0, 0, 0},
 		"repeated header": {'S', 'G', 'R', 1, 0, 200, 2, 1, 'A', 0, 1, 'A', 0, 0},
 		"long varint":     {'S', 'G', 'R', 1, 0, 200, 0x80, 0x00, 0},
+		"v2 without flag": {'S', 'G', 'R', 2, 0, 200, 0, 0, 0},
+		"v2 unknown flag": {'S', 'G', 'R', 2, 0, 200, 3, 0, 0},
+		"omitted w/ body": {'S', 'G', 'R', 2, 0, 200, 1, 0, 1, 'x'},
+		"version 3":       {'S', 'G', 'R', 3, 0, 200, 1, 0, 0},
 	}
 	for name, b := range tests {
 		if _, err := idempotency.DecodeRecord(b); !errors.Is(err, idempotency.ErrCorruptRecord) {
@@ -88,7 +107,10 @@ func FuzzDecodeRecord(f *testing.F) {
 		b, _ := rec.MarshalBinary()
 		f.Add(b)
 	}
+	omitted, _ := idempotency.Record{Status: 201, Header: http.Header{"Location": {"/x"}}, BodyOmitted: true}.MarshalBinary()
+	f.Add(omitted)
 	f.Add([]byte("SGR\x01"))
+	f.Add([]byte("SGR\x02\x00\xc8\x01\x00\x00"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rec, err := idempotency.DecodeRecord(data)
@@ -106,7 +128,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("MarshalBinary(DecodeRecord(%x)): %v", data, err)
 		}
 		again, err := idempotency.DecodeRecord(b)
-		if err != nil || again.Status != rec.Status || !bytes.Equal(again.Body, rec.Body) || len(again.Header) != len(rec.Header) {
+		if err != nil || again.Status != rec.Status || !bytes.Equal(again.Body, rec.Body) || len(again.Header) != len(rec.Header) || again.BodyOmitted != rec.BodyOmitted {
 			t.Fatalf("round trip of %x: %+v, %v; want %+v", data, again, err, rec)
 		}
 		if len(b) != len(data) {

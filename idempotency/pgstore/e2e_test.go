@@ -1,9 +1,6 @@
 package pgstore_test
 
 import (
-	"context"
-	"crypto/rand"
-	"strings"
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
@@ -17,28 +14,28 @@ import (
 // pgstore.Store over its own pool, sharing one table: every one of
 // idemtest.Payments (10,000 by default) is applied exactly once.
 func TestEndToEnd(t *testing.T) {
+	idemtest.RunTest(t, idemtest.Config{Stores: e2eStores(t), Payments: idemtest.Payments(t)})
+}
+
+// TestEndToEndHostile: the same with the server-side faults of
+// idemtest.Hostile (answers cut mid-way, an http.TimeoutHandler in front of
+// one server, slow handlers): every payment applied once, and every answer
+// and replay the whole answer the handler produced.
+func TestEndToEndHostile(t *testing.T) {
+	idemtest.RunTest(t, idemtest.Hostile(idemtest.Config{Stores: e2eStores(t), Payments: idemtest.Payments(t)}))
+}
+
+// e2eStores returns two stores, each over its own pool, sharing one new
+// table (dropped at cleanup).
+func e2eStores(t *testing.T) []idempotency.Store {
+	t.Helper()
 	const conns = 16 // per server
 	p1, _ := pool(t, conns)
 	p2, _ := pool(t, conns)
-	table := "sg_idem_e2e_" + strings.ToLower(rand.Text())
-	s1, err := pgstore.New(p1, pgstore.Config{Table: table})
-	if err != nil {
-		t.Fatalf("New(pool 1): %v", err)
-	}
-	if err := s1.Migrate(t.Context()); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s1.DropTable(context.Background()); err != nil {
-			t.Errorf("DropTable: %v", err)
-		}
-	})
+	s1, table := newTable(t, p1, nil)
 	s2, err := pgstore.New(p2, pgstore.Config{Table: table})
 	if err != nil {
 		t.Fatalf("New(pool 2): %v", err)
 	}
-	idemtest.RunTest(t, idemtest.Config{
-		Stores:   []idempotency.Store{s1, s2},
-		Payments: idemtest.Payments(t),
-	})
+	return []idempotency.Store{s1, s2}
 }

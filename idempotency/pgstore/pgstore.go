@@ -5,17 +5,25 @@
 // deploy time; it is idempotent). Each call is one SQL statement, so one
 // round trip: [Store.Begin] is a single INSERT ... ON CONFLICT DO UPDATE
 // that claims a new or expired key and returns the row as it stands,
-// [Store.Complete] and [Store.Release] are guarded by the owner token and
-// the lock expiry. A new request costs two round trips (Begin, Complete),
-// a replay one. Expired rows are treated as absent at once and deleted by
-// [Store.DeleteExpired], which should run periodically.
+// [Store.Complete], [Store.Extend] and [Store.Release] are guarded by the
+// owner token and the lock expiry. A new request costs two round trips
+// (Begin, Complete), plus one per lock renewal for a handler that runs
+// longer than a third of the lock timeout; a replay costs one. Expired rows
+// are treated as absent at once and deleted by [Store.DeleteExpired], which
+// should run periodically.
+//
+// A statement executed twice (its first reply lost) is harmless: a claim
+// that finds the caller's own owner token claims, and a completion that
+// finds the caller's own identical record succeeds. Server errors that mean
+// no room (disk full, out of memory, a value over a limit) wrap
+// [idempotency.ErrStoreFull].
 //
 // Usage:
 //
 //	pool, err := pgxpool.New(ctx, "postgres://...")
 //	store, err := pgstore.New(pool, pgstore.Config{Table: "idempotency_keys"})
 //	err = store.Migrate(ctx) // once, e.g. at deploy time
-//	mw, err := idempotency.New(store, idempotency.WithScope(tenantOf))
+//	mw, err := idempotency.NewMiddleware(store, idempotency.WithScope(tenantOf))
 //
 // Time comes from the Go process ([Config.Now]), not from the database's
 // now(), so every server sharing the table needs a synchronised clock (as
@@ -26,7 +34,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,19 +73,23 @@ type Store struct {
 	db  DB
 	now func() time.Time
 
-	table, index                          string // sanitized identifiers
-	beginSQL, completeSQL, releaseSQL     string
-	deleteExpiredSQL, migrateSQL, dropSQL string
+	table, index                                 string // sanitized identifiers
+	beginSQL, completeSQL, extendSQL, releaseSQL string
+	deleteExpiredSQL, migrateSQL, dropSQL        string
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store      = (*Store)(nil)
+	_ idempotency.TTLChecker = (*Store)(nil)
+)
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// New returns a store on db. It fails when db is nil or the table name is
-// invalid. It does not touch the database; call [Store.Migrate] first.
+// New returns a store on db. It fails when db is nil (or a nil pointer,
+// such as a nil *pgxpool.Pool) or the table name is invalid. It does not
+// touch the database; call [Store.Migrate] first.
 func New(db DB, cfg Config) (*Store, error) {
-	if db == nil {
+	if v := reflect.ValueOf(db); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
 		return nil, errors.New("pgstore: New: nil DB")
 	}
 	if cfg.Table == "" {
@@ -121,8 +135,12 @@ ON CONFLICT (key) DO UPDATE SET
 	record      = CASE WHEN t.expires_at <= $4 THEN NULL ELSE t.record END,
 	expires_at  = CASE WHEN t.expires_at <= $4 THEN excluded.expires_at ELSE t.expires_at END
 RETURNING t.owner, t.fingerprint, t.record`
-	// $1 key, $2 owner, $3 now, $4 record, $5 retention end.
+	// $1 key, $2 owner, $3 now, $4 record, $5 retention end. The owner's
+	// live lock, or its own identical record (a resent completion).
 	s.completeSQL = `UPDATE ` + t + ` SET record = $4, expires_at = $5
+WHERE key = $1 AND owner = $2 AND expires_at > $3 AND (record IS NULL OR record = $4)`
+	// $1 key, $2 owner, $3 now, $4 new lock expiry.
+	s.extendSQL = `UPDATE ` + t + ` SET expires_at = $4
 WHERE key = $1 AND owner = $2 AND record IS NULL AND expires_at > $3`
 	// $1 key, $2 owner, $3 now.
 	s.releaseSQL = `DELETE FROM ` + t + `
@@ -159,7 +177,7 @@ func (s *Store) Begin(ctx context.Context, key idempotency.Key, fp idempotency.F
 	var gotOwner, gotFP, rec []byte
 	err := s.db.QueryRow(ctx, s.beginSQL, key[:], fp[:], owner[:], now, now.Add(lockTTL)).Scan(&gotOwner, &gotFP, &rec)
 	if err != nil {
-		return idempotency.Result{}, fmt.Errorf("pgstore: begin: %w", err)
+		return idempotency.Result{}, fmt.Errorf("pgstore: begin: %w", full(err))
 	}
 	switch {
 	case string(gotOwner) == string(owner[:]):
@@ -188,12 +206,51 @@ func (s *Store) Complete(ctx context.Context, key idempotency.Key, owner idempot
 	now := s.now()
 	tag, err := s.db.Exec(ctx, s.completeSQL, key[:], owner[:], now, b, now.Add(retention))
 	if err != nil {
-		return fmt.Errorf("pgstore: complete: %w", err)
+		return fmt.Errorf("pgstore: complete: %w", full(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("pgstore: complete: key %v: %w", key, idempotency.ErrStaleOwner)
 	}
 	return nil
+}
+
+// Extend implements [idempotency.Store.Extend] in one statement.
+func (s *Store) Extend(ctx context.Context, key idempotency.Key, owner idempotency.Owner, lockTTL time.Duration) error {
+	if lockTTL <= 0 {
+		return fmt.Errorf("pgstore: extend: lock TTL %v, want > 0", lockTTL)
+	}
+	now := s.now()
+	tag, err := s.db.Exec(ctx, s.extendSQL, key[:], owner[:], now, now.Add(lockTTL))
+	if err != nil {
+		return fmt.Errorf("pgstore: extend: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: extend: key %v: %w", key, idempotency.ErrStaleOwner)
+	}
+	return nil
+}
+
+// CheckTTL implements [idempotency.TTLChecker]: PostgreSQL keeps
+// timestamps in whole microseconds, so d must be at least 1 µs.
+func (s *Store) CheckTTL(d time.Duration) error {
+	if d < time.Microsecond {
+		return fmt.Errorf("pgstore: %v is under PostgreSQL's resolution of 1µs", d)
+	}
+	return nil
+}
+
+// noRoom are the SQLSTATE codes that mean the server has no room for what
+// was written: disk_full, out_of_memory, program_limit_exceeded.
+var noRoom = []string{"53100", "53200", "54000"}
+
+// full wraps err with idempotency.ErrStoreFull too when it says the server
+// has no room.
+func full(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && slices.Contains(noRoom, pe.Code) {
+		return fmt.Errorf("%w: %w", idempotency.ErrStoreFull, err)
+	}
+	return err
 }
 
 // Release implements [idempotency.Store.Release] in one statement.

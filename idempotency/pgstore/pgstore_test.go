@@ -97,6 +97,14 @@ func pool(t testing.TB, maxConns int32) (*pgxpool.Pool, *roundTrips) {
 // newStore creates a store on a table of its own, dropped at cleanup.
 func newStore(t testing.TB, db pgstore.DB, now func() time.Time) *pgstore.Store {
 	t.Helper()
+	s, _ := newTable(t, db, now)
+	return s
+}
+
+// newTable is newStore that also returns the table's name, for other
+// stores on the same table.
+func newTable(t testing.TB, db pgstore.DB, now func() time.Time) (*pgstore.Store, string) {
+	t.Helper()
 	table := "sg_idem_test_" + strings.ToLower(rand.Text())
 	s, err := pgstore.New(db, pgstore.Config{Table: table, Now: now})
 	if err != nil {
@@ -110,7 +118,7 @@ func newStore(t testing.TB, db pgstore.DB, now func() time.Time) *pgstore.Store 
 			t.Errorf("DropTable: %v", err)
 		}
 	})
-	return s
+	return s, table
 }
 
 type fakeClock struct {
@@ -141,7 +149,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	var db pgstore.DB = (*pgxpool.Pool)(nil)
+	var db pgstore.DB = fakeDB{}
 	for _, table := range []string{"a b", "1abc", "a.b.c", "x;drop table y", `"q"`, strings.Repeat("a", 64), "a."} {
 		if _, err := pgstore.New(db, pgstore.Config{Table: table}); err == nil {
 			t.Errorf("New(table %q) = nil error, want an error", table)
@@ -149,6 +157,9 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := pgstore.New(nil, pgstore.Config{}); err == nil {
 		t.Error("New(nil DB) = nil error")
+	}
+	if _, err := pgstore.New((*pgxpool.Pool)(nil), pgstore.Config{}); err == nil {
+		t.Error("New((*pgxpool.Pool)(nil)) = nil error")
 	}
 	if _, err := pgstore.New(db, pgstore.Config{Table: "public.ok_name"}); err != nil {
 		t.Errorf("New(table public.ok_name) error: %v", err)

@@ -18,6 +18,21 @@ import (
 // every one of idemtest.Payments (10,000 by default) is applied exactly
 // once.
 func TestEndToEnd(t *testing.T) {
+	idemtest.RunTest(t, idemtest.Config{Stores: e2eStores(t), Payments: idemtest.Payments(t)})
+}
+
+// TestEndToEndHostile: the same with the server-side faults of
+// idemtest.Hostile (answers cut mid-way, an http.TimeoutHandler in front of
+// one server, slow handlers): every payment applied once, and every answer
+// and replay the whole answer the handler produced.
+func TestEndToEndHostile(t *testing.T) {
+	idemtest.RunTest(t, idemtest.Hostile(idemtest.Config{Stores: e2eStores(t), Payments: idemtest.Payments(t)}))
+}
+
+// e2eStores returns two stores, each over its own client, sharing one new
+// prefix (deleted at cleanup).
+func e2eStores(t *testing.T) []idempotency.Store {
+	t.Helper()
 	const conns = 16 // per server
 	c1, _ := client(t, conns)
 	c2, _ := client(t, conns)
@@ -31,7 +46,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		stores = append(stores, s)
 	}
-	idemtest.RunTest(t, idemtest.Config{Stores: stores, Payments: idemtest.Payments(t)})
+	return stores
 }
 
 // deletePrefix deletes every key under prefix.

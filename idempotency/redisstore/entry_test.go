@@ -31,3 +31,25 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 	})
 }
+
+func TestFullErrors(t *testing.T) {
+	oom := redisError("OOM command not allowed when used memory > 'maxmemory'.")
+	for _, tc := range []struct {
+		err  error
+		full bool
+	}{
+		{oom, true},
+		{redisError("ERR syntax error"), false},
+		{errors.New("dial tcp: connection refused"), false},
+	} {
+		err := full(tc.err)
+		if got := errors.Is(err, idempotency.ErrStoreFull); got != tc.full || !errors.Is(err, tc.err) {
+			t.Errorf("full(%v) = %v: ErrStoreFull %v, want %v (and the error kept)", tc.err, err, got, tc.full)
+		}
+	}
+}
+
+// redisError is an error as Redis sends it.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }

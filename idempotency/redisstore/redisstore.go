@@ -7,16 +7,26 @@
 // own, so an expired lock or record simply disappears.
 //
 // [Store.Begin] is one command, SET key value NX PX ttl GET: it claims a
-// free key or returns what holds it. [Store.Complete] and [Store.Release]
-// are Lua scripts that check the owner token before they write, so a late
-// completion from a lock that expired (or was reclaimed) changes nothing.
-// A new request costs two round trips (Begin, Complete), a replay one.
+// free key or returns what holds it. [Store.Complete], [Store.Extend] and
+// [Store.Release] are Lua scripts that check the owner token before they
+// write, so a late completion from a lock that expired (or was reclaimed)
+// changes nothing. A new request costs two round trips (Begin, Complete),
+// plus one per lock renewal for a handler that runs longer than a third of
+// the lock timeout; a replay costs one.
+//
+// go-redis resends a command after a network error (Options.MaxRetries),
+// so a command may run twice: a claim that finds the caller's own lock
+// claims, and a completion that finds the caller's own identical record
+// succeeds. Redis keeps TTLs in whole milliseconds: durations are rounded
+// down, and the middleware refuses a lock timeout or retention under 1 ms
+// ([Store.CheckTTL]). An out-of-memory refusal (maxmemory reached) wraps
+// [idempotency.ErrStoreFull].
 //
 // Usage:
 //
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	store, err := redisstore.New(client, redisstore.Config{Prefix: "myapp:idempotency:"})
-//	mw, err := idempotency.New(store, idempotency.WithScope(tenantOf))
+//	mw, err := idempotency.NewMiddleware(store, idempotency.WithScope(tenantOf))
 package redisstore
 
 import (
@@ -24,6 +34,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,11 +66,15 @@ type Store struct {
 	prefix string
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store      = (*Store)(nil)
+	_ idempotency.TTLChecker = (*Store)(nil)
+)
 
-// New returns a store on client. It fails when client is nil.
+// New returns a store on client. It fails when client is nil (or a nil
+// pointer, such as a nil *redis.Client).
 func New(client Client, cfg Config) (*Store, error) {
-	if client == nil {
+	if v := reflect.ValueOf(client); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
 		return nil, errors.New("redisstore: New: nil client")
 	}
 	if cfg.Prefix == "" {
@@ -81,14 +97,33 @@ const (
 	headerLen      = 2 + len(idempotency.Owner{}) + len(idempotency.Fingerprint{})
 )
 
-// completeScript replaces owner's live lock with the completed record.
+// completeScript replaces owner's live lock with the completed record, or
+// finds owner's own identical record (a resent completion).
 // KEYS[1] key; ARGV[1] owner, ARGV[2] record, ARGV[3] retention in ms.
 var completeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if (not v) or string.sub(v, 3, 18) ~= ARGV[1] then
+	return 0
+end
+local state = string.sub(v, 1, 2)
+if state == '\1c' and string.sub(v, 51) == ARGV[2] then
+	return 1
+end
+if state ~= '\1p' then
+	return 0
+end
+redis.call('SET', KEYS[1], '\1c' .. string.sub(v, 3, 50) .. ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// extendScript sets owner's live lock to expire ttl from now.
+// KEYS[1] key; ARGV[1] owner, ARGV[2] lock TTL in ms.
+var extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if (not v) or string.sub(v, 1, 2) ~= '\1p' or string.sub(v, 3, 18) ~= ARGV[1] then
 	return 0
 end
-redis.call('SET', KEYS[1], '\1c' .. string.sub(v, 3, 50) .. ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
@@ -111,8 +146,8 @@ func (s *Store) redisKey(k idempotency.Key) string {
 // Begin implements [idempotency.Store.Begin] with one SET NX PX GET.
 // lockTTL is rounded down to whole milliseconds and must be at least 1 ms.
 func (s *Store) Begin(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, lockTTL time.Duration) (idempotency.Result, error) {
-	if lockTTL < time.Millisecond {
-		return idempotency.Result{}, fmt.Errorf("redisstore: begin: lock TTL %v, want >= 1ms", lockTTL)
+	if err := s.CheckTTL(lockTTL); err != nil {
+		return idempotency.Result{}, fmt.Errorf("redisstore: begin: %w", err)
 	}
 	owner := idempotency.NewOwner()
 	v := make([]byte, 0, headerLen)
@@ -128,13 +163,17 @@ func (s *Store) Begin(ctx context.Context, key idempotency.Key, fp idempotency.F
 		return idempotency.Result{Outcome: idempotency.Claimed, Owner: owner}, nil
 	}
 	if err != nil {
-		return idempotency.Result{}, fmt.Errorf("redisstore: begin: %w", err)
+		return idempotency.Result{}, fmt.Errorf("redisstore: begin: %w", full(err))
 	}
 	e, err := decodeEntry(old)
 	if err != nil {
 		return idempotency.Result{}, fmt.Errorf("redisstore: begin: key %v: %w", key, err)
 	}
 	switch {
+	case e.owner == owner && !e.completed:
+		// The lock this very call took: go-redis resent the command after
+		// losing the first reply.
+		return idempotency.Result{Outcome: idempotency.Claimed, Owner: owner}, nil
 	case e.fp != fp:
 		return idempotency.Result{Outcome: idempotency.Mismatch}, nil
 	case !e.completed:
@@ -147,8 +186,8 @@ func (s *Store) Begin(ctx context.Context, key idempotency.Key, fp idempotency.F
 // Lua script. retention is rounded down to whole milliseconds and must be
 // at least 1 ms.
 func (s *Store) Complete(ctx context.Context, key idempotency.Key, owner idempotency.Owner, rec idempotency.Record, retention time.Duration) error {
-	if retention < time.Millisecond {
-		return fmt.Errorf("redisstore: complete: retention %v, want >= 1ms", retention)
+	if err := s.CheckTTL(retention); err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
 	}
 	b, err := rec.MarshalBinary()
 	if err != nil {
@@ -156,12 +195,47 @@ func (s *Store) Complete(ctx context.Context, key idempotency.Key, owner idempot
 	}
 	n, err := completeScript.Run(ctx, s.client, []string{s.redisKey(key)}, owner[:], b, retention.Milliseconds()).Int()
 	if err != nil {
-		return fmt.Errorf("redisstore: complete: %w", err)
+		return fmt.Errorf("redisstore: complete: %w", full(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("redisstore: complete: key %v: %w", key, idempotency.ErrStaleOwner)
 	}
 	return nil
+}
+
+// Extend implements [idempotency.Store.Extend] with one owner-checked Lua
+// script. lockTTL is rounded down to whole milliseconds and must be at
+// least 1 ms.
+func (s *Store) Extend(ctx context.Context, key idempotency.Key, owner idempotency.Owner, lockTTL time.Duration) error {
+	if err := s.CheckTTL(lockTTL); err != nil {
+		return fmt.Errorf("redisstore: extend: %w", err)
+	}
+	n, err := extendScript.Run(ctx, s.client, []string{s.redisKey(key)}, owner[:], lockTTL.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: extend: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisstore: extend: key %v: %w", key, idempotency.ErrStaleOwner)
+	}
+	return nil
+}
+
+// CheckTTL implements [idempotency.TTLChecker]: Redis keeps TTLs in whole
+// milliseconds, so d must be at least 1 ms (it is rounded down).
+func (s *Store) CheckTTL(d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("redisstore: %v is under Redis's TTL resolution of 1ms", d)
+	}
+	return nil
+}
+
+// full wraps err with idempotency.ErrStoreFull too when Redis refused a
+// write for lack of memory (maxmemory reached, no key to evict).
+func full(err error) error {
+	if strings.HasPrefix(err.Error(), "OOM ") {
+		return fmt.Errorf("%w: %w", idempotency.ErrStoreFull, err)
+	}
+	return err
 }
 
 // Release implements [idempotency.Store.Release] with one owner-checked
@@ -181,7 +255,7 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, owner idempote
 // Complete or Release does not pay the extra round trip of a NOSCRIPT
 // fallback. Calling it is optional.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{completeScript, releaseScript} {
+	for _, sc := range []*redis.Script{completeScript, extendScript, releaseScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load scripts: %w", err)
 		}

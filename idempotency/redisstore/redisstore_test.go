@@ -190,6 +190,9 @@ func TestBadTTL(t *testing.T) {
 	if err := s.Complete(context.Background(), k, idempotency.Owner{}, idempotency.Record{Status: 200}, 0); err == nil {
 		t.Error("Complete(retention 0) = nil error")
 	}
+	if err := s.Extend(context.Background(), k, idempotency.Owner{}, 999*time.Microsecond); err == nil {
+		t.Error("Extend(lockTTL 999µs) = nil error")
+	}
 }
 
 // TestRoundTrips checks one command and one socket write per call once the
@@ -237,4 +240,27 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestExtendSetsPTTL: Extend moves the lock's Redis TTL to the new lock
+// timeout.
+func TestExtendSetsPTTL(t *testing.T) {
+	ctx := context.Background()
+	c, _ := client(t, 2)
+	s := newStore(t, c)
+	k := idempotency.HashKey("s", idempotency.NewKey())
+	res, err := s.Begin(ctx, k, idempotency.Fingerprint{}, time.Second)
+	if err != nil || res.Outcome != idempotency.Claimed {
+		t.Fatalf("Begin = %v, %v", res.Outcome, err)
+	}
+	if err := s.Extend(ctx, k, res.Owner, time.Hour); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	keys, err := c.Keys(ctx, "*"+k.String()).Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("KEYS *%v = %v, %v; want one key", k, keys, err)
+	}
+	if ttl, err := c.PTTL(ctx, keys[0]).Result(); err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("PTTL(extended lock) = %v, %v; want about 1h", ttl, err)
+	}
 }

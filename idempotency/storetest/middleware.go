@@ -20,9 +20,9 @@ const Duplicates = 100
 // through an idempotency.Middleware on the store: the handler must run
 // exactly once, and every other request gets 409 or the replay.
 func testMiddlewareDuplicates(t *testing.T, f Fixture) {
-	mw, err := idempotency.New(f.Store, idempotency.WithSharedScope())
+	mw, err := idempotency.NewMiddleware(f.Store, idempotency.WithSharedScope())
 	if err != nil {
-		t.Fatalf("idempotency.New: %v", err)
+		t.Fatalf("idempotency.NewMiddleware: %v", err)
 	}
 	var runs atomic.Int64
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

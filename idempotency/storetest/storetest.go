@@ -63,6 +63,12 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ConcurrentKeys", testConcurrentKeys},
 		{"CanceledContext", testCanceledContext},
+		{"Extend", testExtend},
+		{"ExtendShortens", testExtendShortens},
+		{"ExtendStale", testExtendStale},
+		{"CompleteResent", testCompleteResent},
+		{"BodyOmitted", testBodyOmitted},
+		{"CheckTTL", testCheckTTL},
 		{"MiddlewareDuplicates", testMiddlewareDuplicates},
 	}
 	for _, tc := range tests {
@@ -122,8 +128,8 @@ func wantStale(t *testing.T, what string, err error) {
 
 func sameRecord(t *testing.T, what string, got, want idempotency.Record) {
 	t.Helper()
-	if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || !equalHeader(got.Header, want.Header) {
-		t.Fatalf("%s record = {%d %v %q}, want {%d %v %q}", what, got.Status, got.Header, got.Body, want.Status, want.Header, want.Body)
+	if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || !equalHeader(got.Header, want.Header) || got.BodyOmitted != want.BodyOmitted {
+		t.Fatalf("%s record = %+v, want %+v", what, got, want)
 	}
 }
 
@@ -411,4 +417,111 @@ func testCanceledContext(t *testing.T, f Fixture) {
 	}
 	// Nothing was claimed.
 	begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+}
+
+func extend(t *testing.T, s idempotency.Store, k idempotency.Key, o idempotency.Owner, ttl time.Duration) {
+	t.Helper()
+	if err := s.Extend(context.Background(), k, o, ttl); err != nil {
+		t.Fatalf("Extend(%v, %v) error: %v", k, ttl, err)
+	}
+}
+
+// testExtend: an extended lock outlives its first TTL (fake clock only: on
+// real time that would take a wait that proves nothing when it passes).
+func testExtend(t *testing.T, f Fixture) {
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), time.Minute, idempotency.Claimed)
+	extend(t, f.Store, k, a.Owner, long)
+	if f.Advance != nil {
+		f.Advance(2 * time.Minute)
+		begin(t, f.Store, k, fingerprint("a"), long, idempotency.InProgress)
+	}
+	// Still the owner's lock: it completes.
+	complete(t, f.Store, k, a.Owner, testRecord, long)
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "replay after Extend", res.Record, testRecord)
+}
+
+// testExtendShortens: Extend sets the lock's end from now, shorter or
+// longer; a lock shortened to a short TTL expires after it.
+func testExtendShortens(t *testing.T, f Fixture) {
+	ttl := short(f)
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	extend(t, f.Store, k, a.Owner, ttl)
+	b := expire(t, f, k, fingerprint("a"), ttl)
+	if b.Owner == a.Owner {
+		t.Fatalf("reclaim after the shortened lock expired reused owner %v", a.Owner)
+	}
+	wantStale(t, "Extend by the expired owner", f.Store.Extend(context.Background(), k, a.Owner, long))
+}
+
+func testExtendStale(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	wantStale(t, "Extend by a stranger", f.Store.Extend(ctx, k, idempotency.NewOwner(), long))
+	wantStale(t, "Extend of an unknown key", f.Store.Extend(ctx, newKey(t), a.Owner, long))
+	complete(t, f.Store, k, a.Owner, testRecord, long)
+	wantStale(t, "Extend after Complete", f.Store.Extend(ctx, k, a.Owner, long))
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "record after a stale Extend", res.Record, testRecord)
+	k2 := newKey(t)
+	b := begin(t, f.Store, k2, fingerprint("a"), long, idempotency.Claimed)
+	if err := f.Store.Release(ctx, k2, b.Owner); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wantStale(t, "Extend after Release", f.Store.Extend(ctx, k2, b.Owner, long))
+}
+
+// testCompleteResent: a Complete executed twice (its first reply lost)
+// succeeds both times; a second Complete with another record does not.
+func testCompleteResent(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	complete(t, f.Store, k, a.Owner, testRecord, long)
+	resent := idempotency.Record{Status: testRecord.Status, Header: testRecord.Header.Clone(), Body: bytes.Clone(testRecord.Body)}
+	if err := f.Store.Complete(ctx, k, a.Owner, resent, long); err != nil {
+		t.Fatalf("Complete resent with the same record: %v", err)
+	}
+	other := resent
+	other.Body = []byte(`{"id":43}`)
+	wantStale(t, "second Complete with another record", f.Store.Complete(ctx, k, a.Owner, other, long))
+	wantStale(t, "resent Complete by a stranger", f.Store.Complete(ctx, k, idempotency.NewOwner(), testRecord, long))
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "record after a resent Complete", res.Record, testRecord)
+}
+
+// testBodyOmitted: a record whose body was not kept round-trips with its
+// mark; one that claims both a body and its omission is refused.
+func testBodyOmitted(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	k := newKey(t)
+	a := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Claimed)
+	bad := idempotency.Record{Status: 201, Body: []byte("x"), BodyOmitted: true}
+	if err := f.Store.Complete(ctx, k, a.Owner, bad, long); err == nil || errors.Is(err, idempotency.ErrStaleOwner) {
+		t.Fatalf("Complete(a record with a body and BodyOmitted) error = %v, want a refusal", err)
+	}
+	rec := idempotency.Record{Status: 201, Header: http.Header{"Location": {"/payments/42"}}, BodyOmitted: true}
+	complete(t, f.Store, k, a.Owner, rec, long)
+	res := begin(t, f.Store, k, fingerprint("a"), long, idempotency.Completed)
+	sameRecord(t, "body-omitted record", res.Record, rec)
+}
+
+// testCheckTTL: a store that checks durations accepts the ones the suite
+// uses and refuses zero.
+func testCheckTTL(t *testing.T, f Fixture) {
+	c, ok := f.Store.(idempotency.TTLChecker)
+	if !ok {
+		t.Skip("the store keeps every duration (no CheckTTL)")
+	}
+	for _, d := range []time.Duration{RealTTL, time.Minute, long, 24 * time.Hour} {
+		if err := c.CheckTTL(d); err != nil {
+			t.Errorf("CheckTTL(%v): %v", d, err)
+		}
+	}
+	if err := c.CheckTTL(0); err == nil {
+		t.Error("CheckTTL(0) = nil error")
+	}
 }

@@ -9,12 +9,20 @@
 // application in one shared [Ledger]. In front of the servers it puts a
 // [Proxy]: a lossy loopback HTTP proxy that alternates between them and, by
 // a seeded random sequence, resets the client's connection before
-// forwarding some requests (the handler never sees them) and resets it
-// after the handler ran for others (the answer is lost). A driver then
-// makes many logical payments through an [http.Client] built with
-// [httpretry.NewTransport] and [httpretry.WithAutoIdempotencyKey], and the
-// [Result] reports the ledger's verdict: duplicates, lost payments, failed
-// calls, with the counts of every fault injected and every replay seen.
+// forwarding some requests (the handler never sees them), resets it after
+// the handler ran for others (the answer is lost) and, optionally, cuts
+// answers mid-way (the server sees its client go away while it writes). A
+// driver then makes many logical payments through an [http.Client] built
+// with [httpretry.NewTransport] and [httpretry.WithAutoIdempotencyKey], and
+// the [Result] reports the ledger's verdict: duplicates, lost payments,
+// failed calls, answers or replays that differ from what the handler
+// produced (the ledger records a hash of every answer), with the counts of
+// every fault injected and every replay seen. [Hostile] adds the
+// server-side faults: cuts, an [http.TimeoutHandler] in front of the
+// middleware, slow handlers that overrun it or give up without a word.
+//
+// [TCPProxy] is a plain TCP proxy for the store tests: it blackholes a
+// server or cuts the reply to one chosen request.
 //
 // Every fault reaches the retrying transport under test: by default the
 // harness keeps net/http from resending a failed request on its own

@@ -2,6 +2,7 @@ package idemtest_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
@@ -48,7 +50,7 @@ func post(t *testing.T, c *http.Client, url string) (int, string, error) {
 func TestProxyFaults(t *testing.T) {
 	tests := []struct {
 		name             string
-		reset, drop      float64
+		reset, drop, cut float64
 		wantErr          bool
 		wantHits         int64
 		wantStats        idemtest.ProxyStats
@@ -61,11 +63,13 @@ func TestProxyFaults(t *testing.T) {
 			wantStats: idemtest.ProxyStats{Requests: 1, Resets: 1, PerUpstream: []int64{0}}},
 		{name: "drop after", drop: 1, wantErr: true, wantHits: 1,
 			wantStats: idemtest.ProxyStats{Requests: 1, Forwarded: 1, Drops: 1, DroppedOriginals: 1, PerUpstream: []int64{1}}},
+		{name: "cut midway", cut: 1, wantErr: true, wantHits: 1,
+			wantStats: idemtest.ProxyStats{Requests: 1, Forwarded: 1, Cuts: 1, CutOriginals: 1, PerUpstream: []int64{1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, hits := upstream(t)
-			p, err := idemtest.NewProxy(idemtest.ProxyConfig{Upstreams: []string{srv.URL}, ResetRate: tt.reset, DropRate: tt.drop})
+			p, err := idemtest.NewProxy(idemtest.ProxyConfig{Upstreams: []string{srv.URL}, ResetRate: tt.reset, DropRate: tt.drop, CutRate: tt.cut})
 			if err != nil {
 				t.Fatalf("NewProxy: %v", err)
 			}
@@ -153,6 +157,8 @@ func TestNewProxyErrors(t *testing.T) {
 		{"negative reset rate", idemtest.ProxyConfig{Upstreams: []string{"http://127.0.0.1:1"}, ResetRate: -0.1}},
 		{"NaN drop rate", idemtest.ProxyConfig{Upstreams: []string{"http://127.0.0.1:1"}, DropRate: nan()}},
 		{"rates over 1", idemtest.ProxyConfig{Upstreams: []string{"http://127.0.0.1:1"}, ResetRate: 0.6, DropRate: 0.5}},
+		{"rates with cuts over 1", idemtest.ProxyConfig{Upstreams: []string{"http://127.0.0.1:1"}, ResetRate: 0.4, DropRate: 0.4, CutRate: 0.3}},
+		{"negative cut rate", idemtest.ProxyConfig{Upstreams: []string{"http://127.0.0.1:1"}, CutRate: -0.1}},
 	}
 	for _, tt := range tests {
 		p, err := idemtest.NewProxy(tt.cfg)
@@ -222,6 +228,9 @@ func (forgetfulStore) Begin(context.Context, idempotency.Key, idempotency.Finger
 	return idempotency.Result{Outcome: idempotency.Claimed, Owner: idempotency.NewOwner()}, nil
 }
 func (forgetfulStore) Complete(context.Context, idempotency.Key, idempotency.Owner, idempotency.Record, time.Duration) error {
+	return nil
+}
+func (forgetfulStore) Extend(context.Context, idempotency.Key, idempotency.Owner, time.Duration) error {
 	return nil
 }
 func (forgetfulStore) Release(context.Context, idempotency.Key, idempotency.Owner) error {
@@ -358,6 +367,24 @@ func TestResultErr(t *testing.T) {
 		{"drop rate off", func(r *idemtest.Result) { r.Proxy.Drops = 500 }, "drops rate 0.3448"},
 		{"replays differ", func(r *idemtest.Result) { r.Replays = 199 }, "199 payments ended with a replay"},
 		{"idle server", func(r *idemtest.Result) { r.Proxy.PerUpstream = []int64{1305, 0} }, "server 1 got no request"},
+		{"bad replay", func(r *idemtest.Result) { r.BadReplays = 1 }, "1 replays and 0 original answers differ"},
+		{"bad answer", func(r *idemtest.Result) { r.BadAnswers = 2 }, "0 replays and 2 original answers differ"},
+		{"cuts", func(r *idemtest.Result) {
+			r.CutRate, r.Proxy.Cuts, r.Proxy.CutOriginals, r.Replays = 0.05, 72, 50, 250
+		}, ""},
+		{"no cut", func(r *idemtest.Result) { r.CutRate = 0.05 }, "no cuts injected"},
+		{"cut original not replayed", func(r *idemtest.Result) {
+			r.CutRate, r.Proxy.Cuts, r.Proxy.CutOriginals = 0.05, 72, 50
+		}, "dropped or cut 250 original answers"},
+		{"timeouts", func(r *idemtest.Result) {
+			r.Timeout, r.SlowRate, r.Aborted, r.Overran, r.TimedOut, r.Replays = time.Millisecond, 0.1, 5, 7, 9, 209
+		}, ""},
+		{"replays past the timeouts", func(r *idemtest.Result) {
+			r.Timeout, r.SlowRate, r.Aborted, r.Overran, r.TimedOut, r.Replays = time.Millisecond, 0.1, 5, 7, 9, 210
+		}, "want 200 to 209"},
+		{"no abort", func(r *idemtest.Result) {
+			r.Timeout, r.SlowRate, r.Overran, r.TimedOut = time.Millisecond, 0.1, 7, 9
+		}, "0 aborted"},
 	}
 	for _, tt := range tests {
 		r := good()
@@ -386,4 +413,79 @@ func TestPayments(t *testing.T) {
 			t.Errorf("Payments() with %s=%q = %d, want %d", idemtest.PaymentsEnv, tt.env, got, tt.want)
 		}
 	}
+}
+
+// TestHandlerWith: the shaped handler pads its answer, writes it in
+// chunks, records what it produced, and a slow run that waits before
+// applying gives up without a word when its request is canceled.
+func TestHandlerWith(t *testing.T) {
+	var l idemtest.Ledger
+	cfg := idemtest.HandlerConfig{AnswerBytes: 4000, Chunks: 4}
+	rec := httptest.NewRecorder()
+	writes := &countingWriter{ResponseRecorder: rec}
+	l.HandlerWith("s", cfg).ServeHTTP(writes, httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"payment":"p1"}`)))
+	if rec.Code != 201 || rec.Body.Len() < 4000 || rec.Body.Len() > 4010 || writes.n != 4 {
+		t.Fatalf("answer: %d, %d bytes in %d writes; want 201, about 4000 bytes in 4", rec.Code, rec.Body.Len(), writes.n)
+	}
+	if h, ok := l.Produced("p1"); !ok || h != sha256.Sum256(rec.Body.Bytes()) {
+		t.Fatal("Produced(p1) is not the hash of the answer written")
+	}
+	if _, ok := l.Produced("p2"); ok {
+		t.Fatal("Produced(p2) for a payment never made")
+	}
+	// Every run slow: half wait before applying. Find one that gives up.
+	slow := idemtest.HandlerConfig{Chunks: 2, SlowRate: 1, Pause: time.Hour}
+	synctest.Test(t, func(t *testing.T) {
+		var l idemtest.Ledger
+		for i := range 20 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			rec := httptest.NewRecorder()
+			l.HandlerWith("s", slow).ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader(fmt.Sprintf(`{"payment":"p%d"}`, i))))
+			cancel()
+		}
+		aborted, overran := l.Slow()
+		applied, _ := l.Snapshot()
+		if aborted == 0 || overran == 0 || aborted+len(applied) != 20 {
+			t.Fatalf("20 slow runs with a 1 s deadline: %d aborted, %d overran, %d applied; want some aborted, some overran, aborted+applied = 20", aborted, overran, len(applied))
+		}
+	})
+}
+
+type countingWriter struct {
+	*httptest.ResponseRecorder
+	n int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n++
+	return w.ResponseRecorder.Write(p)
+}
+
+// TestRunDetectsTruncatedReplays: the harness must fail a middleware that
+// replays a cut answer; here a store that keeps only the first 100 bytes
+// of every body.
+func TestRunDetectsTruncatedReplays(t *testing.T) {
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := idemtest.Run(t.Context(), idemtest.Config{
+		Stores:   []idempotency.Store{truncatingStore{mem}},
+		Payments: 300,
+		Handler:  idemtest.HandlerConfig{AnswerBytes: 1000},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := res.Err(); res.BadReplays == 0 || err == nil || !strings.Contains(err.Error(), "differ from what the handler produced") {
+		t.Fatalf("Run with a store that truncates bodies: %d bad replays, verdict %v; want bad replays and a failing verdict\n%v", res.BadReplays, err, res)
+	}
+}
+
+// truncatingStore keeps only the first 100 bytes of every body.
+type truncatingStore struct{ *idempotency.MemoryStore }
+
+func (s truncatingStore) Complete(ctx context.Context, k idempotency.Key, o idempotency.Owner, rec idempotency.Record, d time.Duration) error {
+	rec.Body = rec.Body[:min(len(rec.Body), 100)]
+	return s.MemoryStore.Complete(ctx, k, o, rec, d)
 }

@@ -29,8 +29,15 @@ type ProxyConfig struct {
 	// DropRate is the fraction of requests, from 0 to 1, forwarded and
 	// answered upstream (the handler ran, the whole response was read)
 	// whose response is then dropped: the client connection is reset
-	// instead. 0 means none. ResetRate+DropRate must not exceed 1.
+	// instead. 0 means none.
 	DropRate float64
+	// CutRate is the fraction of requests, from 0 to 1, forwarded on a
+	// connection of their own whose response is cut mid-way: the proxy
+	// reads the response head and at most 1 KiB of the body, then resets
+	// both the upstream and the client connection. The server sees its
+	// client go away while it answers; the client sees a reset. 0 means
+	// none. ResetRate+DropRate+CutRate must not exceed 1.
+	CutRate float64
 	// Seed seeds the fault sequence (PCG, math/rand/v2): the n-th request
 	// the proxy receives gets the n-th draw, so the same seed gives the same
 	// sequence of faults. Which logical request is the n-th depends on
@@ -67,6 +74,12 @@ type ProxyStats struct {
 	RelayedReplays int64
 	// RelayedConflicts is the part of Relayed with status 409 Conflict.
 	RelayedConflicts int64
+	// Cuts is the number of responses cut mid-way (see
+	// [ProxyConfig.CutRate]).
+	Cuts int64
+	// CutOriginals is the part of Cuts that were 2xx answers of the
+	// handler itself, not replays.
+	CutOriginals int64
 	// PerUpstream[i] is the number of requests forwarded to Upstreams[i].
 	PerUpstream []int64
 }
@@ -83,17 +96,17 @@ type Proxy struct {
 	upstreams []*upstream
 	resetRate float64
 	dropRate  float64
+	cutRate   float64
 	next      atomic.Uint64
 
-	mu     sync.Mutex // guards rng, conns and closed
-	rng    *rand.Rand
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex // guards rng
+	rng   *rand.Rand
+	conns connSet
 
 	requests, resets, forwarded, upstreamErrors atomic.Int64
 	drops, droppedOriginals                     atomic.Int64
 	relayed, relayedReplays, relayedConflicts   atomic.Int64
+	cuts, cutOriginals                          atomic.Int64
 }
 
 // upstream is one server behind the proxy and its idle connections.
@@ -117,8 +130,8 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if len(cfg.Upstreams) == 0 {
 		return nil, errors.New("idemtest: NewProxy: no upstream")
 	}
-	if !(cfg.ResetRate >= 0 && cfg.DropRate >= 0 && cfg.ResetRate+cfg.DropRate <= 1) {
-		return nil, fmt.Errorf("idemtest: NewProxy: reset rate %v and drop rate %v must be >= 0 with a sum <= 1", cfg.ResetRate, cfg.DropRate)
+	if !(cfg.ResetRate >= 0 && cfg.DropRate >= 0 && cfg.CutRate >= 0 && cfg.ResetRate+cfg.DropRate+cfg.CutRate <= 1) {
+		return nil, fmt.Errorf("idemtest: NewProxy: reset rate %v, drop rate %v and cut rate %v must be >= 0 with a sum <= 1", cfg.ResetRate, cfg.DropRate, cfg.CutRate)
 	}
 	idle := cfg.MaxIdleConnsPerUpstream
 	if idle <= 0 {
@@ -127,8 +140,8 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	p := &Proxy{
 		resetRate: cfg.ResetRate,
 		dropRate:  cfg.DropRate,
+		cutRate:   cfg.CutRate,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x6964656d74657374)),
-		conns:     make(map[net.Conn]struct{}),
 	}
 	for _, s := range cfg.Upstreams {
 		u, err := url.Parse(s)
@@ -142,7 +155,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		return nil, fmt.Errorf("idemtest: NewProxy: %w", err)
 	}
 	p.ln = ln
-	p.wg.Go(p.accept)
+	p.conns.serve(ln, p.serve)
 	return p, nil
 }
 
@@ -152,14 +165,7 @@ func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 // Close stops the proxy: it closes the listener and every client and
 // upstream connection, and waits for its goroutines to end.
 func (p *Proxy) Close() {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	_ = p.ln.Close()
-	p.wg.Wait()
+	p.conns.close(p.ln)
 	for _, u := range p.upstreams {
 	drain:
 		for {
@@ -185,6 +191,8 @@ func (p *Proxy) Stats() ProxyStats {
 		Relayed:          p.relayed.Load(),
 		RelayedReplays:   p.relayedReplays.Load(),
 		RelayedConflicts: p.relayedConflicts.Load(),
+		Cuts:             p.cuts.Load(),
+		CutOriginals:     p.cutOriginals.Load(),
 		PerUpstream:      make([]int64, len(p.upstreams)),
 	}
 	for i, u := range p.upstreams {
@@ -199,6 +207,7 @@ const (
 	pass fault = iota
 	resetBefore
 	dropAfter
+	cutMidway
 )
 
 // draw returns the next fault of the seeded sequence.
@@ -211,37 +220,15 @@ func (p *Proxy) draw() fault {
 		return resetBefore
 	case x < p.resetRate+p.dropRate:
 		return dropAfter
+	case x < p.resetRate+p.dropRate+p.cutRate:
+		return cutMidway
 	}
 	return pass
-}
-
-func (p *Proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_ = c.Close()
-			return
-		}
-		p.conns[c] = struct{}{}
-		p.mu.Unlock()
-		p.wg.Go(func() {
-			p.serve(c)
-			p.mu.Lock()
-			delete(p.conns, c)
-			p.mu.Unlock()
-		})
-	}
 }
 
 // serve handles the requests of one client connection until it is
 // closed or reset.
 func (p *Proxy) serve(c net.Conn) {
-	defer c.Close()
 	r := bufio.NewReader(c)
 	w := bufio.NewWriter(c)
 	for {
@@ -263,6 +250,11 @@ func (p *Proxy) serve(c net.Conn) {
 		u := p.upstreams[(p.next.Add(1)-1)%uint64(len(p.upstreams))]
 		p.forwarded.Add(1)
 		u.sent.Add(1)
+		if f == cutMidway {
+			p.cut(u, req, body)
+			reset(c)
+			return
+		}
 		resp, respBody, err := p.forward(u, req, body)
 		if err != nil {
 			p.upstreamErrors.Add(1)
@@ -314,20 +306,7 @@ func (p *Proxy) forward(u *upstream, req *http.Request, body []byte) (*http.Resp
 		}
 		uc = &upConn{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
 	}
-	out := &http.Request{
-		Method:        req.Method,
-		URL:           req.URL,
-		Host:          req.Host,
-		Header:        req.Header,
-		ContentLength: int64(len(body)),
-		Body:          io.NopCloser(bytes.NewReader(body)),
-	}
-	for _, k := range hopHeaders {
-		delete(out.Header, k)
-	}
-	if len(body) == 0 {
-		out.Body = http.NoBody
-	}
+	out := outgoing(req, body)
 	err := out.Write(uc.w)
 	if err == nil {
 		err = uc.w.Flush()
@@ -355,6 +334,55 @@ func (p *Proxy) forward(u *upstream, req *http.Request, body []byte) (*http.Resp
 		}
 	}
 	return resp, respBody, nil
+}
+
+// cut sends req with body to u on a new connection, reads the response
+// head and at most 1 KiB of its body, and resets the connection.
+func (p *Proxy) cut(u *upstream, req *http.Request, body []byte) {
+	conn, err := net.Dial("tcp", u.addr)
+	if err != nil {
+		p.upstreamErrors.Add(1)
+		return
+	}
+	defer reset(conn)
+	out := outgoing(req, body)
+	w := bufio.NewWriter(conn)
+	err = out.Write(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(bufio.NewReader(conn), out)
+	}
+	if err != nil {
+		p.upstreamErrors.Add(1)
+		return
+	}
+	_, _ = io.ReadFull(resp.Body, make([]byte, 1<<10)) // at most a part: short bodies end sooner
+	p.cuts.Add(1)
+	if resp.StatusCode/100 == 2 && resp.Header.Get(idempotency.ReplayHeader) != "true" {
+		p.cutOriginals.Add(1)
+	}
+}
+
+// outgoing returns the request to send upstream for req with body.
+func outgoing(req *http.Request, body []byte) *http.Request {
+	out := &http.Request{
+		Method:        req.Method,
+		URL:           req.URL,
+		Host:          req.Host,
+		Header:        req.Header,
+		ContentLength: int64(len(body)),
+		Body:          io.NopCloser(bytes.NewReader(body)),
+	}
+	for _, k := range hopHeaders {
+		delete(out.Header, k)
+	}
+	if len(body) == 0 {
+		out.Body = http.NoBody
+	}
+	return out
 }
 
 // hopHeaders are the hop-by-hop header fields (RFC 9110 section 7.6.1)

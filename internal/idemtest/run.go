@@ -3,6 +3,7 @@ package idemtest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/retry"
 )
 
 // Defaults of a [Config].
@@ -31,6 +33,16 @@ const (
 	DefaultDropRate    = 0.20
 	DefaultMaxAttempts = 10
 	DefaultMaxRedrives = 20
+)
+
+// Settings of [Hostile].
+const (
+	HostileCutRate     = 0.05
+	HostileTimeout     = 20 * time.Millisecond
+	HostileAnswerBytes = 16 << 10
+	HostileChunks      = 8
+	HostileSlowRate    = 0.10
+	HostilePause       = 25 * time.Millisecond
 )
 
 // PaymentsEnv is the environment variable [Payments] reads: a positive
@@ -59,6 +71,17 @@ type Config struct {
 	// [ProxyConfig]); 0 means [DefaultResetRate] and [DefaultDropRate],
 	// a negative value means none.
 	ResetRate, DropRate float64
+	// CutRate is the proxy's rate of answers cut mid-way (see
+	// [ProxyConfig.CutRate]); 0 means none.
+	CutRate float64
+	// Timeout puts an [http.TimeoutHandler] with this timeout in front of
+	// the middleware of the even-numbered servers (server-0, server-2,
+	// ...); the others answer without one, so that cut answers reach their
+	// handlers' writes. 0 means none.
+	Timeout time.Duration
+	// Handler shapes the payments handlers' answers; the zero value is a
+	// small answer written at once.
+	Handler HandlerConfig
 	// Seed seeds the proxy's fault sequence; 0 means 1.
 	Seed uint64
 	// MaxAttempts is the client transport's attempts per call
@@ -119,6 +142,20 @@ type Result struct {
 	// Replays is the number of successful calls answered from the store
 	// (Idempotent-Replayed: true).
 	Replays int64
+	// BadReplays is the number of replays (of any call, final or not)
+	// whose body differs from the answer the handler produced for the
+	// payment, as the ledger recorded it; BadAnswers is the same for
+	// original answers. Always 0 unless something cut or changed a stored
+	// answer.
+	BadReplays, BadAnswers int64
+	// Aborted is the number of handler runs that gave up without a word
+	// because their request was canceled before they applied the payment;
+	// Overran is the number of runs that applied it but ended after their
+	// request's deadline (an http.TimeoutHandler answered 503 for most).
+	Aborted, Overran int
+	// TimedOut is the number of requests an http.TimeoutHandler answered
+	// 503 itself because the middleware had not returned in time.
+	TimedOut int64
 	// KeyErrors is the number of calls in which an attempt carried no key
 	// or a key other than the call's first attempt (or, on a re-drive,
 	// other than the payment's key). Always 0 unless the transport is
@@ -135,18 +172,27 @@ type Result struct {
 	Elapsed time.Duration
 	// Errors has the first few unexpected answers, for the report.
 	Errors []string
-	// ResetRate and DropRate are the configured fault rates the verdict
-	// checks the proxy's counts against; 0 skips the check.
-	ResetRate, DropRate float64
+	// ResetRate, DropRate and CutRate are the configured fault rates the
+	// verdict checks the proxy's counts against; 0 skips the check.
+	ResetRate, DropRate, CutRate float64
+	// Timeout and SlowRate are the configured server-side faults
+	// ([Config.Timeout], [HandlerConfig.SlowRate]); when both are set the
+	// verdict checks that handlers overran and aborted.
+	Timeout  time.Duration
+	SlowRate float64
 }
 
 // Err returns nil when the run passed: every payment applied exactly once
 // (no duplicate, none lost, no unknown), every payment's calls ended in
-// success, every attempt of a call carried the call's key and no two
-// payments shared one, and the faults really happened: resets and drops
-// occurred at rates near the configured ones, every dropped original
-// answer was later replayed (the final answer of exactly as many payments
-// was a replay), and every server took requests. Otherwise its error lists
+// success, every answer and every replay was the whole answer the handler
+// produced for its payment, every attempt of a call carried the call's key
+// and no two payments shared one, and the faults really happened: resets,
+// drops and cuts occurred at rates near the configured ones, every dropped
+// or cut original answer was later replayed (without a timeout the final
+// answer of exactly as many payments was a replay; with one, at least as
+// many, and at most as many more as the timeout handler answered itself),
+// handlers overran and aborted when a timeout and slow runs were
+// configured, and every server took requests. Otherwise its error lists
 // every violation.
 func (r *Result) Err() error {
 	var errs []error
@@ -168,6 +214,9 @@ func (r *Result) Err() error {
 	}
 	if r.Failed != 0 {
 		bad("%d payments failed (no successful call), want 0; first errors: %s", r.Failed, strings.Join(r.Errors, "; "))
+	}
+	if r.BadReplays != 0 || r.BadAnswers != 0 {
+		bad("%d replays and %d original answers differ from what the handler produced, want 0", r.BadReplays, r.BadAnswers)
 	}
 	if r.KeyErrors != 0 {
 		bad("%d calls whose attempts did not all carry the call's key, want 0", r.KeyErrors)
@@ -193,8 +242,16 @@ func (r *Result) Err() error {
 	}
 	checkRate("resets", r.Proxy.Resets, r.Proxy.Requests, r.ResetRate)
 	checkRate("drops", r.Proxy.Drops, r.Proxy.Requests, r.DropRate)
-	if r.Replays != r.Proxy.DroppedOriginals {
-		bad("%d payments ended with a replay, but the proxy dropped %d original answers: want equal", r.Replays, r.Proxy.DroppedOriginals)
+	checkRate("cuts", r.Proxy.Cuts, r.Proxy.Requests, r.CutRate)
+	lost := r.Proxy.DroppedOriginals + r.Proxy.CutOriginals
+	switch {
+	case r.Timeout <= 0 && r.Replays != lost:
+		bad("%d payments ended with a replay, but the proxy dropped or cut %d original answers: want equal", r.Replays, lost)
+	case r.Replays < lost || r.Replays > lost+r.TimedOut:
+		bad("%d payments ended with a replay, the proxy dropped or cut %d original answers and the timeout handler answered %d requests: want %d to %d", r.Replays, lost, r.TimedOut, lost, lost+r.TimedOut)
+	}
+	if r.Timeout > 0 && r.SlowRate > 0 && (r.Overran == 0 || r.Aborted == 0) {
+		bad("%d handler runs overran the timeout and %d aborted: want some of each (the run proves nothing)", r.Overran, r.Aborted)
 	}
 	for i, n := range r.Proxy.PerUpstream {
 		if n == 0 && len(r.Proxy.PerUpstream) > 1 {
@@ -218,10 +275,11 @@ func (r *Result) String() string {
 		r.Payments, r.Servers, r.Elapsed.Round(time.Millisecond), float64(r.Payments)/r.Elapsed.Seconds())
 	fmt.Fprintf(&b, "ledger: applied %d, duplicates %d, lost %d, unknown %d; runs by server %v\n",
 		r.Applied, r.Duplicates, r.Lost, r.Unknown, r.RunsByServer)
-	fmt.Fprintf(&b, "client: calls %d, attempts %d (+%d resent by net/http below the transport), re-drives %d, gave up %d, 409s %d, final replays %d, failed %d, key errors %d\n",
-		r.Calls, r.Attempts, max(0, p.Requests-r.Attempts), r.Redrives, r.GaveUp, r.Conflicts, r.Replays, r.Failed, r.KeyErrors)
-	fmt.Fprintf(&b, "proxy: requests %d, resets %d (%.1f%%), drops %d (%.1f%%, %d originals), forwarded %d %v, relayed %d (replays %d, 409s %d), upstream errors %d",
-		p.Requests, p.Resets, pct(p.Resets), p.Drops, pct(p.Drops), p.DroppedOriginals,
+	fmt.Fprintf(&b, "handlers: aborted %d, overran %d, timed out by the timeout handler %d (timeout %v, slow rate %.2f)\n", r.Aborted, r.Overran, r.TimedOut, r.Timeout, r.SlowRate)
+	fmt.Fprintf(&b, "client: calls %d, attempts %d (+%d resent by net/http below the transport), re-drives %d, gave up %d, 409s %d, final replays %d, failed %d, key errors %d, bad replays %d, bad answers %d\n",
+		r.Calls, r.Attempts, max(0, p.Requests-r.Attempts), r.Redrives, r.GaveUp, r.Conflicts, r.Replays, r.Failed, r.KeyErrors, r.BadReplays, r.BadAnswers)
+	fmt.Fprintf(&b, "proxy: requests %d, resets %d (%.1f%%), drops %d (%.1f%%, %d originals), cuts %d (%.1f%%, %d originals), forwarded %d %v, relayed %d (replays %d, 409s %d), upstream errors %d",
+		p.Requests, p.Resets, pct(p.Resets), p.Drops, pct(p.Drops), p.DroppedOriginals, p.Cuts, pct(p.Cuts), p.CutOriginals,
 		p.Forwarded, p.PerUpstream, p.Relayed, p.RelayedReplays, p.RelayedConflicts, p.UpstreamErrors)
 	return b.String()
 }
@@ -241,15 +299,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("idemtest: Run: payments %d and workers %d must not be negative", cfg.Payments, cfg.Workers)
 	}
 	ledger := &Ledger{}
+	var timedOut atomic.Int64
 	var upstreams []string
 	for i, store := range cfg.Stores {
 		opts := append([]idempotency.Option{idempotency.WithSharedScope(), idempotency.WithRequired()}, cfg.Middleware...)
-		mw, err := idempotency.New(store, opts...)
+		mw, err := idempotency.NewMiddleware(store, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("idemtest: Run: server %d: %w", i, err)
 		}
+		h := mw.Handler(ledger.HandlerWith("server-"+strconv.Itoa(i), cfg.Handler))
+		if cfg.Timeout > 0 && i%2 == 0 {
+			h = timeoutTap(http.TimeoutHandler(h, cfg.Timeout, timeoutMessage), &timedOut)
+		}
 		mux := http.NewServeMux()
-		mux.Handle("POST /payments", mw.Handler(ledger.Handler("server-"+strconv.Itoa(i))))
+		mux.Handle("POST /payments", h)
 		srv := httptest.NewServer(mux)
 		defer srv.Close()
 		upstreams = append(upstreams, srv.URL)
@@ -258,6 +321,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Upstreams:               upstreams,
 		ResetRate:               cfg.ResetRate,
 		DropRate:                cfg.DropRate,
+		CutRate:                 cfg.CutRate,
 		Seed:                    cfg.Seed,
 		MaxIdleConnsPerUpstream: cfg.Workers,
 	})
@@ -270,16 +334,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer base.CloseIdleConnections()
 	tr, err := httpretry.NewTransport(keyTap{base: base, resend: cfg.NetHTTPResend},
 		httpretry.WithAutoIdempotencyKey(),
-		httpretry.WithMaxAttempts(cfg.MaxAttempts),
-		httpretry.WithBackoff(cfg.Backoff),
+		httpretry.WithRetry(
+			retry.WithMaxAttempts(cfg.MaxAttempts),
+			retry.WithBackoff(cfg.Backoff),
+			// Below the middleware's Retry-After (1 s): the transport
+			// hands a 409 (in progress) or a 503 with a hint back at once
+			// and the driver re-drives it after a few milliseconds,
+			// instead of every slow handler costing a second.
+			retry.WithMaxRetryAfter(500*time.Millisecond),
+		),
 		httpretry.WithoutBudget(),  // a 30% fault rate would drain any budget sized for healthy traffic
 		httpretry.WithoutBreaker(), // and trip the breaker: both would refuse retries, not test them
-		httpretry.WithMaxRetryAfter(2*time.Second),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("idemtest: Run: %w", err)
 	}
 	d := &driver{
+		ledger: ledger,
 		client: &http.Client{Transport: tr},
 		url:    proxy.URL() + "/payments",
 		cfg:    cfg,
@@ -310,22 +381,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	res := &Result{
-		Payments:  cfg.Payments,
-		Servers:   len(cfg.Stores),
-		Failed:    int(d.failed.Load()),
-		Calls:     d.calls.Load(),
-		Attempts:  d.attempts.Load(),
-		Redrives:  d.redrives.Load(),
-		GaveUp:    d.gaveUp.Load(),
-		Conflicts: d.conflicts.Load(),
-		Replays:   d.replays.Load(),
-		KeyErrors: d.keyErrors.Load(),
-		Proxy:     proxy.Stats(),
-		Elapsed:   elapsed,
-		Errors:    d.errs,
-		ResetRate: cfg.ResetRate,
-		DropRate:  cfg.DropRate,
+		Payments:   cfg.Payments,
+		Servers:    len(cfg.Stores),
+		Failed:     int(d.failed.Load()),
+		Calls:      d.calls.Load(),
+		Attempts:   d.attempts.Load(),
+		Redrives:   d.redrives.Load(),
+		GaveUp:     d.gaveUp.Load(),
+		Conflicts:  d.conflicts.Load(),
+		Replays:    d.replays.Load(),
+		BadReplays: d.badReplays.Load(),
+		BadAnswers: d.badAnswers.Load(),
+		KeyErrors:  d.keyErrors.Load(),
+		Proxy:      proxy.Stats(),
+		Elapsed:    elapsed,
+		Errors:     d.errs,
+		ResetRate:  cfg.ResetRate,
+		DropRate:   cfg.DropRate,
+		CutRate:    cfg.CutRate,
+		Timeout:    cfg.Timeout,
+		SlowRate:   cfg.Handler.SlowRate,
 	}
+	res.Aborted, res.Overran = ledger.Slow()
+	res.TimedOut = timedOut.Load()
 	applied, byServer := ledger.Snapshot()
 	res.RunsByServer = byServer
 	for i := range cfg.Payments {
@@ -389,6 +467,56 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
+// timeoutMessage is the body of the 503 the timeout handler answers.
+const timeoutMessage = "idemtest: handler timeout"
+
+// timeoutTap counts in n the requests h (an http.TimeoutHandler) answers
+// with its own 503.
+func timeoutTap(h http.Handler, n *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&statusTap{ResponseWriter: w, n: n}, r)
+	})
+}
+
+// statusTap counts the timeout handler's own answer.
+type statusTap struct {
+	http.ResponseWriter
+	status int
+	n      *atomic.Int64
+}
+
+func (s *statusTap) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusTap) Write(p []byte) (int, error) {
+	if s.status == http.StatusServiceUnavailable && string(p) == timeoutMessage {
+		s.n.Add(1)
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+// Hostile returns cfg with the server-side faults on: the proxy cuts
+// [HostileCutRate] of the answers mid-way, the even-numbered servers have
+// an http.TimeoutHandler of [HostileTimeout] in front of the middleware,
+// and the handlers write answers of [HostileAnswerBytes] in
+// [HostileChunks] flushed parts, [HostileSlowRate] of their runs pausing
+// [HostilePause] (before applying the payment, or before each part).
+func Hostile(cfg Config) Config {
+	cfg.CutRate = HostileCutRate
+	cfg.Timeout = HostileTimeout
+	cfg.Handler = HandlerConfig{
+		AnswerBytes: HostileAnswerBytes,
+		Chunks:      HostileChunks,
+		SlowRate:    HostileSlowRate,
+		Pause:       HostilePause,
+	}
+	return cfg
+}
+
 // RunTest runs the harness with cfg, logs the result and fails tb if Run
 // fails or the verdict is bad. It returns the result (nil after a failed
 // Run).
@@ -426,13 +554,14 @@ func paymentID(i int) string { return fmt.Sprintf("pay-%06d", i) }
 
 // driver makes the payments.
 type driver struct {
+	ledger *Ledger
 	client *http.Client
 	url    string
 	cfg    Config
 	keys   []string // keys[i]: payment i's key; each written by one worker
 
 	calls, attempts, redrives, gaveUp, conflicts, replays atomic.Int64
-	keyErrors, failed                                     atomic.Int64
+	keyErrors, failed, badReplays, badAnswers             atomic.Int64
 
 	mu   sync.Mutex // guards errs
 	errs []string
@@ -536,16 +665,27 @@ func (d *driver) call(ctx context.Context, id string, body []byte, key string, s
 	if err != nil {
 		return unknown, "reading the answer: " + err.Error()
 	}
-	if _, _, gaveUp := httpretry.GaveUp(resp); gaveUp {
+	if _, gaveUp := httpretry.GaveUp(resp); gaveUp {
 		d.gaveUp.Add(1)
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusCreated:
+		replay := resp.Header.Get(idempotency.ReplayHeader) == "true"
+		if want, ok := d.ledger.Produced(id); !ok || sha256.Sum256(data) != want {
+			what := "answer"
+			if replay {
+				what = "replay"
+				d.badReplays.Add(1)
+			} else {
+				d.badAnswers.Add(1)
+			}
+			return rejected, fmt.Sprintf("201 %s of %d bytes (%.40q...) differs from what the handler produced for %s", what, len(data), data, id)
+		}
 		var p Payment
 		if err := json.Unmarshal(data, &p); err != nil || p.ID != id {
 			return rejected, fmt.Sprintf("201 with body %q, want payment %s", data, id)
 		}
-		if resp.Header.Get(idempotency.ReplayHeader) == "true" {
+		if replay {
 			d.replays.Add(1)
 		}
 		return succeeded, ""

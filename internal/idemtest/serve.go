@@ -1,0 +1,59 @@
+package idemtest
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/idempotency"
+)
+
+// Charged is the body of the answer of the handler [Serve] guards.
+const Charged = "charged"
+
+// Serve starts a test server whose handler answers 201 [Charged], guarded
+// by a middleware on store (idempotency.WithSharedScope, then opts), and
+// returns its URL. The server is closed at tb's cleanup; a cleanup
+// registered later (e.g. closing a proxy the store's calls hang on) runs
+// before.
+func Serve(tb testing.TB, store idempotency.Store, opts ...idempotency.Option) string {
+	tb.Helper()
+	mw, err := idempotency.NewMiddleware(store, append([]idempotency.Option{idempotency.WithSharedScope()}, opts...)...)
+	if err != nil {
+		tb.Fatalf("idempotency.NewMiddleware: %v", err)
+	}
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, Charged)
+	})))
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// postWait bounds how long [Post] waits for an answer.
+const postWait = 30 * time.Second
+
+// Post sends a POST with the idempotency key key to url and returns the
+// status and body of the answer. It fails tb if no answer comes within
+// 30 s: a server that hangs fails the test instead of blocking it.
+func Post(tb testing.TB, url, key string) (int, string) {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
+	if err != nil {
+		tb.Fatalf("Post: %v", err)
+	}
+	req.Header.Set(idempotency.Header, key)
+	resp, err := (&http.Client{Timeout: postWait}).Do(req)
+	if err != nil {
+		tb.Fatalf("POST %s: no answer: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("POST %s: reading the answer: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}

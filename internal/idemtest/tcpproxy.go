@@ -1,0 +1,137 @@
+package idemtest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// TCPProxy is a TCP proxy in front of one server (PostgreSQL, Redis...)
+// whose faults a test switches on and off while clients are connected:
+// [TCPProxy.Blackhole] swallows all traffic without closing anything, and
+// [TCPProxy.CutReplyTo] drops the server's reply to one chosen request and
+// resets the client's connection, so that the client cannot know whether
+// the server executed it. Each client connection gets its own connection to
+// the server. It is safe for concurrent use. Close it when done.
+type TCPProxy struct {
+	ln     net.Listener
+	target string
+
+	conns connSet
+
+	mu sync.Mutex
+	// Fields below are guarded by mu.
+	blackhole bool
+	cutMatch  []byte // non-nil: the one-shot cut is armed
+
+	cuts atomic.Int64
+}
+
+// NewTCPProxy starts a proxy on a loopback port that relays every
+// connection to target ("host:port").
+func NewTCPProxy(target string) (*TCPProxy, error) {
+	if target == "" {
+		return nil, errors.New("idemtest: NewTCPProxy: empty target")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("idemtest: NewTCPProxy: %w", err)
+	}
+	p := &TCPProxy{ln: ln, target: target}
+	p.conns.serve(ln, p.serve)
+	return p, nil
+}
+
+// Addr returns the proxy's address, "127.0.0.1:port".
+func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
+
+// Blackhole switches the black hole on or off. While it is on, the proxy
+// still accepts connections but every byte either side sends, on new and
+// existing connections, is read and dropped: clients wait for answers that
+// never come. Bytes dropped stay lost when it is switched off.
+func (p *TCPProxy) Blackhole(on bool) {
+	p.mu.Lock()
+	p.blackhole = on
+	p.mu.Unlock()
+}
+
+// CutReplyTo arms a one-shot cut: the next chunk a client sends that
+// contains match is forwarded to the server, but the server's reply is
+// dropped and both connections are reset (the client sees a reset after
+// its request went out). [TCPProxy.Cuts] counts the cuts made.
+func (p *TCPProxy) CutReplyTo(match []byte) {
+	p.mu.Lock()
+	p.cutMatch = bytes.Clone(match)
+	p.mu.Unlock()
+}
+
+// Cuts returns the number of cuts made so far.
+func (p *TCPProxy) Cuts() int64 { return p.cuts.Load() }
+
+// Close stops the proxy: it closes the listener and every connection, and
+// waits for its goroutines to end.
+func (p *TCPProxy) Close() { p.conns.close(p.ln) }
+
+// serve relays one client connection.
+func (p *TCPProxy) serve(c net.Conn) {
+	u, err := net.Dial("tcp", p.target)
+	if err != nil || !p.conns.add(u) {
+		return
+	}
+	defer p.conns.remove(u)
+	var cutPending atomic.Bool
+	done := make(chan struct{})
+	go func() { // client -> server
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				drop := p.blackhole
+				if !drop && p.cutMatch != nil && bytes.Contains(buf[:n], p.cutMatch) {
+					p.cutMatch = nil
+					cutPending.Store(true)
+				}
+				p.mu.Unlock()
+				if !drop {
+					if _, err := u.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			if err != nil {
+				_ = u.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for { // server -> client
+		n, err := u.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			drop := p.blackhole
+			p.mu.Unlock()
+			if cutPending.Load() {
+				p.cuts.Add(1)
+				reset(c)
+				_ = u.Close()
+				break
+			}
+			if !drop {
+				if _, err := c.Write(buf[:n]); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = c.Close()
+	<-done
+}
