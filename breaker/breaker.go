@@ -219,6 +219,10 @@ func word(gen uint64, s State) uint64 { return gen<<stateBits | uint64(s) }
 func stateOf(w uint64) State          { return State(w & (1<<stateBits - 1)) }
 func genOf(w uint64) uint64           { return w >> stateBits }
 
+// bucket holds the counters of one bucket, each tagged with the bucket
+// number.
+type bucket struct{ succ, fail atomic.Uint64 }
+
 // event is a state change waiting for its callbacks.
 type event struct{ from, to State }
 
@@ -254,11 +258,10 @@ type Breaker struct {
 	asking atomic.Bool
 	_      [40]byte
 
-	// succ and fail count, at position i, the outcomes of the bucket e
-	// with e mod Buckets = i, striped so that concurrent outcomes rarely
-	// share a cache line. Bucket numbers include generation·Buckets, so a
-	// new closed generation starts with an empty window.
-	succ, fail *tagged.Striped
+	// counts[i] counts the outcomes of the bucket e with e mod Buckets = i.
+	// Bucket numbers include generation·Buckets, so a new closed
+	// generation starts with an empty window.
+	counts []bucket
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -340,8 +343,7 @@ func New(c Config) (*Breaker, error) {
 		isFailure:  c.IsFailure,
 		onChange:   c.OnStateChange,
 		shared:     c.Shared,
-		succ:       tagged.NewStriped(c.Buckets),
-		fail:       tagged.NewStriped(c.Buckets),
+		counts:     make([]bucket, c.Buckets),
 	}
 	if b.now == nil {
 		b.now = clock.Monotonic()
@@ -350,6 +352,11 @@ func New(c Config) (*Breaker, error) {
 		b.isFailure = func(err error) bool { return err != nil }
 	}
 	b.base = b.now()
+	empty := tagged.Pack(tagged.Never, 0)
+	for i := range b.counts {
+		b.counts[i].succ.Store(empty)
+		b.counts[i].fail.Store(empty)
+	}
 	b.releaseUntil.Store(math.MinInt64)
 	b.state.Store(word(1, Closed)) // generation 1: the zero Permit is never valid
 	return b, nil
@@ -572,10 +579,30 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 		now = b.now()
 	}
 	e := b.bucketOf(now, gen)
-	if success {
-		b.succ.Add(b.index(e), e, 1)
-	} else {
-		b.fail.Add(b.index(e), e, 1)
+	ctr := &b.counts[b.index(e)].succ
+	if !success {
+		ctr = &b.counts[b.index(e)].fail
+	}
+	tag := tagged.Tag(e)
+	for {
+		old := ctr.Load()
+		otag, n := tagged.Unpack(old)
+		var next uint64
+		switch d := tagged.Diff(tag, otag); {
+		case d == 0:
+			if n == tagged.MaxCount {
+				next = old // saturated: count no more, but still evaluate
+			} else {
+				next = old + 1
+			}
+		case d > 0:
+			next = tagged.Pack(e, 1) // the counter held an expired bucket
+		default:
+			return // the counter holds a later bucket: this outcome is too old
+		}
+		if next == old || ctr.CompareAndSwap(old, next) {
+			break
+		}
 	}
 	if success {
 		return
@@ -619,10 +646,15 @@ func (b *Breaker) releaseRate(calls uint64, now time.Time) float64 {
 func (b *Breaker) window(cur int64) (calls, failures uint64) {
 	e := cur - b.buckets + 1
 	for i := b.index(e); e <= cur; e++ {
-		f := b.fail.Get(i, e)
-		calls += b.succ.Get(i, e) + f
-		failures += f
-		if i++; i == b.buckets {
+		c, tag := &b.counts[i], tagged.Tag(e)
+		if t, n := tagged.Unpack(c.succ.Load()); t == tag {
+			calls += n
+		}
+		if t, n := tagged.Unpack(c.fail.Load()); t == tag {
+			calls += n
+			failures += n
+		}
+		if i++; i == int64(len(b.counts)) {
 			i = 0
 		}
 	}

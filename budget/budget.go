@@ -73,10 +73,9 @@ type Config struct {
 // ErrInvalidConfig is wrapped by every error [New] returns.
 var ErrInvalidConfig = errors.New("budget: invalid config")
 
-// MaxCount is the count at which a slice's retries saturate (further
-// withdrawals are refused) and its requests stop being counted (per
-// stripe: deposits are spread over a few counters so that concurrent ones
-// rarely share a cache line).
+// MaxCount is the count at which a slice's requests or retries saturate:
+// further deposits in the slice are not counted, further withdrawals are
+// refused.
 const MaxCount = tagged.MaxCount // 16,777,215
 
 // The retry loop's view of a budget.
@@ -108,10 +107,8 @@ type Budget struct {
 	head atomic.Uint64
 	_    [56]byte
 
-	// requests counts, at position i, the deposits of the slice s with s
-	// mod Slices = i, striped so that concurrent deposits rarely share a
-	// cache line.
-	requests *tagged.Striped
+	// requests[i] counts deposits of the slice s with s mod Slices = i.
+	requests []atomic.Uint64
 	// retries[i] holds the final retry count of an older slice s with
 	// s mod Slices = i, published before head moves past s.
 	retries []atomic.Uint64
@@ -174,11 +171,12 @@ func (b *Budget) init(c Config) error {
 	b.slices = int64(c.Slices)
 	b.now = now
 	b.base = now()
-	b.requests = tagged.NewStriped(c.Slices)
+	b.requests = make([]atomic.Uint64, c.Slices)
 	b.retries = make([]atomic.Uint64, c.Slices)
 	empty := tagged.Pack(tagged.Never, 0)
 	b.head.Store(empty)
-	for i := range b.retries {
+	for i := range b.requests {
+		b.requests[i].Store(empty)
 		b.retries[i].Store(empty)
 	}
 	return nil
@@ -246,12 +244,30 @@ func (b *Budget) DepositN(t time.Time, n int) {
 
 func (b *Budget) depositAt(t time.Time) { b.deposit(t, 1) }
 
-// deposit adds n deposits at t, saturating at MaxCount per stripe. A
-// deposit whose slice's counter already holds a later slice has expired and
-// is dropped.
+// deposit adds n deposits at t, saturating at MaxCount.
 func (b *Budget) deposit(t time.Time, add uint64) {
-	sl := b.sliceOf(t)
-	b.requests.Add(b.index(sl), sl, add)
+	s := b.sliceOf(t)
+	tag := tagged.Tag(s)
+	w := &b.requests[b.index(s)]
+	for {
+		old := w.Load()
+		otag, n := tagged.Unpack(old)
+		var next uint64
+		switch d := tagged.Diff(tag, otag); {
+		case d == 0:
+			if n == tagged.MaxCount {
+				return // saturated
+			}
+			next = old + min(add, tagged.MaxCount-n)
+		case d > 0:
+			next = tagged.Pack(s, add) // the word held an expired slice: reset it
+		default:
+			return // the word already holds a later slice: t has expired
+		}
+		if w.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 // Withdraw reports whether a retry may be sent now, and if so records it. It
@@ -351,7 +367,9 @@ func (b *Budget) requestsIn(cur int64) uint64 {
 	var sum uint64
 	s := cur - b.slices + 1
 	for i := b.index(s); s <= cur; s++ {
-		sum += b.requests.Get(i, s)
+		if tag, n := tagged.Unpack(b.requests[i].Load()); tag == tagged.Tag(s) {
+			sum += n
+		}
 		if i++; i == b.slices {
 			i = 0
 		}
