@@ -25,6 +25,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/internal/sim/live"
+	"github.com/stormguard/stormguard/retry"
 )
 
 // The POS scenario: 1000 payment terminals, each making one payment (a POST
@@ -292,7 +293,7 @@ func cenkaltiOp(err error) error {
 
 // runPOS runs setup s through one scenario.
 func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (*live.Result, string, error) {
-	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc}
+	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: posFailure}
 	if s.admission {
 		wrap, err := posAdmission(pc)
 		if err != nil {
@@ -314,6 +315,29 @@ func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.Fle
 		note = done()
 	}
 	return r, note, err
+}
+
+// posFailure names why a payment failed: the reason stormguard's loop gave
+// up (from its error, or from the Stormguard-Gave-Up header of the response
+// it returned), the deadline, or the status the client returned.
+func posFailure(err error) string {
+	var re *retry.Error
+	var se *live.StatusError
+	switch {
+	case errors.As(err, &re):
+		return "stormguard: " + re.Reason.String()
+	case errors.As(err, &se):
+		if g, ok := httpretry.GaveUp(&http.Response{Header: se.Header}); ok {
+			return fmt.Sprintf("stormguard: %v (HTTP %d)", g.Reason, se.Code)
+		}
+		if se.Header.Get(httpretry.RetryHeader) != "" {
+			return fmt.Sprintf("HTTP %d, %s: %s", se.Code, httpretry.RetryHeader, se.Header.Get(httpretry.RetryHeader))
+		}
+		return fmt.Sprintf("HTTP %d", se.Code)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	return "other"
 }
 
 // TestLivePOSSmoke runs every setup through a tiny POS scenario (20
@@ -480,6 +504,14 @@ func posTable(pc live.ProviderConfig, fc live.FleetConfig, rows []posRow) string
 			fmtLatency(s.LateP99), fmtLatency(s.LateMax))
 	}
 	for _, row := range rows {
+		if f := row.result.Failures; len(f) > 0 {
+			causes := make([]string, 0, len(f))
+			for why, n := range f {
+				causes = append(causes, fmt.Sprintf("%s %d", why, n))
+			}
+			slices.Sort(causes)
+			fmt.Fprintf(&b, "\n%s, failed payments by cause: %s\n", row.setup.name, strings.Join(causes, ", "))
+		}
 		if row.note != "" {
 			fmt.Fprintf(&b, "\n%s: %s\n", row.setup.name, row.note)
 		}
@@ -546,4 +578,26 @@ func fmtLatency(d time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+func TestPOSFailure(t *testing.T) {
+	gaveUp := http.Header{}
+	gaveUp.Set(httpretry.GaveUpHeader, "attempts-exhausted;attempts=3")
+	noRetry := http.Header{}
+	noRetry.Set(httpretry.RetryHeader, "no")
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("post: %w", &retry.Error{Reason: retry.BudgetExhausted, Attempts: 1}), "stormguard: " + retry.BudgetExhausted.String()},
+		{&live.StatusError{Code: 503, Header: gaveUp}, fmt.Sprintf("stormguard: %v (HTTP 503)", retry.AttemptsExhausted)},
+		{&live.StatusError{Code: 503, Header: noRetry}, "HTTP 503, Stormguard-Retry: no"},
+		{&live.StatusError{Code: 503}, "HTTP 503"},
+		{fmt.Errorf("post: %w", context.DeadlineExceeded), "deadline"},
+		{errors.New("connection reset"), "other"},
+	} {
+		if got := posFailure(tt.err); got != tt.want {
+			t.Errorf("posFailure(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
 }

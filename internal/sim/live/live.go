@@ -460,7 +460,8 @@ func Do(client *http.Client, req *http.Request) error {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return &StatusError{Method: req.Method, URL: req.URL.String(), Code: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
+		return &StatusError{Method: req.Method, URL: req.URL.String(), Code: resp.StatusCode,
+			RetryAfter: resp.Header.Get("Retry-After"), Header: resp.Header.Clone()}
 	}
 	return nil
 }
@@ -471,6 +472,9 @@ type StatusError struct {
 	// Code is the status code; RetryAfter the Retry-After header, if any.
 	Code       int
 	RetryAfter string
+	// Header is the response's header (a copy), for what a client under
+	// test wrote into it.
+	Header http.Header
 }
 
 func (e *StatusError) Error() string {
@@ -593,6 +597,10 @@ type Result struct {
 	Windows []Window `json:"windows"`
 	// Summary is derived from Windows and Stats.
 	Summary Summary `json:"summary"`
+	// Failures counts the failed calls by cause, if the scenario
+	// classified them (Scenario.Classify); calls that panicked are
+	// counted in Stats only.
+	Failures map[string]int64 `json:"failures,omitempty"`
 }
 
 // Summary condenses a run.
@@ -653,6 +661,10 @@ type Scenario struct {
 	// Wrap, if not nil, is put in front of the provider's work (see
 	// [Provider.Wrap]).
 	Wrap func(next http.Handler) http.Handler
+	// Classify, if not nil, names the cause of each failed call's error
+	// (e.g. the reason its retry loop gave up); Result.Failures counts
+	// the failures by name. It must be safe for concurrent use.
+	Classify func(err error) string
 }
 
 // Run starts a provider on loopback, runs the fleet through the calls that
@@ -690,10 +702,24 @@ func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
 		calls[i] = s.NewCall(url, i)
 	}
 	var next atomic.Int64
+	var (
+		mu       sync.Mutex
+		failures map[string]int64
+	)
 	perClient := func(ctx context.Context) error {
 		// Round-robin over the clients' calls: each client's requests are
 		// spread evenly, as RunFleet sends them in turn.
-		return calls[int(next.Add(1)-1)%len(calls)](ctx)
+		err := calls[int(next.Add(1)-1)%len(calls)](ctx)
+		if err != nil && s.Classify != nil {
+			why := s.Classify(err)
+			mu.Lock()
+			if failures == nil {
+				failures = make(map[string]int64)
+			}
+			failures[why]++
+			mu.Unlock()
+		}
+		return err
 	}
 	start := time.Now()
 	p.startAt(start)
@@ -706,7 +732,7 @@ func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
 	// attempt it counted has its outcome.
 	stop()
 	stopped = true
-	r := &Result{Name: s.Name, Provider: s.Provider, Fleet: s.Fleet, Stats: st, Windows: p.Windows()}
+	r := &Result{Name: s.Name, Provider: s.Provider, Fleet: s.Fleet, Stats: st, Windows: p.Windows(), Failures: failures}
 	r.Summary = summarize(r)
 	return r, nil
 }

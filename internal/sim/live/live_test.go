@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -146,6 +147,13 @@ func TestRunScenarioAccounting(t *testing.T) {
 	var n atomic.Int64
 	r, err := live.RunScenario(context.Background(), live.Scenario{
 		Name: "every third refused", Provider: pc, Fleet: fc,
+		Classify: func(err error) string {
+			var se *live.StatusError
+			if errors.As(err, &se) && se.Header.Get("Content-Type") != "" {
+				return strconv.Itoa(se.Code)
+			}
+			return "other"
+		},
 		NewCall: func(url string, _ int) live.Call {
 			return live.Loop(func() func(context.Context) error {
 				key := keys.Next()
@@ -197,6 +205,13 @@ func TestRunScenarioAccounting(t *testing.T) {
 	if sum != attempts.N() || outcomes != sum || refused != refusedByMW.Load() || refused == 0 {
 		t.Errorf("provider counted %d attempts (%d outcomes, %d refused); clients sent %d, the middleware refused %d",
 			sum, outcomes, refused, attempts.N(), refusedByMW.Load())
+	}
+	var classified int64
+	for _, n := range r.Failures {
+		classified += n
+	}
+	if classified != st.Failed || r.Failures["503"] == 0 {
+		t.Errorf("failures by cause %v add up to %d, want every failure (%d) and some 503s", r.Failures, classified, st.Failed)
 	}
 	s := r.Summary
 	if s.OutageStarted == 0 || s.OutageSucceeded > s.OutageStarted || s.P50 <= 0 || s.P99 < s.P50 || s.ShedAfter == 0 || s.LateMax < s.LateP99 {
