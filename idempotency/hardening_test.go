@@ -543,11 +543,13 @@ func TestStoreCallsBounded(t *testing.T) {
 }
 
 // TestZeroMiddleware: a zero Middleware (or a nil one) never runs a
-// guarded request unguarded.
+// guarded request unguarded, and a Middleware given no handler answers 500
+// instead of panicking.
 func TestZeroMiddleware(t *testing.T) {
 	var l ledger
 	var zero idempotency.Middleware
-	for _, h := range []http.Handler{zero.Handler(&l), (*idempotency.Middleware)(nil).Handler(&l)} {
+	built := newMiddleware(t, nil)
+	for _, h := range []http.Handler{zero.Handler(&l), (*idempotency.Middleware)(nil).Handler(&l), built.Handler(nil)} {
 		for range 2 {
 			rec := call{keys: key("k")}.do(h)
 			if rec.Code != http.StatusInternalServerError && rec.Code != http.StatusServiceUnavailable {
