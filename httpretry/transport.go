@@ -217,14 +217,10 @@ func idempotentMethod(method string) bool {
 	return false
 }
 
-// xKeyHeader is the older form of the idempotency key field, which
-// net/http also knows.
-const xKeyHeader = "X-Idempotency-Key"
-
 // requestKey returns the idempotency key h carries (in the draft's field or
 // the older X- form), "" if none: an empty or blank value is not a key.
 func requestKey(h http.Header) string {
-	for _, name := range [...]string{idempotency.Header, xKeyHeader} {
+	for _, name := range [...]string{idempotency.Header, idempotency.LegacyHeader} {
 		if vs := h[name]; len(vs) > 0 {
 			if v := strings.TrimSpace(vs[0]); v != "" {
 				return v
