@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -424,8 +425,8 @@ func TestLivePOS(t *testing.T) {
 	}
 	start := time.Now().UTC()
 	var md strings.Builder
-	fmt.Fprintf(&md, "Run %s on %s/%s, %d CPUs, %s; load average before: %s\n\n",
-		start.Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), loadavg())
+	fmt.Fprintf(&md, "Run %s on %s/%s, %d CPUs, %s, library at %s; load average before: %s\n\n",
+		start.Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), gitRevision(), loadavg())
 	setups := posSetups()
 	scale := 1.0
 	if v := os.Getenv("STORMGUARD_LIVE_POS_SCALE"); v != "" {
@@ -468,6 +469,21 @@ func TestLivePOS(t *testing.T) {
 			t.Errorf("writing %s: %v", f, err)
 		}
 	}
+}
+
+// gitRevision describes the checkout the test runs in: the commit, and
+// whether files of the stormguard modules were modified; "unknown" without
+// git.
+func gitRevision() string {
+	rev, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	out := "commit " + strings.TrimSpace(string(rev))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", "..").Output(); err == nil && len(st) > 0 {
+		out += " with local changes"
+	}
+	return out
 }
 
 // posRow is one measured row.
