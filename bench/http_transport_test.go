@@ -142,3 +142,42 @@ func BenchmarkHTTPRoundTripParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHTTPRoundTripPaired is the fair comparison of httpretry with a
+// bare transport on a shared machine: each iteration makes one GET through
+// each, alternating which goes first, and times each, so that a change in
+// the machine's load hits both equally. It reports each one's mean time per
+// request and their throughput ratio (bare time / httpretry time: 1 means no
+// cost).
+func BenchmarkHTTPRoundTripPaired(b *testing.B) {
+	srv := newHTTPServer(b, okHandler)
+	bareBase, retryBase := newBase(), newBase()
+	defer bareBase.CloseIdleConnections()
+	defer retryBase.CloseIdleConnections()
+	tr, err := httpretry.NewTransport(retryBase)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rts := [2]http.RoundTripper{bareBase, tr}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	req.Header.Set("Accept", "text/plain")
+	for _, rt := range rts {
+		roundTrip(b, rt, req) // open the connections outside the timing
+	}
+	var spent [2]time.Duration
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		for k := range 2 {
+			j := (i + k) % 2
+			start := time.Now()
+			roundTrip(b, rts[j], req)
+			spent[j] += time.Since(start)
+		}
+		i++
+	}
+	n := float64(i)
+	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "bare-ns/req")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/n, "httpretry-ns/req")
+	b.ReportMetric(float64(spent[0])/float64(spent[1]), "throughput-ratio")
+}
