@@ -1,14 +1,17 @@
 package idempotency_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/observe"
 )
 
 const benchBody = `{"amount":100,"currency":"EUR","source":"tok_visa"}`
@@ -81,6 +84,23 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("replay", func(b *testing.B) {
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope))
+		h := mw.Handler(benchHandler)
+		reqs := benchRequests(b, b.N+1, true)
+		h.ServeHTTP(&discardWriter{h: make(http.Header)}, reqs[b.N])
+		benchServe(b, h, reqs[:b.N])
+	})
+	// The same with an observer that counts the events, as a metrics
+	// adapter would: the events cost no allocation.
+	var events atomic.Int64
+	count := idempotency.WithObserver(observe.Func(func(context.Context, observe.Event) { events.Add(1) }))
+	b.Run("new-observed", func(b *testing.B) {
+		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
+		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope), count)
+		benchServe(b, mw.Handler(benchHandler), benchRequests(b, b.N, false))
+	})
+	b.Run("replay-observed", func(b *testing.B) {
+		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope), count)
 		h := mw.Handler(benchHandler)
 		reqs := benchRequests(b, b.N+1, true)
 		h.ServeHTTP(&discardWriter{h: make(http.Header)}, reqs[b.N])

@@ -36,6 +36,20 @@
 // with a status that is not stored (5xx, 401, 429 by default), hijacked the
 // connection, or lost its lock.
 //
+// The middleware is an HTTP face on a [Guard], the protocol-neutral core
+// built by [NewGuard]: [Guard.Run] claims a key, runs the operation once
+// while it keeps the lock alive, stores its [Record] or releases the key,
+// and reports a replay, a request in progress or a reused key; it fails
+// closed ([ErrStoreUnavailable]) when the store cannot claim. The gRPC
+// server interceptor of module grpcretry is built on it too, and so may be
+// any other kind of request (a queue consumer, say).
+//
+// With [WithObserver], the middleware (or Guard) reports one event per
+// keyed request to package observe: its outcome ("new", "replay",
+// "in-progress", "mismatch", "invalid", "store-error"), the time spent in
+// the store, and the store's error; [WithName] names it. Without an
+// observer it reports nothing and pays nothing.
+//
 // Keys are scoped to the caller (a scope function maps each request to its
 // tenant, user or API key) and reach the [Store] only as a hash of (scope,
 // key): one caller can never read another's stored response, and the store

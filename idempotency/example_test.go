@@ -1,6 +1,8 @@
 package idempotency_test
 
 import (
+	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/observe"
 )
 
 func ExampleNewKey() {
@@ -85,4 +88,68 @@ func ExampleParseKey() {
 	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
 	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
 	// "" idempotency: invalid key: comma in a bare key (more than one value?); quote the key as a structured-field string
+}
+
+func ExampleNewGuard() {
+	// The core without HTTP: here, a consumer of queue messages that may
+	// be delivered more than once, each carrying its sender and an
+	// idempotency key.
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := idempotency.NewGuard(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	shipped := 0
+	deliver := func(sender, key, order string) {
+		k := idempotency.HashKey(sender, key)
+		fp := idempotency.NewFingerprint("ship", "orders", sha256.Sum256([]byte(order)))
+		outcome, rec, err := g.Run(context.Background(), k, fp, func(ctx context.Context) (idempotency.Record, bool) {
+			shipped++
+			return idempotency.Record{Status: 200, Body: fmt.Appendf(nil, "parcel %d", shipped)}, true
+		})
+		fmt.Printf("%v %q %v\n", outcome, rec.Body, err)
+	}
+	deliver("shop-1", "m-1", "2 books") // runs
+	deliver("shop-1", "m-1", "2 books") // delivered again: the stored record
+	deliver("shop-1", "m-1", "3 books") // the same key for another order
+	fmt.Println("shipped:", shipped)
+	// Output:
+	// claimed "parcel 1" <nil>
+	// completed "parcel 1" <nil>
+	// mismatch "" <nil>
+	// shipped: 1
+}
+
+func ExampleWithObserver() {
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// otelstormguard.NewObserver turns these events into the metric
+	// stormguard.idempotency.outcomes; here they are printed.
+	obs := observe.Func(func(_ context.Context, e observe.Event) {
+		fmt.Printf("%s name=%s outcome=%s err=%v\n", e.Kind, e.Name, e.Outcome, e.Err)
+	})
+	mw, err := idempotency.NewMiddleware(store, idempotency.WithSharedScope(),
+		idempotency.WithObserver(obs), idempotency.WithName("charges"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for _, k := range []string{"", "k-1", "k-1", "bad\x7fkey"} {
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":100}`))
+		if k != "" {
+			req.Header.Set(idempotency.Header, k)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	// Output:
+	// idempotency name=charges outcome=new err=<nil>
+	// idempotency name=charges outcome=replay err=<nil>
+	// idempotency name=charges outcome=invalid err=<nil>
 }

@@ -2,20 +2,20 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"reflect"
 	"slices"
-	"strings"
 	"time"
 )
 
-// Defaults of a [Middleware].
+// Defaults of a [Guard] (lock timeout, retention, store timeout) and a
+// [Middleware] (all of them).
 const (
 	DefaultLockTimeout     = time.Minute
 	DefaultRetention       = 24 * time.Hour
@@ -52,228 +52,23 @@ type ScopeFunc func(*http.Request) (string, error)
 
 // Middleware is server-side idempotency for net/http handlers; see the
 // package documentation for its answers. Build it with [NewMiddleware] and
-// wrap handlers with [Middleware.Handler]. A Middleware is immutable and
-// safe for concurrent use; one Middleware may wrap many handlers, and many
-// servers may share one [Store]. A zero (or nil) Middleware is not usable:
-// its handlers answer every request 500 without running it.
+// wrap handlers with [Middleware.Handler]. It is an HTTP face on a [Guard]:
+// the Guard claims, renews, stores, releases and replays; the Middleware
+// reads the key and the body, fingerprints the request, records the
+// handler's response and answers. A Middleware is immutable and safe for
+// concurrent use; one Middleware may wrap many handlers, and many servers
+// may share one [Store]. A zero (or nil) Middleware is not usable: its
+// handlers answer every request 500 without running it.
 type Middleware struct {
-	store       Store
-	local       bool // store is a *MemoryStore: it answers at once
+	g           Guard
 	scope       ScopeFunc
 	required    bool
 	methods     []string
 	route       func(*http.Request) string
 	maxReqBody  int64
 	maxRespBody int
-	lockTimeout time.Duration
-	retention   time.Duration
-	callTimeout time.Duration
 	storeStatus func(int) bool
 	replay      []string // canonical header names
-	log         *slog.Logger
-}
-
-// Option configures a [Middleware] in [NewMiddleware]. Options are values
-// made by the With functions; the zero Option does nothing. Once
-// NewMiddleware has returned, nothing can change the Middleware.
-type Option struct {
-	apply func(*Middleware) error
-}
-
-// WithScope sets the function that maps a request to its caller. Every
-// Middleware needs one, or an explicit [WithSharedScope].
-func WithScope(f ScopeFunc) Option {
-	return Option{func(m *Middleware) error {
-		if f == nil {
-			return errors.New("WithScope(nil)")
-		}
-		if m.scope != nil {
-			return errors.New("scope set twice (WithScope / WithSharedScope)")
-		}
-		m.scope = f
-		return nil
-	}}
-}
-
-// WithSharedScope puts every caller in one shared scope: any caller who
-// sends a key another caller used gets that caller's stored response. Use
-// it only when there is a single caller (e.g. one internal service) or keys
-// cannot be guessed and responses hold nothing private.
-func WithSharedScope() Option {
-	return WithScope(func(*http.Request) (string, error) { return "shared", nil })
-}
-
-// WithRequired makes the key mandatory on guarded methods: a request
-// without one (in [Header] or [LegacyHeader]) is answered 400. By default a
-// request without a key runs unguarded.
-func WithRequired() Option {
-	return Option{func(m *Middleware) error { m.required = true; return nil }}
-}
-
-// WithMethods sets the guarded methods (default POST and PATCH). Requests
-// with other methods pass through untouched, key or not.
-func WithMethods(methods ...string) Option {
-	return Option{func(m *Middleware) error {
-		if len(methods) == 0 {
-			return errors.New("WithMethods: no method")
-		}
-		m.methods = nil
-		for _, method := range methods {
-			if method == "" || strings.ToUpper(method) != method {
-				return fmt.Errorf("WithMethods: method %q must be upper-case and non-empty", method)
-			}
-			m.methods = append(m.methods, method)
-		}
-		return nil
-	}}
-}
-
-// WithRoute sets the function that names a request's target for the
-// fingerprint: the same key sent to another target is a different request
-// (422), never a replay. The default is the escaped URL path plus the raw
-// query, e.g. "/accounts/7/charges?currency=EUR": the actual target, not the
-// ServeMux pattern (r.Pattern), because two requests that match one pattern
-// ("POST /accounts/{id}/charges") with different path values are different
-// operations. Return r.Pattern only if path values never change what a
-// request does.
-func WithRoute(f func(*http.Request) string) Option {
-	return Option{func(m *Middleware) error {
-		if f == nil {
-			return errors.New("WithRoute(nil)")
-		}
-		m.route = f
-		return nil
-	}}
-}
-
-// WithMaxRequestBody caps the request body, in bytes (default 1 MiB): the
-// middleware reads the body to fingerprint it, and a larger body is
-// answered 413.
-func WithMaxRequestBody(n int64) Option {
-	return Option{func(m *Middleware) error {
-		if n <= 0 {
-			return fmt.Errorf("WithMaxRequestBody(%d): want > 0", n)
-		}
-		m.maxReqBody = n
-		return nil
-	}}
-}
-
-// WithMaxResponseBody caps the stored response body, in bytes (default
-// 1 MiB). A larger response still reaches the client, and its status and
-// allow-listed header fields are stored without the body: a retry gets them
-// with [BodyOmittedHeader] and an empty body, and the handler does not run
-// again. The same happens when the store has no room for the body.
-func WithMaxResponseBody(n int) Option {
-	return Option{func(m *Middleware) error {
-		if n <= 0 {
-			return fmt.Errorf("WithMaxResponseBody(%d): want > 0", n)
-		}
-		m.maxRespBody = n
-		return nil
-	}}
-}
-
-// WithLockTimeout sets how long a claim locks a key (default 1 min). While
-// the handler runs, the middleware renews the lock about every third of
-// this time ([Store.Extend]), so a slow handler keeps its key; if a renewal
-// finds the lock lost, or the store does not answer before the lock could
-// expire, the handler's context is canceled with [ErrLockLost] and its
-// response is not stored. A server that dies stops renewing: after the lock
-// timeout its key is free again. Shorter means faster recovery after a
-// crash and more renewals.
-func WithLockTimeout(d time.Duration) Option {
-	return Option{func(m *Middleware) error {
-		if d <= 0 {
-			return fmt.Errorf("WithLockTimeout(%v): want > 0", d)
-		}
-		m.lockTimeout = d
-		return nil
-	}}
-}
-
-// WithRetention sets how long a finished response is kept for replays
-// (default 24 h).
-func WithRetention(d time.Duration) Option {
-	return Option{func(m *Middleware) error {
-		if d <= 0 {
-			return fmt.Errorf("WithRetention(%v): want > 0", d)
-		}
-		m.retention = d
-		return nil
-	}}
-}
-
-// WithStoreTimeout bounds each call to the store (claim, renewal,
-// completion, release), default 2 s. A call that has not answered by then
-// counts as failed, even if the store ignores its context: a claim is
-// answered 503 (fail closed), a completion is tried once more and then
-// left to the lock timeout. A claim is not canceled when the request is
-// (its answer, with the owner token, must not be lost); one that the store
-// reports after the timeout, or after the client left, is released. The
-// in-memory store answers at once and is called directly.
-func WithStoreTimeout(d time.Duration) Option {
-	return Option{func(m *Middleware) error {
-		if d <= 0 {
-			return fmt.Errorf("WithStoreTimeout(%v): want > 0", d)
-		}
-		m.callTimeout = d
-		return nil
-	}}
-}
-
-// WithStoreStatus sets which final statuses are stored for replay. The
-// default stores everything except 5xx, 401 and 429: those release the key
-// so that a retry runs the handler again. Stripe stores 500s too; pass
-// func(code int) bool { return true } for that.
-func WithStoreStatus(f func(code int) bool) Option {
-	return Option{func(m *Middleware) error {
-		if f == nil {
-			return errors.New("WithStoreStatus(nil)")
-		}
-		m.storeStatus = f
-		return nil
-	}}
-}
-
-// DefaultStoreStatus reports whether the middleware stores a response with
-// status code by default: everything but 5xx, 401 and 429.
-func DefaultStoreStatus(code int) bool {
-	return code < 500 && code != http.StatusUnauthorized && code != http.StatusTooManyRequests
-}
-
-// WithReplayHeaders replaces the allow-list of response header fields that
-// are stored and replayed (default Cache-Control, Content-Encoding,
-// Content-Language, Content-Type, Etag, Last-Modified, Location, Vary).
-// Set-Cookie and authentication fields are never stored: listing one is an
-// error.
-func WithReplayHeaders(names ...string) Option {
-	return Option{func(m *Middleware) error {
-		m.replay = m.replay[:0:0]
-		for _, name := range names {
-			c := http.CanonicalHeaderKey(name)
-			if slices.Contains(neverStored, c) {
-				return fmt.Errorf("WithReplayHeaders: %s is never stored", c)
-			}
-			if c == "" {
-				return errors.New("WithReplayHeaders: empty name")
-			}
-			m.replay = append(m.replay, c)
-		}
-		return nil
-	}}
-}
-
-// WithLogger sets the logger for store failures, stale completions and
-// released keys. The default discards everything.
-func WithLogger(l *slog.Logger) Option {
-	return Option{func(m *Middleware) error {
-		if l == nil {
-			return errors.New("WithLogger(nil)")
-		}
-		m.log = l
-		return nil
-	}}
 }
 
 // NewMiddleware returns a middleware that keeps keys in store. It fails
@@ -281,41 +76,47 @@ func WithLogger(l *slog.Logger) Option {
 // [WithScope] or, deliberately, [WithSharedScope]), or the store cannot
 // keep the lock timeout or retention ([TTLChecker]).
 func NewMiddleware(store Store, opts ...Option) (*Middleware, error) {
+	return build("NewMiddleware", store, opts)
+}
+
+// build applies opts to a Middleware on store with the defaults, for the
+// constructor named by: NewMiddleware (which needs a scope) or NewGuard
+// (which refuses the options of a Middleware).
+func build(by string, store Store, opts []Option) (*Middleware, error) {
 	if v := reflect.ValueOf(store); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
-		return nil, errors.New("idempotency: NewMiddleware: nil store")
+		return nil, fmt.Errorf("idempotency: %s: nil store", by)
 	}
 	m := &Middleware{
-		store:       store,
+		g:           defaultGuard(store),
 		methods:     []string{http.MethodPost, http.MethodPatch},
 		route:       defaultRoute,
 		maxReqBody:  DefaultMaxRequestBody,
 		maxRespBody: DefaultMaxResponseBody,
-		lockTimeout: DefaultLockTimeout,
-		retention:   DefaultRetention,
-		callTimeout: DefaultStoreTimeout,
 		storeStatus: DefaultStoreStatus,
 		replay:      defaultReplayHeaders,
-		log:         slog.New(slog.DiscardHandler),
 	}
-	_, m.local = store.(*MemoryStore)
+	guard := by == "NewGuard"
 	for _, o := range opts {
 		if o.apply == nil {
 			continue
 		}
+		if guard && o.http != "" {
+			return nil, fmt.Errorf("idempotency: %s: %s applies to a Middleware only", by, o.http)
+		}
 		if err := o.apply(m); err != nil {
-			return nil, fmt.Errorf("idempotency: NewMiddleware: %w", err)
+			return nil, fmt.Errorf("idempotency: %s: %w", by, err)
 		}
 	}
-	if m.scope == nil {
-		return nil, errors.New("idempotency: NewMiddleware: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope")
+	if !guard && m.scope == nil {
+		return nil, fmt.Errorf("idempotency: %s: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope", by)
 	}
 	if c, ok := store.(TTLChecker); ok {
 		for _, d := range []struct {
 			what string
 			d    time.Duration
-		}{{"lock timeout", m.lockTimeout}, {"retention", m.retention}} {
+		}{{"lock timeout", m.g.lockTimeout}, {"retention", m.g.retention}} {
 			if err := c.CheckTTL(d.d); err != nil {
-				return nil, fmt.Errorf("idempotency: NewMiddleware: %s %v: %w", d.what, d.d, err)
+				return nil, fmt.Errorf("idempotency: %s: %s %v: %w", by, d.what, d.d, err)
 			}
 		}
 	}
@@ -332,7 +133,7 @@ func defaultRoute(r *http.Request) string {
 // Handler returns next guarded by m. A nil next, or a zero or nil m, gives
 // a handler that answers every request 500 without running anything.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	if m == nil || m.store == nil || next == nil {
+	if m == nil || m.g.store == nil || next == nil {
 		return http.HandlerFunc(unconfigured)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -355,6 +156,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	raw, err := requestKey(r.Header)
 	switch {
 	case err != nil:
+		m.g.ReportInvalid(r.Context())
 		problem(w, http.StatusBadRequest, "key-invalid", "Idempotency-Key invalid", keyProblem(err))
 		return
 	case raw == "" && m.required:
@@ -370,7 +172,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		err = errors.New("empty scope")
 	}
 	if err != nil {
-		m.log.ErrorContext(r.Context(), "idempotency: cannot scope request", "err", err)
+		m.g.log.ErrorContext(r.Context(), "idempotency: cannot scope request", "err", err)
+		m.g.ReportInvalid(r.Context())
 		problem(w, http.StatusInternalServerError, "scope-unavailable", "Caller unknown",
 			"The caller of this request could not be identified.")
 		return
@@ -378,6 +181,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	body, err := m.readBody(r)
 	if err != nil {
+		m.g.ReportInvalid(r.Context())
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large",
@@ -390,40 +194,78 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	key := HashKey(scope, raw)
 	fp := NewFingerprint(r.Method, m.route(r), sha256.Sum256(body))
 
-	claimedAt := time.Now()
-	res, err := m.begin(r.Context(), key, fp)
-	if err != nil {
-		m.log.ErrorContext(r.Context(), "idempotency: store begin failed", "key", key, "err", err)
+	outcome, rec, err := m.g.Run(r.Context(), key, fp, func(ctx context.Context) (Record, bool) {
+		return m.handle(ctx, w, r, body, next)
+	})
+	switch {
+	case errors.Is(err, ErrStoreUnavailable):
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Idempotency store unavailable",
 			"The request was not processed; retry it with the same Idempotency-Key.")
-		return
-	}
-	switch res.Outcome {
-	case Mismatch:
+	case err != nil: // gone while the key was claimed
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		problem(w, http.StatusServiceUnavailable, "canceled", "Request canceled",
+			"The request was canceled before it was processed; retry it with the same Idempotency-Key.")
+	case outcome == Mismatch:
 		problem(w, http.StatusUnprocessableEntity, "key-reused", "Idempotency-Key reused",
 			"This Idempotency-Key was used for a different request (method, route or body).")
-	case InProgress:
+	case outcome == InProgress:
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		problem(w, http.StatusConflict, "in-progress", "Request in progress",
 			"A request with this Idempotency-Key is still being processed.")
-	case Completed:
-		m.replayRecord(w, res.Record)
-	case Claimed:
-		if r.Context().Err() != nil { // gone while the key was claimed
-			m.release(r.Context(), key, res.Owner, "request canceled before the handler ran")
-			w.Header().Set("Retry-After", retryAfterSeconds)
-			problem(w, http.StatusServiceUnavailable, "canceled", "Request canceled",
-				"The request was canceled before it was processed; retry it with the same Idempotency-Key.")
-			return
-		}
-		m.run(w, r, body, next, key, res.Owner, claimedAt)
-	default:
-		m.log.ErrorContext(r.Context(), "idempotency: store returned no outcome", "key", key, "outcome", res.Outcome)
-		w.Header().Set("Retry-After", retryAfterSeconds)
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Idempotency store unavailable", "")
+	case outcome == Completed:
+		m.replayRecord(w, rec)
 	}
 }
+
+// handle runs next for the request r with body, on the Guard's context
+// ctx, passing its response through to w, and returns the record of the
+// response and whether to store it.
+func (m *Middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (Record, bool) {
+	// One allocation for the recorder and the request body.
+	x := &struct {
+		rec  recorder
+		body bodyReader
+	}{rec: recorder{w: w, replay: m.replay, max: m.maxRespBody}}
+	x.body.Reset(body)
+	r = r.WithContext(ctx)
+	r.Body = &x.body
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.ContentLength = int64(len(body))
+	rec := &x.rec
+	next.ServeHTTP(rec, r)
+	var why string
+	switch {
+	case rec.hijacked:
+		why = "connection hijacked"
+	case !rec.wroteHeader && ctx.Err() != nil:
+		// Most likely the handler gave up because its request was
+		// canceled (or its lock lost): nothing was produced, nothing to
+		// replay.
+		why = "handler returned no answer after its request was canceled"
+	default:
+		if !rec.wroteHeader {
+			rec.snapshot(http.StatusOK)
+		}
+		switch {
+		case rec.status < 200:
+			why = "informational final status"
+		case !m.storeStatus(rec.status):
+			why = "status not stored"
+		default:
+			return Record{Status: rec.status, Header: rec.header, Body: rec.body, BodyOmitted: rec.overflow}, true
+		}
+	}
+	m.g.log.DebugContext(ctx, "idempotency: the response is not stored", "why", why)
+	return Record{}, false
+}
+
+// bodyReader is the request body a guarded handler reads: the bytes the
+// middleware read to fingerprint the request.
+type bodyReader struct{ bytes.Reader }
+
+// Close does nothing.
+func (*bodyReader) Close() error { return nil }
 
 // Errors of requestKey.
 var (

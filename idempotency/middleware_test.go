@@ -71,6 +71,13 @@ type call struct {
 }
 
 func (c call) do(h http.Handler) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, c.request())
+	return rec
+}
+
+// request returns the request c describes.
+func (c call) request() *http.Request {
 	method, target, user := c.method, c.target, c.user
 	if method == "" {
 		method = http.MethodPost
@@ -86,9 +93,7 @@ func (c call) do(h http.Handler) *httptest.ResponseRecorder {
 	for _, k := range c.keys {
 		req.Header.Add(idempotency.Header, k)
 	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
+	return req
 }
 
 func key(k string) []string { return []string{k} }

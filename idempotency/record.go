@@ -15,7 +15,9 @@ var ErrCorruptRecord = errors.New("idempotency: corrupt record")
 // Record is a stored response: what a replay sends back.
 type Record struct {
 	// Status is the HTTP status code, 200 to 999 (net/http's range; 1xx
-	// informational responses are never stored).
+	// informational responses are never stored). A protocol without HTTP
+	// statuses maps its own into that range (grpcretry stores gRPC code c
+	// as 900+c).
 	Status int
 	// Header holds the allow-listed response header fields; nil means none.
 	Header http.Header

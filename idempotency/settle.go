@@ -1,157 +1,131 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// run runs the handler for the key claimed at claimedAt, keeping the lock
-// while it runs, then stores the response or releases the key.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, body []byte, next http.Handler, key Key, owner Owner, claimedAt time.Time) {
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	r = r.WithContext(ctx)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	r.ContentLength = int64(len(body))
-	// One allocation for the recorder and the lease.
-	x := &struct {
-		rec recorder
-		l   lease
-	}{rec: recorder{w: w, replay: m.replay, max: m.maxRespBody}}
-	rec, l := &x.rec, &x.l
-	m.hold(l, context.WithoutCancel(ctx), key, owner, cancel, claimedAt)
-	finished := false
-	defer func() {
-		if !finished && !l.stop() { // panic or runtime.Goexit: release the key, let it unwind
-			m.release(ctx, key, owner, "handler panicked")
-		}
-	}()
-	next.ServeHTTP(rec, r)
-	finished = true
-	switch {
-	case l.stop():
-		m.log.WarnContext(ctx, "idempotency: lock lost while the handler ran; response not stored", "key", key, "err", context.Cause(ctx))
-	case rec.hijacked:
-		m.release(ctx, key, owner, "connection hijacked")
-	case !rec.wroteHeader && ctx.Err() != nil:
-		// Most likely the handler gave up because its request was
-		// canceled: nothing was produced, nothing to replay.
-		m.release(ctx, key, owner, "handler returned no answer after its request was canceled")
-	default:
-		if !rec.wroteHeader {
-			rec.snapshot(http.StatusOK)
-		}
-		switch {
-		case rec.status < 200:
-			m.release(ctx, key, owner, "informational final status")
-		case !m.storeStatus(rec.status):
-			m.release(ctx, key, owner, "status not stored")
-		default:
-			m.complete(l.ctx, key, owner, rec)
-		}
+// now returns the time for measuring a store call, if there is an
+// observer to report it to; the zero time otherwise.
+func (g *Guard) now() time.Time {
+	if g.obs == nil {
+		return time.Time{}
 	}
+	return time.Now()
 }
 
-// complete stores what the handler produced. When the store has no room
-// for the body (or the body is over the cap) it stores the status and
-// header fields without it, and if need be the status alone: the handler
-// must not run again because a record was too large. A call that fails
+// since returns the time since start (from g.now), 0 without an observer.
+func (g *Guard) since(start time.Time) time.Duration {
+	if g.obs == nil {
+		return 0
+	}
+	return time.Since(start)
+}
+
+// complete stores rec for key, and returns the time it spent in the store
+// and, if it could not store even part of rec, why. When the store has no
+// room for the body (or rec's body was not kept) it stores the status and
+// header fields without it, and if need be the status alone: the operation
+// must not run again because its record was too large. A call that fails
 // otherwise is tried once more (a resent completion is harmless); if that
 // fails too, the key stays locked until the lock timeout.
-func (m *Middleware) complete(ctx context.Context, key Key, owner Owner, rec *recorder) {
+func (g *Guard) complete(ctx context.Context, key Key, owner Owner, rec Record) (time.Duration, error) {
+	start := g.now()
 	recs := [...]Record{
-		{Status: rec.status, Header: rec.header, Body: rec.body},
-		{Status: rec.status, Header: rec.header, BodyOmitted: true},
-		{Status: rec.status, BodyOmitted: true},
+		{Status: rec.Status, Header: rec.Header, Body: rec.Body},
+		{Status: rec.Status, Header: rec.Header, BodyOmitted: true},
+		{Status: rec.Status, BodyOmitted: true},
 	}
 	first := 0
-	if rec.overflow {
+	if rec.BodyOmitted {
 		first = 1
 	}
 	for i := first; i < len(recs); i++ {
-		err := m.storeComplete(ctx, key, owner, recs[i])
+		err := g.storeComplete(ctx, key, owner, recs[i])
 		if err != nil && !errors.Is(err, ErrStaleOwner) && !errors.Is(err, ErrStoreFull) {
-			m.log.WarnContext(ctx, "idempotency: store complete failed; trying once more", "key", key, "err", err)
-			err = m.storeComplete(ctx, key, owner, recs[i])
+			g.log.WarnContext(ctx, "idempotency: store complete failed; trying once more", "key", key, "err", err)
+			err = g.storeComplete(ctx, key, owner, recs[i])
 		}
 		switch {
 		case err == nil:
 			if i > 0 {
-				m.log.WarnContext(ctx, "idempotency: response stored without its body (over the size cap, or no room in the store)",
-					"key", key, "status", rec.status, "headers", i == 1, "over_cap", rec.overflow)
+				g.log.WarnContext(ctx, "idempotency: response stored without its body (over the size cap, or no room in the store)",
+					"key", key, "status", rec.Status, "headers", i == 1, "over_cap", rec.BodyOmitted)
 			}
-			return
+			return g.since(start), nil
 		case errors.Is(err, ErrStaleOwner):
-			m.log.WarnContext(ctx, "idempotency: completion rejected: lock lost", "key", key, "err", err)
-			return
+			g.log.WarnContext(ctx, "idempotency: completion rejected: lock lost", "key", key, "err", err)
+			return g.since(start), fmt.Errorf("%w: %w", ErrLockLost, err)
 		case !errors.Is(err, ErrStoreFull):
-			m.log.ErrorContext(ctx, "idempotency: store complete failed; the key stays locked until the lock timeout", "key", key, "err", err)
-			return
+			g.log.ErrorContext(ctx, "idempotency: store complete failed; the key stays locked until the lock timeout", "key", key, "err", err)
+			return g.since(start), err
 		}
 	}
-	m.log.ErrorContext(ctx, "idempotency: no room in the store even for the status; the key stays locked until the lock timeout", "key", key)
+	g.log.ErrorContext(ctx, "idempotency: no room in the store even for the status; the key stays locked until the lock timeout", "key", key)
+	return g.since(start), fmt.Errorf("idempotency: no room even for the status: %w", ErrStoreFull)
 }
 
-func (m *Middleware) release(ctx context.Context, key Key, owner Owner, why string) {
+// release drops owner's lock on key (why says why, for the log), and
+// returns the time it spent in the store and the store's error.
+func (g *Guard) release(ctx context.Context, key Key, owner Owner, why string) (time.Duration, error) {
 	ctx = context.WithoutCancel(ctx)
-	m.log.DebugContext(ctx, "idempotency: releasing key", "key", key, "why", why)
+	g.log.DebugContext(ctx, "idempotency: releasing key", "key", key, "why", why)
+	start := g.now()
 	var err error
-	if m.local {
-		err = m.store.Release(ctx, key, owner)
+	if g.local {
+		err = g.store.Release(ctx, key, owner)
 	} else {
-		_, err = call(ctx, m.callTimeout, "release", func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, m.store.Release(ctx, key, owner)
+		_, err = call(ctx, g.callTimeout, "release", func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, g.store.Release(ctx, key, owner)
 		}, nil)
 	}
+	d := g.since(start)
 	if err != nil {
-		m.log.WarnContext(ctx, "idempotency: release failed; the key stays locked until the lock timeout", "key", key, "err", err)
+		g.log.WarnContext(ctx, "idempotency: release failed; the key stays locked until the lock timeout", "key", key, "err", err)
 	}
+	return d, err
 }
 
 // begin claims key in the store, within the store timeout. A shared store
 // is not called with the request's cancellation: a claim canceled in
 // flight may still be made by the server while its answer (and so the
 // owner) is lost, which would block the key until the lock timeout.
-func (m *Middleware) begin(ctx context.Context, key Key, fp Fingerprint) (Result, error) {
-	if m.local {
-		return m.store.Begin(ctx, key, fp, m.lockTimeout)
+func (g *Guard) begin(ctx context.Context, key Key, fp Fingerprint) (Result, error) {
+	if g.local {
+		return g.store.Begin(ctx, key, fp, g.lockTimeout)
 	}
-	return call(context.WithoutCancel(ctx), m.callTimeout, "begin", func(ctx context.Context) (Result, error) {
-		return m.store.Begin(ctx, key, fp, m.lockTimeout)
+	return call(context.WithoutCancel(ctx), g.callTimeout, "begin", func(ctx context.Context) (Result, error) {
+		return g.store.Begin(ctx, key, fp, g.lockTimeout)
 	}, func(res Result, err error) {
 		if err == nil && res.Outcome == Claimed { // nobody will run it
-			m.release(context.Background(), key, res.Owner, "claim landed after the store timeout")
+			_, _ = g.release(context.Background(), key, res.Owner, "claim landed after the store timeout")
 		}
 	})
 }
 
 // storeComplete completes key with rec, within the store timeout.
-func (m *Middleware) storeComplete(ctx context.Context, key Key, owner Owner, rec Record) error {
-	if m.local {
-		return m.store.Complete(ctx, key, owner, rec, m.retention)
+func (g *Guard) storeComplete(ctx context.Context, key Key, owner Owner, rec Record) error {
+	if g.local {
+		return g.store.Complete(ctx, key, owner, rec, g.retention)
 	}
-	_, err := call(ctx, m.callTimeout, "complete", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, m.store.Complete(ctx, key, owner, rec, m.retention)
+	_, err := call(ctx, g.callTimeout, "complete", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.store.Complete(ctx, key, owner, rec, g.retention)
 	}, nil)
 	return err
 }
 
 // extend renews owner's lock on key, within the store timeout or bound,
 // whichever is shorter.
-func (m *Middleware) extend(ctx context.Context, key Key, owner Owner, bound time.Duration) error {
-	if m.local {
-		return m.store.Extend(ctx, key, owner, m.lockTimeout)
+func (g *Guard) extend(ctx context.Context, key Key, owner Owner, bound time.Duration) error {
+	if g.local {
+		return g.store.Extend(ctx, key, owner, g.lockTimeout)
 	}
-	_, err := call(ctx, min(m.callTimeout, bound), "extend", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, m.store.Extend(ctx, key, owner, m.lockTimeout)
+	_, err := call(ctx, min(g.callTimeout, bound), "extend", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.store.Extend(ctx, key, owner, g.lockTimeout)
 	}, nil)
 	return err
 }
@@ -188,12 +162,13 @@ func call[T any](ctx context.Context, d time.Duration, op string, f func(context
 	}
 }
 
-// lease keeps a claimed key's lock alive while its handler runs, renewing
-// it every third of the lock timeout. When it cannot (the lock is gone, or
-// the store has not confirmed it for so long that the next renewal could
-// come after it expires), it cancels the handler's context.
+// lease keeps a claimed key's lock alive while its operation runs,
+// renewing it every third of the lock timeout. When it cannot (the lock is
+// gone, or the store has not confirmed it for so long that the next
+// renewal could come after it expires), it cancels the operation's
+// context.
 type lease struct {
-	m      *Middleware
+	g      *Guard
 	ctx    context.Context // the request's, not canceled with it
 	key    Key
 	owner  Owner
@@ -203,17 +178,18 @@ type lease struct {
 	mu sync.Mutex
 	// Fields below are guarded by mu.
 	timer   *time.Timer
-	lastOK  time.Time // start of the last successful claim or renewal
+	lastOK  time.Time     // start of the last successful claim or renewal
+	spent   time.Duration // time spent in renewals
 	stopped bool
 	lost    bool
 }
 
 // hold sets l up and starts it renewing owner's lock on key, claimed at
 // claimedAt; ctx is the request's context without its cancellation, and
-// cancel cancels the handler's context.
-func (m *Middleware) hold(l *lease, ctx context.Context, key Key, owner Owner, cancel context.CancelCauseFunc, claimedAt time.Time) {
-	l.m, l.ctx, l.key, l.owner, l.cancel = m, ctx, key, owner, cancel
-	l.every = max(m.lockTimeout/3, time.Nanosecond)
+// cancel cancels the operation's context.
+func (g *Guard) hold(l *lease, ctx context.Context, key Key, owner Owner, cancel context.CancelCauseFunc, claimedAt time.Time) {
+	l.g, l.ctx, l.key, l.owner, l.cancel = g, ctx, key, owner, cancel
+	l.every = max(g.lockTimeout/3, time.Nanosecond)
 	l.mu.Lock()
 	l.lastOK = claimedAt
 	l.timer = time.AfterFunc(l.every, l.renew)
@@ -227,26 +203,28 @@ func (l *lease) renew() {
 		return
 	}
 	start := time.Now()
-	err := l.m.extend(l.ctx, l.key, l.owner, l.every)
+	err := l.g.extend(l.ctx, l.key, l.owner, l.every)
+	l.spent += time.Since(start)
 	switch {
 	case err == nil:
 		l.lastOK = start
-	case errors.Is(err, ErrStaleOwner) || time.Since(l.lastOK)+l.every >= l.m.lockTimeout:
+	case errors.Is(err, ErrStaleOwner) || time.Since(l.lastOK)+l.every >= l.g.lockTimeout:
 		l.lost = true
 		l.cancel(fmt.Errorf("%w: %w", ErrLockLost, err))
-		l.m.log.WarnContext(l.ctx, "idempotency: lock lost while the handler runs; canceling it", "key", l.key, "err", err)
+		l.g.log.WarnContext(l.ctx, "idempotency: lock lost while the handler runs; canceling it", "key", l.key, "err", err)
 		return
 	default:
-		l.m.log.WarnContext(l.ctx, "idempotency: lock renewal failed; trying again", "key", l.key, "err", err)
+		l.g.log.WarnContext(l.ctx, "idempotency: lock renewal failed; trying again", "key", l.key, "err", err)
 	}
 	l.timer.Reset(l.every)
 }
 
-// stop stops the renewals and reports whether the lock was lost.
-func (l *lease) stop() (lost bool) {
+// stop stops the renewals and reports whether the lock was lost and the
+// time the renewals spent in the store.
+func (l *lease) stop() (lost bool, spent time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopped = true
 	l.timer.Stop()
-	return l.lost
+	return l.lost, l.spent
 }

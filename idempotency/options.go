@@ -1,0 +1,283 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stormguard/stormguard/observe"
+)
+
+// Option configures a [Guard] in [NewGuard] or a [Middleware] in
+// [NewMiddleware]. Options are values made by the With functions; the zero
+// Option does nothing, and one Option may be passed to any number of
+// constructors. Once the constructor has returned, nothing can change what
+// it built.
+//
+// The options of the protocol-neutral core (lock timeout, retention, store
+// timeout, logger, observer, name) apply to both; the HTTP options (scope,
+// methods, route, required key, body caps, stored statuses, replayed
+// header fields) apply to a Middleware only, and NewGuard refuses them.
+type Option struct {
+	apply func(*Middleware) error
+	// http names the option if it applies to a Middleware only; "" if it
+	// applies to a Guard too.
+	http string
+}
+
+// guardOption returns an Option of the core, which sets fields of g.
+func guardOption(f func(g *Guard) error) Option {
+	return Option{apply: func(m *Middleware) error { return f(&m.g) }}
+}
+
+// httpOption returns an Option named name that applies to a Middleware
+// only.
+func httpOption(name string, f func(m *Middleware) error) Option {
+	return Option{apply: f, http: name}
+}
+
+// WithScope sets the function that maps a request to its caller. Every
+// Middleware needs one, or an explicit [WithSharedScope]. Middleware only.
+func WithScope(f ScopeFunc) Option {
+	return httpOption("WithScope", func(m *Middleware) error {
+		if f == nil {
+			return errors.New("WithScope(nil)")
+		}
+		if m.scope != nil {
+			return errors.New("scope set twice (WithScope / WithSharedScope)")
+		}
+		m.scope = f
+		return nil
+	})
+}
+
+// WithSharedScope puts every caller in one shared scope: any caller who
+// sends a key another caller used gets that caller's stored response. Use
+// it only when there is a single caller (e.g. one internal service) or keys
+// cannot be guessed and responses hold nothing private. Middleware only.
+func WithSharedScope() Option {
+	o := WithScope(func(*http.Request) (string, error) { return "shared", nil })
+	o.http = "WithSharedScope"
+	return o
+}
+
+// WithRequired makes the key mandatory on guarded methods: a request
+// without one (in [Header] or [LegacyHeader]) is answered 400. By default a
+// request without a key runs unguarded. Middleware only.
+func WithRequired() Option {
+	return httpOption("WithRequired", func(m *Middleware) error { m.required = true; return nil })
+}
+
+// WithMethods sets the guarded methods (default POST and PATCH). Requests
+// with other methods pass through untouched, key or not. Middleware only.
+func WithMethods(methods ...string) Option {
+	return httpOption("WithMethods", func(m *Middleware) error {
+		if len(methods) == 0 {
+			return errors.New("WithMethods: no method")
+		}
+		m.methods = nil
+		for _, method := range methods {
+			if method == "" || strings.ToUpper(method) != method {
+				return fmt.Errorf("WithMethods: method %q must be upper-case and non-empty", method)
+			}
+			m.methods = append(m.methods, method)
+		}
+		return nil
+	})
+}
+
+// WithRoute sets the function that names a request's target for the
+// fingerprint: the same key sent to another target is a different request
+// (422), never a replay. The default is the escaped URL path plus the raw
+// query, e.g. "/accounts/7/charges?currency=EUR": the actual target, not the
+// ServeMux pattern (r.Pattern), because two requests that match one pattern
+// ("POST /accounts/{id}/charges") with different path values are different
+// operations. Return r.Pattern only if path values never change what a
+// request does. Middleware only.
+func WithRoute(f func(*http.Request) string) Option {
+	return httpOption("WithRoute", func(m *Middleware) error {
+		if f == nil {
+			return errors.New("WithRoute(nil)")
+		}
+		m.route = f
+		return nil
+	})
+}
+
+// WithMaxRequestBody caps the request body, in bytes (default 1 MiB): the
+// middleware reads the body to fingerprint it, and a larger body is
+// answered 413. Middleware only.
+func WithMaxRequestBody(n int64) Option {
+	return httpOption("WithMaxRequestBody", func(m *Middleware) error {
+		if n <= 0 {
+			return fmt.Errorf("WithMaxRequestBody(%d): want > 0", n)
+		}
+		m.maxReqBody = n
+		return nil
+	})
+}
+
+// WithMaxResponseBody caps the stored response body, in bytes (default
+// 1 MiB). A larger response still reaches the client, and its status and
+// allow-listed header fields are stored without the body: a retry gets them
+// with [BodyOmittedHeader] and an empty body, and the handler does not run
+// again. The same happens when the store has no room for the body.
+// Middleware only.
+func WithMaxResponseBody(n int) Option {
+	return httpOption("WithMaxResponseBody", func(m *Middleware) error {
+		if n <= 0 {
+			return fmt.Errorf("WithMaxResponseBody(%d): want > 0", n)
+		}
+		m.maxRespBody = n
+		return nil
+	})
+}
+
+// WithLockTimeout sets how long a claim locks a key (default 1 min). While
+// the handler runs, the [Guard] renews the lock about every third of this
+// time ([Store.Extend]), so a slow handler keeps its key; if a renewal
+// finds the lock lost, or the store does not answer before the lock could
+// expire, the handler's context is canceled with [ErrLockLost] and its
+// response is not stored. A server that dies stops renewing: after the lock
+// timeout its key is free again. Shorter means faster recovery after a
+// crash and more renewals.
+func WithLockTimeout(d time.Duration) Option {
+	return guardOption(func(g *Guard) error {
+		if d <= 0 {
+			return fmt.Errorf("WithLockTimeout(%v): want > 0", d)
+		}
+		g.lockTimeout = d
+		return nil
+	})
+}
+
+// WithRetention sets how long a finished response is kept for replays
+// (default 24 h).
+func WithRetention(d time.Duration) Option {
+	return guardOption(func(g *Guard) error {
+		if d <= 0 {
+			return fmt.Errorf("WithRetention(%v): want > 0", d)
+		}
+		g.retention = d
+		return nil
+	})
+}
+
+// WithStoreTimeout bounds each call to the store (claim, renewal,
+// completion, release), default 2 s. A call that has not answered by then
+// counts as failed, even if the store ignores its context: a claim fails
+// closed (the handler does not run; the middleware answers 503), a
+// completion is tried once more and then left to the lock timeout. A claim
+// is not canceled when the request is (its answer, with the owner token,
+// must not be lost); one that the store reports after the timeout, or
+// after the client left, is released. The in-memory store answers at once
+// and is called directly.
+func WithStoreTimeout(d time.Duration) Option {
+	return guardOption(func(g *Guard) error {
+		if d <= 0 {
+			return fmt.Errorf("WithStoreTimeout(%v): want > 0", d)
+		}
+		g.callTimeout = d
+		return nil
+	})
+}
+
+// WithStoreStatus sets which final statuses are stored for replay. The
+// default stores everything except 5xx, 401 and 429: those release the key
+// so that a retry runs the handler again. Stripe stores 500s too; pass
+// func(code int) bool { return true } for that. Middleware only.
+func WithStoreStatus(f func(code int) bool) Option {
+	return httpOption("WithStoreStatus", func(m *Middleware) error {
+		if f == nil {
+			return errors.New("WithStoreStatus(nil)")
+		}
+		m.storeStatus = f
+		return nil
+	})
+}
+
+// DefaultStoreStatus reports whether the middleware stores a response with
+// status code by default: everything but 5xx, 401 and 429.
+func DefaultStoreStatus(code int) bool {
+	return code < 500 && code != http.StatusUnauthorized && code != http.StatusTooManyRequests
+}
+
+// WithReplayHeaders replaces the allow-list of response header fields that
+// are stored and replayed (default Cache-Control, Content-Encoding,
+// Content-Language, Content-Type, Etag, Last-Modified, Location, Vary).
+// Set-Cookie and authentication fields are never stored: listing one is an
+// error. Middleware only.
+func WithReplayHeaders(names ...string) Option {
+	return httpOption("WithReplayHeaders", func(m *Middleware) error {
+		m.replay = m.replay[:0:0]
+		for _, name := range names {
+			c := http.CanonicalHeaderKey(name)
+			if slices.Contains(neverStored, c) {
+				return fmt.Errorf("WithReplayHeaders: %s is never stored", c)
+			}
+			if c == "" {
+				return errors.New("WithReplayHeaders: empty name")
+			}
+			m.replay = append(m.replay, c)
+		}
+		return nil
+	})
+}
+
+// WithLogger sets the logger for store failures, stale completions and
+// released keys. The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return guardOption(func(g *Guard) error {
+		if l == nil {
+			return errors.New("WithLogger(nil)")
+		}
+		g.log = l
+		return nil
+	})
+}
+
+// WithObserver reports every keyed request to o (package observe), one
+// event of Kind observe.Idempotency each, on the request's goroutine with
+// its context, once its outcome is known (for a request that ran, after
+// its response was stored or its key released):
+//
+//   - Name: the name given with [WithName] ("" without one);
+//   - Outcome: "new" (the key was claimed for this request: its first
+//     sight, or a retry after the key was released or its lock expired;
+//     the handler ran, unless the request ended while the key was claimed),
+//     "replay" (a stored response was replayed), "in-progress" (another
+//     request holds the key), "mismatch" (the key was used for a different
+//     request), "invalid" (the request was refused before the store was
+//     consulted: a malformed key, a body over the cap, a caller that could
+//     not be identified) or "store-error" (a store call failed, whatever
+//     the answer: the claim, so nothing ran, or, after the handler ran,
+//     the completion or release, or the lock was lost);
+//   - Elapsed: the time spent in store calls for the request (claim,
+//     renewals, completion or release);
+//   - Err: the store's error for "store-error" (wrapping [ErrLockLost]
+//     when the lock was lost), nil otherwise.
+//
+// A request without a key makes no event, nor does a request whose method
+// is not guarded. nil (the default) means no observer: nothing is reported
+// and nothing is measured or allocated for it.
+func WithObserver(o observe.Observer) Option {
+	return guardOption(func(g *Guard) error {
+		g.obs = o
+		return nil
+	})
+}
+
+// WithName names the guard in its events ([WithObserver]), e.g. the
+// service or route it protects: the metrics of package otelstormguard
+// carry it as stormguard.name. Give a fixed label, not one per request.
+// The default is "".
+func WithName(name string) Option {
+	return guardOption(func(g *Guard) error {
+		g.name = name
+		return nil
+	})
+}
