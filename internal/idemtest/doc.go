@@ -21,8 +21,10 @@
 // server-side faults: cuts, an [http.TimeoutHandler] in front of the
 // middleware, slow handlers that overrun it or give up without a word.
 //
-// [TCPProxy] is a plain TCP proxy for the store tests: it blackholes a
-// server or cuts the reply to one chosen request.
+// [TCPProxy] is a plain TCP proxy for the store tests, and for protocols
+// other than HTTP/1 (gRPC): it blackholes a server, cuts the reply to one
+// chosen request, or resets and cuts connections at random
+// ([TCPProxy.SetFaults]).
 //
 // Every fault reaches the retrying transport under test: by default the
 // harness keeps net/http from resending a failed request on its own

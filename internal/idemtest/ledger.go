@@ -121,11 +121,15 @@ func (l *Ledger) start(id string) int {
 	return l.starts[id]
 }
 
-// answered records the answer produced for id.
-func (l *Ledger) answered(id string, body []byte) {
+// Answered records body as the answer a handler produced for payment id
+// (whole, whatever reaches the client), for [Ledger.Produced]. The
+// payments handler calls it before it writes its answer; a handler of
+// another protocol calls it with its own answer's bytes.
+func (l *Ledger) Answered(id string, body []byte) {
 	sum := sha256.Sum256(body)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.init()
 	l.produced[id] = sum
 }
 
@@ -210,7 +214,7 @@ func (l *Ledger) HandlerWith(server string, cfg HandlerConfig) http.Handler {
 			p.Pad = strings.Repeat("~", pad)
 			out, _ = json.Marshal(p)
 		}
-		l.answered(p.ID, out)
+		l.Answered(p.ID, out)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Location", "/payments/"+p.ID)
 		w.WriteHeader(http.StatusCreated)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,9 @@ import (
 // [TCPProxy.CutReplyTo] drops the server's reply to one chosen request and
 // resets the client's connection, so that the client cannot know whether
 // the server executed it. Each client connection gets its own connection to
-// the server. It is safe for concurrent use. Close it when done.
+// the server. [TCPProxy.SetFaults] makes it lossy: it resets or cuts
+// connections at random. It is safe for concurrent use. Close it when
+// done.
 type TCPProxy struct {
 	ln     net.Listener
 	target string
@@ -26,8 +29,27 @@ type TCPProxy struct {
 	// Fields below are guarded by mu.
 	blackhole bool
 	cutMatch  []byte // non-nil: the one-shot cut is armed
+	faults    TCPFaults
+	rng       *rand.Rand // nil: no random faults
 
-	cuts atomic.Int64
+	chunks, resets, cuts atomic.Int64
+}
+
+// TCPFaults are the random faults of a [TCPProxy]: each chunk a client
+// sends (each read of its connection, which may hold a part of a request,
+// one request or several) meets at most one. The zero TCPFaults has none.
+type TCPFaults struct {
+	// ResetRate is the fraction of chunks, from 0 to 1, that are dropped
+	// with both connections reset: the server never sees the chunk, and
+	// the client sees its connection reset.
+	ResetRate float64
+	// CutRate is the fraction of chunks that are forwarded to the server,
+	// after which the server's next reply on that connection is dropped
+	// and both connections are reset: the server acts on what the client
+	// sent, and the client cannot know whether it did.
+	CutRate float64
+	// Seed seeds the sequence of faults; 0 means 1.
+	Seed uint64
 }
 
 // NewTCPProxy starts a proxy on a loopback port that relays every
@@ -68,8 +90,39 @@ func (p *TCPProxy) CutReplyTo(match []byte) {
 	p.mu.Unlock()
 }
 
-// Cuts returns the number of cuts made so far.
+// SetFaults sets the random faults for the chunks clients send from now
+// on, on every connection (the zero TCPFaults turns them off). Each call
+// starts the sequence of faults anew from f.Seed; which chunk meets which
+// fault depends on the order in which concurrent connections send, so
+// only the rates are reproducible. Rates outside 0 to 1, or whose sum is
+// over 1, are an error.
+func (p *TCPProxy) SetFaults(f TCPFaults) error {
+	if !(f.ResetRate >= 0 && f.CutRate >= 0 && f.ResetRate+f.CutRate <= 1) {
+		return fmt.Errorf("idemtest: SetFaults: rates %v and %v must be from 0 to 1, together at most 1", f.ResetRate, f.CutRate)
+	}
+	if f.Seed == 0 {
+		f.Seed = 1
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults, p.rng = f, nil
+	if f.ResetRate > 0 || f.CutRate > 0 {
+		p.rng = rand.New(rand.NewPCG(f.Seed, 0x5eed))
+	}
+	return nil
+}
+
+// Cuts returns the number of cuts made so far: by [TCPProxy.CutReplyTo]
+// and by the random faults.
 func (p *TCPProxy) Cuts() int64 { return p.cuts.Load() }
+
+// Resets returns the number of chunks the random faults dropped, with
+// their connections reset, so far.
+func (p *TCPProxy) Resets() int64 { return p.resets.Load() }
+
+// Chunks returns the number of chunks clients sent that the proxy read so
+// far, outside a black hole: the chunks the random faults are drawn for.
+func (p *TCPProxy) Chunks() int64 { return p.chunks.Load() }
 
 // Close stops the proxy: it closes the listener and every connection, and
 // waits for its goroutines to end.
@@ -91,12 +144,29 @@ func (p *TCPProxy) serve(c net.Conn) {
 			n, err := c.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
-				drop := p.blackhole
-				if !drop && p.cutMatch != nil && bytes.Contains(buf[:n], p.cutMatch) {
-					p.cutMatch = nil
-					cutPending.Store(true)
+				drop, resetNow := p.blackhole, false
+				if !drop {
+					p.chunks.Add(1)
+					switch {
+					case p.cutMatch != nil && bytes.Contains(buf[:n], p.cutMatch):
+						p.cutMatch = nil
+						cutPending.Store(true)
+					case p.rng != nil:
+						switch x := p.rng.Float64(); {
+						case x < p.faults.ResetRate:
+							resetNow = true
+						case x < p.faults.ResetRate+p.faults.CutRate:
+							cutPending.Store(true)
+						}
+					}
 				}
 				p.mu.Unlock()
+				if resetNow {
+					p.resets.Add(1)
+					reset(c)
+					_ = u.Close()
+					return
+				}
 				if !drop {
 					if _, err := u.Write(buf[:n]); err != nil {
 						return

@@ -2,8 +2,10 @@ package idemtest_test
 
 import (
 	"bufio"
+	"math"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +100,120 @@ func TestTCPProxy(t *testing.T) {
 func TestNewTCPProxyError(t *testing.T) {
 	if _, err := idemtest.NewTCPProxy(""); err == nil {
 		t.Fatal("NewTCPProxy(\"\") = nil error")
+	}
+}
+
+// countingEcho is echoServer that counts the lines it read.
+func countingEcho(t *testing.T, n *atomic.Int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					n.Add(1)
+					if _, err := c.Write([]byte("echo: " + line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestTCPProxyFaults: a reset drops what the client sent before the
+// server sees it; a cut lets the server act on it and drops its reply;
+// the rates are those asked for; the zero TCPFaults turns them off.
+func TestTCPProxyFaults(t *testing.T) {
+	var lines atomic.Int64
+	p, err := idemtest.NewTCPProxy(countingEcho(t, &lines))
+	if err != nil {
+		t.Fatalf("NewTCPProxy: %v", err)
+	}
+	defer p.Close()
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	for _, f := range []idemtest.TCPFaults{{ResetRate: -0.1}, {CutRate: 1.1}, {ResetRate: 0.6, CutRate: 0.6}} {
+		if err := p.SetFaults(f); err == nil {
+			t.Errorf("SetFaults(%+v) = nil, want an error", f)
+		}
+	}
+
+	if err := p.SetFaults(idemtest.TCPFaults{ResetRate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial()
+	if got, err := exchange(t, c, r, "reset", 10*time.Second); err == nil {
+		t.Fatalf("reset: got %q, want an error", got)
+	}
+	if err := p.SetFaults(idemtest.TCPFaults{CutRate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c, r = dial()
+	if got, err := exchange(t, c, r, "cut", 10*time.Second); err == nil {
+		t.Fatalf("cut: got %q, want an error", got)
+	}
+	if n := lines.Load(); n != 1 { // the server echoed before its reply was cut
+		t.Fatalf("server read %d lines after a reset and a cut, want 1 (the cut one)", n)
+	}
+	if p.Resets() != 1 || p.Cuts() != 1 || p.Chunks() != 2 {
+		t.Fatalf("Resets %d, Cuts %d, Chunks %d; want 1, 1, 2", p.Resets(), p.Cuts(), p.Chunks())
+	}
+
+	// The rates: over 2,000 one-line exchanges, 10% reset and 20% cut,
+	// each on a connection of its own (a fault closes it).
+	if err := p.SetFaults(idemtest.TCPFaults{ResetRate: 0.1, CutRate: 0.2, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	failed := 0
+	for range n {
+		c, r := dial()
+		if _, err := exchange(t, c, r, "x", 10*time.Second); err != nil {
+			failed++
+		}
+		c.Close()
+	}
+	resets, cuts := p.Resets()-1, p.Cuts()-1
+	for _, x := range []struct {
+		what string
+		got  int64
+		rate float64
+	}{{"resets", resets, 0.1}, {"cuts", cuts, 0.2}} {
+		if tol := 5 * math.Sqrt(x.rate*(1-x.rate)/n); math.Abs(float64(x.got)/n-x.rate) > tol {
+			t.Errorf("%s: %d of %d, want %.2f ± %.3f", x.what, x.got, n, x.rate, tol)
+		}
+	}
+	if int64(failed) != resets+cuts {
+		t.Errorf("%d exchanges failed, want the %d resets and cuts", failed, resets+cuts)
+	}
+
+	if err := p.SetFaults(idemtest.TCPFaults{}); err != nil {
+		t.Fatal(err)
+	}
+	c, r = dial()
+	if got, err := exchange(t, c, r, "clean", 10*time.Second); err != nil || got != "echo: clean" {
+		t.Fatalf("faults off: %q, %v; want \"echo: clean\"", got, err)
 	}
 }
