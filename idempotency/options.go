@@ -75,6 +75,7 @@ func WithRequired() Option {
 // WithMethods sets the guarded methods (default POST and PATCH). Requests
 // with other methods pass through untouched, key or not. Middleware only.
 func WithMethods(methods ...string) Option {
+	methods = slices.Clone(methods)
 	return httpOption("WithMethods", func(m *Middleware) error {
 		if len(methods) == 0 {
 			return errors.New("WithMethods: no method")
@@ -212,6 +213,7 @@ func DefaultStoreStatus(code int) bool {
 // Set-Cookie and authentication fields are never stored: listing one is an
 // error. Middleware only.
 func WithReplayHeaders(names ...string) Option {
+	names = slices.Clone(names)
 	return httpOption("WithReplayHeaders", func(m *Middleware) error {
 		m.replay = m.replay[:0:0]
 		for _, name := range names {
