@@ -1,7 +1,7 @@
 // Package grpcretry applies stormguard's retry rules to gRPC: client
 // interceptors that retry what is worth retrying, per target, behind a
 // retry budget and a circuit breaker, honouring the server's pushback; and
-// server interceptors for admission control.
+// server interceptors for admission control and idempotency keys.
 //
 //	c, err := grpcretry.New(
 //		grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"),
@@ -120,6 +120,17 @@
 // ratio is refused before the handler runs with UNAVAILABLE and the
 // don't-retry pushback; a call shed for lack of room gets UNAVAILABLE with
 // a jittered pushback (and RetryInfo).
+//
+// [IdempotencyUnaryServerInterceptor] is the server half of idempotency
+// keys, the gRPC twin of idempotency.Middleware, built on the same core
+// (idempotency.Guard) and stores (memory, PostgreSQL, Redis): a unary call
+// carrying an idempotency key runs at most once per key and caller, and a
+// retry gets the stored answer (the reply, or the status with its
+// details) marked "idempotent-replayed: true". A retry while the first
+// call runs gets ABORTED with a pushback, which this package's client
+// retries for a keyed call; a key reused for another call gets
+// FAILED_PRECONDITION; a malformed key INVALID_ARGUMENT; a store that is
+// down UNAVAILABLE, and the handler never runs unguarded.
 //
 // The interceptors are silent unless given a logger ([WithLogger]) or an
 // observer ([WithObserver], events named with the target); time comes from

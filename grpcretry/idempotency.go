@@ -1,0 +1,614 @@
+package grpcretry
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/stormguard/stormguard/idempotency"
+)
+
+// Metadata keys of the idempotency server interceptor's answers.
+const (
+	// ReplayedKey is the header metadata key, with the value "true", of an
+	// answer the server replayed from its idempotency store instead of
+	// running the handler: the gRPC twin of idempotency.ReplayHeader.
+	ReplayedKey = "idempotent-replayed"
+	// ReplyOmittedKey is the header metadata key, with the value "true",
+	// of a replay whose reply message was not kept (it was over the cap,
+	// or the store had no room for it): the call ran, once, but its reply
+	// cannot be sent again, and the replay is a DATA_LOSS status.
+	ReplyOmittedKey = "idempotent-reply-omitted"
+)
+
+// StoredStatusBase is added to a gRPC code to make the Status of the
+// idempotency.Record the interceptor stores: OK is 900, NOT_FOUND 905.
+// The range is outside HTTP's statuses, so that a gRPC record can never be
+// taken for an HTTP answer.
+const StoredStatusBase = 900
+
+// DefaultKeyPushback is the default retry pushback of the idempotency
+// interceptor's ABORTED (in progress) and UNAVAILABLE (store unavailable)
+// answers; see [WithKeyPushback].
+const DefaultKeyPushback = time.Second
+
+// fingerprintMethod is the method part of a gRPC call's fingerprint; it is
+// lower-case, so it is never an HTTP method of the idempotency middleware.
+const fingerprintMethod = "grpc"
+
+// Prefixes of the metadata keys in a stored record's Header.
+const (
+	storedHeader  = "header:"
+	storedTrailer = "trailer:"
+)
+
+// KeyScopeFunc maps a server call to its caller (tenant, user, API key),
+// from what its context carries: the authenticated identity an
+// authentication interceptor before it put there, the peer
+// (peer.FromContext), its TLS client certificate. Keys are scoped to it:
+// the same key sent by two callers names two unrelated calls. It must
+// return a non-empty string; an error (or "") means the caller cannot be
+// identified, and the call is refused with INTERNAL without running.
+type KeyScopeFunc func(ctx context.Context) (string, error)
+
+// idemConfig is what the idempotency options set.
+type idemConfig struct {
+	scope    KeyScopeFunc
+	required bool
+	methods  map[string]bool // nil: every unary method
+	stored   func(codes.Code) bool
+	replay   []string // allowed metadata keys, lower-case
+	maxReply int
+	pushback time.Duration
+}
+
+// IdempotencyOption configures [IdempotencyUnaryServerInterceptor]. An
+// IdempotencyOption is a value: it may be passed to any number of
+// constructors; a nil one is ignored.
+type IdempotencyOption func(*idemConfig) error
+
+// WithKeyScope sets the function that maps a call to its caller. Every
+// interceptor needs one, or an explicit [WithSharedKeyScope].
+func WithKeyScope(f KeyScopeFunc) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if f == nil {
+			return invalid("nil key scope func")
+		}
+		if c.scope != nil {
+			return invalid("key scope set twice (WithKeyScope / WithSharedKeyScope)")
+		}
+		c.scope = f
+		return nil
+	}
+}
+
+// WithSharedKeyScope puts every caller in one shared scope: any caller who
+// sends a key another caller used gets that caller's stored answer. Use it
+// only when there is a single caller (one internal service) or keys cannot
+// be guessed and answers hold nothing private.
+func WithSharedKeyScope() IdempotencyOption {
+	return WithKeyScope(func(context.Context) (string, error) { return "shared", nil })
+}
+
+// WithKeyRequired makes the key mandatory on guarded methods: a call
+// without one is refused with INVALID_ARGUMENT. By default a call without
+// a key runs unguarded.
+func WithKeyRequired() IdempotencyOption {
+	return func(c *idemConfig) error {
+		c.required = true
+		return nil
+	}
+}
+
+// WithKeyMethods sets the guarded methods, by full method name
+// ("/package.Service/Method"); calls of other methods pass through
+// untouched, key or not. A later WithKeyMethods adds to the earlier ones.
+// By default every unary method is guarded. Each method's reply type must
+// be known to protoregistry.GlobalFiles and GlobalTypes (generated code
+// registers it); the constructor checks.
+func WithKeyMethods(methods ...string) IdempotencyOption {
+	methods = slices.Clone(methods)
+	return func(c *idemConfig) error {
+		if len(methods) == 0 {
+			return invalid("WithKeyMethods: no method")
+		}
+		m := make(map[string]bool, len(c.methods)+len(methods))
+		for k := range c.methods {
+			m[k] = true
+		}
+		for _, name := range methods {
+			m[name] = true
+		}
+		c.methods = m
+		return nil
+	}
+}
+
+// WithStoredCodes sets which final codes are stored for replay; the others
+// release the key, so that a retry runs the handler again. The default is
+// [DefaultStoredCode].
+func WithStoredCodes(f func(codes.Code) bool) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if f == nil {
+			return invalid("nil stored codes func")
+		}
+		c.stored = f
+		return nil
+	}
+}
+
+// DefaultStoredCode reports whether the interceptor stores an answer with
+// code c by default: OK and the answers that the same call would get
+// again (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+// FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED). The codes of a failure
+// that a retry may not meet (UNAVAILABLE, INTERNAL, UNKNOWN,
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED, DATA_LOSS,
+// UNAUTHENTICATED) are not stored, as HTTP's 5xx, 401 and 429 are not.
+func DefaultStoredCode(c codes.Code) bool {
+	switch c {
+	case codes.OK, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented:
+		return true
+	}
+	return false
+}
+
+// WithReplayMetadata sets the header and trailer metadata keys that are
+// stored with an answer and sent again with its replays (default none).
+// Keys are lower-cased; "grpc-" keys, pseudo-headers, and the keys this
+// package reads or sets ([KeyMetadata], [ReplayedKey], [ReplyOmittedKey],
+// [PushbackKey]) are refused. A later WithReplayMetadata replaces the
+// earlier one.
+func WithReplayMetadata(keys ...string) IdempotencyOption {
+	keys = slices.Clone(keys)
+	return func(c *idemConfig) error {
+		c.replay = nil
+		for _, k := range keys {
+			k = strings.ToLower(k)
+			switch {
+			case k == "" || strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-"):
+				return invalid("WithReplayMetadata: key %q is reserved or empty", k)
+			case k == ReplayedKey || k == ReplyOmittedKey || k == KeyMetadata:
+				return invalid("WithReplayMetadata: key %q is the interceptor's own", k)
+			}
+			for i := 0; i < len(k); i++ {
+				if ch := k[i]; !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_' || ch == '.') {
+					return invalid("WithReplayMetadata: key %q is not a metadata key", k)
+				}
+			}
+			c.replay = append(c.replay, k)
+		}
+		return nil
+	}
+}
+
+// WithMaxStoredReply caps the stored reply, in bytes of its marshaled
+// message (default idempotency.DefaultMaxResponseBody, 1 MiB). A larger
+// reply still reaches the client, and the call is stored without it: a
+// retry gets DATA_LOSS with [ReplyOmittedKey] (the call ran once; its
+// reply cannot be sent again), and the handler does not run again. The
+// same happens when the store has no room for the reply.
+func WithMaxStoredReply(n int) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if n <= 0 {
+			return invalid("max stored reply %d must be positive", n)
+		}
+		c.maxReply = n
+		return nil
+	}
+}
+
+// WithKeyPushback sets the retry pushback ([PushbackKey]) sent with an
+// ABORTED answer (the key's first call still runs) and an UNAVAILABLE one
+// (the store is unavailable): the client waits at least d before its next
+// attempt. d must be positive; the default is [DefaultKeyPushback].
+func WithKeyPushback(d time.Duration) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if d <= 0 {
+			return invalid("key pushback %v must be positive", d)
+		}
+		c.pushback = d
+		return nil
+	}
+}
+
+// IdempotencyUnaryServerInterceptor returns a unary server interceptor
+// that runs each call carrying an idempotency key ([KeyMetadata],
+// "idempotency-key", validated as idempotency.ParseKey validates the HTTP
+// header) at most once per key, through g, the idempotency package's
+// protocol-neutral core, on any idempotency.Store (memory, PostgreSQL,
+// Redis): the gRPC twin of idempotency.Middleware. Install it after
+// authentication (its scope function reads the caller from the context).
+//
+// The key is scoped to the caller ([WithKeyScope]); the call's fingerprint
+// is its full method name and a SHA-256 hash of its request message,
+// marshaled deterministically. The first call with a key runs the handler
+// while g keeps the key locked, and its answer is stored: the code, as
+// the record's Status ([StoredStatusBase] + code); the reply message,
+// marshaled deterministically, or for an error its google.rpc.Status
+// (message and details); the allow-listed header and trailer metadata
+// ([WithReplayMetadata]). Answers with other codes than
+// [WithStoredCodes]'s release the key. Other calls with the key get:
+//
+//	first call finished           its answer again: the reply (unmarshaled
+//	                              into the method's reply type) or the
+//	                              status, its allow-listed metadata, and
+//	                              the header "idempotent-replayed: true"
+//	  reply over the cap or       DATA_LOSS, with "idempotent-reply-omitted:
+//	  no room for it              true" (the call ran once)
+//	first call still runs         ABORTED, trailer grpc-retry-pushback-ms
+//	                              ([WithKeyPushback]); this package's client
+//	                              retries a keyed ABORTED with a pushback
+//	same key, other method or     FAILED_PRECONDITION, with a
+//	  request message               google.rpc.PreconditionFailure
+//	key malformed, two values,    INVALID_ARGUMENT, with a
+//	  or required and missing       google.rpc.BadRequest
+//	store unavailable             UNAVAILABLE with the pushback: the
+//	                              handler does not run (fail closed)
+//	caller unknown, request not   INTERNAL: the handler does not run
+//	  a proto message, reply
+//	  type not registered
+//
+// A reused key is FAILED_PRECONDITION rather than INVALID_ARGUMENT because
+// the call itself is well formed: what refuses it is the state of the
+// server (the key is bound to another call), and like HTTP's 422 it must
+// not be retried as is; ALREADY_EXISTS would read as the handler's own
+// answer.
+//
+// Streaming calls are not guarded (a unary interceptor does not see
+// them). Which unary methods are is an option ([WithKeyMethods]; all by
+// default); a call without a key runs unguarded unless [WithKeyRequired].
+// Every call is reported to g's observer (idempotency.WithObserver), the
+// refusals above as "invalid". It fails, with an error wrapping
+// [ErrInvalidOption], when g is nil, an option is invalid, no scope is set
+// ([WithKeyScope] or, deliberately, [WithSharedKeyScope]), or a method of
+// [WithKeyMethods] has no registered reply type.
+func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...IdempotencyOption) (grpc.UnaryServerInterceptor, error) {
+	if g == nil {
+		return nil, invalid("nil idempotency guard")
+	}
+	s := &idemServer{g: g, cfg: idemConfig{
+		stored:   DefaultStoredCode,
+		maxReply: idempotency.DefaultMaxResponseBody,
+		pushback: DefaultKeyPushback,
+	}}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&s.cfg); err != nil {
+			return nil, err
+		}
+	}
+	if s.cfg.scope == nil {
+		return nil, invalid("no key scope: pass WithKeyScope (map each call to its caller) or, deliberately, WithSharedKeyScope")
+	}
+	for m := range s.cfg.methods {
+		if _, err := s.replyType(m); err != nil {
+			return nil, fmt.Errorf("%w: WithKeyMethods: %w", ErrInvalidOption, err)
+		}
+	}
+	return s.intercept, nil
+}
+
+// idemServer is the state of one idempotency interceptor.
+type idemServer struct {
+	g     *idempotency.Guard
+	cfg   idemConfig
+	types sync.Map // full method -> protoreflect.MessageType of its reply
+}
+
+// deterministic marshals messages the same way every time (map entries
+// sorted), so that equal messages have equal fingerprints and records.
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if s.cfg.methods != nil && !s.cfg.methods[info.FullMethod] {
+		return handler(ctx, req)
+	}
+	raw, err := callKey(ctx)
+	switch {
+	case err != nil:
+		s.g.ReportInvalid(ctx)
+		return nil, badKey(err.Error())
+	case raw == "" && s.cfg.required:
+		return nil, badKey("this method needs an idempotency key: send it in the " + KeyMetadata + " metadata")
+	case raw == "":
+		return handler(ctx, req)
+	}
+	scope, err := s.cfg.scope(ctx)
+	if err == nil && scope == "" {
+		err = errors.New("empty scope")
+	}
+	if err != nil {
+		s.g.ReportInvalid(ctx)
+		return nil, status.Error(codes.Internal, "idempotency: the caller of this call could not be identified; it was not processed")
+	}
+	fp, mt, err := s.fingerprint(info.FullMethod, req)
+	if err != nil {
+		s.g.ReportInvalid(ctx)
+		return nil, status.Error(codes.Internal, "idempotency: "+err.Error()+"; the call was not processed")
+	}
+	var (
+		reply any
+		herr  error
+	)
+	outcome, rec, err := s.g.Run(ctx, idempotency.HashKey(scope, raw), fp, func(ctx context.Context) (idempotency.Record, bool) {
+		var rec idempotency.Record
+		var keep bool
+		reply, rec, keep, herr = s.handle(ctx, req, handler)
+		return rec, keep
+	})
+	switch {
+	case errors.Is(err, idempotency.ErrStoreUnavailable):
+		_ = grpc.SetTrailer(ctx, pushbackMD(s.cfg.pushback))
+		return nil, status.Error(codes.Unavailable, "idempotency: store unavailable; the call was not processed: retry it with the same idempotency key")
+	case err != nil && ctx.Err() != nil: // gone while the key was claimed
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case err != nil:
+		return nil, status.Error(codes.Internal, err.Error())
+	case outcome == idempotency.Mismatch:
+		return nil, withDetails(status.New(codes.FailedPrecondition, "idempotency: this idempotency key was used for a different call (method or request message)"),
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: "IDEMPOTENCY_KEY_REUSED", Subject: KeyMetadata,
+				Description: "the key is bound to another call; send a new key for a new call",
+			}}})
+	case outcome == idempotency.InProgress:
+		_ = grpc.SetTrailer(ctx, pushbackMD(s.cfg.pushback))
+		return nil, status.Error(codes.Aborted, "idempotency: a call with this idempotency key is still being processed; retry it later with the same key")
+	case outcome == idempotency.Completed:
+		return s.replay(ctx, mt, rec)
+	}
+	return reply, herr
+}
+
+// callKey returns the raw idempotency key of the server call of ctx, ""
+// if it has none. More than one value, or a malformed one, is an error.
+func callKey(ctx context.Context) (string, error) {
+	vs := metadata.ValueFromIncomingContext(ctx, KeyMetadata)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return idempotency.ParseKey(vs[0])
+	}
+	return "", fmt.Errorf("%d %s values: send exactly one", len(vs), KeyMetadata)
+}
+
+// badKey returns the INVALID_ARGUMENT error of a call whose key is bad or
+// missing.
+func badKey(why string) error {
+	return withDetails(status.New(codes.InvalidArgument, "idempotency: "+why),
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: KeyMetadata, Description: why,
+		}}})
+}
+
+// withDetails returns st with details as an error (st alone if they
+// cannot be added).
+func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
+	if d, err := st.WithDetails(details...); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// fingerprint returns the fingerprint of a call of method with req, and
+// the type of the method's reply.
+func (s *idemServer) fingerprint(method string, req any) (idempotency.Fingerprint, protoreflect.MessageType, error) {
+	mt, err := s.replyType(method)
+	if err != nil {
+		return idempotency.Fingerprint{}, nil, err
+	}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return idempotency.Fingerprint{}, nil, fmt.Errorf("request of %s is a %T, not a proto message", method, req)
+	}
+	b, err := deterministic.Marshal(msg)
+	if err != nil {
+		return idempotency.Fingerprint{}, nil, fmt.Errorf("request of %s cannot be marshaled: %w", method, err)
+	}
+	return idempotency.NewFingerprint(fingerprintMethod, method, sha256.Sum256(b)), mt, nil
+}
+
+// replyType returns the type of method's reply message, from the global
+// registries (cached).
+func (s *idemServer) replyType(method string) (protoreflect.MessageType, error) {
+	if t, ok := s.types.Load(method); ok {
+		return t.(protoreflect.MessageType), nil
+	}
+	i := strings.LastIndexByte(method, '/')
+	if len(method) < 4 || method[0] != '/' || i <= 1 || i == len(method)-1 {
+		return nil, fmt.Errorf("method %q is not a full method name (/package.Service/Method)", method)
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(method[1:i]))
+	if err != nil {
+		return nil, fmt.Errorf("service of %s not registered: %w", method, err)
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a service", method[1:i])
+	}
+	md := sd.Methods().ByName(protoreflect.Name(method[i+1:]))
+	if md == nil {
+		return nil, fmt.Errorf("method %s not found in its service", method)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err != nil {
+		return nil, fmt.Errorf("reply type %s of %s not registered: %w", md.Output().FullName(), method, err)
+	}
+	s.types.Store(method, mt)
+	return mt, nil
+}
+
+// handle runs the handler on the Guard's context ctx, capturing the
+// allow-listed metadata it sets, and returns its answer, the record of it
+// and whether to store it.
+func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHandler) (reply any, rec idempotency.Record, keep bool, err error) {
+	var c *capture
+	if len(s.cfg.replay) > 0 {
+		if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
+			c = &capture{ServerTransportStream: sts, allow: s.cfg.replay}
+			ctx = grpc.NewContextWithServerTransportStream(ctx, c)
+		}
+	}
+	reply, err = handler(ctx, req)
+	st, _ := status.FromError(err) // OK for nil; UNKNOWN for an error without a status
+	if !s.cfg.stored(st.Code()) {
+		return reply, idempotency.Record{}, false, err
+	}
+	var body []byte
+	var merr error
+	if err == nil {
+		msg, ok := reply.(proto.Message)
+		if !ok {
+			return reply, idempotency.Record{}, false, err // grpc's codec cannot send it either
+		}
+		body, merr = deterministic.Marshal(msg)
+	} else {
+		body, merr = deterministic.Marshal(st.Proto())
+	}
+	if merr != nil {
+		return reply, idempotency.Record{}, false, err
+	}
+	rec = idempotency.Record{Status: StoredStatusBase + int(st.Code()), Body: body}
+	if c != nil {
+		rec.Header = c.stored()
+	}
+	if len(body) > s.cfg.maxReply {
+		rec.Body, rec.BodyOmitted = nil, true
+	}
+	return reply, rec, true, err
+}
+
+// replay answers a call from the stored record rec; mt is the method's
+// reply type.
+func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, rec idempotency.Record) (any, error) {
+	header := metadata.Pairs(ReplayedKey, "true")
+	var trailer metadata.MD
+	for name, vs := range rec.Header {
+		switch {
+		case strings.HasPrefix(name, storedHeader):
+			header[name[len(storedHeader):]] = slices.Clone(vs)
+		case strings.HasPrefix(name, storedTrailer):
+			if trailer == nil {
+				trailer = metadata.MD{}
+			}
+			trailer[name[len(storedTrailer):]] = slices.Clone(vs)
+		}
+	}
+	if rec.BodyOmitted {
+		header.Set(ReplyOmittedKey, "true")
+	}
+	_ = grpc.SetHeader(ctx, header)
+	if len(trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, trailer)
+	}
+	code := codes.Code(rec.Status - StoredStatusBase)
+	if rec.Status < StoredStatusBase || code > codes.Unauthenticated {
+		return nil, status.Errorf(codes.DataLoss, "idempotency: the stored answer of this key is not a gRPC answer (status %d)", rec.Status)
+	}
+	switch {
+	case code == codes.OK && rec.BodyOmitted:
+		return nil, status.Error(codes.DataLoss, "idempotency: this call ran once, but its reply was not kept (over the size cap, or no room in the store) and cannot be sent again")
+	case code == codes.OK:
+		reply := mt.New().Interface()
+		if err := proto.Unmarshal(rec.Body, reply); err != nil {
+			return nil, status.Errorf(codes.DataLoss, "idempotency: the stored reply of this key cannot be read: %v", err)
+		}
+		return reply, nil
+	case rec.BodyOmitted:
+		return nil, status.Error(code, "idempotency: replayed status (its message was not kept)")
+	}
+	var sp spb.Status
+	if err := proto.Unmarshal(rec.Body, &sp); err != nil || codes.Code(sp.GetCode()) != code {
+		return nil, status.Errorf(codes.DataLoss, "idempotency: the stored status of this key cannot be read")
+	}
+	return nil, status.ErrorProto(&sp)
+}
+
+// capture is the server transport stream a guarded handler runs with: it
+// passes every call through and keeps the allow-listed keys of the header
+// and trailer metadata that were set, for the record.
+type capture struct {
+	grpc.ServerTransportStream
+	allow []string
+
+	mu sync.Mutex
+	// Fields below are guarded by mu.
+	header, trailer metadata.MD
+}
+
+func (c *capture) SetHeader(md metadata.MD) error {
+	err := c.ServerTransportStream.SetHeader(md)
+	if err == nil {
+		c.keep(&c.header, md)
+	}
+	return err
+}
+
+func (c *capture) SendHeader(md metadata.MD) error {
+	err := c.ServerTransportStream.SendHeader(md)
+	if err == nil {
+		c.keep(&c.header, md)
+	}
+	return err
+}
+
+func (c *capture) SetTrailer(md metadata.MD) error {
+	err := c.ServerTransportStream.SetTrailer(md)
+	if err == nil {
+		c.keep(&c.trailer, md)
+	}
+	return err
+}
+
+// keep adds the allow-listed keys of md to *dst.
+func (c *capture) keep(dst *metadata.MD, md metadata.MD) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, vs := range md {
+		k = strings.ToLower(k)
+		if !slices.Contains(c.allow, k) {
+			continue
+		}
+		if *dst == nil {
+			*dst = metadata.MD{}
+		}
+		(*dst)[k] = append((*dst)[k], vs...)
+	}
+}
+
+// stored returns the kept metadata as a record's Header, nil if none.
+func (c *capture) stored() http.Header {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.header)+len(c.trailer) == 0 {
+		return nil
+	}
+	h := make(http.Header, len(c.header)+len(c.trailer))
+	for k, vs := range c.header {
+		h[storedHeader+k] = slices.Clone(vs)
+	}
+	for k, vs := range c.trailer {
+		h[storedTrailer+k] = slices.Clone(vs)
+	}
+	return h
+}
