@@ -196,7 +196,7 @@ var badInputs = []struct {
 	{[]string{"demo", "--clients", "5000", "--every", "100ms"}, `-clients 5000 / -every 100ms is 50000 requests per second, at most 2000`},
 	{[]string{"demo", "--clients", "2001", "--every", "1s"}, `-clients 2001 / -every 1s is 2001 requests per second, at most 2000`},
 	{[]string{"demo", "--clients", "2000", "--every", "1s", "--deadline", "20s"}, `-clients 2000 / -every 1s x -deadline 20s is 40000 calls in flight, at most 20000`},
-	{[]string{"demo", "--shared", "--shared"}, `invalid boolean flag shared: flag given more than once`},
+	{[]string{"demo", "--metrics", ":1", "--metrics", ":2"}, `flag given more than once`},
 }
 
 func TestBadInputsAreRefused(t *testing.T) {
@@ -241,7 +241,7 @@ var goodInputs = [][]string{
 	{"sim", "contention", "--clients", "5, 10 ,20", "--delay", "0s", "--delay-stddev", "1h"},
 	{"demo"},
 	{"demo", "--clients", "5000", "--every", "2500ms", "--deadline", "10s", "--duration", "20s"},
-	{"demo", "--capacity", "0", "--queue", "0", "--work", "0s", "--attempt-timeout", "0s", "--shared"},
+	{"demo", "--capacity", "0", "--queue", "0", "--work", "0s", "--attempt-timeout", "0s"},
 }
 
 func TestGoodInputsAreAccepted(t *testing.T) {

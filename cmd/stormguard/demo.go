@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -13,6 +15,8 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/internal/sim/live"
+	"github.com/stormguard/stormguard/otelstormguard"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -28,12 +32,12 @@ type demoConfig struct {
 	NaiveEvery time.Duration `json:"naive_every_ns"`
 	NaiveTries int           `json:"naive_tries"`
 	Deadline   time.Duration `json:"deadline_ns"`
-	Shared     bool          `json:"shared_transport"`
 	OpenFor    time.Duration `json:"breaker_open_for_ns"`
 	Capacity   int           `json:"capacity"`
 	Queue      int           `json:"queue"`
 	Timeout    time.Duration `json:"attempt_timeout_ns"`
 	Work       time.Duration `json:"work_ns"`
+	Metrics    string        `json:"metrics,omitempty"`
 }
 
 // demoResult is what `stormguard demo --json` prints.
@@ -61,17 +65,20 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 		Clients: 200, Every: 200 * time.Millisecond, Duration: 7 * time.Second,
 		FailAt: 2 * time.Second, FailFor: 2 * time.Second, RetryAfter: 2 * time.Second,
 		Window: 50 * time.Millisecond, NaiveEvery: time.Second, NaiveTries: 5, Deadline: 15 * time.Second,
-		OpenFor: 2 * time.Second, Capacity: 25, Queue: 2500, Work: 20 * time.Millisecond, Timeout: time.Second,
+		OpenFor: breaker.DefaultOpenFor, Capacity: 25, Queue: 2500, Work: 20 * time.Millisecond, Timeout: time.Second,
 	}
 	var out output
 	fs := newFlagSet("demo",
 		"A real HTTP provider on loopback, with finite capacity and a queue, fails with 503 for a\n"+
-			"few seconds while a real fleet of goroutine clients sends it a steady load, three times:\n"+
-			"a naive client (a fixed-interval retry loop), stormguard's transport (defaults: 3 attempts,\n"+
-			"full jitter, retry budget, circuit breaker), and stormguard's transport against 503s that\n"+
-			"carry Retry-After. Load is measured at the server per window. About 30 s with the defaults.",
+			"few seconds while a real fleet of goroutine clients sends it a steady load, four times:\n"+
+			"a naive client (a fixed-interval retry loop); stormguard's transport, one per client\n"+
+			"(defaults: 3 attempts, full jitter, retry budget, circuit breaker); the same against 503s\n"+
+			"that carry Retry-After; and one stormguard transport for the whole fleet (a gateway), whose\n"+
+			"breaker opens, makes the calls wait instead of failing, probes about every second and\n"+
+			"releases the waiting calls at the pace the provider served before the outage. Load is\n"+
+			"measured at the server per window. About 40 s with the defaults.",
 		fmt.Sprintf("clients / every at most %d requests per second; that rate x deadline at most %d calls in\n"+
-			"flight. Three runs of about duration + deadline each: at most about two minutes.", maxDemoRate, maxDemoInFlight), e)
+			"flight. Four runs of about duration + deadline each: at most about three minutes.", maxDemoRate, maxDemoInFlight), e)
 	fs.intVar(&c.Clients, "clients", 1, maxDemoClients, "clients in the fleet")
 	fs.durationVar(&c.Every, "every", time.Millisecond, time.Minute, "interval between a client's requests")
 	fs.durationVar(&c.Duration, "duration", time.Millisecond, maxDemoRun, "how long each run sends new requests")
@@ -82,12 +89,12 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 	fs.durationVar(&c.NaiveEvery, "naive-every", time.Millisecond, time.Minute, "the naive client's fixed retry interval")
 	fs.intVar(&c.NaiveTries, "naive-tries", 1, 100, "the naive client's tries per request")
 	fs.durationVar(&c.Deadline, "deadline", time.Millisecond, maxDemoRun, "deadline of each request, retries included")
-	fs.durationVar(&c.OpenFor, "open-for", time.Millisecond, time.Hour, "how long the stormguard breaker stays open before it probes again")
+	fs.durationVar(&c.OpenFor, "open-for", time.Millisecond, time.Hour, "the stormguard breaker's probe interval: how long it stays open before it probes again")
 	fs.intVar(&c.Capacity, "capacity", 0, 10_000, "requests the provider works on at once; more are shed with 503 (0: unlimited)")
 	fs.intVar(&c.Queue, "queue", 0, 100_000, "requests that may wait for the provider; it serves them even if their client gave up")
 	fs.durationVar(&c.Work, "work", 0, 10*time.Second, "time the provider spends on a request")
 	fs.durationVar(&c.Timeout, "attempt-timeout", 0, time.Minute, "how long a client waits for one attempt's answer, both clients (0: no limit)")
-	fs.BoolVar(&c.Shared, "shared", false, "one stormguard transport (one budget and breaker) for the whole fleet instead of one per client")
+	fs.StringVar(&c.Metrics, "metrics", "", "serve the stormguard transports' metrics for Prometheus at ADDR/metrics while the demo runs (e.g. :9464)")
 	out.register(fs)
 	if err := fs.parse(args); err != nil {
 		return nil, err
@@ -110,33 +117,78 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 	if _, err := httpretry.NewTransport(http.DefaultTransport, opts...); err != nil {
 		return nil, usageError{err}
 	}
-	return func() error { return runDemo(c, out, opts, e) }, nil
+	var ln net.Listener
+	if c.Metrics != "" {
+		var err error
+		if ln, err = net.Listen("tcp", c.Metrics); err != nil {
+			return nil, usageError{fmt.Errorf("-metrics %s: %w", c.Metrics, err)}
+		}
+	}
+	return func() error { return runDemo(c, out, opts, ln, e) }, nil
 }
 
-// runDemo runs the three runs of the demo and writes the result.
-func runDemo(c demoConfig, out output, opts []httpretry.Option, e *env) error {
+// serveMetrics serves the OpenTelemetry metrics of the stormguard
+// transports for Prometheus on ln until the returned stop is called, and
+// returns the option that reports to them.
+func serveMetrics(ln net.Listener) (httpretry.Option, func(), error) {
+	h, mp, err := otelstormguard.PrometheusHandler()
+	if err != nil {
+		return nil, nil, err
+	}
+	obs, err := otelstormguard.NewObserver(otelstormguard.WithMeterProvider(mp),
+		otelstormguard.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = srv.Serve(ln) }()
+	stop := func() {
+		_ = srv.Close()
+		obs.Close()
+		_ = mp.Shutdown(context.Background())
+	}
+	return httpretry.WithObserver(obs), stop, nil
+}
+
+// runDemo runs the four runs of the demo and writes the result.
+func runDemo(c demoConfig, out output, opts []httpretry.Option, metrics net.Listener, e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if metrics != nil {
+		opt, stopMetrics, err := serveMetrics(metrics)
+		if err != nil {
+			_ = metrics.Close()
+			return err
+		}
+		defer stopMetrics()
+		opts = append(opts, opt)
+		fmt.Fprintf(e.stderr, "serving metrics at http://%s/metrics\n", metrics.Addr())
+	}
 
 	base := &http.Transport{MaxIdleConns: maxDemoConns, MaxIdleConnsPerHost: maxDemoConns, MaxConnsPerHost: maxDemoConns,
 		IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
 	plain := &http.Client{Transport: base, Timeout: c.Timeout}
 	naive := func(url string, _ int) live.Call { return live.Naive(plain, url, c.NaiveEvery, c.NaiveTries) }
-	var shared *http.Client
-	guarded := func(url string, _ int) live.Call {
-		if c.Shared && shared != nil {
-			return live.Get(shared, url)
-		}
+	var shared *http.Client // the gateway's client, for the run that has one
+	perClient := func(url string, _ int) live.Call {
 		t, err := httpretry.NewTransport(base, opts...)
 		if err != nil { // checked by prepareDemo
 			return func(context.Context) error { return err }
 		}
-		cl := &http.Client{Transport: t}
-		if c.Shared {
-			shared = cl
+		return live.Get(&http.Client{Transport: t}, url)
+	}
+	gateway := func(url string, _ int) live.Call {
+		if shared == nil {
+			t, err := httpretry.NewTransport(base, opts...)
+			if err != nil { // checked by prepareDemo
+				return func(context.Context) error { return err }
+			}
+			shared = &http.Client{Transport: t}
 		}
-		return live.Get(cl, url)
+		return live.Get(shared, url)
 	}
 	fc := live.FleetConfig{Clients: c.Clients, Every: c.Every, Duration: c.Duration, Deadline: c.Deadline}
 	pc := live.ProviderConfig{FailAt: c.FailAt, FailFor: c.FailFor, Window: c.Window, Horizon: c.Duration + c.Deadline,
@@ -149,8 +201,9 @@ func runDemo(c demoConfig, out output, opts []httpretry.Option, e *env) error {
 		call func(string, int) live.Call
 	}{
 		{fmt.Sprintf("naive (every %v), 503", c.NaiveEvery), pc, naive},
-		{"stormguard, 503", pc, guarded},
-		{fmt.Sprintf("stormguard, 503 + Retry-After %v", c.RetryAfter), withRA, guarded},
+		{"stormguard per client, 503", pc, perClient},
+		{fmt.Sprintf("stormguard per client, 503 + Retry-After %v", c.RetryAfter), withRA, perClient},
+		{"stormguard gateway (one transport), 503", pc, gateway},
 	}
 	progress := e.progress(out.quiet, "demo")
 	res := demoResult{Config: c}
@@ -181,23 +234,22 @@ func (r *demoResult) WriteText(w io.Writer) error {
 		"after their client timed out at %v), sheds the rest with 503,\n",
 		c.Capacity, c.Work, float64(c.Capacity)/c.Work.Seconds(), c.Queue, c.Timeout)
 	fmt.Fprintf(w, "and answers 503 to everything from %v to %v; attempts counted at the server per %v window;\n", c.FailAt, c.FailAt+c.FailFor, c.Window)
-	scope := "per client"
-	if c.Shared {
-		scope = "one for the fleet"
-	}
-	fmt.Fprintf(w, "stormguard: default transport (3 attempts, full jitter, budget, breaker) %s, breaker open for %v\n\n", scope, c.OpenFor)
+	fmt.Fprintf(w, "stormguard: default transport (3 attempts, full jitter, budget, breaker probing every %v),\n"+
+		"one per client or one for the fleet; every request has a %v deadline\n\n", c.OpenFor, c.Deadline)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "client, provider\toffered\tattempts\tin outage / offered\tpeak per window\tgoodput\t")
+	fmt.Fprintln(tw, "client, provider\toffered\tattempts\tin outage / offered\tpeak per window\tgoodput\tstarted in outage: ok\tshed after\t")
 	for _, run := range r.Runs {
 		s := run.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2fx\t%d\t%.1f%%\t\n", run.Name, run.Stats.Offered, s.Attempts,
-			s.OutageAmplification, s.Peak, 100*s.Goodput)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2fx\t%d\t%.1f%%\t%.1f%%\t%d\t\n", run.Name, run.Stats.Offered, s.Attempts,
+			s.OutageAmplification, s.Peak, 100*s.Goodput, 100*s.OutageGoodput, s.ShedAfter)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\nin outage / offered: attempts that reached the provider during the outage per request the\n"+
-		"fleet offered in that time; goodput: requests that ended in success.\n")
+		"fleet offered in that time; goodput: requests that ended in success; started in outage: ok:\n"+
+		"the same for the requests started during the outage; shed after: attempts the provider shed\n"+
+		"once the outage was over.\n")
 	return err
 }
 

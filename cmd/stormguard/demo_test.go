@@ -2,8 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/stormguard/stormguard/httpretry"
 )
 
 // TestDemoSmall runs the live demo for a fraction of a second. It checks
@@ -30,8 +36,8 @@ func TestDemoSmall(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("demo --json is not JSON: %v", err)
 	}
-	if len(r.Runs) != 3 {
-		t.Fatalf("demo ran %d runs, want 3", len(r.Runs))
+	if len(r.Runs) != 4 {
+		t.Fatalf("demo ran %d runs, want 4", len(r.Runs))
 	}
 	for _, run := range r.Runs {
 		// 10 clients, every 50 ms for 300 ms: 60 requests.
@@ -40,7 +46,57 @@ func TestDemoSmall(t *testing.T) {
 		}
 	}
 	code, out, _ = runCLI(t, args...)
-	if code != 0 || !strings.Contains(out, "stormguard, 503 + Retry-After 1s") || !strings.Contains(out, "peak per window") {
+	if code != 0 || !strings.Contains(out, "stormguard per client, 503 + Retry-After 1s") || !strings.Contains(out, "stormguard gateway") ||
+		!strings.Contains(out, "started in outage: ok") {
 		t.Errorf("demo table: exit %d, output:\n%s", code, out)
 	}
+}
+
+// TestDemoMetrics serves the transports' metrics while the demo runs: a
+// scrape after the run finds the retry metrics with the provider's host.
+func TestDemoMetrics(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	opt, stop, err := serveMetrics(mustListen(t, addr))
+	if err != nil || opt == nil {
+		t.Fatalf("serveMetrics = %v", err)
+	}
+	defer stop()
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer provider.Close()
+	tr, err := httpretry.NewTransport(nil, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := (&http.Client{Transport: tr}).Get(provider.URL); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "stormguard_attempts") {
+		t.Errorf("GET /metrics = %d, want 200 with the attempts of the request made:\n%s", resp.StatusCode, body)
+	}
+	code, _, errs := runCLI(t, "demo", "--metrics", "256.0.0.1:1")
+	if code != 2 || !strings.Contains(errs, "-metrics") {
+		t.Errorf("demo --metrics on a bad address: exit %d, stderr %q; want 2 naming the flag", code, errs)
+	}
+}
+
+func mustListen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
