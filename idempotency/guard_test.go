@@ -19,14 +19,7 @@ var guardFP = idempotency.NewFingerprint("op", "/charge", [32]byte{1})
 
 func newGuard(t *testing.T, store idempotency.Store, opts ...idempotency.Option) *idempotency.Guard {
 	t.Helper()
-	if store == nil {
-		s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store = s
-	}
-	g, err := idempotency.NewGuard(store, opts...)
+	g, err := idempotency.NewGuard(orMemory(t, store), opts...)
 	if err != nil {
 		t.Fatalf("NewGuard: %v", err)
 	}

@@ -49,15 +49,22 @@ func userScope(r *http.Request) (string, error) {
 	return u, nil
 }
 
+// orMemory returns store, or a new MemoryStore if store is nil.
+func orMemory(t *testing.T, store idempotency.Store) idempotency.Store {
+	t.Helper()
+	if store != nil {
+		return store
+	}
+	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func newMiddleware(t *testing.T, store idempotency.Store, opts ...idempotency.Option) *idempotency.Middleware {
 	t.Helper()
-	if store == nil {
-		s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store = s
-	}
+	store = orMemory(t, store)
 	mw, err := idempotency.NewMiddleware(store, append([]idempotency.Option{idempotency.WithScope(userScope)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewMiddleware: %v", err)

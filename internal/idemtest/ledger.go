@@ -101,6 +101,26 @@ func (l *Ledger) Snapshot() (applied, byServer map[string]int) {
 	return applied, byServer
 }
 
+// Tally returns the ledger's verdict on payments 0 to n-1 (see
+// [PaymentID]): how many were applied at least once, the extra
+// applications (the sum over payments of times applied - 1), how many
+// were never applied, and how many ledger entries are for payments
+// outside them.
+func (l *Ledger) Tally(n int) (applied, duplicates, lost, unknown int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range n {
+		switch k := l.applied[PaymentID(i)]; k {
+		case 0:
+			lost++
+		default:
+			applied++
+			duplicates += k - 1
+		}
+	}
+	return applied, duplicates, lost, len(l.applied) - applied
+}
+
 // Slow returns the number of handler runs that gave up without a word
 // because their request was canceled before they applied the payment
 // (aborted), and of runs that applied it and ended after their request's

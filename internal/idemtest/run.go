@@ -358,23 +358,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	start := time.Now()
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range cfg.Workers {
-		wg.Go(func() {
-			for i := range jobs {
-				d.pay(ctx, i)
-			}
-		})
-	}
-	for i := range cfg.Payments {
-		if ctx.Err() != nil {
-			break
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	Drive(ctx, cfg.Payments, cfg.Workers, d.pay)
 	elapsed := time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("idemtest: Run: %w", err)
@@ -404,18 +388,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Aborted, res.Overran = ledger.Slow()
 	res.TimedOut = timedOut.Load()
-	applied, byServer := ledger.Snapshot()
-	res.RunsByServer = byServer
-	for i := range cfg.Payments {
-		switch n := applied[paymentID(i)]; {
-		case n == 0:
-			res.Lost++
-		default:
-			res.Applied++
-			res.Duplicates += n - 1
-		}
-	}
-	res.Unknown = len(applied) - res.Applied
+	res.Applied, res.Duplicates, res.Lost, res.Unknown = ledger.Tally(cfg.Payments)
+	_, res.RunsByServer = ledger.Snapshot()
 	seen := make(map[string]bool, len(d.keys))
 	for _, k := range d.keys {
 		if k == "" {
@@ -436,18 +410,8 @@ func withDefaults(cfg Config) Config {
 	if cfg.Workers == 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	switch {
-	case cfg.ResetRate == 0:
-		cfg.ResetRate = DefaultResetRate
-	case cfg.ResetRate < 0:
-		cfg.ResetRate = 0
-	}
-	switch {
-	case cfg.DropRate == 0:
-		cfg.DropRate = DefaultDropRate
-	case cfg.DropRate < 0:
-		cfg.DropRate = 0
-	}
+	cfg.ResetRate = RateOr(cfg.ResetRate, DefaultResetRate)
+	cfg.DropRate = RateOr(cfg.DropRate, DefaultDropRate)
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
@@ -523,15 +487,34 @@ func Hostile(cfg Config) Config {
 func RunTest(tb testing.TB, cfg Config) *Result {
 	tb.Helper()
 	res, err := Run(tb.Context(), cfg)
-	if err != nil {
-		tb.Fatalf("idemtest.Run: %v", err)
+	if !Report(tb, "idemtest.Run", res, err) {
 		return nil
 	}
-	tb.Logf("end to end:\n%v", res)
-	if err := res.Err(); err != nil {
-		tb.Errorf("end-to-end verdict:\n%v", err)
-	}
 	return res
+}
+
+// Verdict is the result of an end-to-end run: its report, and nil from
+// Err when the run passed.
+type Verdict interface {
+	Err() error
+	String() string
+}
+
+// Report ends a test's end-to-end run named run (e.g. "idemtest.Run"),
+// which returned res and err: it fails tb at once if err is not nil
+// (res is then ignored), else logs res and fails tb if its verdict is
+// bad. It reports whether res is there (err was nil).
+func Report(tb testing.TB, run string, res Verdict, err error) bool {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("%s: %v", run, err)
+		return false
+	}
+	tb.Logf("%s:\n%v", run, res)
+	if err := res.Err(); err != nil {
+		tb.Errorf("%s: verdict:\n%v", run, err)
+	}
+	return true
 }
 
 // Payments returns the number of payments for an end-to-end test:
@@ -539,9 +522,15 @@ func RunTest(tb testing.TB, cfg Config) *Result {
 // environment variable. A bad value fails tb.
 func Payments(tb testing.TB) int {
 	tb.Helper()
+	return PaymentsOr(tb, DefaultPayments)
+}
+
+// PaymentsOr is [Payments] with def in place of [DefaultPayments].
+func PaymentsOr(tb testing.TB, def int) int {
+	tb.Helper()
 	v := os.Getenv(PaymentsEnv)
 	if v == "" {
-		return DefaultPayments
+		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
@@ -550,7 +539,44 @@ func Payments(tb testing.TB) int {
 	return n
 }
 
-func paymentID(i int) string { return fmt.Sprintf("pay-%06d", i) }
+// PaymentID returns the ID of the i-th payment of a run, e.g.
+// "pay-000042".
+func PaymentID(i int) string { return fmt.Sprintf("pay-%06d", i) }
+
+// RateOr returns a fault rate as the harnesses' configurations read it:
+// def for 0, none (0) for a negative rate, rate itself otherwise.
+func RateOr(rate, def float64) float64 {
+	switch {
+	case rate == 0:
+		return def
+	case rate < 0:
+		return 0
+	}
+	return rate
+}
+
+// Drive makes payments 0 to n-1, calling pay for each on one of workers
+// goroutines, and returns once every call returned. Once ctx has ended no
+// new payment starts.
+func Drive(ctx context.Context, n, workers int, pay func(ctx context.Context, i int)) {
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				pay(ctx, i)
+			}
+		})
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+}
 
 // driver makes the payments.
 type driver struct {
@@ -604,7 +630,7 @@ const (
 // If no attempt was sent at all, no key exists and none was used: the
 // re-drive makes a new one.
 func (d *driver) pay(ctx context.Context, i int) {
-	id := paymentID(i)
+	id := PaymentID(i)
 	body, _ := json.Marshal(Payment{ID: id, AmountCents: 100 + int64(i%900)})
 	slot := &keySlot{}
 	ctx = context.WithValue(ctx, slotKey{}, slot)

@@ -12,8 +12,9 @@ import (
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
-// echoServer answers each line it reads with "echo: " and the line.
-func echoServer(t *testing.T) string {
+// echoServer answers each line it reads with "echo: " and the line, and
+// counts the lines in n (if not nil) before it answers.
+func echoServer(t *testing.T, n *atomic.Int64) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,6 +34,9 @@ func echoServer(t *testing.T) string {
 					line, err := r.ReadString('\n')
 					if err != nil {
 						return
+					}
+					if n != nil {
+						n.Add(1)
 					}
 					if _, err := c.Write([]byte("echo: " + line)); err != nil {
 						return
@@ -57,7 +61,7 @@ func exchange(t *testing.T, c net.Conn, r *bufio.Reader, line string, wait time.
 }
 
 func TestTCPProxy(t *testing.T) {
-	p, err := idemtest.NewTCPProxy(echoServer(t))
+	p, err := idemtest.NewTCPProxy(echoServer(t, nil))
 	if err != nil {
 		t.Fatalf("NewTCPProxy: %v", err)
 	}
@@ -103,45 +107,12 @@ func TestNewTCPProxyError(t *testing.T) {
 	}
 }
 
-// countingEcho is echoServer that counts the lines it read.
-func countingEcho(t *testing.T, n *atomic.Int64) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					n.Add(1)
-					if _, err := c.Write([]byte("echo: " + line)); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // TestTCPProxyFaults: a reset drops what the client sent before the
 // server sees it; a cut lets the server act on it and drops its reply;
 // the rates are those asked for; the zero TCPFaults turns them off.
 func TestTCPProxyFaults(t *testing.T) {
 	var lines atomic.Int64
-	p, err := idemtest.NewTCPProxy(countingEcho(t, &lines))
+	p, err := idemtest.NewTCPProxy(echoServer(t, &lines))
 	if err != nil {
 		t.Fatalf("NewTCPProxy: %v", err)
 	}

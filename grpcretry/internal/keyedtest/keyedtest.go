@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,13 +198,8 @@ func (r *Result) String() string {
 func RunTest(tb testing.TB, cfg Config) *Result {
 	tb.Helper()
 	res, err := Run(tb.Context(), cfg)
-	if err != nil {
-		tb.Fatalf("keyedtest.Run: %v", err)
+	if !idemtest.Report(tb, "keyedtest.Run (gRPC end to end)", res, err) {
 		return nil
-	}
-	tb.Logf("gRPC end to end:\n%v", res)
-	if err := res.Err(); err != nil {
-		tb.Errorf("gRPC end-to-end verdict:\n%v", err)
 	}
 	return res
 }
@@ -215,10 +209,7 @@ func RunTest(tb testing.TB, cfg Config) *Result {
 // idemtest.PaymentsEnv (STORMGUARD_E2E_PAYMENTS). A bad value fails tb.
 func Payments(tb testing.TB) int {
 	tb.Helper()
-	if os.Getenv(idemtest.PaymentsEnv) == "" {
-		return DefaultPayments
-	}
-	return idemtest.Payments(tb)
+	return idemtest.PaymentsOr(tb, DefaultPayments)
 }
 
 // Run starts the servers and the proxies, makes cfg.Payments logical
@@ -304,46 +295,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res: &Result{Payments: cfg.Payments, ResetRate: cfg.ResetRate, CutRate: cfg.CutRate}}
 
 	start := time.Now()
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range cfg.Workers {
-		wg.Go(func() {
-			for i := range jobs {
-				d.pay(ctx, i)
-			}
-		})
-	}
-	for i := range cfg.Payments {
-		if ctx.Err() != nil {
-			break
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	idemtest.Drive(ctx, cfg.Payments, cfg.Workers, d.pay)
 	res := d.res
 	res.Elapsed = time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("keyedtest: Run: %w", err)
 	}
 
-	applied, byServer := ledger.Snapshot()
-	res.RunsByServer = byServer
+	res.Applied, res.Duplicates, res.Lost, res.Unknown = ledger.Tally(cfg.Payments)
+	_, res.RunsByServer = ledger.Snapshot()
 	for i := range cfg.Stores {
-		if _, ok := byServer["server-"+strconv.Itoa(i)]; !ok {
-			byServer["server-"+strconv.Itoa(i)] = 0
+		if _, ok := res.RunsByServer["server-"+strconv.Itoa(i)]; !ok {
+			res.RunsByServer["server-"+strconv.Itoa(i)] = 0
 		}
 	}
-	for i := range cfg.Payments {
-		switch n := applied[paymentID(i)]; n {
-		case 0:
-			res.Lost++
-		default:
-			res.Applied++
-			res.Duplicates += n - 1
-		}
-	}
-	res.Unknown = len(applied) - res.Applied
 	for _, p := range proxies {
 		res.Chunks += p.Chunks()
 		res.Resets += p.Resets()
@@ -360,25 +325,13 @@ func withDefaults(cfg Config) Config {
 	if cfg.Workers == 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	switch {
-	case cfg.ResetRate == 0:
-		cfg.ResetRate = DefaultResetRate
-	case cfg.ResetRate < 0:
-		cfg.ResetRate = 0
-	}
-	switch {
-	case cfg.CutRate == 0:
-		cfg.CutRate = DefaultCutRate
-	case cfg.CutRate < 0:
-		cfg.CutRate = 0
-	}
+	cfg.ResetRate = idemtest.RateOr(cfg.ResetRate, DefaultResetRate)
+	cfg.CutRate = idemtest.RateOr(cfg.CutRate, DefaultCutRate)
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
 	return cfg
 }
-
-func paymentID(i int) string { return fmt.Sprintf("pay-%06d", i) }
 
 // payments is the payments service: it applies the idemtest.Payment sent
 // as a SimpleRequest's payload to the ledger, and answers the payment with
@@ -484,7 +437,7 @@ type driver struct {
 // same key (as the client's attempts carried it, or as its error names
 // it). Sending it with a new key could apply it twice.
 func (d *driver) pay(ctx context.Context, i int) {
-	id := paymentID(i)
+	id := idemtest.PaymentID(i)
 	body, _ := json.Marshal(idemtest.Payment{ID: id, AmountCents: 100 + int64(i%900)})
 	req := &testpb.SimpleRequest{Payload: &testpb.Payload{Body: body}}
 	key := ""
