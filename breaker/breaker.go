@@ -66,9 +66,12 @@ const (
 // second while open, and holds up to 10,000 waiting calls;
 // breaker.Config{OpenFor: 5 * time.Second} changes only the probe interval.
 type Config struct {
-	// FailureRatio is the fraction of failed calls in the window, in
-	// (0, 1], at or above which the breaker trips; 0 means
-	// [DefaultFailureRatio].
+	// FailureRatio is the fraction of failed calls, in (0, 1], at or above
+	// which the breaker trips; 0 means [DefaultFailureRatio]. It is checked
+	// after each failure over the window, and over the current bucket alone
+	// (Window/Buckets, 1 s by default) when that holds MinCalls calls: a
+	// dependency that goes down trips the breaker within about a bucket,
+	// not after half a window of failures outweighs its healthy past.
 	FailureRatio float64
 	// Window is the length of the sliding window of closed-state outcomes;
 	// 0 means [DefaultWindow]. It must be a multiple of Buckets
@@ -101,13 +104,15 @@ type Config struct {
 	// for the breaker to admit them; beyond it a call is rejected at once.
 	// 0 means [DefaultMaxWaiters]; a negative value turns waiting off.
 	MaxWaiters int
-	// ReleaseRate is how many waiting calls per second are released when
-	// the breaker closes, oldest first, so that a recovering dependency
-	// meets its backlog at a pace it can serve rather than as one spike.
-	// 0 means the rate of calls the window held when the breaker tripped
-	// (the pace the dependency served before the outage), at least Probes
-	// per OpenFor; a negative value releases every waiting call at once.
-	// New calls are not held back while the backlog drains.
+	// ReleaseRate is the most waiting calls per second released when the
+	// breaker closes, oldest first, so that a recovering dependency meets
+	// its backlog at a pace it can serve rather than as one spike. The
+	// release starts at a quarter of it and doubles every half second up
+	// to it; a failure while it runs halves the pace. 0 means the rate of
+	// calls the breaker saw before it tripped (the pace the dependency
+	// served before the outage), at least Probes per OpenFor; a negative
+	// value releases every waiting call at once. New calls are not held
+	// back while the backlog drains.
 	ReleaseRate float64
 	// IsFailure reports whether an error returned by the closure given to
 	// [Breaker.Execute] or [Do] counts as a failure. Nil means any non-nil
@@ -250,10 +255,9 @@ type Breaker struct {
 	// openUntil is when the current open period ends, in nanoseconds since
 	// base; stored before state becomes Open.
 	openUntil atomic.Int64
-	// releaseUntil is when the release of the waiting calls after the
-	// last close ends, in nanoseconds since base: until then a few
-	// failures (Probes, not MinCalls) are enough to trip again.
-	releaseUntil atomic.Int64
+	// releasing is set while a pacer releases the calls that waited
+	// through the last open period: a failure then slows it down.
+	releasing atomic.Bool
 	// asking is set while one goroutine asks Shared.ProbeRound.
 	asking atomic.Bool
 	_      [40]byte
@@ -271,6 +275,7 @@ type Breaker struct {
 	succeeded  int           // probes that succeeded in it
 	rate       float64       // release rate for the next close, calls per second
 	closedAt   int64         // when the breaker last closed (or was built), nanoseconds since base
+	pace       pacer         // the release of the waiting calls after a close
 	waiters    waitList      // calls waiting in Wait, oldest first
 	roundArmed bool          // a timer will start the next probe round for the waiters
 	pending    []event       // state changes whose callbacks have not run
@@ -357,7 +362,6 @@ func New(c Config) (*Breaker, error) {
 		b.counts[i].succ.Store(empty)
 		b.counts[i].fail.Store(empty)
 	}
-	b.releaseUntil.Store(math.MinInt64)
 	b.state.Store(word(1, Closed)) // generation 1: the zero Permit is never valid
 	return b, nil
 }
@@ -607,21 +611,45 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	if success {
 		return
 	}
-	minCalls := b.minCalls
-	if b.since(now) < b.releaseUntil.Load() {
-		minCalls = min(minCalls, uint64(b.probes))
-	}
-	calls, failures := b.window(e)
-	if calls >= minCalls && float64(failures) >= b.ratio*float64(calls) {
+	if b.releasing.Load() {
 		b.mu.Lock()
-		if b.state.Load() == word(gen, Closed) {
-			b.rate = b.releaseRate(calls, now)
-			b.reopens = 0
-			b.openLocked(Closed, now, hint)
-		}
+		b.pace.slowDown(b.since(now), gen)
 		b.mu.Unlock()
-		b.deliver()
 	}
+	minCalls := b.minCalls
+	calls, failures := b.window(e)
+	if !b.trips(calls, failures, minCalls) {
+		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf, minCalls) {
+			return
+		}
+	}
+	b.mu.Lock()
+	if b.state.Load() == word(gen, Closed) {
+		b.rate = b.releaseRate(calls, now)
+		b.reopens = 0
+		b.openLocked(Closed, now, hint)
+	}
+	b.mu.Unlock()
+	b.deliver()
+}
+
+// trips reports whether calls outcomes with failures among them, at least
+// minCalls of them, cross the failure ratio.
+func (b *Breaker) trips(calls, failures, minCalls uint64) bool {
+	return calls >= minCalls && float64(failures) >= b.ratio*float64(calls)
+}
+
+// bucketCounts returns the calls and failures of bucket e alone.
+func (b *Breaker) bucketCounts(e int64) (calls, failures uint64) {
+	c, tag := &b.counts[b.index(e)], tagged.Tag(e)
+	if t, n := tagged.Unpack(c.succ.Load()); t == tag {
+		calls += n
+	}
+	if t, n := tagged.Unpack(c.fail.Load()); t == tag {
+		calls += n
+		failures += n
+	}
+	return calls, failures
 }
 
 // releaseRate returns the pace, in calls per second, at which waiting
@@ -696,7 +724,7 @@ func (b *Breaker) openLocked(from State, now time.Time, hint time.Duration) {
 		until += int64(d)
 	}
 	b.openUntil.Store(until)
-	b.releaseUntil.Store(math.MinInt64)
+	b.stopPacerLocked()
 	b.setLocked(from, Open)
 	for w := b.waiters.head; w != nil; w = w.next {
 		if w.release != 0 {
@@ -719,32 +747,144 @@ func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 	b.grantProbesLocked()
 }
 
-// closeLocked closes the breaker from state from and schedules the release
-// of every waiting call, oldest first, at the release rate with jitter
-// within each call's slot. It requires mu held.
+// closeLocked closes the breaker from state from and starts the pacer that
+// releases the waiting calls, oldest first. It requires mu held.
 func (b *Breaker) closeLocked(from State, now time.Time) {
 	b.reopens = 0
 	b.closedAt = b.since(now)
 	b.setLocked(from, Closed)
-	gen := genOf(b.state.Load())
 	rate := b.rate
 	if rate == 0 {
 		rate = b.releaseRate(0, now)
 	}
-	step := 0.0
+	floor := min(rate, float64(b.probes)/b.cfg.OpenFor.Seconds())
+	start := rate
 	if !math.IsInf(rate, 1) {
-		step = float64(time.Second) / rate
+		start = max(rate/4, floor)
 	}
-	at := float64(b.since(now))
+	b.pace = pacer{gen: genOf(b.state.Load()), max: rate, rate: start, credit: 1, last: b.since(now), floor: floor}
+	if b.releaseLocked(now) {
+		b.releasing.Store(true)
+		b.armPacerLocked()
+	}
+}
+
+// pacer releases the calls that waited through an open period, after the
+// breaker closes, oldest first, at rate calls per second: it starts at a
+// quarter of the rate the breaker saw before it tripped (max) and doubles
+// every half second up to max (a slow start: the dependency is recovering,
+// its capacity beyond its usual load is unknown); a failure while it
+// releases halves the rate (at most once per tick, down to floor). Its
+// fields are guarded by mu.
+type pacer struct {
+	gen              uint64  // the closed generation it releases for
+	rate, max, floor float64 // calls per second
+	credit           float64 // calls it may release now
+	last, cut        int64   // last tick, last slow-down; nanoseconds since base
+	timer            *time.Timer
+	cutSinceLastTick bool
+}
+
+// paceDoubling is how long a clean release takes to double its rate.
+const paceDoubling = 500 * time.Millisecond
+
+// tick returns the pacer's tick: one call's slot at the current rate,
+// within [10 ms, 1 s].
+func (p *pacer) tick() time.Duration {
+	if math.IsInf(p.rate, 1) || p.rate <= 0 {
+		return 10 * time.Millisecond
+	}
+	return min(max(time.Duration(float64(time.Second)/p.rate), 10*time.Millisecond), time.Second)
+}
+
+// slowDown halves the rate after a failure at now in closed generation gen,
+// at most once per tick.
+func (p *pacer) slowDown(now int64, gen uint64) {
+	if gen != p.gen || now-p.cut < int64(p.tick()) {
+		return
+	}
+	p.cut, p.cutSinceLastTick = now, true
+	if math.IsInf(p.rate, 1) {
+		p.rate = p.max
+		return
+	}
+	p.rate = max(p.rate/2, p.floor)
+}
+
+// releaseLocked releases the waiting calls the pacer's credit allows, each
+// at a random point of the coming tick, and reports whether some are left
+// to release. It requires mu held.
+func (b *Breaker) releaseLocked(now time.Time) bool {
+	p := &b.pace
+	if b.state.Load() != word(p.gen, Closed) {
+		return false
+	}
+	t := b.since(now)
+	if math.IsInf(p.rate, 1) {
+		p.credit = math.Inf(1)
+	} else {
+		p.credit += p.rate * float64(t-p.last) / float64(time.Second)
+	}
+	if !p.cutSinceLastTick && p.rate < p.max && t > p.last {
+		p.rate = min(p.max, p.rate*math.Exp2(float64(t-p.last)/float64(paceDoubling)))
+	}
+	p.last = t
+	p.cutSinceLastTick = false
+	tick := float64(p.tick())
+	if math.IsInf(p.rate, 1) {
+		tick = 0 // all at once
+	}
+	left := false
 	for w := b.waiters.head; w != nil; w = w.next {
-		if w.granted {
+		if w.granted || w.release != 0 {
 			continue
 		}
-		w.release, w.releaseGen = int64(at+b.u()*step)+1, gen
-		at += step
+		if p.credit < 1 {
+			left = true
+			break
+		}
+		p.credit--
+		w.release, w.releaseGen = t+int64(b.u()*tick)+1, p.gen
 		w.signal()
 	}
-	b.releaseUntil.Store(int64(min(at, math.MaxInt64/2)))
+	if !left {
+		p.credit = min(p.credit, 1)
+	}
+	return left
+}
+
+// armPacerLocked schedules the pacer's next tick. It requires mu held.
+func (b *Breaker) armPacerLocked() {
+	d := b.pace.tick()
+	if b.pace.timer == nil {
+		b.pace.timer = time.AfterFunc(d, b.paceDue)
+	} else {
+		b.pace.timer.Reset(d)
+	}
+}
+
+// paceDue runs on the pacer's timer.
+func (b *Breaker) paceDue() {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.releasing.Load() {
+		return
+	}
+	if b.releaseLocked(now) {
+		b.armPacerLocked()
+		return
+	}
+	b.releasing.Store(false)
+}
+
+// stopPacerLocked stops releasing (the breaker opens again, or closes
+// anew). It requires mu held.
+func (b *Breaker) stopPacerLocked() {
+	b.releasing.Store(false)
+	if b.pace.timer != nil {
+		b.pace.timer.Stop()
+	}
 }
 
 // grantProbesLocked hands the free probes of the current half-open round
@@ -1070,11 +1210,15 @@ func (b *Breaker) wait(ctx context.Context, maxWait time.Duration, rejection err
 			b.mu.Unlock()
 			return w.permit, nil
 		case stateOf(s) == Closed && (w.release == 0 || w.releaseGen != genOf(s)):
-			// Closed without a turn for this call (it joined as the
-			// breaker closed): it goes last.
-			w.release, w.releaseGen = max(b.releaseUntil.Load(), b.since(b.now()))+1, genOf(s)
+			if b.releasing.Load() && b.pace.gen == genOf(s) {
+				releaseC = nil // the pacer will come to it
+				break
+			}
+			// Closed and nothing paces the release (it joined as the
+			// breaker closed): it goes now.
+			b.waiters.remove(w)
 			b.mu.Unlock()
-			continue
+			return Permit{gen: genOf(s)}, nil
 		case stateOf(s) == Closed:
 			left := w.release - 1 - b.since(b.now())
 			if left <= 0 {

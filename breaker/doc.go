@@ -7,8 +7,8 @@
 //   - [Closed]: calls pass. Outcomes are counted in a sliding window of
 //     Config.Window cut into Config.Buckets buckets. After a failure, if the
 //     window holds at least MinCalls calls and failures >= FailureRatio·calls,
-//     the breaker trips to Open. (Defaults: 50% over 10 s, at least 20
-//     calls.)
+//     or the current bucket alone does, the breaker trips to Open.
+//     (Defaults: 50% over 10 s in 1 s buckets, at least 20 calls.)
 //   - [Open]: calls are not made. [Breaker.Allow] rejects them at once with
 //     an [*OpenError] that says how long until the next probe round (its
 //     RetryAfter method makes that a Retry-After for callers);
@@ -40,13 +40,16 @@
 // beyond the next probe round) can wait with [Breaker.Wait] rather than fail:
 // nothing is sent while it waits. Waiting calls get the next round's probes
 // first, oldest first. When the breaker closes, the waiting calls are
-// released oldest first at ReleaseRate (by default the rate of calls the
-// breaker saw before it tripped: the pace the dependency served), each at a
-// jittered point of its slot, so that a recovering dependency does not meet
-// its backlog as one spike. While they are released, Probes failures (not
-// MinCalls) are enough to trip the breaker again, and the calls not yet
-// released go back to waiting. At most MaxWaiters calls wait (default
-// 10,000); a waiting call holds no lock and starts no goroutine.
+// released oldest first by a pacer, each at a jittered point of its slot, so
+// that a recovering dependency does not meet its backlog as one spike: the
+// pace starts at a quarter of ReleaseRate (by default the rate of calls the
+// breaker saw before it tripped: the pace the dependency served) and
+// doubles every half second up to it, and a failure while it releases
+// halves it. If failures reach the trip rule again, the breaker opens and
+// the calls not yet released go back to waiting. At most MaxWaiters calls
+// wait (default 10,000); a waiting call holds no lock and starts no
+// goroutine (the probe rounds and the pacer run on one timer each per
+// breaker).
 //
 // Every state change starts a new generation. A [Permit] remembers the
 // generation it was issued in, and [Breaker.Done] drops an outcome whose
