@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,21 +128,7 @@ func cenkaltiGet(ctx context.Context, client *http.Client, url string) error {
 	if err != nil {
 		return cenkalti.Permanent(err)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	_ = resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		return nil
-	}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-			return cenkalti.RetryAfter(s)
-		}
-	}
-	return fmt.Errorf("GET %s: %s", url, resp.Status)
+	return cenkaltiOp(live.Do(client, req))
 }
 
 // newLiveBase is the transport every client of one run shares.
