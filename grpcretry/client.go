@@ -16,6 +16,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -31,6 +32,7 @@ type Client struct {
 	cfg      config
 	clock    retry.Clock // the policies' clock; nil: the system clock
 	prevVals [][]string  // prevVals[n] is the PreviousAttemptsKey value n
+	layer    *guards.Layer
 	targets  *targets
 }
 
@@ -75,6 +77,14 @@ func New(opts ...Option) (*Client, error) {
 	c.prevVals = make([][]string, probe.MaxAttempts())
 	for n := 1; n < len(c.prevVals); n++ {
 		c.prevVals[n] = []string{strconv.Itoa(n)}
+	}
+	c.layer = &guards.Layer{Component: "grpcretry", Label: "target", Retry: c.cfg.retry, Classify: retryable,
+		Budget: c.cfg.budget, Breaker: c.cfg.breaker, Clock: c.clock, Logger: c.cfg.logger, Observer: c.cfg.observer}
+	if g := c.cfg.guards; g != nil {
+		c.layer.Supply = func(name string) (retry.Budget, *breaker.Breaker, error) {
+			gs, err := g(name)
+			return gs.Budget, gs.Breaker, err
+		}
 	}
 	// Build one target's state now, so that a bad budget or breaker
 	// configuration is reported here and never by a call.
@@ -217,7 +227,7 @@ func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.
 	if n == 1 {
 		delete(md, PreviousAttemptsKey)
 	} else {
-		md[PreviousAttemptsKey] = c.prevVals[n-1][:1:1]
+		md[PreviousAttemptsKey] = c.previousAttempts(n - 1)
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }
@@ -265,10 +275,10 @@ func (c *Client) target(cc *grpc.ClientConn) (*target, error) {
 // warnStacked logs, once per target, that a method's service config has a
 // retry policy of grpc-go's, so the client does not retry it.
 func (t *target) warnStacked(ctx context.Context, method string) {
-	if t.logger == nil || t.warned.Swap(true) {
+	if t.Logger == nil || t.warned.Swap(true) {
 		return
 	}
-	t.logger.LogAttrs(ctx, slog.LevelWarn, "grpcretry: the service config has a retry policy for this method, so grpc-go retries it and grpcretry does not (dial with grpc.WithDisableRetry and grpcretry.WithGRPCRetryDisabled, or Client.DialOptions, to retry here instead)",
+	t.Logger.LogAttrs(ctx, slog.LevelWarn, "grpcretry: the service config has a retry policy for this method, so grpc-go retries it and grpcretry does not (dial with grpc.WithDisableRetry and grpcretry.WithGRPCRetryDisabled, or Client.DialOptions, to retry here instead)",
 		slog.String("method", method))
 }
 
@@ -310,14 +320,14 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 	if c.cfg.timeout > 0 {
 		return u.runTimed(ctx, t)
 	}
-	return u.end(ctx, t.policy.Do(ctx, u.attempt))
+	return u.end(ctx, t.Policy.Do(ctx, u.attempt))
 }
 
 // runTimed runs the call with the client's overall timeout.
 func (u *unaryCall) runTimed(ctx context.Context, t *target) error {
 	callCtx, cancel := context.WithTimeout(ctx, u.c.cfg.timeout)
 	defer cancel()
-	return u.end(ctx, t.policy.Do(callCtx, u.attempt))
+	return u.end(ctx, t.Policy.Do(callCtx, u.attempt))
 }
 
 // end turns the loop's result into the call's.
@@ -365,4 +375,15 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 		u.t.warnStacked(ctx, u.method)
 	}
 	return u.s.judge(err, h.trailer, timedOut)
+}
+
+// previousAttempts returns the PreviousAttemptsKey value n: built once per
+// client up to the attempt limit; beyond it (a call that waited behind the
+// breaker sends probes that do not count against the limit) formatted on
+// the spot.
+func (c *Client) previousAttempts(n int) []string {
+	if n < len(c.prevVals) {
+		return c.prevVals[n][:1:1]
+	}
+	return []string{strconv.Itoa(n)}
 }

@@ -242,7 +242,7 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	rs.mu.Unlock()
 	var hdr metadata.MD
 	var eof bool
-	err := rs.t.policy.Do(rs.ctx, func(ctx context.Context, n int) error {
+	err := rs.t.Policy.Do(rs.ctx, func(ctx context.Context, n int) error {
 		return rs.attempt(ctx, n, trig, m, &hdr, &eof)
 	})
 	rs.mu.Lock()

@@ -1,8 +1,6 @@
 package grpcretry
 
 import (
-	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -10,18 +8,13 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/guards"
-	"github.com/stormguard/stormguard/retry"
 )
 
 // target is what a Client keeps per target: its retry policy, with that
 // target's budget and breaker. It is immutable once made, but for warned.
 type target struct {
-	name    string
-	policy  *retry.Policy
-	budget  retry.Budget
-	breaker *breaker.Breaker
-	logger  *slog.Logger
-	warned  atomic.Bool // the stacked-retry warning was logged
+	*guards.Destination
+	warned atomic.Bool // the stacked-retry warning was logged
 }
 
 // targets is the bounded table of targets.
@@ -41,48 +34,18 @@ func (t *targets) all() []*target {
 	for _, st := range m {
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b *target) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(out, func(a, b *target) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // newTarget builds the state of one target: its budget, its breaker, and
 // the policy that uses them.
 func (c *Client) newTarget(name string) (*target, error) {
-	cfg := &c.cfg
-	var logger *slog.Logger
-	if cfg.logger != nil {
-		logger = cfg.logger.With(slog.String("target", name))
-	}
-	var g Guards
-	if cfg.guards != nil {
-		var err error
-		if g, err = cfg.guards(name); err != nil {
-			return nil, fmt.Errorf("grpcretry: guards for target %q: %w", name, err)
-		}
-	} else {
-		var err error
-		g.Budget, g.Breaker, err = guards.Build(guards.Spec{
-			Name: name, Component: "grpcretry",
-			Budget: cfg.budget, Breaker: cfg.breaker, Clock: c.clock,
-			Logger: logger, Observer: cfg.observer,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	opts := append(slices.Clip(cfg.retry),
-		retry.WithClassifier(retryable),
-		retry.WithName(name),
-		retry.WithObserver(cfg.observer),
-		retry.WithLogger(logger),
-		retry.WithBudget(g.Budget),
-		retry.WithBreaker(g.Breaker),
-	)
-	p, err := retry.New(opts...)
+	d, err := c.layer.New(name)
 	if err != nil {
 		return nil, err
 	}
-	return &target{name: name, policy: p, budget: g.Budget, breaker: g.Breaker, logger: logger}, nil
+	return &target{Destination: d}, nil
 }
 
 // retryable is the policies' classifier: the attempts mark everything they
@@ -113,12 +76,12 @@ func (c *Client) Targets() []TargetState {
 	ts := c.targets.all()
 	out := make([]TargetState, 0, len(ts))
 	for _, t := range ts {
-		s := TargetState{Target: t.name}
-		if st, ok := t.budget.(interface{ Stats() budget.Stats }); ok {
+		s := TargetState{Target: t.Name}
+		if st, ok := t.Budget.(interface{ Stats() budget.Stats }); ok {
 			s.Budget, s.HasBudget = st.Stats(), true
 		}
-		if t.breaker != nil {
-			s.Breaker, s.HasBreaker = t.breaker.Snapshot(), true
+		if t.Breaker != nil {
+			s.Breaker, s.HasBreaker = t.Breaker.Snapshot(), true
 		}
 		out = append(out, s)
 	}

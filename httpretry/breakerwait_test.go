@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -97,6 +98,50 @@ func TestWaitsBehindOpenBreaker(t *testing.T) {
 		}
 		if waits.Load() != 1 || base.calls.Load() != 2 {
 			t.Errorf("%d admitted waits, %d requests; want 1 wait and the probe", waits.Load(), base.calls.Load())
+		}
+	})
+}
+
+// recordingBase is a switchable that also records each request's attempt
+// header.
+type recordingBase struct {
+	switchable
+	attempts []string
+}
+
+func (r *recordingBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.attempts = append(r.attempts, req.Header.Get(httpretry.AttemptHeader))
+	return r.switchable.RoundTrip(req)
+}
+
+// A request that waits behind the breaker through several failed probes
+// sends more requests than its attempt limit (probes do not count against
+// it): their attempt headers go on counting, and nothing panics.
+func TestProbesBeyondTheAttemptLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &recordingBase{}
+		base.down.Store(true)
+		tr, err := httpretry.NewTransport(base, httpretry.WithoutBudget(),
+			httpretry.WithBreakerConfig(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Rand: func() float64 { return 0.5 }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(4500 * time.Millisecond) // the dependency comes back
+			base.down.Store(false)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://dependency.test/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("RoundTrip = %v, %v; want the 200 after the outage", resp, err)
+		}
+		_ = resp.Body.Close()
+		// The first attempt trips the breaker; probes at 1, 2, 3 and 4 s
+		// fail, the one at 5 s succeeds.
+		if want := []string{"", "2", "3", "4", "5", "6"}; !slices.Equal(base.attempts, want) {
+			t.Errorf("attempt headers %q, want %q", base.attempts, want)
 		}
 	})
 }

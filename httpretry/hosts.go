@@ -3,19 +3,12 @@ package httpretry
 import (
 	"strings"
 
-	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/guards"
-	"github.com/stormguard/stormguard/retry"
 )
 
 // host is what a Transport keeps per destination host: its retry policy,
 // with that host's budget and breaker. It is immutable once made.
-type host struct {
-	name    string
-	policy  *retry.Policy
-	budget  retry.Budget
-	breaker *breaker.Breaker
-}
+type host = guards.Destination
 
 // hosts is the bounded table of destination hosts, keyed by the lower-cased
 // URL.Host.

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -94,11 +94,19 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	}
 	t.base, t.cfg, t.clock = base, c, probe.Clock()
 	t.attemptVals = attemptValues(probe.MaxAttempts())
-	t.hosts = newHosts(c.maxHosts, t.newHost)
+	layer := &guards.Layer{Component: "httpretry", Label: "host", Retry: c.retry, Classify: classify,
+		Budget: c.budget, Breaker: c.breaker, Clock: t.clock, Logger: c.logger, Observer: c.observer}
+	if c.guards != nil {
+		layer.Supply = func(name string) (retry.Budget, *breaker.Breaker, error) {
+			g, err := c.guards(name)
+			return g.Budget, g.Breaker, err
+		}
+	}
+	t.hosts = newHosts(c.maxHosts, layer.New)
 	// Build one host's state now, so that a bad budget or breaker
 	// configuration is reported here and never by RoundTrip.
 	if c.guards == nil {
-		if _, err := t.newHost(""); err != nil {
+		if _, err := layer.New(""); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
@@ -121,52 +129,23 @@ func NewClient(opts ...Option) (*http.Client, error) {
 	return &http.Client{Transport: t}, nil
 }
 
+// attemptValue returns the AttemptHeader value of attempt n: built once
+// per transport up to the attempt limit; beyond it (a call that waited
+// behind the breaker sends probes that do not count against the limit)
+// formatted on the spot.
+func (t *Transport) attemptValue(n int) []string {
+	if n-1 < len(t.attemptVals) {
+		return t.attemptVals[n-1]
+	}
+	return []string{strconv.Itoa(n)}
+}
+
 // now returns the current time on the policies' clock.
 func (t *Transport) now() time.Time {
 	if t.clock == nil {
 		return time.Now()
 	}
 	return t.clock.Now()
-}
-
-// newHost builds the state of one destination host: its budget, its
-// breaker, and the policy that uses them.
-func (t *Transport) newHost(name string) (*host, error) {
-	c := &t.cfg
-	var logger *slog.Logger
-	if c.logger != nil {
-		logger = c.logger.With(slog.String("host", name))
-	}
-	var g Guards
-	if c.guards != nil {
-		var err error
-		if g, err = c.guards(name); err != nil {
-			return nil, fmt.Errorf("httpretry: guards for host %q: %w", name, err)
-		}
-	} else {
-		var err error
-		g.Budget, g.Breaker, err = guards.Build(guards.Spec{
-			Name: name, Component: "httpretry",
-			Budget: c.budget, Breaker: c.breaker, Clock: t.clock,
-			Logger: logger, Observer: c.observer,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	opts := append(slices.Clip(c.retry),
-		retry.WithClassifier(classify),
-		retry.WithName(name),
-		retry.WithObserver(c.observer),
-		retry.WithLogger(logger),
-		retry.WithBudget(g.Budget),
-		retry.WithBreaker(g.Breaker),
-	)
-	p, err := retry.New(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &host{name: name, policy: p, budget: g.Budget, breaker: g.Breaker}, nil
 }
 
 // HostState is a destination host's guards as a [Transport] holds them.
@@ -191,15 +170,12 @@ func (t *Transport) Hosts() []HostState {
 	hs := t.hosts.all()
 	out := make([]HostState, 0, len(hs))
 	for _, h := range hs {
-		if h.name == "" && t.cfg.guards == nil {
-			continue // the host built to validate the configuration
-		}
-		s := HostState{Host: h.name}
-		if st, ok := h.budget.(interface{ Stats() budget.Stats }); ok {
+		s := HostState{Host: h.Name}
+		if st, ok := h.Budget.(interface{ Stats() budget.Stats }); ok {
 			s.Budget, s.HasBudget = st.Stats(), true
 		}
-		if h.breaker != nil {
-			s.Breaker, s.HasBreaker = h.breaker.Snapshot(), true
+		if h.Breaker != nil {
+			s.Breaker, s.HasBreaker = h.Breaker.Snapshot(), true
 		}
 		out = append(out, s)
 	}
@@ -337,7 +313,7 @@ func (c *call) run(h *host) (*http.Response, error) {
 	if cfg.timeout > 0 {
 		ctx, c.cancel = context.WithTimeout(ctx, cfg.timeout)
 	}
-	resp, err := retry.DoValue(ctx, h.policy, c.attempt)
+	resp, err := retry.DoValue(ctx, h.Policy, c.attempt)
 	re, _ := err.(*retry.Error)
 	if resp != nil && resp == c.cur {
 		switch {
@@ -579,7 +555,7 @@ func (c *call) header(n int) http.Header {
 		h[k] = v
 	}
 	if n > 1 {
-		h[AttemptHeader] = c.t.attemptVals[n-1]
+		h[AttemptHeader] = c.t.attemptValue(n)
 	} else {
 		delete(h, AttemptHeader) // a first attempt carries none
 	}

@@ -6,7 +6,9 @@ package guards
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -171,4 +173,68 @@ func StateChange(s Spec, user func(from, to breaker.State)) func(from, to breake
 			user(from, to)
 		}
 	}
+}
+
+// Destination is one destination's guards and the retry policy that uses
+// them. It is immutable once made.
+type Destination struct {
+	Name    string
+	Policy  *retry.Policy
+	Budget  retry.Budget     // nil: none
+	Breaker *breaker.Breaker // nil: none
+	Logger  *slog.Logger     // labelled with the destination; nil: silent
+}
+
+// Layer is what a protocol layer (httpretry, grpcretry) knows to build its
+// destinations.
+type Layer struct {
+	// Component names the layer in errors and log messages ("httpretry");
+	// Label is the destination's attribute in log records ("host").
+	Component, Label string
+	// Retry are the user's retry options; Classify is the layer's
+	// classifier, set after them.
+	Retry    []retry.Option
+	Classify func(error) bool
+	// Budget and Breaker are the configurations each destination's guards
+	// are built from (nil: none), unless Supply gives them.
+	Budget  *budget.Config
+	Breaker *breaker.Config
+	Supply  func(name string) (retry.Budget, *breaker.Breaker, error)
+	// Clock is the retry policy's clock (nil: the system's); Logger (not
+	// yet labelled) and Observer are the layer's.
+	Clock    retry.Clock
+	Logger   *slog.Logger
+	Observer observe.Observer
+}
+
+// New builds the destination named name.
+func (l *Layer) New(name string) (*Destination, error) {
+	d := &Destination{Name: name}
+	if l.Logger != nil {
+		d.Logger = l.Logger.With(slog.String(l.Label, name))
+	}
+	var err error
+	if l.Supply != nil {
+		if d.Budget, d.Breaker, err = l.Supply(name); err != nil {
+			return nil, fmt.Errorf("%s: guards for %s %q: %w", l.Component, l.Label, name, err)
+		}
+	} else if d.Budget, d.Breaker, err = Build(Spec{
+		Name: name, Component: l.Component,
+		Budget: l.Budget, Breaker: l.Breaker, Clock: l.Clock,
+		Logger: d.Logger, Observer: l.Observer,
+	}); err != nil {
+		return nil, err
+	}
+	opts := append(slices.Clip(l.Retry),
+		retry.WithClassifier(l.Classify),
+		retry.WithName(name),
+		retry.WithObserver(l.Observer),
+		retry.WithLogger(d.Logger),
+		retry.WithBudget(d.Budget),
+		retry.WithBreaker(d.Breaker),
+	)
+	if d.Policy, err = retry.New(opts...); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
