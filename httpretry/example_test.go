@@ -1,6 +1,7 @@
 package httpretry_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -180,4 +182,46 @@ func ExampleGaveUp() {
 	}
 	// Output:
 	// circuit open 1 3s
+}
+
+// A client and a server: a payment handler behind the idempotency
+// middleware, and a client that retries it safely with one key per
+// payment. The README shows this program.
+func Example_clientAndServer() {
+	// Server: a retried POST with the same Idempotency-Key is answered
+	// from the stored response; the handler runs once.
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{}) // or pgstore / redisstore
+	if err != nil {
+		panic(err)
+	}
+	guard, err := idempotency.NewMiddleware(store,
+		idempotency.WithScope(func(r *http.Request) (string, error) { return r.Header.Get("X-Merchant"), nil }))
+	if err != nil {
+		panic(err)
+	}
+	charges := 0
+	srv := httptest.NewServer(guard.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		charges++
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer srv.Close()
+
+	// Client: 3 attempts, full jitter, a retry budget and a breaker per
+	// host, one deadline for everything, one key per payment.
+	client, err := httpretry.NewClient(
+		httpretry.WithTimeout(10*time.Second),
+		httpretry.WithAutoIdempotencyKey(),
+	)
+	if err != nil {
+		panic(err)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, srv.URL, strings.NewReader(`{"amount":12}`))
+	req.Header.Set("X-Merchant", "m-42")
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	_ = resp.Body.Close()
+	fmt.Println(resp.StatusCode, "key sent:", httpretry.Key(resp, nil) != "", "charges:", charges)
+	// Output: 201 key sent: true charges: 1
 }
