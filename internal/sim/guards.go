@@ -75,8 +75,9 @@ func (s BudgetSettings) build(now func() time.Time) (*budget.Budget, error) {
 // breaker for the states and the rules. As in a breaker.Config, a zero
 // field takes the library's default.
 type BreakerSettings struct {
-	// FailureRatio is the fraction of failed calls in the window, in
-	// (0, 1], at or above which the breaker trips.
+	// FailureRatio is the fraction of failed calls, in (0, 1], at or
+	// above which the breaker trips: in the window, or in its current
+	// bucket alone (Window/Buckets) when that holds MinCalls calls.
 	FailureRatio float64 `json:"failure_ratio"`
 	// Window is the length of the sliding window, cut into Buckets.
 	Window  time.Duration `json:"window_ns"`
@@ -96,16 +97,20 @@ type BreakerSettings struct {
 	// policies that wait (OutagePolicy.Wait); a negative value turns
 	// waiting off.
 	MaxWaiters int `json:"max_waiters"`
-	// ReleaseRate is how many waiting calls per second are released after
-	// a close; 0 means the rate of calls the window held when the breaker
-	// tripped (at least Probes per OpenFor), a negative value all at once.
+	// ReleaseRate is the most waiting calls per second released after a
+	// close: the release starts at a quarter of it, doubles every half
+	// second up to it and halves on a failure. 0 means the rate of calls
+	// the window held when the breaker tripped, per second of the time
+	// they took (at least Probes per OpenFor); a negative value releases
+	// them all at once.
 	ReleaseRate float64 `json:"release_rate"`
 }
 
 // DefaultBreakerSettings returns the defaults of package breaker, spelled
-// out: 50% failures over 10 s in 10 buckets, at least 20 calls, 3 probes
-// about every second (no growth), up to 10,000 waiting calls released at
-// the pace of the window before the trip.
+// out: 50% failures over 10 s in 10 buckets (or in the current bucket
+// alone), at least 20 calls, 3 probes about every second (no growth), up
+// to 10,000 waiting calls released by a pacer that works up to the pace of
+// the window before the trip.
 func DefaultBreakerSettings() BreakerSettings {
 	return BreakerSettings{
 		FailureRatio: breaker.DefaultFailureRatio,
@@ -171,8 +176,9 @@ type simBreaker struct {
 	perClient []int32
 	// armed is set while a probe-round event is scheduled.
 	armed bool
-	// epoch grows on every state change: a release scheduled in an older
-	// epoch is void.
+	// epoch grows on every state change, as the breaker's generation
+	// does: a release scheduled in an older epoch is void, and a permit
+	// issued in an older epoch is one the breaker ignores.
 	epoch uint32
 	// calls is the closed window's calls, the failure being recorded
 	// included, read just before each closed-state failure is reported:
@@ -181,8 +187,109 @@ type simBreaker struct {
 	// rate is the release rate of the next close, in calls per second, set
 	// when the breaker trips from closed; 0 until then.
 	rate float64
-	// closedAt is when the breaker last closed (0: built closed at t=0).
-	closedAt time.Duration
+	// built is when the breaker was built (the origin of its clock), and
+	// closedAt when it last closed (built, until it first does).
+	built, closedAt time.Duration
+	// pace is the release of the waiting calls after the last close.
+	pace simPacer
+}
+
+// simPacer is the breaker's release pacer (see breaker.Config.ReleaseRate)
+// on the simulated clock: the breaker's own runs on a real timer and
+// releases the calls parked in [breaker.Breaker.Wait], which the model
+// does not use. It follows the breaker's rule step for step, with the same
+// arithmetic: after a close it releases the waiting calls oldest first,
+// one per unit of credit, each at a uniformly random point of the coming
+// tick (one call's slot at the current rate, within [10 ms, 1 s]); the
+// credit grows by the rate per second, and the rate starts at a quarter of
+// the release rate (at least the floor, Probes per OpenFor) and doubles
+// every half second up to it, except over a tick in which a failure halved
+// it (at most once per tick, down to the floor). It stops when every
+// waiting call has been released or the breaker opens again.
+type simPacer struct {
+	on     bool   // releasing
+	epoch  uint32 // the breaker's epoch (its closed generation) it releases for
+	cutNow bool   // a failure halved the rate since the last tick
+	// rate is the current pace, max the release rate, floor the least
+	// pace, in calls per second; credit is the calls it may release now.
+	rate, max, floor, credit float64
+	// last is the last tick, cut the last slow-down, due the next tick.
+	last, cut, due time.Duration
+}
+
+// paceDoubling is how long a clean release takes to double its pace.
+const paceDoubling = 500 * time.Millisecond
+
+// start sets p up for a close at now in epoch, of a breaker built at built
+// and releasing at rate (+Inf: all at once) with probes per openFor as
+// its floor. It does not release anything: call advance next.
+func (p *simPacer) start(now, built time.Duration, epoch uint32, rate float64, probes int, openFor time.Duration) {
+	floor := min(rate, float64(probes)/openFor.Seconds())
+	begin := rate
+	if !math.IsInf(rate, 1) {
+		begin = max(rate/4, floor)
+	}
+	*p = simPacer{epoch: epoch, max: rate, rate: begin, floor: floor, credit: 1, last: now, cut: built}
+}
+
+// tick returns the pacer's tick: one call's slot at the current rate,
+// within [10 ms, 1 s].
+func (p *simPacer) tick() time.Duration {
+	if math.IsInf(p.rate, 1) || p.rate <= 0 {
+		return 10 * time.Millisecond
+	}
+	return min(max(time.Duration(float64(time.Second)/p.rate), 10*time.Millisecond), time.Second)
+}
+
+// advance is a tick at now: the credit earned since the last one, the
+// rate's growth. It returns the span of the coming tick over which the
+// calls it releases now are spread, in nanoseconds (0: all at once).
+func (p *simPacer) advance(now time.Duration) float64 {
+	if math.IsInf(p.rate, 1) {
+		p.credit = math.Inf(1)
+	} else {
+		p.credit += p.rate * float64(now-p.last) / float64(time.Second)
+	}
+	if !p.cutNow && p.rate < p.max && now > p.last {
+		p.rate = min(p.max, p.rate*math.Exp2(float64(now-p.last)/float64(paceDoubling)))
+	}
+	p.last, p.cutNow = now, false
+	if math.IsInf(p.rate, 1) {
+		return 0
+	}
+	return float64(p.tick())
+}
+
+// take spends the credit of one release, and reports false, spending
+// nothing, when there is not enough.
+func (p *simPacer) take() bool {
+	if p.credit < 1 {
+		return false
+	}
+	p.credit--
+	return true
+}
+
+// settle ends a tick; left reports whether calls are still to be
+// released.
+func (p *simPacer) settle(left bool) {
+	if !left {
+		p.credit = min(p.credit, 1)
+	}
+}
+
+// slowDown halves the rate after a closed-state failure at now, while
+// the pacer releases, at most once per tick.
+func (p *simPacer) slowDown(now time.Duration) {
+	if !p.on || now-p.cut < p.tick() {
+		return
+	}
+	p.cut, p.cutNow = now, true
+	if math.IsInf(p.rate, 1) {
+		p.rate = p.max
+		return
+	}
+	p.rate = max(p.rate/2, p.floor)
 }
 
 // waitEntry is one wait of request id: its seq-th.
@@ -207,7 +314,7 @@ func (sb *simBreaker) releaseRate() float64 {
 
 // tripped records that the breaker tripped from closed at now on a window
 // of sb.calls calls: they took the window, or the time since the breaker
-// closed if that is shorter (at least one bucket).
+// closed (or was built) if that is shorter (at least one bucket).
 func (sb *simBreaker) tripped(now time.Duration) {
 	bucket := sb.cfg.Window / time.Duration(sb.cfg.Buckets)
 	span := min(sb.cfg.Window, max(now-sb.closedAt, bucket))

@@ -131,30 +131,45 @@ const (
 // deadline is given back with [breaker.Breaker.Cancel]. A policy without
 // RetryAfter gets the provider's 503s without their Retry-After.
 //
-// Waiting (policies with Wait): [breaker.Breaker.Wait] parks a goroutine
-// on real timers, so the model drives the breaker through Allow, Done,
-// Fail, Snapshot and OnStateChange and keeps the waiting calls itself,
-// following the breaker's documentation: an attempt the breaker rejects
-// waits, without being sent, if the request has deadline left, the
-// rejection is a half-open breaker's or an open one's whose next probe
-// round comes before the deadline, and fewer than MaxWaiters calls wait;
-// otherwise the request fails. A probe round starts when the open period
-// ends (Snapshot's HalfOpenIn), even if no new call arrives then, and its
-// probes go to the waiting calls first, oldest first (Allow on their
-// behalf, before any new call asks). When the breaker closes, the waiting
-// calls are released oldest first at the release rate (ReleaseRate, or
-// the calls its window held when it tripped, read with Snapshot just
-// before each failure is reported, per second of the time they took: the
-// window, or the time since the breaker last closed if shorter; at least
-// Probes per OpenFor), each at a uniformly random point of its slot; new
-// calls are
-// not held back. If the breaker trips again, the calls not yet released
-// wait again. A waiting call whose deadline comes fails; a call handed a
-// probe that fails goes back to waiting without spending an attempt or
-// budget (as the retry loop does). One thing of the
-// breaker's is not modelled: while it releases the calls that waited in
-// Wait, it trips on Probes failures rather than MinCalls; here it trips
-// on its usual rule.
+// The breaker decides by its own rules: it trips on its window, or on its
+// current bucket alone (Window/Buckets) once that holds MinCalls calls, and
+// closes when a round's probes all succeed.
+//
+// Waiting (policies with Wait): [breaker.Breaker.Wait] parks a goroutine,
+// and the breaker's probe rounds and the pacer that releases the waiting
+// calls run on real timers. So the model keeps the waiting calls and
+// their release itself, driving the breaker through Allow, Done, Fail,
+// Cancel, State, Snapshot and OnStateChange, and follows the breaker's
+// documentation and code:
+//
+//   - An attempt the breaker rejects waits, without being sent, if the
+//     request has deadline left, the rejection is a half-open breaker's or
+//     an open one's whose next probe round comes before the deadline, and
+//     fewer than MaxWaiters calls wait; otherwise the request fails. A
+//     waiting call whose deadline comes fails.
+//   - A probe round starts when the open period ends (Snapshot's
+//     HalfOpenIn), even if no new call arrives then, and its probes go to
+//     the waiting calls first, oldest first (Allow on their behalf, before
+//     any new call asks). A call handed a probe that fails goes back to
+//     waiting, behind the others, without spending an attempt or budget
+//     (as the retry loop does).
+//   - When the breaker closes, a pacer releases the waiting calls oldest
+//     first, by the breaker's rule and with its arithmetic, on the
+//     simulated clock. Its ceiling is ReleaseRate or, by default, the calls
+//     the window held when the breaker tripped (read with Snapshot just
+//     before each failure is reported) per second of the time they took
+//     (the window, or the time since the breaker last closed or was built
+//     if shorter, at least one bucket), at least Probes per OpenFor. Its
+//     pace starts at a quarter of the ceiling (at least Probes per
+//     OpenFor) and doubles every half second up to it. Every tick (one
+//     call's slot at the current pace, within [10 ms, 1 s]) releases as
+//     many calls as the pace has earned since the last, each at a
+//     uniformly random point of the coming tick (drawn from the breakers'
+//     random source); a failure the breaker counts in its closed window
+//     while the pacer runs halves the pace, at most once per tick and not
+//     below Probes per OpenFor, and the next tick does not double it. New
+//     calls are not held back. If the breaker trips again, the pacer
+//     stops and the calls not yet released wait again.
 //
 // A fleet (policies with Fleet) shares one budget and one breaker, the
 // library's, as if they lived in a store that every client reads: a
@@ -165,8 +180,9 @@ const (
 // spread phases. So the fleet's window lags by up to SyncEvery, the
 // budget's floor is one for the whole fleet, and the breaker sees the
 // fleet's calls (it trips on the fleet's failure ratio, admits Probes
-// probes per round for the whole fleet, and releases the fleet's waiting
-// calls at the fleet's pace). Left out: the time a client takes to learn
+// probes per round for the whole fleet, and one pacer releases the
+// fleet's waiting calls, slowed by the failures the fleet has synced).
+// Left out: the time a client takes to learn
 // of the fleet's verdicts (a real fleet learns at its next sync too),
 // and a store that fails.
 //
@@ -506,6 +522,7 @@ const (
 	outRound           // a breaker's open period ends: a probe round is due
 	outGrant           // a breaker half-opened: its probes go to the waiting calls
 	outArm             // a breaker opened: arm a probe round for its waiting calls
+	outPace            // a tick of a breaker's release pacer
 	outSync            // a fleet sync group syncs
 )
 
@@ -535,6 +552,7 @@ type outRequest struct {
 	attempts int32  // attempts sent so far
 	seq      uint32 // how many times it began to wait
 	release  uint32 // the breaker's epoch its release was scheduled in
+	gen      uint32 // the breaker's epoch permit was issued in
 	state    uint8
 	fail     uint8 // failTrigger, failShed or failTimeout: the last failure
 }
@@ -552,6 +570,7 @@ type outUnit struct {
 // outOutcome is an outcome a fleet client has not synced yet.
 type outOutcome struct {
 	permit breaker.Permit
+	gen    uint32 // the breaker's epoch permit was issued in
 	ok     bool
 	hint   time.Duration
 }
@@ -702,6 +721,8 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 			r.grant(r.brks[e.who])
 		case outArm:
 			r.arm(r.brks[e.who])
+		case outPace:
+			r.paceTick(r.brks[e.who])
 		case outSync:
 			r.sync(e.who)
 		}
@@ -786,6 +807,7 @@ func (r *outRun) newBreaker() (*simBreaker, error) {
 		return nil, err
 	}
 	sb.b, sb.cfg = b, b.Config()
+	sb.built, sb.closedAt = r.now, r.now
 	r.brks = append(r.brks, sb)
 	return sb, nil
 }
@@ -879,7 +901,7 @@ func (r *outRun) attempt(id int32) {
 			}
 			return
 		}
-		req.permit = p
+		req.permit, req.gen = p, sb.epoch
 	}
 	r.transmit(id)
 }
@@ -1014,25 +1036,30 @@ func (r *outRun) report(req *outRequest, ok bool, hint time.Duration) {
 	if sb == nil {
 		return
 	}
-	p := req.permit
+	o := outOutcome{permit: req.permit, gen: req.gen, ok: ok, hint: hint}
 	req.permit = breaker.Permit{}
 	if u.group >= 0 {
-		r.fleet.outcomes[u.group] = append(r.fleet.outcomes[u.group], outOutcome{permit: p, ok: ok, hint: hint})
+		r.fleet.outcomes[u.group] = append(r.fleet.outcomes[u.group], o)
 		return
 	}
-	r.record(sb, p, ok, hint)
+	r.record(sb, o)
 }
 
-// record reports an outcome to sb's breaker now.
-func (r *outRun) record(sb *simBreaker, p breaker.Permit, ok bool, hint time.Duration) {
-	if ok {
-		sb.b.Done(p, true)
+// record reports an outcome to sb's breaker now. A failure that the
+// breaker counts in its closed window while its pacer releases slows the
+// pacer down, before the breaker may trip on it (as the breaker does).
+func (r *outRun) record(sb *simBreaker, o outOutcome) {
+	if o.ok {
+		sb.b.Done(o.permit, true)
 		return
 	}
 	if s := sb.b.Snapshot(); s.State == breaker.Closed {
 		sb.calls = s.Calls + 1 // the window this failure may trip on
 	}
-	sb.b.Fail(p, hint)
+	if !o.permit.Probe() && o.permit != (breaker.Permit{}) && o.gen == sb.epoch {
+		sb.pace.slowDown(r.now) // a no-op unless the pacer releases
+	}
+	sb.b.Fail(o.permit, o.hint)
 }
 
 // sync is fleet sync group g's periodic sync: its deposits and outcomes
@@ -1047,7 +1074,7 @@ func (r *outRun) sync(g int32) {
 	}
 	if sb := r.units[g].brk; sb != nil {
 		for _, o := range fl.outcomes[g] {
-			r.record(sb, o.permit, o.ok, o.hint)
+			r.record(sb, o)
 		}
 	}
 	fl.outcomes[g] = fl.outcomes[g][:0]
@@ -1146,7 +1173,7 @@ func (r *outRun) grant(sb *simBreaker) {
 		}
 		sb.head++
 		r.leave(e.id, sb)
-		r.reqs[e.id].permit = p
+		r.reqs[e.id].permit, r.reqs[e.id].gen = p, sb.epoch
 		r.transmit(e.id)
 	}
 	sb.compact()
@@ -1171,7 +1198,7 @@ func (r *outRun) release(id int32) {
 	}
 	r.leave(id, sb)
 	sb.compact()
-	req.permit = p
+	req.permit, req.gen = p, sb.epoch
 	r.transmit(id)
 }
 
@@ -1185,6 +1212,7 @@ func (r *outRun) stateChanged(sb *simBreaker, from, to breaker.State) {
 		if from == breaker.Closed {
 			sb.tripped(r.now)
 		}
+		sb.pace.on = false
 		for i := sb.head; i < len(sb.fifo); i++ {
 			if e := sb.fifo[i]; r.waiting(e) {
 				r.reqs[e.id].state = reqWaiting // not released yet: wait again
@@ -1199,24 +1227,66 @@ func (r *outRun) stateChanged(sb *simBreaker, from, to breaker.State) {
 		}
 	case breaker.Closed:
 		sb.closedAt = r.now
-		// Release the waiting calls oldest first, one per slot of 1/rate,
-		// each at a random point of its slot.
-		step := 0.0
-		if rate := sb.releaseRate(); !math.IsInf(rate, 1) {
-			step = float64(time.Second) / rate
-		}
-		at := 0.0
-		for i := sb.head; i < len(sb.fifo); i++ {
-			e := sb.fifo[i]
-			if !r.waiting(e) {
-				continue
-			}
-			req := &r.reqs[e.id]
-			req.state, req.release = reqReleasing, sb.epoch
-			r.after(time.Duration(min(at+r.bu()*step, float64(MaxOutageHorizon))), e.id, outRelease)
-			at += step
+		// The pacer starts at the close, with a first tick at once.
+		sb.pace.start(r.now, sb.built, sb.epoch, sb.releaseRate(), sb.cfg.Probes, sb.cfg.OpenFor)
+		if r.releaseDue(sb) {
+			sb.pace.on = true
+			r.armPace(sb)
 		}
 	}
+}
+
+// releaseDue is a tick of sb's pacer: it releases the oldest waiting calls
+// not yet released, as many as the pacer's credit allows, each at a
+// uniformly random point of the coming tick, and reports whether some are
+// left to release.
+func (r *outRun) releaseDue(sb *simBreaker) bool {
+	p := &sb.pace
+	if p.epoch != sb.epoch {
+		return false // the breaker opened since
+	}
+	span := p.advance(r.now)
+	for sb.head < len(sb.fifo) && !r.waiting(sb.fifo[sb.head]) {
+		sb.head++
+	}
+	left := false
+	for i := sb.head; i < len(sb.fifo); i++ {
+		e := sb.fifo[i]
+		if !r.waiting(e) || r.reqs[e.id].state == reqReleasing {
+			continue
+		}
+		if !p.take() {
+			left = true
+			break
+		}
+		req := &r.reqs[e.id]
+		req.state, req.release = reqReleasing, sb.epoch
+		r.after(time.Duration(r.bu()*span), e.id, outRelease)
+	}
+	p.settle(left)
+	sb.compact()
+	return left
+}
+
+// armPace schedules the next tick of sb's pacer.
+func (r *outRun) armPace(sb *simBreaker) {
+	d := sb.pace.tick()
+	sb.pace.due = r.now + d
+	r.after(d, sb.idx, outPace)
+}
+
+// paceTick runs the tick of sb's pacer that is due now, unless the pacer
+// has stopped or restarted since it was scheduled.
+func (r *outRun) paceTick(sb *simBreaker) {
+	p := &sb.pace
+	if !p.on || r.now != p.due {
+		return
+	}
+	if r.releaseDue(sb) {
+		r.armPace(sb)
+		return
+	}
+	p.on = false
 }
 
 // finish computes the summary figures from the counters.

@@ -67,8 +67,8 @@ func ExampleOutage() {
 	// exponential                          peak  280 per 100ms, 2.91x offered during the outage,   6% of its requests served, recovered +0s
 	// full                                 peak  292 per 100ms, 2.96x offered during the outage,   3% of its requests served, recovered +0s
 	// full+budget                          peak  201 per 100ms, 1.11x offered during the outage,   0% of its requests served, recovered +0s
-	// full+budget+breaker                  peak  211 per 100ms, 0.48x offered during the outage,   0% of its requests served, recovered +600ms
-	// full+budget+breaker+retry-after      peak  103 per 100ms, 0.47x offered during the outage,   0% of its requests served, recovered +4.3s
-	// full+budget+breaker+retry-after+wait peak  289 per 100ms, 0.47x offered during the outage,  37% of its requests served, recovered never
-	// fleet+retry-after+wait               peak  316 per 100ms, 0.49x offered during the outage,  26% of its requests served, recovered never
+	// full+budget+breaker                  peak  106 per 100ms, 0.03x offered during the outage,   0% of its requests served, recovered +800ms
+	// full+budget+breaker+retry-after      peak  103 per 100ms, 0.02x offered during the outage,   0% of its requests served, recovered +3.8s
+	// full+budget+breaker+retry-after+wait peak  203 per 100ms, 0.02x offered during the outage,  51% of its requests served, recovered never
+	// fleet+retry-after+wait               peak  271 per 100ms, 0.10x offered during the outage,  34% of its requests served, recovered never
 }
