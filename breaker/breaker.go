@@ -105,7 +105,7 @@ type Config struct {
 	// 0 means [DefaultMaxWaiters]; a negative value turns waiting off.
 	MaxWaiters int
 	// ReleaseRate is the most waiting calls per second released when the
-	// breaker closes, oldest first, so that a recovering dependency meets
+	// breaker closes, earliest deadline first, so that a recovering dependency meets
 	// its backlog at a pace it can serve rather than as one spike. The
 	// release starts at a quarter of it and doubles every half second up
 	// to it; a failure while it runs halves the pace. 0 means the rate of
@@ -276,7 +276,7 @@ type Breaker struct {
 	rate       float64       // release rate for the next close, calls per second
 	closedAt   int64         // when the breaker last closed (or was built), nanoseconds since base
 	pace       pacer         // the release of the waiting calls after a close
-	waiters    waitList      // calls waiting in Wait, oldest first
+	waiters    waitList      // calls waiting in Wait, earliest deadline first
 	roundArmed bool          // a timer will start the next probe round for the waiters
 	pending    []event       // state changes whose callbacks have not run
 	delivering bool          // a goroutine is running callbacks
@@ -737,7 +737,7 @@ func (b *Breaker) openLocked(from State, now time.Time, hint time.Duration) {
 
 // halfOpenLocked moves the breaker from Open to HalfOpen if its state is
 // still w and the open period is over at now, and hands the probes to the
-// oldest waiting calls. It requires mu held.
+// waiting calls with the earliest deadlines. It requires mu held.
 func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 	if b.state.Load() != w || stateOf(w) != Open || b.openUntil.Load() > b.since(now) {
 		return
@@ -748,7 +748,7 @@ func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 }
 
 // closeLocked closes the breaker from state from and starts the pacer that
-// releases the waiting calls, oldest first. It requires mu held.
+// releases the waiting calls, earliest deadline first. It requires mu held.
 func (b *Breaker) closeLocked(from State, now time.Time) {
 	b.reopens = 0
 	b.closedAt = b.since(now)
@@ -770,7 +770,7 @@ func (b *Breaker) closeLocked(from State, now time.Time) {
 }
 
 // pacer releases the calls that waited through an open period, after the
-// breaker closes, oldest first, at rate calls per second: it starts at a
+// breaker closes, earliest deadline first, at rate calls per second: it starts at a
 // quarter of the rate the breaker saw before it tripped (max) and doubles
 // every half second up to max (a slow start: the dependency is recovering,
 // its capacity beyond its usual load is unknown); a failure while it
@@ -888,7 +888,7 @@ func (b *Breaker) stopPacerLocked() {
 }
 
 // grantProbesLocked hands the free probes of the current half-open round
-// to the oldest waiting calls. It requires mu held.
+// to the waiting calls with the earliest deadlines. It requires mu held.
 func (b *Breaker) grantProbesLocked() {
 	s := b.state.Load()
 	if stateOf(s) != HalfOpen {
@@ -1103,7 +1103,7 @@ func (b *Breaker) Reset() {
 // probe round comes before maxWait ends and fewer than MaxWaiters calls are
 // waiting already: the call may be handed one of the round's probes (oldest
 // waiting calls first), or, once the breaker closes, is released in its
-// turn (oldest first, at the release rate; see [Config].ReleaseRate). If
+// turn (earliest deadline first, at the release rate; see [Config].ReleaseRate). If
 // the breaker reopens first, the call keeps waiting.
 //
 // Wait returns a [Permit] to give back as with Allow, or the
@@ -1137,6 +1137,7 @@ type waiter struct {
 	permit     Permit // the probe, when granted
 	release    int64  // when closed: the release time, nanoseconds since base + 1; 0 if none
 	releaseGen uint64 // the closed generation release belongs to
+	deadline   int64  // when the call stops waiting, nanoseconds since base
 }
 
 func (w *waiter) signal() {
@@ -1146,20 +1147,35 @@ func (w *waiter) signal() {
 	}
 }
 
-// waitList is a doubly linked list of waiters, oldest first.
+// waitList is a doubly linked list of waiters, earliest deadline first.
 type waitList struct {
 	head, tail *waiter
 	n          int
 }
 
+// push inserts w in deadline order, after the waiters whose deadline is the
+// same or earlier: probes and releases go to the calls that have the least
+// time left first (calls that arrive together with the same time left keep
+// their arrival order). Deadlines mostly grow with arrival, so the search
+// from the tail is short.
 func (l *waitList) push(w *waiter) {
-	w.prev, w.next = l.tail, nil
-	if l.tail == nil {
+	after := l.tail
+	for after != nil && after.deadline > w.deadline {
+		after = after.prev
+	}
+	w.prev = after
+	if after == nil {
+		w.next = l.head
 		l.head = w
 	} else {
-		l.tail.next = w
+		w.next = after.next
+		after.next = w
 	}
-	l.tail = w
+	if w.next == nil {
+		l.tail = w
+	} else {
+		w.next.prev = w
+	}
 	l.n++
 }
 
@@ -1181,7 +1197,7 @@ func (l *waitList) remove(w *waiter) {
 // wait parks the call until it is admitted, ctx ends or maxWait passes.
 // rejection is what it returns if it gives up at once.
 func (b *Breaker) wait(ctx context.Context, maxWait time.Duration, rejection error) (Permit, error) {
-	w := &waiter{ch: make(chan struct{}, 1)}
+	w := &waiter{ch: make(chan struct{}, 1), deadline: b.since(b.now()) + int64(maxWait)}
 	b.mu.Lock()
 	if b.waiters.n >= b.maxWaiters {
 		b.mu.Unlock()

@@ -39,17 +39,17 @@
 // A call that meets an open breaker and still has time (its deadline lies
 // beyond the next probe round) can wait with [Breaker.Wait] rather than fail:
 // nothing is sent while it waits. Waiting calls get the next round's probes
-// first, oldest first. When the breaker closes, the waiting calls are
-// released oldest first by a pacer, each at a jittered point of its slot, so
-// that a recovering dependency does not meet its backlog as one spike: the
-// pace starts at a quarter of ReleaseRate (by default the rate of calls the
-// breaker saw before it tripped: the pace the dependency served) and
-// doubles every half second up to it, and a failure while it releases
-// halves it. If failures reach the trip rule again, the breaker opens and
-// the calls not yet released go back to waiting. At most MaxWaiters calls
-// wait (default 10,000); a waiting call holds no lock and starts no
-// goroutine (the probe rounds and the pacer run on one timer each per
-// breaker).
+// first, those with the least time left first. When the breaker closes, the
+// waiting calls are released in the same order by a pacer, each at a
+// jittered point of its slot, so that a recovering dependency does not meet
+// its backlog as one spike: the pace starts at a quarter of ReleaseRate (by
+// default the rate of calls the breaker saw before it tripped: the pace the
+// dependency served) and doubles every half second up to it, and a failure
+// while it releases halves it. If failures reach the trip rule again, the
+// breaker opens and the calls not yet released go back to waiting. At most
+// MaxWaiters calls wait (default 10,000); a waiting call holds no lock and
+// starts no goroutine (the probe rounds and the pacer run on one timer each
+// per breaker).
 //
 // Every state change starts a new generation. A [Permit] remembers the
 // generation it was issued in, and [Breaker.Done] drops an outcome whose

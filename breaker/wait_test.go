@@ -597,3 +597,39 @@ func TestTripsWithinABucket(t *testing.T) {
 		t.Errorf("tripped after %d failures (%v), want within a 1 s bucket (at most 100)", failed, time.Duration(failed)*10*time.Millisecond)
 	}
 }
+
+// Waiting calls are served earliest deadline first, not in arrival order:
+// a call that arrives later with less time left gets the probe, and the
+// release follows the deadlines.
+func TestWaitersByDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.ReleaseRate = 10 })
+		trip(t, b)
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		// Arrival order 0..4, deadlines 50, 40, 30, 20, 10 s: the last to
+		// arrive has the least time left.
+		for i := range 5 {
+			wg.Go(func() {
+				p, err := b.Wait(context.Background(), time.Duration(50-10*i)*time.Second)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				if p.Probe() {
+					synctest.Wait() // the others stay parked until the probe reports
+					b.Done(p, true)
+				}
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		if want := []int{4, 3, 2, 1, 0}; !slices.Equal(order, want) {
+			t.Errorf("served in order %v, want %v (earliest deadline first)", order, want)
+		}
+	})
+}

@@ -197,12 +197,13 @@ func TestBreakerWaitCases(t *testing.T) {
 				b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
 				p := mustNew(t, retry.WithBreaker(brk), retry.WithBudget(b), retry.WithTimeout(tt.timeout))
 				if tt.hold {
-					// Another caller, waiting since before ours, is handed the
-					// round's probe at 1 s and holds it past our deadline.
+					// Another caller, with less time left than ours (2 s), is
+					// handed the round's probe at 1 s and holds it past our
+					// deadline.
 					finished := make(chan struct{})
 					defer close(finished)
 					go func() {
-						pm, err := brk.Wait(context.Background(), time.Minute)
+						pm, err := brk.Wait(context.Background(), 2*time.Second)
 						if err != nil || !pm.Probe() {
 							t.Errorf("other caller's Wait = %+v, %v; want the probe", pm, err)
 							return
@@ -348,9 +349,10 @@ func TestReleasedAfterClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		brk := openBreaker(t, func(c *breaker.Config) { c.ReleaseRate = -1 }) // release all at once
 		go func() {
-			// An older waiter is handed the probe at 1 s; it succeeds 200 ms
-			// later and closes the breaker.
-			pm, err := brk.Wait(context.Background(), time.Minute)
+			// A waiter with less time left (2 s against 5 s) is handed the
+			// probe at 1 s; it succeeds 200 ms later and closes the
+			// breaker.
+			pm, err := brk.Wait(context.Background(), 2*time.Second)
 			if err != nil || !pm.Probe() {
 				t.Errorf("other caller's Wait = %+v, %v; want the probe", pm, err)
 				return

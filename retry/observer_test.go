@@ -216,8 +216,8 @@ func TestObserverBreakerWait(t *testing.T) {
 			brk := openBreaker(t, nil)
 			finished := make(chan struct{})
 			defer close(finished)
-			go func() { // an older waiter takes the round's probe and holds it
-				pm, err := brk.Wait(context.Background(), time.Minute)
+			go func() { // a waiter with less time left takes the round's probe and holds it
+				pm, err := brk.Wait(context.Background(), 1500*time.Millisecond)
 				if err == nil {
 					<-finished
 					brk.Cancel(pm)

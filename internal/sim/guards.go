@@ -162,9 +162,10 @@ type simBreaker struct {
 	cfg breaker.Config // b.Config(): the defaults filled in
 	idx int32          // index in outRun.brks, the who of its events
 
-	// fifo holds the waiting calls, oldest first, from head on. An entry
-	// whose request has left (or waits again, under a new seq) is stale
-	// and skipped.
+	// fifo holds the waiting calls from head on, earliest deadline first
+	// (as the breaker serves them), in arrival order for equal deadlines.
+	// An entry whose request has left (or waits again, under a new seq) is
+	// stale and skipped.
 	fifo []waitEntry
 	head int
 	// n counts the waiting calls, those scheduled for release included
@@ -198,7 +199,7 @@ type simBreaker struct {
 // on the simulated clock: the breaker's own runs on a real timer and
 // releases the calls parked in [breaker.Breaker.Wait], which the model
 // does not use. It follows the breaker's rule step for step, with the same
-// arithmetic: after a close it releases the waiting calls oldest first,
+// arithmetic: after a close it releases the waiting calls in order (earliest deadline first),
 // one per unit of credit, each at a uniformly random point of the coming
 // tick (one call's slot at the current rate, within [10 ms, 1 s]); the
 // credit grows by the rate per second, and the rate starts at a quarter of
@@ -292,10 +293,24 @@ func (p *simPacer) slowDown(now time.Duration) {
 	p.rate = max(p.rate/2, p.floor)
 }
 
-// waitEntry is one wait of request id: its seq-th.
+// waitEntry is one wait of request id: its seq-th, ending at deadline.
 type waitEntry struct {
-	id  int32
-	seq uint32
+	id       int32
+	seq      uint32
+	deadline time.Duration
+}
+
+// enqueue inserts e in deadline order, after the entries whose deadline is
+// the same or earlier (the breaker's order); deadlines mostly grow with
+// arrival, so the search from the back is short.
+func (sb *simBreaker) enqueue(e waitEntry) {
+	sb.fifo = append(sb.fifo, e)
+	i := len(sb.fifo) - 1
+	for i > sb.head && sb.fifo[i-1].deadline > e.deadline {
+		sb.fifo[i] = sb.fifo[i-1]
+		i--
+	}
+	sb.fifo[i] = e
 }
 
 // releaseRate returns the pace, in calls per second, at which sb releases

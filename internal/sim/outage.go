@@ -149,11 +149,11 @@ const (
 //     waiting call whose deadline comes fails.
 //   - A probe round starts when the open period ends (Snapshot's
 //     HalfOpenIn), even if no new call arrives then, and its probes go to
-//     the waiting calls first, oldest first (Allow on their behalf, before
+//     the waiting calls first, earliest deadline first (Allow on their behalf, before
 //     any new call asks). A call handed a probe that fails goes back to
 //     waiting, behind the others, without spending an attempt or budget
 //     (as the retry loop does).
-//   - When the breaker closes, a pacer releases the waiting calls oldest
+//   - When the breaker closes, a pacer releases the waiting calls (earliest deadline first)
 //     first, by the breaker's rule and with its arithmetic, on the
 //     simulated clock. Its ceiling is ReleaseRate or, by default, the calls
 //     the window held when the breaker tripped (read with Snapshot just
@@ -1101,7 +1101,7 @@ func (r *outRun) wait(id int32, sb *simBreaker, err error) bool {
 	sb.compact()
 	req.seq++
 	req.state = reqWaiting
-	sb.fifo = append(sb.fifo, waitEntry{id: id, seq: req.seq})
+	sb.enqueue(waitEntry{id: id, seq: req.seq, deadline: req.deadline})
 	sb.n++
 	if sb.perClient != nil {
 		sb.perClient[req.client]++

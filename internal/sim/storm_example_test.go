@@ -69,6 +69,6 @@ func ExampleOutage() {
 	// full+budget                          peak  201 per 100ms, 1.11x offered during the outage,   0% of its requests served, recovered +0s
 	// full+budget+breaker                  peak  106 per 100ms, 0.03x offered during the outage,   0% of its requests served, recovered +800ms
 	// full+budget+breaker+retry-after      peak  103 per 100ms, 0.02x offered during the outage,   0% of its requests served, recovered +3.8s
-	// full+budget+breaker+retry-after+wait peak  203 per 100ms, 0.02x offered during the outage,  51% of its requests served, recovered never
-	// fleet+retry-after+wait               peak  271 per 100ms, 0.10x offered during the outage,  34% of its requests served, recovered never
+	// full+budget+breaker+retry-after+wait peak  203 per 100ms, 0.02x offered during the outage,  53% of its requests served, recovered never
+	// fleet+retry-after+wait               peak  276 per 100ms, 0.10x offered during the outage,  35% of its requests served, recovered never
 }
