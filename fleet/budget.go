@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
 
@@ -16,10 +17,22 @@ import (
 // concurrent use.
 //
 // Deposit is local: one atomic add, flushed by the background sync; it
-// never waits, does no I/O and allocates nothing. Withdraw spends a retry from the process's lease of
-// fleet retries; an empty lease asks Redis for more (one round trip of at
-// most Timeout), unless the last reply said the fleet's budget is spent. In
-// local mode both go to the host's local budget.
+// never waits, does no I/O and allocates nothing. Withdraw spends a retry
+// from the process's lease of fleet retries; an empty lease asks Redis for
+// more (one round trip of at most Timeout), unless the last reply said the
+// fleet's budget is spent. In local mode both go to the host's local
+// budget.
+//
+// While the host's breaker is not closed (it opened, on its own calls or
+// because the fleet's breaker did), Withdraw grants every retry without
+// spending budget: such a retry is not sent until the breaker admits it,
+// and the breaker admits a few probes per round and, once it closes,
+// releases the calls that waited at its own pace. The budget bounds the
+// retries a closed breaker lets through; charging it for retries an open
+// breaker holds would fail, with the budget spent by the first second of an
+// outage, the very calls that could have waited it out. A lease request
+// whose reply shows the fleet's breaker open (it grants nothing then) opens
+// this process's breaker if the sync has not yet.
 type Budget struct {
 	h *host
 }
@@ -54,6 +67,9 @@ func (b *Budget) WithdrawWithin(left time.Duration) bool {
 	h := b.h
 	if h == nil {
 		return false
+	}
+	if h.brk.State() != breaker.Closed {
+		return true // the breaker holds the retry: see the type's documentation
 	}
 	if !h.f.fleetMode() {
 		return h.local.Withdraw()
@@ -147,6 +163,13 @@ func (h *host) refill(left time.Duration) bool {
 		return h.local.Withdraw()
 	}
 	h.window(r.requests, r.retries, r.state, r.epoch)
+	if r.state == fleetOpen {
+		// The fleet's breaker is open (the script grants no lease then):
+		// open this process's breaker too if it has not heard, and the
+		// retry waits for it.
+		h.steer(r.state, r.epoch)
+		return h.brk.State() != breaker.Closed
+	}
 	if r.granted == 0 {
 		h.denied.Store(true)
 		return false

@@ -45,22 +45,45 @@
 // given back by the next sync. When a reply shows the fleet's budget spent,
 // withdrawals are refused without asking until a sync shows room again.
 // Requests reach the fleet's window up to one interval late, which only
-// makes it stricter.
+// makes it stricter. While the host's breaker is not closed, a retry is
+// granted without spending budget: it is not sent until the breaker admits
+// it (a probe, or its turn in the release after the close), so the breaker
+// bounds it; charging it would fail, with the budget spent in the first
+// second of an outage, the calls that could have waited the outage out.
 //
 // The breaker. Each host's [breaker.Breaker] is a normal breaker with its
 // own window (it still trips alone) and a [breaker.Shared] connection to
 // the fleet: its outcomes are counted (an atomic add) and synced; when the
-// fleet's window holds at least Config.MinCalls calls with failures >=
-// FailureRatio·calls, the script opens the fleet's breaker, and every
-// process's sync trips its breaker ([breaker.Breaker.Trip]) within about one
-// interval. Probes are fleet-wide: when a breaker's probe round is due it
-// asks Redis, and the whole fleet gets Config.ProbeRounds rounds (of
-// Breaker.Probes calls each) per probe interval (Breaker.OpenFor), so a
-// thousand processes send a handful of probes, not a thousand. When a
-// process's probes close its breaker, its next sync (started at once) tells
-// the fleet, and every other process resets its breaker
-// ([breaker.Breaker.Reset]) at its next sync; each releases its waiting
-// calls at its own pace.
+// fleet's window, or its current bucket alone, holds at least
+// Config.MinCalls calls with failures >= FailureRatio·calls, the script
+// opens the fleet's breaker, and every process's next round trip (a sync,
+// a lease request) trips its breaker ([breaker.Breaker.Trip]). Failures
+// are news: the first failure after a sync that carried none starts a sync
+// at once, and while a process's unsent outcomes are mostly failures it
+// syncs every tenth of an interval, so that the fleet trips within a few
+// round trips of an outage rather than a few intervals, while the calls
+// that failed can still wait for the breaker. Probes are fleet-wide: when
+// a breaker's probe round is due it asks Redis, and while the fleet's
+// breaker is open the whole fleet gets Config.ProbeRounds rounds per probe
+// interval (Breaker.OpenFor), one per slot of OpenFor/ProbeRounds, so a
+// thousand processes send a handful of probes, not a thousand, and a
+// dependency that is back is found within about a slot. A round is one
+// call by default (Breaker.Probes defaults to [DefaultProbes], 1, in a
+// fleet): the call that asked for it, so a low-volume process granted a
+// round needs no other call to finish it. When a process's probes close
+// its breaker, its next sync (started at once) tells the fleet, and every
+// other process resets its breaker ([breaker.Breaker.Reset]) at its next
+// sync or probe-round request; each releases its waiting calls at its own
+// pace (see below). A process whose breaker opened on its own calls while
+// the fleet's stayed closed probes on its own schedule: the fleet's limit
+// on rounds is for the fleet's outage, not for one process's.
+//
+// The release after a close is paced by each process's breaker, starting
+// from its own pre-outage rate, but never slower than Breaker.Probes per
+// Breaker.OpenFor (one call per second by default): for a fleet of
+// processes that each call less often than that, the fleet releases its
+// backlog at the number of processes per second, faster than its
+// pre-outage rate.
 //
 // # No lock
 //

@@ -27,8 +27,14 @@ const (
 	// DefaultTimeout bounds every Redis round trip.
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultProbeRounds is the number of processes of the whole fleet
-	// that may start a probe round per probe interval.
-	DefaultProbeRounds = 1
+	// that may start a probe round per probe interval, while the fleet's
+	// breaker is open.
+	DefaultProbeRounds = 3
+	// DefaultProbes is the probe calls of one process's probe round
+	// (Breaker.Probes) when the configuration leaves it zero: one, so
+	// that a round needs only the call that asked for it (a low-volume
+	// process may hold no other), and one success closes the fleet.
+	DefaultProbes = 1
 	// DefaultMaxLease is the most retries one lease request asks for.
 	DefaultMaxLease = 8
 	// DefaultMaxHosts bounds the destination hosts one Fleet tracks.
@@ -86,8 +92,10 @@ type Config struct {
 	// Breaker is the configuration of each host's circuit breaker in each
 	// process. Its window (FailureRatio over Window in Buckets) is also
 	// the fleet's, and OpenFor the fleet's probe interval. Shared must be
-	// nil: the fleet sets it. A nil Now uses Config.Now. Buckets at most
-	// [MaxSlices], and a bucket must be a whole number of microseconds.
+	// nil: the fleet sets it. A nil Now uses Config.Now; a zero Probes
+	// means [DefaultProbes] (1), not the breaker package's default.
+	// Buckets at most [MaxSlices], and a bucket must be a whole number of
+	// microseconds.
 	Breaker breaker.Config
 	// MinCalls is the number of calls the fleet's breaker window must hold
 	// before the fleet may open every breaker; 0 means Breaker.MinCalls
@@ -95,9 +103,12 @@ type Config struct {
 	// FailureRatio·calls and calls >= MinCalls.
 	MinCalls int
 	// ProbeRounds is the number of probe rounds the whole fleet may start
-	// per probe interval (Breaker.OpenFor), each of Breaker.Probes calls;
-	// 0 means [DefaultProbeRounds]. A process refused a round stays open
-	// for another interval.
+	// per probe interval (Breaker.OpenFor) while the fleet's breaker is
+	// open, each of Breaker.Probes calls in one process, at most one per
+	// slot of OpenFor/ProbeRounds (so that a recovery is found within
+	// about that slot); 0 means [DefaultProbeRounds]. A process refused a
+	// round stays open for another interval. A round that closes its
+	// process's breaker closes the fleet's.
 	ProbeRounds int
 	// MaxLease is the most retries a lease request asks for; 0 means
 	// [DefaultMaxLease]. A process asks for one, and doubles its ask each
@@ -279,6 +290,9 @@ func newFleet(be backend, c Config) (*Fleet, error) {
 	}
 	if c.Breaker.Now == nil {
 		c.Breaker.Now = c.Now
+	}
+	if c.Breaker.Probes == 0 {
+		c.Breaker.Probes = DefaultProbes
 	}
 	// Validate the three configurations, and read back their defaults.
 	fb, err := budget.New(budget.Config{Ratio: c.Budget.Ratio, MinPerSecond: c.Budget.MinPerSecond,

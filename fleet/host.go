@@ -38,6 +38,8 @@ type host struct {
 	returns []returned // guarded by retMu: unused leased retries to give back
 
 	seen     atomic.Int64 // the fleet breaker's epoch this process last acted on
+	clean    atomic.Bool  // the last sync carried no failure: the next one is news
+	sentAt   atomic.Int64 // when the last sync collected h's counts, on f's clock (ns)
 	closes   atomic.Int64 // closes of the breaker by its own probes
 	closesOK atomic.Int64 // closes the fleet has been told of
 
@@ -53,6 +55,7 @@ func newHost(f *Fleet, name string) (*host, error) {
 	h := &host{f: f, name: name, key: f.keyPrefix + name}
 	h.budget.h = h
 	h.want.Store(1)
+	h.clean.Store(true)
 	var err error
 	if h.local, err = budget.New(f.cfg.LocalBudget); err != nil {
 		return nil, err
@@ -76,6 +79,8 @@ func (h *host) collect(now int64, all bool) syncHost {
 		failures:  o >> 32,
 		seen:      h.seen.Load(),
 	}
+	h.clean.Store(s.failures == 0)
+	h.sentAt.Store(now)
 	h.expire(now, all)
 	h.retMu.Lock()
 	s.returns, h.returns = h.returns, nil
@@ -160,18 +165,41 @@ func (h *host) expire(now int64, all bool) {
 }
 
 // Outcome counts a closed-state outcome of h's breaker for the next sync
-// (part of breaker.Shared). One atomic add: no lock, no allocation.
+// (part of breaker.Shared). A success is one atomic add: no lock, no
+// allocation, no clock. A failure may ask for a sync at once (without
+// waiting for it): a dependency that starts failing is news the fleet needs
+// before the next interval, so that it trips while the calls that failed
+// can still wait for its breaker. It asks on the first failure after a
+// sync that carried none, and again while failures are at least half of
+// the outcomes not yet sent and a tenth of SyncEvery has passed since the
+// last sync: at most one sync per failure and ten per interval, only while
+// this process's closed breaker sees a majority of failures (once the
+// breakers open, there are no closed-state outcomes).
 func (h *host) Outcome(success bool) {
 	if success {
 		h.outcomes.Add(1)
-	} else {
-		h.outcomes.Add(1 << 32)
+		return
+	}
+	o := h.outcomes.Add(1 << 32)
+	failures, successes := o>>32, o&math.MaxUint32
+	switch {
+	case failures == 1 && h.clean.Load():
+		h.f.kickSync()
+	case failures >= successes && h.f.since()-h.sentAt.Load() >= int64(h.f.cfg.SyncEvery/10):
+		h.f.kickSync()
 	}
 }
 
 // ProbeRound asks the fleet whether this process may start a probe round
-// (part of breaker.Shared). In local mode, or if Redis does not answer
-// within Timeout, the local breaker decides alone: yes.
+// (part of breaker.Shared). While the fleet's breaker is open, the fleet
+// grants ProbeRounds rounds per probe interval, one per slot of
+// OpenFor/ProbeRounds, to whichever processes ask first. While it is
+// closed, a process whose breaker opened on its own calls probes on its
+// own schedule (the fleet's limit would make every such process wait for
+// its turn, though the fleet and the dependency are fine); one whose
+// breaker the fleet opened and that missed the close is closed at once.
+// In local mode, or if Redis does not answer within Timeout, the local
+// breaker decides alone: yes.
 func (h *host) ProbeRound() bool {
 	f := h.f
 	if !f.fleetMode() {
@@ -189,8 +217,14 @@ func (h *host) ProbeRound() bool {
 	}
 	h.fleetState.Store(r.state)
 	h.fleetEpoch.Store(r.epoch)
-	if r.state == fleetClosed && r.epoch != h.seen.Load() {
-		h.steer(r.state, r.epoch) // the fleet recovered meanwhile: close
+	fresh := r.epoch != h.seen.Load()
+	// A closed fleet the process has not heard of: the fleet recovered
+	// meanwhile, and steer closes the breaker. An open epoch it has not
+	// heard of (the fleet closed and opened again since this breaker
+	// opened): steer records it, so that this process's probes, if they
+	// close its breaker, close the fleet's.
+	h.steer(r.state, r.epoch)
+	if r.state == fleetClosed && fresh {
 		return true
 	}
 	if r.granted {

@@ -175,7 +175,9 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 				set(f("of", i), get(f("of", i))+df)
 				if df > 0 {
 					calls, fails := outcomeWindow(bcur)
-					if calls >= minCalls && float64(fails) >= fratio*float64(calls) {
+					bcalls := get(f("os", i)) + get(f("of", i))
+					if (calls >= minCalls && float64(fails) >= fratio*float64(calls)) ||
+						(bcalls >= minCalls && float64(get(f("of", i))) >= fratio*float64(bcalls)) {
 						flip(1)
 					}
 				}
@@ -193,6 +195,9 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 		cur := fdiv(now, sliceUS)
 		q, r := budgetWindow(cur)
 		k := min(want, int64(math.Floor(float64(ratio*float64(q))+reserve))-r)
+		if get("st") == 1 {
+			k = 0
+		}
 		if k > 0 {
 			i := budgetSlot(cur)
 			set(f("br", i), get(f("br", i))+k)
@@ -208,16 +213,15 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			return nil, a.err
 		}
 		granted := int64(0)
-		if get("st") == 1 || seen == get("ep") {
-			slot := fdiv(now, probeUS)
+		switch {
+		case get("st") == 1:
+			slot := fdiv(now, max(probeUS/rounds, 1))
 			if get("ps") != slot {
 				set("ps", slot)
-				set("pc", 0)
-			}
-			if get("pc") < rounds {
-				set("pc", get("pc")+1)
 				granted = 1
 			}
+		case seen == get("ep"):
+			granted = 1
 		}
 		out = []int64{granted, get("st"), get("ep")}
 	default:

@@ -24,7 +24,9 @@ import (
 //     cleared when the fleet's breaker changed state;
 //   - st, ep: the fleet's breaker state (0 closed, 1 open) and epoch (the
 //     number of state changes);
-//   - ps, pc: the current probe slot and the probe rounds granted in it.
+//   - ps: the probe slot of the last probe round granted while the fleet's
+//     breaker is open; a probe interval has ProbeRounds slots, one round
+//     each, so that the rounds are spread over it.
 //
 // A missing field reads as 0. Numbers are written with %.0f: every value is
 // an integer below 2^53, which a Lua number holds exactly.
@@ -129,7 +131,9 @@ if mode == 's' then
       set('of' .. i, get('of' .. i) + df)
       if df > 0 then
         local calls, fails = outcome_window(bcur)
-        if calls >= min_calls and fails >= fratio * calls then flip(1) end
+        local bcalls = get('os' .. i) + get('of' .. i)
+        if (calls >= min_calls and fails >= fratio * calls) or
+           (bcalls >= min_calls and get('of' .. i) >= fratio * bcalls) then flip(1) end
       end
     end
     local q, r = budget_window(cur)
@@ -144,6 +148,7 @@ elseif mode == 'l' then
   local cur = math.floor(now / slice_us)
   local q, r = budget_window(cur)
   local k = math.min(tonumber(ARGV[14]), math.floor(ratio * q + reserve) - r)
+  if get('st') == 1 then k = 0 end
   if k > 0 then
     local i = budget_slot(cur)
     set('br' .. i, get('br' .. i) + k)
@@ -157,13 +162,14 @@ elseif mode == 'p' then
   load(KEYS[1])
   local seen = tonumber(ARGV[14])
   local granted = 0
-  if get('st') == 1 or seen == get('ep') then
-    local slot = math.floor(now / probe_us)
-    if get('ps') ~= slot then set('ps', slot); set('pc', 0) end
-    if get('pc') < rounds then
-      set('pc', get('pc') + 1)
+  if get('st') == 1 then
+    local slot = math.floor(now / math.max(math.floor(probe_us / rounds), 1))
+    if get('ps') ~= slot then
+      set('ps', slot)
       granted = 1
     end
+  elseif seen == get('ep') then
+    granted = 1
   end
   save(KEYS[1])
   out = {granted, get('st'), get('ep')}
