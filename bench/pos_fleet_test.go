@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,14 +33,17 @@ func posFleetSetup(keys *live.Keys) (posSetup, bool) {
 	return posSetup{
 		name: "stormguard per terminal + fleet (Redis)",
 		how: "httpretry.NewTransport(base, options, httpretry.WithGuards(f.Guards)) per terminal, f a fleet.New of its own " +
-			"(posFleetConfig: one fleet name per run, breaker window 2 s, sync every 1 s within 1 s, other fields default) " +
+			"(posFleetConfig: one fleet name per run, breaker window 2 s, sync every 1 s within 1 s, other fields default: " +
+			"one probe call per round, 3 rounds per second for the whole fleet) " +
 			"over one shared go-redis client to " + addr,
 		prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 			client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			name := "pos-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			var mu sync.Mutex
 			var fleets []*fleet.Fleet
+			tl := newFleetTimeline()
 			done := func() string {
+				tl.stop()
 				mu.Lock()
 				defer mu.Unlock()
 				var st fleet.Stats
@@ -62,7 +66,7 @@ func posFleetSetup(keys *live.Keys) (posSetup, bool) {
 				if err := errors.Join(errs...); err != nil {
 					fmt.Fprintln(os.Stderr, "bench: closing the POS fleets:", err)
 				}
-				return fmt.Sprintf("%d fleets: %d syncs, %d failed or late; %d mode changes, %d in local mode at the end; %d lease and %d probe-round calls; longest round trip %v",
+				return tl.String() + fmt.Sprintf("%d fleets: %d syncs, %d failed or late; %d mode changes, %d in local mode at the end; %d lease and %d probe-round calls; longest round trip %v",
 					len(fleets), st.Syncs, st.SyncFailures, st.ModeChanges, local, st.LeaseCalls, st.ProbeCalls, st.MaxRoundTrip.Round(time.Millisecond))
 			}
 			return func(int) live.Call {
@@ -70,9 +74,14 @@ func posFleetSetup(keys *live.Keys) (posSetup, bool) {
 				if err != nil {
 					return failing(err)
 				}
+				b, err := f.Breaker(strings.ToLower(strings.TrimPrefix(url, "http://")))
+				if err != nil {
+					return failing(err)
+				}
 				mu.Lock()
 				fleets = append(fleets, f)
 				mu.Unlock()
+				tl.add(b)
 				t, err := httpretry.NewTransport(base, append(posStormguardOptions(), httpretry.WithGuards(f.Guards))...)
 				if err != nil {
 					return failing(err)
@@ -98,4 +107,109 @@ func posFleetConfig(name string) fleet.Config {
 		Timeout:   time.Second,
 		Breaker:   breaker.Config{Window: 2 * time.Second},
 	}
+}
+
+// fleetTimeline samples, every 500 ms from the first terminal's breaker
+// on, how many terminals' breakers are in each state and how many calls
+// wait behind them: whether the terminals follow the fleet's breaker (after
+// an outage, a terminal left open holds its payments until their
+// deadline, which the provider's counts do not show). Time zero is when the
+// last terminal was built (the run starts right after).
+type fleetTimeline struct {
+	mu      sync.Mutex
+	brks    []*breaker.Breaker
+	zero    time.Time
+	samples []fleetSample
+	quit    chan struct{}
+	ended   chan struct{}
+	once    sync.Once
+}
+
+// fleetSample is one sample: the terminals' breakers by state, and the
+// calls waiting behind them.
+type fleetSample struct {
+	at                     time.Time
+	closed, halfOpen, open int
+	waiting                int
+}
+
+// newFleetTimeline returns a timeline that samples nothing until add.
+func newFleetTimeline() *fleetTimeline {
+	return &fleetTimeline{quit: make(chan struct{}), ended: make(chan struct{})}
+}
+
+// add tracks one more terminal's breaker, and starts sampling with the
+// first.
+func (tl *fleetTimeline) add(b *breaker.Breaker) {
+	tl.mu.Lock()
+	tl.brks = append(tl.brks, b)
+	tl.zero = time.Now()
+	first := len(tl.brks) == 1
+	tl.mu.Unlock()
+	if first {
+		go tl.run()
+	}
+}
+
+// run samples every 500 ms until stop.
+func (tl *fleetTimeline) run() {
+	defer close(tl.ended)
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-tl.quit:
+			return
+		case now := <-t.C:
+			tl.mu.Lock()
+			brks := tl.brks
+			tl.mu.Unlock()
+			s := fleetSample{at: now}
+			for _, b := range brks {
+				sn := b.Snapshot()
+				switch sn.State {
+				case breaker.Closed:
+					s.closed++
+				case breaker.HalfOpen:
+					s.halfOpen++
+				default:
+					s.open++
+				}
+				s.waiting += sn.Waiters
+			}
+			tl.mu.Lock()
+			tl.samples = append(tl.samples, s)
+			tl.mu.Unlock()
+		}
+	}
+}
+
+// stop ends the sampling.
+func (tl *fleetTimeline) stop() {
+	tl.once.Do(func() {
+		close(tl.quit)
+		tl.mu.Lock()
+		started := len(tl.brks) > 0
+		tl.mu.Unlock()
+		if started {
+			<-tl.ended
+		}
+	})
+}
+
+// String returns the samples from 14 s to 34 s of the run: time, open /
+// half-open / closed terminal breakers, calls waiting behind them.
+func (tl *fleetTimeline) String() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("terminal breakers (s: open/half-open/closed, waiting):")
+	for _, s := range tl.samples {
+		at := s.at.Sub(tl.zero)
+		if at < 14*time.Second || at > 34*time.Second {
+			continue
+		}
+		fmt.Fprintf(&b, " %.1f: %d/%d/%d, %d;", at.Seconds(), s.open, s.halfOpen, s.closed, s.waiting)
+	}
+	return b.String() + "\n\n"
 }
