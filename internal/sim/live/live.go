@@ -568,8 +568,14 @@ func Loop(begin func() func(ctx context.Context) error, every time.Duration, att
 				case <-t.C:
 				}
 			}
-			if err = attempt(ctx); err == nil || ctx.Err() != nil {
-				return err
+			if err = attempt(ctx); err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				// The call ended during the attempt (or as the wait ended,
+				// when the timer and the end come together): say so, with
+				// what the attempt said.
+				return errors.Join(err, ctx.Err())
 			}
 		}
 		return err
