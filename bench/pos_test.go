@@ -561,11 +561,11 @@ func posTable(pc live.ProviderConfig, fc live.FleetConfig, rows []posRow) string
 // it, and less amplification than every other library's row.
 func posTargets(rows []posRow) string {
 	var b bytes.Buffer
-	peerMin := 0.0
+	peerMin, peers := 0.0, false
 	for _, row := range rows {
 		if !row.setup.stormguard {
-			if a := row.result.Summary.OutageAmplification; peerMin == 0 || a < peerMin {
-				peerMin = a
+			if a := row.result.Summary.OutageAmplification; !peers || a < peerMin {
+				peerMin, peers = a, true
 			}
 		}
 	}
@@ -581,9 +581,15 @@ func posTargets(rows []posRow) string {
 		}
 		s := row.result.Summary
 		fmt.Fprintf(&b, "- %s: <= 1.1x during the outage %s (%.2fx); >= 99%% of the payments started during the outage %s (%.1f%%); "+
-			"nothing shed after the outage %s (%d); below every peer row (%.2fx) %s\n",
+			"nothing shed after the outage %s (%d)",
 			row.setup.name, mark(s.OutageAmplification <= 1.1), s.OutageAmplification, mark(s.OutageGoodput >= 0.99), 100*s.OutageGoodput,
-			mark(s.ShedAfter == 0), s.ShedAfter, peerMin, mark(peerMin == 0 || s.OutageAmplification < peerMin))
+			mark(s.ShedAfter == 0), s.ShedAfter)
+		if peers {
+			fmt.Fprintf(&b, "; below every peer row (%.2fx) %s", peerMin, mark(s.OutageAmplification < peerMin))
+		} else {
+			b.WriteString("; no peer row in this run to compare with")
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
