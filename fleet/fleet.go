@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,17 +218,24 @@ type Fleet struct {
 
 // New returns a Fleet on client (a *redis.Client, *redis.ClusterClient, a
 // Sentinel failover client, or whatever redis.NewUniversalClient returns),
-// after one first sync, and starts its background sync. Redis being
-// unreachable is not an error: the Fleet starts in local mode and switches
-// to fleet mode by itself when a sync succeeds. New returns an error
-// wrapping [ErrInvalidConfig] for a bad cfg, and one for a nil client.
+// after one first sync, and starts its background sync. New returns an
+// error wrapping [ErrInvalidConfig] for a bad cfg, and one for a nil client,
+// including a typed nil such as (*redis.Client)(nil).
+//
+// Redis not answering is not an error, at New or later: a process that
+// starts during a Redis outage serves its callers on its local guards. If
+// the first sync fails, New returns a Fleet in local mode, logs the reason
+// at Warn (Config.Logger) and reports it (Config.Observer, and LastError in
+// [Fleet.Stats]); the Fleet switches to fleet mode by itself when a sync
+// succeeds. A client that panics in a round trip is taken for a failing
+// Redis in the same way: the panic becomes the round trip's error.
 //
 // Give the client ContextTimeoutEnabled: true, so that a round trip that
 // outlives Timeout is abandoned at once (the fleet stops waiting for it
 // after Timeout either way, and [Fleet.Close] waits for it to end).
 func New(client redis.UniversalClient, cfg Config) (*Fleet, error) {
-	if client == nil {
-		return nil, errors.New("fleet: nil redis client")
+	if v := reflect.ValueOf(client); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return nil, fmt.Errorf("fleet: New: nil redis client (%T)", client)
 	}
 	return newFleet(redisBackend{client: client, script: redis.NewScript(scriptSource)}, cfg)
 }
@@ -413,7 +421,7 @@ func (f *Fleet) callWithin(keys, args []string, late func([]int64, error), wait 
 		defer f.wg.Done()
 		ctx, cancel := context.WithTimeout(f.ctx, f.cfg.Timeout)
 		start := time.Now()
-		v, err := f.be.eval(ctx, keys, args)
+		v, err := f.eval(ctx, keys, args)
 		cancel()
 		if err == nil {
 			d := int64(time.Since(start))
@@ -437,6 +445,22 @@ func (f *Fleet) callWithin(keys, args []string, late func([]int64, error), wait 
 		close(abandon)
 		return nil, ErrTimeout
 	}
+}
+
+// errClientPanic is wrapped by the error of a round trip whose client
+// panicked.
+var errClientPanic = errors.New("fleet: redis client panicked")
+
+// eval runs the script on f's backend. A panic in the client becomes the
+// round trip's error: it happens on a goroutine of the fleet, where no
+// caller could recover it, and a client that panics is a Redis that fails.
+func (f *Fleet) eval(ctx context.Context, keys, args []string) (v []int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("%w: %v", errClientPanic, r)
+		}
+	}()
+	return f.be.eval(ctx, keys, args)
 }
 
 // host returns the state of host name, creating it if needed.
