@@ -163,10 +163,10 @@ func BenchmarkWithdrawLeaseHit(b *testing.B) {
 	})
 	b.Run("fleet", func(b *testing.B) {
 		h := f.hostFor("api")
-		h.refillMu.Lock()
+		h.leaseMu.Lock()
 		h.expire(0, true)
 		h.lease.install(math.MaxUint32, 0, math.MaxInt64)
-		h.refillMu.Unlock()
+		h.leaseMu.Unlock()
 		calls := f.Stats().LeaseCalls
 		b.ReportAllocs()
 		for b.Loop() {

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -19,9 +18,9 @@ import (
 // Deposit is local: one atomic add, flushed by the background sync; it
 // never waits, does no I/O and allocates nothing. Withdraw spends a retry
 // from the process's lease of fleet retries; an empty lease asks Redis for
-// more (one round trip of at most Timeout), unless the last reply said the
-// fleet's budget is spent. In local mode both go to the host's local
-// budget.
+// more (one request in flight per host, waited for at most Timeout or the
+// caller's time left), unless the last reply said the fleet's budget is
+// spent. In local mode both go to the host's local budget.
 //
 // While the host's breaker is not closed (it opened, on its own calls or
 // because the fleet's breaker did), Withdraw grants every retry without
@@ -54,34 +53,26 @@ func (b *Budget) Deposit() {
 
 // Withdraw reports whether one retry may be sent now, and if so records it:
 // in fleet mode it spends a leased fleet retry, asking Redis for a lease if
-// it holds none; in local mode (or when that round trip fails) it asks the
-// local budget.
+// it holds none (waiting at most Timeout); in local mode (or when that
+// round trip fails or takes longer than Timeout) it asks the local budget.
 func (b *Budget) Withdraw() bool { return b.WithdrawWithin(0) }
 
 // WithdrawWithin is Withdraw for a caller with left before its deadline
-// (0: none; retry.BudgetWithin): a lease round trip waits at most the
-// smaller of left and Timeout. A round trip cut short by the caller's left
-// (not by Timeout) decides this retry on the local budget and does not
-// count as a Redis failure.
+// (0: none; retry.BudgetWithin): it waits for a lease at most the smaller
+// of left and Timeout. In fleet mode, a retry the fleet cannot charge in
+// time is refused: when left runs out before the lease's reply, the answer
+// is no, not the local budget's (whose floor, in every process, would let
+// a fleet of callers with short deadlines send the sum of the processes'
+// floors), and the wait does not count as a Redis failure. The request
+// goes on without the caller, and the retries it brings are kept for the
+// next callers of this process, so every retry sent in fleet mode was
+// counted in the fleet's window before it was sent. A wait cut by Timeout
+// is a Redis failure: the fleet goes local, and the local budget decides.
 func (b *Budget) WithdrawWithin(left time.Duration) bool {
-	h := b.h
-	if h == nil {
+	if b.h == nil {
 		return false
 	}
-	if h.brk.State() != breaker.Closed {
-		return true // the breaker holds the retry: see the type's documentation
-	}
-	if !h.f.fleetMode() {
-		return h.local.Withdraw()
-	}
-	if h.lease.take(h.f.since()) {
-		h.spent()
-		return true
-	}
-	if h.denied.Load() {
-		return false
-	}
-	return h.refill(left)
+	return b.h.withdraw(left)
 }
 
 // Stats returns the window b decides on: in fleet mode the fleet's, as of
@@ -114,22 +105,102 @@ func (h *host) spent() {
 	h.local.Withdraw()
 }
 
-// refill asks the fleet for a new lease and spends one of its retries. One
-// lease request runs at a time; callers that wait for it use its lease.
-func (h *host) refill(left time.Duration) bool {
-	h.refillMu.Lock()
-	defer h.refillMu.Unlock()
+// withdraw is [Budget.WithdrawWithin]. A retry comes from h's lease; when
+// it is empty, the caller waits for the host's one lease request in flight
+// (starting it if there is none) and takes from the lease it brings, again
+// until its wait is over.
+func (h *host) withdraw(left time.Duration) bool {
 	f := h.f
-	if !f.fleetMode() {
-		return h.local.Withdraw()
+	var timer *time.Timer
+	short := left > 0 && left < f.cfg.Timeout
+	for {
+		switch {
+		case h.brk.State() != breaker.Closed:
+			return true // the breaker holds the retry: see Budget's documentation
+		case !f.fleetMode():
+			return h.local.Withdraw()
+		case h.lease.take(f.since()):
+			h.spent()
+			return true
+		case h.denied.Load():
+			return false
+		}
+		lc, mine, took := h.leaseRequest()
+		if took {
+			h.spent()
+			return true
+		}
+		if lc == nil {
+			continue // the fleet went local
+		}
+		if timer == nil {
+			wait := f.cfg.Timeout
+			if short {
+				wait = left
+			}
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-lc.done:
+		case <-timer.C:
+			if mine && !lc.claim.CompareAndSwap(claimWaiting, claimGone) {
+				break // the reply came just now, with this caller's retry
+			}
+			if short {
+				return false // the caller's time is up, not Redis's: refused
+			}
+			f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, ErrTimeout))
+			return h.local.Withdraw()
+		}
+		if mine && lc.claim.Load() == claimKept {
+			h.spent()
+			return true
+		}
+		if lc.err != nil {
+			return h.local.Withdraw() // a Redis failure: the fleet is local now
+		}
+		if h.fleetState.Load() == fleetOpen {
+			// The fleet's breaker is open (the script grants no lease
+			// then), and the reply opened this process's breaker if it
+			// had not heard: the retry waits for it.
+			return h.brk.State() != breaker.Closed
+		}
+	}
+}
+
+// leaseCall is a lease request in flight.
+type leaseCall struct {
+	*trip
+	// claim says whether the caller that started the request still
+	// waits for it: the reply keeps one of the retries it brings for
+	// that caller, whatever is left of their slice.
+	claim atomic.Int32
+}
+
+const (
+	claimWaiting = iota // the caller that started the request waits
+	claimGone           // it stopped waiting: every retry goes into the lease
+	claimKept           // the reply kept one retry for it
+)
+
+// leaseRequest returns h's lease request in flight, starting one if there
+// is none (mine: this caller started it); or took, if h's lease held a
+// retry (now spent); or neither, if the fleet is not in fleet mode (Close
+// switches it to local first, so no request starts once Close has begun).
+func (h *host) leaseRequest() (lc *leaseCall, mine, took bool) {
+	f := h.f
+	h.leaseMu.Lock()
+	defer h.leaseMu.Unlock()
+	if h.leasing != nil {
+		return h.leasing, false, false
 	}
 	now := f.since()
 	if h.lease.take(now) {
-		h.spent()
-		return true
+		return nil, false, true
 	}
-	if h.denied.Load() {
-		return false
+	if !f.fleetMode() {
+		return nil, false, false
 	}
 	if h.lease.usedUp(now) {
 		h.want.Store(min(2*h.want.Load(), f.maxLease))
@@ -137,49 +208,62 @@ func (h *host) refill(left time.Duration) bool {
 	h.expire(now, false)
 	want := h.want.Load()
 	f.leaseCalls.Add(1)
-	wait := f.cfg.Timeout
-	short := left > 0 && left < wait
-	if short {
-		wait = left
-	}
-	v, err := f.callWithin([]string{h.key}, append(f.set.args("l", 0), itoa(want)), func(v []int64, err error) {
-		// The caller stopped waiting: whatever was granted goes back.
-		if err == nil {
-			if r, err := decodeLease(v, want); err == nil && r.granted > 0 {
-				h.granted.Add(r.granted)
-				h.addReturn(r.slice, r.granted)
-			}
-		}
-	}, wait)
+	lc = &leaseCall{}
+	lc.trip = f.start([]string{h.key}, append(f.set.args("l", 0), itoa(want)), func(v []int64, err error) error {
+		return h.leased(lc, now, want, v, err)
+	})
+	h.leasing = lc
+	return lc, true, false
+}
+
+// leased takes in the reply to lease request lc for want retries, sent at
+// now, on the request's goroutine, whether or not a caller still waits. It
+// keeps one retry for the caller that started the request if it still
+// waits (it asked before the slice ended, and its retry is counted in it),
+// and the others fill the lease until the slice ends (one installer at a
+// time: there is one request in flight, and the lease was empty when it
+// left), or go back with the next sync if the fleet has gone local
+// meanwhile.
+func (h *host) leased(lc *leaseCall, now, want int64, v []int64, err error) error {
+	f := h.f
 	var r leaseReply
 	if err == nil {
 		r, err = decodeLease(v, want)
 	}
-	if short && errors.Is(err, ErrTimeout) {
-		return h.local.Withdraw() // the caller's time ran out, not Redis
+	h.leaseMu.Lock()
+	if h.leasing == lc {
+		h.leasing = nil
 	}
+	if err == nil {
+		h.granted.Add(r.granted)
+		h.window(r.requests, r.retries, r.state, r.epoch)
+		n := r.granted
+		switch {
+		case n == 0:
+			if r.state != fleetOpen {
+				h.denied.Store(true) // the fleet's budget is spent
+			}
+		case !f.fleetMode():
+			h.addReturn(r.slice, n)
+		default:
+			if lc.claim.CompareAndSwap(claimWaiting, claimKept) {
+				n--
+			}
+			// The lease ends with the slice it was counted in. now was
+			// read before the request left, so now+left is no later
+			// than the slice's end.
+			h.lease.install(n, r.slice, leaseDeadline(now, r.left))
+		}
+	}
+	h.leaseMu.Unlock()
 	if err != nil {
 		f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, err))
-		return h.local.Withdraw()
+		return err
 	}
-	h.window(r.requests, r.retries, r.state, r.epoch)
 	if r.state == fleetOpen {
-		// The fleet's breaker is open (the script grants no lease then):
-		// open this process's breaker too if it has not heard, and the
-		// retry waits for it.
-		h.steer(r.state, r.epoch)
-		return h.brk.State() != breaker.Closed
+		h.steer(r.state, r.epoch) // open this process's breaker if it has not heard
 	}
-	if r.granted == 0 {
-		h.denied.Store(true)
-		return false
-	}
-	h.granted.Add(r.granted)
-	// The lease ends with the slice it was counted in. now was read before
-	// the request left, so now+left is no later than the slice's end.
-	h.lease.install(r.granted-1, r.slice, leaseDeadline(now, r.left))
-	h.spent()
-	return true
+	return nil
 }
 
 // leaseDeadline returns the time on the process's clock (nanoseconds) at

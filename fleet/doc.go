@@ -36,8 +36,13 @@
 // retries are the fleet's in the window, and MinPerSecond·Window is a floor
 // for the whole fleet, not for each process. Retries are granted as small
 // leases: [Budget.Withdraw] spends one from the process's lease, and only
-// an empty lease asks Redis for more (one round trip, at most
-// Config.Timeout). A lease asks for one retry at first, doubles its ask
+// an empty lease asks Redis for more (one request in flight per host,
+// waited for at most Config.Timeout, or the caller's time left if
+// shorter). A retry the fleet cannot charge in that time is refused, never
+// granted from the local budget, and the request goes on to fill the lease
+// for the next callers: every retry granted in fleet mode was counted in
+// the fleet's window before it was sent, whatever the callers' deadlines.
+// A lease asks for one retry at first, doubles its ask
 // each time a whole lease is spent and halves it when one expires unused.
 // A lease ends with the window slice it was counted in (on the server's
 // clock, mapped conservatively to the process's), so every retry is

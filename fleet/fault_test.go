@@ -200,9 +200,11 @@ func TestRoundTripRates(t *testing.T) {
 	}
 }
 
-// A lease request cut short by the caller's own deadline decides that retry
-// on the local budget and does not switch the fleet to local mode: only
-// Redis being slower than Timeout does.
+// A lease request cut short by the caller's own deadline refuses that
+// retry (the fleet could not charge it in time; the local budget's floor
+// would admit it) and does not switch the fleet to local mode: only Redis
+// being slower than Timeout does. The lease the request brings, if it
+// comes, serves the next caller.
 func TestWithdrawWithinShortDeadline(t *testing.T) {
 	rc := redisClient(t)
 	px := newProxy(t, redisAddr(t))
@@ -221,21 +223,32 @@ func TestWithdrawWithinShortDeadline(t *testing.T) {
 	for range 100 {
 		b.Deposit()
 	}
-	// Redis stops answering: a lease that waited Timeout (1 s) would
-	// fail and switch the fleet to local mode; the caller's 20 ms end
-	// the wait first, and the syncs have not yet timed out.
-	px.set(blackhole, 0)
-	if !b.WithdrawWithin(20 * time.Millisecond) {
-		t.Errorf("WithdrawWithin(20ms) = false, want the local budget's yes")
+	// Redis answers 100 ms late: a lease that waited Timeout (1 s) would
+	// come; the caller's 20 ms end the wait first.
+	px.set(delayed, 100*time.Millisecond)
+	if b.WithdrawWithin(20 * time.Millisecond) {
+		t.Errorf("WithdrawWithin(20ms) with Redis 100ms late = true, want a refusal (no fleet retry in time)")
 	}
 	if m := f.Mode(); m != ModeFleet {
 		t.Errorf("mode %v after a lease cut short by the caller, want fleet (stats %+v)", m, f.Stats())
 	}
-	px.set(pass, 0)
-	if !b.WithdrawWithin(time.Second) {
-		t.Errorf("WithdrawWithin(1s) with Redis answering = false")
+	// The request went on without its caller: its lease serves the next.
+	if !eventually(2*time.Second, func() bool { hs, _ := f.HostStats("h"); return hs.Lease > 0 }) {
+		hs, _ := f.HostStats("h")
+		t.Fatalf("no lease installed after the late reply: %+v", hs)
 	}
+	calls := f.Stats().LeaseCalls
+	if !b.WithdrawWithin(time.Millisecond) {
+		t.Errorf("WithdrawWithin(1ms) with a lease held = false")
+	}
+	if n := f.Stats().LeaseCalls - calls; n != 0 {
+		t.Errorf("%d lease round trips with a lease held", n)
+	}
+	px.set(pass, 0)
 	if m := f.Mode(); m != ModeFleet {
 		t.Errorf("mode %v, want fleet", m)
+	}
+	if hs, _ := f.HostStats("h"); hs.Used != 1 || hs.Granted != 1 {
+		t.Errorf("%+v: want the one retry granted late, spent by the next caller", hs)
 	}
 }

@@ -85,6 +85,11 @@ type Config struct {
 	// process) over the sliding window, on the Redis server's clock. Zero
 	// fields take the budget package's defaults; Now is not used. Slices at
 	// most [MaxSlices], and a slice must be a whole number of microseconds.
+	// The bound holds for every retry granted in fleet mode, whatever the
+	// callers' deadlines: each one is counted in the fleet's window before
+	// it is granted, and a retry whose lease cannot come within the
+	// caller's time left is refused, not taken from LocalBudget (see
+	// [Budget.WithdrawWithin]).
 	Budget budget.Config
 	// LocalBudget is each process's own budget per host, used in local
 	// mode (the zero value: budget's defaults). It counts every call in
@@ -398,24 +403,27 @@ func (f *Fleet) setMode(to Mode, err error) {
 	}
 }
 
-// call runs the script with keys and args, and waits for its reply at most
-// Timeout. The round trip runs on a goroutine of its own, so a client that
-// ignores the context's deadline cannot hold the caller longer; if the
-// caller stops waiting, late (if not nil) gets the reply when it comes.
-func (f *Fleet) call(keys, args []string, late func([]int64, error)) ([]int64, error) {
-	return f.callWithin(keys, args, late, f.cfg.Timeout)
+// trip is one round trip to Redis, run on a goroutine of its own so that
+// no caller waits for it longer than it chooses to.
+type trip struct {
+	done chan struct{} // closed once v and err are set
+	v    []int64
+	err  error
 }
 
-// callWithin is call waiting at most wait (at most Timeout) for the reply.
-func (f *Fleet) callWithin(keys, args []string, late func([]int64, error), wait time.Duration) ([]int64, error) {
+// start runs the script with keys and args on a goroutine of its own, on a
+// context that ends Timeout later, and returns at once. then, if not nil,
+// runs on that goroutine with the reply (or the error) when it comes,
+// whether or not a caller still waits, before done is closed; the error it
+// returns (a reply it could not take in) is the trip's. After Close the
+// trip fails with ErrClosed at once, and then is not run.
+func (f *Fleet) start(keys, args []string, then func([]int64, error) error) *trip {
+	tr := &trip{done: make(chan struct{})}
 	if f.closed.Load() {
-		return nil, ErrClosed
+		tr.err = ErrClosed
+		close(tr.done)
+		return tr
 	}
-	type result struct {
-		v   []int64
-		err error
-	}
-	ch, abandon := make(chan result), make(chan struct{})
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -428,21 +436,23 @@ func (f *Fleet) callWithin(keys, args []string, late func([]int64, error), wait 
 			for m := f.maxRoundTrip.Load(); d > m && !f.maxRoundTrip.CompareAndSwap(m, d); m = f.maxRoundTrip.Load() {
 			}
 		}
-		select {
-		case ch <- result{v, err}:
-		case <-abandon:
-			if late != nil {
-				late(v, err)
-			}
+		if then != nil {
+			err = then(v, err)
 		}
+		tr.v, tr.err = v, err
+		close(tr.done)
 	}()
-	t := time.NewTimer(min(wait, f.cfg.Timeout))
+	return tr
+}
+
+// wait returns tr's reply, or ErrTimeout if it has not come within d.
+func (tr *trip) wait(d time.Duration) ([]int64, error) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case r := <-ch:
-		return r.v, r.err
+	case <-tr.done:
+		return tr.v, tr.err
 	case <-t.C:
-		close(abandon)
 		return nil, ErrTimeout
 	}
 }
@@ -568,10 +578,10 @@ func (f *Fleet) sync(final bool) error {
 		batch[i] = h.collect(now, final)
 		args = appendSync(args, batch[i])
 	}
-	v, err := f.call(keys, args, func([]int64, error) { f.syncing.Store(false) })
-	if err != ErrTimeout {
+	v, err := f.start(keys, args, func(_ []int64, err error) error {
 		f.syncing.Store(false)
-	}
+		return err
+	}).wait(f.cfg.Timeout)
 	if err == nil {
 		var r syncReply
 		if r, err = decodeSync(v, len(hosts)); err == nil {
@@ -599,18 +609,19 @@ func (f *Fleet) Close() error {
 		f.mode.Store(uint32(ModeLocal))
 		close(f.stop)
 		<-f.loopDone
-		// Wait for the lease requests in flight, and hold off new ones
-		// (there are none in local mode): every lease goes back.
-		hosts := *f.list.Load()
-		for _, h := range hosts {
-			h.refillMu.Lock()
+		// Wait for the lease requests in flight (none starts in local
+		// mode), so that the last sync gives back every lease.
+		for _, h := range *f.list.Load() {
+			h.leaseMu.Lock()
+			tr := h.leasing
+			h.leaseMu.Unlock()
+			if tr != nil {
+				_, _ = tr.wait(f.cfg.Timeout)
+			}
 		}
 		f.syncing.Store(false) // a late round trip no longer matters
 		if err := f.sync(true); err != nil {
 			f.closeErr = fmt.Errorf("fleet: last sync on close: %w", err)
-		}
-		for _, h := range hosts {
-			h.refillMu.Unlock()
 		}
 		f.closed.Store(true)
 		f.cancel()

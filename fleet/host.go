@@ -29,10 +29,11 @@ type host struct {
 	outcomes atomic.Uint64 // successes in the low 32 bits, failures in the high 32
 	_        [56]byte
 
-	lease    lease
-	refillMu sync.Mutex   // one lease request at a time
-	want     atomic.Int64 // retries the next lease request asks for
-	denied   atomic.Bool  // the fleet's budget is spent: refuse without asking until a sync says otherwise
+	lease   lease
+	leaseMu sync.Mutex   // guards leasing, and the lease's install
+	leasing *leaseCall   // guarded by leaseMu: the lease request in flight, if any
+	want    atomic.Int64 // retries the next lease request asks for
+	denied  atomic.Bool  // the fleet's budget is spent: refuse without asking until a sync says otherwise
 
 	retMu   sync.Mutex
 	returns []returned // guarded by retMu: unused leased retries to give back
@@ -206,7 +207,7 @@ func (h *host) ProbeRound() bool {
 		return true
 	}
 	f.probeCalls.Add(1)
-	v, err := f.call([]string{h.key}, append(f.set.args("p", 0), itoa(h.seen.Load())), nil)
+	v, err := f.start([]string{h.key}, append(f.set.args("p", 0), itoa(h.seen.Load())), nil).wait(f.cfg.Timeout)
 	var r probeReply
 	if err == nil {
 		r, err = decodeProbe(v)
