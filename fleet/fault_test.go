@@ -24,8 +24,14 @@ type workload struct {
 	wg                    sync.WaitGroup
 }
 
-// startWorkload calls op through p from n goroutines.
+// startWorkload calls op through p from n goroutines, pausing 100µs
+// between calls.
 func startWorkload(p *retry.Policy, n int, op func(context.Context, int) error) *workload {
+	return startPaced(p, n, op, 100*time.Microsecond)
+}
+
+// startPaced calls op through p from n goroutines, pausing between calls.
+func startPaced(p *retry.Policy, n int, op func(context.Context, int) error, pause time.Duration) *workload {
 	w := &workload{stop: make(chan struct{})}
 	counted := func(ctx context.Context, attempt int) error {
 		w.attempts.Add(1)
@@ -42,7 +48,7 @@ func startWorkload(p *retry.Policy, n int, op func(context.Context, int) error) 
 					w.mu.Unlock()
 				}
 			}
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(pause)
 		})
 	}
 	return w

@@ -169,6 +169,18 @@ type redisBackend struct {
 	script *redis.Script
 }
 
+// reload asks a Redis Cluster client to reload its map of slots and nodes
+// (in the background): after a master is lost, a go-redis ClusterClient
+// keeps sending the slot's commands to the dead node until its periodic
+// reload (every minute by default), however soon the cluster promotes the
+// replica; a fleet that asks after each failed sync is back in fleet mode
+// a sync after the promotion. Other clients need nothing.
+func (r redisBackend) reload() {
+	if c, ok := r.client.(interface{ ReloadState(context.Context) }); ok {
+		c.ReloadState(context.Background())
+	}
+}
+
 func (r redisBackend) eval(ctx context.Context, keys []string, args []string) ([]int64, error) {
 	a := make([]any, len(args))
 	for i, s := range args {
@@ -595,6 +607,9 @@ func (f *Fleet) sync(final bool) error {
 	}
 	f.syncFailures.Add(1)
 	f.failed(fmt.Errorf("fleet: sync: %w", err))
+	if r, ok := f.be.(interface{ reload() }); ok {
+		r.reload()
+	}
 	return err
 }
 

@@ -33,19 +33,27 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startRedisServer starts redis-server on port (no persistence) and waits
-// until it answers; it is killed when t ends.
-func startRedisServer(t *testing.T, port int) *redisServer {
+// lookTool returns the path of the program name, skipping t if it is not
+// installed (failing it if STORMGUARD_REQUIRE_SERVICES=1).
+func lookTool(t *testing.T, name string) string {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
+	path, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv(storetest.RequireServicesEnv) == "1" {
-			t.Fatalf("redis-server not installed and %s=1: %v", storetest.RequireServicesEnv, err)
+			t.Fatalf("%s not installed and %s=1: %v", name, storetest.RequireServicesEnv, err)
 		}
-		t.Skipf("redis-server not installed: %v", err)
+		t.Skipf("%s not installed: %v", name, err)
 	}
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	return path
+}
+
+// startRedisServer starts redis-server on port (no persistence, and the
+// extra arguments) and waits until it answers; it is killed when t ends.
+func startRedisServer(t *testing.T, port int, extra ...string) *redisServer {
+	t.Helper()
+	path := lookTool(t, "redis-server")
+	cmd := exec.Command(path, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"}, extra...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
