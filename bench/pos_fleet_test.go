@@ -51,13 +51,10 @@ func posFleetSetup(keys *live.Keys) (posSetup, bool) {
 				var errs []error
 				for _, f := range fleets {
 					fs := f.Stats()
-					st.ModeChanges += fs.ModeChanges
-					st.Syncs += fs.Syncs
-					st.SyncFailures += fs.SyncFailures
-					st.LeaseCalls += fs.LeaseCalls
-					st.ProbeCalls += fs.ProbeCalls
+					st.RoundTrips += fs.RoundTrips
+					st.Failures += fs.Failures
 					st.MaxRoundTrip = max(st.MaxRoundTrip, fs.MaxRoundTrip)
-					if fs.Mode != fleet.ModeFleet {
+					if f.Mode() != fleet.ModeFleet {
 						local++
 					}
 					errs = append(errs, f.Close())
@@ -66,18 +63,19 @@ func posFleetSetup(keys *live.Keys) (posSetup, bool) {
 				if err := errors.Join(errs...); err != nil {
 					fmt.Fprintln(os.Stderr, "bench: closing the POS fleets:", err)
 				}
-				return tl.String() + fmt.Sprintf("%d fleets: %d syncs, %d failed or late; %d mode changes, %d in local mode at the end; %d lease and %d probe-round calls; longest round trip %v",
-					len(fleets), st.Syncs, st.SyncFailures, st.ModeChanges, local, st.LeaseCalls, st.ProbeCalls, st.MaxRoundTrip.Round(time.Millisecond))
+				return tl.String() + fmt.Sprintf("%d fleets: %d round trips (syncs, leases, probe rounds), %d failed or late; %d in local mode at the end; longest round trip %v",
+					len(fleets), st.RoundTrips, st.Failures, local, st.MaxRoundTrip.Round(time.Millisecond))
 			}
 			return func(int) live.Call {
 				f, err := fleet.New(client, posFleetConfig(name))
 				if err != nil {
 					return failing(err)
 				}
-				b, err := f.Breaker(strings.ToLower(strings.TrimPrefix(url, "http://")))
+				g, err := f.Guards(strings.ToLower(strings.TrimPrefix(url, "http://")))
 				if err != nil {
 					return failing(err)
 				}
+				b := g.Breaker
 				mu.Lock()
 				fleets = append(fleets, f)
 				mu.Unlock()

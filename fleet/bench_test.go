@@ -52,7 +52,7 @@ func benchFleet(b *testing.B) *Fleet {
 	b.Helper()
 	c := redisClient(b)
 	cfg := Config{Name: uniqueName(b), Timeout: time.Second}
-	cleanup(b, c, "", cfg.Name)
+	cleanup(b, c, cfg.Name)
 	f, err := New(c, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -71,7 +71,7 @@ func BenchmarkDeposit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fb, err := benchFleet(b).Budget("api")
+	fb, err := benchFleet(b).hostBudget("api")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func BenchmarkSuccess(b *testing.B) {
 // lease (no round trip), against a local budget's Withdraw.
 func BenchmarkWithdrawLeaseHit(b *testing.B) {
 	f := benchFleet(b)
-	fb, err := f.Budget("api")
+	fb, err := f.hostBudget("api")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,14 +167,14 @@ func BenchmarkWithdrawLeaseHit(b *testing.B) {
 		h.expire(0, true)
 		h.lease.install(math.MaxUint32, 0, math.MaxInt64)
 		h.leaseMu.Unlock()
-		calls := f.Stats().LeaseCalls
+		calls := f.stats().LeaseCalls
 		b.ReportAllocs()
 		for b.Loop() {
 			if !fb.Withdraw() {
 				b.Fatal("Withdraw refused with a full lease")
 			}
 		}
-		if n := f.Stats().LeaseCalls - calls; n != 0 {
+		if n := f.stats().LeaseCalls - calls; n != 0 {
 			b.Fatalf("%d lease round trips with a full lease", n)
 		}
 		h.expire(0, true) // the test lease is not the fleet's: do not return it
@@ -230,7 +230,7 @@ func BenchmarkSync(b *testing.B) {
 			f := benchFleet(b)
 			var budgets []*Budget
 			for i := range n {
-				fb, err := f.Budget("host" + strconv.Itoa(i))
+				fb, err := f.hostBudget("host" + strconv.Itoa(i))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -33,7 +33,7 @@ func TestShortDeadlinesKeepTheFleetBound(t *testing.T) {
 	cfg := Config{Name: uniqueName(t), SyncEvery: 100 * time.Millisecond, Timeout: 5 * time.Second,
 		Budget:   budget.Config{Ratio: 0.1, MinPerSecond: 2, Window: 20 * time.Second, Slices: 20},
 		MinCalls: 1_000_000, Breaker: breaker.Config{MinCalls: 1_000_000}}
-	cleanup(t, rc, "", cfg.Name)
+	cleanup(t, rc, cfg.Name)
 	var fleets []*Fleet
 	for range procs { // a client each, as processes have
 		c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 5 * time.Second})
@@ -46,7 +46,7 @@ func TestShortDeadlinesKeepTheFleetBound(t *testing.T) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, f := range fleets {
-		b, err := f.Budget("api")
+		b, err := f.hostBudget("api")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,11 +74,11 @@ func TestShortDeadlinesKeepTheFleetBound(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		s := f.Stats()
+		s := f.stats()
 		if s.ModeChanges != 0 {
 			t.Errorf("a process left fleet mode (%+v): the test needs Redis slow, not failing", s)
 		}
-		hs, _ := f.HostStats("api")
+		hs, _ := f.hostStats("api")
 		used += hs.Used
 		leaseCalls += s.LeaseCalls
 	}

@@ -10,9 +10,10 @@ import (
 	"github.com/stormguard/stormguard/budget"
 )
 
-// Budget is the fleet retry budget of one destination host: a retry.Budget
-// for retry.WithBudget or httpretry.Guards. Get one from [Fleet.Budget]; a
-// zero Budget counts nothing and refuses every retry. It is safe for
+// Budget is the fleet retry budget of one destination host: the Budget of
+// the host's guards from [Fleet.Guards], a retry.Budget (and a
+// retry.BudgetWithin); a zero Budget counts nothing and refuses every
+// retry. It is safe for
 // concurrent use.
 //
 // Deposit is local: one atomic add, flushed by the background sync; it
@@ -90,14 +91,6 @@ func (b *Budget) Stats() budget.Stats {
 	return budget.Stats{Requests: int(q), Retries: int(r), Limit: float64(h.f.set.ratio*float64(q)) + h.f.set.reserve}
 }
 
-// Host returns the destination host b belongs to ("" for a zero Budget).
-func (b *Budget) Host() string {
-	if b.h == nil {
-		return ""
-	}
-	return b.h.name
-}
-
 // spent records a retry taken from the lease; the local budget hears of it
 // too, so that its window is current when the fleet goes local.
 func (h *host) spent() {
@@ -150,7 +143,7 @@ func (h *host) withdraw(left time.Duration) bool {
 			if short {
 				return false // the caller's time is up, not Redis's: refused
 			}
-			f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, ErrTimeout))
+			f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, errTimeout))
 			return h.local.Withdraw()
 		}
 		if mine && lc.claim.Load() == claimKept {
@@ -203,7 +196,7 @@ func (h *host) leaseRequest() (lc *leaseCall, mine, took bool) {
 		return nil, false, false
 	}
 	if h.lease.usedUp(now) {
-		h.want.Store(min(2*h.want.Load(), f.maxLease))
+		h.want.Store(min(2*h.want.Load(), maxLease))
 	}
 	h.expire(now, false)
 	want := h.want.Load()

@@ -55,7 +55,7 @@ func (panicky) eval(context.Context, []string, []string) ([]int64, error) {
 func TestClientPanicIsARedisFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := mustNew(t, panicky{}, Config{Name: "p", SyncEvery: 10 * time.Millisecond})
-		s := f.Stats()
+		s := f.stats()
 		if s.Mode != ModeLocal || !errors.Is(s.LastError, errClientPanic) || !strings.Contains(s.LastError.Error(), "client bug") {
 			t.Fatalf("after a sync whose client panicked: mode %v, last error %v; want local and the panic", s.Mode, s.LastError)
 		}
@@ -91,7 +91,7 @@ func TestNewUnreachableStartsLocal(t *testing.T) {
 		t.Fatalf("New with Redis unreachable = %v, want a fleet in local mode", err)
 	}
 	defer f.Close()
-	s := f.Stats()
+	s := f.stats()
 	if s.Mode != ModeLocal || s.LastError == nil {
 		t.Fatalf("New with Redis unreachable: mode %v, last error %v; want local with the reason", s.Mode, s.LastError)
 	}
@@ -106,6 +106,6 @@ func TestNewUnreachableStartsLocal(t *testing.T) {
 	}
 	startRedisServer(t, port)
 	if !eventually(5*time.Second, func() bool { return f.Mode() == ModeFleet }) {
-		t.Fatalf("still local 5s after Redis came up: %+v", f.Stats())
+		t.Fatalf("still local 5s after Redis came up: %+v", f.stats())
 	}
 }

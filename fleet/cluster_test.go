@@ -215,7 +215,7 @@ func TestRedisCluster(t *testing.T) {
 	any0 := rc.alive()[0]
 	slot := -1
 	for _, h := range hosts {
-		key := DefaultPrefix + "{" + cfg.Name + "}:" + h
+		key := keyPrefix + "{" + cfg.Name + "}:" + h
 		s, err := rc.do(any0, "CLUSTER", "KEYSLOT", key).Int()
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +278,7 @@ func TestRedisCluster(t *testing.T) {
 	// The keys live on the master serving the slot.
 	time.Sleep(3 * every)
 	for _, h := range hosts[:1] {
-		if n, err := rc.do(master, "EXISTS", DefaultPrefix+"{"+cfg.Name+"}:"+h).Int(); err != nil || n != 1 {
+		if n, err := rc.do(master, "EXISTS", keyPrefix+"{"+cfg.Name+"}:"+h).Int(); err != nil || n != 1 {
 			t.Errorf("EXISTS on the slot's master %s = %d, %v; want the key there", master, n, err)
 		}
 	}
@@ -433,7 +433,7 @@ func (fl flaky) tally(t *testing.T, ps []*clusterProc, c redis.UniversalClient, 
 		x.calls += calls
 		x.retries += retries
 		x.badErrs = append(x.badErrs, w.badErrs...)
-		hs, _ := ps[i].f.HostStats(host)
+		hs, _ := ps[i].f.hostStats(host)
 		x.used += hs.Used
 		x.localRetries += retries - hs.Used
 		x.localBound += 0.1*float64(calls) + 10 // LocalBudget: Ratio·calls + MinPerSecond·Window

@@ -73,7 +73,7 @@
 // interval (Breaker.OpenFor), one per slot of OpenFor/ProbeRounds, so a
 // thousand processes send a handful of probes, not a thousand, and a
 // dependency that is back is found within about a slot. A round is one
-// call by default (Breaker.Probes defaults to [DefaultProbes], 1, in a
+// call by default (Breaker.Probes defaults to 1 in a
 // fleet): the call that asked for it, so a low-volume process granted a
 // round needs no other call to finish it. When a process's probes close
 // its breaker, its next sync (started at once) tells the fleet, and every
@@ -112,18 +112,40 @@
 // The success path is the same in both modes, and never waits on Redis. The
 // background sync keeps trying every interval, and the first one that
 // succeeds switches back to ModeFleet. Counts of a failed sync are dropped,
-// which only makes the fleet stricter; a lease granted after its caller
-// stopped waiting is given back; the leases of a process that dies expire
-// with their slice. The mode and the last error are in [Fleet.Stats]; each
-// change (not each call) is logged at Warn (Config.Logger) and reported as
-// an observe.FleetMode event (Config.Observer).
+// which only makes the fleet stricter; a lease granted after the fleet went
+// local is given back; the leases of a process that dies expire with their
+// slice. A Redis that does not answer at [New] is not an error either: the
+// Fleet starts in local mode, with the reason logged. The mode is
+// [Fleet.Mode], the last error in [Fleet.Stats]; each change (not each
+// call) is logged at Warn (Config.Logger) and reported as an
+// observe.FleetMode event (Config.Observer).
 //
 // # Redis
 //
 // Redis 5.0 or later (the script reads TIME before it writes), single,
-// Sentinel or Cluster, through any redis.UniversalClient. Give the client
-// ContextTimeoutEnabled: true so that an abandoned round trip ends at its
-// deadline; the fleet never waits longer than Config.Timeout either way.
-// Each host is one hash, Prefix + "{" + Name + "}:" + host, that expires
-// when no process has synced it for twice the longest window plus 10 s.
+// Sentinel or Cluster, through any redis.UniversalClient (not a nil one,
+// typed nil included). Give the client ContextTimeoutEnabled: true so that
+// an abandoned round trip ends at its deadline; the fleet never waits
+// longer than Config.Timeout either way. Each host is one hash,
+// "stormguard:fleet:{" + Name + "}:" + host, that expires when no process
+// has synced it for twice the longest window plus 10 s.
+//
+// On Redis Cluster, every key of a fleet is in the one slot of its hash
+// tag, served by one master. While that slot has no master (a master
+// killed, until the cluster promotes its replica: about the cluster's node
+// timeout plus an election), every round trip fails and each process is in
+// local mode, its local budget and breaker deciding alone, as above; the
+// callers see no error. After each failed sync the fleet asks a go-redis
+// ClusterClient to reload its map of slots (it would otherwise keep
+// sending to the dead master until its periodic reload, once a minute by
+// default), so fleet mode is back a sync or two after the promotion. A
+// manual failover (CLUSTER FAILOVER) loses no write, and the processes
+// stay in fleet mode through it. Replication is asynchronous, and the
+// fleet does not wait for replicas (WAIT) on its round trips: writes a
+// master acknowledged but had not passed on when it died are lost. Lost
+// requests and outcomes only make the fleet stricter; retries leased in
+// that lag are spent but no longer counted, so the fleet may grant that
+// many more in its window; a state change of the fleet's breaker lost that way is undone in
+// every process that had seen it (a lost open resets the breakers it
+// opened, until the failures that still come open it again).
 package fleet

@@ -27,23 +27,23 @@ func Example() {
 	defer f.Close()
 	fmt.Println("mode:", f.Mode())
 
-	b, err := f.Budget("payments.example.com")
+	g, err := f.Guards("payments.example.com")
 	if err != nil {
 		log.Fatal(err)
 	}
 	for range 100 {
-		b.Deposit()
+		g.Budget.Deposit()
 	}
 	retries := 0
-	for b.Withdraw() {
+	for g.Budget.Withdraw() {
 		retries++
 	}
 	fmt.Println("retries allowed after 100 requests:", retries)
-	fmt.Println("round trips on the callers' paths:", f.Stats().LeaseCalls+f.Stats().ProbeCalls)
+	fmt.Println("last error:", f.Stats().LastError != nil)
 	// Output:
 	// mode: local
 	// retries allowed after 100 requests: 20
-	// round trips on the callers' paths: 0
+	// last error: true
 }
 
 // Every process of a fleet of POS terminals builds its HTTP client like
@@ -80,6 +80,7 @@ func ExampleFleet_Guards() {
 		log.Fatal(err)
 	}
 	resp.Body.Close()
-	s, _ := f.HostStats("payments.example.com")
-	fmt.Printf("fleet mode %v: %d requests, %d retries in the fleet's window\n", f.Mode(), s.Requests, s.Retries)
+	for _, h := range rt.Hosts() { // the fleet's window, as of the last reply from Redis
+		fmt.Printf("%s, fleet mode %v: %d requests, %d retries\n", h.Host, f.Mode(), h.Budget.Requests, h.Budget.Retries)
+	}
 }

@@ -86,7 +86,7 @@ func TestFaultsThroughProxy(t *testing.T) {
 	cfg := Config{Name: uniqueName(t), SyncEvery: every, Timeout: 50 * time.Millisecond,
 		LocalBudget: budget.Config{Ratio: 0.1, MinPerSecond: 1, Window: 10 * time.Second},
 		MinCalls:    1_000_000, Breaker: breaker.Config{MinCalls: 1_000_000}}
-	cleanup(t, rc, "", cfg.Name)
+	cleanup(t, rc, cfg.Name)
 	f, err := New(newClient(t, px.addr()), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +114,10 @@ func TestFaultsThroughProxy(t *testing.T) {
 		var took time.Duration
 		start := time.Now()
 		if !eventually(3*time.Second, func() bool { return f.Mode() == ph.want }) {
-			t.Fatalf("%s: mode %v after 3s, want %v (stats %+v)", ph.name, f.Mode(), ph.want, f.Stats())
+			t.Fatalf("%s: mode %v after 3s, want %v (stats %+v)", ph.name, f.Mode(), ph.want, f.stats())
 		}
 		took = time.Since(start)
-		before, cmds := f.Stats(), px.count("EVALSHA")+px.count("EVAL")
+		before, cmds := f.stats(), px.count("EVALSHA")+px.count("EVAL")
 		calls := good.calls.Load()
 		var bad *workload
 		if ph.want == ModeLocal {
@@ -136,7 +136,7 @@ func TestFaultsThroughProxy(t *testing.T) {
 			}
 			flaky = newPolicy(t, f, "flaky") // fresh counts for the next fault
 		}
-		after := f.Stats()
+		after := f.stats()
 		rate := float64(after.RoundTrips-before.RoundTrips) / (15 * every).Seconds()
 		t.Logf("%-25s mode %v after %3dms; %6d successful calls, %4.0f round trips/s, %d script commands reached Redis",
 			ph.name, f.Mode(), took.Milliseconds(), good.calls.Load()-calls, rate, px.count("EVALSHA")+px.count("EVAL")-cmds)
@@ -145,7 +145,7 @@ func TestFaultsThroughProxy(t *testing.T) {
 		}
 	}
 	good.end()
-	s := f.Stats()
+	s := f.stats()
 	if good.errs.Load() != 0 || len(good.badErrs) != 0 {
 		t.Errorf("%d of %d successful calls returned an error through the faults", good.errs.Load(), good.calls.Load())
 	}
@@ -171,7 +171,7 @@ func TestRoundTripRates(t *testing.T) {
 	rc := redisClient(t)
 	px := newProxy(t, redisAddr(t))
 	cfg := Config{Name: uniqueName(t), Timeout: 50 * time.Millisecond} // the default 100ms interval
-	cleanup(t, rc, "", cfg.Name)
+	cleanup(t, rc, cfg.Name)
 	f, err := New(newClient(t, px.addr()), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -183,9 +183,9 @@ func TestRoundTripRates(t *testing.T) {
 		}
 	}
 	measure := func(d time.Duration) float64 {
-		before := f.Stats().RoundTrips
+		before := f.stats().RoundTrips
 		time.Sleep(d)
-		return float64(f.Stats().RoundTrips-before) / d.Seconds()
+		return float64(f.stats().RoundTrips-before) / d.Seconds()
 	}
 	idle := measure(time.Second)
 	px.set(cut, 0)
@@ -197,7 +197,7 @@ func TestRoundTripRates(t *testing.T) {
 	hole := measure(time.Second)
 	px.set(pass, 0)
 	t.Logf("round trips per second, one process, 10 hosts, sync every %v: idle %.1f, Redis refusing %.1f, Redis blackholed %.1f",
-		f.Config().SyncEvery, idle, down, hole)
+		f.cfg.SyncEvery, idle, down, hole)
 	if idle > 11 || down > 11 || hole > 11 {
 		t.Errorf("more than one round trip per interval: idle %.1f, down %.1f, blackholed %.1f per second", idle, down, hole)
 	}
@@ -216,13 +216,13 @@ func TestWithdrawWithinShortDeadline(t *testing.T) {
 	px := newProxy(t, redisAddr(t))
 	cfg := Config{Name: uniqueName(t), SyncEvery: 50 * time.Millisecond, Timeout: time.Second,
 		MinCalls: 1_000_000, Breaker: breaker.Config{MinCalls: 1_000_000}}
-	cleanup(t, rc, "", cfg.Name)
+	cleanup(t, rc, cfg.Name)
 	f, err := New(newClient(t, px.addr()), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b, err := f.Budget("h")
+	b, err := f.hostBudget("h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,25 +236,25 @@ func TestWithdrawWithinShortDeadline(t *testing.T) {
 		t.Errorf("WithdrawWithin(20ms) with Redis 100ms late = true, want a refusal (no fleet retry in time)")
 	}
 	if m := f.Mode(); m != ModeFleet {
-		t.Errorf("mode %v after a lease cut short by the caller, want fleet (stats %+v)", m, f.Stats())
+		t.Errorf("mode %v after a lease cut short by the caller, want fleet (stats %+v)", m, f.stats())
 	}
 	// The request went on without its caller: its lease serves the next.
-	if !eventually(2*time.Second, func() bool { hs, _ := f.HostStats("h"); return hs.Lease > 0 }) {
-		hs, _ := f.HostStats("h")
+	if !eventually(2*time.Second, func() bool { hs, _ := f.hostStats("h"); return hs.Lease > 0 }) {
+		hs, _ := f.hostStats("h")
 		t.Fatalf("no lease installed after the late reply: %+v", hs)
 	}
-	calls := f.Stats().LeaseCalls
+	calls := f.stats().LeaseCalls
 	if !b.WithdrawWithin(time.Millisecond) {
 		t.Errorf("WithdrawWithin(1ms) with a lease held = false")
 	}
-	if n := f.Stats().LeaseCalls - calls; n != 0 {
+	if n := f.stats().LeaseCalls - calls; n != 0 {
 		t.Errorf("%d lease round trips with a lease held", n)
 	}
 	px.set(pass, 0)
 	if m := f.Mode(); m != ModeFleet {
 		t.Errorf("mode %v, want fleet", m)
 	}
-	if hs, _ := f.HostStats("h"); hs.Used != 1 || hs.Granted != 1 {
+	if hs, _ := f.hostStats("h"); hs.Used != 1 || hs.Granted != 1 {
 		t.Errorf("%+v: want the one retry granted late, spent by the next caller", hs)
 	}
 }

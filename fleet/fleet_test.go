@@ -24,20 +24,18 @@ func TestConfigErrors(t *testing.T) {
 		{"empty name", Config{}},
 		{"brace in name", Config{Name: "a{b"}},
 		{"closing brace in name", Config{Name: "a}"}},
-		{"brace in prefix", Config{Name: "a", Prefix: "x{"}},
 		{"sync interval below 1ms", Config{Name: "a", SyncEvery: time.Microsecond}},
 		{"negative sync interval", Config{Name: "a", SyncEvery: -time.Second}},
 		{"negative timeout", Config{Name: "a", Timeout: -1}},
 		{"negative min calls", Config{Name: "a", MinCalls: -1}},
 		{"negative probe rounds", Config{Name: "a", ProbeRounds: -1}},
-		{"negative max lease", Config{Name: "a", MaxLease: -1}},
 		{"negative max hosts", Config{Name: "a", MaxHosts: -1}},
 		{"shared set", Config{Name: "a", Breaker: breaker.Config{Shared: &host{}}}},
 		{"bad fleet budget", Config{Name: "a", Budget: budget.Config{Ratio: 2}}},
 		{"bad local budget", Config{Name: "a", LocalBudget: budget.Config{Slices: -1}}},
 		{"bad breaker", Config{Name: "a", Breaker: breaker.Config{FailureRatio: 2}}},
-		{"too many slices", Config{Name: "a", Budget: budget.Config{Window: 2 * time.Second, Slices: MaxSlices + 1}}},
-		{"too many buckets", Config{Name: "a", Breaker: breaker.Config{Window: 2 * time.Second, Buckets: MaxSlices + 1}}},
+		{"too many slices", Config{Name: "a", Budget: budget.Config{Window: 2 * time.Second, Slices: maxSlices + 1}}},
+		{"too many buckets", Config{Name: "a", Breaker: breaker.Config{Window: 2 * time.Second, Buckets: maxSlices + 1}}},
 		{"slice not whole microseconds", Config{Name: "a", Budget: budget.Config{Window: 1_000_500, Slices: 1}}},
 		{"bucket not whole microseconds", Config{Name: "a", Breaker: breaker.Config{Window: 1_000_500, Buckets: 1}}},
 	}
@@ -64,10 +62,10 @@ func TestConfigErrors(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := mustNew(t, newModelBackend(), Config{Name: "d"})
-		c := f.Config()
-		if c.Prefix != DefaultPrefix || c.SyncEvery != DefaultSyncEvery || c.Timeout != DefaultTimeout ||
-			c.ProbeRounds != DefaultProbeRounds || c.MaxLease != DefaultMaxLease || c.MaxHosts != DefaultMaxHosts {
-			t.Errorf("Config() = %+v, want the defaults", c)
+		c := f.cfg
+		if c.SyncEvery != defaultSyncEvery || c.Timeout != defaultTimeout || c.ProbeRounds != defaultProbeRounds ||
+			c.MaxHosts != defaultMaxHosts || c.Breaker.Probes != defaultProbes || f.keyPrefix != "stormguard:fleet:{d}:" {
+			t.Errorf("config %+v, key prefix %q, want the defaults", c, f.keyPrefix)
 		}
 		if f.set.reserve != 10 || f.set.ratio != 0.1 || f.set.sliceUS != 1_000_000 || f.set.minCalls != 20 || f.set.probeUS != 1_000_000 {
 			t.Errorf("settings %+v, want budget and breaker defaults", f.set)
@@ -95,7 +93,7 @@ func TestSuccessPathMakesNoRoundTrips(t *testing.T) {
 		f := mustNew(t, be, Config{Name: "s", SyncEvery: 10 * time.Millisecond})
 		p := policy(t, f, "api")
 		ctx := context.Background()
-		before := f.Stats()
+		before := f.stats()
 		for i := range 10_000 {
 			if err := p.Do(ctx, ok); err != nil {
 				t.Fatalf("call %d: %v", i, err)
@@ -105,7 +103,7 @@ func TestSuccessPathMakesNoRoundTrips(t *testing.T) {
 			}
 		}
 		time.Sleep(25 * time.Millisecond) // between two syncs
-		s := f.Stats()
+		s := f.stats()
 		syncs := s.Syncs - before.Syncs
 		if syncs < 10 {
 			t.Errorf("%d syncs in 120ms of 10ms intervals, want at least 10", syncs)
@@ -116,7 +114,7 @@ func TestSuccessPathMakesNoRoundTrips(t *testing.T) {
 		if got := be.calls.Load(); got != s.RoundTrips {
 			t.Errorf("backend saw %d calls, stats count %d", got, s.RoundTrips)
 		}
-		hs, _ := f.HostStats("api")
+		hs, _ := f.hostStats("api")
 		if hs.Requests != 10_000 || hs.Calls != 10_000 || hs.Failures != 0 {
 			t.Errorf("fleet window after 10000 successes: %+v", hs)
 		}
@@ -134,7 +132,7 @@ func TestBudgetSharedAcrossProcesses(t *testing.T) {
 		var budgets []*Budget
 		for range 3 {
 			f := mustNew(t, be, cfg)
-			b, err := f.Budget("api")
+			b, err := f.hostBudget("api")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +162,7 @@ func TestBudgetSharedAcrossProcesses(t *testing.T) {
 		}
 		var used, returned int64
 		for _, f := range fleets {
-			hs, _ := f.HostStats("api")
+			hs, _ := f.hostStats("api")
 			used += hs.Used
 			returned += hs.Returned
 		}
@@ -189,9 +187,9 @@ func sumWindow(be *modelBackend, key string) (q, r int64) {
 func TestLeaseExpiresWithItsSlice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := newModelBackend()
-		f := mustNew(t, be, Config{Name: "l", MaxLease: 8,
+		f := mustNew(t, be, Config{Name: "l",
 			Budget: budget.Config{Ratio: 1, MinPerSecond: 100, Window: time.Second, Slices: 10}})
-		b, _ := f.Budget("api")
+		b, _ := f.hostBudget("api")
 		// Grow the ask: 1, 2, 4, 8.
 		for range 1 + 2 + 4 {
 			if !b.Withdraw() {
@@ -201,16 +199,16 @@ func TestLeaseExpiresWithItsSlice(t *testing.T) {
 		if !b.Withdraw() {
 			t.Fatal("Withdraw refused")
 		}
-		hs, _ := f.HostStats("api")
-		if hs.Granted != 15 || hs.Lease != 7 || f.Stats().LeaseCalls != 4 {
-			t.Fatalf("after 8 withdrawals: %+v, %d lease calls; want 15 granted (1+2+4+8), 7 held, 4 calls", hs, f.Stats().LeaseCalls)
+		hs, _ := f.hostStats("api")
+		if hs.Granted != 15 || hs.Lease != 7 || f.stats().LeaseCalls != 4 {
+			t.Fatalf("after 8 withdrawals: %+v, %d lease calls; want 15 granted (1+2+4+8), 7 held, 4 calls", hs, f.stats().LeaseCalls)
 		}
 		time.Sleep(100 * time.Millisecond) // the slice (100ms) is over
-		if hs, _ := f.HostStats("api"); hs.Lease != 0 {
+		if hs, _ := f.hostStats("api"); hs.Lease != 0 {
 			t.Errorf("lease holds %d retries after its slice ended", hs.Lease)
 		}
 		time.Sleep(150 * time.Millisecond) // a sync gives them back
-		hs, _ = f.HostStats("api")
+		hs, _ = f.hostStats("api")
 		if hs.Returned != 7 || hs.Retries != 8 {
 			t.Errorf("after the slice: %+v, want 7 returned and 8 retries counted", hs)
 		}
@@ -271,10 +269,10 @@ func TestModeSwitch(t *testing.T) {
 		rec := &recorder{}
 		f := mustNew(t, be, Config{Name: "m", SyncEvery: 10 * time.Millisecond, Logger: slog.New(rec), Observer: rec,
 			LocalBudget: budget.Config{Ratio: 0.1, MinPerSecond: 0.5, Window: 10 * time.Second}})
-		b, _ := f.Budget("api")
+		b, _ := f.hostBudget("api")
 		be.down.Store(true)
 		time.Sleep(55 * time.Millisecond) // five failed syncs
-		s := f.Stats()
+		s := f.stats()
 		if s.Mode != ModeLocal || !errors.Is(s.LastError, errDown) || s.SyncFailures < 5 {
 			t.Fatalf("with Redis down: %+v", s)
 		}
@@ -309,8 +307,8 @@ func TestModeSwitch(t *testing.T) {
 		if len(logs) != 2 || !strings.HasPrefix(logs[0], "WARN") {
 			t.Errorf("logs %q, want one Warn per change", logs)
 		}
-		if f.Stats().ModeChanges != 2 {
-			t.Errorf("ModeChanges = %d, want 2", f.Stats().ModeChanges)
+		if f.stats().ModeChanges != 2 {
+			t.Errorf("ModeChanges = %d, want 2", f.stats().ModeChanges)
 		}
 	})
 }
@@ -331,8 +329,8 @@ func TestSlowRedis(t *testing.T) {
 		if d := time.Since(start); d != 20*time.Millisecond {
 			t.Errorf("Withdraw with a slow Redis took %v, want the 20ms timeout", d)
 		}
-		if f.Mode() != ModeLocal || !errors.Is(f.Stats().LastError, ErrTimeout) {
-			t.Errorf("after a timeout: mode %v, last error %v", f.Mode(), f.Stats().LastError)
+		if f.Mode() != ModeLocal || !errors.Is(f.stats().LastError, errTimeout) {
+			t.Errorf("after a timeout: mode %v, last error %v", f.Mode(), f.stats().LastError)
 		}
 		start = time.Now()
 		for range 1000 {
@@ -357,7 +355,7 @@ func TestSlowRedis(t *testing.T) {
 		}
 		// The late lease reply was given back: the fleet counts only what was spent.
 		time.Sleep(50 * time.Millisecond)
-		hs, _ := f.HostStats("api")
+		hs, _ := f.hostStats("api")
 		if hs.Granted != 1 || hs.Used != 0 || hs.Retries != 0 {
 			t.Errorf("a lease granted after its caller left: %+v, want 1 granted, none used, none counted by the fleet", hs)
 		}
@@ -378,7 +376,7 @@ func breakers(t *testing.T, fleets []*Fleet, host string) []*breaker.Breaker {
 	t.Helper()
 	var out []*breaker.Breaker
 	for _, f := range fleets {
-		b, err := f.Breaker(host)
+		b, err := f.hostBreaker(host)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -451,7 +449,7 @@ func TestFleetTripsAndRecovers(t *testing.T) {
 				t.Errorf("breaker %d is %v after the fleet's probes succeeded", i, s)
 			}
 		}
-		hs, _ := fleets[0].HostStats("api")
+		hs, _ := fleets[0].hostStats("api")
 		if hs.Breaker != breaker.Closed || hs.Epoch != 2 || hs.Calls != 0 {
 			t.Errorf("fleet breaker after recovery: %+v, want closed, epoch 2, an empty window", hs)
 		}
@@ -499,7 +497,7 @@ func TestProbeRoundsFleetWide(t *testing.T) {
 		}
 		var rounds int64
 		for _, f := range fleets {
-			hs, _ := f.HostStats("api")
+			hs, _ := f.hostStats("api")
 			rounds += hs.ProbeRounds
 		}
 		if rounds > 21*2 {
@@ -517,16 +515,16 @@ func TestCloseStopsEverything(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := f.Budget("api")
+		b, _ := f.hostBudget("api")
 		for range 10 {
 			b.Deposit()
 		}
 		be.delay.Store(int64(time.Hour))
 		time.Sleep(15 * time.Millisecond) // a sync is stuck in flight
-		if err := f.Close(); !errors.Is(err, ErrTimeout) {
+		if err := f.Close(); !errors.Is(err, errTimeout) {
 			t.Errorf("Close() = %v, want its last sync's timeout", err)
 		}
-		if err := f.Close(); !errors.Is(err, ErrTimeout) {
+		if err := f.Close(); !errors.Is(err, errTimeout) {
 			t.Errorf("second Close() = %v, want the same error", err)
 		}
 		if f.Mode() != ModeLocal {
@@ -542,8 +540,8 @@ func TestCloseStopsEverything(t *testing.T) {
 func TestZeroBudget(t *testing.T) {
 	var b Budget
 	b.Deposit()
-	if b.Withdraw() || b.Host() != "" {
-		t.Error("a zero Budget admitted a retry or named a host")
+	if b.Withdraw() || b.WithdrawWithin(time.Second) || b.Stats() != (budget.Stats{}) {
+		t.Error("a zero Budget admitted a retry or reported a window")
 	}
 }
 
@@ -555,15 +553,15 @@ func TestTooManyHosts(t *testing.T) {
 				t.Fatalf("Guards(%q): %v", h, err)
 			}
 		}
-		if _, err := f.Budget("c"); !errors.Is(err, ErrTooManyHosts) {
+		if _, err := f.hostBudget("c"); !errors.Is(err, ErrTooManyHosts) {
 			t.Errorf("third host: %v, want ErrTooManyHosts", err)
 		}
-		b1, _ := f.Breaker("a")
-		b2, _ := f.Breaker("a")
+		b1, _ := f.hostBreaker("a")
+		b2, _ := f.hostBreaker("a")
 		if b1 != b2 {
 			t.Error("two breakers for one host")
 		}
-		if _, ok := f.HostStats("zzz"); ok {
+		if _, ok := f.hostStats("zzz"); ok {
 			t.Error("HostStats of an unknown host")
 		}
 	})

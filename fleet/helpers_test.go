@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/idempotency/storetest"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -54,14 +55,11 @@ func uniqueName(t testing.TB) string {
 }
 
 // cleanup deletes the keys of fleet name when t ends.
-func cleanup(t testing.TB, c redis.UniversalClient, prefix, name string) {
+func cleanup(t testing.TB, c redis.UniversalClient, name string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if prefix == "" {
-			prefix = DefaultPrefix
-		}
-		keys, _ := c.Keys(ctx, prefix+"{"+name+"}:*").Result()
+		keys, _ := c.Keys(ctx, keyPrefix+"{"+name+"}:*").Result()
 		if len(keys) > 0 {
 			c.Del(ctx, keys...)
 		}
@@ -134,4 +132,86 @@ func mustNew(t testing.TB, be backend, c Config) *Fleet {
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// hostBudget returns the fleet budget of host name (the Budget of its
+// guards).
+func (f *Fleet) hostBudget(name string) (*Budget, error) {
+	h, err := f.host(name)
+	if err != nil {
+		return nil, err
+	}
+	return &h.budget, nil
+}
+
+// hostBreaker returns the breaker of host name (the Breaker of its guards).
+func (f *Fleet) hostBreaker(name string) (*breaker.Breaker, error) {
+	h, err := f.host(name)
+	if err != nil {
+		return nil, err
+	}
+	return h.brk, nil
+}
+
+// testStats is what the tests read of a Fleet: its Stats, its mode and
+// the counters behind them.
+type testStats struct {
+	Stats
+	Mode                             Mode
+	ModeChanges, Syncs, SyncFailures int64
+	LeaseCalls, ProbeCalls           int64
+	Hosts                            int
+}
+
+// stats returns a snapshot of f's Stats and counters.
+func (f *Fleet) stats() testStats {
+	return testStats{Stats: f.Stats(), Mode: f.Mode(), ModeChanges: f.modeChanges.Load(),
+		Syncs: f.syncs.Load(), SyncFailures: f.syncFailures.Load(),
+		LeaseCalls: f.leaseCalls.Load(), ProbeCalls: f.probeCalls.Load(), Hosts: len(*f.list.Load())}
+}
+
+// hostStats is a snapshot of one host's share of the fleet.
+type hostStats struct {
+	// Requests and Retries are the fleet budget's window as of the last
+	// reply from Redis (a sync or a lease), and Limit the retries it
+	// allows: Ratio·Requests + the fleet's floor.
+	Requests, Retries int64
+	Limit             float64
+	// Lease is the number of leased retries this process holds.
+	Lease int64
+	// Granted counts the retries leased to this process, Used those it
+	// spent (in fleet mode), Returned those it gave back unused.
+	Granted, Used, Returned int64
+	// Breaker is the fleet breaker's state (Closed or Open) and Epoch its
+	// number of state changes, as of the last reply; Calls and Failures
+	// its window.
+	Breaker         breaker.State
+	Epoch           int64
+	Calls, Failures int64
+	// ProbeRounds counts the probe rounds the fleet granted this process.
+	ProbeRounds int64
+}
+
+// hostStats returns a snapshot of host name's fleet state, and false if f
+// does not track the host.
+func (f *Fleet) hostStats(name string) (hostStats, bool) {
+	f.mu.Lock()
+	h := f.hosts[name]
+	f.mu.Unlock()
+	if h == nil {
+		return hostStats{}, false
+	}
+	s := hostStats{
+		Requests: h.fleetRequests.Load(), Retries: h.fleetRetries.Load(),
+		Lease:   h.lease.left(f.since()),
+		Granted: h.granted.Load(), Used: h.used.Load(), Returned: h.returnedN.Load(),
+		Breaker: breaker.Closed, Epoch: h.fleetEpoch.Load(),
+		Calls: h.fleetCalls.Load(), Failures: h.fleetFailures.Load(),
+		ProbeRounds: h.probeRounds.Load(),
+	}
+	s.Limit = float64(f.set.ratio*float64(s.Requests)) + f.set.reserve
+	if h.fleetState.Load() == fleetOpen {
+		s.Breaker = breaker.Open
+	}
+	return s, true
 }

@@ -44,7 +44,7 @@ type host struct {
 	closes   atomic.Int64 // closes of the breaker by its own probes
 	closesOK atomic.Int64 // closes the fleet has been told of
 
-	// The fleet's windows at the last reply, for HostStats.
+	// The fleet's windows at the last reply, for Budget.Stats and the tests.
 	fleetRequests, fleetRetries atomic.Int64
 	fleetState, fleetEpoch      atomic.Int64
 	fleetCalls, fleetFailures   atomic.Int64
@@ -96,7 +96,7 @@ func (h *host) collect(now int64, all bool) syncHost {
 // deposits them in the local budget (in this sync's slice of its window).
 func (h *host) takeRequests() uint64 {
 	n := h.requests.Swap(0)
-	h.local.DepositN(h.f.cfg.Now(), int(min(n, budget.MaxCount)))
+	h.local.DepositN(h.f.localNow(), int(min(n, budget.MaxCount)))
 	return n
 }
 
@@ -249,49 +249,3 @@ func (h *host) StateChanged(from, to breaker.State) {
 }
 
 var _ breaker.Shared = (*host)(nil)
-
-// HostStats is a snapshot of one host's share of the fleet.
-type HostStats struct {
-	// Requests and Retries are the fleet budget's window as of the last
-	// reply from Redis (a sync or a lease), and Limit the retries it
-	// allows: Ratio·Requests + the fleet's floor.
-	Requests, Retries int64
-	Limit             float64
-	// Lease is the number of leased retries this process holds.
-	Lease int64
-	// Granted counts the retries leased to this process, Used those it
-	// spent (in fleet mode), Returned those it gave back unused.
-	Granted, Used, Returned int64
-	// Breaker is the fleet breaker's state (Closed or Open) and Epoch its
-	// number of state changes, as of the last reply; Calls and Failures
-	// its window.
-	Breaker         breaker.State
-	Epoch           int64
-	Calls, Failures int64
-	// ProbeRounds counts the probe rounds the fleet granted this process.
-	ProbeRounds int64
-}
-
-// HostStats returns a snapshot of host name's fleet state, and false if f
-// does not track the host.
-func (f *Fleet) HostStats(name string) (HostStats, bool) {
-	f.mu.Lock()
-	h := f.hosts[name]
-	f.mu.Unlock()
-	if h == nil {
-		return HostStats{}, false
-	}
-	s := HostStats{
-		Requests: h.fleetRequests.Load(), Retries: h.fleetRetries.Load(),
-		Lease:   h.lease.left(f.since()),
-		Granted: h.granted.Load(), Used: h.used.Load(), Returned: h.returnedN.Load(),
-		Breaker: breaker.Closed, Epoch: h.fleetEpoch.Load(),
-		Calls: h.fleetCalls.Load(), Failures: h.fleetFailures.Load(),
-		ProbeRounds: h.probeRounds.Load(),
-	}
-	s.Limit = float64(f.set.ratio*float64(s.Requests)) + f.set.reserve
-	if h.fleetState.Load() == fleetOpen {
-		s.Breaker = breaker.Open
-	}
-	return s, true
-}

@@ -25,7 +25,7 @@ func TestHTTPRetryGuards(t *testing.T) {
 	defer srv.Close()
 	cfg := Config{Name: uniqueName(t), SyncEvery: 20 * time.Millisecond, Timeout: 2 * time.Second, MinCalls: 20,
 		Breaker: breaker.Config{MinCalls: 100, OpenFor: time.Hour}}
-	cleanup(t, rc, "", cfg.Name)
+	cleanup(t, rc, cfg.Name)
 	fleets := newFleets(t, rc, 5, cfg)
 	var clients []*http.Client
 	var transports []*httpretry.Transport
@@ -50,7 +50,7 @@ func TestHTTPRetryGuards(t *testing.T) {
 	}
 	if !eventually(2*time.Second, func() bool {
 		for _, f := range fleets {
-			if b, _ := f.Breaker(srv.Listener.Addr().String()); b.State() != breaker.Open {
+			if b, _ := f.hostBreaker(srv.Listener.Addr().String()); b.State() != breaker.Open {
 				return false
 			}
 		}

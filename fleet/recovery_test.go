@@ -36,7 +36,7 @@ func TestLocalTripProbesAlone(t *testing.T) {
 			}
 		}
 		time.Sleep(150 * time.Millisecond) // a sync: the fleet stays closed (MinCalls 1000)
-		if hs, _ := fleets[0].HostStats("api"); hs.Breaker != breaker.Closed {
+		if hs, _ := fleets[0].hostStats("api"); hs.Breaker != breaker.Closed {
 			t.Fatalf("fleet breaker %v after 24 failures with MinCalls 1000, want closed", hs.Breaker)
 		}
 		// The dependency is fine again; each process calls every 10 ms.
@@ -98,8 +98,8 @@ func TestOneProbeClosesFleet(t *testing.T) {
 		cfg := Config{Name: "op", SyncEvery: every, MinCalls: 10,
 			Breaker: breaker.Config{MinCalls: 100, OpenFor: time.Second, Rand: fixedRand}}
 		fleets := fleetOf(t, be, 5, cfg)
-		if p := fleets[0].Config().Breaker.Probes; p != DefaultProbes || DefaultProbes != 1 {
-			t.Fatalf("Breaker.Probes %d, DefaultProbes %d: want 1", p, DefaultProbes)
+		if p := fleets[0].cfg.Breaker.Probes; p != defaultProbes || defaultProbes != 1 {
+			t.Fatalf("Breaker.Probes %d, defaultProbes %d: want 1", p, defaultProbes)
 		}
 		brks := breakers(t, fleets, "api")
 		tripFleet(t, brks, 4, 2*every+10*time.Millisecond)
@@ -118,7 +118,7 @@ func TestOneProbeClosesFleet(t *testing.T) {
 				t.Errorf("breaker %d is %v one sync after the fleet's probe succeeded, want closed", i, s)
 			}
 		}
-		if hs, _ := fleets[4].HostStats("api"); hs.Breaker != breaker.Closed || hs.Epoch != 2 {
+		if hs, _ := fleets[4].hostStats("api"); hs.Breaker != breaker.Closed || hs.Epoch != 2 {
 			t.Errorf("fleet breaker %v, epoch %d; want closed, epoch 2", hs.Breaker, hs.Epoch)
 		}
 	})
@@ -189,7 +189,7 @@ func TestBucketTripsFleet(t *testing.T) {
 			brks[1].Done(p, false)
 		}
 		time.Sleep(3 * every)
-		hs, _ := fleets[0].HostStats("api")
+		hs, _ := fleets[0].hostStats("api")
 		if hs.Breaker != breaker.Open {
 			t.Errorf("fleet breaker %v after a bucket of 30 failures (window: 30 of 530), want open", hs.Breaker)
 		}
@@ -209,7 +209,7 @@ func TestFirstFailureSyncsAtOnce(t *testing.T) {
 		be := newModelBackend()
 		const every = time.Second
 		f := mustNew(t, be, Config{Name: "ff", SyncEvery: every, Breaker: breaker.Config{MinCalls: 1000}})
-		b, _ := f.Breaker("api")
+		b, _ := f.hostBreaker("api")
 		for range 10 {
 			p, _ := b.Allow()
 			b.Done(p, true)
@@ -224,7 +224,7 @@ func TestFirstFailureSyncsAtOnce(t *testing.T) {
 		if got := be.mode('s'); got != syncs+1 {
 			t.Fatalf("%d syncs right after the first failure, want %d", got, syncs+1)
 		}
-		if hs, _ := f.HostStats("api"); hs.Failures != 1 {
+		if hs, _ := f.hostStats("api"); hs.Failures != 1 {
 			t.Errorf("fleet window after the first failure's sync: %d failures, want 1", hs.Failures)
 		}
 		for range 5 {
@@ -256,9 +256,9 @@ func TestOpenBreakerHoldsRetries(t *testing.T) {
 			Budget:  budget.Config{Ratio: -1, MinPerSecond: -1},
 			Breaker: breaker.Config{MinCalls: 1000, OpenFor: time.Second, Rand: fixedRand}}
 		fa, fb := mustNew(t, be, cfg), mustNew(t, be, cfg)
-		ba, _ := fa.Breaker("api")
-		budgetB, _ := fb.Budget("api")
-		bb, _ := fb.Breaker("api")
+		ba, _ := fa.hostBreaker("api")
+		budgetB, _ := fb.hostBudget("api")
+		bb, _ := fb.hostBreaker("api")
 		if budgetB.Withdraw() {
 			t.Fatal("a budget with no ratio and no floor granted a retry")
 		}
@@ -272,7 +272,7 @@ func TestOpenBreakerHoldsRetries(t *testing.T) {
 			t.Fatalf("b's breaker %v before b's sync, want closed", s)
 		}
 		fb.hostFor("api").denied.Store(false) // as after a sync that showed room
-		leases := fb.Stats().LeaseCalls
+		leases := fb.stats().LeaseCalls
 		if !budgetB.Withdraw() {
 			t.Fatal("Withdraw refused a retry while the fleet's breaker is open")
 		}
@@ -284,10 +284,10 @@ func TestOpenBreakerHoldsRetries(t *testing.T) {
 				t.Fatal("Withdraw refused a retry while the breaker is open")
 			}
 		}
-		if s := fb.Stats(); s.LeaseCalls != leases+1 {
+		if s := fb.stats(); s.LeaseCalls != leases+1 {
 			t.Errorf("%d lease calls, want %d (one, then none while open)", s.LeaseCalls, leases+1)
 		}
-		if hs, _ := fb.HostStats("api"); hs.Used != 0 || hs.Retries != 0 {
+		if hs, _ := fb.hostStats("api"); hs.Used != 0 || hs.Retries != 0 {
 			t.Errorf("retries held by the breaker were charged: %+v", hs)
 		}
 	})
@@ -301,7 +301,7 @@ func TestFailingProcessSyncsEarly(t *testing.T) {
 		be := newModelBackend()
 		const every = time.Second
 		f := mustNew(t, be, Config{Name: "fe", SyncEvery: every, Breaker: breaker.Config{MinCalls: 1000}})
-		b, _ := f.Breaker("api")
+		b, _ := f.hostBreaker("api")
 		outcome := func(ok bool) {
 			p, _ := b.Allow()
 			b.Done(p, ok)

@@ -34,11 +34,7 @@ func newFleets(t *testing.T, c redis.UniversalClient, n int, cfg Config) []*Flee
 // over every slice.
 func redisWindow(t *testing.T, c redis.UniversalClient, cfg Config, host string) (q, r int64) {
 	t.Helper()
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	raw, err := c.HGetAll(context.Background(), prefix+"{"+cfg.Name+"}:"+host).Result()
+	raw, err := c.HGetAll(context.Background(), keyPrefix+"{"+cfg.Name+"}:"+host).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +56,12 @@ func TestRedisFleetAccounting(t *testing.T) {
 	c := redisClient(t)
 	cfg := Config{Name: uniqueName(t), SyncEvery: 50 * time.Millisecond, Timeout: 2 * time.Second,
 		Budget: budget.Config{Ratio: 0.1, MinPerSecond: 1, Window: 20 * time.Second, Slices: 20}}
-	cleanup(t, c, "", cfg.Name)
+	cleanup(t, c, cfg.Name)
 	fleets := newFleets(t, c, 100, cfg)
 	var deposits, admitted, refused atomic.Int64
 	var wg sync.WaitGroup
 	for i, f := range fleets {
-		b, err := f.Budget("api")
+		b, err := f.hostBudget("api")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,10 +92,10 @@ func TestRedisFleetAccounting(t *testing.T) {
 	}
 	var used, granted, returned int64
 	for _, f := range fleets {
-		if s := f.Stats(); s.SyncFailures != 0 || s.ModeChanges != 0 {
+		if s := f.stats(); s.SyncFailures != 0 || s.ModeChanges != 0 {
 			t.Fatalf("a process left fleet mode: %+v", s)
 		}
-		hs, _ := f.HostStats("api")
+		hs, _ := f.hostStats("api")
 		used, granted, returned = used+hs.Used, granted+hs.Granted, returned+hs.Returned
 	}
 	q, r := redisWindow(t, c, cfg, "api")
@@ -135,14 +131,14 @@ func TestRedisSlidingWindow(t *testing.T) {
 	)
 	cfg := Config{Name: uniqueName(t), SyncEvery: every, Timeout: tmo,
 		Budget: budget.Config{Ratio: 0.1, MinPerSecond: 2, Window: window, Slices: int(window / slice)}}
-	cleanup(t, c, "", cfg.Name)
+	cleanup(t, c, cfg.Name)
 	fleets := newFleets(t, c, 100, cfg)
 	var mu sync.Mutex
 	var deposits, retries []time.Duration
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, f := range fleets {
-		b, _ := f.Budget("api")
+		b, _ := f.hostBudget("api")
 		wg.Go(func() {
 			var d, r []time.Duration
 			for time.Since(start) < run {
@@ -163,7 +159,7 @@ func TestRedisSlidingWindow(t *testing.T) {
 	wg.Wait()
 	var rtt time.Duration
 	for _, f := range fleets {
-		s := f.Stats()
+		s := f.stats()
 		if s.ModeChanges != 0 {
 			t.Fatalf("a process left fleet mode: %+v", s)
 		}
@@ -207,7 +203,7 @@ func TestRedisProbesFleetWide(t *testing.T) {
 	const openFor = 200 * time.Millisecond
 	cfg := Config{Name: uniqueName(t), SyncEvery: 50 * time.Millisecond, Timeout: 2 * time.Second,
 		MinCalls: 50, ProbeRounds: 1, Breaker: breaker.Config{MinCalls: 1000, OpenFor: openFor, Probes: 2}}
-	cleanup(t, c, "", cfg.Name)
+	cleanup(t, c, cfg.Name)
 	fleets := newFleets(t, c, 100, cfg)
 	var probes, calls atomic.Int64
 	var wg sync.WaitGroup
@@ -215,7 +211,7 @@ func TestRedisProbesFleetWide(t *testing.T) {
 	var tripped time.Duration
 	var once sync.Once
 	for _, f := range fleets {
-		b, _ := f.Breaker("api")
+		b, _ := f.hostBreaker("api")
 		wg.Go(func() {
 			for time.Since(start) < 2500*time.Millisecond {
 				if p, err := b.Allow(); err == nil {
@@ -233,7 +229,7 @@ func TestRedisProbesFleetWide(t *testing.T) {
 	}
 	wg.Wait()
 	for _, f := range fleets {
-		if s := f.Stats(); s.ModeChanges != 0 {
+		if s := f.stats(); s.ModeChanges != 0 {
 			t.Fatalf("a process left fleet mode: %+v", s)
 		}
 	}
@@ -257,11 +253,11 @@ func TestRedisTripAndRecover(t *testing.T) {
 	const every = 20 * time.Millisecond
 	cfg := Config{Name: uniqueName(t), SyncEvery: every, Timeout: 2 * time.Second, MinCalls: 20,
 		Breaker: breaker.Config{MinCalls: 100, OpenFor: 100 * time.Millisecond, Probes: 1}}
-	cleanup(t, c, "", cfg.Name)
+	cleanup(t, c, cfg.Name)
 	fleets := newFleets(t, c, 20, cfg)
 	var brks []*breaker.Breaker
 	for _, f := range fleets {
-		b, _ := f.Breaker("api")
+		b, _ := f.hostBreaker("api")
 		brks = append(brks, b)
 		for range 2 {
 			p, _ := b.Allow()
@@ -301,7 +297,7 @@ func TestRedisTripAndRecover(t *testing.T) {
 	}
 	var rounds int64
 	for _, f := range fleets {
-		hs, _ := f.HostStats("api")
+		hs, _ := f.hostStats("api")
 		rounds += hs.ProbeRounds
 	}
 	if rounds > 3 {
@@ -313,7 +309,7 @@ func TestRedisTripAndRecover(t *testing.T) {
 // client: afterwards the process has the goroutines it had before.
 func TestRedisCloseLeavesNoGoroutine(t *testing.T) {
 	cfg := Config{Name: uniqueName(t), SyncEvery: 5 * time.Millisecond}
-	cleanup(t, redisClient(t), "", cfg.Name)
+	cleanup(t, redisClient(t), cfg.Name)
 	before := runtime.NumGoroutine()
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true})
 	for range 10 {

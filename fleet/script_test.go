@@ -158,7 +158,7 @@ func TestScriptMatchesModel(t *testing.T) {
 	rc := redisClient(t)
 	for seed := range uint64(40) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			prefix := DefaultPrefix + "{" + uniqueName(t) + "}:"
+			prefix := keyPrefix + "{" + uniqueName(t) + "}:"
 			t.Cleanup(func() { rc.Del(context.Background(), prefix+"h0", prefix+"h1", prefix+"h2") })
 			r := rand.New(rand.NewPCG(seed, 7))
 			runCase(t, rc, genCase(func(n uint64) uint64 {
@@ -179,7 +179,7 @@ func FuzzScriptMatchesModel(f *testing.F) {
 	f.Add(make([]byte, 200))
 	rc := redisClient(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		prefix := DefaultPrefix + "{" + uniqueName(t) + "}:"
+		prefix := keyPrefix + "{" + uniqueName(t) + "}:"
 		defer rc.Del(context.Background(), prefix+"h0", prefix+"h1", prefix+"h2")
 		src := &byteSource{data}
 		runCase(t, rc, genCase(src.next, prefix, 1+len(data)/8))
@@ -192,8 +192,8 @@ func TestScriptServerClock(t *testing.T) {
 	rc := redisClient(t)
 	ctx := context.Background()
 	name := uniqueName(t)
-	cleanup(t, rc, "", name)
-	key := DefaultPrefix + "{" + name + "}:h"
+	cleanup(t, rc, name)
+	key := keyPrefix + "{" + name + "}:h"
 	s := settings{sliceUS: 1_000_000, slices: 10, ratio: 0.1, reserve: 10, bucketUS: 1_000_000, buckets: 10,
 		fratio: 0.5, minCalls: 20, ttlMS: 60_000, probeUS: 1_000_000, rounds: 1}
 	args := appendSync(s.args("s", 0), syncHost{requests: 100})

@@ -124,12 +124,12 @@ func TestRedisServerKilled(t *testing.T) {
 	back := time.Now() // the server answers
 
 	if !eventually(5*time.Second, func() bool { return f.Mode() == ModeFleet }) {
-		t.Fatalf("still local 5s after the server came back: %+v", f.Stats())
+		t.Fatalf("still local 5s after the server came back: %+v", f.stats())
 	}
 	took := time.Since(back)
 	time.Sleep(10 * every)
 	good.end()
-	s := f.Stats()
+	s := f.stats()
 	t.Logf("server answering %v after its restart began; fleet mode back %v later (%.1f sync intervals); %d successful calls, %d errors; %d failing calls made %d retries in local mode; stats %+v",
 		back.Sub(restart), took, float64(took)/float64(every), good.calls.Load(), good.errs.Load(), bad.calls.Load(), retries, s)
 	if took > 10*every {

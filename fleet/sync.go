@@ -1,0 +1,221 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stormguard/stormguard/observe"
+)
+
+// backend runs the script. The Redis one is the only one outside tests.
+type backend interface {
+	eval(ctx context.Context, keys []string, args []string) ([]int64, error)
+}
+
+type redisBackend struct {
+	client redis.UniversalClient
+	script *redis.Script
+}
+
+// reload asks a Redis Cluster client to reload its map of slots and nodes
+// (in the background): after a master is lost, a go-redis ClusterClient
+// keeps sending the slot's commands to the dead node until its periodic
+// reload (every minute by default), however soon the cluster promotes the
+// replica; a fleet that asks after each failed sync is back in fleet mode
+// a sync after the promotion. Other clients need nothing.
+func (r redisBackend) reload() {
+	if c, ok := r.client.(interface{ ReloadState(context.Context) }); ok {
+		c.ReloadState(context.Background())
+	}
+}
+
+func (r redisBackend) eval(ctx context.Context, keys []string, args []string) ([]int64, error) {
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
+	}
+	return r.script.Run(ctx, r.client, keys, a...).Int64Slice()
+}
+
+// trip is one round trip to Redis, run on a goroutine of its own so that
+// no caller waits for it longer than it chooses to.
+type trip struct {
+	done chan struct{} // closed once v and err are set
+	v    []int64
+	err  error
+}
+
+// start runs the script with keys and args on a goroutine of its own, on a
+// context that ends Timeout later, and returns at once. then, if not nil,
+// runs on that goroutine with the reply (or the error) when it comes,
+// whether or not a caller still waits, before done is closed; the error it
+// returns (a reply it could not take in) is the trip's. After Close the
+// trip fails with errClosed at once, and then is not run.
+func (f *Fleet) start(keys, args []string, then func([]int64, error) error) *trip {
+	tr := &trip{done: make(chan struct{})}
+	if f.closed.Load() {
+		tr.err = errClosed
+		close(tr.done)
+		return tr
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		ctx, cancel := context.WithTimeout(f.ctx, f.cfg.Timeout)
+		start := time.Now()
+		v, err := f.eval(ctx, keys, args)
+		cancel()
+		d := time.Since(start)
+		if err == nil {
+			for m := f.maxRoundTrip.Load(); int64(d) > m && !f.maxRoundTrip.CompareAndSwap(m, int64(d)); m = f.maxRoundTrip.Load() {
+			}
+		}
+		if then != nil {
+			err = then(v, err)
+		}
+		if err != nil || d > f.cfg.Timeout {
+			f.failures.Add(1)
+		}
+		tr.v, tr.err = v, err
+		close(tr.done)
+	}()
+	return tr
+}
+
+// wait returns tr's reply, or errTimeout if it has not come within d.
+func (tr *trip) wait(d time.Duration) ([]int64, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-tr.done:
+		return tr.v, tr.err
+	case <-t.C:
+		return nil, errTimeout
+	}
+}
+
+// errClientPanic is wrapped by the error of a round trip whose client
+// panicked.
+var errClientPanic = errors.New("fleet: redis client panicked")
+
+// eval runs the script on f's backend. A panic in the client becomes the
+// round trip's error: it happens on a goroutine of the fleet, where no
+// caller could recover it, and a client that panics is a Redis that fails.
+func (f *Fleet) eval(ctx context.Context, keys, args []string) (v []int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("%w: %v", errClientPanic, r)
+		}
+	}()
+	return f.be.eval(ctx, keys, args)
+}
+
+// loop syncs every SyncEvery, and at once when kicked, until Close.
+func (f *Fleet) loop() {
+	defer close(f.loopDone)
+	t := time.NewTicker(f.cfg.SyncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		case <-f.kick:
+		}
+		f.sync(false)
+	}
+}
+
+// kickSync asks the loop for a sync now.
+func (f *Fleet) kickSync() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sync flushes every host's counts and leftover leases to Redis, reads the
+// fleet's windows back in the same round trip, and steers the breakers. A
+// sync that fails switches to local mode; its counts are dropped (the fleet
+// then counts fewer requests, which only makes its budget stricter, and
+// fewer outcomes), except a closed breaker's news, which the next sync
+// sends again. The last sync (final) gives back every lease, expired or
+// not. It returns the round trip's error.
+func (f *Fleet) sync(final bool) error {
+	hosts := *f.list.Load()
+	if !f.syncing.CompareAndSwap(false, true) {
+		// The last round trip is still in flight (it ran out of time
+		// already): the local budgets get their deposits all the same.
+		for _, h := range hosts {
+			h.takeRequests()
+		}
+		return nil
+	}
+	keys := make([]string, len(hosts))
+	args := f.set.args("s", 0)
+	batch := make([]syncHost, len(hosts))
+	now := f.since()
+	for i, h := range hosts {
+		keys[i] = h.key
+		batch[i] = h.collect(now, final)
+		args = appendSync(args, batch[i])
+	}
+	v, err := f.start(keys, args, func(_ []int64, err error) error {
+		f.syncing.Store(false)
+		return err
+	}).wait(f.cfg.Timeout)
+	if err == nil {
+		var r syncReply
+		if r, err = decodeSync(v, len(hosts)); err == nil {
+			f.syncs.Add(1)
+			f.setMode(ModeFleet, nil)
+			for i, h := range hosts {
+				h.synced(batch[i], r.hosts[i])
+			}
+			return nil
+		}
+	}
+	f.syncFailures.Add(1)
+	f.failed(fmt.Errorf("fleet: sync: %w", err))
+	if r, ok := f.be.(interface{ reload() }); ok {
+		r.reload()
+	}
+	return err
+}
+
+// failed records err, the failure of a round trip, and switches to local
+// mode.
+func (f *Fleet) failed(err error) {
+	f.errMu.Lock()
+	f.lastErr = err
+	f.errMu.Unlock()
+	f.setMode(ModeLocal, err)
+}
+
+// setMode switches to mode to; a change (not a repeat) is logged and
+// observed, once.
+func (f *Fleet) setMode(to Mode, err error) {
+	if f.closing.Load() {
+		return
+	}
+	from := Mode(f.mode.Swap(uint32(to)))
+	if from == to {
+		return
+	}
+	f.modeChanges.Add(1)
+	if f.logger != nil {
+		attrs := []slog.Attr{slog.String("fleet", f.cfg.Name), slog.String("from", from.String()), slog.String("to", to.String())}
+		if err != nil {
+			attrs = append(attrs, slog.Any("error", err))
+		}
+		f.logger.LogAttrs(context.Background(), slog.LevelWarn, "fleet: mode change", attrs...)
+	}
+	if f.obs != nil {
+		f.obs.Observe(context.Background(), observe.Event{Kind: observe.FleetMode, Name: f.cfg.Name,
+			From: from.String(), To: to.String(), Err: err})
+	}
+}
