@@ -214,7 +214,10 @@ func TestRoundTripRates(t *testing.T) {
 func TestWithdrawWithinShortDeadline(t *testing.T) {
 	rc := redisClient(t)
 	px := newProxy(t, redisAddr(t))
+	// One slice of an hour: a lease ends with its slice, and the late
+	// lease must not come after the end of a shorter one.
 	cfg := Config{Name: uniqueName(t), SyncEvery: 50 * time.Millisecond, Timeout: time.Second,
+		Budget:   budget.Config{Window: time.Hour, Slices: 1},
 		MinCalls: 1_000_000, Breaker: breaker.Config{MinCalls: 1_000_000}}
 	cleanup(t, rc, cfg.Name)
 	f, err := New(newClient(t, px.addr()), cfg)
