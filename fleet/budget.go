@@ -70,10 +70,21 @@ func (b *Budget) Withdraw() bool { return b.WithdrawWithin(0) }
 // counted in the fleet's window before it was sent. A wait cut by Timeout
 // is a Redis failure: the fleet goes local, and the local budget decides.
 func (b *Budget) WithdrawWithin(left time.Duration) bool {
-	if b.h == nil {
+	h := b.h
+	switch {
+	case h == nil:
+		return false
+	case h.brk.State() != breaker.Closed:
+		return true // the breaker holds the retry: see the type's documentation
+	case !h.f.fleetMode():
+		return h.local.Withdraw()
+	case h.lease.take(h.f.since()):
+		h.spent()
+		return true
+	case h.denied.Load():
 		return false
 	}
-	return b.h.withdraw(left)
+	return h.refill(left)
 }
 
 // Stats returns the window b decides on: in fleet mode the fleet's, as of
@@ -98,16 +109,16 @@ func (h *host) spent() {
 	h.local.Withdraw()
 }
 
-// withdraw is [Budget.WithdrawWithin]. A retry comes from h's lease; when
-// it is empty, the caller waits for the host's one lease request in flight
-// (starting it if there is none) and takes from the lease it brings, again
-// until its wait is over.
-func (h *host) withdraw(left time.Duration) bool {
+// refill is [Budget.WithdrawWithin] for a caller that found h's lease
+// empty: it waits for the host's one lease request in flight (starting it
+// if there is none) and takes from the lease it brings, again until its
+// wait is over.
+func (h *host) refill(left time.Duration) bool {
 	f := h.f
 	var timer *time.Timer
 	short := left > 0 && left < f.cfg.Timeout
 	for {
-		switch {
+		switch { // as in WithdrawWithin, again after each reply
 		case h.brk.State() != breaker.Closed:
 			return true // the breaker holds the retry: see Budget's documentation
 		case !f.fleetMode():
