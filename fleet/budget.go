@@ -66,8 +66,9 @@ func (b *Budget) Withdraw() bool { return b.WithdrawWithin(0) }
 // a fleet of callers with short deadlines send the sum of the processes'
 // floors), and the wait does not count as a Redis failure. The request
 // goes on without the caller, and the retries it brings are kept for the
-// next callers of this process, so every retry sent in fleet mode was
-// counted in the fleet's window before it was sent. A wait cut by Timeout
+// next callers of this process (until the window slice they were counted
+// in ends), so every retry sent in fleet mode was counted in the fleet's
+// window before it was sent. A wait cut by Timeout
 // is a Redis failure: the fleet goes local, and the local budget decides.
 func (b *Budget) WithdrawWithin(left time.Duration) bool {
 	h := b.h

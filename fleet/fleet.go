@@ -235,7 +235,7 @@ type Stats struct {
 	// breaker's round is due. The success path makes none.
 	RoundTrips int64
 	// Failures counts the round trips that failed or took longer than
-	// Timeout (each one switched the fleet to local mode).
+	// Timeout (see the package documentation's Modes).
 	Failures int64
 	// LastError is the error of the last round trip that failed (nil if
 	// none did).
