@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // Metadata keys of the idempotency server interceptor's answers.
@@ -39,7 +40,7 @@ const (
 )
 
 // StoredStatusBase is added to a gRPC code to make the Status of the
-// idempotency.Record the interceptor stores: OK is 900, NOT_FOUND 905.
+// store.Record the interceptor stores: OK is 900, NOT_FOUND 905.
 // The range is outside HTTP's statuses, so that a gRPC record can never be
 // taken for an HTTP answer.
 const StoredStatusBase = 900
@@ -199,8 +200,11 @@ func WithReplayMetadata(keys ...string) IdempotencyOption {
 	}
 }
 
+// defaultMaxStoredReply is the default of WithMaxStoredReply, in bytes.
+const defaultMaxStoredReply = 1 << 20
+
 // WithMaxStoredReply caps the stored reply, in bytes of its marshaled
-// message (default idempotency.DefaultMaxResponseBody, 1 MiB). A larger
+// message (default 1 MiB). A larger
 // reply still reaches the client, and the call is stored without it: a
 // retry gets DATA_LOSS with [ReplyOmittedKey] (the call ran once; its
 // reply cannot be sent again), and the handler does not run again. The
@@ -233,7 +237,7 @@ func WithKeyPushback(d time.Duration) IdempotencyOption {
 // that runs each call carrying an idempotency key ([KeyMetadata],
 // "idempotency-key", validated as idempotency.ParseKey validates the HTTP
 // header) at most once per key, through g, the idempotency package's
-// protocol-neutral core, on any idempotency.Store (memory, PostgreSQL,
+// protocol-neutral core, on any idempotency store (memory, PostgreSQL,
 // Redis): the gRPC twin of idempotency.Middleware. Install it after
 // authentication (its scope function reads the caller from the context).
 //
@@ -286,7 +290,7 @@ func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...Idempotency
 	}
 	s := &idemServer{g: g, cfg: idemConfig{
 		stored:   DefaultStoredCode,
-		maxReply: idempotency.DefaultMaxResponseBody,
+		maxReply: defaultMaxStoredReply,
 		pushback: DefaultKeyPushback,
 	}}
 	for _, o := range opts {
@@ -350,8 +354,8 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 		reply any
 		herr  error
 	)
-	outcome, rec, err := s.g.Run(ctx, idempotency.HashKey(scope, raw), fp, func(ctx context.Context) (idempotency.Record, bool) {
-		var rec idempotency.Record
+	outcome, rec, err := s.g.Run(ctx, scope, raw, fp, func(ctx context.Context) (store.Record, bool) {
+		var rec store.Record
 		var keep bool
 		reply, rec, keep, herr = s.handle(ctx, req, handler)
 		return rec, keep
@@ -364,16 +368,16 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
-	case outcome == idempotency.Mismatch:
+	case outcome == store.Mismatch:
 		return nil, withDetails(status.New(codes.FailedPrecondition, "idempotency: this idempotency key was used for a different call (method or request message)"),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: "IDEMPOTENCY_KEY_REUSED", Subject: KeyMetadata,
 				Description: "the key is bound to another call; send a new key for a new call",
 			}}})
-	case outcome == idempotency.InProgress:
+	case outcome == store.InProgress:
 		_ = grpc.SetTrailer(ctx, pushbackMD(s.cfg.pushback))
 		return nil, status.Error(codes.Aborted, "idempotency: a call with this idempotency key is still being processed; retry it later with the same key")
-	case outcome == idempotency.Completed:
+	case outcome == store.Completed:
 		return s.replay(ctx, mt, rec)
 	}
 	return reply, herr
@@ -412,20 +416,20 @@ func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
 
 // fingerprint returns the fingerprint of a call of method with req, and
 // the type of the method's reply.
-func (s *idemServer) fingerprint(method string, req any) (idempotency.Fingerprint, protoreflect.MessageType, error) {
+func (s *idemServer) fingerprint(method string, req any) (store.Fingerprint, protoreflect.MessageType, error) {
 	mt, err := s.replyType(method)
 	if err != nil {
-		return idempotency.Fingerprint{}, nil, err
+		return store.Fingerprint{}, nil, err
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
-		return idempotency.Fingerprint{}, nil, fmt.Errorf("request of %s is a %T, not a proto message", method, req)
+		return store.Fingerprint{}, nil, fmt.Errorf("request of %s is a %T, not a proto message", method, req)
 	}
 	b, err := deterministic.Marshal(msg)
 	if err != nil {
-		return idempotency.Fingerprint{}, nil, fmt.Errorf("request of %s cannot be marshaled: %w", method, err)
+		return store.Fingerprint{}, nil, fmt.Errorf("request of %s cannot be marshaled: %w", method, err)
 	}
-	return idempotency.NewFingerprint(fingerprintMethod, method, sha256.Sum256(b)), mt, nil
+	return store.NewFingerprint(fingerprintMethod, method, sha256.Sum256(b)), mt, nil
 }
 
 // replyType returns the type of method's reply message, from the global
@@ -461,7 +465,7 @@ func (s *idemServer) replyType(method string) (protoreflect.MessageType, error) 
 // handle runs the handler on the Guard's context ctx, capturing the
 // allow-listed metadata it sets, and returns its answer, the record of it
 // and whether to store it.
-func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHandler) (reply any, rec idempotency.Record, keep bool, err error) {
+func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHandler) (reply any, rec store.Record, keep bool, err error) {
 	var c *capture
 	if len(s.cfg.replay) > 0 {
 		if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
@@ -472,23 +476,23 @@ func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHand
 	reply, err = handler(ctx, req)
 	st, _ := status.FromError(err) // OK for nil; UNKNOWN for an error without a status
 	if !s.cfg.stored(st.Code()) {
-		return reply, idempotency.Record{}, false, err
+		return reply, store.Record{}, false, err
 	}
 	var body []byte
 	var merr error
 	if err == nil {
 		msg, ok := reply.(proto.Message)
 		if !ok {
-			return reply, idempotency.Record{}, false, err // grpc's codec cannot send it either
+			return reply, store.Record{}, false, err // grpc's codec cannot send it either
 		}
 		body, merr = deterministic.Marshal(msg)
 	} else {
 		body, merr = deterministic.Marshal(st.Proto())
 	}
 	if merr != nil {
-		return reply, idempotency.Record{}, false, err
+		return reply, store.Record{}, false, err
 	}
-	rec = idempotency.Record{Status: StoredStatusBase + int(st.Code()), Body: body}
+	rec = store.Record{Status: StoredStatusBase + int(st.Code()), Body: body}
 	if c != nil {
 		rec.Header = c.stored()
 	}
@@ -500,7 +504,7 @@ func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHand
 
 // replay answers a call from the stored record rec; mt is the method's
 // reply type.
-func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, rec idempotency.Record) (any, error) {
+func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, rec store.Record) (any, error) {
 	header := metadata.Pairs(ReplayedKey, "true")
 	var trailer metadata.MD
 	for name, vs := range rec.Header {

@@ -14,6 +14,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
 	"github.com/stormguard/stormguard/idempotency/redisstore"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/idempotency/storetest"
 )
 
@@ -27,11 +28,11 @@ import (
 
 // TestIdempotencyEndToEndMemory: the two servers share one MemoryStore.
 func TestIdempotencyEndToEndMemory(t *testing.T) {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyedtest.RunTest(t, keyedtest.Config{Stores: []idempotency.Store{store, store}, Payments: keyedtest.Payments(t)})
+	keyedtest.RunTest(t, keyedtest.Config{Stores: []store.Store{mem, mem}, Payments: keyedtest.Payments(t)})
 }
 
 // TestIdempotencyEndToEndPostgreSQL: each server has its own pgstore.Store
@@ -40,7 +41,7 @@ func TestIdempotencyEndToEndMemory(t *testing.T) {
 func TestIdempotencyEndToEndPostgreSQL(t *testing.T) {
 	url := storetest.ServiceAddress(t, "STORMGUARD_POSTGRES_URL", "PostgreSQL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	table := "stormguard_grpc_e2e_" + strings.ToLower(rand.Text()[:12])
-	stores := make([]idempotency.Store, 2)
+	stores := make([]store.Store, 2)
 	for i := range stores {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
@@ -61,8 +62,8 @@ func TestIdempotencyEndToEndPostgreSQL(t *testing.T) {
 				t.Fatalf("PostgreSQL at %s: Migrate: %v", url, err)
 			}
 			t.Cleanup(func() {
-				if err := s.DropTable(context.Background()); err != nil {
-					t.Errorf("DropTable: %v", err)
+				if _, err := pool.Exec(context.Background(), "DROP TABLE "+table); err != nil {
+					t.Errorf("drop table %s: %v", table, err)
 				}
 			})
 		}
@@ -78,7 +79,7 @@ func TestIdempotencyEndToEndPostgreSQL(t *testing.T) {
 func TestIdempotencyEndToEndRedis(t *testing.T) {
 	addr := storetest.ServiceAddress(t, "STORMGUARD_REDIS_ADDR", "Redis", "127.0.0.1:6379")
 	prefix := "stormguard-grpc-e2e:" + rand.Text() + ":"
-	stores := make([]idempotency.Store, 2)
+	stores := make([]store.Store, 2)
 	for i := range stores {
 		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: keyedtest.DefaultWorkers})
 		t.Cleanup(func() { _ = c.Close() })
@@ -93,5 +94,5 @@ func TestIdempotencyEndToEndRedis(t *testing.T) {
 	}
 	// The keys expire within a minute of the run: nothing to clean up.
 	keyedtest.RunTest(t, keyedtest.Config{Stores: stores, Payments: keyedtest.Payments(t),
-		Guard: []idempotency.Option{idempotency.WithRetention(time.Minute)}})
+		Guard: []idempotency.GuardOption{idempotency.WithRetention(time.Minute)}})
 }

@@ -15,17 +15,18 @@ import (
 
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // replayStore is a store that holds rec, completed, for every key: what a
 // shared store holding anything at all would return.
 type replayStore struct {
-	idempotency.Store
-	rec idempotency.Record
+	store.Store
+	rec store.Record
 }
 
-func (s replayStore) Begin(context.Context, idempotency.Key, idempotency.Fingerprint, time.Duration) (idempotency.Result, error) {
-	return idempotency.Result{Outcome: idempotency.Completed, Record: s.rec}, nil
+func (s replayStore) Begin(context.Context, store.ID, store.Fingerprint, time.Duration) (store.Result, error) {
+	return store.Result{Outcome: store.Completed, Record: s.rec}, nil
 }
 
 // FuzzIdempotencyReplay: whatever record the store returns, the
@@ -42,7 +43,7 @@ func FuzzIdempotencyReplay(f *testing.F) {
 	f.Add(917, "header:", "", []byte{0xff, 0x01}, false)
 	f.Add(905, "header:x", "y", reply, false)
 	f.Fuzz(func(t *testing.T, code int, name, value string, body []byte, omitted bool) {
-		rec := idempotency.Record{Status: code, Body: body, BodyOmitted: omitted}
+		rec := store.Record{Status: code, Body: body, BodyOmitted: omitted}
 		if name != "" {
 			rec.Header = http.Header{name: {value}}
 		}
@@ -90,8 +91,8 @@ func FuzzIdempotencyKeyMetadata(f *testing.F) {
 	f.Add("", "", false)
 	f.Add("\x00", "", false)
 	f.Fuzz(func(t *testing.T, v1, v2 string, two bool) {
-		store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		g, _ := idempotency.NewGuard(store)
+		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		g, _ := idempotency.NewGuard(mem)
 		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, grpcretry.WithSharedKeyScope(), grpcretry.WithKeyRequired())
 		if err != nil {
 			t.Fatal(err)
@@ -126,8 +127,8 @@ func BenchmarkIdempotencyInterceptor(b *testing.B) {
 	req := &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte(`{"amount":100,"currency":"EUR"}`)}}
 	info := &grpc.UnaryServerInfo{FullMethod: unaryMethod}
 	build := func(b *testing.B) grpc.UnaryServerInterceptor {
-		store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
-		g, _ := idempotency.NewGuard(store)
+		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
+		g, _ := idempotency.NewGuard(mem)
 		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, grpcretry.WithSharedKeyScope())
 		if err != nil {
 			b.Fatal(err)

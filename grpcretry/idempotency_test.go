@@ -25,6 +25,7 @@ import (
 
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -111,13 +112,13 @@ func (l *eventLog) outcomes() []string {
 	return out
 }
 
-func newKeyedFixture(t *testing.T, store idempotency.Store, opts ...grpcretry.IdempotencyOption) *keyedFixture {
+func newKeyedFixture(t *testing.T, mem store.Store, opts ...grpcretry.IdempotencyOption) *keyedFixture {
 	t.Helper()
-	if store == nil {
-		store, _ = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if mem == nil {
+		mem, _ = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	}
 	f := &keyedFixture{srv: newKeyedServer(), log: &eventLog{}}
-	g, err := idempotency.NewGuard(store, idempotency.WithObserver(f.log), idempotency.WithName("payments"))
+	g, err := idempotency.NewGuard(mem, idempotency.WithObserver(f.log), idempotency.WithName("payments"))
 	if err != nil {
 		t.Fatalf("NewGuard: %v", err)
 	}
@@ -347,12 +348,12 @@ func TestIdempotencyInProgressClientRetries(t *testing.T) {
 }
 
 // failingStore is a store that is down.
-type failingStore struct{ idempotency.Store }
+type failingStore struct{ store.Store }
 
 var errStoreDown = errors.New("store down")
 
-func (failingStore) Begin(context.Context, idempotency.Key, idempotency.Fingerprint, time.Duration) (idempotency.Result, error) {
-	return idempotency.Result{}, errStoreDown
+func (failingStore) Begin(context.Context, store.ID, store.Fingerprint, time.Duration) (store.Result, error) {
+	return store.Result{}, errStoreDown
 }
 
 // TestIdempotencyStoreDown: the call is refused with UNAVAILABLE and the
@@ -380,7 +381,7 @@ func TestIdempotencyKeys(t *testing.T) {
 		{},
 		{""},
 		{"   "},
-		{strings.Repeat("k", idempotency.MaxKeyLen+1)},
+		{strings.Repeat("k", 255+1)},
 		{"a,b"},
 		{`"a\q"`},
 		{`"unterminated`},
@@ -453,8 +454,8 @@ func TestIdempotencyReplyOverCap(t *testing.T) {
 // TestIdempotencyInterceptorErrors: bad construction is an error wrapping
 // ErrInvalidOption, never a panic.
 func TestIdempotencyInterceptorErrors(t *testing.T) {
-	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	g, _ := idempotency.NewGuard(store)
+	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	g, _ := idempotency.NewGuard(mem)
 	scope := grpcretry.WithSharedKeyScope()
 	tests := []struct {
 		name string
@@ -505,8 +506,8 @@ func TestDefaultStoredCode(t *testing.T) {
 // ExampleIdempotencyUnaryServerInterceptor shows a retried call that the
 // server runs once.
 func ExampleIdempotencyUnaryServerInterceptor() {
-	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	guard, err := idempotency.NewGuard(store, idempotency.WithName("payments"))
+	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	guard, err := idempotency.NewGuard(mem, idempotency.WithName("payments"))
 	if err != nil {
 		panic(err)
 	}

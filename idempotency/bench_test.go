@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -121,8 +122,8 @@ func BenchmarkMiddleware(b *testing.B) {
 // many goroutines (the sharded map's contention).
 func BenchmarkMemoryStoreParallel(b *testing.B) {
 	s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 34})
-	fp := idempotency.NewFingerprint("POST", "/charges", [32]byte{})
-	rec := idempotency.Record{Status: 201, Body: []byte(`{"id":"ch_123"}`)}
+	fp := store.NewFingerprint("POST", "/charges", [32]byte{})
+	rec := store.Record{Status: 201, Body: []byte(`{"id":"ch_123"}`)}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := b.Context()

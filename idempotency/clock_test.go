@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"github.com/stormguard/stormguard/idempotency"
 	"sync"
 	"time"
 )
@@ -25,4 +26,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// newClocked returns a memory store with cfg that reads the time from now.
+func newClocked(cfg idempotency.MemoryConfig, now func() time.Time) (*idempotency.MemoryStore, error) {
+	s, err := idempotency.NewMemoryStore(cfg)
+	if err == nil {
+		idempotency.SetMemoryClock(s, now)
+	}
+	return s, err
 }

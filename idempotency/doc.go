@@ -6,7 +6,9 @@
 // classic double-charge bug: each retry then looks like a new operation.
 //
 // A server wraps its handlers with a [Middleware] (after authentication),
-// built by [NewMiddleware]. The middleware follows the IETF draft "The
+// built by [NewMiddleware] on a store: the [MemoryStore] for one process,
+// or a store its servers share (modules idempotency/pgstore and
+// idempotency/redisstore). The middleware follows the IETF draft "The
 // Idempotency-Key HTTP Header Field" and Stripe's behaviour:
 //
 //	key required but missing, or malformed          400 problem+json
@@ -25,24 +27,28 @@
 //	  past the store timeout                        the handler does not run
 //
 // The key is read from [Header] or, as many clients send it, from
-// [LegacyHeader] ("X-Idempotency-Key").
+// [LegacyHeader] ("X-Idempotency-Key"): 1 to 255 printable ASCII
+// characters, bare or as a quoted string ([ParseKey]).
 //
-// Within the retention period a key's handler runs at most once, whatever
-// happens to the response on its way to the client: what is stored is what
-// the handler produced, whole, even when the client went away mid-response
-// or an [net/http.TimeoutHandler] in front gave up; a handler that returns
-// without a word because its request was canceled produced nothing, and
-// its key is released. The handler runs again only after it panicked, ended
-// with a status that is not stored (5xx, 401, 429 by default), hijacked the
-// connection, or lost its lock.
+// Within the retention period (24 h by default, [WithRetention]) a key's
+// handler runs at most once, whatever happens to the response on its way
+// to the client: what is stored is what the handler produced, whole, even
+// when the client went away mid-response or an [net/http.TimeoutHandler]
+// in front gave up; a handler that returns without a word because its
+// request was canceled produced nothing, and its key is released. The
+// handler runs again only after it panicked, ended with a status that is
+// not stored (5xx, 401, 429 by default), hijacked the connection, or lost
+// its lock.
 //
 // The middleware is an HTTP face on a [Guard], the protocol-neutral core
 // built by [NewGuard]: [Guard.Run] claims a key, runs the operation once
-// while it keeps the lock alive, stores its [Record] or releases the key,
+// while it keeps the lock alive, stores its record or releases the key,
 // and reports a replay, a request in progress or a reused key; it fails
 // closed ([ErrStoreUnavailable]) when the store cannot claim. The gRPC
 // server interceptor of module grpcretry is built on it too, and so may be
-// any other kind of request (a queue consumer, say).
+// any other kind of request (a queue consumer, say). Options are typed: a
+// [GuardOption] (lock timeout, retention, store timeout, logger, observer,
+// name) configures a Guard or a Middleware, an [Option] a Middleware only.
 //
 // With [WithObserver], the middleware (or Guard) reports one event per
 // keyed request to package observe: its outcome ("new", "replay",
@@ -50,18 +56,17 @@
 // the store, and the store's error; [WithName] names it. Without an
 // observer it reports nothing and pays nothing.
 //
-// Keys are scoped to the caller (a scope function maps each request to its
-// tenant, user or API key) and reach the [Store] only as a hash of (scope,
-// key): one caller can never read another's stored response, and the store
-// never sees a raw key.
+// Keys are scoped to the caller (the function of [WithScope] maps each
+// request to its tenant, user or API key) and reach the store only as a
+// hash of (scope, key): one caller can never read another's stored
+// response, and the store never sees a raw key.
 //
-// A [Store] claims a key with an owner token and a lock timeout, which the
-// middleware renews while the handler runs, so that a slow handler keeps
-// its key while a server that crashes mid-request does not block it
-// forever; it keeps a finished response for a separate retention period.
-// Every store call is bounded in time. The package ships the in-memory
-// [MemoryStore], which shares its room fairly between callers; PostgreSQL
-// and Redis stores live in their own modules (idempotency/pgstore and
-// idempotency/redisstore), and idempotency/storetest holds the conformance
-// suite every store passes.
+// A store claims a key with an owner token and a lock timeout (1 min by
+// default, [WithLockTimeout]), which the Guard renews while the handler
+// runs, so that a slow handler keeps its key while a server that crashes
+// mid-request does not block it forever; it keeps a finished response for
+// the separate retention period. Every store call is bounded in time (2 s
+// by default, [WithStoreTimeout]). Package idempotency/store defines what
+// a store implements, for whoever writes one; idempotency/storetest holds
+// the conformance suite every store passes.
 package idempotency

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
@@ -14,12 +15,12 @@ import (
 // idemtest.Payments (10,000 by default) is applied exactly once by the
 // handlers' ledger, and every call ends in success.
 func TestEndToEnd(t *testing.T) {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatalf("NewMemoryStore: %v", err)
 	}
 	idemtest.RunTest(t, idemtest.Config{
-		Stores:   []idempotency.Store{store, store},
+		Stores:   []store.Store{mem, mem},
 		Payments: idemtest.Payments(t),
 	})
 }
@@ -34,12 +35,12 @@ func TestEndToEnd(t *testing.T) {
 func TestEndToEndHostile(t *testing.T) {
 	// Room for every answer: 10,000 of 16 KiB in one scope (the harness's
 	// shared scope), which may take half the store.
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxBytes: 1 << 30})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxBytes: 1 << 30})
 	if err != nil {
 		t.Fatalf("NewMemoryStore: %v", err)
 	}
 	idemtest.RunTest(t, idemtest.Hostile(idemtest.Config{
-		Stores:   []idempotency.Store{store, store},
+		Stores:   []store.Store{mem, mem},
 		Payments: idemtest.Payments(t),
 	}))
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -31,11 +32,11 @@ func ExampleNewKey() {
 }
 
 func ExampleNewMiddleware() {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := idempotency.NewMiddleware(store,
+	mw, err := idempotency.NewMiddleware(mem,
 		// The middleware runs after authentication; keys are per caller.
 		idempotency.WithScope(func(r *http.Request) (string, error) {
 			return r.Header.Get("X-Api-Key"), nil
@@ -94,21 +95,20 @@ func ExampleNewGuard() {
 	// The core without HTTP: here, a consumer of queue messages that may
 	// be delivered more than once, each carrying its sender and an
 	// idempotency key.
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	g, err := idempotency.NewGuard(store)
+	g, err := idempotency.NewGuard(mem)
 	if err != nil {
 		log.Fatal(err)
 	}
 	shipped := 0
 	deliver := func(sender, key, order string) {
-		k := idempotency.HashKey(sender, key)
-		fp := idempotency.NewFingerprint("ship", "orders", sha256.Sum256([]byte(order)))
-		outcome, rec, err := g.Run(context.Background(), k, fp, func(ctx context.Context) (idempotency.Record, bool) {
+		fp := store.NewFingerprint("ship", "orders", sha256.Sum256([]byte(order)))
+		outcome, rec, err := g.Run(context.Background(), sender, key, fp, func(ctx context.Context) (store.Record, bool) {
 			shipped++
-			return idempotency.Record{Status: 200, Body: fmt.Appendf(nil, "parcel %d", shipped)}, true
+			return store.Record{Status: 200, Body: fmt.Appendf(nil, "parcel %d", shipped)}, true
 		})
 		fmt.Printf("%v %q %v\n", outcome, rec.Body, err)
 	}
@@ -124,7 +124,7 @@ func ExampleNewGuard() {
 }
 
 func ExampleWithObserver() {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func ExampleWithObserver() {
 	obs := observe.Func(func(_ context.Context, e observe.Event) {
 		fmt.Printf("%s name=%s outcome=%s err=%v\n", e.Kind, e.Name, e.Outcome, e.Err)
 	})
-	mw, err := idempotency.NewMiddleware(store, idempotency.WithSharedScope(),
+	mw, err := idempotency.NewMiddleware(mem, idempotency.WithSharedScope(),
 		idempotency.WithObserver(obs), idempotency.WithName("charges"))
 	if err != nil {
 		log.Fatal(err)

@@ -2,20 +2,37 @@ package idempotency
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/observe"
 )
 
 // ErrStoreUnavailable is wrapped by the error [Guard.Run] returns when the
 // store could not claim the key: it failed, did not answer within the
-// store timeout, had no room ([ErrStoreFull]) or gave no outcome. The
-// store's own error is wrapped too. The operation did not run: answer
-// "unavailable, retry with the same key" (503, gRPC UNAVAILABLE).
+// store timeout, had no room, or gave no outcome. The store's own error is
+// wrapped too. The operation did not run: answer "unavailable, retry with
+// the same key" (503, gRPC UNAVAILABLE).
 var ErrStoreUnavailable = errors.New("idempotency: store unavailable")
+
+// ErrLockLost is the cause (see [context.Cause]) with which [Guard.Run]
+// (and so the [Middleware]) cancels an operation's context when it cannot
+// renew the lock on the operation's key: another request may claim the
+// key, so the operation should stop, and its response is not stored. The
+// cause also wraps the store's error.
+var ErrLockLost = errors.New("idempotency: lock on the key lost while the handler ran")
+
+// Defaults of a Guard.
+const (
+	defaultLockTimeout  = time.Minute
+	defaultRetention    = 24 * time.Hour
+	defaultStoreTimeout = 2 * time.Second
+)
 
 // Outcome names of the events a Guard reports (see [WithObserver]).
 const (
@@ -29,19 +46,19 @@ const (
 
 // Guard is the protocol-neutral core of server-side idempotency, on which
 // the HTTP [Middleware] and the gRPC server interceptor (module grpcretry)
-// are built; use it to guard any other kind of request. [Guard.Run] claims
-// a key in the [Store] and runs the operation at most once per key within
-// the retention period, keeping the lock alive while it runs and storing
-// its [Record] for replays; what the key and the fingerprint are, how a
-// response becomes a Record and how each outcome is answered is the
-// caller's business.
+// are built; use it to guard any other kind of request (a queue consumer,
+// say). [Guard.Run] claims a key in the store and runs the operation at
+// most once per key within the retention period, keeping the lock alive
+// while it runs and storing its record for replays; what the key and the
+// fingerprint are, how a response becomes a [store.Record] and how each
+// outcome is answered is the caller's business.
 //
 // Build a Guard with [NewGuard]. A Guard is immutable and safe for
 // concurrent use; many Guards (and Middlewares, in many processes) may
-// share one Store. The zero Guard is not usable: Run returns an error
+// share one store. The zero Guard is not usable: Run returns an error
 // without running anything.
 type Guard struct {
-	store       Store
+	store       store.Store
 	local       bool // store is a *MemoryStore: it answers at once
 	lockTimeout time.Duration
 	retention   time.Duration
@@ -51,116 +68,129 @@ type Guard struct {
 	name        string
 }
 
-// defaultGuard returns a Guard on store with the default settings.
-func defaultGuard(store Store) Guard {
+// newGuard returns a Guard on s with the default settings, or an error if
+// s is nil (or a nil pointer).
+func newGuard(by string, s store.Store) (Guard, error) {
+	if v := reflect.ValueOf(s); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return Guard{}, fmt.Errorf("idempotency: %s: nil store", by)
+	}
 	g := Guard{
-		store:       store,
-		lockTimeout: DefaultLockTimeout,
-		retention:   DefaultRetention,
-		callTimeout: DefaultStoreTimeout,
+		store:       s,
+		lockTimeout: defaultLockTimeout,
+		retention:   defaultRetention,
+		callTimeout: defaultStoreTimeout,
 		log:         slog.New(slog.DiscardHandler),
 	}
-	_, g.local = store.(*MemoryStore)
-	return g
+	_, g.local = s.(*MemoryStore)
+	return g, nil
 }
 
-// NewGuard returns a Guard that keeps keys in store, configured by the
-// options of the core: [WithLockTimeout], [WithRetention],
-// [WithStoreTimeout], [WithLogger], [WithObserver] and [WithName]. It fails
-// when store is nil, an option is invalid or applies to a [Middleware]
-// only, or the store cannot keep the lock timeout or retention
-// ([TTLChecker]).
-func NewGuard(store Store, opts ...Option) (*Guard, error) {
-	m, err := build("NewGuard", store, opts)
+// NewGuard returns a Guard that keeps keys in s (a [*MemoryStore], or a
+// shared store such as pgstore's or redisstore's). It fails when s is nil
+// or an option is invalid.
+func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
+	g, err := newGuard("NewGuard", s)
 	if err != nil {
 		return nil, err
 	}
-	g := m.g
+	for _, o := range opts {
+		if err := o.applyGuard(&g); err != nil {
+			return nil, fmt.Errorf("idempotency: NewGuard: %w", err)
+		}
+	}
 	return &g, nil
 }
 
-// Run runs fn at most once for key within the retention period: it claims
-// key for a request with fingerprint fp in the store and, depending on
-// what the store holds, returns
+// Run runs fn at most once for the idempotency key key of the caller
+// scope within the retention period: it claims the key for a request with
+// fingerprint fp in the store and, depending on what the store holds,
+// returns
 //
-//   - [Claimed], fn's record, nil: the key was free and fn ran, once. fn
-//     runs on a child of ctx that is canceled, with the cause
+//   - [store.Claimed], fn's record, nil: the key was free and fn ran, once.
+//     fn runs on a child of ctx that is canceled, with the cause
 //     [ErrLockLost], if the lock on the key is lost while it runs; Run
-//     renews the lock meanwhile ([Store.Extend], every third of the lock
-//     timeout). When fn returns keep, the record is stored for replays
-//     (without its body, then without its header, if the store has no room
-//     for them: fn must not run again because its answer was large);
-//     otherwise, or if the lock was lost, the key is released so that a
-//     retry runs fn again. A failure to store or release is logged and
-//     reported to the observer, not returned: fn's answer stands. If fn
-//     panics (or calls runtime.Goexit) the key is released and the panic
-//     goes on.
-//   - [Completed], the stored record, nil: a previous request with the
-//     same fingerprint finished; replay the record. fn does not run. The
-//     record may share memory with the store: do not modify it.
-//   - [InProgress], a zero record, nil: a request with the same
-//     fingerprint holds the key; ask the client to retry later. fn does not
+//     renews the lock meanwhile (every third of the lock timeout). When fn
+//     returns keep, the record is stored for replays (without its body,
+//     then without its header, if the store has no room for them: fn must
+//     not run again because its answer was large); otherwise, or if the
+//     lock was lost, the key is released so that a retry runs fn again. A
+//     failure to store or release is logged and reported to the observer,
+//     not returned: fn's answer stands. If fn panics (or calls
+//     runtime.Goexit) the key is released and the panic goes on.
+//   - [store.Completed], the stored record, nil: a previous request with
+//     the same fingerprint finished; replay the record. fn does not run.
+//     The record may share memory with the store: do not modify it.
+//   - [store.InProgress], a zero record, nil: a request with the same
+//     fingerprint holds the key; ask the client to retry later. fn does
+//     not run.
+//   - [store.Mismatch], a zero record, nil: the key is held or was
+//     completed for a request with a different fingerprint. fn does not
 //     run.
-//   - [Mismatch], a zero record, nil: the key is held or was completed for
-//     a request with a different fingerprint. fn does not run.
-//   - 0, a zero record, an error: fn did not run. The error wraps
+//   - "", a zero record, an error: fn did not run. The error wraps
 //     [ErrStoreUnavailable] when the store could not claim the key (fail
 //     closed: never run fn unguarded), or ctx's cause when ctx ended while
 //     the key was claimed (the claim is released).
 //
-// ctx is the request's: the claim is not canceled with it (a claim whose
-// answer was lost would block the key until the lock timeout), but bounded
-// by the store timeout. Run reports one event to the observer
+// The key reaches the store only as a hash of (scope, key), so keys are
+// scoped to the caller and the store never sees them; scope should not be
+// empty. ctx is the request's: the claim is not canceled with it (a claim
+// whose answer was lost would block the key until the lock timeout), but
+// bounded by the store timeout. Run reports one event to the observer
 // ([WithObserver]). A nil fn is an error.
-func (g *Guard) Run(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (rec Record, keep bool)) (Outcome, Record, error) {
+func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint, fn func(ctx context.Context) (rec store.Record, keep bool)) (store.Outcome, store.Record, error) {
 	if g == nil || g.store == nil {
-		return 0, Record{}, errors.New("idempotency: Run on a Guard not built by NewGuard")
+		return "", store.Record{}, errors.New("idempotency: Run on a Guard not built by NewGuard")
 	}
 	if fn == nil {
-		return 0, Record{}, errors.New("idempotency: Run: nil fn")
+		return "", store.Record{}, errors.New("idempotency: Run: nil fn")
 	}
+	id := hashKey(scope, key)
 	claimedAt := time.Now()
-	res, err := g.begin(ctx, key, fp)
+	res, err := g.begin(ctx, id, fp)
 	var spent time.Duration
 	if g.obs != nil {
 		spent = time.Since(claimedAt)
 	}
-	if err == nil && (res.Outcome < Claimed || res.Outcome > Mismatch) {
-		err = fmt.Errorf("no outcome (%v)", res.Outcome)
+	if err == nil {
+		switch res.Outcome {
+		case store.Claimed, store.Completed, store.InProgress, store.Mismatch:
+		default:
+			err = fmt.Errorf("no outcome (%q)", res.Outcome)
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, err)
-		g.log.ErrorContext(ctx, "idempotency: store begin failed", "key", key, "err", err)
+		g.logID(ctx, slog.LevelError, "idempotency: store begin failed", id, err)
 		g.report(ctx, eventStoreError, spent, err)
-		return 0, Record{}, err
+		return "", store.Record{}, err
 	}
 	switch res.Outcome {
-	case Completed:
+	case store.Completed:
 		g.report(ctx, eventReplay, spent, nil)
-		return Completed, res.Record, nil
-	case InProgress:
+		return store.Completed, res.Record, nil
+	case store.InProgress:
 		g.report(ctx, eventInProgress, spent, nil)
-		return InProgress, Record{}, nil
-	case Mismatch:
+		return store.InProgress, store.Record{}, nil
+	case store.Mismatch:
 		g.report(ctx, eventMismatch, spent, nil)
-		return Mismatch, Record{}, nil
+		return store.Mismatch, store.Record{}, nil
 	}
 	if ctx.Err() != nil { // gone while the key was claimed
-		d, rerr := g.release(ctx, key, res.Owner, "request ended before it ran")
+		d, rerr := g.release(ctx, id, res.Owner, "request ended before it ran")
 		g.settled(ctx, spent+d, rerr)
-		return 0, Record{}, fmt.Errorf("idempotency: request ended before it ran: %w", context.Cause(ctx))
+		return "", store.Record{}, fmt.Errorf("idempotency: request ended before it ran: %w", context.Cause(ctx))
 	}
-	return g.run(ctx, key, res.Owner, claimedAt, spent, fn)
+	return g.run(ctx, id, res.Owner, claimedAt, spent, fn)
 }
 
 // run runs fn for the key that owner claimed at claimedAt, keeping the
-// lock while it runs, then stores its record or releases the key. spent is
-// the time spent in the store so far (measured only with an observer).
-func (g *Guard) run(ctx context.Context, key Key, owner Owner, claimedAt time.Time, spent time.Duration, fn func(context.Context) (Record, bool)) (Outcome, Record, error) {
+// lock while it runs, then stores its record or releases the key. spent is the time spent in the store so far
+// (measured only with an observer).
+func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimedAt time.Time, spent time.Duration, fn func(context.Context) (store.Record, bool)) (store.Outcome, store.Record, error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l := &lease{}
-	g.hold(l, context.WithoutCancel(fctx), key, owner, cancel, claimedAt)
+	g.hold(l, context.WithoutCancel(fctx), id, owner, cancel, claimedAt)
 	finished := false
 	defer func() {
 		if finished {
@@ -173,7 +203,7 @@ func (g *Guard) run(ctx context.Context, key Key, owner Owner, claimedAt time.Ti
 			g.settled(ctx, spent+renewals, context.Cause(fctx))
 			return
 		}
-		d, err := g.release(fctx, key, owner, "handler panicked")
+		d, err := g.release(fctx, id, owner, "handler panicked")
 		g.settled(ctx, spent+renewals+d, err)
 	}()
 	rec, keep := fn(fctx)
@@ -185,14 +215,14 @@ func (g *Guard) run(ctx context.Context, key Key, owner Owner, claimedAt time.Ti
 	switch {
 	case lost:
 		err = context.Cause(fctx)
-		g.log.WarnContext(ctx, "idempotency: lock lost while the handler ran; response not stored", "key", key, "err", err)
+		g.logID(ctx, slog.LevelWarn, "idempotency: lock lost while the handler ran; response not stored", id, err)
 	case !keep:
-		d, err = g.release(fctx, key, owner, "the answer is not stored")
+		d, err = g.release(fctx, id, owner, "the answer is not stored")
 	default:
-		d, err = g.complete(l.ctx, key, owner, rec)
+		d, err = g.save(l, id, owner, rec)
 	}
 	g.settled(ctx, spent+d, err)
-	return Claimed, rec, nil
+	return store.Claimed, rec, nil
 }
 
 // settled reports a claimed key once it was stored or released: "new", or
@@ -223,4 +253,18 @@ func (g *Guard) report(ctx context.Context, outcome string, spent time.Duration,
 		return
 	}
 	g.obs.Observe(ctx, observe.Event{Kind: observe.Idempotency, Name: g.name, Outcome: outcome, Elapsed: spent, Err: err})
+}
+
+// logID logs msg at level with the key's store ID in hexadecimal and err
+// (if not nil) and the pairs in args, formatting nothing when the level is
+// not enabled.
+func (g *Guard) logID(ctx context.Context, level slog.Level, msg string, id store.ID, err error, args ...any) {
+	if !g.log.Enabled(ctx, level) {
+		return
+	}
+	args = append([]any{"id", hex.EncodeToString(id[:])}, args...)
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	g.log.Log(ctx, level, msg, args...)
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // payload returns n bytes of a recognisable pattern.
@@ -169,15 +170,15 @@ func TestCanceledHandlerWithoutAnswerNotStored(t *testing.T) {
 // still a completed write: a retry gets its status and allow-listed header
 // fields, marked as a replay without the body, and the handler runs once.
 func TestBodyNotKeptStillRunsOnce(t *testing.T) {
-	small, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxBytes: 4000})
+	small, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxBytes: 4000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name  string
-		store idempotency.Store
-		opts  []idempotency.Option
-		size  int
+		name string
+		mem  store.Store
+		opts []idempotency.Option
+		size int
 	}{
 		{"over WithMaxResponseBody", nil, []idempotency.Option{idempotency.WithMaxResponseBody(10)}, 11},
 		{"memory store full for the record", small, nil, 8000},
@@ -185,7 +186,7 @@ func TestBodyNotKeptStillRunsOnce(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &chunkWriter{body: payload(tc.size)}
-			mw := newMiddleware(t, tc.store, tc.opts...).Handler(h)
+			mw := newMiddleware(t, tc.mem, tc.opts...).Handler(h)
 			first := call{keys: key("k")}.do(mw)
 			if first.Code != http.StatusCreated || first.Body.Len() != tc.size {
 				t.Fatalf("first call: %d with %d bytes, want 201 with %d", first.Code, first.Body.Len(), tc.size)
@@ -299,8 +300,8 @@ func TestLockRenewedWhileHandlerRuns(t *testing.T) {
 // renewal finds the lock gone.
 type lostLockStore struct{ *idempotency.MemoryStore }
 
-func (lostLockStore) Extend(context.Context, idempotency.Key, idempotency.Owner, time.Duration) error {
-	return fmt.Errorf("lock taken over: %w", idempotency.ErrStaleOwner)
+func (lostLockStore) Extend(context.Context, store.ID, store.Owner, time.Duration) error {
+	return fmt.Errorf("lock taken over: %w", store.ErrStaleOwner)
 }
 
 // TestLockLostCancelsHandler: when the lock cannot be renewed, the
@@ -341,13 +342,13 @@ func TestLockLostCancelsHandler(t *testing.T) {
 // renewing it; once it expires, a retry claims the key and runs.
 func TestCrashRecoveryDeadServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		var l ledger
-		h := newMiddleware(t, store, idempotency.WithLockTimeout(time.Minute)).Handler(&l)
+		h := newMiddleware(t, mem, idempotency.WithLockTimeout(time.Minute)).Handler(&l)
 		c := call{keys: key("k"), body: "pay"}
 		// The dead server's claim: the same key and request, never renewed.
-		fp := idempotency.NewFingerprint(http.MethodPost, "/charges", sha256.Sum256([]byte("pay")))
-		if res, err := store.Begin(context.Background(), idempotency.HashKey("alice", "k"), fp, time.Minute); err != nil || res.Outcome != idempotency.Claimed {
+		fp := store.NewFingerprint(http.MethodPost, "/charges", sha256.Sum256([]byte("pay")))
+		if res, err := mem.Begin(context.Background(), idempotency.HashKey("alice", "k"), fp, time.Minute); err != nil || res.Outcome != store.Claimed {
 			t.Fatalf("dead server's Begin = %v, %v", res.Outcome, err)
 		}
 		wantProblem(t, "retry while the dead server's lock lives", c.do(h), http.StatusConflict)
@@ -427,19 +428,19 @@ func TestHijackedNotStored(t *testing.T) {
 // TestScopeFloodHurtsOnlyItsScope: one caller filling the default memory
 // store with keys leaves room for the others.
 func TestScopeFloodHurtsOnlyItsScope(t *testing.T) {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var l ledger
-	h := newMiddleware(t, store).Handler(&l)
+	h := newMiddleware(t, mem).Handler(&l)
 	refused := 0
 	for i := range 110_000 {
-		res, err := store.Begin(context.Background(), idempotency.HashKey("mallory", fmt.Sprint("flood-", i)), fp("a"), time.Hour)
+		res, err := mem.Begin(context.Background(), idempotency.HashKey("mallory", fmt.Sprint("flood-", i)), fp("a"), time.Hour)
 		switch {
-		case errors.Is(err, idempotency.ErrStoreFull):
+		case errors.Is(err, store.ErrStoreFull):
 			refused++
-		case err != nil || res.Outcome != idempotency.Claimed:
+		case err != nil || res.Outcome != store.Claimed:
 			t.Fatalf("flood Begin %d = %v, %v", i, res.Outcome, err)
 		}
 	}
@@ -478,16 +479,16 @@ func (s *hangingStore) hang(ctx context.Context) error {
 	return nil
 }
 
-func (s *hangingStore) Begin(ctx context.Context, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Result, error) {
+func (s *hangingStore) Begin(ctx context.Context, k store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
 	if s.begin {
 		if err := s.hang(ctx); err != nil {
-			return idempotency.Result{}, err
+			return store.Result{}, err
 		}
 	}
 	return s.MemoryStore.Begin(context.Background(), k, fp, ttl)
 }
 
-func (s *hangingStore) Complete(ctx context.Context, k idempotency.Key, o idempotency.Owner, rec idempotency.Record, d time.Duration) error {
+func (s *hangingStore) Complete(ctx context.Context, k store.ID, o store.Owner, rec store.Record, d time.Duration) error {
 	if s.complete {
 		if err := s.hang(ctx); err != nil {
 			return err
@@ -566,14 +567,14 @@ func TestZeroMiddleware(t *testing.T) {
 // default bounds.
 func TestZeroMemoryStore(t *testing.T) {
 	var l ledger
-	var store idempotency.MemoryStore
-	h := newMiddleware(t, &store).Handler(&l)
+	var mem idempotency.MemoryStore
+	h := newMiddleware(t, &mem).Handler(&l)
 	call{keys: key("k")}.do(h)
 	if rep := (call{keys: key("k")}).do(h); rep.Header().Get(idempotency.ReplayHeader) != "true" || l.runs.Load() != 1 {
 		t.Fatalf("zero MemoryStore: second call replayed %q, runs %d; want a replay and 1 run", rep.Header().Get(idempotency.ReplayHeader), l.runs.Load())
 	}
-	if store.Len() != 1 || store.Sweep() != 0 {
-		t.Fatalf("zero MemoryStore: Len %d, want 1", store.Len())
+	if idempotency.MemoryLen(&mem) != 1 || idempotency.MemorySweep(&mem) != 0 {
+		t.Fatalf("zero MemoryStore: Len %d, want 1", idempotency.MemoryLen(&mem))
 	}
 }
 
@@ -583,11 +584,11 @@ func TestZeroMemoryStore(t *testing.T) {
 // with a database that commits a statement whose client canceled.
 type slowClaimStore struct{ *idempotency.MemoryStore }
 
-func (s slowClaimStore) Begin(ctx context.Context, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Result, error) {
+func (s slowClaimStore) Begin(ctx context.Context, k store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
 	res, err := s.MemoryStore.Begin(context.Background(), k, fp, ttl)
 	select {
 	case <-ctx.Done():
-		return idempotency.Result{}, ctx.Err()
+		return store.Result{}, ctx.Err()
 	case <-time.After(time.Second):
 		return res, err
 	}
@@ -670,7 +671,7 @@ func FuzzKeyHeaders(f *testing.F) {
 		if !hasDraft {
 			other = idempotency.Header
 		}
-		rep := postWith(h, http.Header{other: {idempotency.FormatKey(keys[0])}})
+		rep := postWith(h, http.Header{other: {quoteKey(keys[0])}})
 		if rep.Header().Get(idempotency.ReplayHeader) != "true" || l.runs.Load() != 1 {
 			t.Fatalf("retry with key %q in %s: %d, replayed %q, runs %d; want a replay", keys[0], other, rep.Code, rep.Header().Get(idempotency.ReplayHeader), l.runs.Load())
 		}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // Header is the name of the request header field that carries an
@@ -32,9 +34,9 @@ const ReplayHeader = "Idempotent-Replayed"
 // handler did run, once.
 const BodyOmittedHeader = "Idempotent-Body-Omitted"
 
-// MaxKeyLen is the longest idempotency key [ParseKey] accepts, in characters
+// maxKeyLen is the longest idempotency key ParseKey accepts, in characters
 // (bytes: keys are ASCII).
-const MaxKeyLen = 255
+const maxKeyLen = 255
 
 // ErrInvalidKey is wrapped by every error [ParseKey] returns.
 var ErrInvalidKey = errors.New("idempotency: invalid key")
@@ -64,31 +66,13 @@ func NewKey() string {
 	return string(b[:])
 }
 
-// FormatKey returns key in the form the IETF draft specifies for the
-// Idempotency-Key field: a structured-field string (RFC 8941), i.e. quoted,
-// with '"' and '\' escaped. It does not validate key; [ParseKey] of the
-// result returns key when key is valid.
-func FormatKey(key string) string {
-	var b strings.Builder
-	b.Grow(len(key) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(key[i])
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
 // ParseKey parses the value of one Idempotency-Key header line and returns
 // the key.
 //
 // Two forms are accepted: the draft's structured-field string ("..." with \"
 // and \\ escapes, RFC 8941 section 3.3.3, without parameters) and the common
 // bare form (the key as is, e.g. a UUID). Surrounding spaces and tabs are
-// ignored. The key must be 1 to [MaxKeyLen] printable ASCII characters
+// ignored. The key must be 1 to 255 printable ASCII characters
 // (0x20-0x7E); a bare key must not contain a comma, since a comma is what a
 // proxy puts between two header lines it folds into one. Errors wrap
 // [ErrInvalidKey]. ParseKey never panics.
@@ -100,8 +84,8 @@ func ParseKey(value string) (string, error) {
 	if v[0] == '"' {
 		return parseQuoted(v)
 	}
-	if len(v) > MaxKeyLen {
-		return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidKey, len(v), MaxKeyLen)
+	if len(v) > maxKeyLen {
+		return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidKey, len(v), maxKeyLen)
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
@@ -145,8 +129,8 @@ func parseQuoted(v string) (string, error) {
 			switch {
 			case key == "":
 				return "", fmt.Errorf("%w: empty", ErrInvalidKey)
-			case len(key) > MaxKeyLen:
-				return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidKey, len(key), MaxKeyLen)
+			case len(key) > maxKeyLen:
+				return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidKey, len(key), maxKeyLen)
 			}
 			return key, nil
 		case c < 0x20 || c > 0x7e:
@@ -156,88 +140,32 @@ func parseQuoted(v string) (string, error) {
 	return "", fmt.Errorf("%w: missing closing quote", ErrInvalidKey)
 }
 
-// Key identifies an idempotency key inside a [Store]: a hash of the
-// caller's scope and the raw key, built by [HashKey]. Its first 8 bytes are
-// a hash of the scope alone ([Key.Scope]), the other 24 a SHA-256 hash of
-// (scope, raw key). A store never sees the raw key or the scope. The zero
-// Key is not produced by HashKey.
-type Key [sha256.Size]byte
-
-// scopeLen is the number of leading bytes of a Key that hash the scope.
+// scopeLen is the number of leading bytes of a store.ID that hash the
+// scope alone.
 const scopeLen = 8
 
-// HashKey returns the store key for the raw idempotency key raw sent by the
-// caller identified by scope. Different scopes always give different keys
-// for the same raw key (the scope is length-prefixed, so ("ab", "c") and
-// ("a", "bc") differ too), and every key of one scope has the same
-// [Key.Scope].
-func HashKey(scope, raw string) Key {
-	var k Key
+// hashKey returns the store ID of the idempotency key key sent by the
+// caller identified by scope (see [store.ID]). Different scopes always
+// give different IDs for the same key (the scope is length-prefixed, so
+// ("ab", "c") and ("a", "bc") differ too), and every ID of one scope
+// starts with the same 8 bytes. Stored IDs depend on it: it must never
+// change.
+func hashKey(scope, key string) store.ID {
+	var id store.ID
 	var sum [sha256.Size]byte
 	h := sha256.New()
 	h.Write([]byte("stormguard-idempotency-scope\x00"))
 	h.Write([]byte(scope))
-	copy(k[:scopeLen], h.Sum(sum[:0]))
+	copy(id[:scopeLen], h.Sum(sum[:0]))
 	h.Reset()
 	var n [binary.MaxVarintLen64]byte
 	h.Write([]byte("stormguard-idempotency-key\x00"))
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(scope)))])
 	h.Write([]byte(scope))
-	h.Write([]byte(raw))
-	copy(k[scopeLen:], h.Sum(sum[:0]))
-	return k
+	h.Write([]byte(key))
+	copy(id[scopeLen:], h.Sum(sum[:0]))
+	return id
 }
 
-// Scope returns the part of k that identifies the caller's scope: equal
-// for every key [HashKey] made for one scope, and, but for a one in 2^64
-// chance, different between two scopes. A bounded store shares its room
-// fairly between scopes by it.
-func (k Key) Scope() uint64 { return binary.BigEndian.Uint64(k[:scopeLen]) }
-
-// String returns k in hexadecimal.
-func (k Key) String() string { return hex.EncodeToString(k[:]) }
-
-// Fingerprint identifies what a request asked for: the SHA-256 hash of its
-// method, its route and the SHA-256 hash of its body, built by
-// [NewFingerprint]. A key reused with a different fingerprint is refused
-// (422) rather than replayed.
-type Fingerprint [sha256.Size]byte
-
-// NewFingerprint returns the fingerprint of a request with the given method,
-// route (e.g. the ServeMux pattern "POST /payments") and body hash (SHA-256
-// of the body bytes).
-func NewFingerprint(method, route string, bodySHA256 [sha256.Size]byte) Fingerprint {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	h.Write([]byte("stormguard-idempotency-fingerprint\x00"))
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(method)))])
-	h.Write([]byte(method))
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(route)))])
-	h.Write([]byte(route))
-	h.Write(bodySHA256[:])
-	var f Fingerprint
-	h.Sum(f[:0])
-	return f
-}
-
-// String returns f in hexadecimal.
-func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
-
-// Owner is the token that proves which request holds the lock on a key. A
-// [Store] creates a new random Owner each time [Store.Begin] claims a key;
-// only that owner may complete or release it. The zero Owner is never
-// issued.
-type Owner [16]byte
-
-// NewOwner returns a random owner token from crypto/rand, for [Store]
-// implementations. It is safe for concurrent use.
-func NewOwner() Owner {
-	var o Owner
-	for o == (Owner{}) {
-		_, _ = rand.Read(o[:])
-	}
-	return o
-}
-
-// String returns o in hexadecimal.
-func (o Owner) String() string { return hex.EncodeToString(o[:]) }
+// scopeOf returns the part of id that hashes the caller's scope.
+func scopeOf(id store.ID) uint64 { return binary.BigEndian.Uint64(id[:scopeLen]) }

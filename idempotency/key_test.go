@@ -9,9 +9,13 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// maxKeyLen is the longest key ParseKey accepts, as its doc says.
+const maxKeyLen = 255
 
 func TestNewKey(t *testing.T) {
 	seen := make(map[string]bool)
@@ -40,7 +44,7 @@ func TestNewKey(t *testing.T) {
 }
 
 func TestParseKey(t *testing.T) {
-	long := strings.Repeat("a", idempotency.MaxKeyLen)
+	long := strings.Repeat("a", maxKeyLen)
 	tests := []struct {
 		in, want string
 		ok       bool
@@ -56,7 +60,7 @@ func TestParseKey(t *testing.T) {
 		{`"\\"`, `\`, true},
 		{long, long, true},
 		{`"` + long + `"`, long, true},
-		{`"` + strings.Repeat(`\"`, idempotency.MaxKeyLen) + `"`, strings.Repeat(`"`, idempotency.MaxKeyLen), true},
+		{`"` + strings.Repeat(`\"`, maxKeyLen) + `"`, strings.Repeat(`"`, maxKeyLen), true},
 		{"~!@#$%^&*()", "~!@#$%^&*()", true},
 		{"", "", false},
 		{"   ", "", false},
@@ -88,15 +92,15 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-func TestFormatKeyRoundTrip(t *testing.T) {
+func TestQuotedKeyRoundTrip(t *testing.T) {
 	for _, k := range []string{"abc", `a"b`, `a\b`, `\"\\`, "a,b", "a b", idempotency.NewKey()} {
-		f := idempotency.FormatKey(k)
+		f := quoteKey(k)
 		if got, err := idempotency.ParseKey(f); err != nil || got != k {
-			t.Errorf("ParseKey(FormatKey(%q) = %s) = %q, %v; want %q", k, f, got, err, k)
+			t.Errorf("ParseKey(quoteKey(%q) = %s) = %q, %v; want %q", k, f, got, err, k)
 		}
 	}
-	if got := idempotency.FormatKey(`a"b`); got != `"a\"b"` {
-		t.Errorf(`FormatKey(a"b) = %s, want "a\"b"`, got)
+	if got := quoteKey(`a"b`); got != `"a\"b"` {
+		t.Errorf(`quoteKey(a"b) = %s, want "a\"b"`, got)
 	}
 }
 
@@ -108,63 +112,26 @@ func TestHashKeySeparatesScopes(t *testing.T) {
 	}
 	for _, p := range pairs {
 		if idempotency.HashKey(p[0][0], p[0][1]) == idempotency.HashKey(p[1][0], p[1][1]) {
-			t.Errorf("HashKey%q == HashKey%q", p[0], p[1])
+			t.Errorf("hashKey%q == hashKey%q", p[0], p[1])
 		}
 	}
 	// Known answer: 8 bytes of the SHA-256 of a domain tag and the scope,
 	// then 24 of the SHA-256 of another tag, the scope's length, the scope
-	// and the raw key. Stored keys depend on it: it must never change.
+	// and the key. Stored IDs depend on it: it must never change.
 	scope := sha256.Sum256([]byte("stormguard-idempotency-scope\x00alice"))
 	key := sha256.Sum256([]byte("stormguard-idempotency-key\x00\x05alicek-1"))
-	var want idempotency.Key
+	var want store.ID
 	copy(want[:8], scope[:])
 	copy(want[8:], key[:])
 	if got := idempotency.HashKey("alice", "k-1"); got != want {
-		t.Errorf("HashKey(alice, k-1) = %v, want %v", got, want)
+		t.Errorf("hashKey(alice, k-1) = %x, want %x", got, want)
 	}
-	if a, b := idempotency.HashKey("alice", "k-1"), idempotency.HashKey("alice", "k-2"); a.Scope() != b.Scope() || a == b {
-		t.Errorf("two keys of alice: Scope() %x and %x, want equal (keys %v, %v differ)", a.Scope(), b.Scope(), a, b)
+	// The first 8 bytes are the scope's (store.ID's doc promises it).
+	if a, b := idempotency.HashKey("alice", "k-1"), idempotency.HashKey("alice", "k-2"); [8]byte(a[:8]) != [8]byte(b[:8]) || a == b {
+		t.Errorf("two keys of alice: %x and %x, want the same first 8 bytes and different IDs", a, b)
 	}
-	if a, b := idempotency.HashKey("alice", "k"), idempotency.HashKey("bob", "k"); a.Scope() == b.Scope() {
-		t.Errorf("keys of alice and bob: same Scope() %x", a.Scope())
-	}
-	if s := idempotency.HashKey("alice", "secret-key").String(); strings.Contains(s, "secret") || len(s) != 64 {
-		t.Errorf("HashKey(...).String() = %q, want 64 hex digits", s)
-	}
-}
-
-func TestFingerprintParts(t *testing.T) {
-	base := idempotency.NewFingerprint("POST", "/a", [32]byte{1})
-	for name, fp := range map[string]idempotency.Fingerprint{
-		"method": idempotency.NewFingerprint("PATCH", "/a", [32]byte{1}),
-		"route":  idempotency.NewFingerprint("POST", "/b", [32]byte{1}),
-		"body":   idempotency.NewFingerprint("POST", "/a", [32]byte{2}),
-		"split":  idempotency.NewFingerprint("POST/", "a", [32]byte{1}),
-	} {
-		if fp == base {
-			t.Errorf("fingerprint with another %s equals the base one", name)
-		}
-	}
-	if base != idempotency.NewFingerprint("POST", "/a", [32]byte{1}) {
-		t.Error("NewFingerprint is not deterministic")
-	}
-}
-
-func TestNewOwner(t *testing.T) {
-	a, b := idempotency.NewOwner(), idempotency.NewOwner()
-	if a == b || a == (idempotency.Owner{}) {
-		t.Fatalf("NewOwner() = %v, %v; want two distinct non-zero tokens", a, b)
-	}
-}
-
-func TestOutcomeString(t *testing.T) {
-	for o, want := range map[idempotency.Outcome]string{
-		idempotency.Claimed: "claimed", idempotency.InProgress: "in-progress",
-		idempotency.Completed: "completed", idempotency.Mismatch: "mismatch", 0: "Outcome(0)",
-	} {
-		if got := o.String(); got != want {
-			t.Errorf("Outcome(%d).String() = %q, want %q", uint8(o), got, want)
-		}
+	if a, b := idempotency.HashKey("alice", "k"), idempotency.HashKey("bob", "k"); [8]byte(a[:8]) == [8]byte(b[:8]) {
+		t.Errorf("keys of alice and bob: the same first 8 bytes %x", a[:8])
 	}
 }
 
@@ -180,8 +147,8 @@ func FuzzParseKey(f *testing.F) {
 			}
 			return
 		}
-		if len(k) == 0 || len(k) > idempotency.MaxKeyLen {
-			t.Fatalf("ParseKey(%q) = %q: length %d outside 1-%d", in, k, len(k), idempotency.MaxKeyLen)
+		if len(k) == 0 || len(k) > maxKeyLen {
+			t.Fatalf("ParseKey(%q) = %q: length %d outside 1-%d", in, k, len(k), maxKeyLen)
 		}
 		for i := 0; i < len(k); i++ {
 			if k[i] < 0x20 || k[i] > 0x7e {
@@ -189,8 +156,23 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 		// The quoted form always parses back to the same key.
-		if back, err := idempotency.ParseKey(idempotency.FormatKey(k)); err != nil || back != k {
-			t.Fatalf("ParseKey(FormatKey(%q)) = %q, %v", k, back, err)
+		if back, err := idempotency.ParseKey(quoteKey(k)); err != nil || back != k {
+			t.Fatalf("ParseKey(quoteKey(%q)) = %q, %v", k, back, err)
 		}
 	})
+}
+
+// quoteKey returns key as the IETF draft writes the Idempotency-Key field:
+// a structured-field string (RFC 8941), quoted, with '"' and '\' escaped.
+func quoteKey(key string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(key[i])
+	}
+	b.WriteByte('"')
+	return b.String()
 }

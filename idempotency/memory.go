@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -8,51 +9,52 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // MemoryConfig configures a [MemoryStore]. The zero value is usable: every
 // zero field takes its default.
 type MemoryConfig struct {
-	// Shards is the number of independently locked parts of the store;
-	// 0 means 16. More shards mean less lock contention between requests
-	// with different keys.
-	Shards int
-	// MaxEntries bounds the number of keys held (locks and records),
-	// divided evenly among the shards; 0 means 100,000.
+	// MaxEntries bounds the number of keys held (locks and records); 0
+	// means 100,000.
 	MaxEntries int
 	// MaxBytes bounds the memory held by records, in bytes (bodies, header
-	// fields, plus a fixed cost per key), divided evenly among the shards;
-	// 0 means 64 MiB.
+	// fields, plus a fixed cost of 160 bytes per key); 0 means 64 MiB.
 	MaxBytes int64
-	// Now returns the current time; nil means time.Now. Tests inject a fake
-	// clock here to check expiry exactly.
-	Now func() time.Time
 }
 
-// Default bounds of a [MemoryStore].
+// Default bounds of a MemoryStore, and its most shards: independently
+// locked parts, each with an even share of the bounds. A store has fewer
+// when its bounds are small (a shard holds at least minShardEntries keys
+// and minShardBytes bytes), so that a small store does not refuse a key
+// while most of its room is free in other shards.
 const (
-	DefaultMemoryShards     = 16
-	DefaultMemoryMaxEntries = 100_000
-	DefaultMemoryMaxBytes   = 64 << 20
+	defaultMemoryMaxEntries = 100_000
+	defaultMemoryMaxBytes   = 64 << 20
+	maxMemoryShards         = 16
+	minShardEntries         = 64
+	minShardBytes           = minShardEntries * entryOverhead
 )
 
 // entryOverhead is the fixed memory cost, in bytes, charged per key.
 const entryOverhead = 160
 
-// MemoryStore is the in-memory [Store], the embedded default: a sharded map
-// with a mutex per shard, whose locks and records expire, bounded in entries
-// and bytes. It never evicts a live lock or record to make room: when a
-// shard is full it first drops its expired entries; if it is still full it
-// refuses the new claim or record with an error wrapping [ErrStoreFull]
-// (the [Middleware] then answers 503 to a new request, and stores a
-// finished response without its body).
+// MemoryStore is the in-memory store of idempotency keys, the embedded
+// default (it implements [store.Store]): a sharded map with a mutex per
+// shard, whose locks and records expire, bounded in entries and bytes. It
+// never evicts a live lock or record to make room: when a shard is full it
+// first drops its expired entries; if it is still full it refuses the new
+// claim or record with an error wrapping [store.ErrStoreFull] (the
+// [Middleware] then answers 503 to a new request, and stores a finished
+// response without its body).
 //
-// The room is shared fairly between scopes ([Key.Scope]): a scope's own
-// keys and bytes count twice against the bounds, so that one scope may take
-// at most half of the room the other scopes leave free. A caller who floods
-// the store with keys only locks itself out; one scope alone (every
-// request in one shared scope) may fill half the store. A record of Size 0
-// (status only) always fits in place of its lock.
+// The room is shared fairly between callers (the scopes of [WithScope]):
+// a scope's own keys and bytes count twice against the bounds, so that one
+// scope may take at most half of the room the other scopes leave free. A
+// caller who floods the store with keys only locks itself out; one scope
+// alone (every request in one shared scope) may fill half the store. A
+// record of the status alone always fits in place of its lock.
 //
 // A MemoryStore serves one process only: servers that share keys need a
 // shared store (PostgreSQL, Redis). It is safe for concurrent use. Records
@@ -60,16 +62,16 @@ const entryOverhead = 160
 // The zero MemoryStore is an empty store with the default bounds.
 type MemoryStore struct {
 	once       sync.Once
-	now        func() time.Time
-	maxEntries int   // per shard
-	maxBytes   int64 // per shard
+	now        func() time.Time // time.Now; tests set another clock
+	maxEntries int              // per shard
+	maxBytes   int64            // per shard
 	shards     []memShard
 }
 
 type memShard struct {
 	mu sync.Mutex
 	// Fields below are guarded by mu.
-	entries map[Key]*memEntry
+	entries map[store.ID]*memEntry
 	scopes  map[uint64]*scopeUse // scopes with entries in the shard
 	bytes   int64
 	// sweepAt is a lower bound of every entry's expiry: sweeping before
@@ -85,25 +87,24 @@ type scopeUse struct {
 }
 
 type memEntry struct {
-	fp      Fingerprint
-	owner   Owner
+	fp      store.Fingerprint
+	owner   store.Owner
 	done    bool // a record is stored; otherwise the key is locked
-	rec     Record
+	rec     store.Record
 	expires time.Time
 	size    int64
 }
 
 // NewMemoryStore returns an empty in-memory store. It fails on negative
-// fields of cfg, or bounds too small for each shard to hold two keys (one
-// scope takes at most half): MaxEntries under 2×Shards, MaxBytes under
-// 2×Shards×160.
+// fields of cfg, or bounds under 2 keys (MaxEntries under 2, MaxBytes
+// under 320): each scope takes at most half.
 func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
-	if cfg.Shards < 0 || cfg.MaxEntries < 0 || cfg.MaxBytes < 0 {
+	if cfg.MaxEntries < 0 || cfg.MaxBytes < 0 {
 		return nil, fmt.Errorf("idempotency: NewMemoryStore: negative bound in %+v", cfg)
 	}
 	cfg = cfg.withDefaults()
-	if cfg.MaxEntries/cfg.Shards < 2 || cfg.MaxBytes/int64(cfg.Shards) < 2*entryOverhead {
-		return nil, fmt.Errorf("idempotency: NewMemoryStore: MaxEntries %d and MaxBytes %d leave less than 2 keys (of %d bytes) per shard of %d", cfg.MaxEntries, cfg.MaxBytes, entryOverhead, cfg.Shards)
+	if cfg.MaxEntries < 2 || cfg.MaxBytes < 2*entryOverhead {
+		return nil, fmt.Errorf("idempotency: NewMemoryStore: MaxEntries %d and MaxBytes %d leave room for less than 2 keys (of %d bytes)", cfg.MaxEntries, cfg.MaxBytes, entryOverhead)
 	}
 	s := &MemoryStore{}
 	s.once.Do(func() { s.setup(cfg) })
@@ -112,17 +113,11 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg MemoryConfig) withDefaults() MemoryConfig {
-	if cfg.Shards == 0 {
-		cfg.Shards = DefaultMemoryShards
-	}
 	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = DefaultMemoryMaxEntries
+		cfg.MaxEntries = defaultMemoryMaxEntries
 	}
 	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = DefaultMemoryMaxBytes
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.MaxBytes = defaultMemoryMaxBytes
 	}
 	return cfg
 }
@@ -131,63 +126,68 @@ func (cfg MemoryConfig) withDefaults() MemoryConfig {
 // must be valid.
 func (s *MemoryStore) setup(cfg MemoryConfig) {
 	cfg = cfg.withDefaults()
-	s.now = cfg.Now
-	s.maxEntries = cfg.MaxEntries / cfg.Shards
-	s.maxBytes = cfg.MaxBytes / int64(cfg.Shards)
-	s.shards = make([]memShard, cfg.Shards)
+	n := int(min(maxMemoryShards, int64(cfg.MaxEntries/minShardEntries), cfg.MaxBytes/minShardBytes))
+	n = max(n, 1)
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.maxEntries = cfg.MaxEntries / n
+	s.maxBytes = cfg.MaxBytes / int64(n)
+	s.shards = make([]memShard, n)
 	for i := range s.shards {
-		s.shards[i].entries = make(map[Key]*memEntry)
+		s.shards[i].entries = make(map[store.ID]*memEntry)
 		s.shards[i].scopes = make(map[uint64]*scopeUse)
 	}
 }
 
-// shard returns the shard of k, setting up a zero store first.
-func (s *MemoryStore) shard(k Key) *memShard {
+// shard returns the shard of id, setting up a zero store first.
+func (s *MemoryStore) shard(id store.ID) *memShard {
 	s.once.Do(func() { s.setup(MemoryConfig{}) })
 	// Bytes past the scope part: the keys of one scope spread over all.
-	return &s.shards[binary.LittleEndian.Uint64(k[scopeLen:])%uint64(len(s.shards))]
+	return &s.shards[binary.LittleEndian.Uint64(id[scopeLen:])%uint64(len(s.shards))]
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ store.Store = (*MemoryStore)(nil)
 
-// Begin implements [Store.Begin].
-func (s *MemoryStore) Begin(ctx context.Context, key Key, fp Fingerprint, lockTTL time.Duration) (Result, error) {
+// Begin implements [store.Store.Begin].
+func (s *MemoryStore) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lockTTL time.Duration) (store.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("idempotency: memory store begin: %w", err)
+		return store.Result{}, fmt.Errorf("idempotency: memory store begin: %w", err)
 	}
 	if lockTTL <= 0 {
-		return Result{}, fmt.Errorf("idempotency: memory store begin: lock TTL %v, want > 0", lockTTL)
+		return store.Result{}, fmt.Errorf("idempotency: memory store begin: lock TTL %v, want > 0", lockTTL)
 	}
-	sh := s.shard(key)
+	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.now()
-	e := sh.entries[key]
+	e := sh.entries[id]
 	if e != nil && now.Before(e.expires) {
 		switch {
 		case e.fp != fp:
-			return Result{Outcome: Mismatch}, nil
+			return store.Result{Outcome: store.Mismatch}, nil
 		case e.done:
-			return Result{Outcome: Completed, Record: e.rec}, nil
+			return store.Result{Outcome: store.Completed, Record: e.rec}, nil
 		default:
-			return Result{Outcome: InProgress}, nil
+			return store.Result{Outcome: store.InProgress}, nil
 		}
 	}
+	scope := scopeOf(id)
 	if e == nil {
-		if !s.fits(sh, key.Scope(), 1, entryOverhead) {
+		if !s.fits(sh, scope, 1, entryOverhead) {
 			sh.sweep(now)
-			if !s.fits(sh, key.Scope(), 1, entryOverhead) {
-				return Result{}, fmt.Errorf("idempotency: memory store begin: %w (%d keys, %d bytes in shard; the scope's share is used up)", ErrStoreFull, len(sh.entries), sh.bytes)
+			if !s.fits(sh, scope, 1, entryOverhead) {
+				return store.Result{}, fmt.Errorf("idempotency: memory store begin: %w (%d keys, %d bytes in shard; the scope's share is used up)", store.ErrStoreFull, len(sh.entries), sh.bytes)
 			}
 		}
 		e = &memEntry{}
-		sh.entries[key] = e
-		sh.use(key.Scope()).entries++
+		sh.entries[id] = e
+		sh.use(scope).entries++
 	}
-	sh.grow(key.Scope(), entryOverhead-e.size)
-	*e = memEntry{fp: fp, owner: NewOwner(), expires: now.Add(lockTTL), size: entryOverhead}
+	sh.grow(scope, entryOverhead-e.size)
+	*e = memEntry{fp: fp, owner: store.NewOwner(), expires: now.Add(lockTTL), size: entryOverhead}
 	sh.expiresAt(e.expires)
-	return Result{Outcome: Claimed, Owner: e.owner}, nil
+	return store.Result{Outcome: store.Claimed, Owner: e.owner}, nil
 }
 
 // fits reports whether the shard has room for entries more keys and bytes
@@ -203,57 +203,58 @@ func (s *MemoryStore) fits(sh *memShard, scope uint64, entries int, bytes int64)
 	return bytes <= 0 || sh.bytes+own.bytes+2*bytes <= s.maxBytes
 }
 
-// Complete implements [Store.Complete]. It stores a copy of rec.
-func (s *MemoryStore) Complete(ctx context.Context, key Key, owner Owner, rec Record, retention time.Duration) error {
+// Complete implements [store.Store.Complete]. It stores a copy of rec.
+func (s *MemoryStore) Complete(ctx context.Context, id store.ID, owner store.Owner, rec store.Record, retention time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idempotency: memory store complete: %w", err)
 	}
 	if retention <= 0 {
 		return fmt.Errorf("idempotency: memory store complete: retention %v, want > 0", retention)
 	}
-	if err := rec.check(); err != nil {
+	if err := checkRecord(rec); err != nil {
 		return fmt.Errorf("idempotency: memory store complete: %w", err)
 	}
-	sh := s.shard(key)
+	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.now()
-	if e := sh.entries[key]; e != nil && e.done && e.owner == owner && now.Before(e.expires) && e.rec.equal(rec) {
+	if e := sh.entries[id]; e != nil && e.done && e.owner == owner && now.Before(e.expires) && sameRecord(e.rec, rec) {
 		return nil // resent
 	}
-	e, err := sh.owned(key, owner, now)
+	e, err := sh.owned(id, owner, now)
 	if err != nil {
 		return fmt.Errorf("idempotency: memory store complete: %w", err)
 	}
-	size := entryOverhead + int64(rec.Size())
-	if !s.fits(sh, key.Scope(), 0, size-e.size) {
+	scope := scopeOf(id)
+	size := entryOverhead + recordSize(rec)
+	if !s.fits(sh, scope, 0, size-e.size) {
 		sh.sweep(now)
-		if !s.fits(sh, key.Scope(), 0, size-e.size) {
-			return fmt.Errorf("idempotency: memory store complete: %w (record of %d bytes, %d bytes in shard; the scope's share is used up)", ErrStoreFull, size, sh.bytes)
+		if !s.fits(sh, scope, 0, size-e.size) {
+			return fmt.Errorf("idempotency: memory store complete: %w (record of %d bytes, %d bytes in shard; the scope's share is used up)", store.ErrStoreFull, size, sh.bytes)
 		}
 	}
-	sh.grow(key.Scope(), size-e.size)
+	sh.grow(scope, size-e.size)
 	e.size = size
 	e.done = true
-	e.rec = Record{Status: rec.Status, Header: cloneHeader(rec.Header), Body: slices.Clone(rec.Body), BodyOmitted: rec.BodyOmitted}
+	e.rec = store.Record{Status: rec.Status, Header: cloneHeader(rec.Header), Body: slices.Clone(rec.Body), BodyOmitted: rec.BodyOmitted}
 	e.expires = now.Add(retention)
 	sh.expiresAt(e.expires)
 	return nil
 }
 
-// Extend implements [Store.Extend].
-func (s *MemoryStore) Extend(ctx context.Context, key Key, owner Owner, lockTTL time.Duration) error {
+// Extend implements [store.Store.Extend].
+func (s *MemoryStore) Extend(ctx context.Context, id store.ID, owner store.Owner, lockTTL time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idempotency: memory store extend: %w", err)
 	}
 	if lockTTL <= 0 {
 		return fmt.Errorf("idempotency: memory store extend: lock TTL %v, want > 0", lockTTL)
 	}
-	sh := s.shard(key)
+	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.now()
-	e, err := sh.owned(key, owner, now)
+	e, err := sh.owned(id, owner, now)
 	if err != nil {
 		return fmt.Errorf("idempotency: memory store extend: %w", err)
 	}
@@ -262,25 +263,25 @@ func (s *MemoryStore) Extend(ctx context.Context, key Key, owner Owner, lockTTL 
 	return nil
 }
 
-// Release implements [Store.Release].
-func (s *MemoryStore) Release(ctx context.Context, key Key, owner Owner) error {
+// Release implements [store.Store.Release].
+func (s *MemoryStore) Release(ctx context.Context, id store.ID, owner store.Owner) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idempotency: memory store release: %w", err)
 	}
-	sh := s.shard(key)
+	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, err := sh.owned(key, owner, s.now())
+	e, err := sh.owned(id, owner, s.now())
 	if err != nil {
 		return fmt.Errorf("idempotency: memory store release: %w", err)
 	}
-	sh.remove(key, e)
+	sh.remove(id, e)
 	return nil
 }
 
-// Len returns the number of keys held, expired ones not yet dropped
+// len returns the number of keys held, expired ones not yet dropped
 // included.
-func (s *MemoryStore) Len() int {
+func (s *MemoryStore) len() int {
 	s.once.Do(func() { s.setup(MemoryConfig{}) })
 	n := 0
 	for i := range s.shards {
@@ -292,10 +293,9 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
-// Sweep drops every expired lock and record now, and returns how many it
-// dropped. The store also sweeps a shard by itself when the shard is full,
-// so calling Sweep is optional: it only returns memory sooner.
-func (s *MemoryStore) Sweep() int {
+// sweep drops every expired lock and record now, and returns how many it
+// dropped. The store sweeps a shard by itself when the shard is full.
+func (s *MemoryStore) sweep() int {
 	s.once.Do(func() { s.setup(MemoryConfig{}) })
 	n := 0
 	for i := range s.shards {
@@ -308,12 +308,12 @@ func (s *MemoryStore) Sweep() int {
 	return n
 }
 
-// owned returns the entry for key if owner holds an unexpired lock on it.
+// owned returns the entry for id if owner holds an unexpired lock on it.
 // It requires sh.mu held.
-func (sh *memShard) owned(key Key, owner Owner, now time.Time) (*memEntry, error) {
-	e := sh.entries[key]
+func (sh *memShard) owned(id store.ID, owner store.Owner, now time.Time) (*memEntry, error) {
+	e := sh.entries[id]
 	if e == nil || e.done || e.owner != owner || !now.Before(e.expires) {
-		return nil, ErrStaleOwner
+		return nil, store.ErrStaleOwner
 	}
 	return e, nil
 }
@@ -335,15 +335,15 @@ func (sh *memShard) grow(scope uint64, n int64) {
 	sh.use(scope).bytes += n
 }
 
-// remove drops key's entry e. It requires sh.mu held.
-func (sh *memShard) remove(key Key, e *memEntry) {
-	scope := key.Scope()
+// remove drops id's entry e. It requires sh.mu held.
+func (sh *memShard) remove(id store.ID, e *memEntry) {
+	scope := scopeOf(id)
 	sh.grow(scope, -e.size)
 	u := sh.scopes[scope]
 	if u.entries--; u.entries == 0 {
 		delete(sh.scopes, scope)
 	}
-	delete(sh.entries, key)
+	delete(sh.entries, id)
 }
 
 // expiresAt notes an entry expiring at t. It requires sh.mu held.
@@ -387,4 +387,44 @@ func cloneHeader(h map[string][]string) map[string][]string {
 		c[k] = slices.Clone(v)
 	}
 	return c
+}
+
+// checkRecord reports what makes rec unstorable, if anything: the checks
+// of store.Record.MarshalBinary, which the memory store does not call.
+func checkRecord(rec store.Record) error {
+	if rec.Status < 200 || rec.Status > 999 {
+		return fmt.Errorf("status %d outside 200-999", rec.Status)
+	}
+	if rec.BodyOmitted && len(rec.Body) > 0 {
+		return fmt.Errorf("a record with BodyOmitted has a body of %d bytes", len(rec.Body))
+	}
+	return nil
+}
+
+// recordSize returns the memory rec holds, in bytes: body, header names
+// and values (16 bytes more for each, for the slice and string headers).
+func recordSize(rec store.Record) int64 {
+	n := len(rec.Body)
+	for name, vs := range rec.Header {
+		n += len(name) + 16
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	return int64(n)
+}
+
+// sameRecord reports whether a and b are the same record (nil and empty
+// header or body being the same), as a resent completion is.
+func sameRecord(a, b store.Record) bool {
+	if a.Status != b.Status || a.BodyOmitted != b.BodyOmitted || !bytes.Equal(a.Body, b.Body) || len(a.Header) != len(b.Header) {
+		return false
+	}
+	for name, vs := range a.Header {
+		ws, ok := b.Header[name]
+		if !ok || !slices.Equal(vs, ws) {
+			return false
+		}
+	}
+	return true
 }

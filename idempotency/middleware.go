@@ -9,19 +9,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"slices"
-	"time"
+
+	"github.com/stormguard/stormguard/idempotency/internal/capture"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
-// Defaults of a [Guard] (lock timeout, retention, store timeout) and a
-// [Middleware] (all of them).
+// Default body caps of a Middleware, in bytes.
 const (
-	DefaultLockTimeout     = time.Minute
-	DefaultRetention       = 24 * time.Hour
-	DefaultStoreTimeout    = 2 * time.Second
-	DefaultMaxRequestBody  = 1 << 20 // bytes
-	DefaultMaxResponseBody = 1 << 20 // bytes
+	defaultMaxRequestBody  = 1 << 20
+	defaultMaxResponseBody = 1 << 20
 )
 
 // retryAfterSeconds is the Retry-After value sent with 409 (in progress) and
@@ -43,13 +40,6 @@ var neverStored = []string{
 	ReplayHeader, BodyOmittedHeader,
 }
 
-// ScopeFunc maps an authenticated request to its caller (tenant, user, API
-// key...). Keys are scoped to it: the same raw key sent by two callers names
-// two unrelated operations. It must return a non-empty string; an error (or
-// "") means the caller cannot be identified, and the middleware answers 500
-// without running the handler, since it runs after authentication.
-type ScopeFunc func(*http.Request) (string, error)
-
 // Middleware is server-side idempotency for net/http handlers; see the
 // package documentation for its answers. Build it with [NewMiddleware] and
 // wrap handlers with [Middleware.Handler]. It is an HTTP face on a [Guard]:
@@ -57,11 +47,11 @@ type ScopeFunc func(*http.Request) (string, error)
 // reads the key and the body, fingerprints the request, records the
 // handler's response and answers. A Middleware is immutable and safe for
 // concurrent use; one Middleware may wrap many handlers, and many servers
-// may share one [Store]. A zero (or nil) Middleware is not usable: its
+// may share one store. A zero (or nil) Middleware is not usable: its
 // handlers answer every request 500 without running it.
 type Middleware struct {
 	g           Guard
-	scope       ScopeFunc
+	scope       func(*http.Request) (string, error)
 	required    bool
 	methods     []string
 	route       func(*http.Request) string
@@ -71,54 +61,35 @@ type Middleware struct {
 	replay      []string // canonical header names
 }
 
-// NewMiddleware returns a middleware that keeps keys in store. It fails
-// when store is nil, an option is invalid, no scope is set (pass
-// [WithScope] or, deliberately, [WithSharedScope]), or the store cannot
-// keep the lock timeout or retention ([TTLChecker]).
-func NewMiddleware(store Store, opts ...Option) (*Middleware, error) {
-	return build("NewMiddleware", store, opts)
-}
-
-// build applies opts to a Middleware on store with the defaults, for the
-// constructor named by: NewMiddleware (which needs a scope) or NewGuard
-// (which refuses the options of a Middleware).
-func build(by string, store Store, opts []Option) (*Middleware, error) {
-	if v := reflect.ValueOf(store); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
-		return nil, fmt.Errorf("idempotency: %s: nil store", by)
+// NewMiddleware returns a middleware that keeps keys in s: a
+// [*MemoryStore] for one process, or a store that servers share
+// (idempotency/pgstore, idempotency/redisstore). It fails when s is nil,
+// an option is invalid, or no scope is set (pass [WithScope] or,
+// deliberately, [WithSharedScope]).
+func NewMiddleware(s store.Store, opts ...Option) (*Middleware, error) {
+	g, err := newGuard("NewMiddleware", s)
+	if err != nil {
+		return nil, err
 	}
 	m := &Middleware{
-		g:           defaultGuard(store),
+		g:           g,
 		methods:     []string{http.MethodPost, http.MethodPatch},
 		route:       defaultRoute,
-		maxReqBody:  DefaultMaxRequestBody,
-		maxRespBody: DefaultMaxResponseBody,
-		storeStatus: DefaultStoreStatus,
+		maxReqBody:  defaultMaxRequestBody,
+		maxRespBody: defaultMaxResponseBody,
+		storeStatus: defaultStoreStatus,
 		replay:      defaultReplayHeaders,
 	}
-	guard := by == "NewGuard"
 	for _, o := range opts {
-		if o.apply == nil {
+		if o == nil {
 			continue
 		}
-		if guard && o.http != "" {
-			return nil, fmt.Errorf("idempotency: %s: %s applies to a Middleware only", by, o.http)
-		}
-		if err := o.apply(m); err != nil {
-			return nil, fmt.Errorf("idempotency: %s: %w", by, err)
+		if err := o.applyMiddleware(m); err != nil {
+			return nil, fmt.Errorf("idempotency: NewMiddleware: %w", err)
 		}
 	}
-	if !guard && m.scope == nil {
-		return nil, fmt.Errorf("idempotency: %s: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope", by)
-	}
-	if c, ok := store.(TTLChecker); ok {
-		for _, d := range []struct {
-			what string
-			d    time.Duration
-		}{{"lock timeout", m.g.lockTimeout}, {"retention", m.g.retention}} {
-			if err := c.CheckTTL(d.d); err != nil {
-				return nil, fmt.Errorf("idempotency: %s: %s %v: %w", by, d.what, d.d, err)
-			}
-		}
+	if m.scope == nil {
+		return nil, errors.New("idempotency: NewMiddleware: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope")
 	}
 	return m, nil
 }
@@ -191,10 +162,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		problem(w, http.StatusBadRequest, "body-unreadable", "Request body unreadable", "")
 		return
 	}
-	key := HashKey(scope, raw)
-	fp := NewFingerprint(r.Method, m.route(r), sha256.Sum256(body))
-
-	outcome, rec, err := m.g.Run(r.Context(), key, fp, func(ctx context.Context) (Record, bool) {
+	fp := store.NewFingerprint(r.Method, m.route(r), sha256.Sum256(body))
+	outcome, rec, err := m.g.Run(r.Context(), scope, raw, fp, func(ctx context.Context) (store.Record, bool) {
 		return m.handle(ctx, w, r, body, next)
 	})
 	switch {
@@ -206,14 +175,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		problem(w, http.StatusServiceUnavailable, "canceled", "Request canceled",
 			"The request was canceled before it was processed; retry it with the same Idempotency-Key.")
-	case outcome == Mismatch:
+	case outcome == store.Mismatch:
 		problem(w, http.StatusUnprocessableEntity, "key-reused", "Idempotency-Key reused",
 			"This Idempotency-Key was used for a different request (method, route or body).")
-	case outcome == InProgress:
+	case outcome == store.InProgress:
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		problem(w, http.StatusConflict, "in-progress", "Request in progress",
 			"A request with this Idempotency-Key is still being processed.")
-	case outcome == Completed:
+	case outcome == store.Completed:
 		m.replayRecord(w, rec)
 	}
 }
@@ -221,51 +190,39 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // handle runs next for the request r with body, on the Guard's context
 // ctx, passing its response through to w, and returns the record of the
 // response and whether to store it.
-func (m *Middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (Record, bool) {
-	// One allocation for the recorder and the request body.
-	x := &struct {
-		rec  recorder
-		body bodyReader
-	}{rec: recorder{w: w, replay: m.replay, max: m.maxRespBody}}
-	x.body.Reset(body)
+func (m *Middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (store.Record, bool) {
+	x := capture.New(w, m.replay, m.maxRespBody, body) // one allocation for both
 	r = r.WithContext(ctx)
-	r.Body = &x.body
+	r.Body = &x.Body
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	r.ContentLength = int64(len(body))
-	rec := &x.rec
+	rec := &x.W
 	next.ServeHTTP(rec, r)
 	var why string
 	switch {
-	case rec.hijacked:
+	case rec.Hijacked:
 		why = "connection hijacked"
-	case !rec.wroteHeader && ctx.Err() != nil:
+	case !rec.WroteHeader && ctx.Err() != nil:
 		// Most likely the handler gave up because its request was
 		// canceled (or its lock lost): nothing was produced, nothing to
 		// replay.
 		why = "handler returned no answer after its request was canceled"
 	default:
-		if !rec.wroteHeader {
-			rec.snapshot(http.StatusOK)
+		if !rec.WroteHeader {
+			rec.Snapshot(http.StatusOK)
 		}
 		switch {
-		case rec.status < 200:
+		case rec.Status < 200:
 			why = "informational final status"
-		case !m.storeStatus(rec.status):
+		case !m.storeStatus(rec.Status):
 			why = "status not stored"
 		default:
-			return Record{Status: rec.status, Header: rec.header, Body: rec.body, BodyOmitted: rec.overflow}, true
+			return store.Record{Status: rec.Status, Header: rec.Fields, Body: rec.Body, BodyOmitted: rec.Overflow}, true
 		}
 	}
 	m.g.log.DebugContext(ctx, "idempotency: the response is not stored", "why", why)
-	return Record{}, false
+	return store.Record{}, false
 }
-
-// bodyReader is the request body a guarded handler reads: the bytes the
-// middleware read to fingerprint the request.
-type bodyReader struct{ bytes.Reader }
-
-// Close does nothing.
-func (*bodyReader) Close() error { return nil }
 
 // Errors of requestKey.
 var (
@@ -332,7 +289,7 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func (m *Middleware) replayRecord(w http.ResponseWriter, rec Record) {
+func (m *Middleware) replayRecord(w http.ResponseWriter, rec store.Record) {
 	h := w.Header()
 	for _, name := range m.replay {
 		if vs, ok := rec.Header[name]; ok {

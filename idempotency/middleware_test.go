@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // ledger is a payment handler that counts how often it really ran.
@@ -49,11 +50,11 @@ func userScope(r *http.Request) (string, error) {
 	return u, nil
 }
 
-// orMemory returns store, or a new MemoryStore if store is nil.
-func orMemory(t *testing.T, store idempotency.Store) idempotency.Store {
+// orMemory returns mem, or a new MemoryStore if mem is nil.
+func orMemory(t *testing.T, mem store.Store) store.Store {
 	t.Helper()
-	if store != nil {
-		return store
+	if mem != nil {
+		return mem
 	}
 	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
@@ -62,10 +63,10 @@ func orMemory(t *testing.T, store idempotency.Store) idempotency.Store {
 	return s
 }
 
-func newMiddleware(t *testing.T, store idempotency.Store, opts ...idempotency.Option) *idempotency.Middleware {
+func newMiddleware(t *testing.T, mem store.Store, opts ...idempotency.Option) *idempotency.Middleware {
 	t.Helper()
-	store = orMemory(t, store)
-	mw, err := idempotency.NewMiddleware(store, append([]idempotency.Option{idempotency.WithScope(userScope)}, opts...)...)
+	mem = orMemory(t, mem)
+	mw, err := idempotency.NewMiddleware(mem, append([]idempotency.Option{idempotency.WithScope(userScope)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewMiddleware: %v", err)
 	}
@@ -127,37 +128,37 @@ func wantProblem(t *testing.T, what string, rec *httptest.ResponseRecorder, stat
 }
 
 func TestNewErrors(t *testing.T) {
-	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	scope := idempotency.WithScope(userScope)
 	tests := []struct {
-		name  string
-		store idempotency.Store
-		opts  []idempotency.Option
+		name string
+		mem  store.Store
+		opts []idempotency.Option
 	}{
 		{"nil store", nil, []idempotency.Option{scope}},
-		{"no scope", store, nil},
-		{"WithScope(nil)", store, []idempotency.Option{idempotency.WithScope(nil)}},
-		{"two scopes", store, []idempotency.Option{scope, idempotency.WithSharedScope()}},
-		{"WithMethods()", store, []idempotency.Option{scope, idempotency.WithMethods()}},
-		{"WithMethods(post)", store, []idempotency.Option{scope, idempotency.WithMethods("post")}},
-		{"WithRoute(nil)", store, []idempotency.Option{scope, idempotency.WithRoute(nil)}},
-		{"WithMaxRequestBody(0)", store, []idempotency.Option{scope, idempotency.WithMaxRequestBody(0)}},
-		{"WithMaxResponseBody(-1)", store, []idempotency.Option{scope, idempotency.WithMaxResponseBody(-1)}},
-		{"WithLockTimeout(0)", store, []idempotency.Option{scope, idempotency.WithLockTimeout(0)}},
-		{"WithRetention(-1s)", store, []idempotency.Option{scope, idempotency.WithRetention(-time.Second)}},
-		{"WithStoreStatus(nil)", store, []idempotency.Option{scope, idempotency.WithStoreStatus(nil)}},
-		{"WithReplayHeaders(Set-Cookie)", store, []idempotency.Option{scope, idempotency.WithReplayHeaders("Content-Type", "set-cookie")}},
-		{"WithReplayHeaders(Authorization)", store, []idempotency.Option{scope, idempotency.WithReplayHeaders("authorization")}},
-		{"WithReplayHeaders(WWW-Authenticate)", store, []idempotency.Option{scope, idempotency.WithReplayHeaders("WWW-Authenticate")}},
-		{"WithLogger(nil)", store, []idempotency.Option{scope, idempotency.WithLogger(nil)}},
+		{"no scope", mem, nil},
+		{"WithScope(nil)", mem, []idempotency.Option{idempotency.WithScope(nil)}},
+		{"two scopes", mem, []idempotency.Option{scope, idempotency.WithSharedScope()}},
+		{"WithMethods()", mem, []idempotency.Option{scope, idempotency.WithMethods()}},
+		{"WithMethods(post)", mem, []idempotency.Option{scope, idempotency.WithMethods("post")}},
+		{"WithRoute(nil)", mem, []idempotency.Option{scope, idempotency.WithRoute(nil)}},
+		{"WithMaxRequestBody(0)", mem, []idempotency.Option{scope, idempotency.WithMaxRequestBody(0)}},
+		{"WithMaxResponseBody(-1)", mem, []idempotency.Option{scope, idempotency.WithMaxResponseBody(-1)}},
+		{"WithLockTimeout(0)", mem, []idempotency.Option{scope, idempotency.WithLockTimeout(0)}},
+		{"WithRetention(-1s)", mem, []idempotency.Option{scope, idempotency.WithRetention(-time.Second)}},
+		{"WithStoreStatus(nil)", mem, []idempotency.Option{scope, idempotency.WithStoreStatus(nil)}},
+		{"WithReplayHeaders(Set-Cookie)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("Content-Type", "set-cookie")}},
+		{"WithReplayHeaders(Authorization)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("authorization")}},
+		{"WithReplayHeaders(WWW-Authenticate)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("WWW-Authenticate")}},
+		{"WithLogger(nil)", mem, []idempotency.Option{scope, idempotency.WithLogger(nil)}},
 	}
 	for _, tc := range tests {
-		if _, err := idempotency.NewMiddleware(tc.store, tc.opts...); err == nil {
+		if _, err := idempotency.NewMiddleware(tc.mem, tc.opts...); err == nil {
 			t.Errorf("NewMiddleware(%s) = nil error, want an error", tc.name)
 		}
 	}
-	if _, err := idempotency.NewMiddleware(store, idempotency.Option{}, idempotency.WithSharedScope()); err != nil {
-		t.Errorf("NewMiddleware(zero Option, WithSharedScope) error: %v", err)
+	if _, err := idempotency.NewMiddleware(mem, nil, idempotency.GuardOption{}, idempotency.WithSharedScope()); err != nil {
+		t.Errorf("NewMiddleware(nil Option, zero GuardOption, WithSharedScope) error: %v", err)
 	}
 }
 
@@ -195,7 +196,7 @@ func TestFirstRequestThenReplay(t *testing.T) {
 }
 
 func TestKeyHeaderValidation(t *testing.T) {
-	long := strings.Repeat("k", idempotency.MaxKeyLen)
+	long := strings.Repeat("k", maxKeyLen)
 	tests := []struct {
 		name   string
 		keys   []string
@@ -525,33 +526,33 @@ func TestPanicReleasesKey(t *testing.T) {
 // failingStore fails every call.
 type failingStore struct{ err error }
 
-func (s failingStore) Begin(context.Context, idempotency.Key, idempotency.Fingerprint, time.Duration) (idempotency.Result, error) {
-	return idempotency.Result{}, s.err
+func (s failingStore) Begin(context.Context, store.ID, store.Fingerprint, time.Duration) (store.Result, error) {
+	return store.Result{}, s.err
 }
-func (s failingStore) Complete(context.Context, idempotency.Key, idempotency.Owner, idempotency.Record, time.Duration) error {
+func (s failingStore) Complete(context.Context, store.ID, store.Owner, store.Record, time.Duration) error {
 	return s.err
 }
-func (s failingStore) Extend(context.Context, idempotency.Key, idempotency.Owner, time.Duration) error {
+func (s failingStore) Extend(context.Context, store.ID, store.Owner, time.Duration) error {
 	return s.err
 }
-func (s failingStore) Release(context.Context, idempotency.Key, idempotency.Owner) error {
+func (s failingStore) Release(context.Context, store.ID, store.Owner) error {
 	return s.err
 }
 
 func TestStoreUnavailableFailsClosed(t *testing.T) {
-	full, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{Shards: 1, MaxEntries: 2})
-	if _, err := full.Begin(context.Background(), idempotency.HashKey("x", "y"), idempotency.Fingerprint{}, time.Hour); err != nil {
+	full, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 2})
+	if _, err := full.Begin(context.Background(), idempotency.HashKey("x", "y"), store.Fingerprint{}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name  string
-		store idempotency.Store
+		name string
+		mem  store.Store
 	}{
 		{"store error", failingStore{errors.New("connection refused")}},
 		{"store full", full},
 	} {
 		var l ledger
-		rec := call{keys: key("k")}.do(newMiddleware(t, tc.store).Handler(&l))
+		rec := call{keys: key("k")}.do(newMiddleware(t, tc.mem).Handler(&l))
 		wantProblem(t, tc.name, rec, http.StatusServiceUnavailable)
 		if rec.Header().Get("Retry-After") == "" {
 			t.Errorf("%s: 503 without Retry-After", tc.name)
@@ -585,8 +586,8 @@ func TestScopeIsolation(t *testing.T) {
 
 func TestSharedScope(t *testing.T) {
 	var l ledger
-	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	mw, err := idempotency.NewMiddleware(store, idempotency.WithSharedScope())
+	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mw, err := idempotency.NewMiddleware(mem, idempotency.WithSharedScope())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,13 +599,13 @@ func TestSharedScope(t *testing.T) {
 }
 
 func TestScopeErrors(t *testing.T) {
-	for name, scope := range map[string]idempotency.ScopeFunc{
+	for name, scope := range map[string]func(*http.Request) (string, error){
 		"error": func(*http.Request) (string, error) { return "", errors.New("unauthenticated") },
 		"empty": func(*http.Request) (string, error) { return "", nil },
 	} {
 		var l ledger
-		store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		mw, _ := idempotency.NewMiddleware(store, idempotency.WithScope(scope))
+		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		mw, _ := idempotency.NewMiddleware(mem, idempotency.WithScope(scope))
 		wantProblem(t, "scope "+name, call{keys: key("k")}.do(mw.Handler(&l)), http.StatusInternalServerError)
 		if l.runs.Load() != 0 {
 			t.Errorf("scope %s: handler ran", name)
@@ -777,32 +778,32 @@ func TestStoredKeysAreHashed(t *testing.T) {
 type spyStore struct {
 	inner *idempotency.MemoryStore
 	mu    sync.Mutex
-	keys  []idempotency.Key
+	keys  []store.ID
 }
 
-func (s *spyStore) Begin(ctx context.Context, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Result, error) {
+func (s *spyStore) Begin(ctx context.Context, k store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, k)
 	s.mu.Unlock()
 	return s.inner.Begin(ctx, k, fp, ttl)
 }
-func (s *spyStore) Complete(ctx context.Context, k idempotency.Key, o idempotency.Owner, r idempotency.Record, d time.Duration) error {
+func (s *spyStore) Complete(ctx context.Context, k store.ID, o store.Owner, r store.Record, d time.Duration) error {
 	return s.inner.Complete(ctx, k, o, r, d)
 }
-func (s *spyStore) Extend(ctx context.Context, k idempotency.Key, o idempotency.Owner, d time.Duration) error {
+func (s *spyStore) Extend(ctx context.Context, k store.ID, o store.Owner, d time.Duration) error {
 	return s.inner.Extend(ctx, k, o, d)
 }
-func (s *spyStore) Release(ctx context.Context, k idempotency.Key, o idempotency.Owner) error {
+func (s *spyStore) Release(ctx context.Context, k store.ID, o store.Owner) error {
 	return s.inner.Release(ctx, k, o)
 }
 
 // TestTwoServersOneStore: two middlewares (two servers) sharing one store
 // run a request once between them.
 func TestTwoServersOneStore(t *testing.T) {
-	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	var l ledger
-	a := newMiddleware(t, store).Handler(&l)
-	b := newMiddleware(t, store).Handler(&l)
+	a := newMiddleware(t, mem).Handler(&l)
+	b := newMiddleware(t, mem).Handler(&l)
 	c := call{keys: key("k"), body: "pay"}
 	c.do(a)
 	if rep := c.do(b); rep.Header().Get(idempotency.ReplayHeader) != "true" || l.runs.Load() != 1 {

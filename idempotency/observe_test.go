@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -53,20 +54,20 @@ const (
 	releaseDelay  = 4 * time.Millisecond
 )
 
-func (s *slowStore) Begin(ctx context.Context, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Result, error) {
+func (s *slowStore) Begin(ctx context.Context, k store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
 	time.Sleep(beginDelay)
 	if s.down.Load() {
-		return idempotency.Result{}, errDown
+		return store.Result{}, errDown
 	}
 	return s.MemoryStore.Begin(ctx, k, fp, ttl)
 }
 
-func (s *slowStore) Complete(ctx context.Context, k idempotency.Key, o idempotency.Owner, rec idempotency.Record, d time.Duration) error {
+func (s *slowStore) Complete(ctx context.Context, k store.ID, o store.Owner, rec store.Record, d time.Duration) error {
 	time.Sleep(completeDelay)
 	return s.MemoryStore.Complete(ctx, k, o, rec, d)
 }
 
-func (s *slowStore) Release(ctx context.Context, k idempotency.Key, o idempotency.Owner) error {
+func (s *slowStore) Release(ctx context.Context, k store.ID, o store.Owner) error {
 	time.Sleep(releaseDelay)
 	return s.MemoryStore.Release(ctx, k, o)
 }
@@ -79,10 +80,10 @@ func (s *slowStore) Release(ctx context.Context, k idempotency.Key, o idempotenc
 func TestObserverEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-		store := &slowStore{MemoryStore: mem}
+		slow := &slowStore{MemoryStore: mem}
 		var log eventLog
 		entered, proceed := make(chan struct{}), make(chan struct{})
-		h := newMiddleware(t, store, idempotency.WithObserver(&log), idempotency.WithName("charges")).Handler(
+		h := newMiddleware(t, slow, idempotency.WithObserver(&log), idempotency.WithName("charges")).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				switch r.Header.Get("X-Script") {
 				case "block":
@@ -137,8 +138,8 @@ func TestObserverEvents(t *testing.T) {
 			{"status not stored: released", func() { do(call{keys: key("k3")}, "fail") },
 				[]observe.Event{ev("new", beginDelay+releaseDelay, nil)}},
 			{"store down", func() {
-				store.down.Store(true)
-				defer store.down.Store(false)
+				slow.down.Store(true)
+				defer slow.down.Store(false)
 				if code := do(call{keys: key("k4")}, ""); code != http.StatusServiceUnavailable {
 					t.Errorf("store down: status %d, want 503", code)
 				}
@@ -176,12 +177,12 @@ func TestObserverAllocations(t *testing.T) {
 	for _, path := range []string{"replay", "new"} {
 		allocs := make(map[bool]float64)
 		for _, observed := range []bool{false, true} {
-			store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 20, MaxBytes: 1 << 30})
+			mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 20, MaxBytes: 1 << 30})
 			opts := []idempotency.Option{idempotency.WithScope(userScope)}
 			if observed {
 				opts = append(opts, idempotency.WithObserver(count))
 			}
-			mw, err := idempotency.NewMiddleware(store, opts...)
+			mw, err := idempotency.NewMiddleware(mem, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,38 +12,53 @@ import (
 	"github.com/stormguard/stormguard/observe"
 )
 
-// Option configures a [Guard] in [NewGuard] or a [Middleware] in
-// [NewMiddleware]. Options are values made by the With functions; the zero
-// Option does nothing, and one Option may be passed to any number of
-// constructors. Once the constructor has returned, nothing can change what
-// it built.
-//
-// The options of the protocol-neutral core (lock timeout, retention, store
-// timeout, logger, observer, name) apply to both; the HTTP options (scope,
-// methods, route, required key, body caps, stored statuses, replayed
-// header fields) apply to a Middleware only, and NewGuard refuses them.
-type Option struct {
-	apply func(*Middleware) error
-	// http names the option if it applies to a Middleware only; "" if it
-	// applies to a Guard too.
-	http string
+// Option configures a [Middleware] in [NewMiddleware]. Options are values
+// made by the With functions: the HTTP ones (scope, methods, route,
+// required key, body caps, stored statuses, replayed header fields) are
+// Options, and the options of the protocol-neutral core are
+// [GuardOption]s, which are Options too. A nil Option does nothing. An
+// Option is immutable: one may be passed to any number of constructors,
+// and once a constructor has returned nothing can change what it built.
+type Option interface {
+	applyMiddleware(m *Middleware) error
 }
 
-// guardOption returns an Option of the core, which sets fields of g.
-func guardOption(f func(g *Guard) error) Option {
-	return Option{apply: func(m *Middleware) error { return f(&m.g) }}
+// GuardOption configures a [Guard] in [NewGuard], or the Guard under a
+// [Middleware] in [NewMiddleware]: [WithLockTimeout], [WithRetention],
+// [WithStoreTimeout], [WithLogger], [WithObserver], [WithName]. Being its
+// own type, an HTTP option given to NewGuard does not compile. The zero
+// GuardOption does nothing.
+type GuardOption struct {
+	apply func(g *Guard) error
 }
 
-// httpOption returns an Option named name that applies to a Middleware
-// only.
-func httpOption(name string, f func(m *Middleware) error) Option {
-	return Option{apply: f, http: name}
+func (o GuardOption) applyMiddleware(m *Middleware) error { return o.applyGuard(&m.g) }
+
+func (o GuardOption) applyGuard(g *Guard) error {
+	if o.apply == nil {
+		return nil
+	}
+	return o.apply(g)
 }
 
-// WithScope sets the function that maps a request to its caller. Every
-// Middleware needs one, or an explicit [WithSharedScope]. Middleware only.
-func WithScope(f ScopeFunc) Option {
-	return httpOption("WithScope", func(m *Middleware) error {
+// httpOption is an Option that applies to a Middleware only.
+type httpOption func(m *Middleware) error
+
+func (f httpOption) applyMiddleware(m *Middleware) error { return f(m) }
+
+// minTTL is the shortest lock timeout and retention: every store keeps
+// them at least to the millisecond.
+const minTTL = time.Millisecond
+
+// WithScope sets the function that maps an authenticated request to its
+// caller (tenant, user, API key...). Keys are scoped to it: the same key
+// sent by two callers names two unrelated operations. f must return a
+// non-empty string; an error (or "") means the caller cannot be
+// identified, and the middleware answers 500 without running the handler,
+// since it runs after authentication. Every Middleware needs a scope, or
+// an explicit [WithSharedScope].
+func WithScope(f func(*http.Request) (string, error)) Option {
+	return httpOption(func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithScope(nil)")
 		}
@@ -58,25 +73,23 @@ func WithScope(f ScopeFunc) Option {
 // WithSharedScope puts every caller in one shared scope: any caller who
 // sends a key another caller used gets that caller's stored response. Use
 // it only when there is a single caller (e.g. one internal service) or keys
-// cannot be guessed and responses hold nothing private. Middleware only.
+// cannot be guessed and responses hold nothing private.
 func WithSharedScope() Option {
-	o := WithScope(func(*http.Request) (string, error) { return "shared", nil })
-	o.http = "WithSharedScope"
-	return o
+	return WithScope(func(*http.Request) (string, error) { return "shared", nil })
 }
 
 // WithRequired makes the key mandatory on guarded methods: a request
 // without one (in [Header] or [LegacyHeader]) is answered 400. By default a
-// request without a key runs unguarded. Middleware only.
+// request without a key runs unguarded.
 func WithRequired() Option {
-	return httpOption("WithRequired", func(m *Middleware) error { m.required = true; return nil })
+	return httpOption(func(m *Middleware) error { m.required = true; return nil })
 }
 
 // WithMethods sets the guarded methods (default POST and PATCH). Requests
-// with other methods pass through untouched, key or not. Middleware only.
+// with other methods pass through untouched, key or not.
 func WithMethods(methods ...string) Option {
 	methods = slices.Clone(methods)
-	return httpOption("WithMethods", func(m *Middleware) error {
+	return httpOption(func(m *Middleware) error {
 		if len(methods) == 0 {
 			return errors.New("WithMethods: no method")
 		}
@@ -98,9 +111,9 @@ func WithMethods(methods ...string) Option {
 // ServeMux pattern (r.Pattern), because two requests that match one pattern
 // ("POST /accounts/{id}/charges") with different path values are different
 // operations. Return r.Pattern only if path values never change what a
-// request does. Middleware only.
+// request does.
 func WithRoute(f func(*http.Request) string) Option {
-	return httpOption("WithRoute", func(m *Middleware) error {
+	return httpOption(func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithRoute(nil)")
 		}
@@ -111,9 +124,9 @@ func WithRoute(f func(*http.Request) string) Option {
 
 // WithMaxRequestBody caps the request body, in bytes (default 1 MiB): the
 // middleware reads the body to fingerprint it, and a larger body is
-// answered 413. Middleware only.
+// answered 413.
 func WithMaxRequestBody(n int64) Option {
-	return httpOption("WithMaxRequestBody", func(m *Middleware) error {
+	return httpOption(func(m *Middleware) error {
 		if n <= 0 {
 			return fmt.Errorf("WithMaxRequestBody(%d): want > 0", n)
 		}
@@ -127,9 +140,8 @@ func WithMaxRequestBody(n int64) Option {
 // allow-listed header fields are stored without the body: a retry gets them
 // with [BodyOmittedHeader] and an empty body, and the handler does not run
 // again. The same happens when the store has no room for the body.
-// Middleware only.
 func WithMaxResponseBody(n int) Option {
-	return httpOption("WithMaxResponseBody", func(m *Middleware) error {
+	return httpOption(func(m *Middleware) error {
 		if n <= 0 {
 			return fmt.Errorf("WithMaxResponseBody(%d): want > 0", n)
 		}
@@ -138,61 +150,61 @@ func WithMaxResponseBody(n int) Option {
 	})
 }
 
-// WithLockTimeout sets how long a claim locks a key (default 1 min). While
-// the handler runs, the [Guard] renews the lock about every third of this
-// time ([Store.Extend]), so a slow handler keeps its key; if a renewal
-// finds the lock lost, or the store does not answer before the lock could
-// expire, the handler's context is canceled with [ErrLockLost] and its
-// response is not stored. A server that dies stops renewing: after the lock
-// timeout its key is free again. Shorter means faster recovery after a
-// crash and more renewals.
-func WithLockTimeout(d time.Duration) Option {
-	return guardOption(func(g *Guard) error {
-		if d <= 0 {
-			return fmt.Errorf("WithLockTimeout(%v): want > 0", d)
+// WithLockTimeout sets how long a claim locks a key (default 1 min, at
+// least 1 ms). While the handler runs, the [Guard] renews the lock about
+// every third of this time (store.Store.Extend), so a slow handler keeps
+// its key; if a renewal finds the lock lost, or the store does not answer
+// before the lock could expire, the handler's context is canceled with
+// [ErrLockLost] and its response is not stored. A server that dies stops
+// renewing: after the lock timeout its key is free again. Shorter means
+// faster recovery after a crash and more renewals.
+func WithLockTimeout(d time.Duration) GuardOption {
+	return GuardOption{func(g *Guard) error {
+		if d < minTTL {
+			return fmt.Errorf("WithLockTimeout(%v): want at least %v", d, minTTL)
 		}
 		g.lockTimeout = d
 		return nil
-	})
+	}}
 }
 
 // WithRetention sets how long a finished response is kept for replays
-// (default 24 h).
-func WithRetention(d time.Duration) Option {
-	return guardOption(func(g *Guard) error {
-		if d <= 0 {
-			return fmt.Errorf("WithRetention(%v): want > 0", d)
+// (default 24 h, at least 1 ms).
+func WithRetention(d time.Duration) GuardOption {
+	return GuardOption{func(g *Guard) error {
+		if d < minTTL {
+			return fmt.Errorf("WithRetention(%v): want at least %v", d, minTTL)
 		}
 		g.retention = d
 		return nil
-	})
+	}}
 }
 
 // WithStoreTimeout bounds each call to the store (claim, renewal,
 // completion, release), default 2 s. A call that has not answered by then
 // counts as failed, even if the store ignores its context: a claim fails
 // closed (the handler does not run; the middleware answers 503), a
-// completion is tried once more and then left to the lock timeout. A claim
-// is not canceled when the request is (its answer, with the owner token,
-// must not be lost); one that the store reports after the timeout, or
-// after the client left, is released. The in-memory store answers at once
-// and is called directly.
-func WithStoreTimeout(d time.Duration) Option {
-	return guardOption(func(g *Guard) error {
+// completion is tried once more and then left to the lock timeout. A claim is
+// not canceled when the request is (its answer, with the owner token, must
+// not be lost); one that the store reports after the timeout, or after the
+// client left, is released. The in-memory store answers at once and is
+// called directly.
+func WithStoreTimeout(d time.Duration) GuardOption {
+	return GuardOption{func(g *Guard) error {
 		if d <= 0 {
 			return fmt.Errorf("WithStoreTimeout(%v): want > 0", d)
 		}
 		g.callTimeout = d
 		return nil
-	})
+	}}
 }
 
 // WithStoreStatus sets which final statuses are stored for replay. The
 // default stores everything except 5xx, 401 and 429: those release the key
 // so that a retry runs the handler again. Stripe stores 500s too; pass
-// func(code int) bool { return true } for that. Middleware only.
+// func(code int) bool { return true } for that.
 func WithStoreStatus(f func(code int) bool) Option {
-	return httpOption("WithStoreStatus", func(m *Middleware) error {
+	return httpOption(func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithStoreStatus(nil)")
 		}
@@ -201,9 +213,9 @@ func WithStoreStatus(f func(code int) bool) Option {
 	})
 }
 
-// DefaultStoreStatus reports whether the middleware stores a response with
+// defaultStoreStatus reports whether the middleware stores a response with
 // status code by default: everything but 5xx, 401 and 429.
-func DefaultStoreStatus(code int) bool {
+func defaultStoreStatus(code int) bool {
 	return code < 500 && code != http.StatusUnauthorized && code != http.StatusTooManyRequests
 }
 
@@ -211,10 +223,10 @@ func DefaultStoreStatus(code int) bool {
 // are stored and replayed (default Cache-Control, Content-Encoding,
 // Content-Language, Content-Type, Etag, Last-Modified, Location, Vary).
 // Set-Cookie and authentication fields are never stored: listing one is an
-// error. Middleware only.
+// error.
 func WithReplayHeaders(names ...string) Option {
 	names = slices.Clone(names)
-	return httpOption("WithReplayHeaders", func(m *Middleware) error {
+	return httpOption(func(m *Middleware) error {
 		m.replay = m.replay[:0:0]
 		for _, name := range names {
 			c := http.CanonicalHeaderKey(name)
@@ -232,14 +244,14 @@ func WithReplayHeaders(names ...string) Option {
 
 // WithLogger sets the logger for store failures, stale completions and
 // released keys. The default discards everything.
-func WithLogger(l *slog.Logger) Option {
-	return guardOption(func(g *Guard) error {
+func WithLogger(l *slog.Logger) GuardOption {
+	return GuardOption{func(g *Guard) error {
 		if l == nil {
 			return errors.New("WithLogger(nil)")
 		}
 		g.log = l
 		return nil
-	})
+	}}
 }
 
 // WithObserver reports every keyed request to o (package observe), one
@@ -266,20 +278,20 @@ func WithLogger(l *slog.Logger) Option {
 // A request without a key makes no event, nor does a request whose method
 // is not guarded. nil (the default) means no observer: nothing is reported
 // and nothing is measured or allocated for it.
-func WithObserver(o observe.Observer) Option {
-	return guardOption(func(g *Guard) error {
+func WithObserver(o observe.Observer) GuardOption {
+	return GuardOption{func(g *Guard) error {
 		g.obs = o
 		return nil
-	})
+	}}
 }
 
 // WithName names the guard in its events ([WithObserver]), e.g. the
 // service or route it protects: the metrics of package otelstormguard
 // carry it as stormguard.name. Give a fixed label, not one per request.
 // The default is "".
-func WithName(name string) Option {
-	return guardOption(func(g *Guard) error {
+func WithName(name string) GuardOption {
+	return GuardOption{func(g *Guard) error {
 		g.name = name
 		return nil
-	})
+	}}
 }

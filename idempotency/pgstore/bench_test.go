@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // BenchmarkNewRequest is what a new request costs the store: Begin (claim)
@@ -14,12 +15,12 @@ import (
 func BenchmarkNewRequest(b *testing.B) {
 	ctx := context.Background()
 	p, rt := pool(b, 1)
-	s := newStore(b, p, nil)
-	fp := idempotency.NewFingerprint("POST", "/payments", [32]byte{})
-	rec := idempotency.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
-	keys := make([]idempotency.Key, b.N)
+	s := newStore(b, p)
+	fp := store.NewFingerprint("POST", "/payments", [32]byte{})
+	rec := store.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
+	keys := make([]store.ID, b.N)
 	for i := range keys {
-		keys[i] = idempotency.HashKey("tenant", idempotency.NewKey())
+		keys[i] = testID("tenant", idempotency.NewKey())
 	}
 	warm(b, s)
 	rt.reset()
@@ -27,7 +28,7 @@ func BenchmarkNewRequest(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		res, err := s.Begin(ctx, keys[i], fp, time.Minute)
-		if err != nil || res.Outcome != idempotency.Claimed {
+		if err != nil || res.Outcome != store.Claimed {
 			b.Fatalf("Begin = %v, %v", res.Outcome, err)
 		}
 		if err := s.Complete(ctx, keys[i], res.Owner, rec, time.Hour); err != nil {
@@ -43,10 +44,10 @@ func BenchmarkNewRequest(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	ctx := context.Background()
 	p, rt := pool(b, 1)
-	s := newStore(b, p, nil)
-	fp := idempotency.NewFingerprint("POST", "/payments", [32]byte{})
-	rec := idempotency.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
-	k := idempotency.HashKey("tenant", idempotency.NewKey())
+	s := newStore(b, p)
+	fp := store.NewFingerprint("POST", "/payments", [32]byte{})
+	rec := store.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
+	k := testID("tenant", idempotency.NewKey())
 	res, err := s.Begin(ctx, k, fp, time.Minute)
 	if err != nil {
 		b.Fatal(err)
@@ -60,7 +61,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		res, err := s.Begin(ctx, k, fp, time.Minute)
-		if err != nil || res.Outcome != idempotency.Completed {
+		if err != nil || res.Outcome != store.Completed {
 			b.Fatalf("Begin = %v, %v", res.Outcome, err)
 		}
 	}
@@ -69,15 +70,15 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 // warm prepares the statements on the pool's connection.
-func warm(b *testing.B, s idempotency.Store) {
+func warm(b *testing.B, s store.Store) {
 	b.Helper()
 	ctx := context.Background()
-	k := idempotency.HashKey("warm", idempotency.NewKey())
-	res, err := s.Begin(ctx, k, idempotency.Fingerprint{}, time.Minute)
+	k := testID("warm", idempotency.NewKey())
+	res, err := s.Begin(ctx, k, store.Fingerprint{}, time.Minute)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, k, res.Owner, idempotency.Record{Status: 200}, time.Hour); err != nil {
+	if err := s.Complete(ctx, k, res.Owner, store.Record{Status: 200}, time.Hour); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -3,8 +3,8 @@ package pgstore_test
 import (
 	"testing"
 
-	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
@@ -27,15 +27,15 @@ func TestEndToEndHostile(t *testing.T) {
 
 // e2eStores returns two stores, each over its own pool, sharing one new
 // table (dropped at cleanup).
-func e2eStores(t *testing.T) []idempotency.Store {
+func e2eStores(t *testing.T) []store.Store {
 	t.Helper()
 	const conns = 16 // per server
 	p1, _ := pool(t, conns)
 	p2, _ := pool(t, conns)
-	s1, table := newTable(t, p1, nil)
+	s1, table := newTable(t, p1)
 	s2, err := pgstore.New(p2, pgstore.Config{Table: table})
 	if err != nil {
 		t.Fatalf("New(pool 2): %v", err)
 	}
-	return []idempotency.Store{s1, s2}
+	return []store.Store{s1, s2}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 func TestFullErrors(t *testing.T) {
@@ -20,7 +20,7 @@ func TestFullErrors(t *testing.T) {
 		{errors.New("connection reset"), false},
 	} {
 		err := full(tc.err)
-		if got := errors.Is(err, idempotency.ErrStoreFull); got != tc.full || !errors.Is(err, tc.err) {
+		if got := errors.Is(err, store.ErrStoreFull); got != tc.full || !errors.Is(err, tc.err) {
 			t.Errorf("full(%v) = %v: ErrStoreFull %v, want %v (and the error kept)", tc.err, err, got, tc.full)
 		}
 	}

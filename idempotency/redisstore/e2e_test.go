@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/redisstore"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
@@ -31,14 +31,14 @@ func TestEndToEndHostile(t *testing.T) {
 
 // e2eStores returns two stores, each over its own client, sharing one new
 // prefix (deleted at cleanup).
-func e2eStores(t *testing.T) []idempotency.Store {
+func e2eStores(t *testing.T) []store.Store {
 	t.Helper()
 	const conns = 16 // per server
 	c1, _ := client(t, conns)
 	c2, _ := client(t, conns)
 	prefix := "stormguard-e2e:" + rand.Text() + ":"
 	t.Cleanup(func() { deletePrefix(t, c1, prefix) })
-	var stores []idempotency.Store
+	var stores []store.Store
 	for i, c := range []*redis.Client{c1, c2} {
 		s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
 		if err != nil {

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 func FuzzDecodeEntry(f *testing.F) {
-	rec, _ := idempotency.Record{Status: 201, Body: []byte("ok")}.MarshalBinary()
+	rec, _ := store.Record{Status: 201, Body: []byte("ok")}.MarshalBinary()
 	lock := append([]byte{entryVersion, statePending}, make([]byte, headerLen-2)...)
 	done := append([]byte{entryVersion, stateCompleted}, make([]byte, headerLen-2)...)
 	f.Add(lock)
@@ -18,8 +18,8 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := decodeEntry(b)
 		if err != nil {
-			if !errors.Is(err, idempotency.ErrCorruptRecord) {
-				t.Fatalf("decodeEntry(%x) error %v does not wrap ErrCorruptRecord", b, err)
+			if !errors.Is(err, errCorruptEntry) {
+				t.Fatalf("decodeEntry(%x) error %v does not wrap errCorruptEntry", b, err)
 			}
 			return
 		}
@@ -43,7 +43,7 @@ func TestFullErrors(t *testing.T) {
 		{errors.New("dial tcp: connection refused"), false},
 	} {
 		err := full(tc.err)
-		if got := errors.Is(err, idempotency.ErrStoreFull); got != tc.full || !errors.Is(err, tc.err) {
+		if got := errors.Is(err, store.ErrStoreFull); got != tc.full || !errors.Is(err, tc.err) {
 			t.Errorf("full(%v) = %v: ErrStoreFull %v, want %v (and the error kept)", tc.err, err, got, tc.full)
 		}
 	}

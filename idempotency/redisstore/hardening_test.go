@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/redisstore"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/idempotency/storetest"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
@@ -63,16 +64,14 @@ func TestClaimResentAfterLostReply(t *testing.T) {
 func TestCompleteResentAfterLostReply(t *testing.T) {
 	ctx := context.Background()
 	s, p := proxied(t, redis.Options{})
-	if err := s.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	k := idempotency.HashKey("s", idempotency.NewKey())
-	fp := idempotency.NewFingerprint("POST", "/x", [32]byte{})
+	warm(t, s)
+	k := testID("s", idempotency.NewKey())
+	fp := store.NewFingerprint("POST", "/x", [32]byte{})
 	res, err := s.Begin(ctx, k, fp, time.Minute)
-	if err != nil || res.Outcome != idempotency.Claimed {
+	if err != nil || res.Outcome != store.Claimed {
 		t.Fatalf("Begin = %v, %v", res.Outcome, err)
 	}
-	rec := idempotency.Record{Status: 201, Body: []byte("charged")}
+	rec := store.Record{Status: 201, Body: []byte("charged")}
 	p.CutReplyTo([]byte("$7\r\nevalsha\r\n"))
 	if err := s.Complete(ctx, k, res.Owner, rec, time.Hour); err != nil {
 		t.Fatalf("Complete resent after a lost reply: %v", err)
@@ -80,7 +79,7 @@ func TestCompleteResentAfterLostReply(t *testing.T) {
 	if p.Cuts() != 1 {
 		t.Fatalf("proxy cut %d replies, want 1", p.Cuts())
 	}
-	if got, err := s.Begin(ctx, k, fp, time.Minute); err != nil || got.Outcome != idempotency.Completed || string(got.Record.Body) != "charged" {
+	if got, err := s.Begin(ctx, k, fp, time.Minute); err != nil || got.Outcome != store.Completed || string(got.Record.Body) != "charged" {
 		t.Fatalf("Begin after Complete = %v %q, %v; want the record", got.Outcome, got.Record.Body, err)
 	}
 }
@@ -103,25 +102,5 @@ func TestNewNilClient(t *testing.T) {
 	var nilClient *redis.Client
 	if _, err := redisstore.New(nilClient, redisstore.Config{}); err == nil {
 		t.Fatal("New((*redis.Client)(nil)) = nil error")
-	}
-}
-
-// TestDurationsBelowMilliseconds: Redis keeps TTLs in whole milliseconds,
-// so a lock timeout or retention under 1 ms is refused when the middleware
-// is built, not when a request comes.
-func TestDurationsBelowMilliseconds(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	s, err := redisstore.New(c, redisstore.Config{Prefix: "x:" + rand.Text()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, opt := range []idempotency.Option{idempotency.WithLockTimeout(500 * time.Microsecond), idempotency.WithRetention(999 * time.Microsecond)} {
-		if _, err := idempotency.NewMiddleware(s, idempotency.WithSharedScope(), opt); err == nil {
-			t.Errorf("New with a duration under 1 ms on Redis = nil error")
-		}
-	}
-	if _, err := idempotency.NewMiddleware(s, idempotency.WithSharedScope(), idempotency.WithLockTimeout(time.Millisecond), idempotency.WithRetention(time.Millisecond)); err != nil {
-		t.Errorf("New with 1 ms on Redis: %v", err)
 	}
 }

@@ -12,14 +12,14 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 )
 
-// Duplicates is the number of concurrent duplicates of one request that
+// duplicates is the number of concurrent duplicates of one request that
 // testMiddlewareDuplicates sends.
-const Duplicates = 100
+const duplicates = 100
 
-// testMiddlewareDuplicates sends Duplicates concurrent requests with one key
+// testMiddlewareDuplicates sends duplicates concurrent requests with one key
 // through an idempotency.Middleware on the store: the handler must run
 // exactly once, and every other request gets 409 or the replay.
-func testMiddlewareDuplicates(t *testing.T, f Fixture) {
+func testMiddlewareDuplicates(t *testing.T, f fixture) {
 	mw, err := idempotency.NewMiddleware(f.Store, idempotency.WithSharedScope())
 	if err != nil {
 		t.Fatalf("idempotency.NewMiddleware: %v", err)
@@ -35,10 +35,10 @@ func testMiddlewareDuplicates(t *testing.T, f Fixture) {
 	var (
 		wg    sync.WaitGroup
 		start = make(chan struct{})
-		codes = make([]int, Duplicates)
-		recs  = make([]*httptest.ResponseRecorder, Duplicates)
+		codes = make([]int, duplicates)
+		recs  = make([]*httptest.ResponseRecorder, duplicates)
 	)
-	for i := range Duplicates {
+	for i := range duplicates {
 		wg.Go(func() {
 			req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":100}`))
 			req.Header.Set(idempotency.Header, key)
@@ -51,7 +51,7 @@ func testMiddlewareDuplicates(t *testing.T, f Fixture) {
 	close(start)
 	wg.Wait()
 	if n := runs.Load(); n != 1 {
-		t.Fatalf("%d concurrent duplicates ran the handler %d times, want 1", Duplicates, n)
+		t.Fatalf("%d concurrent duplicates ran the handler %d times, want 1", duplicates, n)
 	}
 	originals, replays, conflicts := 0, 0, 0
 	for i, rec := range recs {
@@ -72,5 +72,5 @@ func testMiddlewareDuplicates(t *testing.T, f Fixture) {
 	if originals != 1 {
 		t.Errorf("%d original responses, want 1 (replays %d, conflicts %d)", originals, replays, conflicts)
 	}
-	t.Logf("%d duplicates: 1 ran, %d got 409, %d got the replay", Duplicates, conflicts, replays)
+	t.Logf("%d duplicates: 1 ran, %d got 409, %d got the replay", duplicates, conflicts, replays)
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
@@ -12,12 +13,12 @@ import (
 // ns/op and allocs/op are per payment, all three processes' sides
 // included, set-up amortised over b.N payments.
 func BenchmarkRun(b *testing.B) {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		b.Fatalf("NewMemoryStore: %v", err)
 	}
 	b.ReportAllocs()
-	res, err := idemtest.Run(b.Context(), idemtest.Config{Stores: []idempotency.Store{store, store}, Payments: b.N})
+	res, err := idemtest.Run(b.Context(), idemtest.Config{Stores: []store.Store{mem, mem}, Payments: b.N})
 	if err != nil {
 		b.Fatalf("Run: %v", err)
 	}

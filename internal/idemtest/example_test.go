@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
@@ -12,13 +13,13 @@ import (
 // requests and drops 20% of the answers; 500 payments go through the
 // retrying client. The fault counts depend only on the seed.
 func ExampleRun() {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	res, err := idemtest.Run(context.Background(), idemtest.Config{
-		Stores:   []idempotency.Store{store, store},
+		Stores:   []store.Store{mem, mem},
 		Payments: 500,
 		Seed:     42,
 	})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 )
 
@@ -224,23 +225,23 @@ func TestLedgerConcurrent(t *testing.T) {
 // ever deduplicated.
 type forgetfulStore struct{}
 
-func (forgetfulStore) Begin(context.Context, idempotency.Key, idempotency.Fingerprint, time.Duration) (idempotency.Result, error) {
-	return idempotency.Result{Outcome: idempotency.Claimed, Owner: idempotency.NewOwner()}, nil
+func (forgetfulStore) Begin(context.Context, store.ID, store.Fingerprint, time.Duration) (store.Result, error) {
+	return store.Result{Outcome: store.Claimed, Owner: store.NewOwner()}, nil
 }
-func (forgetfulStore) Complete(context.Context, idempotency.Key, idempotency.Owner, idempotency.Record, time.Duration) error {
+func (forgetfulStore) Complete(context.Context, store.ID, store.Owner, store.Record, time.Duration) error {
 	return nil
 }
-func (forgetfulStore) Extend(context.Context, idempotency.Key, idempotency.Owner, time.Duration) error {
+func (forgetfulStore) Extend(context.Context, store.ID, store.Owner, time.Duration) error {
 	return nil
 }
-func (forgetfulStore) Release(context.Context, idempotency.Key, idempotency.Owner) error {
+func (forgetfulStore) Release(context.Context, store.ID, store.Owner) error {
 	return nil
 }
 
 // TestRunDetectsDuplicates: the harness must fail a store that does not
 // deduplicate; otherwise its passing verdicts prove nothing.
 func TestRunDetectsDuplicates(t *testing.T) {
-	res, err := idemtest.Run(t.Context(), idemtest.Config{Stores: []idempotency.Store{forgetfulStore{}}, Payments: 300})
+	res, err := idemtest.Run(t.Context(), idemtest.Config{Stores: []store.Store{forgetfulStore{}}, Payments: 300})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -254,18 +255,18 @@ func TestRunDetectsDuplicates(t *testing.T) {
 // busyOnceStore answers InProgress (409) to the first Begin of every key,
 // as if another request with that key still ran.
 type busyOnceStore struct {
-	idempotency.Store
+	store.Store
 	mu   sync.Mutex
-	seen map[idempotency.Key]bool
+	seen map[store.ID]bool
 }
 
-func (s *busyOnceStore) Begin(ctx context.Context, k idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Result, error) {
+func (s *busyOnceStore) Begin(ctx context.Context, k store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
 	s.mu.Lock()
 	first := !s.seen[k]
 	s.seen[k] = true
 	s.mu.Unlock()
 	if first {
-		return idempotency.Result{Outcome: idempotency.InProgress}, nil
+		return store.Result{Outcome: store.InProgress}, nil
 	}
 	return s.Store.Begin(ctx, k, fp, ttl)
 }
@@ -277,9 +278,9 @@ func TestRunRedrivesConflicts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewMemoryStore: %v", err)
 	}
-	store := &busyOnceStore{Store: mem, seen: make(map[idempotency.Key]bool)}
+	busy := &busyOnceStore{Store: mem, seen: make(map[store.ID]bool)}
 	const n = 200
-	res := idemtest.RunTest(t, idemtest.Config{Stores: []idempotency.Store{store}, Payments: n, ResetRate: -1, DropRate: -1})
+	res := idemtest.RunTest(t, idemtest.Config{Stores: []store.Store{busy}, Payments: n, ResetRate: -1, DropRate: -1})
 	if res.Conflicts != n || res.Redrives != n || res.Calls != 2*n {
 		t.Errorf("%d payments, each first answered 409: %d conflicts, %d re-drives, %d calls; want %d, %d, %d",
 			n, res.Conflicts, res.Redrives, res.Calls, n, n, 2*n)
@@ -290,11 +291,11 @@ func TestRunRedrivesConflicts(t *testing.T) {
 // on most faults; re-driving with the same key still applies every
 // payment once, and a dropped original answer comes back as a replay.
 func TestRunRedrivesGiveUps(t *testing.T) {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatalf("NewMemoryStore: %v", err)
 	}
-	res := idemtest.RunTest(t, idemtest.Config{Stores: []idempotency.Store{store, store}, Payments: 1000, MaxAttempts: 1})
+	res := idemtest.RunTest(t, idemtest.Config{Stores: []store.Store{mem, mem}, Payments: 1000, MaxAttempts: 1})
 	if res.GaveUp == 0 || res.Redrives == 0 || res.Replays == 0 {
 		t.Errorf("one attempt per call: %d give-ups, %d re-drives, %d replays; want each > 0", res.GaveUp, res.Redrives, res.Replays)
 	}
@@ -304,11 +305,11 @@ func TestRunRedrivesGiveUps(t *testing.T) {
 // attempt that failed on a reused connection before the retrying
 // transport sees it, applies every payment once too.
 func TestRunNetHTTPResend(t *testing.T) {
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatalf("NewMemoryStore: %v", err)
 	}
-	res := idemtest.RunTest(t, idemtest.Config{Stores: []idempotency.Store{store, store}, Payments: 1000, NetHTTPResend: true})
+	res := idemtest.RunTest(t, idemtest.Config{Stores: []store.Store{mem, mem}, Payments: 1000, NetHTTPResend: true})
 	if res.Proxy.Requests <= res.Attempts {
 		t.Errorf("NetHTTPResend: proxy got %d requests for %d attempts, want more (net/http resends)", res.Proxy.Requests, res.Attempts)
 	}
@@ -324,10 +325,10 @@ func TestRunErrors(t *testing.T) {
 		cfg  idemtest.Config
 	}{
 		{"no store", idemtest.Config{}},
-		{"bad middleware option", idemtest.Config{Stores: []idempotency.Store{mem}, Middleware: []idempotency.Option{idempotency.WithLockTimeout(-1)}}},
-		{"negative payments", idemtest.Config{Stores: []idempotency.Store{mem}, Payments: -1}},
-		{"rates over 1", idemtest.Config{Stores: []idempotency.Store{mem}, ResetRate: 0.5, DropRate: 0.6}},
-		{"attempts over 100", idemtest.Config{Stores: []idempotency.Store{mem}, MaxAttempts: 101}},
+		{"bad middleware option", idemtest.Config{Stores: []store.Store{mem}, Middleware: []idempotency.Option{idempotency.WithLockTimeout(-1)}}},
+		{"negative payments", idemtest.Config{Stores: []store.Store{mem}, Payments: -1}},
+		{"rates over 1", idemtest.Config{Stores: []store.Store{mem}, ResetRate: 0.5, DropRate: 0.6}},
+		{"attempts over 100", idemtest.Config{Stores: []store.Store{mem}, MaxAttempts: 101}},
 	}
 	for _, tt := range tests {
 		if _, err := idemtest.Run(t.Context(), tt.cfg); err == nil {
@@ -470,7 +471,7 @@ func TestRunDetectsTruncatedReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := idemtest.Run(t.Context(), idemtest.Config{
-		Stores:   []idempotency.Store{truncatingStore{mem}},
+		Stores:   []store.Store{truncatingStore{mem}},
 		Payments: 300,
 		Handler:  idemtest.HandlerConfig{AnswerBytes: 1000},
 	})
@@ -485,7 +486,7 @@ func TestRunDetectsTruncatedReplays(t *testing.T) {
 // truncatingStore keeps only the first 100 bytes of every body.
 type truncatingStore struct{ *idempotency.MemoryStore }
 
-func (s truncatingStore) Complete(ctx context.Context, k idempotency.Key, o idempotency.Owner, rec idempotency.Record, d time.Duration) error {
+func (s truncatingStore) Complete(ctx context.Context, k store.ID, o store.Owner, rec store.Record, d time.Duration) error {
 	rec.Body = rec.Body[:min(len(rec.Body), 100)]
 	return s.MemoryStore.Complete(ctx, k, o, rec, d)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -56,7 +57,7 @@ type Config struct {
 	// i-th with a middleware on Stores[i]. Give the same store twice, or
 	// two stores over one database, for two servers sharing a store. At
 	// least one.
-	Stores []idempotency.Store
+	Stores []store.Store
 	// Middleware are extra options for every server's middleware, after
 	// the harness's own (idempotency.WithSharedScope: the driver is the
 	// only caller; idempotency.WithRequired).
@@ -301,9 +302,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	ledger := &Ledger{}
 	var timedOut atomic.Int64
 	var upstreams []string
-	for i, store := range cfg.Stores {
+	for i, s := range cfg.Stores {
 		opts := append([]idempotency.Option{idempotency.WithSharedScope(), idempotency.WithRequired()}, cfg.Middleware...)
-		mw, err := idempotency.NewMiddleware(store, opts...)
+		mw, err := idempotency.NewMiddleware(s, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("idemtest: Run: server %d: %w", i, err)
 		}

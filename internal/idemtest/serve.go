@@ -9,19 +9,20 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 // Charged is the body of the answer of the handler [Serve] guards.
 const Charged = "charged"
 
 // Serve starts a test server whose handler answers 201 [Charged], guarded
-// by a middleware on store (idempotency.WithSharedScope, then opts), and
+// by a middleware on s (idempotency.WithSharedScope, then opts), and
 // returns its URL. The server is closed at tb's cleanup; a cleanup
 // registered later (e.g. closing a proxy the store's calls hang on) runs
 // before.
-func Serve(tb testing.TB, store idempotency.Store, opts ...idempotency.Option) string {
+func Serve(tb testing.TB, s store.Store, opts ...idempotency.Option) string {
 	tb.Helper()
-	mw, err := idempotency.NewMiddleware(store, append([]idempotency.Option{idempotency.WithSharedScope()}, opts...)...)
+	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{idempotency.WithSharedScope()}, opts...)...)
 	if err != nil {
 		tb.Fatalf("idempotency.NewMiddleware: %v", err)
 	}

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
 func main() {
@@ -31,8 +31,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	var store idempotency.Store = (*pgstore.Store)(nil)
-	fmt.Println(client.Transport != nil, store != nil)
+	var keys store.Store = (*pgstore.Store)(nil)
+	fmt.Println(client.Transport != nil, keys != nil)
 }
 `
 

@@ -5,7 +5,7 @@
 // logical operation exactly once over a network that resets and cuts
 // connections.
 //
-// [Run] starts one gRPC server per idempotency.Store it is given (pass the
+// [Run] starts one gRPC server per idempotency store it is given (pass the
 // same store twice, or two stores over one database, for two servers that
 // share a store), each serving a payments service that records every
 // application in one shared ledger, and puts a lossy TCP proxy in front of
@@ -53,6 +53,7 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/internal/idemtest"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -79,10 +80,10 @@ const (
 type Config struct {
 	// Stores has one store per server: Run starts len(Stores) servers,
 	// the i-th guarded by the interceptor on Stores[i]. At least one.
-	Stores []idempotency.Store
+	Stores []store.Store
 	// Guard are the options of every server's idempotency.Guard
 	// (idempotency.NewGuard), e.g. a short retention.
-	Guard []idempotency.Option
+	Guard []idempotency.GuardOption
 	// Interceptor are extra options for every server's interceptor, after
 	// the harness's own (grpcretry.WithSharedKeyScope: the driver is the
 	// only caller; grpcretry.WithKeyRequired; grpcretry.WithKeyPushback

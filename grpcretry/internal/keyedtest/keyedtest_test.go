@@ -9,15 +9,16 @@ import (
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/grpcretry/internal/keyedtest"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
 )
 
-func memoryStores(t *testing.T) []idempotency.Store {
+func memoryStores(t *testing.T) []store.Store {
 	t.Helper()
 	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []idempotency.Store{s, s}
+	return []store.Store{s, s}
 }
 
 // TestHarnessCatchesDuplicates: with the payments method left unguarded

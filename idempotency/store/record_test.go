@@ -1,4 +1,4 @@
-package idempotency_test
+package store
 
 import (
 	"bytes"
@@ -6,12 +6,10 @@ import (
 	"net/http"
 	"reflect"
 	"testing"
-
-	"github.com/stormguard/stormguard/idempotency"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
-	recs := []idempotency.Record{
+	recs := []Record{
 		{Status: 200},
 		{Status: 999},
 		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Vary": {"A", "B"}}, Body: []byte(`{"id":1}`)},
@@ -23,7 +21,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: MarshalBinary: %v", i, err)
 		}
-		got, err := idempotency.DecodeRecord(b)
+		got, err := DecodeRecord(b)
 		if err != nil {
 			t.Fatalf("record %d: DecodeRecord: %v", i, err)
 		}
@@ -40,11 +38,11 @@ func TestRecordRoundTrip(t *testing.T) {
 
 func TestRecordMarshalBadStatus(t *testing.T) {
 	for _, s := range []int{0, 100, 199, 1000, -1} {
-		if _, err := (idempotency.Record{Status: s}).MarshalBinary(); err == nil {
+		if _, err := (Record{Status: s}).MarshalBinary(); err == nil {
 			t.Errorf("MarshalBinary(status %d) = nil error", s)
 		}
 	}
-	if _, err := (idempotency.Record{Status: 200, Body: []byte("x"), BodyOmitted: true}).MarshalBinary(); err == nil {
+	if _, err := (Record{Status: 200, Body: []byte("x"), BodyOmitted: true}).MarshalBinary(); err == nil {
 		t.Error("MarshalBinary(a body and BodyOmitted) = nil error")
 	}
 }
@@ -53,15 +51,15 @@ func TestRecordMarshalBadStatus(t *testing.T) {
 // version 1 (read by every version), one whose body was omitted as version
 // 2.
 func TestRecordEncodingVersions(t *testing.T) {
-	v1, _ := idempotency.Record{Status: 201}.MarshalBinary()
-	v2, _ := idempotency.Record{Status: 201, BodyOmitted: true}.MarshalBinary()
+	v1, _ := Record{Status: 201}.MarshalBinary()
+	v2, _ := Record{Status: 201, BodyOmitted: true}.MarshalBinary()
 	if string(v1) != "SGR\x01\x00\xc9\x00\x00" || string(v2) != "SGR\x02\x00\xc9\x01\x00\x00" {
 		t.Fatalf("encodings %q and %q, want version 1 without flags, version 2 with flag 1", v1, v2)
 	}
 }
 
 func TestDecodeRecordErrors(t *testing.T) {
-	valid, _ := idempotency.Record{Status: 200, Header: http.Header{"A": {"b"}}, Body: []byte("xyz")}.MarshalBinary()
+	valid, _ := Record{Status: 200, Header: http.Header{"A": {"b"}}, Body: []byte("xyz")}.MarshalBinary()
 	tests := map[string][]byte{
 		"empty":           nil,
 		"bad magic":       append([]byte("XYZ"), valid[3:]...),
@@ -82,15 +80,15 @@ func TestDecodeRecordErrors(t *testing.T) {
 		"version 3":       {'S', 'G', 'R', 3, 0, 200, 1, 0, 0},
 	}
 	for name, b := range tests {
-		if _, err := idempotency.DecodeRecord(b); !errors.Is(err, idempotency.ErrCorruptRecord) {
-			t.Errorf("DecodeRecord(%s) error = %v, want ErrCorruptRecord", name, err)
+		if _, err := DecodeRecord(b); !errors.Is(err, errCorrupt) {
+			t.Errorf("DecodeRecord(%s) error = %v, want a corrupt-record error", name, err)
 		}
 	}
 }
 
 func TestDecodeRecordDoesNotAlias(t *testing.T) {
-	b, _ := idempotency.Record{Status: 200, Body: []byte("body")}.MarshalBinary()
-	rec, _ := idempotency.DecodeRecord(b)
+	b, _ := Record{Status: 200, Body: []byte("body")}.MarshalBinary()
+	rec, _ := DecodeRecord(b)
 	for i := range b {
 		b[i] = 0
 	}
@@ -100,23 +98,23 @@ func TestDecodeRecordDoesNotAlias(t *testing.T) {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	for _, rec := range []idempotency.Record{
+	for _, rec := range []Record{
 		{Status: 200},
 		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Vary": {"A", "B"}}, Body: []byte(`{"id":1}`)},
 	} {
 		b, _ := rec.MarshalBinary()
 		f.Add(b)
 	}
-	omitted, _ := idempotency.Record{Status: 201, Header: http.Header{"Location": {"/x"}}, BodyOmitted: true}.MarshalBinary()
+	omitted, _ := Record{Status: 201, Header: http.Header{"Location": {"/x"}}, BodyOmitted: true}.MarshalBinary()
 	f.Add(omitted)
 	f.Add([]byte("SGR\x01"))
 	f.Add([]byte("SGR\x02\x00\xc8\x01\x00\x00"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rec, err := idempotency.DecodeRecord(data)
+		rec, err := DecodeRecord(data)
 		if err != nil {
-			if !errors.Is(err, idempotency.ErrCorruptRecord) {
-				t.Fatalf("DecodeRecord error %v does not wrap ErrCorruptRecord", err)
+			if !errors.Is(err, errCorrupt) {
+				t.Fatalf("DecodeRecord error %v does not say the record is corrupt", err)
 			}
 			return
 		}
@@ -127,7 +125,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("MarshalBinary(DecodeRecord(%x)): %v", data, err)
 		}
-		again, err := idempotency.DecodeRecord(b)
+		again, err := DecodeRecord(b)
 		if err != nil || again.Status != rec.Status || !bytes.Equal(again.Body, rec.Body) || len(again.Header) != len(rec.Header) || again.BodyOmitted != rec.BodyOmitted {
 			t.Fatalf("round trip of %x: %+v, %v; want %+v", data, again, err, rec)
 		}

@@ -1,7 +1,6 @@
-package idempotency
+package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,8 +8,8 @@ import (
 	"slices"
 )
 
-// ErrCorruptRecord is wrapped by every error [DecodeRecord] returns.
-var ErrCorruptRecord = errors.New("idempotency: corrupt record")
+// errCorrupt is wrapped by every error [DecodeRecord] returns.
+var errCorrupt = errors.New("idempotency: corrupt record")
 
 // Record is a stored response: what a replay sends back.
 type Record struct {
@@ -25,7 +24,7 @@ type Record struct {
 	Body []byte
 	// BodyOmitted reports that the handler's body was not kept (over the
 	// size cap, or no room in the store): Body is empty and a replay says
-	// so with [BodyOmittedHeader].
+	// so (the HTTP middleware with the header Idempotent-Body-Omitted).
 	BodyOmitted bool
 }
 
@@ -58,16 +57,13 @@ const recordMinLen = len(recordMagic) + 1 + 2 + 1 + 1
 
 // MarshalBinary encodes r in the versioned binary form [DecodeRecord]
 // reads. It fails only when Status is outside 200-999 or a record with
-// BodyOmitted has a body.
+// BodyOmitted has a body. Equal records (nil and empty header or body being equal) encode to
+// equal bytes, so a store may compare records by their encodings.
 func (r Record) MarshalBinary() ([]byte, error) {
-	return r.AppendBinary(make([]byte, 0, r.encodedLen()))
-}
-
-// AppendBinary appends the encoding of r (see [Record.MarshalBinary]) to b.
-func (r Record) AppendBinary(b []byte) ([]byte, error) {
 	if err := r.check(); err != nil {
-		return b, fmt.Errorf("idempotency: encode record: %w", err)
+		return nil, fmt.Errorf("idempotency: encode record: %w", err)
 	}
+	b := make([]byte, 0, r.encodedLen())
 	b = append(b, recordMagic...)
 	if r.BodyOmitted {
 		b = append(b, recordV2)
@@ -95,9 +91,9 @@ func (r Record) AppendBinary(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// Size returns an estimate of the memory r holds, in bytes: body, header
-// names and values. Bounded stores account records by it.
-func (r Record) Size() int {
+// size returns an estimate of the memory r holds, in bytes: body, header
+// names and values.
+func (r Record) size() int {
 	n := len(r.Body)
 	for name, vs := range r.Header {
 		n += len(name) + 16
@@ -109,7 +105,7 @@ func (r Record) Size() int {
 }
 
 func (r Record) encodedLen() int {
-	return recordMinLen + 1 + r.Size() + 2*binary.MaxVarintLen64
+	return recordMinLen + 1 + r.size() + 2*binary.MaxVarintLen64
 }
 
 // check reports what makes r unstorable, if anything.
@@ -123,21 +119,6 @@ func (r Record) check() error {
 	return nil
 }
 
-// equal reports whether r and o are the same record (nil and empty header
-// or body are the same).
-func (r Record) equal(o Record) bool {
-	if r.Status != o.Status || r.BodyOmitted != o.BodyOmitted || !bytes.Equal(r.Body, o.Body) || len(r.Header) != len(o.Header) {
-		return false
-	}
-	for name, vs := range r.Header {
-		ws, ok := o.Header[name]
-		if !ok || !slices.Equal(vs, ws) {
-			return false
-		}
-	}
-	return true
-}
-
 func appendBytes[T string | []byte](b []byte, s T) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -145,29 +126,29 @@ func appendBytes[T string | []byte](b []byte, s T) []byte {
 
 // DecodeRecord decodes a record encoded by [Record.MarshalBinary]. Every
 // length is checked against the bytes left, so garbage gives an error
-// wrapping [ErrCorruptRecord], never a panic or an outsized allocation. The
-// returned record does not alias data.
+// saying the record is corrupt, never a panic or an outsized allocation.
+// The returned record does not alias data.
 func DecodeRecord(data []byte) (Record, error) {
 	d := decoder{data: data}
 	if len(data) < recordMinLen || string(data[:len(recordMagic)]) != recordMagic {
-		return Record{}, fmt.Errorf("%w: not a record (bad magic or too short: %d bytes)", ErrCorruptRecord, len(data))
+		return Record{}, fmt.Errorf("%w: not a record (bad magic or too short: %d bytes)", errCorrupt, len(data))
 	}
 	version := data[len(recordMagic)]
 	if version != recordV1 && version != recordV2 {
-		return Record{}, fmt.Errorf("%w: unsupported version %d", ErrCorruptRecord, version)
+		return Record{}, fmt.Errorf("%w: unsupported version %d", errCorrupt, version)
 	}
 	d.off = len(recordMagic) + 1
 	status := int(binary.BigEndian.Uint16(data[d.off:]))
 	d.off += 2
 	if status < 200 || status > 999 {
-		return Record{}, fmt.Errorf("%w: status %d outside 200-999", ErrCorruptRecord, status)
+		return Record{}, fmt.Errorf("%w: status %d outside 200-999", errCorrupt, status)
 	}
 	rec := Record{Status: status}
 	if version == recordV2 {
 		flags := data[d.off]
 		d.off++
 		if flags == 0 || flags&^flagBodyOmitted != 0 {
-			return Record{}, fmt.Errorf("%w: flags 0x%02x (want some, and only known ones)", ErrCorruptRecord, flags)
+			return Record{}, fmt.Errorf("%w: flags 0x%02x (want some, and only known ones)", errCorrupt, flags)
 		}
 		rec.BodyOmitted = flags&flagBodyOmitted != 0
 	}
@@ -184,11 +165,11 @@ func DecodeRecord(data []byte) (Record, error) {
 			return Record{}, err
 		}
 		if len(name) == 0 {
-			return Record{}, fmt.Errorf("%w: empty header name at offset %d", ErrCorruptRecord, d.off)
+			return Record{}, fmt.Errorf("%w: empty header name at offset %d", errCorrupt, d.off)
 		}
 		key := string(name)
 		if _, dup := rec.Header[key]; dup {
-			return Record{}, fmt.Errorf("%w: header %q repeated", ErrCorruptRecord, key)
+			return Record{}, fmt.Errorf("%w: header %q repeated", errCorrupt, key)
 		}
 		m, err := d.count("value count")
 		if err != nil {
@@ -210,12 +191,12 @@ func DecodeRecord(data []byte) (Record, error) {
 	}
 	if len(body) > 0 {
 		if rec.BodyOmitted {
-			return Record{}, fmt.Errorf("%w: %d body bytes in a record whose body is omitted", ErrCorruptRecord, len(body))
+			return Record{}, fmt.Errorf("%w: %d body bytes in a record whose body is omitted", errCorrupt, len(body))
 		}
 		rec.Body = slices.Clone(body)
 	}
 	if d.off != len(data) {
-		return Record{}, fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(data)-d.off)
+		return Record{}, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(data)-d.off)
 	}
 	return rec, nil
 }
@@ -228,11 +209,11 @@ type decoder struct {
 func (d *decoder) uvarint(what string) (uint64, error) {
 	v, n := binary.Uvarint(d.data[d.off:])
 	if n <= 0 {
-		return 0, fmt.Errorf("%w: bad %s at offset %d", ErrCorruptRecord, what, d.off)
+		return 0, fmt.Errorf("%w: bad %s at offset %d", errCorrupt, what, d.off)
 	}
 	var min [binary.MaxVarintLen64]byte
 	if n != binary.PutUvarint(min[:], v) { // one encoding per value
-		return 0, fmt.Errorf("%w: non-minimal %s at offset %d", ErrCorruptRecord, what, d.off)
+		return 0, fmt.Errorf("%w: non-minimal %s at offset %d", errCorrupt, what, d.off)
 	}
 	d.off += n
 	return v, nil
@@ -246,7 +227,7 @@ func (d *decoder) count(what string) (int, error) {
 		return 0, err
 	}
 	if v > uint64(len(d.data)-d.off) {
-		return 0, fmt.Errorf("%w: %s %d exceeds the %d bytes left", ErrCorruptRecord, what, v, len(d.data)-d.off)
+		return 0, fmt.Errorf("%w: %s %d exceeds the %d bytes left", errCorrupt, what, v, len(d.data)-d.off)
 	}
 	return int(v), nil
 }
