@@ -35,10 +35,15 @@
 // to the client: what is stored is what the handler produced, whole, even
 // when the client went away mid-response or an [net/http.TimeoutHandler]
 // in front gave up; a handler that returns without a word because its
-// request was canceled produced nothing, and its key is released. The
-// handler runs again only after it panicked, ended with a status that is
-// not stored (5xx, 401, 429 by default), hijacked the connection, or lost
-// its lock.
+// request was canceled produced nothing, and its key is released. A store
+// that fails or is slow while the response is being stored is waited for,
+// the key locked meanwhile (see [Guard.Run]), so a brief outage of the
+// store does not run a handler twice. The handler runs again only after it
+// panicked, ended with a status that is not stored (5xx, 401, 429 by
+// default), hijacked the connection, or lost its lock (the store said
+// another request holds it, or could confirm none of its renewals for a
+// whole lock timeout), or when the store refused its response for a whole
+// lock timeout, or its server died before the response was stored.
 //
 // The middleware is an HTTP face on a [Guard], the protocol-neutral core
 // built by [NewGuard]: [Guard.Run] claims a key, runs the operation once

@@ -21,10 +21,11 @@ import (
 var ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 
 // ErrLockLost is the cause (see [context.Cause]) with which [Guard.Run]
-// (and so the [Middleware]) cancels an operation's context when it cannot
-// renew the lock on the operation's key: another request may claim the
-// key, so the operation should stop, and its response is not stored. The
-// cause also wraps the store's error.
+// (and so the [Middleware]) cancels an operation's context when the lock
+// on its key is lost: the store says another request holds it, or no
+// renewal was confirmed for a whole lock timeout. Another request may
+// claim the key, so the operation should stop, and its response is not
+// stored. The cause also wraps the store's error.
 var ErrLockLost = errors.New("idempotency: lock on the key lost while the handler ran")
 
 // Defaults of a Guard.
@@ -109,14 +110,23 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //   - [store.Claimed], fn's record, nil: the key was free and fn ran, once.
 //     fn runs on a child of ctx that is canceled, with the cause
 //     [ErrLockLost], if the lock on the key is lost while it runs; Run
-//     renews the lock meanwhile (every third of the lock timeout). When fn
-//     returns keep, the record is stored for replays (without its body,
-//     then without its header, if the store has no room for them: fn must
-//     not run again because its answer was large); otherwise, or if the
-//     lock was lost, the key is released so that a retry runs fn again. A
-//     failure to store or release is logged and reported to the observer,
-//     not returned: fn's answer stands. If fn panics (or calls
-//     runtime.Goexit) the key is released and the panic goes on.
+//     renews the lock meanwhile (every third of the lock timeout; a
+//     renewal that is slow or fails is tried again, and only the store's
+//     word that another request holds the key, or a whole lock timeout
+//     without a confirmed renewal, loses it). When fn returns keep, the
+//     record is stored for replays (without its body, then without its
+//     header, if the store has no room for them: fn must not run again
+//     because its answer was large). A completion the store fails or does
+//     not answer is tried again, with backoff and the lock still renewed,
+//     until the store takes it or the lock is lost (at most about a lock
+//     timeout): Run returns only then, so during a brief outage of the
+//     store the answer waits for it, and a retry meanwhile is told the
+//     request is in progress, never run again. When fn returns !keep, the
+//     key is released so that a retry runs fn again; a lost lock is left
+//     to expire, and nothing is stored. A failure to store or release is
+//     logged and reported to the observer, not returned: fn's answer
+//     stands. If fn panics (or calls runtime.Goexit) the key is released
+//     and the panic goes on.
 //   - [store.Completed], the stored record, nil: a previous request with
 //     the same fingerprint finished; replay the record. fn does not run.
 //     The record may share memory with the store: do not modify it.
@@ -184,7 +194,8 @@ func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint
 }
 
 // run runs fn for the key that owner claimed at claimedAt, keeping the
-// lock while it runs, then stores its record or releases the key. spent is the time spent in the store so far
+// lock while it runs and while its record is stored, then stores its
+// record or releases the key. spent is the time spent in the store so far
 // (measured only with an observer).
 func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimedAt time.Time, spent time.Duration, fn func(context.Context) (store.Record, bool)) (store.Outcome, store.Record, error) {
 	fctx, cancel := context.WithCancelCause(ctx)
@@ -208,20 +219,20 @@ func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimed
 	}()
 	rec, keep := fn(fctx)
 	finished = true
-	lost, renewals := l.stop()
-	spent += renewals
 	var err error
 	var d time.Duration
 	switch {
-	case lost:
+	case l.isLost():
 		err = context.Cause(fctx)
 		g.logID(ctx, slog.LevelWarn, "idempotency: lock lost while the handler ran; response not stored", id, err)
 	case !keep:
+		l.stop()
 		d, err = g.release(fctx, id, owner, "the answer is not stored")
 	default:
 		d, err = g.save(l, id, owner, rec)
 	}
-	g.settled(ctx, spent+d, err)
+	_, renewals := l.stop()
+	g.settled(ctx, spent+renewals+d, err)
 	return store.Claimed, rec, nil
 }
 

@@ -11,11 +11,15 @@ import (
 	"github.com/stormguard/stormguard/idempotency/store"
 )
 
-// lease keeps a claimed key's lock alive while its operation runs,
-// renewing it every third of the lock timeout. When it cannot (the lock is
-// gone, or the store has not confirmed it for so long that the next
-// renewal could come after it expires), it cancels the operation's
-// context.
+// lease keeps a claimed key's lock alive while its operation runs and
+// while its record is stored, renewing it every third of the lock timeout.
+// A renewal that fails or does not answer within the store timeout is
+// tried again soon; one that is slow is waited for, up to the time the
+// lock has left. The lock is lost only when the store says the caller no
+// longer holds it (store.ErrStaleOwner), or when no renewal was confirmed
+// for a whole lock timeout, so that the lock may have expired and another
+// request claimed the key: then the lease cancels the operation's context
+// with ErrLockLost.
 type lease struct {
 	g      *Guard
 	ctx    context.Context // the request's, not canceled with it
@@ -27,10 +31,11 @@ type lease struct {
 	mu sync.Mutex
 	// Fields below are guarded by mu.
 	timer   *time.Timer
-	lastOK  time.Time     // start of the last successful claim or renewal
+	lastOK  time.Time     // start of the last confirmed claim or renewal
 	spent   time.Duration // time spent in renewals
 	stopped bool
 	lost    bool
+	lostc   chan struct{} // closed when lost; made on demand (see lostChan)
 }
 
 // hold sets l up and starts it renewing owner's lock on id, claimed at
@@ -45,27 +50,61 @@ func (g *Guard) hold(l *lease, ctx context.Context, id store.ID, owner store.Own
 	l.mu.Unlock()
 }
 
+// renew renews the lock once, on the timer's goroutine, and sets the timer
+// for the next renewal: after a third of the lock timeout when it
+// succeeded, sooner when it failed. The store call is made without l.mu
+// held, so that stopping the lease never waits for it.
 func (l *lease) renew() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stopped {
+	if l.stopped || l.lost {
+		l.mu.Unlock()
 		return
 	}
 	start := time.Now()
-	err := l.g.extend(l.ctx, l.id, l.owner, l.every)
+	end := l.lastOK.Add(l.g.lockTimeout) // the lock's end, as far as we know
+	l.mu.Unlock()
+
+	err := errNoTimeLeft
+	if left := end.Sub(start); left > 0 {
+		err = l.g.extend(l.ctx, l.id, l.owner, left)
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.spent += time.Since(start)
+	if l.stopped || l.lost {
+		return
+	}
+	next := l.every
 	switch {
 	case err == nil:
 		l.lastOK = start
-	case errors.Is(err, store.ErrStaleOwner) || time.Since(l.lastOK)+l.every >= l.g.lockTimeout:
-		l.lost = true
-		l.cancel(fmt.Errorf("%w: %w", ErrLockLost, err))
-		l.g.logID(l.ctx, slog.LevelWarn, "idempotency: lock lost while the handler runs; canceling it", l.id, err)
+	case errors.Is(err, store.ErrStaleOwner):
+		l.loseLocked(err)
+		return
+	case !time.Now().Before(end):
+		l.loseLocked(fmt.Errorf("no renewal confirmed within the lock timeout (%v): %w", l.g.lockTimeout, err))
 		return
 	default:
 		l.g.logID(l.ctx, slog.LevelWarn, "idempotency: lock renewal failed; trying again", l.id, err)
+		next = max(l.every/4, time.Millisecond)
 	}
-	l.timer.Reset(l.every)
+	l.timer.Reset(next)
+}
+
+// errNoTimeLeft is the renewal error when the lock's time was gone before
+// the renewal could be sent.
+var errNoTimeLeft = errors.New("the lock's time is gone")
+
+// loseLocked marks the lock lost because of err and cancels the
+// operation. It requires l.mu held.
+func (l *lease) loseLocked(err error) {
+	l.lost = true
+	l.cancel(fmt.Errorf("%w: %w", ErrLockLost, err))
+	if l.lostc != nil {
+		close(l.lostc)
+	}
+	l.g.logID(l.ctx, slog.LevelWarn, "idempotency: lock lost; canceling the handler", l.id, err)
 }
 
 // isLost reports whether the lock was lost.
@@ -75,8 +114,24 @@ func (l *lease) isLost() bool {
 	return l.lost
 }
 
+// lostChan returns a channel closed once the lock is lost. It is made on
+// the first call only (the store's failures are rare; a request whose
+// store works allocates nothing for it).
+func (l *lease) lostChan() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostc == nil {
+		l.lostc = make(chan struct{})
+		if l.lost {
+			close(l.lostc)
+		}
+	}
+	return l.lostc
+}
+
 // stop stops the renewals and reports whether the lock was lost and the
-// time the renewals spent in the store.
+// time the renewals spent in the store. A renewal in flight is not waited
+// for; its outcome is ignored. Calling stop again returns the same.
 func (l *lease) stop() (lost bool, spent time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

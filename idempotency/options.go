@@ -151,13 +151,17 @@ func WithMaxResponseBody(n int) Option {
 }
 
 // WithLockTimeout sets how long a claim locks a key (default 1 min, at
-// least 1 ms). While the handler runs, the [Guard] renews the lock about
-// every third of this time (store.Store.Extend), so a slow handler keeps
-// its key; if a renewal finds the lock lost, or the store does not answer
-// before the lock could expire, the handler's context is canceled with
-// [ErrLockLost] and its response is not stored. A server that dies stops
-// renewing: after the lock timeout its key is free again. Shorter means
-// faster recovery after a crash and more renewals.
+// least 1 ms). While the handler runs, and while its response is being
+// stored, the [Guard] renews the lock about every third of this time
+// (store.Store.Extend), so a slow handler keeps its key. A renewal that is
+// slow or fails is tried again, not taken as a loss: the lock is lost
+// only when the store says another request holds it or its time is gone
+// (no renewal confirmed for a whole lock timeout). Then the handler's
+// context is canceled with [ErrLockLost] and its response is not stored.
+// A server that dies stops renewing: after the lock timeout its key is
+// free again. Shorter means faster recovery after a crash, more renewals,
+// and a shorter outage of the store that a request's completion rides out
+// (see [Guard.Run]).
 func WithLockTimeout(d time.Duration) GuardOption {
 	return GuardOption{func(g *Guard) error {
 		if d < minTTL {
@@ -184,7 +188,7 @@ func WithRetention(d time.Duration) GuardOption {
 // completion, release), default 2 s. A call that has not answered by then
 // counts as failed, even if the store ignores its context: a claim fails
 // closed (the handler does not run; the middleware answers 503), a
-// completion is tried once more and then left to the lock timeout. A claim is
+// renewal or a completion is tried again while the lock lives. A claim is
 // not canceled when the request is (its answer, with the owner token, must
 // not be lost); one that the store reports after the timeout, or after the
 // client left, is released. The in-memory store answers at once and is

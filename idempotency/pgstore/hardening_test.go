@@ -62,3 +62,44 @@ func TestBlackholedServerAnswers503(t *testing.T) {
 		})
 	}
 }
+
+// proxiedStore returns a store on a table of its own whose pool reaches
+// PostgreSQL through a TCP proxy the test controls, and the proxy.
+func proxiedStore(t *testing.T) (*pgstore.Store, *idemtest.TCPProxy) {
+	t.Helper()
+	direct, _ := pool(t, 2)
+	p, proxy := proxiedPool(t)
+	_, table := newTable(t, direct)
+	s, err := pgstore.New(p, pgstore.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, proxy
+}
+
+// TestCompletionBlip: PostgreSQL is unreachable (the proxy resets every
+// connection) for 400 ms just as the handler's answer is stored: the answer
+// is stored once it is back, and a retry after the lock timeout is a
+// replay, not a second run.
+func TestCompletionBlip(t *testing.T) {
+	s, proxy := proxiedStore(t)
+	idemtest.CompletionBlip(t, s, func(down bool) {
+		rate := 0.0
+		if down {
+			rate = 1
+		}
+		if err := proxy.SetFaults(idemtest.TCPFaults{ResetRate: rate}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestSlowRenewal: with a short lock (1.5 s, renewed every 500 ms) and the
+// default store timeout, PostgreSQL answers the first renewal 700 ms late
+// (the proxy holds it, as a loaded server would): slower than the renewal
+// period, before the lock's end. The lock is kept, the handler not
+// canceled, and it runs once.
+func TestSlowRenewal(t *testing.T) {
+	s, proxy := proxiedStore(t)
+	idemtest.SlowRenewal(t, s, proxy.Delay)
+}

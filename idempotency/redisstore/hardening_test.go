@@ -104,3 +104,29 @@ func TestNewNilClient(t *testing.T) {
 		t.Fatal("New((*redis.Client)(nil)) = nil error")
 	}
 }
+
+// TestCompletionBlip: Redis is unreachable (the proxy resets every
+// connection) for 400 ms just as the handler's answer is stored: the answer
+// is stored once it is back, and a retry after the lock timeout is a
+// replay, not a second run.
+func TestCompletionBlip(t *testing.T) {
+	s, proxy := proxied(t, redis.Options{})
+	idemtest.CompletionBlip(t, s, func(down bool) {
+		rate := 0.0
+		if down {
+			rate = 1
+		}
+		if err := proxy.SetFaults(idemtest.TCPFaults{ResetRate: rate}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestSlowRenewal: with a short lock (1.5 s, renewed every 500 ms) and the
+// default store timeout, Redis answers the first renewal 700 ms late (the
+// proxy holds it): slower than the renewal period, before the lock's end.
+// The lock is kept, the handler not canceled, and it runs once.
+func TestSlowRenewal(t *testing.T) {
+	s, proxy := proxied(t, redis.Options{})
+	idemtest.SlowRenewal(t, s, proxy.Delay)
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // TCPProxy is a TCP proxy in front of one server (PostgreSQL, Redis...)
@@ -15,7 +16,8 @@ import (
 // [TCPProxy.Blackhole] swallows all traffic without closing anything, and
 // [TCPProxy.CutReplyTo] drops the server's reply to one chosen request and
 // resets the client's connection, so that the client cannot know whether
-// the server executed it. Each client connection gets its own connection to
+// the server executed it, and [TCPProxy.Delay] holds what clients send for
+// a while (a slow network or a loaded server). Each client connection gets its own connection to
 // the server. [TCPProxy.SetFaults] makes it lossy: it resets or cuts
 // connections at random. It is safe for concurrent use. Close it when
 // done.
@@ -28,6 +30,7 @@ type TCPProxy struct {
 	mu sync.Mutex
 	// Fields below are guarded by mu.
 	blackhole bool
+	delay     time.Duration
 	cutMatch  []byte // non-nil: the one-shot cut is armed
 	faults    TCPFaults
 	rng       *rand.Rand // nil: no random faults
@@ -77,6 +80,15 @@ func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
 func (p *TCPProxy) Blackhole(on bool) {
 	p.mu.Lock()
 	p.blackhole = on
+	p.mu.Unlock()
+}
+
+// Delay makes the proxy hold every chunk a client sends from now on for d
+// before forwarding it (in order, per connection), until Delay(0): each
+// request then meets d more latency. A chunk already held keeps its delay.
+func (p *TCPProxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = max(d, 0)
 	p.mu.Unlock()
 }
 
@@ -144,7 +156,7 @@ func (p *TCPProxy) serve(c net.Conn) {
 			n, err := c.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
-				drop, resetNow := p.blackhole, false
+				drop, resetNow, delay := p.blackhole, false, p.delay
 				if !drop {
 					p.chunks.Add(1)
 					switch {
@@ -166,6 +178,9 @@ func (p *TCPProxy) serve(c net.Conn) {
 					reset(c)
 					_ = u.Close()
 					return
+				}
+				if delay > 0 && !drop {
+					time.Sleep(delay)
 				}
 				if !drop {
 					if _, err := u.Write(buf[:n]); err != nil {

@@ -1,0 +1,124 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/store"
+	"github.com/stormguard/stormguard/internal/idemtest"
+)
+
+// faultyStore is a memory store behind a network the test controls, on
+// the synctest clock: while down, every call fails at once; while delay is
+// set, every call is answered that late, or fails when its context ends
+// first.
+type faultyStore struct {
+	*idempotency.MemoryStore
+	down  atomic.Bool
+	delay atomic.Int64 // time.Duration
+}
+
+func newFaultyStore(t *testing.T) *faultyStore {
+	t.Helper()
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &faultyStore{MemoryStore: mem}
+}
+
+// fault waits out the delay (or ctx) and returns errDown while the store
+// is down.
+func (s *faultyStore) fault(ctx context.Context) error {
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (s *faultyStore) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
+	if err := s.fault(ctx); err != nil {
+		return store.Result{}, err
+	}
+	return s.MemoryStore.Begin(ctx, id, fp, ttl)
+}
+
+func (s *faultyStore) Complete(ctx context.Context, id store.ID, o store.Owner, rec store.Record, d time.Duration) error {
+	if err := s.fault(ctx); err != nil {
+		return err
+	}
+	return s.MemoryStore.Complete(ctx, id, o, rec, d)
+}
+
+func (s *faultyStore) Extend(ctx context.Context, id store.ID, o store.Owner, d time.Duration) error {
+	if err := s.fault(ctx); err != nil {
+		return err
+	}
+	return s.MemoryStore.Extend(ctx, id, o, d)
+}
+
+func (s *faultyStore) Release(ctx context.Context, id store.ID, o store.Owner) error {
+	if err := s.fault(ctx); err != nil {
+		return err
+	}
+	return s.MemoryStore.Release(ctx, id, o)
+}
+
+// TestCompletionBlip: the store is down for 400 ms just as the handler's
+// answer is stored (lock timeout 1 s): the answer is stored once the store
+// is back, and a retry after the lock timeout is a replay, not a second
+// run.
+func TestCompletionBlip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFaultyStore(t)
+		idemtest.CompletionBlip(t, s, s.down.Store)
+	})
+}
+
+// TestSlowRenewal: a renewal answered after the renewal period but
+// before the lock's end keeps the lock: the handler is not canceled and
+// runs once.
+func TestSlowRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFaultyStore(t)
+		idemtest.SlowRenewal(t, s, func(d time.Duration) { s.delay.Store(int64(d)) })
+	})
+}
+
+// TestLockLostWhenItsTimeIsGone: renewals that fail (the store is down)
+// are tried again; the lock is lost, and the handler canceled with
+// ErrLockLost, only once no renewal was confirmed for a whole lock
+// timeout, not before.
+func TestLockLostWhenItsTimeIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFaultyStore(t)
+		const lock = time.Minute
+		var lostAfter time.Duration
+		var cause error
+		h := newMiddleware(t, s, idempotency.WithLockTimeout(lock)).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			s.down.Store(true) // every renewal fails from now on
+			<-r.Context().Done()
+			lostAfter, cause = time.Since(start), context.Cause(r.Context())
+		}))
+		call{keys: key("k")}.do(h)
+		if !errors.Is(cause, idempotency.ErrLockLost) || lostAfter < lock || lostAfter > lock+lock/3 {
+			t.Fatalf("handler canceled after %v with %v; want ErrLockLost once the lock's %v were gone, within a renewal period", lostAfter, cause, lock)
+		}
+	})
+}
