@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,5 +93,42 @@ func warm(tb testing.TB, s *redisstore.Store) {
 		if err != nil {
 			tb.Fatalf("warm: %v", err)
 		}
+	}
+}
+
+// BenchmarkClusterNewRequest is what a new request costs the store on a
+// Redis Cluster the benchmark starts (3 masters, a replica each, on
+// loopback): Begin then Complete, through a *redis.ClusterClient, without
+// waiting for replicas and with Replicas 1 (each write followed by WAIT 1
+// on its master's connection).
+func BenchmarkClusterNewRequest(b *testing.B) {
+	c := startCluster(b, 3)
+	cc := c.client()
+	for _, replicas := range []int{0, 1} {
+		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := redisstore.New(cc, redisstore.Config{Prefix: "bench:" + rand.Text() + ":", Replicas: replicas})
+			if err != nil {
+				b.Fatal(err)
+			}
+			warm(b, s)
+			fp := store.NewFingerprint("POST", "/payments", [32]byte{})
+			rec := store.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
+			keys := make([]store.ID, b.N)
+			for i := range keys {
+				keys[i] = testID("tenant", idempotency.NewKey())
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				res, err := s.Begin(ctx, keys[i], fp, time.Minute)
+				if err != nil || res.Outcome != store.Claimed {
+					b.Fatalf("Begin = %v, %v", res.Outcome, err)
+				}
+				if err := s.Complete(ctx, keys[i], res.Owner, rec, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -12,8 +12,9 @@
 // free key or returns what holds it. [Store.Complete], [Store.Extend] and
 // [Store.Release] are Lua scripts that check the owner token before they
 // write, so a late completion from a lock that expired (or was reclaimed)
-// changes nothing. Every command and script touches one key, so a
-// *redis.ClusterClient routes each to the key's master. A new request costs two round trips (Begin,
+// changes nothing. Every command and script touches one key, so the store
+// runs on a Redis Cluster as on one server (a *redis.ClusterClient routes
+// each key to its master). A new request costs two round trips (Begin,
 // Complete), plus one per lock renewal for a handler that runs longer
 // than a third of the lock timeout; a replay costs one.
 //
@@ -23,6 +24,37 @@
 // succeeds. Redis keeps TTLs in whole milliseconds: durations are rounded
 // down, and one under 1 ms is an error. An out-of-memory refusal
 // (maxmemory reached) wraps [store.ErrStoreFull].
+//
+// # Replication and failover
+//
+// Redis replicates asynchronously: a master acknowledges a write before
+// its replicas have it, and a replica promoted after the master failed
+// (Redis Cluster's automatic failover, Sentinel) has lost whatever the
+// master acknowledged last. A manual failover (CLUSTER FAILOVER) waits for
+// the replica to catch up and loses nothing. For this store a lost claim
+// means a retry claims the key again and runs its handler a second time
+// while (or after) the first runs; a lost completion means the key falls
+// back to its lock, so a retry after the lock timeout runs the handler
+// again.
+//
+// With [Config.Replicas] set to n, every claim, renewal and completion is
+// followed, on the same connection, by WAIT n: the store reports it done
+// only once n replicas have it, within the call's deadline. A claim that
+// n replicas do not confirm is released and reported as an error (the
+// middleware answers 503, the handler does not run); a completion or
+// renewal that they do not confirm is an error the middleware tries
+// again, with the lock held. A write confirmed by n replicas survives the
+// failure of its master as long as the replica promoted is one of them:
+// with n equal to the number of replicas of each master, any one; with
+// fewer, Redis Cluster promotes the replica with the most data first but
+// does not promise it. The cost: each write waits for a replica's
+// acknowledgement (a round trip from master to replica), and while a
+// master has fewer than n replicas (one failed, or promoted) its keys
+// answer 503. Replicas 0 (the default) does not wait: the store is then as
+// durable as the server's replication, and a failover that loses a write
+// may run a handler twice. Redis's own min-replicas-to-write setting
+// narrows the window (the master refuses writes when its replicas lag)
+// but does not close it.
 //
 // Usage:
 //
@@ -53,20 +85,30 @@ type Config struct {
 	// "stormguard:idempotency:". Give each application (or test run) its
 	// own.
 	Prefix string
+	// Replicas is the number of replicas that must have each claim,
+	// renewal and completion before the store reports it done (WAIT; see
+	// "Replication and failover" in the package documentation); 0, the
+	// default, does not wait. It needs a *redis.Client or a
+	// *redis.ClusterClient.
+	Replicas int
 }
 
 // Store is a store of idempotency keys on Redis. It is safe for concurrent
 // use, and many processes may share one Redis or Redis Cluster.
 type Store struct {
-	client redis.UniversalClient
-	prefix string
+	client   redis.UniversalClient
+	prefix   string
+	replicas int
+	node     func(ctx context.Context, key string) (*redis.Client, error) // the master of key, with Replicas
+	reload   func(ctx context.Context)                                    // after a failed write on node, if not nil
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
-// *redis.Ring). It fails when client is nil (or a nil pointer, such as a
-// nil *redis.Client).
+// *redis.Ring; with Config.Replicas, one of the first two). It fails when
+// client is nil (or a nil pointer, such as a nil *redis.Client), or
+// Replicas is negative or set for a client that cannot wait for replicas.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if v := reflect.ValueOf(client); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
 		return nil, errors.New("redisstore: New: nil client")
@@ -74,11 +116,28 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = defaultPrefix
 	}
-	return &Store{client: client, prefix: cfg.Prefix}, nil
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("redisstore: New: Replicas %d, want >= 0", cfg.Replicas)
+	}
+	s := &Store{client: client, prefix: cfg.Prefix, replicas: cfg.Replicas}
+	if cfg.Replicas == 0 {
+		return s, nil
+	}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		s.node = c.MasterForKey
+		s.reload = c.ReloadState
+	case *redis.Client:
+		s.node = func(context.Context, string) (*redis.Client, error) { return c, nil }
+	default:
+		return nil, fmt.Errorf("redisstore: New: Replicas needs a *redis.Client or *redis.ClusterClient, not a %T", client)
+	}
+	return s, nil
 }
 
 // completeScript replaces owner's live lock with the completed record, or
-// finds owner's own identical record (a resent completion).
+// finds owner's own identical record (a resent completion: its retention
+// is set again, a write that replicas confirm like the first).
 // KEYS[1] key; ARGV[1] owner, ARGV[2] record, ARGV[3] retention in ms.
 var completeScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
@@ -87,6 +146,7 @@ if (not v) or string.sub(v, 3, 18) ~= ARGV[1] then
 end
 local state = string.sub(v, 1, 2)
 if state == '\1c' and string.sub(v, 51) == ARGV[2] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[3])
 	return 1
 end
 if state ~= '\1p' then
@@ -123,7 +183,8 @@ func (s *Store) redisKey(id store.ID) string {
 	return s.prefix + string(b[:])
 }
 
-// Begin implements [store.Store.Begin] with one SET NX PX GET. lockTTL is rounded down to whole
+// Begin implements [store.Store.Begin] with one SET NX PX GET (followed by
+// WAIT with Config.Replicas). lockTTL is rounded down to whole
 // milliseconds and must be at least 1 ms.
 func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lockTTL time.Duration) (store.Result, error) {
 	if err := checkTTL("lock TTL", lockTTL); err != nil {
@@ -136,7 +197,13 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 	v = append(v, fp[:]...)
 	key := s.redisKey(id)
 	args := redis.SetArgs{Mode: "NX", TTL: lockTTL.Truncate(time.Millisecond), Get: true}
-	old, err := s.client.SetArgs(ctx, key, v, args).Bytes()
+	var old []byte
+	var err error
+	if s.replicas == 0 {
+		old, err = s.client.SetArgs(ctx, key, v, args).Bytes()
+	} else {
+		old, err = s.claimReplicated(ctx, key, v, args, owner)
+	}
 	if errors.Is(err, redis.Nil) {
 		return store.Result{Outcome: store.Claimed, Owner: owner}, nil
 	}
@@ -151,6 +218,14 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 	case e.owner == owner && !e.completed:
 		// The lock this very call took: go-redis resent the command after
 		// losing the first reply.
+		if s.replicas > 0 {
+			// The first SET may have gone out on another connection,
+			// whose WAIT this one cannot see: renew the lock, a write
+			// that comes after it and that replicas must confirm.
+			if err := s.Extend(ctx, id, owner, lockTTL); err != nil {
+				return store.Result{}, fmt.Errorf("redisstore: begin: %w", err)
+			}
+		}
 		return store.Result{Outcome: store.Claimed, Owner: owner}, nil
 	case e.fp != fp:
 		return store.Result{Outcome: store.Mismatch}, nil
@@ -161,7 +236,7 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 }
 
 // Complete implements [store.Store.Complete] with one owner-checked Lua
-// script. retention is rounded
+// script (followed by WAIT with Config.Replicas). retention is rounded
 // down to whole milliseconds and must be at least 1 ms.
 func (s *Store) Complete(ctx context.Context, id store.ID, owner store.Owner, rec store.Record, retention time.Duration) error {
 	if err := checkTTL("retention", retention); err != nil {
@@ -171,7 +246,7 @@ func (s *Store) Complete(ctx context.Context, id store.ID, owner store.Owner, re
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	n, err := completeScript.Run(ctx, s.client, []string{s.redisKey(id)}, owner[:], b, retention.Milliseconds()).Int()
+	n, err := s.script(ctx, completeScript, s.redisKey(id), owner[:], b, retention.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", full(err))
 	}
@@ -181,14 +256,14 @@ func (s *Store) Complete(ctx context.Context, id store.ID, owner store.Owner, re
 	return nil
 }
 
-// Extend implements [store.Store.Extend] with one owner-checked Lua script.
-// lockTTL is rounded down to
+// Extend implements [store.Store.Extend] with one owner-checked Lua script
+// (followed by WAIT with Config.Replicas). lockTTL is rounded down to
 // whole milliseconds and must be at least 1 ms.
 func (s *Store) Extend(ctx context.Context, id store.ID, owner store.Owner, lockTTL time.Duration) error {
 	if err := checkTTL("lock TTL", lockTTL); err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
-	n, err := extendScript.Run(ctx, s.client, []string{s.redisKey(id)}, owner[:], lockTTL.Milliseconds()).Int()
+	n, err := s.script(ctx, extendScript, s.redisKey(id), owner[:], lockTTL.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
@@ -199,7 +274,9 @@ func (s *Store) Extend(ctx context.Context, id store.ID, owner store.Owner, lock
 }
 
 // Release implements [store.Store.Release] with one owner-checked Lua
-// script.
+// script. It does not wait for replicas: a release that a failover loses
+// leaves the key locked until its lock timeout, after which a retry runs
+// the handler, which is what the release asked for, only later.
 func (s *Store) Release(ctx context.Context, id store.ID, owner store.Owner) error {
 	n, err := releaseScript.Run(ctx, s.client, []string{s.redisKey(id)}, owner[:]).Int()
 	if err != nil {

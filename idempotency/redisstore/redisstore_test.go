@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -132,6 +133,52 @@ func testID(parts ...string) store.ID {
 func TestNewErrors(t *testing.T) {
 	if _, err := redisstore.New(nil, redisstore.Config{}); err == nil {
 		t.Error("New(nil client) = nil error")
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if _, err := redisstore.New(c, redisstore.Config{Replicas: -1}); err == nil {
+		t.Error("New(Replicas -1) = nil error")
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if _, err := redisstore.New(ring, redisstore.Config{Replicas: 1}); err == nil {
+		t.Error("New(a Ring, Replicas 1) = nil error: a Ring cannot wait for replicas")
+	}
+	if _, err := redisstore.New(ring, redisstore.Config{}); err != nil {
+		t.Errorf("New(a Ring) error: %v", err)
+	}
+}
+
+// TestReplicasUnconfirmed: with Replicas 1 on a Redis that has no replica,
+// a claim is made but no replica confirms it: Begin fails, and the claim is
+// released (the key is free), not left to the lock timeout. Completion and
+// renewal fail likewise (and are tried again by the middleware).
+func TestReplicasUnconfirmed(t *testing.T) {
+	c, _ := client(t, 2)
+	prefix := "stormguard-test:" + rand.Text() + ":"
+	t.Cleanup(func() { deletePrefix(t, c, prefix) })
+	plain, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testID("s", idempotency.NewKey())
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.Begin(ctx, k, store.Fingerprint{}, time.Minute); err == nil || !strings.Contains(err.Error(), "replicas") {
+		t.Fatalf("Begin with Replicas 1 and no replica: %v, want an error saying no replica confirmed it", err)
+	}
+	res, err := plain.Begin(context.Background(), k, store.Fingerprint{}, time.Minute)
+	if err != nil || res.Outcome != store.Claimed {
+		t.Fatalf("Begin after the unconfirmed claim = %v, %v; want claimed (it was released)", res.Outcome, err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := s.Complete(ctx, k, res.Owner, store.Record{Status: 201}, time.Hour); err == nil || errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("Complete with Replicas 1 and no replica: %v, want an error other than ErrStaleOwner", err)
 	}
 }
 
