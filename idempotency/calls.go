@@ -27,27 +27,32 @@ func (g *Guard) since(start time.Time) time.Duration {
 	return time.Since(start)
 }
 
-// release drops owner's lock on id (why says why, for the log), and
+// release drops owner's lock on id once (why says why, for the log), and
 // returns the time it spent in the store and the store's error. A release
 // that fails is not tried again: the key is then free after the lock
-// timeout, which is what a release asks for, only later.
+// timeout, which is what a release asks for, only later. A key held under
+// a lease is released by drop instead, which tries again.
 func (g *Guard) release(ctx context.Context, id store.ID, owner store.Owner, why string) (time.Duration, error) {
 	ctx = context.WithoutCancel(ctx)
 	g.logID(ctx, slog.LevelDebug, "idempotency: releasing key", id, nil, "why", why)
 	start := g.now()
-	var err error
-	if g.local {
-		err = g.store.Release(ctx, id, owner)
-	} else {
-		_, err = call(ctx, g.callTimeout, "release", func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, g.store.Release(ctx, id, owner)
-		}, nil)
-	}
+	err := g.storeRelease(ctx, id, owner)
 	d := g.since(start)
 	if err != nil {
 		g.logID(ctx, slog.LevelWarn, "idempotency: release failed; the key stays locked until the lock timeout", id, err)
 	}
 	return d, err
+}
+
+// storeRelease releases owner's lock on id, within the store timeout.
+func (g *Guard) storeRelease(ctx context.Context, id store.ID, owner store.Owner) error {
+	if g.local {
+		return g.store.Release(ctx, id, owner)
+	}
+	_, err := call(ctx, g.callTimeout, "release", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.store.Release(ctx, id, owner)
+	}, nil)
+	return err
 }
 
 // begin claims key in the store, within the store timeout. A shared store

@@ -122,8 +122,10 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     timeout): Run returns only then, so during a brief outage of the
 //     store the answer waits for it, and a retry meanwhile is told the
 //     request is in progress, never run again. When fn returns !keep, the
-//     key is released so that a retry runs fn again; a lost lock is left
-//     to expire, and nothing is stored. A failure to store or release is
+//     key is released so that a retry runs fn again (a release that fails
+//     is tried again the same way, so that a retry is not told "in
+//     progress" until the lock timeout); a lost lock is left to expire,
+//     and nothing is stored. A failure to store or release is
 //     logged and reported to the observer, not returned: fn's answer
 //     stands. If fn panics (or calls runtime.Goexit) the key is released
 //     and the panic goes on.
@@ -226,8 +228,7 @@ func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimed
 		err = context.Cause(fctx)
 		g.logID(ctx, slog.LevelWarn, "idempotency: lock lost while the handler ran; response not stored", id, err)
 	case !keep:
-		l.stop()
-		d, err = g.release(fctx, id, owner, "the answer is not stored")
+		d, err = g.drop(l, id, owner, "the answer is not stored")
 	default:
 		d, err = g.save(l, id, owner, rec)
 	}

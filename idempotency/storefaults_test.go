@@ -122,3 +122,30 @@ func TestLockLostWhenItsTimeIsGone(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseBlip: the store is down for 400 ms just as the key of a
+// response that is not stored (a 500) is released: the release is tried
+// again until it lands, so a retry right after runs the handler, instead
+// of being told "in progress" until the lock timeout.
+func TestReleaseBlip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFaultyStore(t)
+		var runs atomic.Int64
+		h := newMiddleware(t, s).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				w.WriteHeader(http.StatusInternalServerError)
+				s.down.Store(true)
+				time.AfterFunc(400*time.Millisecond, func() { s.down.Store(false) })
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		c := call{keys: key("k")}
+		if rec := c.do(h); rec.Code != http.StatusInternalServerError {
+			t.Fatalf("first call: %d, want the handler's 500", rec.Code)
+		}
+		if rec := c.do(h); rec.Code != http.StatusCreated || runs.Load() != 2 {
+			t.Fatalf("retry right after: %d, handler runs %d; want 201 from a second run (the key was released)", rec.Code, runs.Load())
+		}
+	})
+}
