@@ -19,12 +19,16 @@
 // produced (the ledger records a hash of every answer), with the counts of
 // every fault injected and every replay seen. [Hostile] adds the
 // server-side faults: cuts, an [http.TimeoutHandler] in front of the
-// middleware, slow handlers that overrun it or give up without a word.
+// middleware, slow handlers that overrun it or give up without a word,
+// and a link to the store that blips when an answer is being stored
+// ([Config.StoreBlipRate]).
 //
 // [TCPProxy] is a plain TCP proxy for the store tests, and for protocols
-// other than HTTP/1 (gRPC): it blackholes a server, cuts the reply to one
-// chosen request, or resets and cuts connections at random
-// ([TCPProxy.SetFaults]).
+// other than HTTP/1 (gRPC): it blackholes a server, delays what clients
+// send, cuts the reply to one chosen request, or resets and cuts
+// connections at random ([TCPProxy.SetFaults]). [CompletionBlip] and
+// [SlowRenewal] check, on any store, that a handler runs once when the
+// store fails as its answer is stored, and when a lock renewal is slow.
 //
 // Every fault reaches the retrying transport under test: by default the
 // harness keeps net/http from resending a failed request on its own

@@ -490,3 +490,16 @@ func (s truncatingStore) Complete(ctx context.Context, k store.ID, o store.Owner
 	rec.Body = rec.Body[:min(len(rec.Body), 100)]
 	return s.MemoryStore.Complete(ctx, k, o, rec, d)
 }
+
+// TestRunStoreBlips: with store blips on, blips happen and are counted,
+// and every payment is still applied once.
+func TestRunStoreBlips(t *testing.T) {
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := idemtest.RunTest(t, idemtest.Config{Stores: []store.Store{mem, mem}, Payments: 1500, StoreBlipRate: 0.2})
+	if res != nil && res.StoreBlips == 0 {
+		t.Errorf("StoreBlipRate 0.2: %d blips, want some", res.StoreBlips)
+	}
+}

@@ -2,9 +2,12 @@ package idemtest
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,4 +124,84 @@ func postTo(h http.Handler, key string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
+}
+
+// StoreBlip is how long a store blip of [Config.StoreBlipRate] lasts; a
+// server's link to its store blips at most once per 10 StoreBlip (so
+// that the tries of the completions a blip failed do not start the next
+// one at once): it is down at most a tenth of the time.
+const StoreBlip = 20 * time.Millisecond
+
+// errBlip is the error of a store call made during a blip.
+var errBlip = errors.New("idemtest: store blip: connection refused")
+
+// blipStore is a server's link to its store that blips: a completion
+// starts a blip at the configured rate (if none started within 10
+// StoreBlip), and every call during the blip fails. It is safe for
+// concurrent use.
+type blipStore struct {
+	store.Store
+	rate  float64
+	blips *atomic.Int64
+
+	mu sync.Mutex
+	// Fields below are guarded by mu.
+	rng   *rand.Rand
+	until time.Time // the blip's end
+}
+
+func newBlipStore(s store.Store, rate float64, seed uint64, blips *atomic.Int64) *blipStore {
+	return &blipStore{Store: s, rate: rate, blips: blips, rng: rand.New(rand.NewPCG(seed, 0xb11b))}
+}
+
+// down reports whether a blip is on.
+func (b *blipStore) down() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Now().Before(b.until)
+}
+
+func (b *blipStore) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
+	if b.down() {
+		return store.Result{}, errBlip
+	}
+	return b.Store.Begin(ctx, id, fp, ttl)
+}
+
+// Complete starts a blip at the configured rate: it then fails, half the
+// time after the store took the record (its answer lost).
+func (b *blipStore) Complete(ctx context.Context, id store.ID, owner store.Owner, rec store.Record, retention time.Duration) error {
+	b.mu.Lock()
+	now := time.Now()
+	down := now.Before(b.until)
+	start := !down && now.After(b.until.Add(9*StoreBlip)) && b.rng.Float64() < b.rate
+	after := b.rng.IntN(2) == 0
+	if start {
+		b.until = now.Add(StoreBlip)
+		b.blips.Add(1)
+	}
+	b.mu.Unlock()
+	switch {
+	case down:
+		return errBlip
+	case !start:
+		return b.Store.Complete(ctx, id, owner, rec, retention)
+	case after:
+		_ = b.Store.Complete(ctx, id, owner, rec, retention)
+	}
+	return errBlip
+}
+
+func (b *blipStore) Extend(ctx context.Context, id store.ID, owner store.Owner, ttl time.Duration) error {
+	if b.down() {
+		return errBlip
+	}
+	return b.Store.Extend(ctx, id, owner, ttl)
+}
+
+func (b *blipStore) Release(ctx context.Context, id store.ID, owner store.Owner) error {
+	if b.down() {
+		return errBlip
+	}
+	return b.Store.Release(ctx, id, owner)
 }
