@@ -141,7 +141,8 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //   - "", a zero record, an error: fn did not run. The error wraps
 //     [ErrStoreUnavailable] when the store could not claim the key (fail
 //     closed: never run fn unguarded), or ctx's cause when ctx ended while
-//     the key was claimed (the claim is released).
+//     the key was claimed (the claim is released, tried again like a
+//     completion).
 //
 // The key reaches the store only as a hash of (scope, key), so keys are
 // scoped to the caller and the store never sees them; scope should not be
@@ -188,8 +189,11 @@ func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint
 		return store.Mismatch, store.Record{}, nil
 	}
 	if ctx.Err() != nil { // gone while the key was claimed
-		d, rerr := g.release(ctx, id, res.Owner, "request ended before it ran")
-		g.settled(ctx, spent+d, rerr)
+		l := &lease{}
+		g.hold(l, context.WithoutCancel(ctx), id, res.Owner, func(error) {}, claimedAt)
+		d, rerr := g.drop(l, id, res.Owner, "request ended before it ran")
+		_, renewals := l.stop()
+		g.settled(ctx, spent+renewals+d, rerr)
 		return "", store.Record{}, fmt.Errorf("idempotency: request ended before it ran: %w", context.Cause(ctx))
 	}
 	return g.run(ctx, id, res.Owner, claimedAt, spent, fn)
@@ -211,12 +215,13 @@ func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimed
 		}
 		// fn panicked or called runtime.Goexit: release the key, report,
 		// and let it unwind.
-		lost, renewals := l.stop()
-		if lost {
+		if l.isLost() {
+			_, renewals := l.stop()
 			g.settled(ctx, spent+renewals, context.Cause(fctx))
 			return
 		}
-		d, err := g.release(fctx, id, owner, "handler panicked")
+		d, err := g.drop(l, id, owner, "handler panicked")
+		_, renewals := l.stop()
 		g.settled(ctx, spent+renewals+d, err)
 	}()
 	rec, keep := fn(fctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -22,6 +23,9 @@ type faultyStore struct {
 	*idempotency.MemoryStore
 	down  atomic.Bool
 	delay atomic.Int64 // time.Duration
+	// afterBegin, if set before the store is used, runs after each
+	// successful Begin.
+	afterBegin func()
 }
 
 func newFaultyStore(t *testing.T) *faultyStore {
@@ -55,7 +59,11 @@ func (s *faultyStore) Begin(ctx context.Context, id store.ID, fp store.Fingerpri
 	if err := s.fault(ctx); err != nil {
 		return store.Result{}, err
 	}
-	return s.MemoryStore.Begin(ctx, id, fp, ttl)
+	res, err := s.MemoryStore.Begin(ctx, id, fp, ttl)
+	if err == nil && s.afterBegin != nil {
+		s.afterBegin()
+	}
+	return res, err
 }
 
 func (s *faultyStore) Complete(ctx context.Context, id store.ID, o store.Owner, rec store.Record, d time.Duration) error {
@@ -146,6 +154,33 @@ func TestReleaseBlip(t *testing.T) {
 		}
 		if rec := c.do(h); rec.Code != http.StatusCreated || runs.Load() != 2 {
 			t.Fatalf("retry right after: %d, handler runs %d; want 201 from a second run (the key was released)", rec.Code, runs.Load())
+		}
+	})
+}
+
+// TestCanceledClaimReleaseBlip: the request is canceled while its claim is
+// in flight, and the store is down for 400 ms just as the claim lands: the
+// claim's release is tried again until it lands, so the key is free for
+// the retry, not locked until the lock timeout.
+func TestCanceledClaimReleaseBlip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFaultyStore(t)
+		// The claim is slow, and the store goes down as it lands.
+		s.delay.Store(int64(100 * time.Millisecond))
+		s.afterBegin = func() {
+			if s.delay.Swap(0) != 0 {
+				s.down.Store(true)
+				time.AfterFunc(400*time.Millisecond, func() { s.down.Store(false) })
+			}
+		}
+		var l ledger
+		h := newMiddleware(t, s).Handler(&l)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel) // the client leaves
+		req := call{keys: key("k")}.request().WithContext(ctx)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if rec := (call{keys: key("k")}).do(h); rec.Code != http.StatusCreated || l.runs.Load() != 1 {
+			t.Fatalf("retry after the canceled claim: %d %q, handler runs %d; want a fresh 201 (the claim was released)", rec.Code, rec.Body, l.runs.Load())
 		}
 	})
 }
