@@ -252,14 +252,21 @@ func (c *testCluster) masterOf(key string) *clusterNode {
 			cl.Close()
 			continue
 		}
-		slots, err := cl.ClusterSlots(context.Background()).Result()
+		shards, err := cl.ClusterShards(context.Background()).Result()
 		cl.Close()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				return c.byAddr(s.Nodes[0].Addr)
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, nd := range sh.Nodes {
+					if nd.Role == "master" && nd.Health == "online" {
+						return c.byAddr("127.0.0.1:" + strconv.FormatInt(nd.Port, 10))
+					}
+				}
 			}
 		}
 	}
