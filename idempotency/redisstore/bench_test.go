@@ -16,29 +16,9 @@ import (
 // then Complete. roundtrips/op counts socket writes to Redis over the whole
 // run; commands/op counts commands seen by a go-redis hook.
 func BenchmarkNewRequest(b *testing.B) {
-	ctx := context.Background()
 	c, rt := client(b, 1)
 	s := newStore(b, c)
-	warm(b, s)
-	fp := store.NewFingerprint("POST", "/payments", [32]byte{})
-	rec := store.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
-	keys := make([]store.ID, b.N)
-	for i := range keys {
-		keys[i] = testID("tenant", idempotency.NewKey())
-	}
-	rt.reset()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		res, err := s.Begin(ctx, keys[i], fp, time.Minute)
-		if err != nil || res.Outcome != store.Claimed {
-			b.Fatalf("Begin = %v, %v", res.Outcome, err)
-		}
-		if err := s.Complete(ctx, keys[i], res.Owner, rec, time.Hour); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
+	benchNewRequests(b, s, rt.reset)
 	b.ReportMetric(float64(rt.writes.Load())/float64(b.N), "roundtrips/op")
 	b.ReportMetric(float64(rt.commands.Load())/float64(b.N), "commands/op")
 }
@@ -106,29 +86,39 @@ func BenchmarkClusterNewRequest(b *testing.B) {
 	cc := c.client()
 	for _, replicas := range []int{0, 1} {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
-			ctx := context.Background()
 			s, err := redisstore.New(cc, redisstore.Config{Prefix: "bench:" + rand.Text() + ":", Replicas: replicas})
 			if err != nil {
 				b.Fatal(err)
 			}
-			warm(b, s)
-			fp := store.NewFingerprint("POST", "/payments", [32]byte{})
-			rec := store.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
-			keys := make([]store.ID, b.N)
-			for i := range keys {
-				keys[i] = testID("tenant", idempotency.NewKey())
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				res, err := s.Begin(ctx, keys[i], fp, time.Minute)
-				if err != nil || res.Outcome != store.Claimed {
-					b.Fatalf("Begin = %v, %v", res.Outcome, err)
-				}
-				if err := s.Complete(ctx, keys[i], res.Owner, rec, time.Hour); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchNewRequests(b, s, nil)
 		})
 	}
+}
+
+// benchNewRequests has s claim and complete b.N new keys, timed; reset, if
+// not nil, runs just before the timer starts.
+func benchNewRequests(b *testing.B, s *redisstore.Store, reset func()) {
+	ctx := context.Background()
+	warm(b, s)
+	fp := store.NewFingerprint("POST", "/payments", [32]byte{})
+	rec := store.Record{Status: 201, Body: []byte(`{"id":"pay_123","status":"captured"}`)}
+	keys := make([]store.ID, b.N)
+	for i := range keys {
+		keys[i] = testID("tenant", idempotency.NewKey())
+	}
+	if reset != nil {
+		reset()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := s.Begin(ctx, keys[i], fp, time.Minute)
+		if err != nil || res.Outcome != store.Claimed {
+			b.Fatalf("Begin = %v, %v", res.Outcome, err)
+		}
+		if err := s.Complete(ctx, keys[i], res.Owner, rec, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
 }

@@ -111,15 +111,7 @@ func TestNewNilClient(t *testing.T) {
 // replay, not a second run.
 func TestCompletionBlip(t *testing.T) {
 	s, proxy := proxied(t, redis.Options{})
-	idemtest.CompletionBlip(t, s, func(down bool) {
-		rate := 0.0
-		if down {
-			rate = 1
-		}
-		if err := proxy.SetFaults(idemtest.TCPFaults{ResetRate: rate}); err != nil {
-			t.Error(err)
-		}
-	})
+	idemtest.CompletionBlip(t, s, proxy.Refuse)
 }
 
 // TestSlowRenewal: with a short lock (1.5 s, renewed every 500 ms) and the

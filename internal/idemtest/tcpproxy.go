@@ -30,6 +30,7 @@ type TCPProxy struct {
 	mu sync.Mutex
 	// Fields below are guarded by mu.
 	blackhole bool
+	refuse    bool
 	delay     time.Duration
 	cutMatch  []byte // non-nil: the one-shot cut is armed
 	faults    TCPFaults
@@ -80,6 +81,16 @@ func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
 func (p *TCPProxy) Blackhole(on bool) {
 	p.mu.Lock()
 	p.blackhole = on
+	p.mu.Unlock()
+}
+
+// Refuse switches refusal on or off. While it is on, every chunk a client
+// sends, on new and existing connections, is dropped with both
+// connections reset: the server looks down (connection refused or reset),
+// and comes back when it is switched off.
+func (p *TCPProxy) Refuse(on bool) {
+	p.mu.Lock()
+	p.refuse = on
 	p.mu.Unlock()
 }
 
@@ -156,8 +167,9 @@ func (p *TCPProxy) serve(c net.Conn) {
 			n, err := c.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
-				drop, resetNow, delay := p.blackhole, false, p.delay
-				if !drop {
+				drop, refuse, delay := p.blackhole, p.refuse && !p.blackhole, p.delay
+				resetNow := false
+				if !drop && !refuse {
 					p.chunks.Add(1)
 					switch {
 					case p.cutMatch != nil && bytes.Contains(buf[:n], p.cutMatch):
@@ -173,8 +185,10 @@ func (p *TCPProxy) serve(c net.Conn) {
 					}
 				}
 				p.mu.Unlock()
-				if resetNow {
-					p.resets.Add(1)
+				if resetNow || refuse {
+					if resetNow {
+						p.resets.Add(1)
+					}
 					reset(c)
 					_ = u.Close()
 					return

@@ -188,3 +188,43 @@ func TestTCPProxyFaults(t *testing.T) {
 		t.Fatalf("faults off: %q, %v; want \"echo: clean\"", got, err)
 	}
 }
+
+// TestTCPProxyRefuseAndDelay: Refuse resets a connection that sends
+// while it is on, and the server answers again once it is off; Delay
+// holds what a client sends at least that long.
+func TestTCPProxyRefuseAndDelay(t *testing.T) {
+	var lines atomic.Int64
+	p, err := idemtest.NewTCPProxy(echoServer(t, &lines))
+	if err != nil {
+		t.Fatalf("NewTCPProxy: %v", err)
+	}
+	defer p.Close()
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	c, r := dial()
+	p.Refuse(true)
+	if got, err := exchange(t, c, r, "one", 10*time.Second); err == nil || lines.Load() != 0 {
+		t.Fatalf("Refuse(true): got %q, %v, the server saw %d lines; want a reset and nothing relayed", got, err, lines.Load())
+	}
+	p.Refuse(false)
+	c, r = dial()
+	if got, err := exchange(t, c, r, "two", 10*time.Second); err != nil || got != "echo: two" {
+		t.Fatalf("Refuse(false): %q, %v; want \"echo: two\"", got, err)
+	}
+	const d = 100 * time.Millisecond
+	p.Delay(d)
+	start := time.Now()
+	if got, err := exchange(t, c, r, "three", 10*time.Second); err != nil || got != "echo: three" || time.Since(start) < d {
+		t.Fatalf("Delay(%v): %q, %v after %v; want \"echo: three\" after at least %v", d, got, err, time.Since(start), d)
+	}
+	if p.Resets() != 0 {
+		t.Errorf("Resets() = %d after refusals, want 0 (it counts the random faults)", p.Resets())
+	}
+}
