@@ -33,7 +33,7 @@
 // Within the retention period (24 h by default, [WithRetention]) a key's
 // handler runs at most once, whatever happens to the response on its way
 // to the client: what is stored is what the handler produced, whole, even
-// when the client went away mid-response or an [net/http.TimeoutHandler]
+// when the client went away mid-response or a [net/http.TimeoutHandler]
 // in front gave up; a handler that returns without a word because its
 // request was canceled produced nothing, and its key is released. A store
 // that fails or is slow while the response is being stored is waited for,

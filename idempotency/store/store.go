@@ -6,8 +6,9 @@
 // (idempotency.MemoryStore, pgstore, redisstore) to idempotency.NewMiddleware.
 // It is for whoever writes a store, and for a protocol's face on
 // idempotency.Guard (the gRPC interceptor of module grpcretry stores its
-// answers as Records). Package idempotency/storetest is the conformance
-// suite every store passes, as database/sql/driver is to database/sql.
+// answers as Records): it is to package idempotency what
+// database/sql/driver is to database/sql. Package idempotency/storetest is
+// the conformance suite every store passes.
 package store
 
 import (
