@@ -1,0 +1,199 @@
+// Package wire is stormguard's protocol on the wire: the HTTP header fields
+// and gRPC metadata through which a client and the servers it calls keep
+// retries to one layer. Clients (packages httpretry and grpcretry) write
+// and read them, servers (package admission, grpcretry's server
+// interceptors) read and write them; this package depends on nothing but
+// the standard library, so neither side imports the other.
+//
+// The protocol, in one paragraph: a client numbers its retries
+// ([AttemptHeader] over HTTP, [PreviousAttemptsMetadata] over gRPC), so
+// that a server sees retry pressure and can refuse retries beyond a ratio.
+// A server (or a layer below it that already did its retrying) tells its
+// caller not to retry on top: "Stormguard-Retry: no" over HTTP
+// ([SetDontRetry], read with [DontRetry]), a negative pushback over gRPC
+// ([PushbackMetadata]). A client that gave up on a failure response marks
+// the response it hands back with [GiveUpHeader], read with [ParseGiveUp].
+package wire
+
+import (
+	"math"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// AttemptHeader is the request header field a client puts on every retry:
+// the attempt number, 2 for the first retry, 3 for the next, and so on, as
+// a decimal integer ("Stormguard-Attempt: 2"). A first attempt carries none
+// (so it costs nothing): a request without the field is an original. Like
+// Envoy's x-envoy-attempt-count, it lets a server see retry pressure. A
+// server reads it with
+//
+//	n, ok := wire.ParseAttempt(r.Header.Get(wire.AttemptHeader))
+//
+// (net/http's own Transport may resend a request once, unseen by the
+// client's retry loop, when a kept-alive connection turns out closed before
+// anything was read from it; the resend carries the same number.)
+const AttemptHeader = "Stormguard-Attempt"
+
+// PreviousAttemptsMetadata is the gRPC request metadata key that carries how
+// many attempts of the same call came before this one: "1" on the second
+// attempt, "2" on the third (gRPC's own name, from its retry design). A
+// first attempt carries none. Its values parse with [ParseAttempt].
+const PreviousAttemptsMetadata = "grpc-previous-rpc-attempts"
+
+// PushbackMetadata is the gRPC trailer key of the server's retry pushback
+// (gRPC's own name): a non-negative decimal number of milliseconds to wait
+// before the next attempt (a floor), or a negative or malformed value
+// meaning "do not retry" (the server is overloaded, or a layer below it
+// already retried): gRPC's form of the don't-retry signal.
+const PushbackMetadata = "grpc-retry-pushback-ms"
+
+// dontRetryHeader carries the HTTP don't-retry signal; dontRetryValue is
+// its one defined value, shared by every response that sends it (never
+// modified).
+const dontRetryHeader = "Stormguard-Retry"
+
+var dontRetryValue = []string{"no"}
+
+// DontRetry reports whether h carries the don't-retry signal,
+// "Stormguard-Retry: no" (the value compared without regard to case or
+// surrounding spaces and tabs; other values are ignored and reserved). A
+// server, or a layer below it that already did its retrying, sends it on a
+// failure response to say: this layer has already retried, or the
+// dependency is overloaded, so do not add retries on top. It plays the role
+// of gRPC's negative pushback and of the SRE book's "overloaded; don't
+// retry" error.
+func DontRetry(h http.Header) bool {
+	for _, v := range h[dontRetryHeader] {
+		if strings.EqualFold(strings.Trim(v, " \t"), "no") {
+			return true
+		}
+	}
+	return false
+}
+
+// SetDontRetry sets the don't-retry signal, "Stormguard-Retry: no", in h
+// (see [DontRetry]). It allocates nothing.
+func SetDontRetry(h http.Header) {
+	h[dontRetryHeader] = dontRetryValue
+}
+
+// maxAttempt bounds what [ParseAttempt] accepts, so that a hostile value
+// can neither overflow nor claim absurd numbers.
+const maxAttempt = 1 << 20
+
+// ParseAttempt parses the value of an [AttemptHeader] field (or of
+// [PreviousAttemptsMetadata]) leniently: surrounding spaces and tabs are
+// ignored and, if a proxy folded several lines into one comma-separated
+// value, the first element counts. The number must be decimal digits only
+// (no sign), from 1 to 1048576. ok is false, and n 0, otherwise (an empty
+// value included). ParseAttempt never panics and allocates nothing.
+func ParseAttempt(value string) (n int, ok bool) {
+	if i := strings.IndexByte(value, ','); i >= 0 {
+		value = value[:i]
+	}
+	v := strings.Trim(value, " \t")
+	if v == "" || len(v) > 7 {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n < 1 || n > maxAttempt {
+		return 0, false
+	}
+	return n, true
+}
+
+// GiveUpHeader is the response header field a client adds to a failure
+// response it hands back because it gave up retrying: why, as a token,
+// after how many attempts and, when known, in how many whole seconds the
+// server may be tried again, e.g.
+// "Stormguard-Gave-Up: circuit-open;attempts=2;retry-after=3" (see
+// [GiveUp]). A server never needs to send it; a handler that copies it from
+// its dependency's response into its own says the same there: a layer
+// below gave up.
+const GiveUpHeader = "Stormguard-Gave-Up"
+
+// giveUpReasons are the reason tokens of a GiveUpHeader value.
+var giveUpReasons = [...]string{"not-retryable", "attempts-exhausted", "deadline", "canceled", "budget-exhausted", "circuit-open"}
+
+// GiveUp is what a [GiveUpHeader] value says.
+type GiveUp struct {
+	// Reason is why the client gave up, one of the tokens
+	// "not-retryable" (the request could not be retried, or the response
+	// carried the don't-retry signal), "attempts-exhausted",
+	// "budget-exhausted" (its retry budget refused a retry),
+	// "circuit-open" (its circuit breaker refused the next attempt),
+	// "deadline" (the wait the server asked for ends past the deadline or
+	// exceeds the client's maximum) and "canceled", in lower case.
+	Reason string
+	// Attempts is how many attempts it made (0 if the value does not say).
+	Attempts int
+	// RetryAfter is how long until the server may be tried again, in whole
+	// seconds (0 if the value does not say; a number too large for a
+	// time.Duration saturates at the largest one).
+	RetryAfter time.Duration
+}
+
+// ParseGiveUp parses a [GiveUpHeader] value: a reason token (compared
+// without regard to case) and the parameters attempts and retry-after, each
+// "name=value" after a ';'. Unknown parameters and malformed values are
+// ignored. ok is false, and g the zero GiveUp, when the reason token is
+// unknown (an empty value included). ParseGiveUp never panics.
+func ParseGiveUp(value string) (g GiveUp, ok bool) {
+	tok, params, _ := strings.Cut(value, ";")
+	tok = strings.Trim(tok, " \t")
+	for _, r := range giveUpReasons {
+		if strings.EqualFold(tok, r) {
+			g.Reason = r
+		}
+	}
+	if g.Reason == "" {
+		return GiveUp{}, false
+	}
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, found := strings.Cut(strings.Trim(p, " \t"), "=")
+		switch {
+		case !found:
+		case strings.EqualFold(k, "attempts"):
+			g.Attempts, _ = ParseAttempt(v)
+		case strings.EqualFold(k, "retry-after"):
+			if d, isNum := parseSeconds(strings.Trim(v, " \t")); isNum {
+				g.RetryAfter = d
+			}
+		}
+	}
+	return g, true
+}
+
+// maxSeconds is the largest number of whole seconds a time.Duration holds.
+const maxSeconds = math.MaxInt64 / int64(time.Second)
+
+// parseSeconds parses a string of ASCII digits as a number of seconds,
+// saturating at the largest Duration. isNum is false if v is empty or holds
+// anything but digits.
+func parseSeconds(v string) (d time.Duration, isNum bool) {
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n <= maxSeconds { // once past maxSeconds, only validate the rest
+			n = n*10 + int64(c-'0')
+		}
+	}
+	if n > maxSeconds {
+		return math.MaxInt64, true
+	}
+	return time.Duration(n) * time.Second, true
+}
