@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // Outcome is what a [Controller] decided for one request. The zero value is
@@ -527,16 +527,16 @@ const maxTableSeconds = 3600
 // every refusal: nobody modifies them.
 type httpValues struct {
 	retryAfter [][]string // index s: {"s"}, for 1 <= s < len
-	no         []string
-	textPlain  []string
 }
+
+// textPlain is the Content-Type value of every answer of the package's own,
+// shared (never modified).
+var textPlain = []string{"text/plain; charset=utf-8"}
 
 func newHTTPValues(longest time.Duration) httpValues {
 	n := min(int(longest/time.Second), maxTableSeconds) + 1
 	v := httpValues{
 		retryAfter: make([][]string, n),
-		no:         []string{httpretry.RetryNo},
-		textPlain:  []string{"text/plain; charset=utf-8"},
 	}
 	for s := 1; s < n; s++ {
 		v.retryAfter[s] = []string{strconv.Itoa(s)}
@@ -552,8 +552,8 @@ func retryAfterSeconds(d time.Duration) int {
 
 // Wrap returns next behind c: net/http middleware for a server or the
 // gateway in front of it. For every request it reads the attempt number
-// from the [httpretry.AttemptHeader] field (absent, or not a valid number as
-// [httpretry.ParseAttempt] reads it: an original), calls
+// from the wire.AttemptHeader field (absent, or not a valid number as
+// wire.ParseAttempt reads it: an original), calls
 // [Controller.Acquire] with the request's context, and either runs next
 // (releasing the permit when next returns or panics) or answers without
 // calling next:
@@ -581,9 +581,9 @@ type handler struct {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	attempt := 1
-	if vs := r.Header[httpretry.AttemptHeader]; len(vs) > 0 {
-		if n, ok := httpretry.ParseAttempt(vs[0]); ok {
+	attempt := 1                                         // an original, or a client that does not count
+	if vs := r.Header[wire.AttemptHeader]; len(vs) > 0 { // Header.Get would canonicalise the name on every request
+		if n, ok := wire.ParseAttempt(vs[0]); ok {
 			attempt = n
 		}
 	}
@@ -606,10 +606,10 @@ func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
 	}
 	body := "overloaded; try again later\n"
 	if d.DontRetry {
-		hdr[httpretry.RetryHeader] = c.http.no
+		wire.SetDontRetry(hdr)
 		body = "overloaded; don't retry\n"
 	}
-	hdr["Content-Type"] = c.http.textPlain
+	hdr["Content-Type"] = textPlain
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = io.WriteString(w, body)
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // The admitted path allocates nothing: Acquire and Release, and the HTTP
@@ -34,7 +34,7 @@ func TestAdmittedPathAllocs(t *testing.T) {
 			})
 			attempt := 1
 			if tt.attempt != "" {
-				attempt, _ = httpretry.ParseAttempt(tt.attempt)
+				attempt, _ = wire.ParseAttempt(tt.attempt)
 			}
 			ctx := context.Background()
 			if n := testing.AllocsPerRun(1000, func() {
@@ -50,7 +50,7 @@ func TestAdmittedPathAllocs(t *testing.T) {
 			h := ctl.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 			r := request(0)
 			if tt.attempt != "" {
-				r.Header[httpretry.AttemptHeader] = []string{tt.attempt}
+				r.Header[wire.AttemptHeader] = []string{tt.attempt}
 			}
 			w := &nopWriter{h: http.Header{}}
 			before := ctl.Stats().Admitted

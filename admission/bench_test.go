@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // okHandler is the bare handler the middleware benchmarks wrap.
@@ -17,7 +17,7 @@ var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { 
 func benchServe(b *testing.B, h http.Handler, attempt string) {
 	r := request(0)
 	if attempt != "" {
-		r.Header[httpretry.AttemptHeader] = []string{attempt}
+		r.Header[wire.AttemptHeader] = []string{attempt}
 	}
 	w := &nopWriter{h: http.Header{}}
 	b.ReportAllocs()

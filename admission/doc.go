@@ -15,7 +15,7 @@
 // # The model
 //
 // Every request is classified by its attempt number. Over HTTP that is the
-// Stormguard-Attempt request header (package httpretry's AttemptHeader): a
+// Stormguard-Attempt request header (package wire's AttemptHeader): a
 // request without it, or with a value that is not a number from 1 up, is an
 // original; 2 or more is a retry. Each request then goes through two steps,
 // in this order:
@@ -27,8 +27,9 @@
 //
 //     (package budget's rule, on one budget for the whole fleet). A retry
 //     beyond it is refused at once, before anything else runs: HTTP 503
-//     with "Stormguard-Retry: no", the don't-retry signal that package
-//     httpretry's Transport honours, so the client does not retry on top.
+//     with "Stormguard-Retry: no", the don't-retry signal (package wire)
+//     that package httpretry's Transport honours, so the client does not
+//     retry on top.
 //     During an outage the handler then sees about (1 + RetryRatio) times
 //     the originals, not the 3x that three attempts each would bring.
 //
@@ -77,6 +78,16 @@
 // don't-retry signal. [Controller.Wrap] is the HTTP middleware built on it;
 // a gRPC server interceptor maps the same decision to its own status and
 // metadata.
+//
+// # Pushing back
+//
+// A server that calls a dependency through a retrying client (package
+// httpretry) tells its own caller not to retry on top once those retries
+// stopped: [PushBack] answers 503 with the don't-retry signal when the
+// client gave up for exhausted attempts, budget or an open breaker, and
+// [WriteOverloaded] does so unconditionally. With three services in a
+// chain, each retrying up to 3 times, the bottom one then sees 3 attempts,
+// not 27.
 //
 // # Observing
 //

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // A provider puts the middleware in front of its handlers. Here the window
@@ -35,7 +35,7 @@ func ExampleController_Wrap() {
 	send := func(attempt string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "/pay", nil)
 		if attempt != "" {
-			r.Header.Set(httpretry.AttemptHeader, attempt)
+			r.Header.Set(wire.AttemptHeader, attempt)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -50,7 +50,7 @@ func ExampleController_Wrap() {
 	}
 	fmt.Println("handled:", handled)
 	fmt.Println("last retry:", last.Code, "Retry-After:", last.Header().Get("Retry-After"),
-		httpretry.RetryHeader+":", last.Header().Get(httpretry.RetryHeader))
+		"Stormguard-Retry:", last.Header().Get("Stormguard-Retry"))
 	s := ctl.Stats()
 	fmt.Printf("originals %d, retries %d, refused %d, window limit %v\n",
 		s.Originals, s.Retries, s.RetriesRefused, s.WindowRetryLimit)

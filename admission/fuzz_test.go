@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // FuzzWrapAttemptHeader sends arbitrary attempt header lines through the
@@ -28,13 +28,13 @@ func FuzzWrapAttemptHeader(f *testing.F) {
 		called := false
 		h := ctl.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
 		r := request(0)
-		r.Header[httpretry.AttemptHeader] = []string{value}
+		r.Header[wire.AttemptHeader] = []string{value}
 		if second {
-			r.Header[httpretry.AttemptHeader] = []string{"1", value} // the first line counts
+			r.Header[wire.AttemptHeader] = []string{"1", value} // the first line counts
 		}
 		h.ServeHTTP(&nopWriter{h: http.Header{}}, r)
 		want := 1
-		if n, ok := httpretry.ParseAttempt(value); ok && !second {
+		if n, ok := wire.ParseAttempt(value); ok && !second {
 			want = n
 		}
 		if got.Attempt != want {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // t0 is a fixed time for Config.Now: a window that never slides.
@@ -55,7 +55,7 @@ func newController(t testing.TB, c admission.Config) *admission.Controller {
 func request(attempt int) *http.Request {
 	r := httptest.NewRequest(http.MethodGet, "http://provider.test/pay", nil)
 	if attempt > 0 {
-		r.Header.Set(httpretry.AttemptHeader, strconv.Itoa(attempt))
+		r.Header.Set(wire.AttemptHeader, strconv.Itoa(attempt))
 	}
 	return r
 }
@@ -79,8 +79,8 @@ func checkRefusal(t *testing.T, rec *httptest.ResponseRecorder, lo, hi int, dont
 	if s, err := strconv.Atoi(ra); err != nil || s < lo || s > hi {
 		t.Errorf("refusal Retry-After = %q, want whole seconds in [%d, %d]", ra, lo, hi)
 	}
-	if got := rec.Header().Get(httpretry.RetryHeader) == httpretry.RetryNo; got != dontRetry {
-		t.Errorf("refusal carries %s: %s = %v, want %v", httpretry.RetryHeader, httpretry.RetryNo, got, dontRetry)
+	if got := wire.DontRetry(rec.Header()); got != dontRetry {
+		t.Errorf("refusal carries the don't-retry signal: %v, want %v (header %v)", got, dontRetry, rec.Header())
 	}
 }
 
@@ -100,7 +100,7 @@ func mulberry(seed uint32) func() float64 { return backoff.NewMulberry32(seed).F
 // number (1 without a valid header) and answers 200.
 func handlerOf(f func(attempt int)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, ok := httpretry.ParseAttempt(r.Header.Get(httpretry.AttemptHeader))
+		n, ok := wire.ParseAttempt(r.Header.Get(wire.AttemptHeader))
 		if !ok {
 			n = 1
 		}

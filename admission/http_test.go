@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // The attempt header decides original or retry; a missing or invalid one
@@ -45,7 +45,7 @@ func TestWrapAttemptHeader(t *testing.T) {
 			h := ctl.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
 			r := request(0)
 			if tt.values != nil {
-				r.Header[httpretry.AttemptHeader] = tt.values
+				r.Header[wire.AttemptHeader] = tt.values
 			}
 			h.ServeHTTP(httptest.NewRecorder(), r)
 			if got.Attempt != tt.want || got.Outcome != "admitted" || !called {
@@ -186,7 +186,7 @@ func TestWrapClientsReturnSpread(t *testing.T) {
 				// One long request holds the only slot, so everyone is shed.
 				busy := make(chan struct{})
 				h := ctl.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.Header.Get(httpretry.AttemptHeader) == "" {
+					if r.Header.Get(wire.AttemptHeader) == "" {
 						<-busy
 					}
 				}))

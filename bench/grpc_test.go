@@ -19,6 +19,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // The gRPC benchmarks compare, on loopback against one grpc-go server of
@@ -61,7 +62,7 @@ func (s *grpcServer) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (
 // retry layer compared.
 func firstAttempt(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md[grpcretry.PreviousAttemptsKey]) == 0 && len(md[mwretry.AttemptMetadataKey]) == 0
+	return len(md[wire.PreviousAttemptsMetadata]) == 0 && len(md[mwretry.AttemptMetadataKey]) == 0
 }
 
 // startGRPC serves s on a loopback port until the test ends.

@@ -27,6 +27,7 @@ import (
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/internal/sim/live"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // The POS scenario: 1000 payment terminals, each making one payment (a POST
@@ -328,11 +329,11 @@ func posFailure(err error) string {
 	case errors.As(err, &re):
 		return "stormguard: " + re.Reason.String()
 	case errors.As(err, &se):
-		if g, ok := httpretry.GaveUp(&http.Response{Header: se.Header}); ok {
-			return fmt.Sprintf("stormguard: %v (HTTP %d)", g.Reason, se.Code)
+		if g, ok := wire.ParseGiveUp(se.Header.Get(wire.GiveUpHeader)); ok {
+			return fmt.Sprintf("stormguard: %s (HTTP %d)", strings.ReplaceAll(g.Reason, "-", " "), se.Code)
 		}
-		if se.Header.Get(httpretry.RetryHeader) != "" {
-			return fmt.Sprintf("HTTP %d, %s: %s", se.Code, httpretry.RetryHeader, se.Header.Get(httpretry.RetryHeader))
+		if wire.DontRetry(se.Header) {
+			return fmt.Sprintf("HTTP %d, Stormguard-Retry: no", se.Code)
 		}
 		return fmt.Sprintf("HTTP %d", se.Code)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -604,15 +605,15 @@ func fmtLatency(d time.Duration) string {
 
 func TestPOSFailure(t *testing.T) {
 	gaveUp := http.Header{}
-	gaveUp.Set(httpretry.GaveUpHeader, "attempts-exhausted;attempts=3")
+	gaveUp.Set(wire.GiveUpHeader, "attempts-exhausted;attempts=3")
 	noRetry := http.Header{}
-	noRetry.Set(httpretry.RetryHeader, "no")
+	wire.SetDontRetry(noRetry)
 	for _, tt := range []struct {
 		err  error
 		want string
 	}{
 		{fmt.Errorf("post: %w", &retry.Error{Reason: retry.BudgetExhausted, Attempts: 1}), "stormguard: " + retry.BudgetExhausted.String()},
-		{&live.StatusError{Code: 503, Header: gaveUp}, fmt.Sprintf("stormguard: %v (HTTP 503)", retry.AttemptsExhausted)},
+		{&live.StatusError{Code: 503, Header: gaveUp}, "stormguard: attempts exhausted (HTTP 503)"},
 		{&live.StatusError{Code: 503, Header: noRetry}, "HTTP 503, Stormguard-Retry: no"},
 		{&live.StatusError{Code: 503}, "HTTP 503"},
 		{fmt.Errorf("post: %w", context.DeadlineExceeded), "deadline"},

@@ -11,17 +11,17 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // AttemptFromContext returns the attempt number of the server call of ctx,
-// as its client counts it: 1 plus the [PreviousAttemptsKey] metadata (the
+// as its client counts it: 1 plus the [wire.PreviousAttemptsMetadata] metadata (the
 // largest, if it came more than once), or 1 without a valid one. ok reports
 // whether the metadata was there and valid.
 func AttemptFromContext(ctx context.Context) (n int, ok bool) {
 	n = 1
-	for _, v := range metadata.ValueFromIncomingContext(ctx, PreviousAttemptsKey) {
-		if prev, valid := httpretry.ParseAttempt(v); valid && prev+1 > n {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, wire.PreviousAttemptsMetadata) {
+		if prev, valid := wire.ParseAttempt(v); valid && prev+1 > n {
 			n, ok = prev+1, true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 func newController(t *testing.T, c admission.Config) *admission.Controller {
@@ -48,7 +49,7 @@ func TestAdmissionRetryRatio(t *testing.T) {
 	}
 	admitted, refused := 0, 0
 	for range 5 {
-		ctx := metadata.AppendToOutgoingContext(t.Context(), grpcretry.PreviousAttemptsKey, "1")
+		ctx := metadata.AppendToOutgoingContext(t.Context(), wire.PreviousAttemptsMetadata, "1")
 		var tr metadata.MD
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Trailer(&tr))
 		switch status.Code(err) {
@@ -56,7 +57,7 @@ func TestAdmissionRetryRatio(t *testing.T) {
 			admitted++
 		case codes.Unavailable:
 			refused++
-			if got := tr[grpcretry.PushbackKey]; len(got) != 1 || got[0] != "-1" {
+			if got := tr[wire.PushbackMetadata]; len(got) != 1 || got[0] != "-1" {
 				t.Errorf("refused retry: pushback %q, want [-1]", got)
 			}
 		default:
@@ -98,7 +99,7 @@ func TestAdmissionShedJittered(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("shed call: %v, want UNAVAILABLE", err)
 		}
-		pb := tr[grpcretry.PushbackKey]
+		pb := tr[wire.PushbackMetadata]
 		ms, perr := strconv.Atoi(pb[0])
 		if len(pb) != 1 || perr != nil || ms < 1000 || ms > 11000 {
 			t.Fatalf("shed call: pushback %q, want milliseconds in [1000, 11000]", pb)
@@ -128,7 +129,7 @@ func TestAdmissionStream(t *testing.T) {
 	ctl := newController(t, admission.Config{RetryRatio: -1, MinRetriesPerSecond: -1})
 	srv := &testServer{streamMsgs: 1}
 	client := serveAdmitted(t, srv, ctl)
-	ctx := metadata.AppendToOutgoingContext(t.Context(), grpcretry.PreviousAttemptsKey, "2")
+	ctx := metadata.AppendToOutgoingContext(t.Context(), wire.PreviousAttemptsMetadata, "2")
 	stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestAdmissionStream(t *testing.T) {
 	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
 		t.Errorf("retry with no ratio: Recv = %v, want UNAVAILABLE", err)
 	}
-	if got := stream.Trailer()[grpcretry.PushbackKey]; len(got) != 1 || got[0] != "-1" {
+	if got := stream.Trailer()[wire.PushbackMetadata]; len(got) != 1 || got[0] != "-1" {
 		t.Errorf("pushback %q, want [-1]", got)
 	}
 	stream, err = client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
@@ -168,7 +169,7 @@ func TestAttemptFromContext(t *testing.T) {
 	for _, tt := range tests {
 		md := metadata.MD{}
 		if tt.vals != nil {
-			md[grpcretry.PreviousAttemptsKey] = tt.vals
+			md[wire.PreviousAttemptsMetadata] = tt.vals
 		}
 		ctx := metadata.NewIncomingContext(context.Background(), md)
 		if n, ok := grpcretry.AttemptFromContext(ctx); n != tt.n || ok != tt.ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // Client holds the retry configuration and the per-target budgets and
@@ -31,7 +32,7 @@ import (
 type Client struct {
 	cfg      config
 	clock    retry.Clock // the policies' clock; nil: the system clock
-	prevVals [][]string  // prevVals[n] is the PreviousAttemptsKey value n
+	prevVals [][]string  // prevVals[n] is the wire.PreviousAttemptsMetadata value n
 	layer    *guards.Layer
 	targets  *targets
 }
@@ -159,7 +160,7 @@ func (c *Client) classify(ctx context.Context, method string) safety {
 	var s safety
 	s.idempotent = c.cfg.idempotent[method] || (c.cfg.idempotentFunc != nil && c.cfg.idempotentFunc(method))
 	if !s.idempotent {
-		if vs := metadata.ValueFromOutgoingContext(ctx, KeyMetadata); len(vs) > 0 && strings.TrimSpace(vs[0]) != "" {
+		if vs := metadata.ValueFromOutgoingContext(ctx, IdempotencyKeyMetadata); len(vs) > 0 && strings.TrimSpace(vs[0]) != "" {
 			s.hasKey = true
 		} else if c.cfg.autoKey {
 			s.key, s.hasKey = idempotency.NewKey(), true
@@ -214,7 +215,7 @@ func (s *safety) judge(err error, trailer metadata.MD, timedOut bool) error {
 }
 
 // attemptContext returns the context of attempt n of a call: with the
-// PreviousAttemptsKey metadata from the second attempt on, and without one
+// wire.PreviousAttemptsMetadata metadata from the second attempt on, and without one
 // on the first (strip: ctx carries one from elsewhere).
 func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.Context {
 	if n == 1 && !strip {
@@ -225,9 +226,9 @@ func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.
 		md = metadata.MD{}
 	}
 	if n == 1 {
-		delete(md, PreviousAttemptsKey)
+		delete(md, wire.PreviousAttemptsMetadata)
 	} else {
-		md[PreviousAttemptsKey] = c.previousAttempts(n - 1)
+		md[wire.PreviousAttemptsMetadata] = c.previousAttempts(n - 1)
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }
@@ -292,7 +293,7 @@ type unaryCall struct {
 	cc      *grpc.ClientConn
 	invoker grpc.UnaryInvoker
 	opts    []grpc.CallOption
-	strip   bool // the caller's metadata carries a PreviousAttemptsKey
+	strip   bool // the caller's metadata carries a wire.PreviousAttemptsMetadata
 	s       safety
 	hold    *holder // made by the first attempt
 }
@@ -314,9 +315,9 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 	u := unaryCall{c: c, t: t, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	u.s = c.classify(ctx, method)
 	if u.s.key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, u.s.key)
+		ctx = metadata.AppendToOutgoingContext(ctx, IdempotencyKeyMetadata, u.s.key)
 	}
-	u.strip = metadata.ValueFromOutgoingContext(ctx, PreviousAttemptsKey) != nil
+	u.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
 	if c.cfg.timeout > 0 {
 		return u.runTimed(ctx, t)
 	}
@@ -377,7 +378,7 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 	return u.s.judge(err, h.trailer, timedOut)
 }
 
-// previousAttempts returns the PreviousAttemptsKey value n: built once per
+// previousAttempts returns the wire.PreviousAttemptsMetadata value n: built once per
 // client up to the attempt limit; beyond it (a call that waited behind the
 // breaker sends probes that do not count against the limit) formatted on
 // the spot.

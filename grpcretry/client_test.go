@@ -18,6 +18,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // noJitter is a backoff whose delays are exact and short: 10 ms, 20 ms...
@@ -133,7 +134,7 @@ func TestAttemptMetadata(t *testing.T) {
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		ctx := t.Context()
 		if inherited {
-			ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.PreviousAttemptsKey, "7")
+			ctx = metadata.AppendToOutgoingContext(ctx, wire.PreviousAttemptsMetadata, "7")
 		}
 		if _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
 			t.Fatalf("UnaryCall: %v", err)
@@ -170,7 +171,7 @@ func TestAutoKey(t *testing.T) {
 	if !errors.As(err, &e) || e.Key == "" || e.Key != srv2.keys[0][0] {
 		t.Errorf("give-up error key = %+v, want the key sent (%q)", e, srv2.keys)
 	}
-	ctx := metadata.AppendToOutgoingContext(t.Context(), grpcretry.KeyMetadata, "mine")
+	ctx := metadata.AppendToOutgoingContext(t.Context(), grpcretry.IdempotencyKeyMetadata, "mine")
 	_, _ = client.UnaryCall(ctx, &testpb.SimpleRequest{})
 	if last := srv2.keys[len(srv2.keys)-1]; !slices.Equal(last, []string{"mine"}) {
 		t.Errorf("caller's key: server saw %q, want [mine]", last)

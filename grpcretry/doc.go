@@ -14,7 +14,7 @@
 //
 // A call is safe to repeat when its method is declared idempotent
 // ([WithIdempotentMethods], [WithIdempotentFunc]) or it carries an
-// idempotency key in its outgoing metadata ([KeyMetadata],
+// idempotency key in its outgoing metadata ([IdempotencyKeyMetadata],
 // "idempotency-key"; [WithAutoIdempotencyKey] adds one per call, made once
 // before the first attempt and sent on every attempt). A call that is not
 // safe to repeat gets exactly one attempt. For a call that is:
@@ -45,7 +45,7 @@
 //
 // Full-jitter backoff by default (package backoff, through
 // [WithRetry](retry.WithBackoff(...))). A server hint is a floor on the
-// next wait: the trailer "grpc-retry-pushback-ms: N" ([PushbackKey]) and a
+// next wait: the trailer "grpc-retry-pushback-ms: N" ([wire.PushbackMetadata]) and a
 // google.rpc.RetryInfo in the status details; with both, the longer one.
 // The wait is spread above the floor by up to half of it again (so that
 // clients told the same do not return in step; retry.WithExactRetryAfter
@@ -58,7 +58,7 @@
 // # One layer retries
 //
 // Every attempt after the first carries "grpc-previous-rpc-attempts: N"
-// ([PreviousAttemptsKey]; absent on a first attempt, and removed from a
+// ([wire.PreviousAttemptsMetadata]; absent on a first attempt, and removed from a
 // first attempt whose outgoing metadata carried one), which servers read
 // with [AttemptFromContext] and admission control uses. A server handler
 // whose own call to a dependency gave up tells its caller not to retry on

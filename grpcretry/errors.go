@@ -13,6 +13,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // attemptError is a failed attempt as the retry loop sees it: what gRPC
@@ -136,8 +137,8 @@ func SetPushback(ctx context.Context, d time.Duration) error {
 // pushbackMD returns the trailer of a pushback of d (negative: don't retry).
 func pushbackMD(d time.Duration) metadata.MD {
 	if d < 0 {
-		return metadata.Pairs(PushbackKey, "-1")
+		return metadata.Pairs(wire.PushbackMetadata, "-1")
 	}
 	ms := (d + time.Millisecond - 1) / time.Millisecond
-	return metadata.Pairs(PushbackKey, strconv.FormatInt(int64(ms), 10))
+	return metadata.Pairs(wire.PushbackMetadata, strconv.FormatInt(int64(ms), 10))
 }

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/stormguard/stormguard/wire"
 )
 
 func TestParsePushback(t *testing.T) {
@@ -50,7 +52,7 @@ func FuzzPushback(f *testing.F) {
 		if !present || after < 0 || after > maxPushback || (stop && after != 0) {
 			t.Fatalf("parsePushback(%q) = %v, %v, %v", v, after, present, stop)
 		}
-		h := serverHint(metadata.MD{PushbackKey: {v}}, nil)
+		h := serverHint(metadata.MD{wire.PushbackMetadata: {v}}, nil)
 		if h.stop != stop || (!stop && h.after != after) {
 			t.Fatalf("serverHint(%q) = %+v, parsePushback %v %v", v, h, after, stop)
 		}

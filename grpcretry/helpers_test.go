@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // Full method names of the test service.
@@ -52,7 +53,7 @@ func (a answer) info(d time.Duration) answer {
 // trailer on ctx.
 func (a answer) err(ctx context.Context) error {
 	if a.pushback != nil {
-		md := metadata.MD{grpcretry.PushbackKey: a.pushback}
+		md := metadata.MD{wire.PushbackMetadata: a.pushback}
 		_ = grpc.SetTrailer(ctx, md)
 	}
 	if a.code == codes.OK {
@@ -93,8 +94,8 @@ func (s *testServer) next(ctx context.Context) (int, answer) {
 	defer s.mu.Unlock()
 	n := s.calls
 	s.calls++
-	s.prev = append(s.prev, md[grpcretry.PreviousAttemptsKey])
-	s.keys = append(s.keys, md[grpcretry.KeyMetadata])
+	s.prev = append(s.prev, md[wire.PreviousAttemptsMetadata])
+	s.keys = append(s.keys, md[grpcretry.IdempotencyKeyMetadata])
 	a := ok()
 	if len(s.script) > 0 {
 		a = s.script[min(n, len(s.script)-1)]
@@ -152,7 +153,7 @@ func (s *testServer) StreamingOutputCall(req *testpb.StreamingOutputCallRequest,
 		}
 	}
 	if a.pushback != nil {
-		ss.SetTrailer(metadata.MD{grpcretry.PushbackKey: a.pushback})
+		ss.SetTrailer(metadata.MD{wire.PushbackMetadata: a.pushback})
 	}
 	a.pushback = nil
 	return a.err(ss.Context())

@@ -8,23 +8,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/wire"
 )
 
-// Metadata keys the package reads and writes.
-const (
-	// PushbackKey is the trailer key of gRPC's retry pushback: a
-	// non-negative decimal number of milliseconds to wait before the next
-	// attempt (a floor), or a negative or malformed value meaning "do not
-	// retry" (the server is overloaded, or a layer below already retried).
-	PushbackKey = "grpc-retry-pushback-ms"
-	// PreviousAttemptsKey is the request metadata key that carries how
-	// many attempts of the same call came before this one: "1" on the
-	// second attempt, "2" on the third. A first attempt carries none.
-	PreviousAttemptsKey = "grpc-previous-rpc-attempts"
-	// KeyMetadata is the request metadata key of an idempotency key, the
-	// gRPC twin of the Idempotency-Key HTTP header field.
-	KeyMetadata = "idempotency-key"
-)
+// IdempotencyKeyMetadata is the request metadata key of an idempotency
+// key, the gRPC twin of the Idempotency-Key HTTP header field.
+const IdempotencyKeyMetadata = "idempotency-key"
 
 // maxPushback bounds a parsed pushback: longer values saturate here, which
 // is far beyond any retry.WithMaxRetryAfter, so the loop gives up at once.
@@ -90,7 +80,7 @@ func retryInfo(st *status.Status) (time.Duration, bool) {
 func serverHint(trailer metadata.MD, st *status.Status) hint {
 	var h hint
 	var present bool
-	h.after, present, h.stop = parsePushback(trailer[PushbackKey])
+	h.after, present, h.stop = parsePushback(trailer[wire.PushbackMetadata])
 	h.set = present && !h.stop
 	if h.stop {
 		return hint{stop: true}

@@ -28,15 +28,15 @@ import (
 
 // Metadata keys of the idempotency server interceptor's answers.
 const (
-	// ReplayedKey is the header metadata key, with the value "true", of an
+	// ReplayedMetadata is the header metadata key, with the value "true", of an
 	// answer the server replayed from its idempotency store instead of
 	// running the handler: the gRPC twin of idempotency.ReplayHeader.
-	ReplayedKey = "idempotent-replayed"
-	// ReplyOmittedKey is the header metadata key, with the value "true",
+	ReplayedMetadata = "idempotent-replayed"
+	// ReplyOmittedMetadata is the header metadata key, with the value "true",
 	// of a replay whose reply message was not kept (it was over the cap,
 	// or the store had no room for it): the call ran, once, but its reply
 	// cannot be sent again, and the replay is a DATA_LOSS status.
-	ReplyOmittedKey = "idempotent-reply-omitted"
+	ReplyOmittedMetadata = "idempotent-reply-omitted"
 )
 
 // StoredStatusBase is added to a gRPC code to make the Status of the
@@ -174,8 +174,8 @@ func DefaultStoredCode(c codes.Code) bool {
 // WithReplayMetadata sets the header and trailer metadata keys that are
 // stored with an answer and sent again with its replays (default none).
 // Keys are lower-cased; "grpc-" keys, pseudo-headers, and the keys this
-// package reads or sets ([KeyMetadata], [ReplayedKey], [ReplyOmittedKey],
-// [PushbackKey]) are refused. A later WithReplayMetadata replaces the
+// package reads or sets ([IdempotencyKeyMetadata], [ReplayedMetadata], [ReplyOmittedMetadata],
+// [wire.PushbackMetadata]) are refused. A later WithReplayMetadata replaces the
 // earlier one.
 func WithReplayMetadata(keys ...string) IdempotencyOption {
 	keys = slices.Clone(keys)
@@ -186,7 +186,7 @@ func WithReplayMetadata(keys ...string) IdempotencyOption {
 			switch {
 			case k == "" || strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-"):
 				return invalid("WithReplayMetadata: key %q is reserved or empty", k)
-			case k == ReplayedKey || k == ReplyOmittedKey || k == KeyMetadata:
+			case k == ReplayedMetadata || k == ReplyOmittedMetadata || k == IdempotencyKeyMetadata:
 				return invalid("WithReplayMetadata: key %q is the interceptor's own", k)
 			}
 			for i := 0; i < len(k); i++ {
@@ -206,7 +206,7 @@ const defaultMaxStoredReply = 1 << 20
 // WithMaxStoredReply caps the stored reply, in bytes of its marshaled
 // message (default 1 MiB). A larger
 // reply still reaches the client, and the call is stored without it: a
-// retry gets DATA_LOSS with [ReplyOmittedKey] (the call ran once; its
+// retry gets DATA_LOSS with [ReplyOmittedMetadata] (the call ran once; its
 // reply cannot be sent again), and the handler does not run again. The
 // same happens when the store has no room for the reply.
 func WithMaxStoredReply(n int) IdempotencyOption {
@@ -219,7 +219,7 @@ func WithMaxStoredReply(n int) IdempotencyOption {
 	}
 }
 
-// WithKeyPushback sets the retry pushback ([PushbackKey]) sent with an
+// WithKeyPushback sets the retry pushback ([wire.PushbackMetadata]) sent with an
 // ABORTED answer (the key's first call still runs) and an UNAVAILABLE one
 // (the store is unavailable): the client waits at least d before its next
 // attempt. d must be positive; the default is [DefaultKeyPushback].
@@ -234,7 +234,7 @@ func WithKeyPushback(d time.Duration) IdempotencyOption {
 }
 
 // IdempotencyUnaryServerInterceptor returns a unary server interceptor
-// that runs each call carrying an idempotency key ([KeyMetadata],
+// that runs each call carrying an idempotency key ([IdempotencyKeyMetadata],
 // "idempotency-key", validated as idempotency.ParseKey validates the HTTP
 // header) at most once per key, through g, the idempotency package's
 // protocol-neutral core, on any idempotency store (memory, PostgreSQL,
@@ -333,7 +333,7 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 		s.g.ReportInvalid(ctx)
 		return nil, badKey(err.Error())
 	case raw == "" && s.cfg.required:
-		return nil, badKey("this method needs an idempotency key: send it in the " + KeyMetadata + " metadata")
+		return nil, badKey("this method needs an idempotency key: send it in the " + IdempotencyKeyMetadata + " metadata")
 	case raw == "":
 		return handler(ctx, req)
 	}
@@ -371,7 +371,7 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 	case outcome == store.Mismatch:
 		return nil, withDetails(status.New(codes.FailedPrecondition, "idempotency: this idempotency key was used for a different call (method or request message)"),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
-				Type: "IDEMPOTENCY_KEY_REUSED", Subject: KeyMetadata,
+				Type: "IDEMPOTENCY_KEY_REUSED", Subject: IdempotencyKeyMetadata,
 				Description: "the key is bound to another call; send a new key for a new call",
 			}}})
 	case outcome == store.InProgress:
@@ -386,14 +386,14 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 // callKey returns the raw idempotency key of the server call of ctx, ""
 // if it has none. More than one value, or a malformed one, is an error.
 func callKey(ctx context.Context) (string, error) {
-	vs := metadata.ValueFromIncomingContext(ctx, KeyMetadata)
+	vs := metadata.ValueFromIncomingContext(ctx, IdempotencyKeyMetadata)
 	switch len(vs) {
 	case 0:
 		return "", nil
 	case 1:
 		return idempotency.ParseKey(vs[0])
 	}
-	return "", fmt.Errorf("%d %s values: send exactly one", len(vs), KeyMetadata)
+	return "", fmt.Errorf("%d %s values: send exactly one", len(vs), IdempotencyKeyMetadata)
 }
 
 // badKey returns the INVALID_ARGUMENT error of a call whose key is bad or
@@ -401,7 +401,7 @@ func callKey(ctx context.Context) (string, error) {
 func badKey(why string) error {
 	return withDetails(status.New(codes.InvalidArgument, "idempotency: "+why),
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
-			Field: KeyMetadata, Description: why,
+			Field: IdempotencyKeyMetadata, Description: why,
 		}}})
 }
 
@@ -505,7 +505,7 @@ func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHand
 // replay answers a call from the stored record rec; mt is the method's
 // reply type.
 func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, rec store.Record) (any, error) {
-	header := metadata.Pairs(ReplayedKey, "true")
+	header := metadata.Pairs(ReplayedMetadata, "true")
 	var trailer metadata.MD
 	for name, vs := range rec.Header {
 		switch {
@@ -519,7 +519,7 @@ func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, re
 		}
 	}
 	if rec.BodyOmitted {
-		header.Set(ReplyOmittedKey, "true")
+		header.Set(ReplyOmittedMetadata, "true")
 	}
 	_ = grpc.SetHeader(ctx, header)
 	if len(trailer) > 0 {

@@ -28,6 +28,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency/store"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 const emptyMethod = testpb.TestService_EmptyCall_FullMethodName
@@ -167,13 +168,13 @@ func (f *keyedFixture) call(t *testing.T, method string, req proto.Message, user
 	t.Helper()
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-user", user)
 	for _, k := range keys {
-		ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.KeyMetadata, k)
+		ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata, k)
 	}
 	var a keyedAnswer
 	err := f.conn.Invoke(ctx, method, req, &a.raw, grpc.ForceCodec(rawCodec{}), grpc.Header(&a.header), grpc.Trailer(&a.trailer))
 	a.st = status.Convert(err)
-	a.replayed = slices.Equal(a.header.Get(grpcretry.ReplayedKey), []string{"true"})
-	a.omited = slices.Equal(a.header.Get(grpcretry.ReplyOmittedKey), []string{"true"})
+	a.replayed = slices.Equal(a.header.Get(grpcretry.ReplayedMetadata), []string{"true"})
+	a.omited = slices.Equal(a.header.Get(grpcretry.ReplyOmittedMetadata), []string{"true"})
 	return a
 }
 
@@ -276,8 +277,8 @@ func TestIdempotencyMismatch(t *testing.T) {
 				pf = p
 			}
 		}
-		if a.st.Code() != codes.FailedPrecondition || pf == nil || pf.GetViolations()[0].GetSubject() != grpcretry.KeyMetadata {
-			t.Errorf("%s: %v with details %v, want FAILED_PRECONDITION with a PreconditionFailure on %s", c.name, a.st, a.st.Details(), grpcretry.KeyMetadata)
+		if a.st.Code() != codes.FailedPrecondition || pf == nil || pf.GetViolations()[0].GetSubject() != grpcretry.IdempotencyKeyMetadata {
+			t.Errorf("%s: %v with details %v, want FAILED_PRECONDITION with a PreconditionFailure on %s", c.name, a.st, a.st.Details(), grpcretry.IdempotencyKeyMetadata)
 		}
 	}
 	if n := f.srv.runs.Load(); n != 1 {
@@ -298,8 +299,8 @@ func TestIdempotencyInProgress(t *testing.T) {
 	go func() { done <- f.call(t, unaryMethod, charge("block"), "alice", "k") }()
 	<-f.srv.entered
 	a := f.call(t, unaryMethod, charge("block"), "alice", "k")
-	if a.st.Code() != codes.Aborted || !slices.Equal(a.trailer.Get(grpcretry.PushbackKey), []string{"250"}) {
-		t.Fatalf("while the first runs: %v, trailer %v; want ABORTED with %s: 250", a.st, a.trailer, grpcretry.PushbackKey)
+	if a.st.Code() != codes.Aborted || !slices.Equal(a.trailer.Get(wire.PushbackMetadata), []string{"250"}) {
+		t.Fatalf("while the first runs: %v, trailer %v; want ABORTED with %s: 250", a.st, a.trailer, wire.PushbackMetadata)
 	}
 	close(f.srv.proceed)
 	first := <-done
@@ -323,7 +324,7 @@ func TestIdempotencyInProgressClientRetries(t *testing.T) {
 	done := make(chan error)
 	go func() {
 		_, err := testpb.NewTestServiceClient(f.conn).UnaryCall(
-			metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", grpcretry.KeyMetadata, key), charge("block"))
+			metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", grpcretry.IdempotencyKeyMetadata, key), charge("block"))
 		done <- err
 	}()
 	<-f.srv.entered
@@ -338,8 +339,8 @@ func TestIdempotencyInProgressClientRetries(t *testing.T) {
 	addr := f.conn.Target()
 	client := testpb.NewTestServiceClient(dialConn(t, addr, c.DialOptions()...))
 	var hdr metadata.MD
-	resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", grpcretry.KeyMetadata, key), charge("block"), grpc.Header(&hdr))
-	if err != nil || resp.GetUsername() != "run-1" || hdr.Get(grpcretry.ReplayedKey) == nil {
+	resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", grpcretry.IdempotencyKeyMetadata, key), charge("block"), grpc.Header(&hdr))
+	if err != nil || resp.GetUsername() != "run-1" || hdr.Get(grpcretry.ReplayedMetadata) == nil {
 		t.Fatalf("retried call: %v, %v, header %v; want the replay of run-1", resp, err, hdr)
 	}
 	if s := clock.Sleeps(); len(s) != 1 || s[0] < 250*time.Millisecond {
@@ -361,8 +362,8 @@ func (failingStore) Begin(context.Context, store.ID, store.Fingerprint, time.Dur
 func TestIdempotencyStoreDown(t *testing.T) {
 	f := newKeyedFixture(t, failingStore{})
 	a := f.call(t, unaryMethod, charge("100 EUR"), "alice", "k")
-	if a.st.Code() != codes.Unavailable || !slices.Equal(a.trailer.Get(grpcretry.PushbackKey), []string{"250"}) {
-		t.Fatalf("store down: %v, trailer %v; want UNAVAILABLE with %s: 250", a.st, a.trailer, grpcretry.PushbackKey)
+	if a.st.Code() != codes.Unavailable || !slices.Equal(a.trailer.Get(wire.PushbackMetadata), []string{"250"}) {
+		t.Fatalf("store down: %v, trailer %v; want UNAVAILABLE with %s: 250", a.st, a.trailer, wire.PushbackMetadata)
 	}
 	if n := f.srv.runs.Load(); n != 0 {
 		t.Fatalf("handler ran %d times with the store down, want 0", n)
@@ -472,7 +473,7 @@ func TestIdempotencyInterceptorErrors(t *testing.T) {
 		{"unknown method", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithKeyMethods("/grpc.testing.TestService/NoSuchCall")}},
 		{"nil stored codes", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithStoredCodes(nil)}},
 		{"grpc- key", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithReplayMetadata("grpc-status")}},
-		{"pushback key", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithReplayMetadata(grpcretry.PushbackKey)}},
+		{"pushback key", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithReplayMetadata(wire.PushbackMetadata)}},
 		{"replayed key", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithReplayMetadata("Idempotent-Replayed")}},
 		{"bad key", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithReplayMetadata("x y")}},
 		{"max reply 0", g, []grpcretry.IdempotencyOption{scope, grpcretry.WithMaxStoredReply(0)}},
@@ -527,11 +528,11 @@ func ExampleIdempotencyUnaryServerInterceptor() {
 	}
 	defer conn.Close()
 	client := testpb.NewTestServiceClient(conn)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcretry.KeyMetadata, idempotency.NewKey())
+	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcretry.IdempotencyKeyMetadata, idempotency.NewKey())
 	for range 2 { // the same call, sent twice (a retry after a lost reply)
 		var header metadata.MD
 		resp, err := client.UnaryCall(ctx, charge("100 EUR"), grpc.Header(&header))
-		fmt.Println(resp.GetUsername(), err, "replayed:", header.Get(grpcretry.ReplayedKey))
+		fmt.Println(resp.GetUsername(), err, "replayed:", header.Get(grpcretry.ReplayedMetadata))
 	}
 	// Output:
 	// run-1 <nil> replayed: []

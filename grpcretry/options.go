@@ -218,7 +218,7 @@ func WithIdempotentFunc(f func(method string) bool) Option {
 
 // WithAutoIdempotencyKey makes the client give every call of a method that
 // is not idempotent and carries no idempotency key in its outgoing metadata
-// ([KeyMetadata]) a key of its own, made with idempotency.NewKey once per
+// ([IdempotencyKeyMetadata]) a key of its own, made with idempotency.NewKey once per
 // call, before the first attempt, and sent unchanged on every attempt (an
 // [*Error] names it in Key). Such calls then become retryable. Only use it
 // against servers that honour the key (that run a keyed call at most once

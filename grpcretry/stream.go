@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // errAttemptTimeout is the cause of a stream attempt cut off by the
@@ -37,10 +38,10 @@ func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 		return nil, err
 	}
 	if s.key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, s.key)
+		ctx = metadata.AppendToOutgoingContext(ctx, IdempotencyKeyMetadata, s.key)
 	}
 	rs := &retryStream{c: c, t: t, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, s: s, ctx: ctx}
-	rs.strip = metadata.ValueFromOutgoingContext(ctx, PreviousAttemptsKey) != nil
+	rs.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
 	if c.cfg.timeout > 0 {
 		rs.ctx, rs.cancelCall = context.WithTimeout(ctx, c.cfg.timeout)
 	}
@@ -70,7 +71,7 @@ type retryStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 	ctx      context.Context // the call's
-	strip    bool            // ctx carries a PreviousAttemptsKey of its own
+	strip    bool            // ctx carries a wire.PreviousAttemptsMetadata of its own
 
 	cancelCall context.CancelFunc // nil without WithTimeout
 	loopMu     sync.Mutex         // one retry loop at a time

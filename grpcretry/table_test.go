@@ -69,7 +69,7 @@ func TestCodeTable(t *testing.T) {
 				client := dial(t, addr, newClient(t, opts...).DialOptions()...)
 				ctx := t.Context()
 				if kind == keyed {
-					ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.KeyMetadata, "key-1")
+					ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata, "key-1")
 				}
 				_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 				if got := status.Code(err); got != r.a.code {

@@ -14,6 +14,7 @@ import (
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // requestCopy is a deep copy of what a caller's request holds, to tell
@@ -101,9 +102,9 @@ func TestAttemptHeaderAndCallerRequest(t *testing.T) {
 		// transport copies drops it, retries replace it; one sent as it
 		// is keeps it (documented).
 		{name: "caller's attempt header, copied", opts: []httpretry.Option{httpretry.WithTimeout(time.Minute)}, method: "GET",
-			header: http.Header{httpretry.AttemptHeader: {"7"}}, fails: 2, wantHdr: wantAttemptHeaders(3)},
+			header: http.Header{wire.AttemptHeader: {"7"}}, fails: 2, wantHdr: wantAttemptHeaders(3)},
 		{name: "caller's attempt header, as is", method: "GET",
-			header: http.Header{httpretry.AttemptHeader: {"7"}}, fails: 2, asIs: true, wantHdr: []string{"7", "2", "3"}},
+			header: http.Header{wire.AttemptHeader: {"7"}}, fails: 2, asIs: true, wantHdr: []string{"7", "2", "3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,7 +168,7 @@ func TestAttemptHeaderAndCallerRequest(t *testing.T) {
 // request shows.
 func TestRequestCopyDiff(t *testing.T) {
 	changes := map[string]func(r *http.Request){
-		"header added":         func(r *http.Request) { r.Header.Set(httpretry.AttemptHeader, "1") },
+		"header added":         func(r *http.Request) { r.Header.Set(wire.AttemptHeader, "1") },
 		"header value changed": func(r *http.Request) { r.Header["X-Caller"][0] = "z" },
 		"URL":                  func(r *http.Request) { r.URL.Path = "/other" },
 		"body":                 func(r *http.Request) { r.Body = http.NoBody },

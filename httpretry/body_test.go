@@ -50,7 +50,7 @@ func TestBufferBodiesEdges(t *testing.T) {
 		if len(bodies) != 1 || bodies[0] != strings.Repeat("b", 100) {
 			t.Errorf("server got %d attempts, want 1 with the whole body", len(bodies))
 		}
-		if g, _ := httpretry.GaveUp(resp); g.Reason != retry.NotRetryable {
+		if g, _ := gaveUp(resp); g.Reason != "not-retryable" {
 			t.Errorf("GaveUp = %+v, want not retryable", g)
 		}
 	})
@@ -151,7 +151,7 @@ func TestGiveUpMarksResponseWithoutHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, ok := httpretry.GaveUp(resp); !ok || g.Reason != retry.AttemptsExhausted || calls.Load() != 3 {
+	if g, ok := gaveUp(resp); !ok || g.Reason != "attempts-exhausted" || calls.Load() != 3 {
 		t.Errorf("GaveUp = %+v, %v after %d calls; want attempts exhausted after 3", g, ok, calls.Load())
 	}
 }

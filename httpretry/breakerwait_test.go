@@ -16,6 +16,7 @@ import (
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // switchable answers from memory: 503 while down, 200 otherwise. It counts
@@ -66,7 +67,7 @@ func TestWaitsBehindOpenBreaker(t *testing.T) {
 
 		// Trip the breaker: open for exactly 1 s.
 		resp, err := call(context.Background())
-		if g, _ := httpretry.GaveUp(resp); err != nil || g.Reason != retry.CircuitOpen {
+		if g, _ := gaveUp(resp); err != nil || g.Reason != "circuit-open" {
 			t.Fatalf("first call = %v, %v; want a 503 given up for the open circuit", resp, err)
 		}
 		base.down.Store(false)
@@ -110,7 +111,7 @@ type recordingBase struct {
 }
 
 func (r *recordingBase) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.attempts = append(r.attempts, req.Header.Get(httpretry.AttemptHeader))
+	r.attempts = append(r.attempts, req.Header.Get(wire.AttemptHeader))
 	return r.switchable.RoundTrip(req)
 }
 

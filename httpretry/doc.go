@@ -1,7 +1,8 @@
 // Package httpretry applies stormguard's retry rules to HTTP: a
 // [Transport] (an [http.RoundTripper]) and [NewClient] that retry what is
 // worth retrying, per destination host, behind a retry budget and a
-// circuit breaker, and the header helpers that keep retries to one layer.
+// circuit breaker, keeping retries to one layer with the header fields of
+// package wire.
 //
 //	client, err := httpretry.NewClient(httpretry.WithTimeout(10 * time.Second))
 //	...
@@ -41,8 +42,8 @@
 //
 // Giving up: on a retryable status the caller gets the last response with
 // a nil error, so it can read the status and body; the transport marks it
-// with [GaveUpHeader] ("Stormguard-Gave-Up: attempts-exhausted;attempts=3",
-// read with [GaveUp]); on a network error, or a call the breaker or the
+// with wire.GiveUpHeader ("Stormguard-Gave-Up: attempts-exhausted;attempts=3",
+// read with wire.ParseGiveUp); on a network error, or a call the breaker or the
 // budget refused before any response, a [*retry.Error] that says why it
 // stopped and wraps the cause. [WithFallback] serves a response of the
 // caller's instead (cached data). Bodies of discarded responses are drained
@@ -56,15 +57,15 @@
 // breaker is open but a few probes, and the calls that waited are released
 // at a pace the host can serve once it is back.
 //
-// One layer retries: every retry carries [AttemptHeader]
+// One layer retries: every retry carries wire.AttemptHeader
 // ("Stormguard-Attempt: 2", 3, ...; a request without it is a first
-// attempt; servers read it with [AttemptFromRequest]). A response with
-// [RetryHeader] ("Stormguard-Retry: no") is never retried, and a handler
-// whose own retries to a dependency stopped sends that signal upward with
-// [PushBack]:
+// attempt; package admission reads it on the server). A response with the
+// don't-retry signal ("Stormguard-Retry: no", see wire.DontRetry) is never
+// retried, and a handler whose own retries to a dependency stopped sends
+// that signal upward with admission.PushBack:
 //
 //	resp, err := client.Do(req.WithContext(r.Context()))
-//	if httpretry.PushBack(w, resp, err) { // 503 + Stormguard-Retry: no
+//	if admission.PushBack(w, resp, err) { // 503 + Stormguard-Retry: no
 //		return
 //	}
 //

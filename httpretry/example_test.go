@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // A client whose server fails twice with 503, then answers: the caller
@@ -24,7 +26,7 @@ func ExampleNewClient() {
 		attempts []string
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, ok := httpretry.AttemptFromRequest(r)
+		n, ok := wire.ParseAttempt(r.Header.Get(wire.AttemptHeader))
 		if !ok {
 			n = 1 // no header: a first attempt
 		}
@@ -62,8 +64,9 @@ func ExampleNewClient() {
 }
 
 // A handler whose dependency is down: its client retried (3 attempts),
-// gave up, and the handler tells its own caller not to retry on top.
-func ExamplePushBack() {
+// gave up, and the handler tells its own caller not to retry on top
+// (package admission holds the server's side of the protocol).
+func Example_pushBack() {
 	dependency := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
@@ -74,7 +77,7 @@ func ExamplePushBack() {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, dependency.URL, nil)
 		resp, err := client.Do(req)
-		if httpretry.PushBack(w, resp, err) {
+		if admission.PushBack(w, resp, err) {
 			return
 		}
 		// ... use resp, err
@@ -82,32 +85,9 @@ func ExamplePushBack() {
 
 	w := httptest.NewRecorder()
 	handler.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	fmt.Println(w.Code, httpretry.RetryHeader+":", w.Header().Get(httpretry.RetryHeader))
+	fmt.Println(w.Code, "don't retry:", wire.DontRetry(w.Header()))
 	// Output:
-	// 503 Stormguard-Retry: no
-}
-
-// DontRetry marks a response the handler builds itself.
-func ExampleDontRetry() {
-	w := httptest.NewRecorder()
-	httpretry.DontRetry(w)
-	w.WriteHeader(http.StatusTooManyRequests)
-	fmt.Println(w.Code, w.Header().Get(httpretry.RetryHeader))
-	// Output:
-	// 429 no
-}
-
-func ExampleParseAttempt() {
-	for _, v := range []string{"2", " 3 ", "4, 1", "0", "two"} {
-		n, ok := httpretry.ParseAttempt(v)
-		fmt.Printf("%q: %d %v\n", v, n, ok)
-	}
-	// Output:
-	// "2": 2 true
-	// " 3 ": 3 true
-	// "4, 1": 4 true
-	// "0": 0 false
-	// "two": 0 false
+	// 503 don't retry: true
 }
 
 // A client with a fallback: when the dependency is down (here: three
@@ -170,18 +150,6 @@ func ExampleKey() {
 	fmt.Println(resp.StatusCode, key != "" && key == seen)
 	// Output:
 	// 201 true
-}
-
-// GaveUp reads why the transport returned a failure response, and when the
-// host may be tried again.
-func ExampleGaveUp() {
-	resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}}
-	resp.Header.Set(httpretry.GaveUpHeader, "circuit-open;attempts=1;retry-after=3")
-	if g, ok := httpretry.GaveUp(resp); ok {
-		fmt.Println(g.Reason.String(), g.Attempts, g.RetryAfter)
-	}
-	// Output:
-	// circuit open 1 3s
 }
 
 // A client and a server: a payment handler behind the idempotency

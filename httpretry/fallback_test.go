@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // fallbackRecorder is a fallback that answers 200 "cached" and records
@@ -185,7 +187,7 @@ func TestGaveUpRetryAfter(t *testing.T) {
 		}, nil, "attempts-exhausted;attempts=3;retry-after=2"},
 		{"attempts exhausted", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(502) },
 			nil, "attempts-exhausted;attempts=3"},
-		{"don't retry from below", func(w http.ResponseWriter, r *http.Request, n int) { httpretry.WriteOverloaded(w) },
+		{"don't retry from below", func(w http.ResponseWriter, r *http.Request, n int) { admission.WriteOverloaded(w) },
 			nil, "not-retryable;attempts=1"},
 	}
 	for _, tt := range tests {
@@ -197,12 +199,12 @@ func TestGaveUpRetryAfter(t *testing.T) {
 				t.Fatalf("RoundTrip: %v", err)
 			}
 			readClose(t, resp)
-			if got := resp.Header.Get(httpretry.GaveUpHeader); got != tt.want {
-				t.Errorf("%s = %q, want %q", httpretry.GaveUpHeader, got, tt.want)
+			if got := resp.Header.Get(wire.GiveUpHeader); got != tt.want {
+				t.Errorf("%s = %q, want %q", wire.GiveUpHeader, got, tt.want)
 			}
 			// What GaveUp reads is what the header says.
-			g, ok := httpretry.GaveUp(resp)
-			want, wok := httpretry.GaveUp(&http.Response{Header: http.Header{httpretry.GaveUpHeader: {tt.want}}})
+			g, ok := gaveUp(resp)
+			want, wok := gaveUp(&http.Response{Header: http.Header{wire.GiveUpHeader: {tt.want}}})
 			if g != want || ok != wok || !ok {
 				t.Errorf("GaveUp = %+v, %v; want %+v, true", g, ok, want)
 			}

@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // fakeClock is a retry.Clock whose Sleep records the delay and moves the
@@ -142,7 +144,7 @@ func serve(t *testing.T, h func(w http.ResponseWriter, r *http.Request, n int)) 
 // attemptValue returns the AttemptHeader values of h joined by commas: ""
 // if the field is absent, emptyField if it is present with an empty value.
 func attemptValue(h http.Header) string {
-	vs, ok := h[httpretry.AttemptHeader]
+	vs, ok := h[wire.AttemptHeader]
 	switch {
 	case !ok:
 		return ""
@@ -301,4 +303,18 @@ func outage(t *testing.T) (srv *httptest.Server, end func()) {
 		}
 	})
 	return srv, func() { down.Store(false) }
+}
+
+// gaveUp reads the give-up mark of resp, if any.
+func gaveUp(resp *http.Response) (wire.GiveUp, bool) {
+	if resp == nil || len(resp.Header[wire.GiveUpHeader]) == 0 {
+		return wire.GiveUp{}, false
+	}
+	return wire.ParseGiveUp(resp.Header[wire.GiveUpHeader][0])
+}
+
+// overloaded reports whether a handler would push resp and err back to its
+// own caller (admission.PushBack, on a recorder).
+func overloaded(resp *http.Response, err error) bool {
+	return admission.PushBack(httptest.NewRecorder(), resp, err)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/retry"
 )
 
 func hostOf(t *testing.T, rawURL string) string {
@@ -144,7 +143,7 @@ func TestWithGuards(t *testing.T) {
 		t.Fatalf("RoundTrip(A): %v", err)
 	}
 	readClose(t, resp)
-	if g, _ := httpretry.GaveUp(resp); obsA.count() != 1 || g.Reason != retry.CircuitOpen {
+	if g, _ := gaveUp(resp); obsA.count() != 1 || g.Reason != "circuit-open" {
 		t.Errorf("A: %d attempts, gave up %+v; want 1, circuit open (the shared breaker tripped)", obsA.count(), g)
 	}
 	// B shares the breaker the guards handed out: it is open for B too.

@@ -47,11 +47,11 @@ func TestEmptyKeyIsNoKey(t *testing.T) {
 			if obs.count() != tt.attempts {
 				t.Errorf("POST with %v: %d attempts, want %d", tt.header, obs.count(), tt.attempts)
 			}
-			want := retry.AttemptsExhausted
+			want := "attempts-exhausted"
 			if tt.attempts == 1 {
-				want = retry.NotRetryable
+				want = "not-retryable"
 			}
-			if g, _ := httpretry.GaveUp(resp); g.Reason != want {
+			if g, _ := gaveUp(resp); g.Reason != want {
 				t.Errorf("GaveUp reason = %v, want %v", g.Reason, want)
 			}
 		})

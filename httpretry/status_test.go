@@ -179,7 +179,7 @@ func Test404WithRetryAfterNotRetried(t *testing.T) {
 		if resp.StatusCode != 404 || obs.count() != 1 || len(clock.Sleeps()) != 0 {
 			t.Errorf("%s: %d after %d attempts, sleeps %v; want the 404 at once", method, resp.StatusCode, obs.count(), clock.Sleeps())
 		}
-		if _, ok := httpretry.GaveUp(resp); ok {
+		if _, ok := gaveUp(resp); ok {
 			t.Errorf("%s: a 404 is marked as a give-up", method)
 		}
 	}
@@ -223,8 +223,8 @@ func TestNestedTransportsGiveUpOnStatus(t *testing.T) {
 	if n := seen.count(); n != 3 {
 		t.Errorf("server saw %d requests, want 3 (the inner transport's)", n)
 	}
-	g, ok := httpretry.GaveUp(resp)
-	if !ok || g.Attempts != 1 || g.Reason != retry.NotRetryable {
+	g, ok := gaveUp(resp)
+	if !ok || g.Attempts != 1 || g.Reason != "not-retryable" {
 		t.Errorf("outer give-up = %+v, %v; want not-retryable after its 1 attempt", g, ok)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // Transport is an [http.RoundTripper] that retries what is worth retrying,
@@ -40,7 +41,7 @@ type Transport struct {
 	base        http.RoundTripper
 	cfg         config
 	clock       retry.Clock // the policies' clock; nil: the system clock
-	attemptVals [][]string  // attemptVals[n-1] is the AttemptHeader value of attempt n
+	attemptVals [][]string  // attemptVals[n-1] is the wire.AttemptHeader value of attempt n
 	hosts       *hosts
 }
 
@@ -129,7 +130,7 @@ func NewClient(opts ...Option) (*http.Client, error) {
 	return &http.Client{Transport: t}, nil
 }
 
-// attemptValue returns the AttemptHeader value of attempt n: built once
+// attemptValue returns the wire.AttemptHeader value of attempt n: built once
 // per transport up to the attempt limit; beyond it (a call that waited
 // behind the breaker sends probes that do not count against the limit)
 // formatted on the spot.
@@ -220,7 +221,7 @@ func classify(err error) bool {
 // returns the response of the last attempt, or an error if it has none.
 //
 // When it gives up on a retryable status it returns that last response
-// with a nil error, marked with [GaveUpHeader]; the bodies of earlier
+// with a nil error, marked with [wire.GiveUpHeader]; the bodies of earlier
 // failed attempts are drained (up to 64 KiB, for at most 50 ms) and closed.
 // When it gives up without a response, errors.As finds a [*retry.Error] in
 // the error saying why it stopped (errors.Is with retry.AttemptsExhausted,
@@ -353,7 +354,7 @@ func fallsBack(r retry.Reason) bool {
 }
 
 // giveBack hands resp, the last attempt's response, to the caller: marked
-// with GaveUpHeader if the transport gave up on it (re not nil), and with
+// with wire.GiveUpHeader if the transport gave up on it (re not nil), and with
 // a body that releases the contexts made for the call when closed.
 func (c *call) giveBack(resp *http.Response, re *retry.Error) *http.Response {
 	c.cur = nil
@@ -364,7 +365,7 @@ func (c *call) giveBack(resp *http.Response, re *retry.Error) *http.Response {
 		if resp.Header == nil {
 			resp.Header = make(http.Header)
 		}
-		resp.Header[GaveUpHeader] = []string{gaveUpValue(re)}
+		resp.Header[wire.GiveUpHeader] = []string{giveUpValue(re)}
 	}
 	if resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		// A 101's body is the connection itself (an io.ReadWriteCloser);
@@ -442,7 +443,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 			return resp, retry.PermanentFailure(se)
 		}
 	}
-	if dontRetry(resp.Header) || len(resp.Header[GaveUpHeader]) > 0 {
+	if dontRetry(resp.Header) {
 		// The layer below said not to retry, or already retried and
 		// gave up (a Transport under this one, or a handler that copied
 		// its dependency's give-up): one layer retries.
@@ -555,9 +556,9 @@ func (c *call) header(n int) http.Header {
 		h[k] = v
 	}
 	if n > 1 {
-		h[AttemptHeader] = c.t.attemptValue(n)
+		h[wire.AttemptHeader] = c.t.attemptValue(n)
 	} else {
-		delete(h, AttemptHeader) // a first attempt carries none
+		delete(h, wire.AttemptHeader) // a first attempt carries none
 	}
 	if c.key != nil {
 		h[idempotency.Header] = c.key

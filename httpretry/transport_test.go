@@ -16,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // failThenOK answers 503 to the first fails requests and 200 "ok" after.
@@ -388,11 +390,11 @@ func TestGaveUpMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer readClose(t, resp)
-	g, ok := httpretry.GaveUp(resp)
-	if want := (httpretry.GiveUp{Reason: retry.AttemptsExhausted, Attempts: 3}); !ok || g != want {
+	g, ok := gaveUp(resp)
+	if want := (wire.GiveUp{Reason: "attempts-exhausted", Attempts: 3}); !ok || g != want {
 		t.Errorf("GaveUp = %+v, %v; want %+v, true", g, ok, want)
 	}
-	if !httpretry.Overloaded(resp, nil) {
+	if !overloaded(resp, nil) {
 		t.Errorf("Overloaded(give-up response) = false, want true")
 	}
 }
@@ -532,7 +534,7 @@ func TestConnectionsReused(t *testing.T) {
 
 func TestDontRetryFromBelow(t *testing.T) {
 	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		httpretry.WriteOverloaded(w)
+		admission.WriteOverloaded(w)
 	})
 	tr, clock := newTransport(t, srv.Client().Transport)
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
@@ -540,13 +542,13 @@ func TestDontRetryFromBelow(t *testing.T) {
 		t.Fatalf("RoundTrip: %v", err)
 	}
 	readClose(t, resp)
-	if resp.StatusCode != 503 || resp.Header.Get(httpretry.RetryHeader) != "no" {
-		t.Errorf("RoundTrip = %d with %s %q, want 503 with \"no\"", resp.StatusCode, httpretry.RetryHeader, resp.Header.Get(httpretry.RetryHeader))
+	if resp.StatusCode != 503 || !wire.DontRetry(resp.Header) {
+		t.Errorf("RoundTrip = %d %v, want 503 with the don't-retry signal", resp.StatusCode, resp.Header)
 	}
 	if obs.count() != 1 || len(clock.Sleeps()) != 0 {
 		t.Errorf("%d attempts, sleeps %v; want 1 attempt, no sleep", obs.count(), clock.Sleeps())
 	}
-	if !httpretry.Overloaded(resp, nil) {
+	if !overloaded(resp, nil) {
 		t.Errorf("Overloaded(response with the don't-retry header) = false")
 	}
 }
@@ -579,7 +581,7 @@ func TestThreeLayerChain(t *testing.T) {
 				return serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
 					req := newRequest(t, r.Context(), "GET", next, nil)
 					resp, err := client.Do(req)
-					if tt.pushBack && httpretry.PushBack(w, resp, err) {
+					if tt.pushBack && admission.PushBack(w, resp, err) {
 						return
 					}
 					if err != nil {
@@ -681,11 +683,11 @@ func TestPerHostBreaker(t *testing.T) {
 		t.Fatalf("RoundTrip(bad) error = %v, want the 503", err)
 	}
 	readClose(t, resp)
-	if g, _ := httpretry.GaveUp(resp); g.Reason != retry.CircuitOpen || badObs.count() != 1 {
+	if g, _ := gaveUp(resp); g.Reason != "circuit-open" || badObs.count() != 1 {
 		t.Errorf("first call: GaveUp reason %v after %d attempts; want circuit open after 1 (the failure tripped it)", g.Reason, badObs.count())
 	}
 	_, err = tr.RoundTrip(newRequest(t, context.Background(), "GET", bad.URL, nil))
-	if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, retry.CircuitOpen) || !httpretry.Overloaded(nil, err) {
+	if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, retry.CircuitOpen) || !overloaded(nil, err) {
 		t.Errorf("second call to the bad host: err = %v, want the open breaker's error", err)
 	}
 	if badObs.count() != 1 {
@@ -714,7 +716,7 @@ func TestPerHostBudget(t *testing.T) {
 		return resp
 	}
 	resp := get(a.URL)
-	if g, _ := httpretry.GaveUp(resp); g.Reason != retry.BudgetExhausted || g.Attempts != 2 {
+	if g, _ := gaveUp(resp); g.Reason != "budget-exhausted" || g.Attempts != 2 {
 		t.Errorf("first call: GaveUp = %+v, want budget exhausted after 2", g)
 	}
 	get(a.URL)
@@ -722,7 +724,7 @@ func TestPerHostBudget(t *testing.T) {
 	if aObs.count() != 3 || bObs.count() != 2 {
 		t.Errorf("host a saw %d, host b %d attempts; want 3 (2+1) and 2 (own budget)", aObs.count(), bObs.count())
 	}
-	if !httpretry.Overloaded(resp, nil) {
+	if !overloaded(resp, nil) {
 		t.Errorf("Overloaded(budget give-up) = false")
 	}
 }
@@ -855,7 +857,7 @@ func TestFinalAnswersTripTheBreaker(t *testing.T) {
 		handler  func(w http.ResponseWriter, r *http.Request, n int)
 		attempts int // attempts the first call makes
 	}{
-		{"don't-retry 503", "GET", func(w http.ResponseWriter, r *http.Request, n int) { httpretry.WriteOverloaded(w) }, 1},
+		{"don't-retry 503", "GET", func(w http.ResponseWriter, r *http.Request, n int) { admission.WriteOverloaded(w) }, 1},
 		{"500 twice", "GET", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) }, 2},
 		{"503 to an unkeyed POST", "POST", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) }, 1},
 		{"dropped connection of an unkeyed POST", "POST", dropConn, 1},

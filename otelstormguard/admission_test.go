@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // Admission decisions through the middleware on a loopback server, and a
@@ -37,7 +37,7 @@ func TestAdmissionDecisions(t *testing.T) {
 	send := func(attempt int) int {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 		if attempt > 1 {
-			req.Header.Set(httpretry.AttemptHeader, strconv.Itoa(attempt))
+			req.Header.Set(wire.AttemptHeader, strconv.Itoa(attempt))
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/otelstormguard"
 	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // A scripted outage through the real components, scraped from the
@@ -66,7 +67,7 @@ func TestPrometheusScrape(t *testing.T) {
 	for _, attempt := range []int{1, 1, 2} {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		if attempt > 1 {
-			req.Header.Set(httpretry.AttemptHeader, strconv.Itoa(attempt))
+			req.Header.Set(wire.AttemptHeader, strconv.Itoa(attempt))
 		}
 		provider.ServeHTTP(httptest.NewRecorder(), req)
 	}

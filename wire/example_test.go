@@ -26,3 +26,17 @@ func Example() {
 	// don't retry: true
 	// circuit-open 2 3s true
 }
+
+func ExampleParseAttempt() {
+	for _, v := range []string{"2", " 3 ", "4, 1", "0", "two", ""} {
+		n, ok := wire.ParseAttempt(v)
+		fmt.Printf("%q: %d %v\n", v, n, ok)
+	}
+	// Output:
+	// "2": 2 true
+	// " 3 ": 3 true
+	// "4, 1": 4 true
+	// "0": 0 false
+	// "two": 0 false
+	// "": 0 false
+}

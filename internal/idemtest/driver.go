@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // Drive makes payments 0 to n-1, calling pay for each on one of workers
@@ -152,7 +152,7 @@ func (d *driver) call(ctx context.Context, id string, body []byte, key string, s
 	if err != nil {
 		return unknown, "reading the answer: " + err.Error()
 	}
-	if _, gaveUp := httpretry.GaveUp(resp); gaveUp {
+	if len(resp.Header[wire.GiveUpHeader]) > 0 {
 		d.gaveUp.Add(1)
 	}
 	switch code := resp.StatusCode; {

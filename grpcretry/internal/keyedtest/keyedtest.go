@@ -402,7 +402,7 @@ type attemptsKey struct{}
 func tap(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if a, ok := ctx.Value(attemptsKey{}).(*attempts); ok {
-		vs := metadata.ValueFromOutgoingContext(ctx, grpcretry.KeyMetadata)
+		vs := metadata.ValueFromOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.n++
@@ -446,7 +446,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 		a := &attempts{}
 		cctx := context.WithValue(ctx, attemptsKey{}, a)
 		if key != "" {
-			cctx = metadata.AppendToOutgoingContext(cctx, grpcretry.KeyMetadata, key)
+			cctx = metadata.AppendToOutgoingContext(cctx, grpcretry.IdempotencyKeyMetadata, key)
 		}
 		var header metadata.MD
 		resp, err := d.client.UnaryCall(cctx, req, grpc.Header(&header), grpc.WaitForReady(true))
@@ -463,7 +463,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 			if !ok || sha256.Sum256(resp.GetPayload().GetBody()) != want {
 				d.res.BadAnswers++
 			}
-			if len(header.Get(grpcretry.ReplayedKey)) > 0 {
+			if len(header.Get(grpcretry.ReplayedMetadata)) > 0 {
 				d.res.Replays++
 			}
 			return
