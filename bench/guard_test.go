@@ -52,7 +52,7 @@ var guards = []guard{
 			tb.Fatal(err)
 		}
 		p, err := retry.New(retry.WithMaxAttempts(maxAttempts), retry.WithBackoff(zeroBackoff(tb)),
-			retry.WithBudget(bud), retry.WithBreaker(brk))
+			retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}))
 		if err != nil {
 			tb.Fatal(err)
 		}

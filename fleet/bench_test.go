@@ -117,7 +117,7 @@ func BenchmarkSuccess(b *testing.B) {
 		bud  retry.Budget
 		brk  *breaker.Breaker
 	}{{"local", lb, lk}, {"fleet", g.Budget, g.Breaker}} {
-		p, err := retry.New(retry.WithBudget(c.bud), retry.WithBreaker(c.brk))
+		p, err := retry.New(retry.WithGuards(retry.Guards{Budget: c.bud, Breaker: c.brk}))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func BenchmarkSuccessInterleaved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	local, err := retry.New(retry.WithBudget(lb), retry.WithBreaker(lk))
+	local, err := retry.New(retry.WithGuards(retry.Guards{Budget: lb, Breaker: lk}))
 	if err != nil {
 		b.Fatal(err)
 	}

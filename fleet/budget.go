@@ -11,9 +11,9 @@ import (
 )
 
 // Budget is the fleet retry budget of one destination host: the Budget of
-// the host's guards from [Fleet.Guards], a retry.Budget (and a
-// retry.BudgetWithin); a zero Budget counts nothing and refuses every
-// retry. It is safe for
+// the host's guards from [Fleet.Guards], a retry.Budget (with the
+// WithdrawWithin method retry.Budget describes); a zero Budget counts
+// nothing and refuses every retry. It is safe for
 // concurrent use.
 //
 // Deposit is local: one atomic add, flushed by the background sync; it

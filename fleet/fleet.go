@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stormguard/stormguard/httpretry"
+
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/retry"
 )
 
 var (
@@ -187,12 +188,12 @@ func (f *Fleet) host(name string) (*host, error) {
 // fleet budget and a fleet breaker. The transport's logger and observer do
 // not hear of these breakers' state changes: set Config.Observer (or
 // Breaker.OnStateChange) for that.
-func (f *Fleet) Guards(host string) (httpretry.Guards, error) {
+func (f *Fleet) Guards(host string) (retry.Guards, error) {
 	h, err := f.host(host)
 	if err != nil {
-		return httpretry.Guards{}, err
+		return retry.Guards{}, err
 	}
-	return httpretry.Guards{Budget: &h.budget, Breaker: h.brk}, nil
+	return retry.Guards{Budget: &h.budget, Breaker: h.brk}, nil
 }
 
 // Close stops the background sync, flushes the counts and returns the

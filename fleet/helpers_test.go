@@ -88,7 +88,7 @@ func policy(t testing.TB, f *Fleet, host string, opts ...retry.Option) *retry.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := retry.New(append([]retry.Option{retry.WithBudget(g.Budget), retry.WithBreaker(g.Breaker)}, opts...)...)
+	p, err := retry.New(append([]retry.Option{retry.WithGuards(g)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

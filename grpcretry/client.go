@@ -82,10 +82,7 @@ func New(opts ...Option) (*Client, error) {
 	c.layer = &guards.Layer{Component: "grpcretry", Label: "target", Retry: c.cfg.retry, Classify: retryable,
 		Budget: c.cfg.budget, Breaker: c.cfg.breaker, Clock: c.clock, Logger: c.cfg.logger, Observer: c.cfg.observer}
 	if g := c.cfg.guards; g != nil {
-		c.layer.Supply = func(name string) (retry.Budget, *breaker.Breaker, error) {
-			gs, err := g(name)
-			return gs.Budget, gs.Breaker, err
-		}
+		c.layer.Supply = g
 	}
 	// Build one target's state now, so that a bad budget or breaker
 	// configuration is reported here and never by a call.

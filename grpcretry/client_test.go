@@ -273,7 +273,7 @@ func TestOpenBreaker(t *testing.T) {
 	}
 	b.Trip(time.Hour)
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod),
-		grpcretry.WithGuards(func(string) (grpcretry.Guards, error) { return grpcretry.Guards{Breaker: b}, nil }))
+		grpcretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Breaker: b}, nil }))
 	srv := &testServer{}
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	_, err = client.UnaryCall(t.Context(), &testpb.SimpleRequest{})

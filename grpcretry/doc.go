@@ -111,7 +111,7 @@
 // circuit breaker, kept in a bounded table ([WithMaxTargets]);
 // [Client.Targets] reads their state, and [WithGuards] supplies shared ones
 // (a fleet's). A call that meets an open breaker waits for it when its
-// deadline allows (see retry.WithBreaker).
+// deadline allows (see retry.WithGuards).
 //
 // # Servers
 //

@@ -34,13 +34,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 }
 
-// Guards are the retry budget and circuit breaker of one target. Either may
-// be nil: no budget, no breaker.
-type Guards struct {
-	Budget  retry.Budget
-	Breaker *breaker.Breaker
-}
-
 // Fallback is called when a unary call gives up because the target is
 // failing (see [WithFallback]). It may fill reply (cached data) and return
 // nil, or return an error for the caller.
@@ -54,7 +47,7 @@ type config struct {
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
-	guards         func(target string) (Guards, error)
+	guards         func(target string) (retry.Guards, error)
 	idempotent     map[string]bool
 	idempotentFunc func(method string) bool
 	autoKey        bool
@@ -172,7 +165,7 @@ func WithoutBreaker() Option {
 // error fails that call with UNAVAILABLE. It must be safe for concurrent
 // use. Breaker state changes reach the client's logger and observer only if
 // f wires them (breaker.Config.OnStateChange).
-func WithGuards(f func(target string) (Guards, error)) Option {
+func WithGuards(f func(target string) (retry.Guards, error)) Option {
 	return func(c *config) error {
 		if f == nil {
 			return invalid("nil guards func")

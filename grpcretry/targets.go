@@ -77,11 +77,11 @@ func (c *Client) Targets() []TargetState {
 	out := make([]TargetState, 0, len(ts))
 	for _, t := range ts {
 		s := TargetState{Target: t.Name}
-		if st, ok := t.Budget.(interface{ Stats() budget.Stats }); ok {
+		if st, ok := t.Guards.Budget.(interface{ Stats() budget.Stats }); ok {
 			s.Budget, s.HasBudget = st.Stats(), true
 		}
-		if t.Breaker != nil {
-			s.Breaker, s.HasBreaker = t.Breaker.Snapshot(), true
+		if b := t.Guards.Breaker; b != nil {
+			s.Breaker, s.HasBreaker = b.Snapshot(), true
 		}
 		out = append(out, s)
 	}

@@ -53,7 +53,7 @@
 // Each destination host (URL.Host) gets its own retry budget and circuit
 // breaker, kept in a bounded table ([WithMaxHosts]); [Transport.Hosts]
 // reads their state. A request that meets an open breaker waits for it when
-// its deadline allows (see retry.WithBreaker): nothing is sent while the
+// its deadline allows (see retry.WithGuards): nothing is sent while the
 // breaker is open but a few probes, and the calls that waited are released
 // at a pace the host can serve once it is back.
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/retry"
 )
 
 func hostOf(t *testing.T, rawURL string) string {
@@ -124,18 +125,18 @@ func TestWithGuards(t *testing.T) {
 	var mu sync.Mutex
 	asked := map[string]int{}
 	denied := errors.New("no guards for this host")
-	guards := func(host string) (httpretry.Guards, error) {
+	guards := func(host string) (retry.Guards, error) {
 		mu.Lock()
 		asked[host]++
 		mu.Unlock()
 		if host == "denied.example" {
-			return httpretry.Guards{}, denied
+			return retry.Guards{}, denied
 		}
 		b, err := budget.New(budget.Config{Ratio: -1, MinPerSecond: -1}) // no retries
 		if err != nil {
-			return httpretry.Guards{}, err
+			return retry.Guards{}, err
 		}
-		return httpretry.Guards{Budget: b, Breaker: shared}, nil
+		return retry.Guards{Budget: b, Breaker: shared}, nil
 	}
 	tr, _ := newTransport(t, nil, httpretry.WithGuards(guards))
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srvA.URL, nil))

@@ -29,13 +29,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 }
 
-// Guards are the retry budget and circuit breaker of one destination host.
-// Either may be nil: no budget, no breaker.
-type Guards struct {
-	Budget  retry.Budget
-	Breaker *breaker.Breaker
-}
-
 // config is what options set; it is unexported so that an Option only ever
 // applies to a Transport being built.
 type config struct {
@@ -44,7 +37,7 @@ type config struct {
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
-	guards         func(host string) (Guards, error)
+	guards         func(host string) (retry.Guards, error)
 	autoKey        bool
 	bufferBodies   int64 // 0: do not buffer
 	refresh        func(*http.Request) (*http.Request, error)
@@ -157,7 +150,7 @@ func WithoutBreaker() Option {
 // table ([WithMaxHosts]); an error fails that request. It must be safe for
 // concurrent use. Breaker state changes reach the transport's logger and
 // observer only if f wires them (breaker.Config.OnStateChange).
-func WithGuards(f func(host string) (Guards, error)) Option {
+func WithGuards(f func(host string) (retry.Guards, error)) Option {
 	return func(c *config) error {
 		if f == nil {
 			return invalid("nil guards func")

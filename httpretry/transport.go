@@ -98,10 +98,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	layer := &guards.Layer{Component: "httpretry", Label: "host", Retry: c.retry, Classify: classify,
 		Budget: c.budget, Breaker: c.breaker, Clock: t.clock, Logger: c.logger, Observer: c.observer}
 	if c.guards != nil {
-		layer.Supply = func(name string) (retry.Budget, *breaker.Breaker, error) {
-			g, err := c.guards(name)
-			return g.Budget, g.Breaker, err
-		}
+		layer.Supply = c.guards
 	}
 	t.hosts = newHosts(c.maxHosts, layer.New)
 	// Build one host's state now, so that a bad budget or breaker
@@ -172,11 +169,11 @@ func (t *Transport) Hosts() []HostState {
 	out := make([]HostState, 0, len(hs))
 	for _, h := range hs {
 		s := HostState{Host: h.Name}
-		if st, ok := h.Budget.(interface{ Stats() budget.Stats }); ok {
+		if st, ok := h.Guards.Budget.(interface{ Stats() budget.Stats }); ok {
 			s.Budget, s.HasBudget = st.Stats(), true
 		}
-		if h.Breaker != nil {
-			s.Breaker, s.HasBreaker = h.Breaker.Snapshot(), true
+		if b := h.Guards.Breaker; b != nil {
+			s.Breaker, s.HasBreaker = b.Snapshot(), true
 		}
 		out = append(out, s)
 	}

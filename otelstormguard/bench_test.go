@@ -76,7 +76,7 @@ func guarded(t testing.TB, obs observe.Observer, bc budget.Config, kc breaker.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := retry.New(append([]retry.Option{retry.WithBudget(bud), retry.WithBreaker(brk),
+	p, err := retry.New(append([]retry.Option{retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}),
 		retry.WithName("api.example.com:443"), retry.WithObserver(obs)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

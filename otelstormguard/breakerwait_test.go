@@ -21,7 +21,7 @@ func TestBreakerWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := retry.New(retry.WithBreaker(brk), retry.WithName("db"), retry.WithObserver(s.obs), retry.WithMaxAttempts(1),
+		p, err := retry.New(retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithName("db"), retry.WithObserver(s.obs), retry.WithMaxAttempts(1),
 			retry.WithClassifier(func(error) bool { return true }))
 		if err != nil {
 			t.Fatal(err)

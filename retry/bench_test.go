@@ -128,7 +128,7 @@ func newGuarded(t testing.TB, opts ...retry.Option) *retry.Policy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mustNew(t, append([]retry.Option{retry.WithBudget(bud), retry.WithBreaker(brk)}, opts...)...)
+	return mustNew(t, append([]retry.Option{retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk})}, opts...)...)
 }
 
 // TestSuccessPathAllocsBudgetBreaker proves a budget and a closed breaker

@@ -46,7 +46,7 @@ func (o *outage) op(ctx context.Context, attempt int) error {
 // each of them one attempt through a policy of its own without a deadline.
 func tripDuringOutage(t *testing.T, brk *breaker.Breaker, o *outage) {
 	t.Helper()
-	others := mustNew(t, retry.WithBreaker(brk), retry.WithMaxAttempts(1))
+	others := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithMaxAttempts(1))
 	for range brk.Config().MinCalls {
 		calls := 0
 		_ = others.Do(context.Background(), script(&calls, err503))
@@ -92,7 +92,7 @@ func TestWaitOutTheOutage(t *testing.T) {
 				}
 				o := &outage{brk: brk, start: time.Now(), end: 10 * time.Second}
 				tripDuringOutage(t, brk, o)
-				p, err := retry.New(retry.WithBreaker(brk))
+				p, err := retry.New(retry.WithGuards(retry.Guards{Breaker: brk}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -195,7 +195,7 @@ func TestBreakerWaitCases(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				brk := openBreaker(t, tt.edit)
 				b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
-				p := mustNew(t, retry.WithBreaker(brk), retry.WithBudget(b), retry.WithTimeout(tt.timeout))
+				p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}), retry.WithTimeout(tt.timeout))
 				if tt.hold {
 					// Another caller, with less time left than ours (2 s), is
 					// handed the round's probe at 1 s and holds it past our
@@ -276,7 +276,7 @@ func TestWaitAfterAFailureThatOpens(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
-			p := mustNew(t, retry.WithBreaker(brk), retry.WithBudget(b), retry.WithTimeout(tt.timeout),
+			p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}), retry.WithTimeout(tt.timeout),
 				retry.WithBackoff(mustBackoff(t, 0, 100*time.Millisecond, time.Second, 0.5)))
 			start := time.Now()
 			calls := 0
@@ -325,7 +325,7 @@ func TestHintSetsTheEarliestProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk), retry.WithExactRetryAfter())
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithExactRetryAfter())
 	calls := 0
 	err = p.Do(context.Background(), script(&calls, &statusErr{Code: 503, After: 5 * time.Second}))
 	re := checkStop(t, err, retry.CircuitOpen, 1)
@@ -361,7 +361,7 @@ func TestReleasedAfterClose(t *testing.T) {
 			brk.Done(pm, true)
 		}()
 		synctest.Wait()
-		p := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(5*time.Second))
+		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(5*time.Second))
 		start := time.Now()
 		var state breaker.State
 		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {

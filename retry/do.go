@@ -18,14 +18,14 @@ import (
 // start of the call), capped by [WithAttemptTimeout]; without either option
 // it is ctx itself.
 //
-// With a circuit breaker ([WithBreaker]), every attempt must be admitted
+// With a circuit breaker ([WithGuards]), every attempt must be admitted
 // by it first. A call that meets an open breaker waits for it when the
 // breaker's next probe round comes before the call's deadline (it may be
 // handed a probe, or be released when the breaker closes; nothing is sent
 // and no attempt or budget is spent while it waits, and a probe it was
 // handed that fails sends it back to waiting without costing it an attempt
 // or budget); otherwise, or if the wait ends at the deadline, the loop
-// stops with Reason [CircuitOpen]. With a retry budget ([WithBudget]), the
+// stops with Reason [CircuitOpen]. With a retry budget ([WithGuards]), the
 // first attempt deposits into it.
 //
 // After a failed attempt the loop stops, in this order, when:

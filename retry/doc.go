@@ -33,8 +33,8 @@
 //     attempts and the last error, all reachable with errors.Is and
 //     errors.As. Success returns nil.
 //
-// A retry budget ([WithBudget], e.g. a *budget.Budget shared by the whole
-// client) and a circuit breaker ([WithBreaker]) plug into the loop: each
+// A retry budget ([WithGuards], e.g. a *budget.Budget shared by the whole
+// client) and a circuit breaker (also [WithGuards]) plug into the loop: each
 // call deposits once, each retry must withdraw first (a refusal stops the
 // call with its last real error, Reason [BudgetExhausted]), and each
 // attempt must be admitted by the breaker and reports back whether the

@@ -29,10 +29,10 @@ const (
 	Deadline
 	// Canceled: the parent context was canceled.
 	Canceled
-	// BudgetExhausted: the retry budget ([WithBudget]) refused the retry.
+	// BudgetExhausted: the retry budget ([WithGuards]) refused the retry.
 	// The error's Err is the operation's last error.
 	BudgetExhausted
-	// CircuitOpen: the circuit breaker ([WithBreaker]) rejected the next
+	// CircuitOpen: the circuit breaker ([WithGuards]) rejected the next
 	// attempt and the call could not wait for it (no deadline, the next
 	// probe round lies beyond the deadline, too many calls waiting), or
 	// gave up waiting at the deadline. On the first attempt the error's Err

@@ -35,52 +35,53 @@ type BudgetWithin interface {
 	WithdrawWithin(left time.Duration) bool
 }
 
-// WithBudget attaches a retry budget to the policy. nil (or a nil
-// *budget.Budget) means no budget, the default.
-//
-// Each call deposits once, just before its first attempt runs (a call that
-// the breaker rejects, or whose context ended before it started, sends
-// nothing and deposits nothing). Before each retry the loop withdraws, after
-// every other check and before sleeping; a refusal ends the call at once
-// with Reason [BudgetExhausted], Attempts the attempts that ran and Err the
-// last error the operation returned (the dependency's real answer, not an
-// error of the budget's own). A withdrawal is spent even if the retry then
-// does not run (the caller cancels during the sleep, or the breaker rejects
-// the attempt after it); the budget is asked first so that a refused call
-// fails fast instead of sleeping.
-//
-// One budget is meant to be shared: by every policy of a client, and by
-// every goroutine using them.
-func WithBudget(b Budget) Option {
-	return func(p *config) error {
-		if bb, ok := b.(*budget.Budget); ok && bb == nil {
-			b = nil
-		}
-		p.budget = b
-		return nil
-	}
+// Guards are what guards the calls to one dependency besides the retry
+// loop: a retry budget and a circuit breaker, shared by every caller of
+// that dependency. Either may be nil: no budget, no breaker. Package
+// httpretry builds one per destination host and package grpcretry one per
+// target, or takes them from a func of the caller's (a fleet's, shared
+// across processes). Guards is plain data: copy it freely.
+type Guards struct {
+	// Budget is the retry budget (a *budget.Budget, or a fleet's): each
+	// call deposits once, just before its first attempt runs (a call the
+	// breaker rejects, or whose context ended before it started, sends
+	// nothing and deposits nothing), and the loop withdraws before each
+	// retry, after every other check and before sleeping. A refusal ends
+	// the call at once with Reason [BudgetExhausted], Attempts the
+	// attempts that ran and Err the last error the operation returned (the
+	// dependency's real answer, not an error of the budget's own). A
+	// withdrawal is spent even if the retry then does not run (the caller
+	// cancels during the sleep, or the breaker rejects the attempt after
+	// it); the budget is asked first so that a refused call fails fast
+	// instead of sleeping. A nil *budget.Budget counts as none.
+	Budget Budget
+	// Breaker is the circuit breaker: every attempt asks it first (see
+	// [WithGuards] for how an open one is waited for and how outcomes are
+	// counted).
+	Breaker *breaker.Breaker
 }
 
-// WithBreaker attaches a circuit breaker to the policy. nil means no
-// breaker, the default.
+// WithGuards attaches a dependency's retry budget and circuit breaker to
+// the policy (see [Guards]); the zero Guards, the default, means neither.
 //
-// Every attempt asks b first. A closed breaker admits it at once. An open
-// one makes a call with a deadline wait (see [breaker.Breaker.Wait]) when
-// its next probe round comes before the deadline: the call sends nothing
-// and spends no attempt and no budget while it waits, may be handed a
-// probe, and is released in its turn when the breaker closes. A call
-// without a deadline, or whose deadline comes first, is rejected at once
-// (fails fast), as is one that waited until its deadline: the loop stops
-// with Reason [CircuitOpen]. On the first attempt the error's Err is the
-// [*breaker.OpenError], whose RetryAfter (the time until the next probe
-// round) [RetryAfter] reads back from the returned error; on a later one,
-// Err is the operation's last error and the *breaker.OpenError is reachable
-// with errors.Is (breaker.ErrOpen) and errors.As. If a failure leaves the
-// breaker open for longer than the coming sleep and the call cannot wait
-// for it, the loop gives up at once in the same way, without sleeping and
-// without spending the budget on a retry that could only be rejected.
+// Every attempt asks the breaker first. A closed breaker admits it at once.
+// An open one makes a call with a deadline wait (see
+// [breaker.Breaker.Wait]) when its next probe round comes before the
+// deadline: the call sends nothing and spends no attempt and no budget
+// while it waits, may be handed a probe, and is released in its turn when
+// the breaker closes. A call without a deadline, or whose deadline comes
+// first, is rejected at once (fails fast), as is one that waited until its
+// deadline: the loop stops with Reason [CircuitOpen]. On the first attempt
+// the error's Err is the [*breaker.OpenError], whose RetryAfter (the time
+// until the next probe round) [RetryAfter] reads back from the returned
+// error; on a later one, Err is the operation's last error and the
+// *breaker.OpenError is reachable with errors.Is (breaker.ErrOpen) and
+// errors.As. If a failure leaves the breaker open for longer than the
+// coming sleep and the call cannot wait for it, the loop gives up at once
+// in the same way, without sleeping and without spending the budget on a
+// retry that could only be rejected.
 //
-// Every admitted attempt is reported back, exactly once:
+// Every admitted attempt is reported back to the breaker, exactly once:
 //   - success (nil error) is a success;
 //   - an error the classifier judges retryable (a timeout, a broken
 //     connection, 503, ...: a transient failure of the dependency) is a
@@ -100,11 +101,13 @@ func WithBudget(b Budget) Option {
 //     the default classifier judges retryable, so it is a failure;
 //   - an operation that panics is a failure, and the panic continues.
 //
-// While the breaker is closed this costs no lock and no allocation. One
-// breaker is meant to be shared by every caller of one dependency.
-func WithBreaker(b *breaker.Breaker) Option {
+// While the breaker is closed this costs no lock and no allocation.
+func WithGuards(g Guards) Option {
 	return func(p *config) error {
-		p.breaker = b
+		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
+			g.Budget = nil
+		}
+		p.budget, p.breaker = g.Budget, g.Breaker
 		return nil
 	}
 }

@@ -37,7 +37,7 @@ func ExampleDoFallback() {
 		fmt.Println(err)
 		return
 	}
-	p, err := retry.New(retry.WithBreaker(brk), retry.WithBudget(bud), retry.WithClock(clock))
+	p, err := retry.New(retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}), retry.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -89,14 +89,14 @@ func ExampleDoFallback() {
 // second may not retry at all. Once the window's retries are spent, a
 // failing call stops at once with the dependency's own last error (Reason
 // BudgetExhausted) instead of adding load.
-func ExampleWithBudget() {
+func ExampleGuards_budget() {
 	clock := newRecordingClock()
 	bud, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.15, Window: 10 * time.Second, Slices: 10, Now: clock.Now})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	p, err := retry.New(retry.WithBudget(bud), retry.WithClock(clock), retry.WithMaxAttempts(3))
+	p, err := retry.New(retry.WithGuards(retry.Guards{Budget: bud}), retry.WithClock(clock), retry.WithMaxAttempts(3))
 	if err != nil {
 		fmt.Println(err)
 		return

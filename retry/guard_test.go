@@ -117,7 +117,7 @@ func TestBudgetRefusalEndsWithLastError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newRecordingClock()
 			b := &countingBudget{inner: mustBudget(t, clock, tt.ratio, tt.floor)}
-			p := mustNew(t, retry.WithClock(clock), retry.WithBudget(b), retry.WithMaxAttempts(5))
+			p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b}), retry.WithMaxAttempts(5))
 			for range tt.earlier {
 				if err := p.Do(context.Background(), succeed); err != nil {
 					t.Fatalf("earlier Do = %v", err)
@@ -159,7 +159,7 @@ func TestBudgetRefusalEndsWithLastError(t *testing.T) {
 func TestBudgetSystemClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &countingBudget{inner: mustBudget(t, nil, 0, 1)} // 10 retries per 10 s
-		p := mustNew(t, retry.WithBudget(b), retry.WithMaxAttempts(2))
+		p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b}), retry.WithMaxAttempts(2))
 		for i := range 12 {
 			calls := 0
 			err := p.Do(context.Background(), script(&calls, err503))
@@ -182,7 +182,7 @@ func TestBreakerOpenRejectsWithoutCalling(t *testing.T) {
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
 	b := &countingBudget{inner: mustBudget(t, clock, 0.1, 1)}
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk), retry.WithBudget(b))
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
 	trip(t, brk)
 	clock.Advance(10 * time.Second)
 
@@ -213,7 +213,7 @@ func TestBreakerTrippedMidCall(t *testing.T) {
 		clock := newRecordingClock()
 		brk := mustBreaker(t, clock)
 		b := &countingBudget{inner: mustBudget(t, clock, 0.1, 1)}
-		p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk), retry.WithBudget(b))
+		p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
 		calls := 0
 		err := p.Do(context.Background(), script(&calls, err503, err503))
 		re := checkStop(t, err, retry.CircuitOpen, 1)
@@ -239,7 +239,7 @@ func TestBreakerRejectsLaterAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk),
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}),
 		retry.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
 			if e.Kind != observe.Retry {
 				return
@@ -275,7 +275,7 @@ func TestSleepOutlastsOpenPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk),
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}),
 		retry.WithBackoff(mustBackoff(t, backoff.FullJitter, 100*time.Millisecond, 10*time.Second, 0.5)))
 	calls := 0
 	var probe bool
@@ -315,7 +315,7 @@ func TestHalfOpenProbeThroughTheLoop(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newRecordingClock()
 			brk := mustBreaker(t, clock)
-			p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+			p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
 			trip(t, brk)
 			clock.Advance(30 * time.Second) // the open period is over
 			var probe []bool
@@ -344,7 +344,7 @@ func TestHalfOpenProbeThroughTheLoop(t *testing.T) {
 func TestProbesTakenRejectsFirstAttempt(t *testing.T) {
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
 	trip(t, brk)
 	clock.Advance(30 * time.Second)
 	held, err := brk.Allow() // another caller's probe, still in flight
@@ -376,7 +376,7 @@ func TestNotDependencyFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			brk := mustBreaker(t, nil)
-			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithBreaker(brk))
+			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithGuards(retry.Guards{Breaker: brk}))
 			for range 50 {
 				calls := 0
 				err := p.Do(context.Background(), script(&calls, tt.err))
@@ -393,7 +393,7 @@ func TestNotDependencyFailures(t *testing.T) {
 func TestParentEndIsNoOutcome(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		brk := mustBreaker(t, nil)
-		p := mustNew(t, retry.WithBreaker(brk))
+		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
 		ctx, cancel := context.WithCancel(context.Background())
 		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
 			cancel()
@@ -413,7 +413,7 @@ func TestParentEndIsNoOutcome(t *testing.T) {
 		}
 
 		// The policy's own timeout is the owner's verdict: a hang counts.
-		pt := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(time.Second))
+		pt := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(time.Second))
 		err = pt.Do(context.Background(), func(ctx context.Context, attempt int) error {
 			<-ctx.Done()
 			return ctx.Err()
@@ -428,7 +428,7 @@ func TestParentEndIsNoOutcome(t *testing.T) {
 func TestCanceledProbeFreesItsSlot(t *testing.T) {
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
 	trip(t, brk)
 	clock.Advance(30 * time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -448,7 +448,7 @@ func TestCanceledProbeFreesItsSlot(t *testing.T) {
 
 func TestPanicIsAFailure(t *testing.T) {
 	brk := mustBreaker(t, nil)
-	p := mustNew(t, retry.WithBreaker(brk))
+	p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -464,7 +464,7 @@ func TestPanicIsAFailure(t *testing.T) {
 
 func TestNilBudgetAndBreaker(t *testing.T) {
 	var nilBudget *budget.Budget
-	for _, opt := range []retry.Option{retry.WithBudget(nil), retry.WithBudget(nilBudget), retry.WithBreaker(nil)} {
+	for _, opt := range []retry.Option{retry.WithGuards(retry.Guards{}), retry.WithGuards(retry.Guards{Budget: nilBudget})} {
 		p := mustNew(t, retry.WithClock(instantClock{}), opt)
 		calls := 0
 		if err := p.Do(context.Background(), script(&calls, err503)); err != nil || calls != 2 {
@@ -476,7 +476,7 @@ func TestNilBudgetAndBreaker(t *testing.T) {
 func TestDoFallback(t *testing.T) {
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithBreaker(brk))
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
 	cached := func(ctx context.Context, err *retry.Error) (string, error) {
 		if err.Reason == retry.CircuitOpen || err.Reason == retry.BudgetExhausted {
 			return "cached", nil
@@ -532,7 +532,7 @@ func TestConcurrentBudgetBreaker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := mustNew(t, retry.WithBudget(b), retry.WithBreaker(brk), retry.WithMaxAttempts(3))
+		p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}), retry.WithMaxAttempts(3))
 		const n = 200
 		var attempts atomic.Int64
 		var wg sync.WaitGroup
@@ -599,14 +599,14 @@ func TestLoggerCircuitOpen(t *testing.T) {
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBreaker(brk))
+	p := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithGuards(retry.Guards{Breaker: brk}))
 	trip(t, brk)
 	calls := 0
 	_ = p.Do(context.Background(), script(&calls))
 	clock.Advance(30 * time.Second)
 	_ = p.Do(context.Background(), script(&calls, err404)) // the probe closes it
 	_ = p.Do(context.Background(), script(&calls, err503)) // trips it again
-	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBudget(mustBudget(t, clock, 0, 0)))
+	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithGuards(retry.Guards{Budget: mustBudget(t, clock, 0, 0)}))
 	_ = pb.Do(context.Background(), script(&calls, err503))
 	got := buf.String()
 	for _, want := range []string{
@@ -638,7 +638,7 @@ func TestPermanentFailureStopsAndCountsAsFailure(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			brk := mustBreaker(t, nil)
-			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithBreaker(brk))
+			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithGuards(retry.Guards{Breaker: brk}))
 			calls := 0
 			err := p.Do(context.Background(), script(&calls, tt.err, tt.err, tt.err))
 			checkStop(t, err, retry.NotRetryable, 1)
@@ -681,7 +681,7 @@ func (b *withinBudget) WithdrawWithin(left time.Duration) bool {
 func TestBudgetWithin(t *testing.T) {
 	clock := newRecordingClock()
 	b := &withinBudget{}
-	p := mustNew(t, retry.WithClock(clock), retry.WithBudget(b), retry.WithExactRetryAfter(),
+	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b}), retry.WithExactRetryAfter(),
 		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Second, 0)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

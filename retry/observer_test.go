@@ -89,7 +89,7 @@ func TestObserverEvents(t *testing.T) {
 			opts := []retry.Option{retry.WithClock(clock), retry.WithName(name), retry.WithObserver(ev.observer()),
 				retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*ms, time.Minute, 0.5))}
 			if tt.budget != nil {
-				opts = append(opts, retry.WithBudget(tt.budget))
+				opts = append(opts, retry.WithGuards(retry.Guards{Budget: tt.budget}))
 			}
 			p := mustNew(t, append(opts, tt.opts...)...)
 			_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
@@ -199,7 +199,7 @@ func TestObserverBreakerWait(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var ev events
 			brk := openBreaker(t, nil)
-			p := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(5*time.Second), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(5*time.Second), retry.WithName("db"), retry.WithObserver(ev.observer()))
 			if err := p.Do(context.Background(), succeed); err != nil {
 				t.Fatalf("Do = %v", err)
 			}
@@ -224,7 +224,7 @@ func TestObserverBreakerWait(t *testing.T) {
 				}
 			}()
 			synctest.Wait()
-			p := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(3*time.Second), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(3*time.Second), retry.WithName("db"), retry.WithObserver(ev.observer()))
 			err := p.Do(context.Background(), succeed)
 			re := checkStop(t, err, retry.CircuitOpen, 0)
 			var oe *breaker.OpenError
@@ -241,7 +241,7 @@ func TestObserverBreakerWait(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var ev events
 			brk := openBreaker(t, nil)
-			p := mustNew(t, retry.WithBreaker(brk), retry.WithTimeout(500*time.Millisecond), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(500*time.Millisecond), retry.WithName("db"), retry.WithObserver(ev.observer()))
 			err := p.Do(context.Background(), succeed)
 			re := checkStop(t, err, retry.CircuitOpen, 0)
 			// The call could not wait, and did not: a BreakerWait here would
@@ -255,7 +255,7 @@ func TestObserverBreakerWait(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var ev events
 			brk := openBreaker(t, nil)
-			p := mustNew(t, retry.WithBreaker(brk), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithName("db"), retry.WithObserver(ev.observer()))
 			err := p.Do(context.Background(), succeed)
 			re := checkStop(t, err, retry.CircuitOpen, 0)
 			checkEvents(t, ev.take(), []observe.Event{
@@ -271,7 +271,7 @@ func TestObserverBreakerWait(t *testing.T) {
 func TestNoObserverNoCost(t *testing.T) {
 	var ev events
 	bud, brk := mustBudget(t, nil, 0.1, 1), mustBreaker(t, nil)
-	quiet := mustNew(t, retry.WithBudget(bud), retry.WithBreaker(brk), retry.WithName("db"))
+	quiet := mustNew(t, retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}), retry.WithName("db"))
 	withDeadline, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	for _, ctx := range []context.Context{context.Background(), withDeadline} {
@@ -279,7 +279,7 @@ func TestNoObserverNoCost(t *testing.T) {
 			t.Errorf("no observer, budget and breaker: %v allocs per successful call, want 0", n)
 		}
 	}
-	loud := mustNew(t, retry.WithBudget(bud), retry.WithBreaker(brk), retry.WithObserver(ev.observer()))
+	loud := mustNew(t, retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}), retry.WithObserver(ev.observer()))
 	_ = loud.Do(context.Background(), succeed)
 	if got := len(ev.take()); got != 2 {
 		t.Errorf("with an observer: %d events for a first-try success, want 2 (attempt start and end)", got)

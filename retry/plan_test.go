@@ -105,14 +105,15 @@ func TestPlanNext(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := []retry.Option{retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0.5))}
+			var g retry.Guards
 			if tt.budget != nil {
-				opts = append(opts, retry.WithBudget(tt.budget))
+				g.Budget = tt.budget
 			}
 			if tt.open {
-				brk := mustBreaker(t, nil)
-				trip(t, brk)
-				opts = append(opts, retry.WithBreaker(brk))
+				g.Breaker = mustBreaker(t, nil)
+				trip(t, g.Breaker)
 			}
+			opts = append(opts, retry.WithGuards(g))
 			p := mustNew(t, append(opts, tt.opts...)...)
 			plan := p.Plan()
 			for i, s := range tt.steps {
@@ -264,7 +265,7 @@ func TestPlanBreakerOpenBeyondSleep(t *testing.T) {
 		{time.Second, 0},
 		{2 * time.Second, 0},
 	} {
-		p := mustNew(t, retry.WithBreaker(brk), retry.WithExactRetryAfter())
+		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithExactRetryAfter())
 		plan := p.Plan()
 		sleep, stop := plan.Next(&statusErr{Code: 503, After: tt.hint}, 0)
 		if stop != tt.wantStop {

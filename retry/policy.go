@@ -184,7 +184,7 @@ func WithAttemptTimeout(d time.Duration) Option {
 // an error returned after the parent context ended, and never overrides
 // [Permanent]. Once the overall deadline has passed the loop stops whatever
 // it says; it is then asked only if the policy has a breaker
-// ([WithBreaker]), to tell whether the attempt failed. Its verdict is also
+// ([WithGuards]), to tell whether the attempt failed. Its verdict is also
 // the breaker's: a retryable error is a failure of the dependency. To extend rather than replace the default, call
 // IsRetryable from it. Whatever the classifier, the server's hint is read
 // with [RetryAfter].

@@ -688,8 +688,8 @@ func TestLoggerQuietAboveDebug(t *testing.T) {
 	clock := newRecordingClock()
 	brk := mustBreaker(t, clock)
 	p := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithMaxAttempts(2), retry.WithTimeout(time.Minute))
-	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBreaker(brk))
-	pg := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithBudget(mustBudget(t, clock, -1, -1)))
+	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithGuards(retry.Guards{Breaker: brk}))
+	pg := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithGuards(retry.Guards{Budget: mustBudget(t, clock, -1, -1)}))
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	calls := 0
@@ -736,7 +736,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	// nil Options, a nil observer, logger, clock (the system's), budget
 	// and breaker, and an empty name are fine.
 	if _, err := retry.New(nil, retry.WithObserver(nil), retry.WithLogger(nil), retry.WithClock(nil),
-		retry.WithBudget(nil), retry.WithBreaker(nil), retry.WithName(""),
+		retry.WithGuards(retry.Guards{Budget: nil, Breaker: nil}), retry.WithName(""),
 		retry.WithTimeout(0), retry.WithAttemptTimeout(0)); err != nil {
 		t.Errorf("New(nil options) = %v", err)
 	}

@@ -119,13 +119,12 @@ type Spec struct {
 	Observer observe.Observer
 }
 
-// Build returns the budget and breaker of s (nil for those not
-// configured). The breaker's state changes go to its configured callback, a
-// Warn to the logger and a BreakerState event to the observer, each with
-// the destination.
-func Build(s Spec) (retry.Budget, *breaker.Breaker, error) {
-	var bud retry.Budget
-	var brk *breaker.Breaker
+// Build returns the guards of s (nil for those not configured). The
+// breaker's state changes go to its configured callback, a Warn to the
+// logger and a BreakerState event to the observer, each with the
+// destination.
+func Build(s Spec) (retry.Guards, error) {
+	var g retry.Guards
 	if s.Budget != nil {
 		cfg := *s.Budget
 		if cfg.Now == nil && s.Clock != nil {
@@ -133,9 +132,9 @@ func Build(s Spec) (retry.Budget, *breaker.Breaker, error) {
 		}
 		b, err := budget.New(cfg)
 		if err != nil {
-			return nil, nil, err
+			return retry.Guards{}, err
 		}
-		bud = b
+		g.Budget = b
 	}
 	if s.Breaker != nil {
 		cfg := *s.Breaker
@@ -145,11 +144,11 @@ func Build(s Spec) (retry.Budget, *breaker.Breaker, error) {
 		cfg.OnStateChange = StateChange(s, cfg.OnStateChange)
 		b, err := breaker.New(cfg)
 		if err != nil {
-			return nil, nil, err
+			return retry.Guards{}, err
 		}
-		brk = b
+		g.Breaker = b
 	}
-	return bud, brk, nil
+	return g, nil
 }
 
 // StateChange returns the state-change callback of a destination's
@@ -178,11 +177,10 @@ func StateChange(s Spec, user func(from, to breaker.State)) func(from, to breake
 // Destination is one destination's guards and the retry policy that uses
 // them. It is immutable once made.
 type Destination struct {
-	Name    string
-	Policy  *retry.Policy
-	Budget  retry.Budget     // nil: none
-	Breaker *breaker.Breaker // nil: none
-	Logger  *slog.Logger     // labelled with the destination; nil: silent
+	Name   string
+	Policy *retry.Policy
+	Guards retry.Guards
+	Logger *slog.Logger // labelled with the destination; nil: silent
 }
 
 // Layer is what a protocol layer (httpretry, grpcretry) knows to build its
@@ -199,7 +197,7 @@ type Layer struct {
 	// are built from (nil: none), unless Supply gives them.
 	Budget  *budget.Config
 	Breaker *breaker.Config
-	Supply  func(name string) (retry.Budget, *breaker.Breaker, error)
+	Supply  func(name string) (retry.Guards, error)
 	// Clock is the retry policy's clock (nil: the system's); Logger (not
 	// yet labelled) and Observer are the layer's.
 	Clock    retry.Clock
@@ -215,10 +213,10 @@ func (l *Layer) New(name string) (*Destination, error) {
 	}
 	var err error
 	if l.Supply != nil {
-		if d.Budget, d.Breaker, err = l.Supply(name); err != nil {
+		if d.Guards, err = l.Supply(name); err != nil {
 			return nil, fmt.Errorf("%s: guards for %s %q: %w", l.Component, l.Label, name, err)
 		}
-	} else if d.Budget, d.Breaker, err = Build(Spec{
+	} else if d.Guards, err = Build(Spec{
 		Name: name, Component: l.Component,
 		Budget: l.Budget, Breaker: l.Breaker, Clock: l.Clock,
 		Logger: d.Logger, Observer: l.Observer,
@@ -230,8 +228,7 @@ func (l *Layer) New(name string) (*Destination, error) {
 		retry.WithName(name),
 		retry.WithObserver(l.Observer),
 		retry.WithLogger(d.Logger),
-		retry.WithBudget(d.Budget),
-		retry.WithBreaker(d.Breaker),
+		retry.WithGuards(d.Guards),
 	)
 	if d.Policy, err = retry.New(opts...); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/retry"
 )
 
 func TestTableBoundedFIFO(t *testing.T) {
@@ -85,7 +86,7 @@ func TestBuild(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logs, nil)).With("host", "h.example")
 	var events []observe.Event
 	var user []string
-	bud, brk, err := guards.Build(guards.Spec{
+	g, err := guards.Build(guards.Spec{
 		Name: "h.example", Component: "httpretry",
 		Budget:  &budget.Config{},
 		Breaker: &breaker.Config{MinCalls: 1, OnStateChange: func(from, to breaker.State) { user = append(user, to.String()) }},
@@ -95,8 +96,9 @@ func TestBuild(t *testing.T) {
 			events = append(events, e)
 		}),
 	})
+	bud, brk := g.Budget, g.Breaker
 	if err != nil || bud == nil || brk == nil {
-		t.Fatalf("Build = %v, %v, %v", bud, brk, err)
+		t.Fatalf("Build = %+v, %v", g, err)
 	}
 	p, _ := brk.Allow()
 	brk.Done(p, false) // trips
@@ -106,11 +108,11 @@ func TestBuild(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "host=h.example") || !strings.Contains(logs.String(), "httpretry: circuit breaker state change") {
 		t.Errorf("log = %q, want one Warn with the host", logs.String())
 	}
-	if _, _, err := guards.Build(guards.Spec{Breaker: &breaker.Config{FailureRatio: 2}}); !errors.Is(err, breaker.ErrInvalidConfig) {
+	if _, err := guards.Build(guards.Spec{Breaker: &breaker.Config{FailureRatio: 2}}); !errors.Is(err, breaker.ErrInvalidConfig) {
 		t.Errorf("Build(bad breaker) = %v", err)
 	}
-	if b1, b2, err := guards.Build(guards.Spec{}); b1 != nil || b2 != nil || err != nil {
-		t.Errorf("Build(nothing) = %v, %v, %v; want nils", b1, b2, err)
+	if g, err := guards.Build(guards.Spec{}); g != (retry.Guards{}) || err != nil {
+		t.Errorf("Build(nothing) = %+v, %v; want no guards", g, err)
 	}
 }
 

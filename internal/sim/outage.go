@@ -119,7 +119,7 @@ const (
 //
 // Every client retries with the library's own parts, not a copy of them:
 // a [retry.Policy] per client (WithMaxAttempts, WithBackoff on a seeded
-// random source, WithBudget and WithBreaker with the client's guards), and
+// random source, WithGuards with the client's guards), and
 // after each failed attempt the policy's decision step, [retry.Plan.Next],
 // says how long to sleep or why to stop (attempts used up, the deadline,
 // the budget, the breaker). The budget ([budget.Budget]) and the breaker
@@ -785,12 +785,11 @@ func (r *outRun) clock() time.Time { return epoch.Add(r.now) }
 // be nil) in fleet sync group group (-1: none).
 func (r *outRun) unit(dep retry.Budget, sb *simBreaker, group int32) (*outUnit, error) {
 	opts := []retry.Option{retry.WithMaxAttempts(r.p.Attempts), retry.WithBackoff(r.bo)}
-	if dep != nil {
-		opts = append(opts, retry.WithBudget(dep))
-	}
+	g := retry.Guards{Budget: dep}
 	if sb != nil {
-		opts = append(opts, retry.WithBreaker(sb.b))
+		g.Breaker = sb.b
 	}
+	opts = append(opts, retry.WithGuards(g))
 	pol, err := retry.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy %s: %w", ErrInvalidConfig, r.p.Name, err)
