@@ -72,7 +72,7 @@ type posSetup struct {
 // window outnumbered). Payments carry the 20 s deadline in their context,
 // which lets a call wait behind the open breaker.
 func posStormguardOptions() []httpretry.Option {
-	return []httpretry.Option{httpretry.WithBreakerConfig(breaker.Config{Window: 2 * time.Second})}
+	return []httpretry.Option{httpretry.WithBreaker(&breaker.Config{Window: 2 * time.Second})}
 }
 
 // POS provider and fleet.
@@ -327,7 +327,7 @@ func posFailure(err error) string {
 	var se *live.StatusError
 	switch {
 	case errors.As(err, &re):
-		return "stormguard: " + re.Reason.String()
+		return "stormguard: " + strings.TrimPrefix(re.Reason.Error(), "retry: ") // the reason in words
 	case errors.As(err, &se):
 		if g, ok := wire.ParseGiveUp(se.Header.Get(wire.GiveUpHeader)); ok {
 			return fmt.Sprintf("stormguard: %s (HTTP %d)", strings.ReplaceAll(g.Reason, "-", " "), se.Code)
@@ -612,7 +612,7 @@ func TestPOSFailure(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("post: %w", &retry.Error{Reason: retry.BudgetExhausted, Attempts: 1}), "stormguard: " + retry.BudgetExhausted.String()},
+		{fmt.Errorf("post: %w", &retry.Error{Reason: retry.BudgetExhausted, Attempts: 1}), "stormguard: budget exhausted"},
 		{&live.StatusError{Code: 503, Header: gaveUp}, "stormguard: attempts exhausted (HTTP 503)"},
 		{&live.StatusError{Code: 503, Header: noRetry}, "HTTP 503, Stormguard-Retry: no"},
 		{&live.StatusError{Code: 503}, "HTTP 503"},

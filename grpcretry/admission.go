@@ -14,36 +14,42 @@ import (
 	"github.com/stormguard/stormguard/wire"
 )
 
-// AttemptFromContext returns the attempt number of the server call of ctx,
-// as its client counts it: 1 plus the [wire.PreviousAttemptsMetadata] metadata (the
-// largest, if it came more than once), or 1 without a valid one. ok reports
-// whether the metadata was there and valid.
-func AttemptFromContext(ctx context.Context) (n int, ok bool) {
-	n = 1
+// attemptFromContext returns the attempt number of the server call of ctx,
+// as its client counts it: 1 plus the wire.PreviousAttemptsMetadata (the
+// largest, if it came more than once), or 1 without a valid one.
+func attemptFromContext(ctx context.Context) int {
+	n := 1
 	for _, v := range metadata.ValueFromIncomingContext(ctx, wire.PreviousAttemptsMetadata) {
 		if prev, valid := wire.ParseAttempt(v); valid && prev+1 > n {
-			n, ok = prev+1, true
+			n = prev + 1
 		}
 	}
-	return n, ok
+	return n
 }
 
-// AdmissionUnaryServerInterceptor returns a unary server interceptor that
-// puts every call through c (see package admission): the attempt number
-// comes from [AttemptFromContext], and a refused call never reaches the
-// handler. It answers UNAVAILABLE with the trailer
+// AdmissionServerOptions returns the server options that put every call,
+// unary or streaming, through c (see package admission): interceptors,
+// chained after any given before them (give these first, so that refused
+// calls cost nothing else). The attempt number comes from the
+// wire.PreviousAttemptsMetadata a client sends, and a refused call never
+// reaches the handler. It is answered UNAVAILABLE with the trailer
 // "grpc-retry-pushback-ms: -1" (do not retry) when the decision says so (a
 // retry beyond the ratio, or any refused retry), and otherwise with the
 // decision's jittered Retry-After as the pushback in milliseconds and as a
 // google.rpc.RetryInfo, so that refused clients come back spread out. An
-// admitted call releases its permit when the handler returns (or panics).
-// Install it first in the chain (grpc.ChainUnaryInterceptor), so that
-// refused calls cost nothing else. The admitted path allocates nothing.
-func AdmissionUnaryServerInterceptor(c *admission.Controller) grpc.UnaryServerInterceptor {
+// admitted call releases its permit when the handler returns (or panics);
+// a stream holds it for its life. The admitted path allocates nothing.
+//
+//	srv := grpc.NewServer(grpcretry.AdmissionServerOptions(ctl)...)
+func AdmissionServerOptions(c *admission.Controller) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(admissionUnary(c)), grpc.ChainStreamInterceptor(admissionStream(c))}
+}
+
+// admissionUnary is the unary interceptor of AdmissionServerOptions.
+func admissionUnary(c *admission.Controller) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		n, _ := AttemptFromContext(ctx)
-		p, d := c.Acquire(ctx, n)
-		if d.Refused() {
+		p, d := c.Acquire(ctx, attemptFromContext(ctx))
+		if d.Outcome != admission.Admitted {
 			md, err := refusal(d)
 			_ = grpc.SetTrailer(ctx, md)
 			return nil, err
@@ -53,13 +59,12 @@ func AdmissionUnaryServerInterceptor(c *admission.Controller) grpc.UnaryServerIn
 	}
 }
 
-// AdmissionStreamServerInterceptor is [AdmissionUnaryServerInterceptor]
-// for streaming calls: the permit is held for the life of the stream.
-func AdmissionStreamServerInterceptor(c *admission.Controller) grpc.StreamServerInterceptor {
+// admissionStream is the stream interceptor of AdmissionServerOptions: the
+// permit is held for the life of the stream.
+func admissionStream(c *admission.Controller) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		n, _ := AttemptFromContext(ss.Context())
-		p, d := c.Acquire(ss.Context(), n)
-		if d.Refused() {
+		p, d := c.Acquire(ss.Context(), attemptFromContext(ss.Context()))
+		if d.Outcome != admission.Admitted {
 			md, err := refusal(d)
 			ss.SetTrailer(md)
 			return err

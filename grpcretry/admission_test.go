@@ -30,8 +30,7 @@ func newController(t *testing.T, c admission.Config) *admission.Controller {
 // serveAdmitted serves a test server behind ctl's interceptors.
 func serveAdmitted(t *testing.T, srv *testServer, ctl *admission.Controller) testpb.TestServiceClient {
 	t.Helper()
-	addr := serve(t, srv, grpc.ChainUnaryInterceptor(grpcretry.AdmissionUnaryServerInterceptor(ctl)),
-		grpc.ChainStreamInterceptor(grpcretry.AdmissionStreamServerInterceptor(ctl)))
+	addr := serve(t, srv, grpcretry.AdmissionServerOptions(ctl)...)
 	return dial(t, addr) // a plain client: the test sets the attempt metadata itself
 }
 
@@ -149,31 +148,5 @@ func TestAdmissionStream(t *testing.T) {
 	}
 	if s := ctl.Stats(); s.Originals != 1 || s.Retries != 1 {
 		t.Errorf("stats: %d originals, %d retries; want 1, 1", s.Originals, s.Retries)
-	}
-}
-
-// TestAttemptFromContext reads the attempt number a server call carries.
-func TestAttemptFromContext(t *testing.T) {
-	tests := []struct {
-		vals []string
-		n    int
-		ok   bool
-	}{
-		{nil, 1, false},
-		{[]string{"1"}, 2, true},
-		{[]string{"2", "1"}, 3, true},
-		{[]string{"x"}, 1, false},
-		{[]string{"0"}, 1, false},
-		{[]string{"-3"}, 1, false},
-	}
-	for _, tt := range tests {
-		md := metadata.MD{}
-		if tt.vals != nil {
-			md[wire.PreviousAttemptsMetadata] = tt.vals
-		}
-		ctx := metadata.NewIncomingContext(context.Background(), md)
-		if n, ok := grpcretry.AttemptFromContext(ctx); n != tt.n || ok != tt.ok {
-			t.Errorf("AttemptFromContext(%q) = %d, %v; want %d, %v", tt.vals, n, ok, tt.n, tt.ok)
-		}
 	}
 }

@@ -4,11 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/metadata"
 
-	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/grpcretry"
 )
 
@@ -49,21 +46,4 @@ func TestSuccessPathAllocs(t *testing.T) {
 		t.Errorf("a successful call allocates %v objects through the interceptor, %v bare: %v more, want at most 2", g, b, g-b)
 	}
 	t.Logf("allocs per call: bare %v, through grpcretry %v", b, g)
-}
-
-// TestAdmissionAllocs: an admitted call costs the admission interceptor no
-// allocation.
-func TestAdmissionAllocs(t *testing.T) {
-	ctl, err := admission.New(admission.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := grpcretry.AdmissionUnaryServerInterceptor(ctl)
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"content-type": {"application/grpc"}})
-	info := &grpc.UnaryServerInfo{FullMethod: unaryMethod}
-	handler := func(ctx context.Context, req any) (any, error) { return req, nil }
-	req := &testpb.SimpleRequest{}
-	if n := testing.AllocsPerRun(1000, func() { _, _ = in(ctx, req, info, handler) }); n != 0 {
-		t.Errorf("admitted call: %v allocations, want 0", n)
-	}
 }

@@ -16,15 +16,18 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
 
-// noJitter is a backoff whose delays are exact and short: 10 ms, 20 ms...
-// (U fixed at 1 for "none"), so that recorded sleeps show the hints.
-func noJitter() *backoff.Backoff {
-	b, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond})
+// noJitter is a backoff whose delays are exact and short: 10 ms, 20 ms...,
+// so that recorded sleeps show the hints; u is its random source, which
+// spreads a hint above itself (0: the hint exactly).
+func noJitter(u float64) *backoff.Backoff {
+	b, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond,
+		Rand: func() float64 { return u }})
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +45,7 @@ func TestServerHints(t *testing.T) {
 		exact    bool
 	}{
 		{"pushback", fail(codes.Unavailable).push("300"), 300 * time.Millisecond, 450 * time.Millisecond, false},
-		{"pushback exact", fail(codes.Unavailable).push("300"), 300 * time.Millisecond, 300 * time.Millisecond, true},
+		{"pushback, U 0: exact", fail(codes.Unavailable).push("300"), 300 * time.Millisecond, 300 * time.Millisecond, true},
 		{"pushback with spaces", fail(codes.Unavailable).push(" 300 "), 300 * time.Millisecond, 300 * time.Millisecond, true},
 		{"pushback 0 keeps the backoff", fail(codes.Unavailable).push("0"), 10 * time.Millisecond, 10 * time.Millisecond, true},
 		{"RetryInfo", fail(codes.Unavailable).info(250 * time.Millisecond), 250 * time.Millisecond, 250 * time.Millisecond, true},
@@ -53,12 +56,12 @@ func TestServerHints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &testServer{script: []answer{tt.a, ok()}}
-			clock := newFakeClock()
-			ropts := []retry.Option{retry.WithClock(clock), retry.WithBackoff(noJitter())}
+			clock := newTimeline()
+			b := noJitter(0.5)
 			if tt.exact {
-				ropts = append(ropts, retry.WithExactRetryAfter())
+				b = noJitter(0) // a hint is slept exactly
 			}
-			c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(ropts...))
+			c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(retry.WithBackoff(b)))
 			client := dial(t, serve(t, srv), c.DialOptions()...)
 			if _, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{}); err != nil {
 				t.Fatalf("UnaryCall: %v", err)
@@ -76,8 +79,8 @@ func TestServerHints(t *testing.T) {
 func TestHintPastMaximum(t *testing.T) {
 	for _, v := range []string{"120000", "99999999999999999999999"} {
 		srv := &testServer{script: []answer{fail(codes.Unavailable).push(v), ok()}}
-		clock := newFakeClock()
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(clock), retry.WithMaxRetryAfter(time.Minute)))
+		clock := newTimeline()
+		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(retry.WithMaxRetryAfter(time.Minute)))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 		if !errors.Is(err, retry.Deadline) || status.Code(err) != codes.Unavailable {
@@ -94,12 +97,12 @@ func TestHintPastMaximum(t *testing.T) {
 func TestDeadlineNeverOverslept(t *testing.T) {
 	for _, exact := range []bool{false, true} {
 		srv := &testServer{script: []answer{fail(codes.Unavailable).push("300")}}
-		clock := newFakeClock()
-		ropts := []retry.Option{retry.WithClock(clock), retry.WithMaxAttempts(10)}
+		clock := newTimeline()
+		ropts := []retry.ScheduleOption{retry.WithMaxAttempts(10)}
 		if exact {
-			ropts = append(ropts, retry.WithExactRetryAfter())
+			ropts = append(ropts, retry.WithBackoff(noJitter(0))) // a hint is slept exactly
 		}
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(ropts...))
+		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(ropts...))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		const deadline = time.Second
 		ctx, cancel := context.WithTimeout(t.Context(), deadline)
@@ -130,7 +133,7 @@ func TestDeadlineNeverOverslept(t *testing.T) {
 func TestAttemptMetadata(t *testing.T) {
 	for _, inherited := range []bool{false, true} {
 		srv := &testServer{script: []answer{fail(codes.Unavailable), fail(codes.Unavailable), ok()}}
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		ctx := t.Context()
 		if inherited {
@@ -150,7 +153,7 @@ func TestAttemptMetadata(t *testing.T) {
 // attempt and sent on every attempt; a caller's own key is kept.
 func TestAutoKey(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), fail(codes.Unavailable), ok()}}
-	c := newClient(t, grpcretry.WithAutoIdempotencyKey(), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithAutoIdempotencyKey(), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	if _, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{}); err != nil {
 		t.Fatalf("UnaryCall: %v", err)
@@ -168,7 +171,7 @@ func TestAutoKey(t *testing.T) {
 	client = dial(t, serve(t, srv2), c.DialOptions()...)
 	_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	var e *grpcretry.Error
-	if !errors.As(err, &e) || e.Key == "" || e.Key != srv2.keys[0][0] {
+	if !errors.As(err, &e) || e.IdempotencyKey == "" || e.IdempotencyKey != srv2.keys[0][0] {
 		t.Errorf("give-up error key = %+v, want the key sent (%q)", e, srv2.keys)
 	}
 	ctx := metadata.AppendToOutgoingContext(t.Context(), grpcretry.IdempotencyKeyMetadata, "mine")
@@ -184,7 +187,7 @@ func TestCancel(t *testing.T) {
 	t.Run("during the attempt", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		srv := &testServer{handler: func(context.Context, int) error { cancel(); return nil }, hold: make(chan struct{})}
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 		if status.Code(err) != codes.Canceled || !errors.Is(err, retry.Canceled) {
@@ -197,9 +200,9 @@ func TestCancel(t *testing.T) {
 	t.Run("during the sleep", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		srv := &testServer{script: []answer{fail(codes.Unavailable)}}
-		clock := newFakeClock()
-		clock.onSleep = cancel
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(clock)))
+		clock := newTimeline()
+		clock.onRetry = cancel
+		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 		if !errors.Is(err, retry.Canceled) || status.Code(err) != codes.Unavailable {
@@ -211,56 +214,20 @@ func TestCancel(t *testing.T) {
 	})
 }
 
-// TestStackedGRPCRetry: when the service config gives the method a retry
-// policy of grpc-go's and grpc-go's retry is on, the interceptor makes one
-// attempt and grpc-go retries (2 attempts at the server, not 2 x 3); with
-// Client.DialOptions grpc-go's retry is off and the interceptor retries.
-func TestStackedGRPCRetry(t *testing.T) {
+// TestDialOptionsTurnGRPCRetryOff: a service config that gives the method a
+// retry policy of grpc-go's does not multiply the attempts: DialOptions
+// turns grpc-go's retry off, and the interceptor retries (3 attempts at the
+// server, not 2 x 3).
+func TestDialOptionsTurnGRPCRetryOff(t *testing.T) {
 	const sc = `{"methodConfig":[{"name":[{"service":"grpc.testing.TestService"}],
 		"retryPolicy":{"maxAttempts":2,"initialBackoff":"0.001s","maxBackoff":"0.001s","backoffMultiplier":1,
 		"retryableStatusCodes":["UNAVAILABLE"]}}]}`
-	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
-
+	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	srv := &testServer{script: []answer{fail(codes.Unavailable)}}
-	client := dial(t, serve(t, srv), grpc.WithDefaultServiceConfig(sc), grpc.WithUnaryInterceptor(c.UnaryInterceptor()))
+	client := dial(t, serve(t, srv), append(c.DialOptions(), grpc.WithDefaultServiceConfig(sc))...)
 	_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
-	if status.Code(err) != codes.Unavailable || srv.Calls() != 2 {
-		t.Errorf("grpc-go retry on: %v after %d attempts at the server, want UNAVAILABLE after 2", err, srv.Calls())
-	}
-
-	srv = &testServer{script: []answer{fail(codes.Unavailable)}}
-	client = dial(t, serve(t, srv), append(c.DialOptions(), grpc.WithDefaultServiceConfig(sc))...)
-	_, err = client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable || srv.Calls() != 3 {
 		t.Errorf("DialOptions: %v after %d attempts at the server, want UNAVAILABLE after 3", err, srv.Calls())
-	}
-}
-
-// TestFallback: a call the target's failure defeated gets the fallback's
-// reply; a call that was not retryable does not.
-func TestFallback(t *testing.T) {
-	var got *grpcretry.Error
-	fb := func(ctx context.Context, method string, req, reply any, err *grpcretry.Error) error {
-		got = err
-		reply.(*testpb.SimpleResponse).Username = "cached"
-		return nil
-	}
-	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithFallback(fb), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
-	srv := &testServer{script: []answer{fail(codes.Unavailable)}}
-	client := dial(t, serve(t, srv), c.DialOptions()...)
-	resp, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
-	if err != nil || resp.GetUsername() != "cached" {
-		t.Errorf("UnaryCall = %v, %v; want the fallback's reply", resp, err)
-	}
-	if got == nil || !errors.Is(got, retry.AttemptsExhausted) || got.Retry.Attempts != 3 {
-		t.Errorf("fallback got %v, want attempts exhausted after 3", got)
-	}
-
-	got = nil
-	srv = &testServer{script: []answer{fail(codes.NotFound)}}
-	client = dial(t, serve(t, srv), c.DialOptions()...)
-	if _, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{}); status.Code(err) != codes.NotFound || got != nil {
-		t.Errorf("NOT_FOUND: UnaryCall = %v, fallback called: %v; want NOT_FOUND without fallback", err, got != nil)
 	}
 }
 
@@ -280,59 +247,43 @@ func TestOpenBreaker(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !errors.Is(err, retry.CircuitOpen) || !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("UnaryCall = %v, want UNAVAILABLE, circuit open", err)
 	}
-	if !grpcretry.Overloaded(err) || srv.Calls() != 0 {
-		t.Errorf("Overloaded = %v, server calls %d; want true, 0", grpcretry.Overloaded(err), srv.Calls())
+	if pushed := grpcretry.PushBack(t.Context(), err); status.Code(pushed) != codes.Unavailable || pushed == err || srv.Calls() != 0 {
+		t.Errorf("PushBack = %v, server calls %d; want the don't-retry UNAVAILABLE, 0", pushed, srv.Calls())
 	}
 }
 
-// TestTargets: each target gets its own guards, reported by Targets.
+// TestTargets: each target gets its own guards: a failing target's
+// retries spend its own budget and trip its own breaker, not another's.
 func TestTargets(t *testing.T) {
-	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())),
+		grpcretry.WithBreaker(&breaker.Config{MinCalls: 3, OpenFor: time.Hour}))
 	a, b := serve(t, &testServer{}), serve(t, &testServer{script: []answer{fail(codes.Unavailable)}})
-	_, _ = dial(t, a, c.DialOptions()...).UnaryCall(t.Context(), &testpb.SimpleRequest{})
-	_, _ = dial(t, b, c.DialOptions()...).UnaryCall(t.Context(), &testpb.SimpleRequest{})
-	ts := c.Targets()
-	if len(ts) != 2 {
-		t.Fatalf("Targets() = %+v, want 2", ts)
+	ca, cb := dial(t, a, c.DialOptions()...), dial(t, b, c.DialOptions()...)
+	if _, err := cb.UnaryCall(t.Context(), &testpb.SimpleRequest{}); !errors.Is(err, retry.AttemptsExhausted) {
+		t.Fatalf("UnaryCall(b) = %v, want attempts exhausted", err)
 	}
-	for _, s := range ts {
-		if !s.HasBudget || !s.HasBreaker {
-			t.Errorf("target %s has budget %v, breaker %v; want both", s.Target, s.HasBudget, s.HasBreaker)
-		}
-		wantRetries := 0
-		if strings.HasSuffix(s.Target, b) {
-			wantRetries = 2
-		}
-		if s.Budget.Retries != wantRetries {
-			t.Errorf("target %s: budget retries %d, want %d", s.Target, s.Budget.Retries, wantRetries)
-		}
+	if _, err := cb.UnaryCall(t.Context(), &testpb.SimpleRequest{}); !errors.Is(err, retry.CircuitOpen) {
+		t.Errorf("UnaryCall(b) after 3 failures = %v, want b's breaker open", err)
+	}
+	if _, err := ca.UnaryCall(t.Context(), &testpb.SimpleRequest{}); err != nil {
+		t.Errorf("UnaryCall(a) = %v, want a's own guards to let it through", err)
 	}
 }
 
 // TestNewErrors: bad options are errors, never panics.
 func TestNewErrors(t *testing.T) {
 	bad := map[string][]grpcretry.Option{
-		"negative timeout":         {grpcretry.WithTimeout(-1)},
 		"negative attempt timeout": {grpcretry.WithAttemptTimeout(-1)},
-		"retry timeout":            {grpcretry.WithRetry(retry.WithTimeout(time.Second))},
-		"retry attempt timeout":    {grpcretry.WithRetry(retry.WithAttemptTimeout(time.Second))},
 		"bad retry option":         {grpcretry.WithRetry(retry.WithMaxAttempts(0))},
-		"too many attempts":        {grpcretry.WithRetry(retry.WithMaxAttempts(101))},
 		"nil guards":               {grpcretry.WithGuards(nil)},
 		"short method name":        {grpcretry.WithIdempotentMethods("UnaryCall")},
 		"zero buffer":              {grpcretry.WithBufferMessages(0)},
-		"zero targets":             {grpcretry.WithMaxTargets(0)},
-		"bad breaker":              {grpcretry.WithBreakerConfig(breaker.Config{FailureRatio: 2})},
+		"bad breaker":              {grpcretry.WithBreaker(&breaker.Config{FailureRatio: 2})},
+		"bad budget":               {grpcretry.WithBudget(&budget.Config{Ratio: 2})},
 	}
 	for name, opts := range bad {
-		if _, err := grpcretry.New(opts...); !errors.Is(err, grpcretry.ErrInvalidOption) {
-			t.Errorf("%s: New error = %v, want ErrInvalidOption", name, err)
-		}
-		if _, err := grpcretry.UnaryClientInterceptor(opts...); err == nil {
-			t.Errorf("%s: UnaryClientInterceptor error = nil", name)
-		}
-		if _, err := grpcretry.StreamClientInterceptor(opts...); err == nil {
-			t.Errorf("%s: StreamClientInterceptor error = nil", name)
+		if c, err := grpcretry.New(opts...); err == nil || !strings.HasPrefix(err.Error(), "grpcretry: ") || c != nil {
+			t.Errorf("%s: New = %v, %v; want nil and a grpcretry error", name, c, err)
 		}
 	}
 	if _, err := grpcretry.New(nil); err != nil {

@@ -20,10 +20,11 @@ import (
 // returned, and what the server said about retrying. The op returns it
 // unmarked only when the attempt may be retried.
 type attemptError struct {
-	err   error // what the invoker or stream returned
-	code  codes.Code
-	after time.Duration // the server's floor on the next sleep
-	stop  bool          // the server said: do not retry
+	err    error // what the invoker or stream returned
+	code   codes.Code
+	after  time.Duration // the server's floor on the next sleep
+	stop   bool          // the server said: do not retry
+	answer bool          // the target answered (a success for its breaker); set with a Permanent mark
 }
 
 func (e *attemptError) Error() string { return e.err.Error() }
@@ -33,26 +34,25 @@ func (e *attemptError) Unwrap() error { return e.err }
 func (e *attemptError) RetryAfter() time.Duration { return e.after }
 
 // Error is what the client interceptors return when a call ends without
-// success: it says why the retrying stopped (Retry: the reason, the
-// attempts made and the last error, reachable with errors.Is and
-// errors.As) and reads as a gRPC status: status.Code(err) and
-// status.FromError(err) give the status of the last attempt as the server
-// sent it (code, message and details), or, when no attempt ran, UNAVAILABLE
-// for an open circuit and CANCELED or DEADLINE_EXCEEDED for a context that
-// ended.
+// success: it wraps the [*retry.Error] that says why the retrying stopped
+// (the reason, the attempts made and the last error, reachable with
+// errors.Is and errors.As: errors.Is(err, retry.AttemptsExhausted)), and
+// reads as a gRPC status: status.Code(err) and status.FromError(err) give
+// the status of the last attempt as the server sent it (code, message and
+// details), or, when no attempt ran, UNAVAILABLE for an open circuit and
+// CANCELED or DEADLINE_EXCEEDED for a context that ended.
 type Error struct {
-	// Retry says why the retrying stopped; never nil.
-	Retry *retry.Error
-	// Key is the idempotency key the client made for the call
+	// IdempotencyKey is the idempotency key the client made for the call
 	// ([WithAutoIdempotencyKey]), "" if it made none.
-	Key string
+	IdempotencyKey string
 
-	st *status.Status
+	retry *retry.Error // never nil
+	st    *status.Status
 }
 
 // newError wraps a give-up of the retry loop.
 func newError(re *retry.Error, key string) *Error {
-	e := &Error{Retry: re, Key: key}
+	e := &Error{IdempotencyKey: key, retry: re}
 	var ae *attemptError
 	switch {
 	case errors.As(re.Err, &ae):
@@ -71,26 +71,18 @@ func newError(re *retry.Error, key string) *Error {
 
 // Error describes the give-up, e.g. "retry: attempts exhausted after 3
 // attempts: rpc error: code = Unavailable desc = down".
-func (e *Error) Error() string { return e.Retry.Error() }
+func (e *Error) Error() string { return e.retry.Error() }
 
-// Unwrap returns the [retry.Error].
-func (e *Error) Unwrap() error { return e.Retry }
+// Unwrap returns the [*retry.Error].
+func (e *Error) Unwrap() error { return e.retry }
 
 // GRPCStatus returns the status the error stands for (see [Error]).
 func (e *Error) GRPCStatus() *status.Status { return e.st }
 
-// Overloaded reports whether err, as returned by a call through a
-// [Client]'s interceptors, shows that the retrying for this dependency is
-// done and the caller's own caller should be told not to retry:
-//   - the retries stopped because the attempts were exhausted
-//     (retry.AttemptsExhausted), the retry budget refused one
-//     (retry.BudgetExhausted) or a circuit breaker was open
-//     (retry.CircuitOpen, breaker.ErrOpen); or
-//   - the layer below said so (a negative or malformed pushback).
-//
-// A plain failure that was not retried (NOT_FOUND, a non-idempotent call
-// without a key) and a canceled call are not "overloaded". A nil err is not.
-func Overloaded(err error) bool {
+// overloaded reports whether err, as returned by a call through a Client's
+// interceptors, shows that the retrying for this dependency is done and
+// the caller's own caller should be told not to retry (see PushBack).
+func overloaded(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -103,35 +95,33 @@ func Overloaded(err error) bool {
 }
 
 // PushBack is the one-line helper for a server handler whose own call to a
-// dependency failed: if [Overloaded](err), it sets the trailer
-// "grpc-retry-pushback-ms: -1" on the handler's call (the don't-retry
-// signal, which this package's client and grpc-go's own retry honour) and
-// returns an UNAVAILABLE status error that says so, for the handler to
-// return; otherwise it returns err unchanged (nil for nil).
+// dependency, through a [Client], failed: if the retrying for that
+// dependency is done, it sets the trailer "grpc-retry-pushback-ms: -1" on
+// the handler's call (the don't-retry signal, which this package's client
+// and grpc-go's own retry honour) and returns an UNAVAILABLE status error
+// that says so, for the handler to return; otherwise it returns err
+// unchanged (nil for nil).
 //
 //	resp, err := payments.Charge(ctx, req)
 //	if err != nil {
 //		return nil, grpcretry.PushBack(ctx, err)
 //	}
 //
+// The retrying is done when it stopped because the attempts were exhausted
+// (retry.AttemptsExhausted), the retry budget refused one
+// (retry.BudgetExhausted) or a circuit breaker was open (retry.CircuitOpen,
+// breaker.ErrOpen), or when the layer below said so (a negative or
+// malformed pushback). A plain failure that was not retried (NOT_FOUND, a
+// non-idempotent call without a key) and a canceled call are passed on.
 // ctx is the handler's context (unary or streaming). If the trailer cannot
-// be set (ctx is not a server call's), the status error is returned all
-// the same.
+// be set (ctx is not a server call's), the status error is returned all the
+// same.
 func PushBack(ctx context.Context, err error) error {
-	if !Overloaded(err) {
+	if !overloaded(err) {
 		return err
 	}
 	_ = grpc.SetTrailer(ctx, pushbackMD(-1))
 	return status.Error(codes.Unavailable, "overloaded; don't retry: "+err.Error())
-}
-
-// SetPushback sets the retry pushback trailer of the server call of ctx: a
-// wait of at least d (whole milliseconds, rounded up) before the client's
-// next attempt, or, for a negative d, "do not retry". It returns the error
-// of grpc.SetTrailer (ctx is not a server call's, or the trailer was sent
-// already).
-func SetPushback(ctx context.Context, d time.Duration) error {
-	return grpc.SetTrailer(ctx, pushbackMD(d))
 }
 
 // pushbackMD returns the trailer of a pushback of d (negative: don't retry).

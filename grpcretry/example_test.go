@@ -46,10 +46,7 @@ func Example() {
 	addr, srv, stop := startFlaky()
 	defer stop()
 
-	c, err := grpcretry.New(
-		grpcretry.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall"),
-		grpcretry.WithTimeout(5*time.Second),
-	)
+	c, err := grpcretry.New(grpcretry.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall"))
 	if err != nil {
 		panic(err)
 	}
@@ -60,7 +57,9 @@ func Example() {
 	}
 	defer conn.Close()
 
-	resp, err := testpb.NewTestServiceClient(conn).UnaryCall(context.Background(), &testpb.SimpleRequest{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the call's deadline, retries included
+	defer cancel()
+	resp, err := testpb.NewTestServiceClient(conn).UnaryCall(ctx, &testpb.SimpleRequest{})
 	fmt.Println(resp.GetUsername(), err, "after", srv.calls.Load(), "attempts")
 	// Output: ok <nil> after 3 attempts
 }

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/wire"
 )
 
@@ -240,37 +242,43 @@ func newClient(t testing.TB, opts ...grpcretry.Option) *grpcretry.Client {
 	return c
 }
 
-// fakeClock is a retry.Clock whose time moves only when the loop sleeps; it
-// records the sleeps. onSleep, if set, runs before each sleep returns.
-type fakeClock struct {
+// timeline is an observer that records the sleeps the retry loop chose
+// before its retries (the Delay of its Retry events), in order; onRetry,
+// if set, runs at each retry, just before the sleep. It is safe for
+// concurrent use.
+type timeline struct {
 	mu      sync.Mutex
-	now     time.Time
 	sleeps  []time.Duration
-	onSleep func()
+	onRetry func()
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+func newTimeline() *timeline { return &timeline{} }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	hook := c.onSleep
-	c.mu.Unlock()
+func (tl *timeline) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != observe.Retry {
+		return
+	}
+	tl.mu.Lock()
+	tl.sleeps = append(tl.sleeps, e.Delay)
+	hook := tl.onRetry
+	tl.mu.Unlock()
 	if hook != nil {
 		hook()
 	}
-	return ctx.Err()
 }
 
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.sleeps...)
+func (tl *timeline) Sleeps() []time.Duration {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return append([]time.Duration(nil), tl.sleeps...)
+}
+
+// quick is a backoff of a millisecond or two, so that retries cost the
+// tests next to nothing on the real clock.
+func quick() *backoff.Backoff {
+	b, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: time.Millisecond / 2, Cap: 2 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

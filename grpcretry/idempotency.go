@@ -39,16 +39,16 @@ const (
 	ReplyOmittedMetadata = "idempotent-reply-omitted"
 )
 
-// StoredStatusBase is added to a gRPC code to make the Status of the
+// storedStatusBase is added to a gRPC code to make the Status of the
 // store.Record the interceptor stores: OK is 900, NOT_FOUND 905.
 // The range is outside HTTP's statuses, so that a gRPC record can never be
 // taken for an HTTP answer.
-const StoredStatusBase = 900
+const storedStatusBase = 900
 
-// DefaultKeyPushback is the default retry pushback of the idempotency
+// defaultKeyPushback is the default retry pushback of the idempotency
 // interceptor's ABORTED (in progress) and UNAVAILABLE (store unavailable)
-// answers; see [WithKeyPushback].
-const DefaultKeyPushback = time.Second
+// answers; see WithKeyPushback.
+const defaultKeyPushback = time.Second
 
 // fingerprintMethod is the method part of a gRPC call's fingerprint; it is
 // lower-case, so it is never an HTTP method of the idempotency middleware.
@@ -60,18 +60,9 @@ const (
 	storedTrailer = "trailer:"
 )
 
-// KeyScopeFunc maps a server call to its caller (tenant, user, API key),
-// from what its context carries: the authenticated identity an
-// authentication interceptor before it put there, the peer
-// (peer.FromContext), its TLS client certificate. Keys are scoped to it:
-// the same key sent by two callers names two unrelated calls. It must
-// return a non-empty string; an error (or "") means the caller cannot be
-// identified, and the call is refused with INTERNAL without running.
-type KeyScopeFunc func(ctx context.Context) (string, error)
-
 // idemConfig is what the idempotency options set.
 type idemConfig struct {
-	scope    KeyScopeFunc
+	scope    func(ctx context.Context) (string, error)
 	required bool
 	methods  map[string]bool // nil: every unary method
 	stored   func(codes.Code) bool
@@ -83,12 +74,26 @@ type idemConfig struct {
 // IdempotencyOption configures [IdempotencyUnaryServerInterceptor]. An
 // IdempotencyOption is a value: it may be passed to any number of
 // constructors; a nil one is ignored.
-type IdempotencyOption func(*idemConfig) error
+type IdempotencyOption interface {
+	applyIdem(*idemConfig) error
+}
 
-// WithKeyScope sets the function that maps a call to its caller. Every
-// interceptor needs one, or an explicit [WithSharedKeyScope].
-func WithKeyScope(f KeyScopeFunc) IdempotencyOption {
-	return func(c *idemConfig) error {
+// idemOption is an IdempotencyOption.
+type idemOption func(*idemConfig) error
+
+func (o idemOption) applyIdem(c *idemConfig) error { return o(c) }
+
+// WithKeyScope sets the function that maps a server call to its caller
+// (tenant, user, API key), from what its context carries: the
+// authenticated identity an authentication interceptor before it put
+// there, the peer (peer.FromContext), its TLS client certificate. Keys are
+// scoped to it: the same key sent by two callers names two unrelated calls.
+// f must return a non-empty string; an error (or "") means the caller
+// cannot be identified, and the call is refused with INTERNAL without
+// running. Every interceptor needs a scope, or an explicit
+// [WithSharedKeyScope].
+func WithKeyScope(f func(ctx context.Context) (string, error)) IdempotencyOption {
+	return idemOption(func(c *idemConfig) error {
 		if f == nil {
 			return invalid("nil key scope func")
 		}
@@ -97,7 +102,7 @@ func WithKeyScope(f KeyScopeFunc) IdempotencyOption {
 		}
 		c.scope = f
 		return nil
-	}
+	})
 }
 
 // WithSharedKeyScope puts every caller in one shared scope: any caller who
@@ -112,10 +117,10 @@ func WithSharedKeyScope() IdempotencyOption {
 // without one is refused with INVALID_ARGUMENT. By default a call without
 // a key runs unguarded.
 func WithKeyRequired() IdempotencyOption {
-	return func(c *idemConfig) error {
+	return idemOption(func(c *idemConfig) error {
 		c.required = true
 		return nil
-	}
+	})
 }
 
 // WithKeyMethods sets the guarded methods, by full method name
@@ -126,7 +131,7 @@ func WithKeyRequired() IdempotencyOption {
 // registers it); the constructor checks.
 func WithKeyMethods(methods ...string) IdempotencyOption {
 	methods = slices.Clone(methods)
-	return func(c *idemConfig) error {
+	return idemOption(func(c *idemConfig) error {
 		if len(methods) == 0 {
 			return invalid("WithKeyMethods: no method")
 		}
@@ -139,30 +144,30 @@ func WithKeyMethods(methods ...string) IdempotencyOption {
 		}
 		c.methods = m
 		return nil
-	}
+	})
 }
 
 // WithStoredCodes sets which final codes are stored for replay; the others
-// release the key, so that a retry runs the handler again. The default is
-// [DefaultStoredCode].
+// release the key, so that a retry runs the handler again. By default OK is
+// stored, and the answers that the same call would get again
+// (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+// FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED); the codes of a failure
+// that a retry may not meet (UNAVAILABLE, INTERNAL, UNKNOWN,
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED, DATA_LOSS,
+// UNAUTHENTICATED) are not, as HTTP's 5xx, 401 and 429 are not.
 func WithStoredCodes(f func(codes.Code) bool) IdempotencyOption {
-	return func(c *idemConfig) error {
+	return idemOption(func(c *idemConfig) error {
 		if f == nil {
 			return invalid("nil stored codes func")
 		}
 		c.stored = f
 		return nil
-	}
+	})
 }
 
-// DefaultStoredCode reports whether the interceptor stores an answer with
-// code c by default: OK and the answers that the same call would get
-// again (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
-// FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED). The codes of a failure
-// that a retry may not meet (UNAVAILABLE, INTERNAL, UNKNOWN,
-// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED, DATA_LOSS,
-// UNAUTHENTICATED) are not stored, as HTTP's 5xx, 401 and 429 are not.
-func DefaultStoredCode(c codes.Code) bool {
+// defaultStoredCode reports whether the interceptor stores an answer with
+// code c by default (see WithStoredCodes).
+func defaultStoredCode(c codes.Code) bool {
 	switch c {
 	case codes.OK, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
 		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented:
@@ -179,7 +184,7 @@ func DefaultStoredCode(c codes.Code) bool {
 // earlier one.
 func WithReplayMetadata(keys ...string) IdempotencyOption {
 	keys = slices.Clone(keys)
-	return func(c *idemConfig) error {
+	return idemOption(func(c *idemConfig) error {
 		c.replay = nil
 		for _, k := range keys {
 			k = strings.ToLower(k)
@@ -197,7 +202,7 @@ func WithReplayMetadata(keys ...string) IdempotencyOption {
 			c.replay = append(c.replay, k)
 		}
 		return nil
-	}
+	})
 }
 
 // defaultMaxStoredReply is the default of WithMaxStoredReply, in bytes.
@@ -210,27 +215,27 @@ const defaultMaxStoredReply = 1 << 20
 // reply cannot be sent again), and the handler does not run again. The
 // same happens when the store has no room for the reply.
 func WithMaxStoredReply(n int) IdempotencyOption {
-	return func(c *idemConfig) error {
+	return idemOption(func(c *idemConfig) error {
 		if n <= 0 {
 			return invalid("max stored reply %d must be positive", n)
 		}
 		c.maxReply = n
 		return nil
-	}
+	})
 }
 
 // WithKeyPushback sets the retry pushback ([wire.PushbackMetadata]) sent with an
 // ABORTED answer (the key's first call still runs) and an UNAVAILABLE one
 // (the store is unavailable): the client waits at least d before its next
-// attempt. d must be positive; the default is [DefaultKeyPushback].
+// attempt. d must be positive; the default is 1 second.
 func WithKeyPushback(d time.Duration) IdempotencyOption {
-	return func(c *idemConfig) error {
+	return idemOption(func(c *idemConfig) error {
 		if d <= 0 {
 			return invalid("key pushback %v must be positive", d)
 		}
 		c.pushback = d
 		return nil
-	}
+	})
 }
 
 // IdempotencyUnaryServerInterceptor returns a unary server interceptor
@@ -245,7 +250,7 @@ func WithKeyPushback(d time.Duration) IdempotencyOption {
 // is its full method name and a SHA-256 hash of its request message,
 // marshaled deterministically. The first call with a key runs the handler
 // while g keeps the key locked, and its answer is stored: the code, as
-// the record's Status ([StoredStatusBase] + code); the reply message,
+// the record's Status (900 + code); the reply message,
 // marshaled deterministically, or for an error its google.rpc.Status
 // (message and details); the allow-listed header and trailer metadata
 // ([WithReplayMetadata]). Answers with other codes than
@@ -280,8 +285,8 @@ func WithKeyPushback(d time.Duration) IdempotencyOption {
 // them). Which unary methods are is an option ([WithKeyMethods]; all by
 // default); a call without a key runs unguarded unless [WithKeyRequired].
 // Every call is reported to g's observer (idempotency.WithObserver), the
-// refusals above as "invalid". It fails, with an error wrapping
-// [ErrInvalidOption], when g is nil, an option is invalid, no scope is set
+// refusals above as "invalid". It fails, with an error that says why,
+// when g is nil, an option is invalid, no scope is set
 // ([WithKeyScope] or, deliberately, [WithSharedKeyScope]), or a method of
 // [WithKeyMethods] has no registered reply type.
 func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...IdempotencyOption) (grpc.UnaryServerInterceptor, error) {
@@ -289,15 +294,15 @@ func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...Idempotency
 		return nil, invalid("nil idempotency guard")
 	}
 	s := &idemServer{g: g, cfg: idemConfig{
-		stored:   DefaultStoredCode,
+		stored:   defaultStoredCode,
 		maxReply: defaultMaxStoredReply,
-		pushback: DefaultKeyPushback,
+		pushback: defaultKeyPushback,
 	}}
 	for _, o := range opts {
 		if o == nil {
 			continue
 		}
-		if err := o(&s.cfg); err != nil {
+		if err := o.applyIdem(&s.cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -306,7 +311,7 @@ func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...Idempotency
 	}
 	for m := range s.cfg.methods {
 		if _, err := s.replyType(m); err != nil {
-			return nil, fmt.Errorf("%w: WithKeyMethods: %w", ErrInvalidOption, err)
+			return nil, fmt.Errorf("grpcretry: invalid option: WithKeyMethods: %w", err)
 		}
 	}
 	return s.intercept, nil
@@ -492,7 +497,7 @@ func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHand
 	if merr != nil {
 		return reply, store.Record{}, false, err
 	}
-	rec = store.Record{Status: StoredStatusBase + int(st.Code()), Body: body}
+	rec = store.Record{Status: storedStatusBase + int(st.Code()), Body: body}
 	if c != nil {
 		rec.Header = c.stored()
 	}
@@ -525,8 +530,8 @@ func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, re
 	if len(trailer) > 0 {
 		_ = grpc.SetTrailer(ctx, trailer)
 	}
-	code := codes.Code(rec.Status - StoredStatusBase)
-	if rec.Status < StoredStatusBase || code > codes.Unauthenticated {
+	code := codes.Code(rec.Status - storedStatusBase)
+	if rec.Status < storedStatusBase || code > codes.Unauthenticated {
 		return nil, status.Errorf(codes.DataLoss, "idempotency: the stored answer of this key is not a gRPC answer (status %d)", rec.Status)
 	}
 	switch {

@@ -48,15 +48,20 @@ func (r *recorder) kinds(name string) map[observe.Kind]int {
 func TestObserver(t *testing.T) {
 	rec := &recorder{}
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(rec),
-		grpcretry.WithBreakerConfig(breaker.Config{MinCalls: 2}), grpcretry.WithoutBudget(),
-		grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+		grpcretry.WithBreaker(&breaker.Config{MinCalls: 2}), grpcretry.WithBudget(nil),
+		grpcretry.WithRetry(retry.WithBackoff(quick())))
 	srv := &testServer{script: []answer{fail(codes.Unavailable)}}
 	addr := serve(t, srv)
 	client := dial(t, addr, c.DialOptions()...)
 	_, _ = client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
-	target := c.Targets()[0].Target
+	target := "" // the connection's, as grpc.ClientConn.Target names it
+	rec.mu.Lock()
+	for _, e := range rec.events {
+		target = e.Name
+	}
+	rec.mu.Unlock()
 	if !strings.HasSuffix(target, addr) {
-		t.Fatalf("target %q, want it to name %s", target, addr)
+		t.Fatalf("events named %q, want the target, which names %s", target, addr)
 	}
 	k := rec.kinds(target)
 	if k[observe.AttemptStart] == 0 || k[observe.AttemptEnd] == 0 || k[observe.GiveUp] != 1 || k[observe.BreakerState] == 0 {
@@ -64,14 +69,17 @@ func TestObserver(t *testing.T) {
 	}
 }
 
-// TestOverallTimeout: WithTimeout bounds the whole call, sleeps included.
-func TestOverallTimeout(t *testing.T) {
+// TestCallDeadline: the call's deadline bounds the whole call, sleeps
+// included.
+func TestCallDeadline(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	srv := &testServer{hold: hold}
-	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithTimeout(50*time.Millisecond))
+	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
-	_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 	if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, retry.Deadline) || srv.Calls() != 1 {
 		t.Errorf("UnaryCall = %v after %d attempts, want DEADLINE_EXCEEDED, reason deadline, after 1", err, srv.Calls())
 	}
@@ -84,7 +92,7 @@ func TestStreamAttemptTimeout(t *testing.T) {
 	srv := &testServer{streamMsgs: 1}
 	srv.hold = hold
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithAttemptTimeout(30*time.Millisecond),
-		grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+		grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
@@ -120,7 +128,7 @@ func TestServerStreamEmpty(t *testing.T) {
 func TestBidiConcurrent(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
 	c := newClient(t, grpcretry.WithIdempotentMethods(duplexMethod), grpcretry.WithBufferMessages(1<<10),
-		grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+		grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	stream, err := client.FullDuplexCall(t.Context())
 	if err != nil {

@@ -42,9 +42,6 @@ func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 	}
 	rs := &retryStream{c: c, t: t, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, s: s, ctx: ctx}
 	rs.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
-	if c.cfg.timeout > 0 {
-		rs.ctx, rs.cancelCall = context.WithTimeout(ctx, c.cfg.timeout)
-	}
 	rs.cond.L = &rs.mu
 	return rs, nil
 }
@@ -73,9 +70,8 @@ type retryStream struct {
 	ctx      context.Context // the call's
 	strip    bool            // ctx carries a wire.PreviousAttemptsMetadata of its own
 
-	cancelCall context.CancelFunc // nil without WithTimeout
-	loopMu     sync.Mutex         // one retry loop at a time
-	committed  atomic.Bool        // set once, after cur, err and eof are final
+	loopMu    sync.Mutex  // one retry loop at a time
+	committed atomic.Bool // set once, after cur, err and eof are final
 
 	s safety // used by the loop only
 
@@ -356,23 +352,16 @@ func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCa
 	} else {
 		cancel(nil)
 	}
-	if rs.s.safe() && rs.c.stackedOn(rs.cc, rs.method) {
-		rs.s.stacked = true
-		rs.t.warnStacked(ctx, rs.method)
-	}
 	judged := rs.s.judge(err, trailer, timedOut)
 	if ae, ok := judged.(*attemptError); ok && final {
-		return retry.PermanentFailure(ae)
+		return retry.Permanent(ae) // a failure of the target all the same
 	}
 	return judged
 }
 
-// finish releases the contexts of a stream that ended.
+// finish releases the context of a stream that ended.
 func (rs *retryStream) finish() {
 	if rs.curCancel != nil {
 		rs.curCancel(nil)
-	}
-	if rs.cancelCall != nil {
-		rs.cancelCall()
 	}
 }

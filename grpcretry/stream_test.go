@@ -37,7 +37,7 @@ func recvAll(s interface {
 // caller sees only the stream that answered.
 func TestServerStreamRetriedBeforeFirstMessage(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), fail(codes.Unavailable), ok()}, streamMsgs: 2}
-	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	// The scripted failures come after streamMsgs messages; make them come
 	// first by sending none on the failing calls.
@@ -72,7 +72,7 @@ func TestServerStreamRetriedBeforeFirstMessage(t *testing.T) {
 // caller, a failure is the caller's.
 func TestServerStreamNotRetriedAfterFirstMessage(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}, streamMsgs: 1}
-	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
@@ -91,15 +91,15 @@ func TestServerStreamNotRetriedAfterFirstMessage(t *testing.T) {
 // unary call, and says so on every later call.
 func TestServerStreamGiveUp(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable).push("-1")}}
-	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatalf("StreamingOutputCall: %v", err)
 	}
 	_, err = stream.Recv()
-	if status.Code(err) != codes.Unavailable || !grpcretry.Overloaded(err) {
-		t.Errorf("Recv = %v, want UNAVAILABLE with the don't-retry signal", err)
+	if pushed := grpcretry.PushBack(t.Context(), err); status.Code(err) != codes.Unavailable || pushed == err {
+		t.Errorf("Recv = %v (PushBack: %v), want UNAVAILABLE with the don't-retry signal, pushed back", err, pushed)
 	}
 	if _, err2 := stream.Recv(); err2 != err {
 		t.Errorf("second Recv = %v, want the same give-up %v", err2, err)
@@ -114,7 +114,7 @@ func TestServerStreamGiveUp(t *testing.T) {
 func TestServerStreamHeaderFirst(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}, streamMsgs: 1}
 	srv.handlerStream = func(n int) int { return n } // first call: no message
-	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
@@ -158,7 +158,7 @@ func TestClientStream(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
-			opts := append([]grpcretry.Option{grpcretry.WithIdempotentMethods(inMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock()))}, tt.opts...)
+			opts := append([]grpcretry.Option{grpcretry.WithIdempotentMethods(inMethod), grpcretry.WithRetry(retry.WithBackoff(quick()))}, tt.opts...)
 			client := dial(t, serve(t, srv), newClient(t, opts...).DialOptions()...)
 			stream, err := client.StreamingInputCall(t.Context())
 			if err != nil {
@@ -183,7 +183,7 @@ func TestClientStream(t *testing.T) {
 // through.
 func TestBidiStream(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
-	c := newClient(t, grpcretry.WithIdempotentMethods(duplexMethod), grpcretry.WithBufferMessages(1<<10), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+	c := newClient(t, grpcretry.WithIdempotentMethods(duplexMethod), grpcretry.WithBufferMessages(1<<10), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	client := dial(t, serve(t, srv), c.DialOptions()...)
 	stream, err := client.FullDuplexCall(t.Context())
 	if err != nil {

@@ -62,7 +62,7 @@ func TestCodeTable(t *testing.T) {
 			t.Run(r.name+"/"+kind.String(), func(t *testing.T) {
 				srv := &testServer{script: []answer{r.a}}
 				addr := serve(t, srv)
-				opts := []grpcretry.Option{grpcretry.WithRetry(retry.WithClock(newFakeClock()), retry.WithMaxAttempts(attempts))}
+				opts := []grpcretry.Option{grpcretry.WithRetry(retry.WithBackoff(quick()), retry.WithMaxAttempts(attempts))}
 				if kind == idempotent {
 					opts = append(opts, grpcretry.WithIdempotentMethods(unaryMethod))
 				}
@@ -79,11 +79,12 @@ func TestCodeTable(t *testing.T) {
 					t.Errorf("server saw %d attempts, want %d", got, want)
 				}
 				var e *grpcretry.Error
-				if !errors.As(err, &e) {
-					t.Fatalf("UnaryCall error %T is not a *grpcretry.Error", err)
+				var re *retry.Error
+				if !errors.As(err, &e) || !errors.As(err, &re) {
+					t.Fatalf("UnaryCall error %T is not a *grpcretry.Error around a *retry.Error", err)
 				}
-				if e.Retry.Attempts != srv.Calls() {
-					t.Errorf("Error.Retry.Attempts = %d, server saw %d", e.Retry.Attempts, srv.Calls())
+				if re.Attempts != srv.Calls() {
+					t.Errorf("retry.Error.Attempts = %d, server saw %d", re.Attempts, srv.Calls())
 				}
 			})
 		}
@@ -99,7 +100,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 	t.Run("attempt timeout", func(t *testing.T) {
 		srv := &testServer{hold: hold}
 		c := newClient(t, grpcretry.WithAttemptTimeout(50*time.Millisecond), grpcretry.WithIdempotentMethods(unaryMethod),
-			grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+			grpcretry.WithRetry(retry.WithBackoff(quick())))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 		if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, retry.AttemptsExhausted) {
@@ -111,7 +112,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 	})
 	t.Run("caller deadline", func(t *testing.T) {
 		srv := &testServer{hold: hold}
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithClock(newFakeClock())))
+		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 		client := dial(t, serve(t, srv), c.DialOptions()...)
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()

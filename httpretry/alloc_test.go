@@ -32,7 +32,7 @@ func TestSuccessPathAllocs(t *testing.T) {
 		opts []httpretry.Option
 	}{
 		{"defaults (budget and breaker on)", nil},
-		{"no budget, no breaker", []httpretry.Option{httpretry.WithoutBudget(), httpretry.WithoutBreaker()}},
+		{"no budget, no breaker", []httpretry.Option{httpretry.WithBudget(nil), httpretry.WithBreaker(nil)}},
 		{"caller's idempotency key on a POST", nil},
 	}
 	for _, tt := range tests {
@@ -176,9 +176,9 @@ func BenchmarkRoundTripOverhead(b *testing.B) {
 	}{
 		{"base alone", nil},
 		{"defaults", nil},
-		{"no budget", []httpretry.Option{httpretry.WithoutBudget()}},
-		{"no breaker", []httpretry.Option{httpretry.WithoutBreaker()}},
-		{"no budget, no breaker", []httpretry.Option{httpretry.WithoutBudget(), httpretry.WithoutBreaker()}},
+		{"no budget", []httpretry.Option{httpretry.WithBudget(nil)}},
+		{"no breaker", []httpretry.Option{httpretry.WithBreaker(nil)}},
+		{"no budget, no breaker", []httpretry.Option{httpretry.WithBudget(nil), httpretry.WithBreaker(nil)}},
 		{"auto key (a POST)", []httpretry.Option{httpretry.WithAutoIdempotencyKey()}},
 		{"with a timeout", []httpretry.Option{httpretry.WithTimeout(time.Minute)}},
 	}

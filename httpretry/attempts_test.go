@@ -95,6 +95,8 @@ func TestAttemptHeaderAndCallerRequest(t *testing.T) {
 		{name: "GET with a timeout 503 200", opts: []httpretry.Option{httpretry.WithTimeout(time.Minute)}, method: "GET",
 			fails: 1, wantHdr: wantAttemptHeaders(2)},
 		{name: "GET with an observer 503 200", opts: []httpretry.Option{httpretry.WithObserver(observe.Func(func(context.Context, observe.Event) {}))},
+			method: "GET", fails: 1, asIs: true, wantHdr: wantAttemptHeaders(2)},
+		{name: "GET with an observer that tags attempts 503 200", opts: []httpretry.Option{httpretry.WithObserver(tagger{})},
 			method: "GET", fails: 1, wantHdr: wantAttemptHeaders(2)},
 		{name: "buffered body without GetBody 503 200", opts: []httpretry.Option{httpretry.WithBufferBodies(1024)}, method: "PUT",
 			body: func() io.Reader { return io.NopCloser(strings.NewReader("hand-made body")) }, fails: 1, wantHdr: wantAttemptHeaders(2)},
@@ -189,4 +191,14 @@ func TestRequestCopyDiff(t *testing.T) {
 			t.Errorf("diff misses a change of the %s", name)
 		}
 	}
+}
+
+// tagger is an observer that gives each attempt a context of its own.
+type tagger struct{}
+
+type tagKey struct{}
+
+func (tagger) Observe(context.Context, observe.Event) {}
+func (tagger) TagAttempt(ctx context.Context, e observe.Event) context.Context {
+	return context.WithValue(ctx, tagKey{}, e.Attempt)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -238,16 +239,6 @@ func TestTimeoutsCoverTheBody(t *testing.T) {
 	}
 }
 
-// checkingClock runs check at the start of every sleep, then sleeps no
-// time.
-type checkingClock struct{ check func() }
-
-func (c checkingClock) Now() time.Time { return time.Now() }
-func (c checkingClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.check()
-	return ctx.Err()
-}
-
 // A failed attempt's body is read and its connection handed back to the
 // pool before the sleep, not after it: with one connection per host, a
 // request made during the sleep gets through. The last response's body
@@ -276,7 +267,13 @@ func TestFailedBodyReleasedBeforeSleep(t *testing.T) {
 		}
 		readClose(t, resp)
 	}
-	tr, err := httpretry.NewTransport(base, httpretry.WithRetry(retry.WithClock(checkingClock{check}), retry.WithBackoff(smallBackoff(t))))
+	// The observer hears of each retry just before its sleep.
+	tr, err := httpretry.NewTransport(base, httpretry.WithRetry(retry.WithBackoff(smallBackoff(t))),
+		httpretry.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
+			if e.Kind == observe.Retry {
+				check()
+			}
+		})))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,8 @@ func TestWaitsBehindOpenBreaker(t *testing.T) {
 				waits.Add(1)
 			}
 		})
-		tr, err := httpretry.NewTransport(base, httpretry.WithoutBudget(), httpretry.WithObserver(obs),
-			httpretry.WithBreakerConfig(breaker.Config{MinCalls: 1, OpenFor: time.Second, Rand: func() float64 { return 0.5 }}))
+		tr, err := httpretry.NewTransport(base, httpretry.WithBudget(nil), httpretry.WithObserver(obs),
+			httpretry.WithBreaker(&breaker.Config{MinCalls: 1, OpenFor: time.Second, Rand: func() float64 { return 0.5 }}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,8 +122,8 @@ func TestProbesBeyondTheAttemptLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := &recordingBase{}
 		base.down.Store(true)
-		tr, err := httpretry.NewTransport(base, httpretry.WithoutBudget(),
-			httpretry.WithBreakerConfig(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Rand: func() float64 { return 0.5 }}))
+		tr, err := httpretry.NewTransport(base, httpretry.WithBudget(nil),
+			httpretry.WithBreaker(&breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Rand: func() float64 { return 0.5 }}))
 		if err != nil {
 			t.Fatal(err)
 		}

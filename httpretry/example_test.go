@@ -100,7 +100,7 @@ func ExampleWithFallback() {
 
 	quick, _ := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 10 * time.Millisecond})
 	cached := func(req *http.Request, err *retry.Error) (*http.Response, error) {
-		fmt.Println("fallback after", err.Attempts, "attempts:", err.Reason.String())
+		fmt.Println("fallback after", err.Attempts, "attempts:", err.Reason)
 		return &http.Response{
 			StatusCode: http.StatusOK,
 			Header:     http.Header{"Content-Type": {"text/plain"}},
@@ -118,13 +118,13 @@ func ExampleWithFallback() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, string(body))
 	// Output:
-	// fallback after 3 attempts: attempts exhausted
+	// fallback after 3 attempts: retry: attempts exhausted
 	// 200 yesterday's data
 }
 
-// Key tells the caller which idempotency key the transport made for a
+// IdempotencyKey tells the caller which idempotency key the transport made for a
 // POST, to log it or to look the payment up later.
-func ExampleKey() {
+func ExampleIdempotencyKey() {
 	var (
 		mu   sync.Mutex
 		seen string
@@ -139,7 +139,7 @@ func ExampleKey() {
 
 	client, _ := httpretry.NewClient(httpretry.WithAutoIdempotencyKey())
 	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"amount": 100}`))
-	key := httpretry.Key(resp, err)
+	key := httpretry.IdempotencyKey(resp, err)
 	if err != nil {
 		fmt.Println(err, key)
 		return
@@ -190,6 +190,6 @@ func Example_clientAndServer() {
 		panic(err)
 	}
 	_ = resp.Body.Close()
-	fmt.Println(resp.StatusCode, "key sent:", httpretry.Key(resp, nil) != "", "charges:", charges)
+	fmt.Println(resp.StatusCode, "key sent:", httpretry.IdempotencyKey(resp, nil) != "", "charges:", charges)
 	// Output: 201 key sent: true charges: 1
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
@@ -63,11 +64,11 @@ func TestFallback(t *testing.T) {
 	}{
 		{name: "attempts exhausted", handler: always503, calls: 1, reason: retry.AttemptsExhausted, attempts: 3},
 		{name: "budget exhausted", handler: always503, calls: 1, reason: retry.BudgetExhausted, attempts: 1,
-			opts: []httpretry.Option{httpretry.WithBudgetConfig(budget.Config{Ratio: -1, MinPerSecond: -1})}},
+			opts: []httpretry.Option{httpretry.WithBudget(&budget.Config{Ratio: -1, MinPerSecond: -1})}},
 		{name: "breaker tripped by the call", handler: always503, calls: 1, reason: retry.CircuitOpen, attempts: 1,
-			opts: []httpretry.Option{httpretry.WithBreakerConfig(tripFast())}},
+			opts: []httpretry.Option{httpretry.WithBreaker(tripFast())}},
 		{name: "breaker open before the call (fails fast)", handler: always503, calls: 2, reason: retry.CircuitOpen, attempts: 0,
-			opts: []httpretry.Option{httpretry.WithBreakerConfig(tripFast())}},
+			opts: []httpretry.Option{httpretry.WithBreaker(tripFast())}},
 		{name: "Retry-After beyond the deadline", handler: func(w http.ResponseWriter, r *http.Request, n int) {
 			w.Header().Set("Retry-After", "3600")
 			w.WriteHeader(503)
@@ -172,11 +173,11 @@ func TestGaveUpRetryAfter(t *testing.T) {
 		want    string
 	}{
 		{"circuit open", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) },
-			[]httpretry.Option{httpretry.WithBreakerConfig(tripFast())}, "circuit-open;attempts=1;retry-after=3600"},
+			[]httpretry.Option{httpretry.WithBreaker(tripFast())}, "circuit-open;attempts=1;retry-after=3600"},
 		{"circuit open, server's hint shorter than the open period", func(w http.ResponseWriter, r *http.Request, n int) {
 			w.Header().Set("Retry-After", "60")
 			w.WriteHeader(503)
-		}, []httpretry.Option{httpretry.WithBreakerConfig(tripFast())}, "circuit-open;attempts=1;retry-after=3600"},
+		}, []httpretry.Option{httpretry.WithBreaker(tripFast())}, "circuit-open;attempts=1;retry-after=3600"},
 		{"hint beyond the maximum", func(w http.ResponseWriter, r *http.Request, n int) {
 			w.Header().Set("Retry-After", "3600")
 			w.WriteHeader(503)
@@ -192,22 +193,24 @@ func TestGaveUpRetryAfter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, _ := serve(t, tt.handler)
-			tr, _ := newTransport(t, srv.Client().Transport, tt.opts...)
-			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-			if err != nil {
-				t.Fatalf("RoundTrip: %v", err)
-			}
-			readClose(t, resp)
-			if got := resp.Header.Get(wire.GiveUpHeader); got != tt.want {
-				t.Errorf("%s = %q, want %q", wire.GiveUpHeader, got, tt.want)
-			}
-			// What GaveUp reads is what the header says.
-			g, ok := gaveUp(resp)
-			want, wok := gaveUp(&http.Response{Header: http.Header{wire.GiveUpHeader: {tt.want}}})
-			if g != want || ok != wok || !ok {
-				t.Errorf("GaveUp = %+v, %v; want %+v, true", g, ok, want)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				srv, _ := serveMem(t, tt.handler)
+				tr, _ := newTransport(t, srv.Client().Transport, tt.opts...)
+				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				readClose(t, resp)
+				if got := resp.Header.Get(wire.GiveUpHeader); got != tt.want {
+					t.Errorf("%s = %q, want %q", wire.GiveUpHeader, got, tt.want)
+				}
+				// What GaveUp reads is what the header says.
+				g, ok := gaveUp(resp)
+				want, wok := gaveUp(&http.Response{Header: http.Header{wire.GiveUpHeader: {tt.want}}})
+				if g != want || ok != wok || !ok {
+					t.Errorf("GaveUp = %+v, %v; want %+v, true", g, ok, want)
+				}
+			})
 		})
 	}
 }
@@ -219,24 +222,26 @@ func TestFallbackCircuitOpenRetryAfter(t *testing.T) {
 	for _, calls := range []int{1, 2} {
 		name := map[int]string{1: "tripped by the call", 2: "open before the call"}[calls]
 		t.Run(name, func(t *testing.T) {
-			srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-			fb := &fallbackRecorder{}
-			tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithBreakerConfig(tripFast()), httpretry.WithFallback(fb.fallback))
-			for range calls {
-				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-				if err != nil {
-					t.Fatal(err)
+			synctest.Test(t, func(t *testing.T) {
+				srv, _ := serveMem(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
+				fb := &fallbackRecorder{}
+				tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithBreaker(tripFast()), httpretry.WithFallback(fb.fallback))
+				for range calls {
+					resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+					if err != nil {
+						t.Fatal(err)
+					}
+					readClose(t, resp)
 				}
-				readClose(t, resp)
-			}
-			_, errs := fb.calls()
-			if len(errs) != calls {
-				t.Fatalf("fallback called %d times, want %d", len(errs), calls)
-			}
-			got := errs[calls-1]
-			if d := retry.RetryAfter(got); d != time.Hour {
-				t.Errorf("retry.RetryAfter(%v) = %v, want the breaker's hour until its probe", got, d)
-			}
+				_, errs := fb.calls()
+				if len(errs) != calls {
+					t.Fatalf("fallback called %d times, want %d", len(errs), calls)
+				}
+				got := errs[calls-1]
+				if d := retry.RetryAfter(got); d != time.Hour {
+					t.Errorf("retry.RetryAfter(%v) = %v, want the breaker's hour until its probe", got, d)
+				}
+			})
 		})
 	}
 }

@@ -1,12 +1,10 @@
 package httpretry
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -30,34 +28,10 @@ func giveUpValue(re *retry.Error) string {
 		tok = giveUpTokens[re.Reason]
 	}
 	v := tok + ";attempts=" + strconv.Itoa(re.Attempts)
-	if d := retryIn(re); d > 0 {
+	if d := retry.RetryAfter(re); d > 0 { // the breaker's next probe round, the refused sleep or the server's hint
 		v += ";retry-after=" + strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 	}
 	return v
-}
-
-// retryIn returns how long until the host may be tried again, as far as a
-// give-up tells: the breaker's time until its next probe round, the sleep
-// the loop refused, or the server's hint.
-func retryIn(re *retry.Error) time.Duration {
-	var oe *breaker.OpenError
-	if errors.As(re, &oe) && oe.Wait > 0 {
-		return oe.Wait
-	}
-	if re.Delay > 0 {
-		return re.Delay
-	}
-	return retry.RetryAfter(re.Err)
-}
-
-// attemptValues returns the header values for attempts 1 to n, built once
-// per Transport: every attempt shares them and nobody modifies them.
-func attemptValues(n int) [][]string {
-	vs := make([][]string, n)
-	for i := range vs {
-		vs[i] = []string{strconv.Itoa(i + 1)}
-	}
-	return vs
 }
 
 // dontRetry reports whether the layer below said not to retry resp's

@@ -12,7 +12,7 @@ import (
 // back with wire.ParseGiveUp (the format is written here, parsed there).
 func TestGiveUpValueParses(t *testing.T) {
 	for r := retry.NotRetryable; r <= retry.CircuitOpen; r++ {
-		re := &retry.Error{Reason: r, Attempts: 2, Delay: 1500 * time.Millisecond}
+		re := &retry.Error{Reason: r, Attempts: 2, Err: &StatusError{Code: 503, After: 1500 * time.Millisecond}}
 		v := giveUpValue(re)
 		g, ok := wire.ParseGiveUp(v)
 		if !ok || g.Reason != giveUpTokens[r] || g.Attempts != 2 || g.RetryAfter != 2*time.Second {

@@ -17,60 +17,37 @@ import (
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
 
-// fakeClock is a retry.Clock whose Sleep records the delay and moves the
-// fake time forward at once, so nothing sleeps for real. Safe for
-// concurrent use.
-type fakeClock struct {
+// timeline is an observer that records the sleeps the retry loop chose
+// before its retries (the Delay of its Retry events), in order. It passes
+// every event on to next, if set. It is safe for concurrent use.
+type timeline struct {
+	next observe.Observer
+
 	mu     sync.Mutex
-	now    time.Time
 	sleeps []time.Duration
 }
 
-// newFakeClock starts at a whole second, so that HTTP-dates (whole
-// seconds) computed from it are exact.
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
+func (tl *timeline) Observe(ctx context.Context, e observe.Event) {
+	if e.Kind == observe.Retry {
+		tl.mu.Lock()
+		tl.sleeps = append(tl.sleeps, e.Delay)
+		tl.mu.Unlock()
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
+	if tl.next != nil {
+		tl.next.Observe(ctx, e)
+	}
 }
 
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.sleeps)
-}
-
-// blockingClock sleeps until the context ends, and reports each sleep
-// that starts on started.
-type blockingClock struct {
-	started chan struct{}
-}
-
-func (c *blockingClock) Now() time.Time { return time.Now() }
-
-func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.started <- struct{}{}
-	<-ctx.Done()
-	return ctx.Err()
+// Sleeps returns a copy of the recorded sleeps.
+func (tl *timeline) Sleeps() []time.Duration {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return slices.Clone(tl.sleeps)
 }
 
 // smallBackoff is full jitter with a 1 ms base: every backoff delay is
@@ -84,17 +61,18 @@ func smallBackoff(t *testing.T) *backoff.Backoff {
 	return b
 }
 
-// newTransport builds a Transport over base with a fake clock and a small
-// backoff (both overridable by opts).
-func newTransport(t *testing.T, base http.RoundTripper, opts ...httpretry.Option) (*httpretry.Transport, *fakeClock) {
+// newTransport builds a Transport over base with a small backoff and a
+// timeline of its sleeps as its observer (both overridable by opts: a
+// test's own observer replaces the timeline).
+func newTransport(t *testing.T, base http.RoundTripper, opts ...httpretry.Option) (*httpretry.Transport, *timeline) {
 	t.Helper()
-	clock := newFakeClock()
-	all := append([]httpretry.Option{httpretry.WithRetry(retry.WithClock(clock), retry.WithBackoff(smallBackoff(t)))}, opts...)
+	tl := &timeline{}
+	all := append([]httpretry.Option{httpretry.WithRetry(retry.WithBackoff(smallBackoff(t))), httpretry.WithObserver(tl)}, opts...)
 	tr, err := httpretry.NewTransport(base, all...)
 	if err != nil {
 		t.Fatalf("NewTransport: %v", err)
 	}
-	return tr, clock
+	return tr, tl
 }
 
 // observed is what a test server saw: one entry per request.
@@ -139,6 +117,48 @@ func serve(t *testing.T, h func(w http.ResponseWriter, r *http.Request, n int)) 
 	}))
 	t.Cleanup(srv.Close)
 	return srv, o
+}
+
+// memServer is a server in memory: its handler runs in the calling
+// goroutine, with no socket, so that it can serve a test in a synctest
+// bubble (where a socket would keep the bubble from ever idling, and its
+// time from moving). Its Client's Transport is the in-memory one.
+type memServer struct {
+	URL string
+	h   http.Handler
+}
+
+func (m *memServer) Client() *http.Client { return &http.Client{Transport: memTransport{m.h}} }
+
+// memTransport serves requests with a handler, in memory.
+type memTransport struct{ h http.Handler }
+
+func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := r.Context().Err(); err != nil {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return nil, err
+	}
+	if r.Body == nil {
+		r = r.Clone(r.Context())
+		r.Body = http.NoBody
+	}
+	rec := httptest.NewRecorder()
+	m.h.ServeHTTP(rec, r)
+	_ = r.Body.Close()
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
+}
+
+// serveMem is serve with a server in memory (see memServer).
+func serveMem(t *testing.T, h func(w http.ResponseWriter, r *http.Request, n int)) (*memServer, *observed) {
+	t.Helper()
+	o := &observed{}
+	return &memServer{URL: "http://dependency.test/", h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h(w, r, o.record(r))
+	})}, o
 }
 
 // attemptValue returns the AttemptHeader values of h joined by commas: ""
@@ -292,12 +312,12 @@ func getClose(t *testing.T, rt http.RoundTripper, url string) (*http.Response, e
 	return resp, err
 }
 
-// outage starts a server that answers 503 until end is called, and 200
-// after.
-func outage(t *testing.T) (srv *httptest.Server, end func()) {
+// outage starts a server in memory that answers 503 until end is called,
+// and 200 after.
+func outage(t *testing.T) (srv *memServer, end func()) {
 	var down atomic.Bool
 	down.Store(true)
-	srv, _ = serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	srv, _ = serveMem(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}

@@ -45,13 +45,14 @@ func TestZeroTransport(t *testing.T) {
 		t.Errorf("server saw attempt headers %q, want [\"\" 2]", attempts)
 	}
 	hs := tr.Hosts()
-	if len(hs) != 1 || hs[0].Host != hostOf(t, srv.URL) || !hs[0].HasBudget || !hs[0].HasBreaker {
+	g, ok := hs[hostOf(t, srv.URL)]
+	if len(hs) != 1 || !ok || g.Budget == nil || g.Breaker == nil {
 		t.Fatalf("Hosts() = %+v, want the server's host with a budget and a breaker", hs)
 	}
-	if b := hs[0].Budget; b.Requests != 1 || b.Retries != 1 {
+	if b := g.Budget.(*budget.Budget).Stats(); b.Requests != 1 || b.Retries != 1 {
 		t.Errorf("budget window = %+v, want 1 request and 1 retry", b)
 	}
-	if s := hs[0].Breaker; s.State != breaker.Closed || s.Calls != 2 || s.Failures != 1 {
+	if s := g.Breaker.Snapshot(); s.State != breaker.Closed || s.Calls != 2 || s.Failures != 1 {
 		t.Errorf("breaker = %+v, want closed with 2 calls, 1 failure", s)
 	}
 }
@@ -61,7 +62,7 @@ func TestHosts(t *testing.T) {
 	bad, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 	good, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
 	t.Run("defaults", func(t *testing.T) {
-		tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(tripFast()))
+		tr, _ := newTransport(t, nil, httpretry.WithBreaker(tripFast()))
 		_, _ = getClose(t, tr, bad.URL)
 		_, _ = getClose(t, tr, bad.URL) // rejected by the open breaker: deposits, sends nothing
 		_, _ = getClose(t, tr, good.URL)
@@ -78,28 +79,25 @@ func TestHosts(t *testing.T) {
 			hostOf(t, bad.URL):  {1, 0, breaker.Open}, // the breaker rejected the second call before its first attempt
 			hostOf(t, good.URL): {3, 3, breaker.Closed},
 		}
-		for i, h := range hs {
-			if i > 0 && hs[i-1].Host >= h.Host {
-				t.Errorf("Hosts() not sorted: %q before %q", hs[i-1].Host, h.Host)
-			}
-			w, ok := want[h.Host]
-			if !ok || !h.HasBudget || !h.HasBreaker {
-				t.Errorf("Hosts() holds %+v, want one of %v with budget and breaker", h, want)
+		for host, g := range hs {
+			w, ok := want[host]
+			if !ok || g.Budget == nil || g.Breaker == nil {
+				t.Errorf("Hosts() holds %s: %+v, want one of %v with budget and breaker", host, g, want)
 				continue
 			}
-			if h.Budget.Requests != w.requests || h.Budget.Retries != 0 {
-				t.Errorf("host %s budget = %+v, want %d requests, no retries", h.Host, h.Budget, w.requests)
+			if b := g.Budget.(*budget.Budget).Stats(); b.Requests != w.requests || b.Retries != 0 {
+				t.Errorf("host %s budget = %+v, want %d requests, no retries", host, b, w.requests)
 			}
-			if h.Breaker.State != w.state || h.Breaker.Calls != w.calls {
-				t.Errorf("host %s breaker = %+v, want %v with %d calls", h.Host, h.Breaker, w.state, w.calls)
+			if s := g.Breaker.Snapshot(); s.State != w.state || s.Calls != w.calls {
+				t.Errorf("host %s breaker = %+v, want %v with %d calls", host, s, w.state, w.calls)
 			}
 		}
 	})
 	t.Run("without budget and breaker", func(t *testing.T) {
-		tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker())
+		tr, _ := newTransport(t, nil, httpretry.WithBudget(nil), httpretry.WithBreaker(nil))
 		_, _ = getClose(t, tr, good.URL)
 		hs := tr.Hosts()
-		if len(hs) != 1 || hs[0].HasBudget || hs[0].HasBreaker || hs[0].Host != hostOf(t, good.URL) {
+		if g, ok := hs[hostOf(t, good.URL)]; len(hs) != 1 || !ok || g != (retry.Guards{}) {
 			t.Errorf("Hosts() = %+v, want the host without budget or breaker", hs)
 		}
 	})
@@ -107,7 +105,7 @@ func TestHosts(t *testing.T) {
 		tr, _ := newTransport(t, nil, httpretry.WithMaxHosts(1))
 		_, _ = getClose(t, tr, bad.URL)
 		_, _ = getClose(t, tr, good.URL)
-		if hs := tr.Hosts(); len(hs) != 1 || hs[0].Host != hostOf(t, good.URL) {
+		if hs := tr.Hosts(); len(hs) != 1 || hs[hostOf(t, good.URL)] == (retry.Guards{}) {
 			t.Errorf("Hosts() = %+v, want only the host seen last", hs)
 		}
 	})
@@ -170,9 +168,9 @@ func TestWithGuards(t *testing.T) {
 	if len(hs) != 2 {
 		t.Fatalf("Hosts() = %+v, want A and B", hs)
 	}
-	for _, h := range hs {
-		if !h.HasBudget || !h.HasBreaker || h.Breaker.State != breaker.Open {
-			t.Errorf("Hosts() holds %+v, want the guards' budget and the open shared breaker", h)
+	for host, g := range hs {
+		if g.Budget == nil || g.Breaker != shared || shared.State() != breaker.Open {
+			t.Errorf("Hosts() holds %s: %+v, want the guards' budget and the open shared breaker", host, g)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
@@ -67,8 +68,8 @@ func TestEmptyKeyIsNoKey(t *testing.T) {
 		}
 		readClose(t, resp)
 		_, keys, _ := obs.snapshot()
-		if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] || keys[0] != httpretry.Key(resp, nil) {
-			t.Errorf("keys sent %q, Key = %q; want one generated key on both attempts", keys, httpretry.Key(resp, nil))
+		if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] || keys[0] != httpretry.IdempotencyKey(resp, nil) {
+			t.Errorf("keys sent %q, Key = %q; want one generated key on both attempts", keys, httpretry.IdempotencyKey(resp, nil))
 		}
 	})
 }
@@ -100,57 +101,57 @@ func TestInProgress409(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var clock *fakeClock
-			srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-				if n > 1 {
-					w.WriteHeader(http.StatusCreated)
+			synctest.Test(t, func(t *testing.T) {
+				srv, obs := serveMem(t, func(w http.ResponseWriter, r *http.Request, n int) {
+					if n > 1 {
+						w.WriteHeader(http.StatusCreated)
+						return
+					}
+					switch tt.retryAfter {
+					case "":
+					case "empty":
+						w.Header()["Retry-After"] = []string{""}
+					case "date":
+						w.Header().Set("Retry-After", time.Now().Add(3*time.Second).Format(http.TimeFormat))
+					default:
+						w.Header().Set("Retry-After", tt.retryAfter)
+					}
+					http.Error(w, "in progress", http.StatusConflict)
+				})
+				tr, clock := newTransport(t, srv.Client().Transport, tt.opts...)
+				req := newRequest(t, context.Background(), tt.method, srv.URL, strings.NewReader("body"))
+				if tt.key != "" {
+					req.Header.Set(idempotency.Header, tt.key)
+				}
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				readClose(t, resp)
+				sleeps := clock.Sleeps()
+				if obs.count() != tt.attempts {
+					t.Fatalf("%d attempts (sleeps %v), want %d", obs.count(), sleeps, tt.attempts)
+				}
+				if tt.attempts == 1 {
+					if resp.StatusCode != http.StatusConflict || len(sleeps) != 0 {
+						t.Errorf("RoundTrip = %d after sleeps %v, want the 409 at once", resp.StatusCode, sleeps)
+					}
 					return
 				}
-				switch tt.retryAfter {
-				case "":
-				case "empty":
-					w.Header()["Retry-After"] = []string{""}
-				case "date":
-					w.Header().Set("Retry-After", clock.Now().Add(3*time.Second).Format(http.TimeFormat))
-				default:
-					w.Header().Set("Retry-After", tt.retryAfter)
+				if resp.StatusCode != http.StatusCreated || len(sleeps) != 1 {
+					t.Fatalf("RoundTrip = %d after sleeps %v, want 201 after one sleep", resp.StatusCode, sleeps)
 				}
-				http.Error(w, "in progress", http.StatusConflict)
+				if sleeps[0] < 3*time.Second {
+					t.Errorf("slept %v before the retry, want at least the Retry-After of 3s", sleeps[0])
+				}
 			})
-			var tr *httpretry.Transport
-			tr, clock = newTransport(t, srv.Client().Transport, tt.opts...)
-			req := newRequest(t, context.Background(), tt.method, srv.URL, strings.NewReader("body"))
-			if tt.key != "" {
-				req.Header.Set(idempotency.Header, tt.key)
-			}
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Fatalf("RoundTrip: %v", err)
-			}
-			readClose(t, resp)
-			sleeps := clock.Sleeps()
-			if obs.count() != tt.attempts {
-				t.Fatalf("%d attempts (sleeps %v), want %d", obs.count(), sleeps, tt.attempts)
-			}
-			if tt.attempts == 1 {
-				if resp.StatusCode != http.StatusConflict || len(sleeps) != 0 {
-					t.Errorf("RoundTrip = %d after sleeps %v, want the 409 at once", resp.StatusCode, sleeps)
-				}
-				return
-			}
-			if resp.StatusCode != http.StatusCreated || len(sleeps) != 1 {
-				t.Fatalf("RoundTrip = %d after sleeps %v, want 201 after one sleep", resp.StatusCode, sleeps)
-			}
-			if sleeps[0] < 3*time.Second {
-				t.Errorf("slept %v before the retry, want at least the Retry-After of 3s", sleeps[0])
-			}
 		})
 	}
 }
 
-// TestKey reads back the key a request was sent with, from the response
+// TestIdempotencyKey reads back the key a request was sent with, from the response
 // and from the error.
-func TestKey(t *testing.T) {
+func TestIdempotencyKey(t *testing.T) {
 	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
 	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithAutoIdempotencyKey())
 
@@ -162,7 +163,7 @@ func TestKey(t *testing.T) {
 		readClose(t, resp)
 		_, keys, _ := obs.snapshot()
 		sent := keys[len(keys)-1]
-		if k := httpretry.Key(resp, nil); k == "" || k != sent {
+		if k := httpretry.IdempotencyKey(resp, nil); k == "" || k != sent {
 			t.Errorf("Key(resp, nil) = %q, want the key sent, %q", k, sent)
 		}
 		if _, err := idempotency.ParseKey(sent); err != nil {
@@ -178,7 +179,7 @@ func TestKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			readClose(t, resp)
-			if k := httpretry.Key(resp, nil); k != "mine" {
+			if k := httpretry.IdempotencyKey(resp, nil); k != "mine" {
 				t.Errorf("Key with the caller's %s = %q, want %q", field, k, "mine")
 			}
 		}
@@ -206,7 +207,7 @@ func TestKey(t *testing.T) {
 				t.Errorf("attempt key %q, want %q on every attempt", got, sentKey)
 			}
 		}
-		if k := httpretry.Key(nil, err); k == "" || k != sentKey {
+		if k := httpretry.IdempotencyKey(nil, err); k == "" || k != sentKey {
 			t.Errorf("Key(nil, %v) = %q, want the key sent, %q", err, k, sentKey)
 		}
 		if !errors.Is(err, retry.AttemptsExhausted) {
@@ -218,10 +219,10 @@ func TestKey(t *testing.T) {
 		}
 	})
 	t.Run("none", func(t *testing.T) {
-		if k := httpretry.Key(nil, nil); k != "" {
+		if k := httpretry.IdempotencyKey(nil, nil); k != "" {
 			t.Errorf("Key(nil, nil) = %q", k)
 		}
-		if k := httpretry.Key(nil, errors.New("x")); k != "" {
+		if k := httpretry.IdempotencyKey(nil, errors.New("x")); k != "" {
 			t.Errorf("Key(nil, plain error) = %q", k)
 		}
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
@@ -229,7 +230,7 @@ func TestKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		readClose(t, resp)
-		if k := httpretry.Key(resp, nil); k != "" {
+		if k := httpretry.IdempotencyKey(resp, nil); k != "" {
 			t.Errorf("Key of a GET = %q, want none", k)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
@@ -42,13 +43,6 @@ func ev(e observe.Event) string {
 	var l eventLog
 	l.Observe(context.Background(), e)
 	return l.events[0]
-}
-
-// advance moves the fake clock forward by d without a sleep.
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // TestObserverEvents checks the exact events of a call: every attempt's
@@ -107,19 +101,21 @@ func TestObserverEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, _ := serve(t, tt.handler)
-			log := &eventLog{}
-			tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log))
-			if _, err := getClose(t, tr, srv.URL); err != nil {
-				t.Fatal(err)
-			}
-			var want []string
-			for _, e := range tt.want(hostOf(t, srv.URL)) {
-				want = append(want, ev(e))
-			}
-			if got := log.take(); !slices.Equal(got, want) {
-				t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-			}
+			synctest.Test(t, func(t *testing.T) {
+				srv, _ := serveMem(t, tt.handler)
+				log := &eventLog{}
+				tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log))
+				if _, err := getClose(t, tr, srv.URL); err != nil {
+					t.Fatal(err)
+				}
+				var want []string
+				for _, e := range tt.want(hostOf(t, srv.URL)) {
+					want = append(want, ev(e))
+				}
+				if got := log.take(); !slices.Equal(got, want) {
+					t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+			})
 		})
 	}
 }
@@ -127,40 +123,42 @@ func TestObserverEvents(t *testing.T) {
 // TestObserverBreakerState: each state change of a host's breaker is an
 // event with the host, in order.
 func TestObserverBreakerState(t *testing.T) {
-	srv, endOutage := outage(t)
-	host := hostOf(t, srv.URL)
-	log := &eventLog{}
-	tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log), httpretry.WithBreakerConfig(tripFast()))
-	_, _ = getClose(t, tr, srv.URL)
-	e503 := &httpretry.StatusError{Code: 503}
-	want := []string{
-		ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 1}),
-		ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503}),
-		ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "closed", To: "open"}),
-		ev(observe.Event{Kind: observe.GiveUp, Name: host, Attempt: 1, Reason: "circuit open", Err: e503}),
-	}
-	if got := log.take(); !slices.Equal(got, want) {
-		t.Errorf("events of the call that tripped the breaker:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-
-	// The host is back; an hour later the breaker probes with 3 calls and
-	// closes.
-	endOutage()
-	clock.advance(time.Hour)
-	for range 3 {
+	synctest.Test(t, func(t *testing.T) {
+		srv, endOutage := outage(t)
+		host := hostOf(t, srv.URL)
+		log := &eventLog{}
+		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithObserver(log), httpretry.WithBreaker(tripFast()))
 		_, _ = getClose(t, tr, srv.URL)
-	}
-	var states []string
-	for _, e := range log.take() {
-		if strings.HasPrefix(e, observe.BreakerState.String()+" ") {
-			states = append(states, e)
+		e503 := &httpretry.StatusError{Code: 503}
+		want := []string{
+			ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 1}),
+			ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503}),
+			ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "closed", To: "open"}),
+			ev(observe.Event{Kind: observe.GiveUp, Name: host, Attempt: 1, Reason: "circuit open", Err: e503}),
 		}
-	}
-	want = []string{
-		ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "open", To: "half-open"}),
-		ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "half-open", To: "closed"}),
-	}
-	if !slices.Equal(states, want) {
-		t.Errorf("state changes on recovery:\n%s\nwant:\n%s", strings.Join(states, "\n"), strings.Join(want, "\n"))
-	}
+		if got := log.take(); !slices.Equal(got, want) {
+			t.Errorf("events of the call that tripped the breaker:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+
+		// The host is back; an hour later the breaker probes with 3 calls and
+		// closes.
+		endOutage()
+		time.Sleep(time.Hour)
+		for range 3 {
+			_, _ = getClose(t, tr, srv.URL)
+		}
+		var states []string
+		for _, e := range log.take() {
+			if strings.HasPrefix(e, observe.BreakerState.String()+" ") {
+				states = append(states, e)
+			}
+		}
+		want = []string{
+			ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "open", To: "half-open"}),
+			ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "half-open", To: "closed"}),
+		}
+		if !slices.Equal(states, want) {
+			t.Errorf("state changes on recovery:\n%s\nwant:\n%s", strings.Join(states, "\n"), strings.Join(want, "\n"))
+		}
+	})
 }

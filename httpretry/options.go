@@ -1,7 +1,6 @@
 package httpretry
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,26 +12,18 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-// DefaultMaxHosts is the default bound on the number of destination hosts
-// whose budget and breaker a [Transport] keeps; see [WithMaxHosts].
-const DefaultMaxHosts = 1024
-
-// maxAttemptsLimit bounds the attempts a transport makes per request (the
-// attempt header values are built once per transport).
-const maxAttemptsLimit = 100
-
-// ErrInvalidOption is wrapped by every error [NewTransport] and [NewClient]
-// return for a bad option value.
-var ErrInvalidOption = errors.New("httpretry: invalid option")
+// defaultMaxHosts is the default bound on the number of destination hosts
+// whose guards a Transport keeps; see WithMaxHosts.
+const defaultMaxHosts = 1024
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+	return fmt.Errorf("httpretry: invalid option: "+format, args...)
 }
 
 // config is what options set; it is unexported so that an Option only ever
 // applies to a Transport being built.
 type config struct {
-	retry          []retry.Option
+	schedule       []retry.ScheduleOption
 	timeout        time.Duration
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
@@ -51,23 +42,27 @@ type config struct {
 // [NewClient]. Options are applied in order, a later one overriding an
 // earlier one; a nil Option is ignored. An Option is a value: it may be
 // passed to any number of constructors.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
 
-// WithRetry sets the retry options of every host's policy (package retry):
-// retry.WithMaxAttempts (at most 100 here), retry.WithBackoff,
-// retry.WithMaxRetryAfter, retry.WithExactRetryAfter, retry.WithClock. The
-// transport sets the rest itself, after these: the classifier (HTTP
-// statuses), the budget and breaker of each host, and the name, observer
-// and logger (labelled with the host; use [WithObserver] and [WithLogger]).
-// Timeouts are the transport's own, because they cover the reading of the
-// response body: retry.WithTimeout and retry.WithAttemptTimeout are
-// rejected; use [WithTimeout] and [WithAttemptTimeout]. A later WithRetry
-// adds to the earlier ones.
-func WithRetry(opts ...retry.Option) Option {
-	return func(c *config) error {
-		c.retry = append(c.retry[:len(c.retry):len(c.retry)], opts...)
+// option is an Option.
+type option func(*config) error
+
+func (o option) apply(c *config) error { return o(c) }
+
+// WithRetry sets the schedule of every host's retries (package retry):
+// retry.WithMaxAttempts, retry.WithBackoff, retry.WithMaxRetryAfter. The
+// transport sets the rest of each host's policy itself: the classifier
+// (HTTP statuses), the host's guards, its name and the observer (use
+// [WithObserver] and [WithLogger]); its timeouts are the transport's own,
+// because they cover the reading of the response body ([WithTimeout],
+// [WithAttemptTimeout]). A later WithRetry adds to the earlier ones.
+func WithRetry(opts ...retry.ScheduleOption) Option {
+	return option(func(c *config) error {
+		c.schedule = append(c.schedule[:len(c.schedule):len(c.schedule)], opts...)
 		return nil
-	}
+	})
 }
 
 // WithTimeout sets an overall deadline for each request: d from the start
@@ -77,13 +72,13 @@ func WithRetry(opts ...retry.Option) Option {
 // counts; the earlier one wins. d = 0 means none (the default); a negative
 // d is an error.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if d < 0 {
 			return invalid("timeout %v must not be negative", d)
 		}
 		c.timeout = d
 		return nil
-	}
+	})
 }
 
 // WithAttemptTimeout caps each attempt at d, until the response headers
@@ -92,86 +87,78 @@ func WithTimeout(d time.Duration) Option {
 // retried like a network timeout. d = 0 means no cap (the default); a
 // negative d is an error.
 func WithAttemptTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if d < 0 {
 			return invalid("attempt timeout %v must not be negative", d)
 		}
 		c.attemptTimeout = d
 		return nil
-	}
+	})
 }
 
-// WithBudgetConfig sets the configuration of the retry budget each
-// destination host gets (retries stay below Ratio of that host's requests
-// over the window). The default is the zero budget.Config: 10% plus 1 per
-// second over 10 s. A nil cfg.Now uses the retry policy's clock.
-func WithBudgetConfig(cfg budget.Config) Option {
-	return func(c *config) error {
-		c.budget = &cfg
+// WithBudget sets the configuration of the retry budget each destination
+// host gets (retries stay below Ratio of that host's requests over the
+// window); nil turns the budget off: only the attempt limit bounds the
+// retries. The default is the zero budget.Config: 10% plus 1 per second
+// over 10 s.
+func WithBudget(cfg *budget.Config) Option {
+	return option(func(c *config) error {
+		if cfg != nil {
+			cp := *cfg
+			cfg = &cp
+		}
+		c.budget = cfg
 		return nil
-	}
+	})
 }
 
-// WithoutBudget turns the per-host retry budget off: only the attempt
-// limit bounds the retries.
-func WithoutBudget() Option {
-	return func(c *config) error {
-		c.budget = nil
+// WithBreaker sets the configuration of the circuit breaker each
+// destination host gets; nil turns the breaker off. The default is the
+// zero breaker.Config: trips at 50% failures over 10 s (at least 20 calls),
+// probes with 3 calls about every second. The transport's logger and
+// observer hear of its state changes, with the host, besides
+// cfg.OnStateChange.
+func WithBreaker(cfg *breaker.Config) Option {
+	return option(func(c *config) error {
+		if cfg != nil {
+			cp := *cfg
+			cfg = &cp
+		}
+		c.breaker = cfg
 		return nil
-	}
+	})
 }
 
-// WithBreakerConfig sets the configuration of the circuit breaker each
-// destination host gets. The default is the zero breaker.Config: trips at
-// 50% failures over 10 s (at least 20 calls), probes with 3 calls about
-// every second. A nil cfg.Now uses the retry policy's clock; the
-// transport's logger and observer hear of its state changes, with the host,
-// besides cfg.OnStateChange.
-func WithBreakerConfig(cfg breaker.Config) Option {
-	return func(c *config) error {
-		c.breaker = &cfg
-		return nil
-	}
-}
-
-// WithoutBreaker turns the per-host circuit breaker off.
-func WithoutBreaker() Option {
-	return func(c *config) error {
-		c.breaker = nil
-		return nil
-	}
-}
-
-// WithGuards makes f supply the budget and breaker of each destination
-// host, instead of the transport building them from [WithBudgetConfig] and
-// [WithBreakerConfig]: for guards shared with other transports, or across a
-// fleet of processes. f is called once per host (lower-cased URL.Host),
+// WithGuards makes f supply the guards (retry budget and circuit breaker)
+// of each destination host, instead of the transport building them from
+// [WithBudget] and [WithBreaker]: for guards shared with other transports,
+// or across a fleet of processes. f is called once per host (lower-cased URL.Host),
 // when the host is first seen, and again if the host was evicted from the
 // table ([WithMaxHosts]); an error fails that request. It must be safe for
 // concurrent use. Breaker state changes reach the transport's logger and
 // observer only if f wires them (breaker.Config.OnStateChange).
 func WithGuards(f func(host string) (retry.Guards, error)) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if f == nil {
 			return invalid("nil guards func")
 		}
 		c.guards = f
 		return nil
-	}
+	})
 }
 
 // WithAutoIdempotencyKey makes the transport give every request whose
 // method is not idempotent (POST, PATCH, ...) and that carries no
 // Idempotency-Key an Idempotency-Key of its own, made with
 // idempotency.NewKey once per RoundTrip, before the first attempt, and
-// sent unchanged on every attempt ([Key] returns it). Such requests then
+// sent unchanged on every attempt ([IdempotencyKey] returns it). Such requests then
 // become retryable. Only use it against servers that honour the key (e.g.
 // behind idempotency middleware). Off by default.
 func WithAutoIdempotencyKey() Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		c.autoKey = true
 		return nil
-	}
+	})
 }
 
 // WithBufferBodies lets the transport retry requests whose body has no
@@ -183,13 +170,13 @@ func WithAutoIdempotencyKey() Option {
 // than maxBytes+1 bytes ahead. maxBytes must be positive. Off by default:
 // a body without GetBody is sent once.
 func WithBufferBodies(maxBytes int64) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if maxBytes <= 0 {
 			return invalid("buffer limit %d must be positive", maxBytes)
 		}
 		c.bufferBodies = maxBytes
 		return nil
-	}
+	})
 }
 
 // WithRefreshOn401 sets a hook for 401 Unauthorized, which is never
@@ -205,10 +192,10 @@ func WithBufferBodies(maxBytes int64) Option {
 // refresh must be safe for concurrent use. nil (the default) means a 401
 // is returned to the caller.
 func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		c.refresh = refresh
 		return nil
-	}
+	})
 }
 
 // WithFallback sets what the caller gets when the transport gives up on a
@@ -224,20 +211,22 @@ func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Op
 // gets no fallback. fallback must be safe for concurrent use. nil (the
 // default) means no fallback.
 func WithFallback(fallback func(req *http.Request, err *retry.Error) (*http.Response, error)) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		c.fallback = fallback
 		return nil
-	}
+	})
 }
 
 // WithLogger logs to l, each record with the attribute "host": one Warn per
-// state change of a host's breaker, and the retry loop's per-call records
-// at Debug (see retry.WithLogger). nil means silent, the default.
+// state change of a host's breaker, and a record per retry ("retry:
+// retrying") and per give-up ("retry: giving up") at Debug, the event as a
+// group under the key "retry": per-call records are for debugging, never a
+// log storm during an outage. nil means silent, the default.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		c.logger = l
 		return nil
-	}
+	})
 }
 
 // WithObserver reports what the transport does to o (package observe):
@@ -245,23 +234,23 @@ func WithLogger(l *slog.Logger) Option {
 // state changes of the hosts' breakers, each event named with its host.
 // nil means no observer, the default.
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		c.observer = o
 		return nil
-	}
+	})
 }
 
 // WithMaxHosts bounds how many destination hosts (URL.Host, lower-cased)
 // the transport keeps a budget and a breaker for; n must be positive. When
 // a new host arrives and the table is full, the host that entered it first
 // is forgotten (its budget and breaker start afresh if it comes back). The
-// default is [DefaultMaxHosts].
+// default is 1024.
 func WithMaxHosts(n int) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if n < 1 {
 			return invalid("max hosts %d must be positive", n)
 		}
 		c.maxHosts = n
 		return nil
-	}
+	})
 }

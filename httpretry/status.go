@@ -53,15 +53,17 @@ func IsRetryableStatus(code int) bool {
 	return false
 }
 
-// IsRetryable is the HTTP classifier, for a retry loop around HTTP calls. A
-// give-up of a retry loop below ([*retry.Error], [retry.Reason]) is not
-// retryable (one layer retries). An error carrying a status code (a StatusCode() int method, like
-// [*StatusError]) is retryable if [IsRetryableStatus] (a 404 is never
+// IsRetryable is the HTTP classifier, for a retry loop around HTTP calls
+// (retry.WithClassifier(httpretry.IsRetryable)). A give-up of a retry loop
+// below ([*retry.Error], [retry.Reason]) is not retryable (one layer
+// retries). An error carrying a status code (a StatusCode() int method,
+// like [*StatusError]) is retryable if [IsRetryableStatus] (a 404 is never
 // retried, even with a Retry-After); otherwise an error from a round trip
 // that got no response is retryable if it is a transport failure (see
 // [retry.IsRetryable], plus io.EOF before any response and any network
 // operation error), but not a DNS "no such host", a TLS certificate error
-// or a malformed request.
+// or a malformed request. Like every classifier, it is asked about errors
+// without a retry.Permanent mark: the loop stops on a marked error itself.
 func IsRetryable(err error) bool {
 	var re *retry.Error
 	var r retry.Reason
@@ -70,12 +72,12 @@ func IsRetryable(err error) bool {
 	}
 	var sc interface{ StatusCode() int }
 	if errors.As(err, &sc) && sc.StatusCode() > 0 {
-		return !retry.IsPermanent(err) && IsRetryableStatus(sc.StatusCode())
+		return IsRetryableStatus(sc.StatusCode())
 	}
 	if retry.IsRetryable(err) {
 		return true
 	}
-	if retry.IsPermanent(err) || err == nil {
+	if err == nil {
 		return false
 	}
 	return transportFailure(err)

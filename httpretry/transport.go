@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,12 +36,10 @@ import (
 // 503, 504, an in-progress 409), those of requests that may not be retried
 // included; any other answer is a success (the host answered).
 type Transport struct {
-	once        sync.Once
-	base        http.RoundTripper
-	cfg         config
-	clock       retry.Clock // the policies' clock; nil: the system clock
-	attemptVals [][]string  // attemptVals[n-1] is the wire.AttemptHeader value of attempt n
-	hosts       *hosts
+	once  sync.Once
+	base  http.RoundTripper
+	cfg   config
+	hosts *hosts
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -52,13 +49,13 @@ var _ http.RoundTripper = (*Transport)(nil)
 // full-jitter backoff (base 100 ms, cap 10 s), honours Retry-After up to 1
 // minute (spread above it), keeps a retry budget (10% plus 1 per second)
 // and a circuit breaker (50% of at least 20 calls over 10 s; probes every
-// second) per destination host (at most [DefaultMaxHosts] hosts), has no
-// timeout of its own (the request context's deadline counts, and lets a
+// second) per destination host (at most 1024 hosts, see [WithMaxHosts]),
+// has no timeout of its own (the request context's deadline counts, and lets a
 // request wait behind an open breaker), does not buffer bodies or make
 // idempotency keys, and logs nothing.
 //
-// A bad option value makes NewTransport return an error wrapping
-// [ErrInvalidOption]; it never panics.
+// A bad option value makes NewTransport return an error that says which;
+// it never panics.
 func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
 	t := new(Transport)
 	var err error
@@ -69,43 +66,32 @@ func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
 	return t, nil
 }
 
-// init builds t; it runs once per Transport.
+// init builds t; it runs once per Transport. The options are applied, and
+// one destination built, in one pass down the layers (the policy's options
+// are checked by retry.New, the guards' configurations by budget.New and
+// breaker.New): nothing is built to be read back.
 func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, maxHosts: DefaultMaxHosts}
+	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, maxHosts: defaultMaxHosts}
 	for _, o := range opts {
 		if o == nil {
 			continue
 		}
-		if err := o(&c); err != nil {
+		if err := o.apply(&c); err != nil {
 			return err
 		}
 	}
-	probe, err := retry.New(c.retry...)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	if n := probe.MaxAttempts(); n > maxAttemptsLimit {
-		return invalid("max attempts %d must be at most %d", n, maxAttemptsLimit)
-	}
-	if call, attempt := probe.Timeouts(); call != 0 || attempt != 0 {
-		return invalid("retry.WithTimeout and retry.WithAttemptTimeout do not cover the response body: use httpretry.WithTimeout and WithAttemptTimeout")
-	}
-	t.base, t.cfg, t.clock = base, c, probe.Clock()
-	t.attemptVals = attemptValues(probe.MaxAttempts())
-	layer := &guards.Layer{Component: "httpretry", Label: "host", Retry: c.retry, Classify: classify,
-		Budget: c.budget, Breaker: c.breaker, Clock: t.clock, Logger: c.logger, Observer: c.observer}
-	if c.guards != nil {
-		layer.Supply = c.guards
-	}
+	layer := &guards.Layer{Component: "httpretry", Label: "host", Schedule: c.schedule, Classify: classify,
+		Budget: c.budget, Breaker: c.breaker, Supply: c.guards, Logger: c.logger, Observer: c.observer}
+	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
-	// Build one host's state now, so that a bad budget or breaker
-	// configuration is reported here and never by RoundTrip.
+	// Build one host's state now, so that a bad option or configuration is
+	// reported here and never by RoundTrip.
 	if c.guards == nil {
 		if _, err := layer.New(""); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+			return err
 		}
 	}
 	return nil
@@ -127,57 +113,38 @@ func NewClient(opts ...Option) (*http.Client, error) {
 	return &http.Client{Transport: t}, nil
 }
 
-// attemptValue returns the wire.AttemptHeader value of attempt n: built once
-// per transport up to the attempt limit; beyond it (a call that waited
-// behind the breaker sends probes that do not count against the limit)
-// formatted on the spot.
-func (t *Transport) attemptValue(n int) []string {
-	if n-1 < len(t.attemptVals) {
-		return t.attemptVals[n-1]
+// attemptValues are the wire.AttemptHeader values of attempts 1 to 16,
+// shared by every transport and never modified.
+var attemptValues = func() [][]string {
+	vs := make([][]string, 16)
+	for i := range vs {
+		vs[i] = []string{strconv.Itoa(i + 1)}
+	}
+	return vs
+}()
+
+// attemptValue returns the wire.AttemptHeader value of attempt n: from the
+// shared values up to 16; beyond (a policy with more attempts, or a call
+// that waited behind the breaker and was handed probes that do not count
+// against its attempts) formatted on the spot.
+func attemptValue(n int) []string {
+	if n-1 < len(attemptValues) {
+		return attemptValues[n-1]
 	}
 	return []string{strconv.Itoa(n)}
 }
 
-// now returns the current time on the policies' clock.
-func (t *Transport) now() time.Time {
-	if t.clock == nil {
-		return time.Now()
-	}
-	return t.clock.Now()
-}
-
-// HostState is a destination host's guards as a [Transport] holds them.
-type HostState struct {
-	// Host is the destination host, lower-cased.
-	Host string
-	// Budget is the host's retry budget window, if the host has a budget
-	// that reports one (a [*budget.Budget] does); HasBudget says so.
-	Budget    budget.Stats
-	HasBudget bool
-	// Breaker is the host's circuit breaker, if it has one; HasBreaker
-	// says so.
-	Breaker    breaker.Snapshot
-	HasBreaker bool
-}
-
-// Hosts returns the state of every destination host the transport holds,
-// sorted by host. It is safe to call at any time; each host's figures are
-// read one after another, not as one atomic snapshot.
-func (t *Transport) Hosts() []HostState {
+// Hosts returns the guards of every destination host the transport holds,
+// by host (lower-cased): read a host's breaker state with
+// Breaker.Snapshot, its budget's window with the Stats method of a
+// *budget.Budget. It is safe to call at any time; the map is the caller's.
+func (t *Transport) Hosts() map[string]retry.Guards {
 	t.ready()
 	hs := t.hosts.all()
-	out := make([]HostState, 0, len(hs))
+	out := make(map[string]retry.Guards, len(hs))
 	for _, h := range hs {
-		s := HostState{Host: h.Name}
-		if st, ok := h.Guards.Budget.(interface{ Stats() budget.Stats }); ok {
-			s.Budget, s.HasBudget = st.Stats(), true
-		}
-		if b := h.Guards.Breaker; b != nil {
-			s.Breaker, s.HasBreaker = b.Snapshot(), true
-		}
-		out = append(out, s)
+		out[h.Name] = h.Guards
 	}
-	slices.SortFunc(out, func(a, b HostState) int { return strings.Compare(a.Host, b.Host) })
 	return out
 }
 
@@ -223,8 +190,8 @@ func classify(err error) bool {
 // When it gives up without a response, errors.As finds a [*retry.Error] in
 // the error saying why it stopped (errors.Is with retry.AttemptsExhausted,
 // retry.Deadline, retry.CircuitOpen, ...) and wrapping the cause (the error
-// is a wrapper when the transport made the request's key, so that [Key]
-// can read it back). With [WithFallback], a
+// is a wrapper when the transport made the request's key, so that
+// [IdempotencyKey] can read it back). With [WithFallback], a
 // request the host's failure defeated gets the fallback's answer instead.
 // RoundTrip never modifies req and always closes its body. It is safe for
 // concurrent use.
@@ -419,7 +386,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	var hasHint bool
 	if v := resp.Header["Retry-After"]; len(v) > 0 &&
 		(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusConflict) {
-		hint, hasHint = ParseRetryAfter(v[0], c.t.now())
+		hint, hasHint = ParseRetryAfter(v[0], time.Now())
 	}
 	inProgress := code == http.StatusConflict && c.hasKey && hasHint
 	if !IsRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
@@ -431,20 +398,20 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	c.detachBody(resp)
 	switch {
 	case !c.retryable:
-		return resp, retry.PermanentFailure(se)
+		return resp, retry.Permanent(se)
 	case code == http.StatusInternalServerError:
 		// At most one retry, and only for an idempotent method.
 		again := c.idempotent && !c.got500
 		c.got500 = true
 		if !again {
-			return resp, retry.PermanentFailure(se)
+			return resp, retry.Permanent(se)
 		}
 	}
 	if dontRetry(resp.Header) {
 		// The layer below said not to retry, or already retried and
 		// gave up (a Transport under this one, or a handler that copied
 		// its dependency's give-up): one layer retries.
-		return resp, retry.PermanentFailure(se)
+		return resp, retry.Permanent(se)
 	}
 	return resp, se
 }
@@ -454,7 +421,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 // reaches the breaker.
 func (c *call) sendError(err error) error {
 	if !c.retryable && IsRetryable(err) {
-		return retry.PermanentFailure(err)
+		return retry.Permanent(err)
 	}
 	return err
 }
@@ -488,9 +455,10 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	cfg := &c.t.cfg
 	// The caller's request can go as it is when this is its first send,
 	// with its own body, header and context (the attempt runs on the
-	// request's context unless the transport or an observer made one).
+	// request's context unless the transport or a tagging observer made
+	// one).
 	asIs := n == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.data == nil && c.once == nil &&
-		cfg.timeout == 0 && cfg.attemptTimeout == 0 && cfg.observer == nil
+		cfg.attemptTimeout == 0 && ctx == c.req.Context()
 	b, err := c.body()
 	if err != nil {
 		return nil, retry.Permanent(fmt.Errorf("httpretry: rewind request body: %w", err))
@@ -553,7 +521,7 @@ func (c *call) header(n int) http.Header {
 		h[k] = v
 	}
 	if n > 1 {
-		h[wire.AttemptHeader] = c.t.attemptValue(n)
+		h[wire.AttemptHeader] = attemptValue(n)
 	} else {
 		delete(h, wire.AttemptHeader) // a first attempt carries none
 	}
@@ -581,7 +549,7 @@ func (c *call) refresh() (*http.Request, error) {
 }
 
 // keyError is a RoundTrip error of a request whose idempotency key the
-// transport made: [Key] reads the key back.
+// transport made: [IdempotencyKey] reads the key back.
 type keyError struct {
 	err error
 	key string
@@ -590,13 +558,13 @@ type keyError struct {
 func (e *keyError) Error() string { return e.err.Error() }
 func (e *keyError) Unwrap() error { return e.err }
 
-// Key returns the idempotency key a request was sent with, from what its
-// RoundTrip (or [http.Client.Do]) returned: the key of resp's request, or
+// IdempotencyKey returns the idempotency key a request was sent with, from
+// what its RoundTrip (or [http.Client.Do]) returned: the key of resp's request, or
 // the key the transport made for a request that ended in err
 // ([WithAutoIdempotencyKey]). It returns "" if there is none. A caller that
 // must know a key before the request is sent sets the Idempotency-Key
 // header itself (see idempotency.NewKey).
-func Key(resp *http.Response, err error) string {
+func IdempotencyKey(resp *http.Response, err error) string {
 	if resp != nil && resp.Request != nil {
 		if k := requestKey(resp.Request.Header); k != "" {
 			return k

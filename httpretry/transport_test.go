@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
@@ -22,6 +23,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -245,7 +247,7 @@ func TestRequestBodyClosedOnEveryPath(t *testing.T) {
 	})
 	t.Run("circuit open", func(t *testing.T) {
 		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRetry(retry.WithMaxAttempts(1)), httpretry.WithBreakerConfig(tripFast()))
+		tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRetry(retry.WithMaxAttempts(1)), httpretry.WithBreaker(tripFast()))
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
 		if err != nil {
 			t.Fatalf("RoundTrip: %v", err)
@@ -267,8 +269,8 @@ func TestRequestBodyClosedOnEveryPath(t *testing.T) {
 
 // tripFast is a breaker that opens after one failure, for exactly an hour
 // (its jitter pinned).
-func tripFast() breaker.Config {
-	return breaker.Config{MinCalls: 1, OpenFor: time.Hour, Rand: func() float64 { return 0.5 }}
+func tripFast() *breaker.Config {
+	return &breaker.Config{MinCalls: 1, OpenFor: time.Hour, Rand: func() float64 { return 0.5 }}
 }
 
 func TestRetryAfterIsAFloor(t *testing.T) {
@@ -283,66 +285,74 @@ func TestRetryAfterIsAFloor(t *testing.T) {
 	}
 	// The sleep is the hint spread above it by up to half of it, drawn
 	// from the backoff's Rand: pinned at 0.5 here, so 2s + 0.5·1s; exactly
-	// the hint with retry.WithExactRetryAfter.
+	// the hint with a Rand pinned at 0. Run on a synctest bubble's clock,
+	// which the sleep must take.
+	exact, err := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 100 * time.Millisecond, Rand: func() float64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	spreads := []struct {
 		name string
 		opts []httpretry.Option
 		want time.Duration
 	}{
 		{"spread", nil, 2500 * time.Millisecond},
-		{"exact", []httpretry.Option{httpretry.WithRetry(retry.WithExactRetryAfter())}, 2 * time.Second},
+		{"exact", []httpretry.Option{httpretry.WithRetry(retry.WithBackoff(exact))}, 2 * time.Second},
 	}
 	for _, code := range []int{429, 503} {
 		for _, f := range forms {
 			for _, sp := range spreads {
 				t.Run(f.name+"/"+http.StatusText(code)+"/"+sp.name, func(t *testing.T) {
-					var clock *fakeClock
-					srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-						if n == 1 {
-							w.Header().Set("Retry-After", f.value(clock.Now()))
-							w.WriteHeader(code)
+					synctest.Test(t, func(t *testing.T) {
+						srv, obs := serveMem(t, func(w http.ResponseWriter, r *http.Request, n int) {
+							if n == 1 {
+								w.Header().Set("Retry-After", f.value(time.Now()))
+								w.WriteHeader(code)
+							}
+						})
+						tr, clock := newTransport(t, srv.Client().Transport, sp.opts...)
+						start := time.Now()
+						resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+						if err != nil {
+							t.Fatalf("RoundTrip: %v", err)
+						}
+						readClose(t, resp)
+						if resp.StatusCode != 200 || obs.count() != 2 {
+							t.Errorf("RoundTrip = %d after %d attempts, want 200 after 2", resp.StatusCode, obs.count())
+						}
+						if s := clock.Sleeps(); len(s) != 1 || s[0] != sp.want || time.Since(start) != sp.want {
+							t.Errorf("sleeps = %v, RoundTrip took %v; want one of %v (Retry-After 2s is a floor)", s, time.Since(start), sp.want)
 						}
 					})
-					var tr *httpretry.Transport
-					tr, clock = newTransport(t, srv.Client().Transport, sp.opts...)
-					resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-					if err != nil {
-						t.Fatalf("RoundTrip: %v", err)
-					}
-					readClose(t, resp)
-					if resp.StatusCode != 200 || obs.count() != 2 {
-						t.Errorf("RoundTrip = %d after %d attempts, want 200 after 2", resp.StatusCode, obs.count())
-					}
-					if s := clock.Sleeps(); len(s) != 1 || s[0] != sp.want {
-						t.Errorf("sleeps = %v, want one of %v (Retry-After 2s is a floor)", s, sp.want)
-					}
 				})
 			}
 		}
 	}
 	t.Run("spread stays in [hint, 1.5 hint)", func(t *testing.T) {
-		for _, u := range []float64{0, 0.25, 0.999999} {
-			srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-				if n == 1 {
-					w.Header().Set("Retry-After", "2")
-					w.WriteHeader(503)
+		synctest.Test(t, func(t *testing.T) {
+			for _, u := range []float64{0, 0.25, 0.999999} {
+				srv, _ := serveMem(t, func(w http.ResponseWriter, r *http.Request, n int) {
+					if n == 1 {
+						w.Header().Set("Retry-After", "2")
+						w.WriteHeader(503)
+					}
+				})
+				b, err := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 100 * time.Millisecond, Rand: func() float64 { return u }})
+				if err != nil {
+					t.Fatal(err)
 				}
-			})
-			b, err := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 100 * time.Millisecond, Rand: func() float64 { return u }})
-			if err != nil {
-				t.Fatal(err)
+				tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithRetry(retry.WithBackoff(b)))
+				resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				readClose(t, resp)
+				want := 2*time.Second + time.Duration(u*float64(time.Second))
+				if s := clock.Sleeps(); len(s) != 1 || s[0] != want || s[0] < 2*time.Second || s[0] >= 3*time.Second {
+					t.Errorf("Rand %v: sleeps = %v, want one of %v, in [2s, 3s)", u, s, want)
+				}
 			}
-			tr, clock := newTransport(t, srv.Client().Transport, httpretry.WithRetry(retry.WithBackoff(b)))
-			resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			readClose(t, resp)
-			want := 2*time.Second + time.Duration(u*float64(time.Second))
-			if s := clock.Sleeps(); len(s) != 1 || s[0] != want || s[0] < 2*time.Second || s[0] >= 3*time.Second {
-				t.Errorf("Rand %v: sleeps = %v, want one of %v, in [2s, 3s)", u, s, want)
-			}
-		}
+		})
 	})
 }
 
@@ -422,13 +432,22 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 func TestParentCancelStopsAtOnce(t *testing.T) {
 	t.Run("during the sleep", func(t *testing.T) {
 		srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-		clock := &blockingClock{started: make(chan struct{}, 1)}
-		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithRetry(retry.WithClock(clock)))
+		// A backoff of an hour: the cancel, when the loop announces its
+		// sleep, must end it at once.
+		long, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: time.Hour, Cap: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-clock.started; cancel() }()
+		tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithRetry(retry.WithBackoff(long)),
+			httpretry.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
+				if e.Kind == observe.Retry {
+					go cancel()
+				}
+			})))
+		if err != nil {
+			t.Fatal(err)
+		}
 		resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", srv.URL, nil))
 		if resp != nil || !errors.Is(err, context.Canceled) || !errors.Is(err, retry.Canceled) {
 			t.Errorf("RoundTrip = %v, %v; want nil, a canceled error", resp, err)
@@ -565,7 +584,7 @@ func TestThreeLayerChain(t *testing.T) {
 		want     []int // calls at A, B, bottom
 	}{
 		{"PushBack", true, nil, []int{1, 1, 3}},
-		{"naive, no budget, no breaker", false, []httpretry.Option{httpretry.WithoutBudget(), httpretry.WithoutBreaker()}, []int{3, 9, 27}},
+		{"naive, no budget, no breaker", false, []httpretry.Option{httpretry.WithBudget(nil), httpretry.WithBreaker(nil)}, []int{3, 9, 27}},
 		// B's budget to the bottom: 9 requests, a floor of 10 retries per
 		// window: 9 + 10 = 19.
 		{"naive, default budgets", false, nil, []int{3, 9, 19}},
@@ -630,7 +649,7 @@ func TestRefreshOn401(t *testing.T) {
 		return r, nil
 	}
 	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithRefreshOn401(refresh),
-		httpretry.WithBudgetConfig(budget.Config{Ratio: -1, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}))
+		httpretry.WithBudget(&budget.Config{Ratio: -1, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}))
 	req := newRequest(t, context.Background(), "PUT", srv.URL, strings.NewReader("body"))
 	req.Header.Set("Authorization", "Bearer old")
 	resp, err := tr.RoundTrip(req)
@@ -677,7 +696,7 @@ func TestRefreshOn401(t *testing.T) {
 func TestPerHostBreaker(t *testing.T) {
 	bad, badObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 	good, goodObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-	tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(tripFast()))
+	tr, _ := newTransport(t, nil, httpretry.WithBreaker(tripFast()))
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", bad.URL, nil))
 	if err != nil {
 		t.Fatalf("RoundTrip(bad) error = %v, want the 503", err)
@@ -705,7 +724,7 @@ func TestPerHostBudget(t *testing.T) {
 	oneRetry := budget.Config{Ratio: -1, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10}
 	a, aObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
 	b, bObs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-	tr, _ := newTransport(t, nil, httpretry.WithBudgetConfig(oneRetry))
+	tr, _ := newTransport(t, nil, httpretry.WithBudget(&oneRetry))
 	get := func(url string) *http.Response {
 		t.Helper()
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", url, nil))
@@ -731,7 +750,7 @@ func TestPerHostBudget(t *testing.T) {
 
 func TestWithoutBudgetAndBreaker(t *testing.T) {
 	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) })
-	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithRetry(retry.WithMaxAttempts(5)))
+	tr, _ := newTransport(t, srv.Client().Transport, httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithRetry(retry.WithMaxAttempts(5)))
 	for range 5 {
 		resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
 		if err != nil {
@@ -753,7 +772,7 @@ func TestConcurrentUse(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	srv2, _ := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-	tr, _ := newTransport(t, nil, httpretry.WithoutBudget(), httpretry.WithoutBreaker(), httpretry.WithRetry(retry.WithMaxAttempts(10)), httpretry.WithMaxHosts(1))
+	tr, _ := newTransport(t, nil, httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithRetry(retry.WithMaxAttempts(10)), httpretry.WithMaxHosts(1))
 	client := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -788,27 +807,24 @@ func TestNewTransportInvalid(t *testing.T) {
 		opt  httpretry.Option
 	}{
 		{"attempts 0", httpretry.WithRetry(retry.WithMaxAttempts(0))},
-		{"attempts 101", httpretry.WithRetry(retry.WithMaxAttempts(101))},
 		{"nil backoff", httpretry.WithRetry(retry.WithBackoff(nil))},
-		{"retry's own timeout", httpretry.WithRetry(retry.WithTimeout(time.Second))},
-		{"retry's own attempt timeout", httpretry.WithRetry(retry.WithAttemptTimeout(time.Second))},
 		{"negative timeout", httpretry.WithTimeout(-1)},
 		{"negative attempt timeout", httpretry.WithAttemptTimeout(-1)},
 		{"zero max retry-after", httpretry.WithRetry(retry.WithMaxRetryAfter(0))},
 		{"zero buffer", httpretry.WithBufferBodies(0)},
 		{"zero hosts", httpretry.WithMaxHosts(0)},
 		{"nil guards", httpretry.WithGuards(nil)},
-		{"bad budget", httpretry.WithBudgetConfig(budget.Config{Ratio: 2})},
-		{"bad breaker", httpretry.WithBreakerConfig(breaker.Config{MinCalls: -1})},
+		{"bad budget", httpretry.WithBudget(&budget.Config{Ratio: 2})},
+		{"bad breaker", httpretry.WithBreaker(&breaker.Config{MinCalls: -1})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tr, err := httpretry.NewTransport(nil, tt.opt)
-			if !errors.Is(err, httpretry.ErrInvalidOption) || tr != nil {
-				t.Errorf("NewTransport(%s) = %v, %v; want nil, ErrInvalidOption", tt.name, tr, err)
+			if err == nil || !strings.HasPrefix(err.Error(), "httpretry: ") || tr != nil {
+				t.Errorf("NewTransport(%s) = %v, %v; want nil and an httpretry error", tt.name, tr, err)
 			}
-			if _, err := httpretry.NewClient(tt.opt); !errors.Is(err, httpretry.ErrInvalidOption) {
-				t.Errorf("NewClient(%s) error = %v, want ErrInvalidOption", tt.name, err)
+			if _, err := httpretry.NewClient(tt.opt); err == nil || !strings.HasPrefix(err.Error(), "httpretry: ") {
+				t.Errorf("NewClient(%s) error = %v, want an httpretry error", tt.name, err)
 			}
 		})
 	}
@@ -817,10 +833,9 @@ func TestNewTransportInvalid(t *testing.T) {
 		opt  httpretry.Option
 	}{
 		{"nil option", nil},
-		{"nil clock (the system clock)", httpretry.WithRetry(retry.WithClock(nil))},
-		{"zero configs (the defaults)", httpretry.WithBudgetConfig(budget.Config{})},
-		{"zero breaker config", httpretry.WithBreakerConfig(breaker.Config{})},
-		{"100 attempts", httpretry.WithRetry(retry.WithMaxAttempts(100))},
+		{"zero configs (the defaults)", httpretry.WithBudget(&budget.Config{})},
+		{"zero breaker config", httpretry.WithBreaker(&breaker.Config{})},
+		{"1000 attempts", httpretry.WithRetry(retry.WithMaxAttempts(1000))},
 	}
 	for _, tt := range valid {
 		if _, err := httpretry.NewTransport(nil, tt.opt); err != nil {
@@ -866,7 +881,7 @@ func TestFinalAnswersTripTheBreaker(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, obs := serve(t, tt.handler)
 			c := breaker.Config{MinCalls: 2, FailureRatio: 0.5}
-			tr, _ := newTransport(t, nil, httpretry.WithBreakerConfig(c), httpretry.WithoutBudget())
+			tr, _ := newTransport(t, nil, httpretry.WithBreaker(&c), httpretry.WithBudget(nil))
 			resp, err := tr.RoundTrip(newRequest(t, context.Background(), tt.method, srv.URL, nil))
 			if err == nil {
 				readClose(t, resp)

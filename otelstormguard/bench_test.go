@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -96,12 +95,6 @@ func failOnce(_ context.Context, attempt int) error {
 	return nil
 }
 
-// instantClock sleeps for no time at all: a retry costs only the loop.
-type instantClock struct{}
-
-func (instantClock) Now() time.Time                                   { return time.Time{} }
-func (instantClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
-
 // BenchmarkDoSuccessBudgetBreaker is the success path of the retry loop
 // with a budget and a breaker (retry's benchmark of the same name), without
 // an observer and with the adapter on each setup.
@@ -121,13 +114,13 @@ func BenchmarkDoSuccessBudgetBreaker(b *testing.B) {
 }
 
 // BenchmarkDoOneRetry is a call whose first attempt fails: two attempts, a
-// retry (on a clock that does not sleep) and their events. The budget
+// retry (with a backoff whose delays are 0) and their events. The budget
 // allows a retry per call and the breaker trips only if every call fails.
 func BenchmarkDoOneRetry(b *testing.B) {
 	for _, s := range setups {
 		b.Run(s.name, func(b *testing.B) {
 			p := guarded(b, s.obs(b), budget.Config{Ratio: 1}, breaker.Config{FailureRatio: 1},
-				retry.WithClock(instantClock{}), retry.WithClassifier(func(error) bool { return true }))
+				retry.WithBackoff(zeroDelays()), retry.WithClassifier(func(error) bool { return true }))
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -31,7 +31,7 @@ func ExampleNewObserver() {
 		panic(err)
 	}
 	client, err := httpretry.NewClient(httpretry.WithObserver(obs),
-		httpretry.WithRetry(retry.WithClock(instantClock{}))) // no real sleeps in the example
+		httpretry.WithRetry(retry.WithBackoff(zeroDelays()))) // no sleeps in the example
 	if err != nil {
 		panic(err)
 	}
@@ -85,7 +85,7 @@ func ExamplePrometheusHandler() {
 	// admission.Config{Observer: obs}, ... for the guards.
 
 	p, err := retry.New(retry.WithName("payments"), retry.WithObserver(obs),
-		retry.WithClock(instantClock{}), retry.WithClassifier(func(error) bool { return true }))
+		retry.WithBackoff(zeroDelays()), retry.WithClassifier(func(error) bool { return true }))
 	if err != nil {
 		panic(err)
 	}

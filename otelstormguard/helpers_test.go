@@ -8,10 +8,8 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -20,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/otelstormguard"
 )
 
@@ -124,58 +123,46 @@ func spanAttrs(kvs []attribute.KeyValue) map[string]string {
 	return m
 }
 
-// fakeClock is a retry.Clock whose Sleep advances its time at once; safe
-// for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// zeroDelays is a backoff whose delays are all 0: a retry costs only the
+// loop.
+func zeroDelays() *backoff.Backoff {
+	b, err := backoff.New(backoff.Config{Rand: func() float64 { return 0 }})
+	if err != nil {
+		panic(err)
 	}
-	c.advance(d)
-	return nil
+	return b
 }
 
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(max(d, 0))
-	c.mu.Unlock()
-}
-
-// server is a loopback HTTP server that answers 503 while down is set and
-// 200 otherwise, and counts the requests it gets.
+// server is an HTTP server in memory, a RoundTripper that serves its
+// requests in the calling goroutine (so that it can serve a test in a
+// synctest bubble, where a socket would keep the bubble's time from
+// moving): it answers 503 while down is set and 200 otherwise, and counts
+// the requests it gets.
 type server struct {
-	*httptest.Server
+	URL  string
 	down atomic.Bool
 	hits atomic.Int64
 }
 
 func newServer(t testing.TB) *server {
 	t.Helper()
-	s := new(server)
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.hits.Add(1)
-		if s.down.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprint(w, "ok")
-	}))
-	t.Cleanup(s.Close)
-	return s
+	return &server{URL: "http://127.0.0.1:8080"}
+}
+
+func (s *server) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	s.hits.Add(1)
+	rec := httptest.NewRecorder()
+	if s.down.Load() {
+		rec.WriteHeader(http.StatusServiceUnavailable)
+	} else {
+		fmt.Fprint(rec, "ok")
+	}
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
 }
 
 // hostPort returns the server's address split for the attributes:

@@ -194,8 +194,8 @@ func TestBreakerWaitCases(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				brk := openBreaker(t, tt.edit)
-				b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
-				p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}), retry.WithTimeout(tt.timeout))
+				b := &countingBudget{inner: mustBudget(t, 0.1, 1)}
+				p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
 				if tt.hold {
 					// Another caller, with less time left than ours (2 s), is
 					// handed the round's probe at 1 s and holds it past our
@@ -215,6 +215,11 @@ func TestBreakerWaitCases(t *testing.T) {
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
+				if tt.timeout > 0 {
+					var cancelDL context.CancelFunc
+					ctx, cancelDL = context.WithTimeout(ctx, tt.timeout)
+					defer cancelDL()
+				}
 				if tt.cancelAt > 0 {
 					time.AfterFunc(tt.cancelAt, cancel)
 				}
@@ -275,13 +280,19 @@ func TestWaitAfterAFailureThatOpens(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
-			p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}), retry.WithTimeout(tt.timeout),
+			b := &countingBudget{inner: mustBudget(t, 0.1, 1)}
+			p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}),
 				retry.WithBackoff(mustBackoff(t, 0, 100*time.Millisecond, time.Second, 0.5)))
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
 			start := time.Now()
 			calls := 0
 			var probe []bool
-			err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			err = p.Do(ctx, func(ctx context.Context, attempt int) error {
 				calls++
 				probe = append(probe, brk.State() == breaker.HalfOpen)
 				if attempt == 1 {
@@ -320,26 +331,28 @@ func TestWaitAfterAFailureThatOpens(t *testing.T) {
 // (breaker.Fail), so the breaker it opens probes no sooner than the hint
 // (spread by U·hint/2: 5 s + 0.5 × 2.5 s here), not after its 1 s OpenFor.
 func TestHintSetsTheEarliestProbe(t *testing.T) {
-	clock := newRecordingClock()
-	brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, Rand: half, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithExactRetryAfter())
-	calls := 0
-	err = p.Do(context.Background(), script(&calls, &statusErr{Code: 503, After: 5 * time.Second}))
-	re := checkStop(t, err, retry.CircuitOpen, 1)
-	if got, want := brk.Snapshot().HalfOpenIn, 6250*time.Millisecond; got != want {
-		t.Errorf("breaker half-opens in %v, want %v (the hint, spread)", got, want)
-	}
-	// The give-up's hint is when the breaker probes again, not the last
-	// error's 5 s: that is when calling again can be admitted.
-	if got := retry.RetryAfter(re); got != 6250*time.Millisecond {
-		t.Errorf("RetryAfter(%v) = %v, want the breaker's 6.25s", err, got)
-	}
-	if got := retry.RetryAfter(re.Err); got != 5*time.Second {
-		t.Errorf("RetryAfter(Err) = %v, want the last error's 5s", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, Rand: half})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// U 0: the loop would sleep the 5 s hint itself, before the probe.
+		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithBackoff(mustBackoff(t, 0, 100*time.Millisecond, time.Second, 0)))
+		calls := 0
+		err = p.Do(context.Background(), script(&calls, &statusErr{Code: 503, After: 5 * time.Second}))
+		re := checkStop(t, err, retry.CircuitOpen, 1)
+		if got, want := brk.Snapshot().HalfOpenIn, 6250*time.Millisecond; got != want {
+			t.Errorf("breaker half-opens in %v, want %v (the hint, spread)", got, want)
+		}
+		// The give-up's hint is when the breaker probes again, not the last
+		// error's 5 s: that is when calling again can be admitted.
+		if got := retry.RetryAfter(re); got != 6250*time.Millisecond {
+			t.Errorf("RetryAfter(%v) = %v, want the breaker's 6.25s", err, got)
+		}
+		if got := retry.RetryAfter(re.Err); got != 5*time.Second {
+			t.Errorf("RetryAfter(Err) = %v, want the last error's 5s", got)
+		}
+	})
 }
 
 // TestReleasedAfterClose: a call waiting behind an open breaker whose probe
@@ -361,10 +374,12 @@ func TestReleasedAfterClose(t *testing.T) {
 			brk.Done(pm, true)
 		}()
 		synctest.Wait()
-		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(5*time.Second))
+		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		start := time.Now()
 		var state breaker.State
-		err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
 			state = brk.State()
 			return nil
 		})

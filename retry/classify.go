@@ -9,20 +9,15 @@ import (
 	"time"
 )
 
-// RetryAfterer is implemented by errors that carry a server's hint of how
-// long to wait before the next attempt (an HTTP Retry-After, a gRPC
-// pushback). A positive hint makes [IsRetryable] report true and is a floor
-// on the next sleep: the loop never retries sooner. 0 or a negative value
-// means "no hint".
-type RetryAfterer interface {
+// retryAfterer is implemented by errors that carry a server's hint of how
+// long to wait before the next attempt (see RetryAfter).
+type retryAfterer interface {
 	RetryAfter() time.Duration
 }
 
-// TemporaryReporter is implemented by errors that say whether they are
-// transient, like the (deprecated) Temporary method of [net.Error].
-// [IsRetryable] consults it last, after hints, timeouts and broken
-// connections.
-type TemporaryReporter interface {
+// temporary is implemented by errors that say whether they are transient,
+// like the (deprecated) Temporary method of net.Error.
+type temporary interface {
 	Temporary() bool
 }
 
@@ -38,11 +33,11 @@ type timeouter interface {
 // sees there belongs to an attempt (its own timeout), not to the caller.
 // The first rule that matches decides:
 //
-//  1. nil, an error marked with [Permanent] or [PermanentFailure], and an
-//     [*Error] or a [Reason] (a nested retry loop that already gave up:
-//     retry at one layer only) are not retryable; neither is
-//     context.Canceled.
-//  2. A [RetryAfterer] with a positive hint: retryable.
+//  1. nil, an error marked with [Permanent], and an [*Error] or a [Reason]
+//     (a nested retry loop that already gave up: retry at one layer only)
+//     are not retryable; neither is context.Canceled.
+//  2. An error with a server hint, a method RetryAfter() time.Duration
+//     returning a positive value (see [RetryAfter]): retryable.
 //  3. Timeouts: context.DeadlineExceeded (an attempt's own timeout),
 //     os.ErrDeadlineExceeded, and any error whose Timeout() reports true
 //     (net.Error, *url.Error): retryable.
@@ -51,7 +46,8 @@ type timeouter interface {
 //     (EPIPE), a use of a closed network connection (net.ErrClosed), and
 //     io.ErrUnexpectedEOF, which is what a reader sees when the connection
 //     drops mid-message: retryable.
-//  5. A [TemporaryReporter]: its answer.
+//  5. An error with a method Temporary() bool (like the deprecated one of
+//     net.Error): its answer.
 //  6. Anything else: not retryable.
 //
 // The loop is protocol-neutral: it knows no status codes. Package
@@ -68,7 +64,7 @@ type timeouter interface {
 //
 // IsRetryable is safe for concurrent use and uses no reflection.
 func IsRetryable(err error) bool {
-	if err == nil || IsPermanent(err) {
+	if err == nil || isPermanent(err) {
 		return false
 	}
 	if _, ok := find[*Error](err); ok {
@@ -97,24 +93,31 @@ func IsRetryable(err error) bool {
 			return true
 		}
 	}
-	if t, ok := find[TemporaryReporter](err); ok {
+	if t, ok := find[temporary](err); ok {
 		return t.Temporary()
 	}
 	return false
 }
 
-// RetryAfter returns the server's hint carried by err: that of the first
-// [RetryAfterer] along its Unwrap chain (depth first) with a positive hint,
-// or 0 if there is none. For an [*Error] it is the give-up's own
-// ([Error.RetryAfter]).
+// RetryAfter returns how long to wait before calling again, as far as err
+// tells: the server's hint carried by err, that of the first error along its
+// Unwrap chain (depth first) with a method RetryAfter() time.Duration that
+// returns a positive value (an HTTP Retry-After, a gRPC pushback: declare
+// one on an error type of your own to have the loop honour it as a floor
+// on the next sleep), or 0 if there is none. For a give-up ([*Error]) it is
+// what the give-up tells: for Reason [CircuitOpen], the breaker's time
+// until its next probe round; for a [Deadline] stop that refused a sleep,
+// that sleep; otherwise the hint of its last error. It makes a give-up a
+// hint for a caller's own retry loop, which by the default classifier still
+// does not retry it (one layer retries).
 func RetryAfter(err error) time.Duration {
 	for err != nil {
-		if ra, ok := err.(RetryAfterer); ok {
+		if e, ok := err.(*Error); ok {
+			return e.retryIn()
+		}
+		if ra, ok := err.(retryAfterer); ok {
 			if d := ra.RetryAfter(); d > 0 {
 				return d
-			}
-			if _, isGiveUp := err.(*Error); isGiveUp {
-				return 0 // it looked through its own chain
 			}
 		}
 		switch u := err.(type) {

@@ -13,13 +13,13 @@ import (
 // success or an [*Error] saying why it stopped.
 //
 // op receives the attempt's context and the attempt number (1 for the
-// first). The attempt's context carries only the time left of the overall
-// deadline (the earlier of the parent's deadline and [WithTimeout] from the
-// start of the call), capped by [WithAttemptTimeout]; without either option
-// it is ctx itself.
+// first). The call's deadline is ctx's; it covers every attempt, sleep and
+// wait behind an open breaker. The attempt's context is ctx itself, or,
+// with [WithAttemptTimeout], one that ends at the earlier of the attempt's
+// cap and the call's deadline.
 //
-// With a circuit breaker ([WithGuards]), every attempt must be admitted
-// by it first. A call that meets an open breaker waits for it when the
+// With a circuit breaker ([WithGuards]), every attempt must be admitted by
+// it first. A call that meets an open breaker waits for it when the
 // breaker's next probe round comes before the call's deadline (it may be
 // handed a probe, or be released when the breaker closes; nothing is sent
 // and no attempt or budget is spent while it waits, and a probe it was
@@ -32,12 +32,12 @@ import (
 //   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
 //     passed). A canceled call is never retried, and a cancel during a sleep
 //     ends the sleep at once.
-//   - the overall deadline has passed: Reason [Deadline].
+//   - the deadline has passed: Reason [Deadline].
 //   - the error is not retryable (the classifier, or [Permanent]): Reason
 //     [NotRetryable].
 //   - it was the last allowed attempt: Reason [AttemptsExhausted].
-//   - the next sleep would end at or after the overall deadline, or the
-//     server's hint exceeds [WithMaxRetryAfter]: Reason [Deadline], without
+//   - the next sleep would end at or after the deadline, or the server's
+//     hint exceeds [WithMaxRetryAfter]: Reason [Deadline], without
 //     sleeping. The loop never sleeps past the deadline.
 //   - the breaker is open for longer than the next sleep and the call
 //     cannot wait for it: Reason [CircuitOpen], without sleeping.
@@ -46,13 +46,15 @@ import (
 //
 // Otherwise it sleeps and tries again. The sleep is the backoff's delay or,
 // when the error carries a longer server hint ([RetryAfter]), a random time
-// in [hint, 1.5·hint) that never passes the deadline (exactly the hint with
-// [WithExactRetryAfter]): the hint is a floor that jitter never undercuts.
-// [Policy.Plan] exposes this decision step.
+// in [hint, 1.5·hint) that never passes the deadline, drawn from the
+// backoff's random source: the hint is a floor that jitter never undercuts,
+// and clients told the same by one server do not come back in the same
+// instant. [Policy.Plan] exposes this decision step.
 //
 // If ctx has already ended, op is not called and Do returns an *Error with
-// Attempts 0. A nil op makes Do return [ErrNilOperation]. Do is safe for
-// concurrent use.
+// Attempts 0. A nil op makes Do return an error. Do is safe for concurrent
+// use; the loop's time is the system clock (which a testing/synctest bubble
+// fakes).
 func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return p.run(ctx, op)
 }
@@ -62,11 +64,18 @@ func (p *Policy) Do(ctx context.Context, op func(ctx context.Context, attempt in
 // gives up it returns the [*Error] together with the value the last
 // attempt returned (often the zero value; for an HTTP call, the last
 // response, so the caller can still read what the server said), or the
-// zero value if no attempt ran.
+// zero value if no attempt ran. To serve a value of the caller's own when
+// the loop gives up (cached data while the circuit is open), test the
+// error's Reason:
+//
+//	v, err := retry.DoValue(ctx, p, fetch)
+//	if re := (*retry.Error)(nil); errors.As(err, &re) && re.Reason == retry.CircuitOpen {
+//		v, err = cached()
+//	}
 func DoValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context, attempt int) (T, error)) (T, error) {
 	var v T
 	if op == nil {
-		return v, ErrNilOperation
+		return v, errNilOperation
 	}
 	err := p.run(ctx, func(ctx context.Context, attempt int) error {
 		var err error
@@ -76,23 +85,25 @@ func DoValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context,
 	return v, err
 }
 
+// errNilOperation is what Do and DoValue return for a nil operation.
+var errNilOperation = errors.New("retry: nil operation")
+
 // run is the retry loop shared by Do and DoValue. op must not escape: the
-// success path allocates nothing when no timeout option is set.
+// success path allocates nothing without an attempt timeout.
 func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) error {
 	if op == nil {
-		return ErrNilOperation
+		return errNilOperation
 	}
 	if p == nil {
 		p = defaultPolicy
 	}
 	var first error
-	if p.realClock && p.timeout == 0 && p.attemptTimeout == 0 && p.breaker == nil && p.observer == nil {
+	if p.attemptTimeout == 0 && p.breaker == nil && p.observer == nil {
 		// The first attempt runs here, in a small frame, and the loop
-		// takes over only if it fails. Without a timeout option it runs on
-		// ctx itself and needs no deadline: on the system clock, a parent
-		// deadline that has passed shows in ctx.Err().
+		// takes over only if it fails. It runs on ctx itself and needs no
+		// deadline: a parent deadline that has passed shows in ctx.Err().
 		if ctx.Err() != nil {
-			return p.stop(ctx, ctxReason(ctx, nil), 0, nil, 0)
+			return p.stop(ctx, ctxReason(ctx), 0, nil, 0)
 		}
 		if p.budget != nil {
 			p.budget.Deposit()
@@ -101,80 +112,39 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 			return nil
 		}
 	}
-	return p.runTimed(ctx, op, first)
+	return p.loop(ctx, op, first)
 }
 
-// runTimed works out the overall deadline on p.clock's timeline and runs
-// the loop. first is the error of attempt 1 if run made it, else nil.
-func (p *Policy) runTimed(ctx context.Context, op func(context.Context, int) error, first error) error {
-	parentDL, hasDL := ctx.Deadline()
-	if !hasDL && p.timeout == 0 && p.attemptTimeout == 0 {
-		return p.loop(ctx, ctx, op, &times{first: first})
+// loop is the retry loop proper. first is the error of attempt 1 if run
+// made it, else nil. Attempts run on ctx unless each gets its own context.
+//
+// It is one function of about 150 lines on purpose: the attempt, the
+// breaker's admission and report, the deadline checks and the sleep share
+// a handful of locals (the time now, the deadline, the permit) that a split
+// would pass back and forth on the hot path.
+func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, first error) error {
+	deadline, hasDL := ctx.Deadline()
+	needNow := hasDL || p.attemptTimeout > 0 // the loop must read the clock
+	var now time.Time
+	if needNow {
+		now = time.Now()
 	}
-	t := times{needNow: true, first: first}
-	t.now = p.clock.Now()
-	if hasDL {
-		t.deadline, t.hasDL = parentDL, true
-		if !p.realClock {
-			t.deadline = t.now.Add(time.Until(parentDL))
-		}
-	}
-	if p.timeout > 0 {
-		if d := t.now.Add(p.timeout); !t.hasDL || d.Before(t.deadline) {
-			t.deadline, t.hasDL = d, true
-		}
-	}
-
-	// Without a per-attempt cap, one context per call carries the policy's
-	// own timeout to every attempt; otherwise attempts run on ctx itself.
-	if p.timeout > 0 && p.attemptTimeout == 0 {
-		return p.loopWithCallContext(ctx, op, &t)
-	}
-	return p.loop(ctx, ctx, op, &t)
-}
-
-// times is a call's view of time: the overall deadline and the latest
-// reading of the clock, on the policy clock's timeline.
-type times struct {
-	now, deadline time.Time
-	hasDL         bool  // there is an overall deadline
-	needNow       bool  // the loop must read the clock (hasDL or a timeout option)
-	callCtx       bool  // attempts run on a context derived for the call
-	first         error // not nil: run made attempt 1 itself and it failed so
-}
-
-// loopWithCallContext runs the loop with attempts on one context that ends
-// at the overall deadline. It is apart from run so that run has no defer:
-// with as many returns as the loop has, a defer there would not be
-// open-coded and would cost every call, the success path included.
-func (p *Policy) loopWithCallContext(ctx context.Context, op func(context.Context, int) error, t *times) error {
-	callCtx, cancel := p.withDeadline(ctx, t.deadline, t.now)
-	defer cancel()
-	t.callCtx = true
-	return p.loop(ctx, callCtx, op, t)
-}
-
-// loop is the retry loop proper. Attempts run on callCtx (ctx itself, or one
-// context per call carrying the policy's timeout) unless each attempt gets
-// its own context; ctx is the caller's.
-func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int) error, t *times) error {
-	hasDL, needNow, now, deadline := t.hasDL, t.needNow, t.now, t.deadline
 	brk := p.breaker
-	plan := Plan{p: p, seq: p.backoff.Sequence()}
+	pl := plan{p: p, seq: p.backoff.Sequence()}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		var err error
 		var permit breaker.Permit
 		attemptExpired, overallOnly := false, true
-		if attempt == 1 && t.first != nil {
-			err = t.first // run made the first attempt (no deadline, no breaker)
+		if attempt == 1 && first != nil {
+			err = first // run made the first attempt (no deadline, no breaker)
 		} else {
 			// Before each attempt: is the caller still there, is there time?
 			if ctx.Err() != nil {
-				return p.stop(ctx, ctxReason(ctx, nil), attempt-1, lastErr, 0)
+				return p.stop(ctx, ctxReason(ctx), attempt-1, lastErr, 0)
 			}
 			if needNow && attempt > 1 {
-				now = p.clock.Now()
+				now = time.Now()
 			}
 			if hasDL && !now.Before(deadline) {
 				return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
@@ -183,8 +153,11 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 				var oerr error
 				var waited bool
 				if permit, waited, oerr = p.admit(ctx, brk, hasDL, deadline.Sub(now)); oerr != nil {
-					if ctx.Err() != nil {
-						return p.stop(ctx, ctxReason(ctx, nil), attempt-1, lastErr, 0)
+					// A call that waited for the breaker until its deadline
+					// stops for the breaker; one canceled meanwhile, for
+					// its caller.
+					if ctx.Err() != nil && ctxReason(ctx) == Canceled {
+						return p.stop(ctx, Canceled, attempt-1, lastErr, 0)
 					}
 					if attempt == 1 {
 						return p.stop(ctx, CircuitOpen, 0, oerr, 0)
@@ -192,7 +165,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 					return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
 				}
 				if waited && needNow {
-					now = p.clock.Now()
+					now = time.Now()
 				}
 				if hasDL && !now.Before(deadline) {
 					// Admitted just as the time ran out: send nothing.
@@ -211,7 +184,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 			}
 
 			// The attempt, on a context carrying only the time that is left.
-			actx := callCtx
+			actx := ctx
 			var cancel context.CancelFunc
 			if p.attemptTimeout > 0 {
 				adl := now.Add(p.attemptTimeout)
@@ -220,7 +193,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 				} else {
 					overallOnly = false
 				}
-				actx, cancel = p.withDeadline(ctx, adl, now)
+				actx, cancel = context.WithDeadline(ctx, adl)
 			}
 			var started time.Time
 			if p.observer != nil {
@@ -231,7 +204,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 			} else {
 				err = op(actx, attempt)
 			}
-			attemptExpired = (t.callCtx || cancel != nil) && actx.Err() != nil
+			attemptExpired = cancel != nil && actx.Err() != nil
 			if p.observer != nil {
 				p.attemptEnd(actx, attempt, err, started)
 			}
@@ -247,16 +220,16 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		}
 		lastErr = err
 
-		// The caller's end and the overall deadline come before the
-		// classifier: they are never retried, whatever the error says.
+		// The caller's end and the deadline come before the classifier:
+		// they are never retried, whatever the error says.
 		if ctx.Err() != nil {
 			if brk != nil {
 				brk.Cancel(permit) // the caller went away: no outcome
 			}
-			return p.stop(ctx, ctxReason(ctx, nil), attempt, err, 0)
+			return p.stop(ctx, ctxReason(ctx), attempt, err, 0)
 		}
 		if needNow {
-			now = p.clock.Now()
+			now = time.Now()
 		}
 		if brk != nil {
 			if p.failed(err) {
@@ -268,7 +241,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
-		if permit.Probe() && hasDL && !IsPermanent(err) && p.classify(err) {
+		if permit.Probe() && hasDL && !isPermanent(err) && p.classify(err) {
 			// A probe the breaker handed to this call failed: the
 			// breaker is open again and the call goes back to waiting
 			// for it. Probes are the breaker's, a few per round however
@@ -279,7 +252,7 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		if hasDL {
 			left = deadline.Sub(now)
 		}
-		sleep, reason, oerr := plan.next(err, left)
+		sleep, reason, oerr := pl.next(err, left)
 		switch reason {
 		case 0:
 		case NotRetryable:
@@ -291,15 +264,28 @@ func (p *Policy) loop(ctx, callCtx context.Context, op func(context.Context, int
 		default:
 			return p.stop(ctx, reason, attempt, err, 0)
 		}
-		if p.observer != nil || p.logger != nil {
-			p.retrying(ctx, attempt, sleep, plan.byHint, err)
+		if p.observer != nil {
+			p.retrying(ctx, attempt, sleep, pl.byHint, err)
 		}
-		if serr := p.clock.Sleep(ctx, sleep); serr != nil {
-			if ctx.Err() == nil { // a Clock that failed on its own: keep its error
-				return p.giveUp(ctx, &Error{Reason: ctxReason(ctx, serr), Attempts: attempt, Err: err, cause: serr})
-			}
-			return p.stop(ctx, ctxReason(ctx, nil), attempt, err, 0)
+		if !sleepFor(ctx, sleep) {
+			return p.stop(ctx, ctxReason(ctx), attempt, err, 0)
 		}
+	}
+}
+
+// sleepFor waits for d, or until ctx ends; it reports whether it slept the
+// whole d. A d of 0 or less returns at once.
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -316,14 +302,14 @@ func (p *Policy) admit(ctx context.Context, brk *breaker.Breaker, hasDL bool, le
 	}
 	var start time.Time
 	if p.observer != nil {
-		start = p.clock.Now()
+		start = time.Now()
 	}
 	permit, err = brk.Wait(ctx, left)
 	if p.observer != nil {
 		// A call that could not wait (its deadline comes before the next
 		// round, too many calls waiting) is rejected at once: no wait to
 		// report.
-		if elapsed := p.clock.Now().Sub(start); err == nil || elapsed > 0 {
+		if elapsed := time.Since(start); err == nil || elapsed > 0 {
 			e := observe.Event{Kind: observe.BreakerWait, Name: p.name, Elapsed: elapsed, Outcome: "admitted", Err: err}
 			if err != nil {
 				e.Outcome = "rejected"
@@ -343,12 +329,12 @@ func (p *Policy) attemptStart(ctx context.Context, attempt int) (context.Context
 	} else {
 		p.observer.Observe(ctx, e)
 	}
-	return ctx, p.clock.Now()
+	return ctx, time.Now()
 }
 
 // attemptEnd reports the end of an attempt.
 func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started time.Time) {
-	e := observe.Event{Kind: observe.AttemptEnd, Name: p.name, Attempt: attempt, Elapsed: p.clock.Now().Sub(started), Err: err, Outcome: "success"}
+	e := observe.Event{Kind: observe.AttemptEnd, Name: p.name, Attempt: attempt, Elapsed: time.Since(started), Err: err, Outcome: "success"}
 	switch {
 	case err == nil:
 	case p.failed(err):
@@ -359,40 +345,20 @@ func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started
 	p.observer.Observe(ctx, e)
 }
 
-// retrying reports and logs a retry about to happen after attempt failed
-// with err.
+// retrying reports a retry about to happen after attempt failed with err;
+// requires p.observer != nil.
 func (p *Policy) retrying(ctx context.Context, attempt int, sleep time.Duration, byHint bool, err error) {
-	hint := RetryAfter(err)
 	why := "backoff"
 	if byHint {
 		why = "hint"
 	}
-	if p.observer != nil {
-		p.observer.Observe(ctx, observe.Event{Kind: observe.Retry, Name: p.name, Attempt: attempt, Delay: sleep, Hint: hint, Outcome: why, Err: err})
-	}
-	if p.logger != nil {
-		p.logRetry(ctx, attempt, sleep, hint, err)
-	}
+	p.observer.Observe(ctx, observe.Event{Kind: observe.Retry, Name: p.name, Attempt: attempt, Delay: sleep, Hint: RetryAfter(err), Outcome: why, Err: err})
 }
 
-// withDeadline derives a context that ends at dl on p.clock's timeline:
-// exactly dl for the system clock, the same time left otherwise.
-func (p *Policy) withDeadline(ctx context.Context, dl, now time.Time) (context.Context, context.CancelFunc) {
-	if p.realClock {
-		return context.WithDeadline(ctx, dl)
-	}
-	return context.WithTimeout(ctx, dl.Sub(now))
-}
-
-// ctxReason maps the end of ctx (or, if ctx has not ended, the error a
-// Clock's Sleep returned) to a Reason: Deadline for a deadline, Canceled
-// otherwise.
-func ctxReason(ctx context.Context, sleepErr error) Reason {
-	err := ctx.Err()
-	if err == nil {
-		err = sleepErr
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
+// ctxReason maps the end of ctx to a Reason: Deadline for a deadline,
+// Canceled otherwise.
+func ctxReason(ctx context.Context) Reason {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return Deadline
 	}
 	return Canceled
@@ -401,7 +367,7 @@ func ctxReason(ctx context.Context, sleepErr error) Reason {
 // stop builds the give-up error, with the parent's cancel cause if it has
 // one, and gives up with it.
 func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, delay time.Duration) error {
-	e := &Error{Reason: r, Attempts: attempts, Err: last, Delay: delay}
+	e := &Error{Reason: r, Attempts: attempts, Err: last, delay: delay}
 	if ce := ctx.Err(); ce != nil {
 		if cause := context.Cause(ctx); cause != nil && cause != ce {
 			e.cause = cause
@@ -410,13 +376,10 @@ func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, d
 	return p.giveUp(ctx, e)
 }
 
-// giveUp reports and logs e and returns it.
+// giveUp reports e and returns it.
 func (p *Policy) giveUp(ctx context.Context, e *Error) error {
 	if p.observer != nil {
-		p.observer.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: e.Attempts, Reason: e.Reason.String(), Delay: e.Delay, Err: e.Err})
-	}
-	if p.logger != nil {
-		p.logGiveUp(ctx, e)
+		p.observer.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: e.Attempts, Reason: e.Reason.name(), Delay: e.delay, Err: e.Err})
 	}
 	return e
 }

@@ -5,47 +5,48 @@
 // Build a [Policy] once with [New] and share it; run operations with
 // [Policy.Do] or, for an operation that returns a value, [DoValue]:
 //
-//	p, err := retry.New(retry.WithMaxAttempts(4), retry.WithTimeout(5*time.Second))
+//	p, err := retry.New(retry.WithMaxAttempts(4))
 //	...
+//	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the call's deadline
+//	defer cancel()
 //	err = p.Do(ctx, func(ctx context.Context, attempt int) error {
 //		return send(ctx, req)
 //	})
 //
 // The rules:
 //   - At most MaxAttempts tries, the first included (default 3).
-//   - One overall deadline, the parent context's and/or [WithTimeout],
-//     covers attempts and sleeps; each attempt's context carries only the
-//     time that is left ([WithAttemptTimeout] caps it further).
+//   - One deadline, the context's, covers attempts and sleeps; each
+//     attempt's context carries only the time that is left
+//     ([WithAttemptTimeout] caps it further).
 //   - Only retryable errors are retried; [IsRetryable] is the default
 //     classifier (protocol-neutral: timeouts, broken connections, server
-//     hints; package httpretry adds HTTP statuses), [Permanent] and
-//     [PermanentFailure] stop retrying, and errors can declare themselves
-//     with [RetryAfterer] and [TemporaryReporter].
+//     hints; package httpretry adds HTTP statuses), [Permanent] stops
+//     retrying, and errors can declare themselves with a method
+//     RetryAfter() time.Duration (a server's hint) or Temporary() bool.
 //   - The sleep before retry n is the backoff's n-th delay (package
 //     backoff; full jitter by default) or, when the server's hint
 //     ([RetryAfter]) is longer, a random time in [hint, 1.5·hint): the hint
 //     is a floor, spread so that clients told the same do not return in
-//     step ([WithExactRetryAfter] sleeps exactly the hint).
+//     step.
 //   - If the next sleep would end at or after the deadline, the loop gives
-//     up now instead of sleeping past it. Canceling the parent context
-//     stops the loop at once, mid-sleep included, and is never retried.
+//     up now instead of sleeping past it. Canceling the context stops the
+//     loop at once, mid-sleep included, and is never retried.
 //   - Giving up returns an [*Error] with the [Reason], the number of
 //     attempts and the last error, all reachable with errors.Is and
 //     errors.As. Success returns nil.
 //
-// A retry budget ([WithGuards], e.g. a *budget.Budget shared by the whole
-// client) and a circuit breaker (also [WithGuards]) plug into the loop: each
-// call deposits once, each retry must withdraw first (a refusal stops the
-// call with its last real error, Reason [BudgetExhausted]), and each
-// attempt must be admitted by the breaker and reports back whether the
-// dependency failed. A call with a deadline waits behind an open breaker
-// for its next probe round instead of failing; one without fails fast
-// (Reason [CircuitOpen]). [DoFallback] serves a caller-supplied value
-// (cached data) when the loop gives up.
+// A dependency's [Guards] plug into the loop ([WithGuards]): a retry
+// budget (e.g. a *budget.Budget shared by the whole client) and a circuit
+// breaker. Each call deposits once, each retry must withdraw first (a
+// refusal stops the call with its last real error, Reason
+// [BudgetExhausted]), and each attempt must be admitted by the breaker and
+// reports back whether the dependency failed. A call with a deadline waits
+// behind an open breaker for its next probe round instead of failing; one
+// without fails fast (Reason [CircuitOpen]). A caller that serves cached
+// data when the loop gives up tests the Reason of the returned error.
 //
 // [Policy.Plan] exposes the loop's decision step for code that runs its own
-// loop. An observer ([WithObserver], package observe) and a slog logger
-// ([WithLogger], Debug only) watch the loop; it is silent by default. Time
-// comes from the system clock, which a testing/synctest bubble fakes, or a
-// [Clock] ([WithClock]).
+// loop. An observer ([WithObserver], package observe) watches the loop; it
+// is silent by default. Time comes from the system clock, which a
+// testing/synctest bubble fakes in tests.
 package retry

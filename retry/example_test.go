@@ -11,61 +11,43 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-// seedPolicy is the seed's smoke-test configuration: random source fixed at
-// 0.5, full jitter, base 100 ms, cap 10 s, 5 attempts, 30 s deadline, and
-// server hints slept exactly (WithExactRetryAfter).
-func seedPolicy(clock retry.Clock) (*retry.Policy, error) {
-	b, err := backoff.New(backoff.Config{
-		Strategy: backoff.FullJitter,
-		Base:     100 * time.Millisecond,
-		Cap:      10 * time.Second,
-		Rand:     func() float64 { return 0.5 }, // U pinned at 0.5
-	})
+// quick is a backoff of a few milliseconds, so that the examples run fast
+// on the real clock (the default is full jitter from 100 ms, capped at
+// 10 s). Its random source is pinned at 0.5.
+func quick() *backoff.Backoff {
+	b, err := backoff.New(backoff.Config{Strategy: backoff.FullJitter, Base: time.Millisecond, Cap: 10 * time.Millisecond,
+		Rand: func() float64 { return 0.5 }})
 	if err != nil {
-		return nil, err
+		panic(err)
 	}
-	return retry.New(
-		retry.WithBackoff(b),
-		retry.WithMaxAttempts(5),
-		retry.WithTimeout(30*time.Second),
-		retry.WithClock(clock),
-		retry.WithExactRetryAfter(), // sleep the hint itself, not a time spread above it
-	)
+	return b
 }
 
-// The seed's smoke test: a 503 asking for 1500 ms, a plain 503, then
-// success. Retry 1 computes 0.5 × 200 ms = 100 ms, but the server's hint is
-// a floor, so it sleeps 1.5 s: exactly the hint, because the policy was
-// built WithExactRetryAfter (by default it would sleep a random time in
-// [1.5 s, 2.25 s), so that clients told the same do not return together).
-// Retry 2 sleeps 0.5 × 400 ms = 200 ms. A 404 is not retried at all.
-// (statusErr is the tests' own error type: Temporary for 503, RetryAfter
-// for the hint; the loop itself knows no status codes.)
+// A 503, another 503, then success: the caller sees only the success. A
+// 404 is not retried at all, and the error says why the loop stopped.
+// (statusErr is the examples' own error type: Temporary for 503; the loop
+// itself knows no status codes.)
 func ExamplePolicy_Do() {
-	clock := newRecordingClock()
-	p, err := seedPolicy(clock)
+	p, err := retry.New(retry.WithMaxAttempts(5), retry.WithBackoff(quick()))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the call's deadline
+	defer cancel()
 
 	calls := 0
-	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+	err = p.Do(ctx, func(ctx context.Context, attempt int) error {
 		calls++
-		switch calls {
-		case 1:
-			return &statusErr{Code: 503, After: 1500 * time.Millisecond}
-		case 2:
+		if attempt < 3 {
 			return &statusErr{Code: 503}
 		}
 		return nil
 	})
-	if err == nil {
-		fmt.Printf("ok calls=%d sleeps=%v\n", calls, clock.Sleeps())
-	}
+	fmt.Println("calls:", calls, "error:", err)
 
 	calls = 0
-	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+	err = p.Do(ctx, func(ctx context.Context, attempt int) error {
 		calls++
 		return &statusErr{Code: 404}
 	})
@@ -75,7 +57,7 @@ func ExamplePolicy_Do() {
 	}
 	fmt.Println(err)
 	// Output:
-	// ok calls=3 sleeps=[1.5s 200ms]
+	// calls: 3 error: <nil>
 	// 404 calls=1
 	// retry: not retryable after 1 attempt: HTTP 404
 }
@@ -83,10 +65,7 @@ func ExamplePolicy_Do() {
 // DoValue returns the operation's value. When it gives up, the error tells
 // why, how many attempts ran, and wraps the last error.
 func ExampleDoValue() {
-	p, err := retry.New(
-		retry.WithMaxAttempts(3),
-		retry.WithClock(newRecordingClock()), // no real sleeping in the example
-	)
+	p, err := retry.New(retry.WithMaxAttempts(3), retry.WithBackoff(quick()))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -118,7 +97,7 @@ func ExampleDoValue() {
 // Permanent stops the loop even for an error the classifier would retry;
 // errors.Is still finds the original error.
 func ExamplePermanent() {
-	p, err := retry.New(retry.WithClock(newRecordingClock()))
+	p, err := retry.New()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -147,7 +126,7 @@ func ExampleWithClassifier() {
 		retry.WithClassifier(func(err error) bool {
 			return errors.Is(err, errBusy) || retry.IsRetryable(err)
 		}),
-		retry.WithClock(newRecordingClock()),
+		retry.WithBackoff(quick()),
 	)
 	if err != nil {
 		fmt.Println(err)
@@ -164,8 +143,8 @@ func ExampleWithClassifier() {
 	// <nil>
 }
 
-// A Plan is the loop's decision step for code that runs its own loop: a job
-// queue that re-queues a failed job instead of sleeping. Next is told each
+// Plan is the loop's decision step for code that runs its own loop: a job
+// queue that re-queues a failed job instead of sleeping. It is told each
 // failure and answers when to try again, or why to stop. The server's 5 s
 // hint beats the 4 s backoff delay and is spread above it (U is 0.5 here:
 // 5 s + 0.5 × 2.5 s).
@@ -180,12 +159,12 @@ func ExamplePolicy_Plan() {
 		fmt.Println(err)
 		return
 	}
-	plan := p.Plan() // one per job
+	next := p.Plan() // one per job
 	failures := []error{&statusErr{Code: 503}, &statusErr{Code: 503, After: 5 * time.Second}, &statusErr{Code: 503}, &statusErr{Code: 503}}
-	for _, err := range failures {
-		sleep, stop := plan.Next(err, 0) // 0: the job has no deadline
+	for i, err := range failures {
+		sleep, stop := next(err, 0) // 0: the job has no deadline
 		if stop != 0 {
-			fmt.Printf("give up after %d attempts: %s\n", plan.Attempts(), stop.String())
+			fmt.Printf("give up after %d attempts: %v\n", i+1, stop)
 			break
 		}
 		fmt.Println("re-queue in", sleep)
@@ -194,7 +173,7 @@ func ExamplePolicy_Plan() {
 	// re-queue in 2s
 	// re-queue in 6.25s
 	// re-queue in 8s
-	// give up after 4 attempts: attempts exhausted
+	// give up after 4 attempts: retry: attempts exhausted
 }
 
 // An observer sees every step of the loop: attempts, retries with the delay
@@ -211,28 +190,28 @@ func ExampleWithObserver() {
 			fmt.Println(e.Name, e.Kind, e.Attempt, e.Reason)
 		}
 	})
-	b, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter})
+	// No jitter, base 1 ms; U 0 sleeps a server's hint exactly.
+	b, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: time.Millisecond, Rand: func() float64 { return 0 }})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	p, err := retry.New(retry.WithName("payments"), retry.WithObserver(obs), retry.WithBackoff(b),
-		retry.WithExactRetryAfter(), retry.WithClock(newRecordingClock()))
+	p, err := retry.New(retry.WithName("payments"), retry.WithObserver(obs), retry.WithBackoff(b))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
 		if attempt == 1 {
-			return &statusErr{Code: 429, After: time.Second}
+			return &statusErr{Code: 429, After: 10 * time.Millisecond}
 		}
 		return &statusErr{Code: 503}
 	})
 	// Output:
 	// payments attempt-end 1 failure
-	// payments retry 1 1s hint
+	// payments retry 1 10ms hint
 	// payments attempt-end 2 failure
-	// payments retry 2 400ms backoff
+	// payments retry 2 4ms backoff
 	// payments attempt-end 3 failure
 	// payments give-up 3 attempts exhausted
 }

@@ -17,8 +17,11 @@ import (
 // call) and must neither block nor allocate. Withdraw is called only before
 // a retry; it should be quick, but may make one short bounded round trip
 // (a budget shared by a fleet leasing more retries). Such a budget should
-// also implement [BudgetWithin], so that the round trip never outlasts the
-// call's deadline.
+// also have a method WithdrawWithin(left time.Duration) bool: the loop then
+// calls it instead of Withdraw, with the time left before the call's
+// deadline (0 when the call has none), and the budget must answer within
+// it (refusing if it cannot), so that the round trip never outlasts the
+// call.
 type Budget interface {
 	// Deposit records an original request: the first attempt of a call.
 	Deposit()
@@ -27,11 +30,8 @@ type Budget interface {
 	Withdraw() bool
 }
 
-// BudgetWithin is implemented by a [Budget] whose Withdraw may wait (a
-// round trip to a shared store): the loop then calls WithdrawWithin with
-// the time left before the call's overall deadline (0 when the call has
-// none), and the budget must answer within it (refusing if it cannot).
-type BudgetWithin interface {
+// budgetWithin is a Budget whose Withdraw may wait (see Budget).
+type budgetWithin interface {
 	WithdrawWithin(left time.Duration) bool
 }
 
@@ -88,52 +88,28 @@ type Guards struct {
 //     failure, with its server hint ([RetryAfter]) given to
 //     [breaker.Breaker.Fail] so that no probe goes sooner than the
 //     dependency asked;
-//   - an error marked [PermanentFailure] is a failure too;
-//   - any other error (a 404, a 400, anything marked [Permanent]) is a
-//     success: the dependency answered, and a caller's bad requests must
-//     not open the circuit for everyone else;
+//   - any other error (a 404, a 400) is a success: the dependency
+//     answered, and a caller's bad requests must not open the circuit for
+//     everyone else; an error marked [Permanent] counts as the classifier
+//     judges the error inside the mark;
 //   - an attempt that ends after the parent context has ended (canceled,
 //     or past its own deadline) is given back with [breaker.Breaker.Cancel]
 //     and counts neither way: the caller went away, the dependency said
 //     nothing. To have slow or hanging calls count as failures, give the
-//     policy a [WithTimeout] or [WithAttemptTimeout]: an attempt cut off by
-//     the policy's own deadline returns a context.DeadlineExceeded, which
-//     the default classifier judges retryable, so it is a failure;
+//     policy a [WithAttemptTimeout]: an attempt cut off by its own timeout
+//     returns a context.DeadlineExceeded, which the default classifier
+//     judges retryable, so it is a failure;
 //   - an operation that panics is a failure, and the panic continues.
 //
 // While the breaker is closed this costs no lock and no allocation.
 func WithGuards(g Guards) Option {
-	return func(p *config) error {
+	return option(func(p *config) error {
 		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
 			g.Budget = nil
 		}
 		p.budget, p.breaker = g.Budget, g.Breaker
 		return nil
-	}
-}
-
-// DoFallback is [DoValue] with a fallback: when the loop stops without a
-// success, for whatever [Reason], fallback is called with the [*Error] and
-// its results are returned instead. It is the place to serve cached or
-// default data when the circuit is open ([CircuitOpen]), the retry budget
-// is spent ([BudgetExhausted]) or the dependency kept failing; fallback
-// decides from err.Reason, and returns err (or any error) to pass the
-// failure on. It is not called on success or for [ErrNilOperation]. A nil
-// fallback makes DoFallback behave like DoValue.
-//
-// fallback runs on the calling goroutine with the caller's ctx (which may
-// have ended: Reason [Canceled] or [Deadline]). DoFallback allocates
-// nothing on the success path.
-func DoFallback[T any](ctx context.Context, p *Policy, op func(ctx context.Context, attempt int) (T, error),
-	fallback func(ctx context.Context, err *Error) (T, error)) (T, error) {
-	v, err := DoValue(ctx, p, op)
-	if err == nil || fallback == nil {
-		return v, err
-	}
-	if e, ok := err.(*Error); ok {
-		return fallback(ctx, e)
-	}
-	return v, err
+	})
 }
 
 // attemptGuarded runs op for a permit of b: if op panics (or calls

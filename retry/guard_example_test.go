@@ -2,6 +2,7 @@ package retry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,34 +11,33 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-// Serve cached data when the circuit is open. The breaker trips at 50%
-// failures over at least one call and closes after one good probe. The
+// Serve cached data when the circuit is open: the loop gives up, and the
+// caller tests why. The breaker trips at 50% failures over at least one
+// call, stays open for 20 ms here and closes after one good probe. The
 // price service answers 200, then 404 (its real answer, passed on: a 404 is
 // not a dependency failure), then 503s: after the second 503 the window
 // holds 2 failures in 4 calls, the breaker opens, and the loop stops
-// without a third attempt; the fallback serves the cache. The next call is
-// rejected without calling the service at all (these calls have no
-// deadline, so they do not wait for the breaker). Once the open period is
-// over, one probe goes through and closes the breaker.
-func ExampleDoFallback() {
-	clock := newRecordingClock() // fake time for the breaker, budget and loop
+// without a third attempt; the cache serves. The next call is rejected
+// without calling the service at all (these calls have no deadline, so they
+// do not wait for the breaker). Once the open period is over, one probe
+// goes through and closes the breaker.
+func Example_fallback() {
 	brk, err := breaker.New(breaker.Config{
 		MinCalls: 1,
 		Probes:   1,
-		Now:      clock.Now,
-		Rand:     func() float64 { return 0.5 }, // no jitter: open for exactly OpenFor (1 s)
+		OpenFor:  20 * time.Millisecond,
+		Rand:     func() float64 { return 0.5 }, // no jitter: open for exactly OpenFor
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	bud, err := budget.New(budget.Config{Now: clock.Now}) // the defaults: 10% + 1/s
-
+	bud, err := budget.New(budget.Config{}) // the defaults: 10% + 1/s
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	p, err := retry.New(retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}), retry.WithClock(clock))
+	p, err := retry.New(retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}), retry.WithBackoff(quick()))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -46,23 +46,23 @@ func ExampleDoFallback() {
 	cache := map[string]string{"espresso": "2.50 (cached)"}
 	calls := 0
 	price := func(item string, status int) (string, error) {
-		return retry.DoFallback(context.Background(), p,
-			func(ctx context.Context, attempt int) (string, error) {
-				calls++
-				if status != 200 {
-					return "", &statusErr{Code: status}
+		v, err := retry.DoValue(context.Background(), p, func(ctx context.Context, attempt int) (string, error) {
+			calls++
+			if status != 200 {
+				return "", &statusErr{Code: status}
+			}
+			return "2.60", nil
+		})
+		var re *retry.Error
+		if errors.As(err, &re) {
+			switch re.Reason {
+			case retry.CircuitOpen, retry.BudgetExhausted, retry.AttemptsExhausted:
+				if v, ok := cache[item]; ok {
+					return v, nil
 				}
-				return "2.60", nil
-			},
-			func(ctx context.Context, err *retry.Error) (string, error) {
-				switch err.Reason {
-				case retry.CircuitOpen, retry.BudgetExhausted, retry.AttemptsExhausted:
-					if v, ok := cache[item]; ok {
-						return v, nil
-					}
-				}
-				return "", err
-			})
+			}
+		}
+		return v, err
 	}
 
 	show := func(v string, err error) { fmt.Printf("%q %v\n", v, err) }
@@ -71,7 +71,7 @@ func ExampleDoFallback() {
 	show(price("espresso", 503))
 	show(price("espresso", 200))
 	fmt.Println("calls:", calls, "breaker:", brk.State())
-	clock.Advance(breaker.DefaultOpenFor) // the probe closes the breaker
+	time.Sleep(20 * time.Millisecond) // the open period: the probe closes the breaker
 	show(price("espresso", 200))
 	fmt.Println("calls:", calls, "breaker:", brk.State())
 	// Output:
@@ -90,13 +90,12 @@ func ExampleDoFallback() {
 // failing call stops at once with the dependency's own last error (Reason
 // BudgetExhausted) instead of adding load.
 func ExampleGuards_budget() {
-	clock := newRecordingClock()
-	bud, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.15, Window: 10 * time.Second, Slices: 10, Now: clock.Now})
+	bud, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.15, Window: 10 * time.Second, Slices: 10})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	p, err := retry.New(retry.WithGuards(retry.Guards{Budget: bud}), retry.WithClock(clock), retry.WithMaxAttempts(3))
+	p, err := retry.New(retry.WithGuards(retry.Guards{Budget: bud}), retry.WithBackoff(quick()), retry.WithMaxAttempts(3))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,13 +1,10 @@
 package retry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,11 +36,10 @@ func (b *countingBudget) Withdraw() bool {
 	return ok
 }
 
-// mustBudget builds a budget on clock's time (nil: the system's) with the
-// default 10 s window, or fails the test. A ratio or perSecond of 0 means
-// none (budget.Config spells that with a negative value; its zero fields
-// take the defaults).
-func mustBudget(t testing.TB, clock *recordingClock, ratio, perSecond float64) *budget.Budget {
+// mustBudget builds a budget with the default 10 s window, or fails the
+// test. A ratio or perSecond of 0 means none (budget.Config spells that with
+// a negative value; its zero fields take the defaults).
+func mustBudget(t testing.TB, ratio, perSecond float64) *budget.Budget {
 	t.Helper()
 	none := func(v float64) float64 {
 		if v == 0 {
@@ -51,11 +47,7 @@ func mustBudget(t testing.TB, clock *recordingClock, ratio, perSecond float64) *
 		}
 		return v
 	}
-	c := budget.Config{Ratio: none(ratio), MinPerSecond: none(perSecond)}
-	if clock != nil {
-		c.Now = clock.Now
-	}
-	b, err := budget.New(c)
+	b, err := budget.New(budget.Config{Ratio: none(ratio), MinPerSecond: none(perSecond)})
 	if err != nil {
 		t.Fatalf("budget.New: %v", err)
 	}
@@ -67,15 +59,11 @@ func mustBudget(t testing.TB, clock *recordingClock, ratio, perSecond float64) *
 func half() float64 { return 0.5 }
 
 // mustBreaker builds a breaker that trips on the first failure (MinCalls 1,
-// ratio 0.5), stays open exactly 30 s and closes after one good probe, on
-// clock's time (nil: the system's), or fails the test.
-func mustBreaker(t testing.TB, clock *recordingClock) *breaker.Breaker {
+// ratio 0.5), stays open exactly 30 s and closes after one good probe, or
+// fails the test.
+func mustBreaker(t testing.TB) *breaker.Breaker {
 	t.Helper()
-	c := breaker.Config{MinCalls: 1, Probes: 1, OpenFor: 30 * time.Second, Rand: half}
-	if clock != nil {
-		c.Now = clock.Now
-	}
-	b, err := breaker.New(c)
+	b, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: 30 * time.Second, Rand: half})
 	if err != nil {
 		t.Fatalf("breaker.New: %v", err)
 	}
@@ -115,41 +103,43 @@ func TestBudgetRefusalEndsWithLastError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newRecordingClock()
-			b := &countingBudget{inner: mustBudget(t, clock, tt.ratio, tt.floor)}
-			p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b}), retry.WithMaxAttempts(5))
-			for range tt.earlier {
-				if err := p.Do(context.Background(), succeed); err != nil {
-					t.Fatalf("earlier Do = %v", err)
+			synctest.Test(t, func(t *testing.T) {
+				clock := newTimeline()
+				b := &countingBudget{inner: mustBudget(t, tt.ratio, tt.floor)}
+				p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Budget: b}), retry.WithMaxAttempts(5))
+				for range tt.earlier {
+					if err := p.Do(context.Background(), succeed); err != nil {
+						t.Fatalf("earlier Do = %v", err)
+					}
 				}
-			}
-			calls := 0
-			err := p.Do(context.Background(), script(&calls, tt.errs...))
-			if calls != tt.wantAttempts {
-				t.Errorf("calls = %d, want %d", calls, tt.wantAttempts)
-			}
-			if got := len(clock.Sleeps()); got != tt.wantSleeps {
-				t.Errorf("sleeps = %d, want %d (a refused retry must not sleep)", got, tt.wantSleeps)
-			}
-			if d := b.deposits.Load(); d != int64(tt.earlier+1) {
-				t.Errorf("deposits = %d, want one per call: %d", d, tt.earlier+1)
-			}
-			if w := b.withdraws.Load(); w != int64(calls-1) {
-				t.Errorf("admitted withdrawals = %d, want one per retry: %d", w, calls-1)
-			}
-			if tt.wantReason == 0 {
-				if err != nil {
-					t.Fatalf("Do = %v, want nil", err)
+				calls := 0
+				err := p.Do(context.Background(), script(&calls, tt.errs...))
+				if calls != tt.wantAttempts {
+					t.Errorf("calls = %d, want %d", calls, tt.wantAttempts)
 				}
-				return
-			}
-			re := checkStop(t, err, tt.wantReason, tt.wantAttempts)
-			if re.Err != tt.wantErr {
-				t.Errorf("Do = %v: Err = %v, want the last real error %v", err, re.Err, tt.wantErr)
-			}
-			if !errors.Is(err, tt.wantErr) {
-				t.Errorf("errors.Is(%v, %v) = false", err, tt.wantErr)
-			}
+				if got := len(clock.Sleeps()); got != tt.wantSleeps {
+					t.Errorf("sleeps = %d, want %d (a refused retry must not sleep)", got, tt.wantSleeps)
+				}
+				if d := b.deposits.Load(); d != int64(tt.earlier+1) {
+					t.Errorf("deposits = %d, want one per call: %d", d, tt.earlier+1)
+				}
+				if w := b.withdraws.Load(); w != int64(calls-1) {
+					t.Errorf("admitted withdrawals = %d, want one per retry: %d", w, calls-1)
+				}
+				if tt.wantReason == 0 {
+					if err != nil {
+						t.Fatalf("Do = %v, want nil", err)
+					}
+					return
+				}
+				re := checkStop(t, err, tt.wantReason, tt.wantAttempts)
+				if re.Err != tt.wantErr {
+					t.Errorf("Do = %v: Err = %v, want the last real error %v", err, re.Err, tt.wantErr)
+				}
+				if !errors.Is(err, tt.wantErr) {
+					t.Errorf("errors.Is(%v, %v) = false", err, tt.wantErr)
+				}
+			})
 		})
 	}
 }
@@ -158,7 +148,7 @@ func TestBudgetRefusalEndsWithLastError(t *testing.T) {
 // breaker (the loop's short first-attempt path) inside a synctest bubble.
 func TestBudgetSystemClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &countingBudget{inner: mustBudget(t, nil, 0, 1)} // 10 retries per 10 s
+		b := &countingBudget{inner: mustBudget(t, 0, 1)} // 10 retries per 10 s
 		p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b}), retry.WithMaxAttempts(2))
 		for i := range 12 {
 			calls := 0
@@ -179,68 +169,72 @@ func TestBudgetSystemClock(t *testing.T) {
 }
 
 func TestBreakerOpenRejectsWithoutCalling(t *testing.T) {
-	clock := newRecordingClock()
-	brk := mustBreaker(t, clock)
-	b := &countingBudget{inner: mustBudget(t, clock, 0.1, 1)}
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
-	trip(t, brk)
-	clock.Advance(10 * time.Second)
+	synctest.Test(t, func(t *testing.T) {
+		clock := newTimeline()
+		brk := mustBreaker(t)
+		b := &countingBudget{inner: mustBudget(t, 0.1, 1)}
+		p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
+		trip(t, brk)
+		time.Sleep(10 * time.Second)
 
-	calls := 0
-	err := p.Do(context.Background(), script(&calls))
-	if calls != 0 {
-		t.Errorf("op called %d times through an open breaker, want 0", calls)
-	}
-	re := checkStop(t, err, retry.CircuitOpen, 0)
-	var oe *breaker.OpenError
-	if !errors.As(re.Err, &oe) || oe.State != breaker.Open {
-		t.Fatalf("Do = %v: Err = %#v, want the *breaker.OpenError", err, re.Err)
-	}
-	if !errors.Is(err, breaker.ErrOpen) {
-		t.Errorf("errors.Is(%v, breaker.ErrOpen) = false", err)
-	}
-	if got := retry.RetryAfter(err); got != 20*time.Second {
-		t.Errorf("RetryAfter(%v) = %v, want the 20s until half-open", err, got)
-	}
-	if d := b.deposits.Load(); d != 0 {
-		t.Errorf("deposits = %d, want 0: a rejected call sends nothing", d)
-	}
+		calls := 0
+		err := p.Do(context.Background(), script(&calls))
+		if calls != 0 {
+			t.Errorf("op called %d times through an open breaker, want 0", calls)
+		}
+		re := checkStop(t, err, retry.CircuitOpen, 0)
+		var oe *breaker.OpenError
+		if !errors.As(re.Err, &oe) || oe.State != breaker.Open {
+			t.Fatalf("Do = %v: Err = %#v, want the *breaker.OpenError", err, re.Err)
+		}
+		if !errors.Is(err, breaker.ErrOpen) {
+			t.Errorf("errors.Is(%v, breaker.ErrOpen) = false", err)
+		}
+		if got := retry.RetryAfter(err); got != 20*time.Second {
+			t.Errorf("RetryAfter(%v) = %v, want the 20s until half-open", err, got)
+		}
+		if d := b.deposits.Load(); d != 0 {
+			t.Errorf("deposits = %d, want 0: a rejected call sends nothing", d)
+		}
+	})
 }
 
 func TestBreakerTrippedMidCall(t *testing.T) {
-	// This failure trips the breaker: stop before sleeping.
-	{
-		clock := newRecordingClock()
-		brk := mustBreaker(t, clock)
-		b := &countingBudget{inner: mustBudget(t, clock, 0.1, 1)}
-		p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
-		calls := 0
-		err := p.Do(context.Background(), script(&calls, err503, err503))
-		re := checkStop(t, err, retry.CircuitOpen, 1)
-		if calls != 1 || re.Err != err503 {
-			t.Errorf("Do = %v after %d calls, want Err %v after 1", err, calls, err503)
+	synctest.Test(t, func(t *testing.T) {
+		// This failure trips the breaker: stop before sleeping.
+		{
+			clock := newTimeline()
+			brk := mustBreaker(t)
+			b := &countingBudget{inner: mustBudget(t, 0.1, 1)}
+			p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
+			calls := 0
+			err := p.Do(context.Background(), script(&calls, err503, err503))
+			re := checkStop(t, err, retry.CircuitOpen, 1)
+			if calls != 1 || re.Err != err503 {
+				t.Errorf("Do = %v after %d calls, want Err %v after 1", err, calls, err503)
+			}
+			if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, err503) {
+				t.Errorf("Do = %v: want both breaker.ErrOpen and the 503 reachable", err)
+			}
+			if s := clock.Sleeps(); len(s) != 0 {
+				t.Errorf("sleeps = %v, want none", s)
+			}
+			if n := b.withdraws.Load() + b.refused.Load(); n != 0 {
+				t.Errorf("withdrawals asked = %d, want 0", n)
+			}
 		}
-		if !errors.Is(err, breaker.ErrOpen) || !errors.Is(err, err503) {
-			t.Errorf("Do = %v: want both breaker.ErrOpen and the 503 reachable", err)
-		}
-		if s := clock.Sleeps(); len(s) != 0 {
-			t.Errorf("sleeps = %v, want none", s)
-		}
-		if n := b.withdraws.Load() + b.refused.Load(); n != 0 {
-			t.Errorf("withdrawals asked = %d, want 0", n)
-		}
-	}
+	})
 }
 
 func TestBreakerRejectsLaterAttempt(t *testing.T) {
-	clock := newRecordingClock()
-	// Trips on the 2nd failure in a row.
-	brk, err := breaker.New(breaker.Config{MinCalls: 2, FailureRatio: 1, Now: clock.Now, Rand: half})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}),
-		retry.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := newTimeline()
+		// Trips on the 2nd failure in a row.
+		brk, err := breaker.New(breaker.Config{MinCalls: 2, FailureRatio: 1, Rand: half})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.next = observe.Func(func(ctx context.Context, e observe.Event) {
 			if e.Kind != observe.Retry {
 				return
 			}
@@ -248,20 +242,22 @@ func TestBreakerRejectsLaterAttempt(t *testing.T) {
 			if pm, err := brk.Allow(); err == nil {
 				brk.Done(pm, false)
 			}
-		})))
-	calls := 0
-	err = p.Do(context.Background(), script(&calls, err503, err503))
-	re := checkStop(t, err, retry.CircuitOpen, 1)
-	if calls != 1 || re.Err != err503 {
-		t.Errorf("Do = %v after %d calls, want Err %v after 1", err, calls, err503)
-	}
-	var oe *breaker.OpenError
-	if !errors.As(err, &oe) || !errors.Is(err, err503) {
-		t.Errorf("Do = %v: want both the *breaker.OpenError and the 503 reachable", err)
-	}
-	if s := clock.Sleeps(); len(s) != 1 {
-		t.Errorf("sleeps = %v, want the one before the rejected attempt", s)
-	}
+		})
+		p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
+		calls := 0
+		err = p.Do(context.Background(), script(&calls, err503, err503))
+		re := checkStop(t, err, retry.CircuitOpen, 1)
+		if calls != 1 || re.Err != err503 {
+			t.Errorf("Do = %v after %d calls, want Err %v after 1", err, calls, err503)
+		}
+		var oe *breaker.OpenError
+		if !errors.As(err, &oe) || !errors.Is(err, err503) {
+			t.Errorf("Do = %v: want both the *breaker.OpenError and the 503 reachable", err)
+		}
+		if s := clock.Sleeps(); len(s) != 1 {
+			t.Errorf("sleeps = %v, want the one before the rejected attempt", s)
+		}
+	})
 }
 
 // TestSleepOutlastsOpenPeriod: a failure trips the breaker, but the sleep
@@ -270,32 +266,34 @@ func TestBreakerRejectsLaterAttempt(t *testing.T) {
 // the 2 s hint spread by U·hint/2 (2.5 s), longer than its 1 s OpenFor, and
 // the loop, with the same U, sleeps the same 2.5 s.
 func TestSleepOutlastsOpenPeriod(t *testing.T) {
-	clock := newRecordingClock()
-	brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Now: clock.Now, Rand: half})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}),
-		retry.WithBackoff(mustBackoff(t, backoff.FullJitter, 100*time.Millisecond, 10*time.Second, 0.5)))
-	calls := 0
-	var probe bool
-	err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-		calls++
-		if attempt == 1 {
-			return &statusErr{Code: 503, After: 2 * time.Second}
+	synctest.Test(t, func(t *testing.T) {
+		clock := newTimeline()
+		brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Rand: half})
+		if err != nil {
+			t.Fatal(err)
 		}
-		probe = brk.State() == breaker.HalfOpen
-		return nil
+		p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Breaker: brk}),
+			retry.WithBackoff(mustBackoff(t, backoff.FullJitter, 100*time.Millisecond, 10*time.Second, 0.5)))
+		calls := 0
+		var probe bool
+		err = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			calls++
+			if attempt == 1 {
+				return &statusErr{Code: 503, After: 2 * time.Second}
+			}
+			probe = brk.State() == breaker.HalfOpen
+			return nil
+		})
+		if err != nil || calls != 2 || !probe {
+			t.Errorf("Do = %v after %d calls (probe %v), want nil after 2, the second a probe", err, calls, probe)
+		}
+		if s := clock.Sleeps(); !slices.Equal(s, []time.Duration{2500 * time.Millisecond}) {
+			t.Errorf("sleeps = %v, want [2.5s]", s)
+		}
+		if s := brk.State(); s != breaker.Closed {
+			t.Errorf("State = %v, want closed after the good probe", s)
+		}
 	})
-	if err != nil || calls != 2 || !probe {
-		t.Errorf("Do = %v after %d calls (probe %v), want nil after 2, the second a probe", err, calls, probe)
-	}
-	if s := clock.Sleeps(); !slices.Equal(s, []time.Duration{2500 * time.Millisecond}) {
-		t.Errorf("sleeps = %v, want [2.5s]", s)
-	}
-	if s := brk.State(); s != breaker.Closed {
-		t.Errorf("State = %v, want closed after the good probe", s)
-	}
 }
 
 func TestHalfOpenProbeThroughTheLoop(t *testing.T) {
@@ -309,58 +307,63 @@ func TestHalfOpenProbeThroughTheLoop(t *testing.T) {
 		{"probe succeeds: closes", nil, breaker.Closed, 0, 1},
 		{"probe gets a 404: the dependency answered, closes", []error{err404}, breaker.Closed, retry.NotRetryable, 1},
 		{"probe gets a 503: reopens, no retry into the open breaker", []error{err503, err503}, breaker.Open, retry.CircuitOpen, 1},
-		{"probe permanent: closes", []error{retry.Permanent(err503)}, breaker.Closed, retry.NotRetryable, 1},
+		{"probe gets a permanent 404: closes", []error{retry.Permanent(err404)}, breaker.Closed, retry.NotRetryable, 1},
+		{"probe gets a permanent 503: reopens, no retry", []error{retry.Permanent(err503)}, breaker.Open, retry.NotRetryable, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newRecordingClock()
-			brk := mustBreaker(t, clock)
-			p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
-			trip(t, brk)
-			clock.Advance(30 * time.Second) // the open period is over
-			var probe []bool
-			calls := 0
-			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-				probe = append(probe, brk.State() == breaker.HalfOpen)
-				return script(&calls, tt.errs...)(ctx, attempt)
-			})
-			if calls != tt.wantCalls || !slices.Equal(probe, []bool{true}) {
-				t.Errorf("calls = %d (half-open: %v), want %d probe", calls, probe, tt.wantCalls)
-			}
-			if s := brk.State(); s != tt.wantState {
-				t.Errorf("State after the probe = %v, want %v", s, tt.wantState)
-			}
-			if tt.wantReason == 0 {
-				if err != nil {
-					t.Errorf("Do = %v, want nil", err)
+			synctest.Test(t, func(t *testing.T) {
+				clock := newTimeline()
+				brk := mustBreaker(t)
+				p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
+				trip(t, brk)
+				time.Sleep(30 * time.Second) // the open period is over
+				var probe []bool
+				calls := 0
+				err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+					probe = append(probe, brk.State() == breaker.HalfOpen)
+					return script(&calls, tt.errs...)(ctx, attempt)
+				})
+				if calls != tt.wantCalls || !slices.Equal(probe, []bool{true}) {
+					t.Errorf("calls = %d (half-open: %v), want %d probe", calls, probe, tt.wantCalls)
 				}
-				return
-			}
-			checkStop(t, err, tt.wantReason, tt.wantCalls)
+				if s := brk.State(); s != tt.wantState {
+					t.Errorf("State after the probe = %v, want %v", s, tt.wantState)
+				}
+				if tt.wantReason == 0 {
+					if err != nil {
+						t.Errorf("Do = %v, want nil", err)
+					}
+					return
+				}
+				checkStop(t, err, tt.wantReason, tt.wantCalls)
+			})
 		})
 	}
 }
 
 func TestProbesTakenRejectsFirstAttempt(t *testing.T) {
-	clock := newRecordingClock()
-	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
-	trip(t, brk)
-	clock.Advance(30 * time.Second)
-	held, err := brk.Allow() // another caller's probe, still in flight
-	if err != nil || !held.Probe() {
-		t.Fatalf("Allow = %v, %v; want a probe", held, err)
-	}
-	calls := 0
-	err = p.Do(context.Background(), script(&calls))
-	checkStop(t, err, retry.CircuitOpen, 0)
-	if calls != 0 || !errors.Is(err, breaker.ErrTooManyProbes) {
-		t.Errorf("Do = %v after %d calls, want ErrTooManyProbes after 0", err, calls)
-	}
-	brk.Done(held, true)
-	if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {
-		t.Errorf("Do after the breaker closed = %v after %d calls, want nil after 1", err, calls)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		clock := newTimeline()
+		brk := mustBreaker(t)
+		p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
+		trip(t, brk)
+		time.Sleep(30 * time.Second)
+		held, err := brk.Allow() // another caller's probe, still in flight
+		if err != nil || !held.Probe() {
+			t.Fatalf("Allow = %v, %v; want a probe", held, err)
+		}
+		calls := 0
+		err = p.Do(context.Background(), script(&calls))
+		checkStop(t, err, retry.CircuitOpen, 0)
+		if calls != 0 || !errors.Is(err, breaker.ErrTooManyProbes) {
+			t.Errorf("Do = %v after %d calls, want ErrTooManyProbes after 0", err, calls)
+		}
+		brk.Done(held, true)
+		if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {
+			t.Errorf("Do after the breaker closed = %v after %d calls, want nil after 1", err, calls)
+		}
+	})
 }
 
 func TestNotDependencyFailures(t *testing.T) {
@@ -370,13 +373,13 @@ func TestNotDependencyFailures(t *testing.T) {
 	}{
 		{"404", err404},
 		{"400", &statusErr{Code: 400}},
-		{"permanent 503", retry.Permanent(err503)},
+		{"permanent 404", retry.Permanent(err404)},
 		{"plain error", errors.New("bad input")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			brk := mustBreaker(t, nil)
-			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithGuards(retry.Guards{Breaker: brk}))
+			brk := mustBreaker(t)
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
 			for range 50 {
 				calls := 0
 				err := p.Do(context.Background(), script(&calls, tt.err))
@@ -392,7 +395,7 @@ func TestNotDependencyFailures(t *testing.T) {
 
 func TestParentEndIsNoOutcome(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		brk := mustBreaker(t, nil)
+		brk := mustBreaker(t)
 		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
 		ctx, cancel := context.WithCancel(context.Background())
 		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
@@ -412,42 +415,45 @@ func TestParentEndIsNoOutcome(t *testing.T) {
 			t.Errorf("Snapshot = %+v, want closed with no outcome recorded", s)
 		}
 
-		// The policy's own timeout is the owner's verdict: a hang counts.
-		pt := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(time.Second))
+		// The policy's own attempt timeout is the owner's verdict: a hang
+		// counts, and the breaker it opens ends the call.
+		pt := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithAttemptTimeout(time.Second))
 		err = pt.Do(context.Background(), func(ctx context.Context, attempt int) error {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		checkStop(t, err, retry.Deadline, 1)
+		checkStop(t, err, retry.CircuitOpen, 1)
 		if s := brk.State(); s != breaker.Open {
-			t.Errorf("State after a call cut off by the policy's timeout = %v, want open", s)
+			t.Errorf("State after a call cut off by the policy's attempt timeout = %v, want open", s)
 		}
 	})
 }
 
 func TestCanceledProbeFreesItsSlot(t *testing.T) {
-	clock := newRecordingClock()
-	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
-	trip(t, brk)
-	clock.Advance(30 * time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	err := p.Do(ctx, func(ctx context.Context, attempt int) error {
-		cancel()
-		return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		clock := newTimeline()
+		brk := mustBreaker(t)
+		p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
+		trip(t, brk)
+		time.Sleep(30 * time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
+			cancel()
+			return ctx.Err()
+		})
+		checkStop(t, err, retry.Canceled, 1)
+		calls := 0
+		if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {
+			t.Errorf("Do after a canceled probe = %v after %d calls, want nil after 1 (slot freed)", err, calls)
+		}
+		if s := brk.State(); s != breaker.Closed {
+			t.Errorf("State = %v, want closed", s)
+		}
 	})
-	checkStop(t, err, retry.Canceled, 1)
-	calls := 0
-	if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {
-		t.Errorf("Do after a canceled probe = %v after %d calls, want nil after 1 (slot freed)", err, calls)
-	}
-	if s := brk.State(); s != breaker.Closed {
-		t.Errorf("State = %v, want closed", s)
-	}
 }
 
 func TestPanicIsAFailure(t *testing.T) {
-	brk := mustBreaker(t, nil)
+	brk := mustBreaker(t)
 	p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
 	func() {
 		defer func() {
@@ -463,63 +469,16 @@ func TestPanicIsAFailure(t *testing.T) {
 }
 
 func TestNilBudgetAndBreaker(t *testing.T) {
-	var nilBudget *budget.Budget
-	for _, opt := range []retry.Option{retry.WithGuards(retry.Guards{}), retry.WithGuards(retry.Guards{Budget: nilBudget})} {
-		p := mustNew(t, retry.WithClock(instantClock{}), opt)
-		calls := 0
-		if err := p.Do(context.Background(), script(&calls, err503)); err != nil || calls != 2 {
-			t.Errorf("Do = %v after %d calls, want nil after 2", err, calls)
-		}
-	}
-}
-
-func TestDoFallback(t *testing.T) {
-	clock := newRecordingClock()
-	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Breaker: brk}))
-	cached := func(ctx context.Context, err *retry.Error) (string, error) {
-		if err.Reason == retry.CircuitOpen || err.Reason == retry.BudgetExhausted {
-			return "cached", nil
-		}
-		return "", err
-	}
-	fresh := func(ctx context.Context, attempt int) (string, error) { return "fresh", nil }
-	fail := func(code int) func(context.Context, int) (string, error) {
-		return func(ctx context.Context, attempt int) (string, error) {
-			return "partial", &statusErr{Code: code}
-		}
-	}
-	tests := []struct {
-		name       string
-		op         func(context.Context, int) (string, error)
-		fallback   func(context.Context, *retry.Error) (string, error)
-		want       string
-		wantReason retry.Reason // 0: nil error
-	}{
-		{"success: no fallback", fresh, cached, "fresh", 0},
-		{"404: fallback passes the error on", fail(404), cached, "", retry.NotRetryable},
-		{"503 trips the breaker: cached", fail(503), cached, "cached", 0},
-		{"open: cached without calling", fresh, cached, "cached", 0},
-		{"nil fallback: like DoValue", fresh, nil, "", retry.CircuitOpen},
-	}
-	for _, tt := range tests {
-		got, err := retry.DoFallback(context.Background(), p, tt.op, tt.fallback)
-		if got != tt.want {
-			t.Errorf("%s: DoFallback = %q, want %q", tt.name, got, tt.want)
-		}
-		if tt.wantReason == 0 {
-			if err != nil {
-				t.Errorf("%s: DoFallback error = %v, want nil", tt.name, err)
+	synctest.Test(t, func(t *testing.T) {
+		var nilBudget *budget.Budget
+		for _, opt := range []retry.Option{retry.WithGuards(retry.Guards{}), retry.WithGuards(retry.Guards{Budget: nilBudget})} {
+			p := mustNew(t, opt)
+			calls := 0
+			if err := p.Do(context.Background(), script(&calls, err503)); err != nil || calls != 2 {
+				t.Errorf("Do = %v after %d calls, want nil after 2", err, calls)
 			}
-			continue
 		}
-		if re := asError(t, err); re.Reason != tt.wantReason {
-			t.Errorf("%s: DoFallback error = %v, want reason %v", tt.name, err, tt.wantReason)
-		}
-	}
-	if _, err := retry.DoFallback[string](context.Background(), p, nil, cached); err != retry.ErrNilOperation {
-		t.Errorf("DoFallback(nil op) = %v, want ErrNilOperation", err)
-	}
+	})
 }
 
 // TestConcurrentBudgetBreaker shares one policy, budget and breaker between
@@ -527,7 +486,7 @@ func TestDoFallback(t *testing.T) {
 // withdrawal, and every failure is a known reason (run with -race).
 func TestConcurrentBudgetBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &countingBudget{inner: mustBudget(t, nil, 0.1, 1)}
+		b := &countingBudget{inner: mustBudget(t, 0.1, 1)}
 		brk, err := breaker.New(breaker.Config{MinCalls: 40})
 		if err != nil {
 			t.Fatal(err)
@@ -591,75 +550,42 @@ func TestConcurrentBudgetBreaker(t *testing.T) {
 	})
 }
 
-// TestLoggerCircuitOpen: give-ups are per-call records, all at Debug: a
-// rejection before any attempt, a failure that opens the breaker, a budget
-// refusal after a failure. Nothing is logged above Debug.
-func TestLoggerCircuitOpen(t *testing.T) {
-	var buf bytes.Buffer
-	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	clock := newRecordingClock()
-	brk := mustBreaker(t, clock)
-	p := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithGuards(retry.Guards{Breaker: brk}))
-	trip(t, brk)
-	calls := 0
-	_ = p.Do(context.Background(), script(&calls))
-	clock.Advance(30 * time.Second)
-	_ = p.Do(context.Background(), script(&calls, err404)) // the probe closes it
-	_ = p.Do(context.Background(), script(&calls, err503)) // trips it again
-	pb := mustNew(t, retry.WithClock(clock), retry.WithLogger(l), retry.WithGuards(retry.Guards{Budget: mustBudget(t, clock, 0, 0)}))
-	_ = pb.Do(context.Background(), script(&calls, err503))
-	got := buf.String()
-	for _, want := range []string{
-		`level=DEBUG msg="retry: giving up" retry.reason="circuit open" retry.attempts=0`,
-		`level=DEBUG msg="retry: giving up" retry.reason="not retryable" retry.attempts=1`,
-		`level=DEBUG msg="retry: giving up" retry.reason="circuit open" retry.attempts=1`,
-		`level=DEBUG msg="retry: giving up" retry.reason="budget exhausted" retry.attempts=1`,
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("log lacks %q:\n%s", want, got)
-		}
-	}
-	for _, level := range []string{"level=INFO", "level=WARN", "level=ERROR"} {
-		if strings.Contains(got, level) {
-			t.Errorf("log has a per-call record at %s:\n%s", level, got)
-		}
-	}
-}
-
-func TestPermanentFailureStopsAndCountsAsFailure(t *testing.T) {
+// TestPermanentCountsAsTheClassifierSays: a Permanent mark stops the loop
+// at once; the breaker counts the attempt as the classifier judges the
+// error inside the mark: a failure of the dependency for a 503, an answer
+// for a 404. The mark is removed from the returned Err, and errors.Is sees
+// through it.
+func TestPermanentCountsAsTheClassifierSays(t *testing.T) {
 	tests := []struct {
-		name string
-		err  error
+		name      string
+		err       error
+		wantState breaker.State
 	}{
-		{"503", retry.PermanentFailure(err503)},
-		{"404", retry.PermanentFailure(err404)},
-		{"wrapped", fmt.Errorf("call: %w", retry.PermanentFailure(err503))},
+		{"503", retry.Permanent(err503), breaker.Open},
+		{"wrapped 503", fmt.Errorf("call: %w", retry.Permanent(err503)), breaker.Open},
+		{"404", retry.Permanent(err404), breaker.Closed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			brk := mustBreaker(t, nil)
-			p := mustNew(t, retry.WithClock(instantClock{}), retry.WithGuards(retry.Guards{Breaker: brk}))
+			brk := mustBreaker(t)
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}))
 			calls := 0
 			err := p.Do(context.Background(), script(&calls, tt.err, tt.err, tt.err))
 			checkStop(t, err, retry.NotRetryable, 1)
 			if calls != 1 {
 				t.Errorf("Do with %v made %d calls, want 1", tt.err, calls)
 			}
-			if s := brk.State(); s != breaker.Open {
-				t.Errorf("breaker after one PermanentFailure is %v, want open (MinCalls 1)", s)
+			if s := brk.State(); s != tt.wantState {
+				t.Errorf("breaker after one %v is %v, want %v (MinCalls 1)", tt.err, s, tt.wantState)
 			}
 		})
 	}
-	// The marker is removed from the returned Err, and errors.Is sees through it.
-	p := mustNew(t, retry.WithClock(instantClock{}))
+	p := mustNew(t)
 	calls := 0
-	err := p.Do(context.Background(), script(&calls, retry.PermanentFailure(err503)))
+	err := p.Do(context.Background(), script(&calls, retry.Permanent(err503)))
 	var re *retry.Error
-	if !errors.As(err, &re) || re.Err != err503 || !errors.Is(err, err503) || !retry.IsPermanent(retry.PermanentFailure(err503)) {
-		t.Errorf("Do(PermanentFailure(503)) = %v; want *Error with Err == the 503", err)
-	}
-	if retry.PermanentFailure(nil) != nil {
-		t.Error("PermanentFailure(nil) != nil")
+	if !errors.As(err, &re) || re.Err != err503 || !errors.Is(err, err503) {
+		t.Errorf("Do(Permanent(503)) = %v; want *Error with Err == the 503", err)
 	}
 }
 
@@ -679,26 +605,28 @@ func (b *withinBudget) WithdrawWithin(left time.Duration) bool {
 // A budget that may wait is asked with the time left before the deadline
 // (0 without one), never with plain Withdraw.
 func TestBudgetWithin(t *testing.T) {
-	clock := newRecordingClock()
-	b := &withinBudget{}
-	p := mustNew(t, retry.WithClock(clock), retry.WithGuards(retry.Guards{Budget: b}), retry.WithExactRetryAfter(),
-		retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Second, 0)))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	calls := 0
-	_ = p.Do(ctx, script(&calls, err503, err503, nil))
-	if len(b.lefts) != 2 || b.plain != 0 {
-		t.Fatalf("WithdrawWithin called %d times (plain Withdraw %d), want 2 and 0", len(b.lefts), b.plain)
-	}
-	// 10 s at the start; the first sleep (200 ms) is taken after the
-	// first withdrawal.
-	if b.lefts[0] <= 9*time.Second || b.lefts[1] >= b.lefts[0] {
-		t.Errorf("time left per withdrawal %v, want about 10s then less", b.lefts)
-	}
-	b.lefts = nil
-	calls = 0
-	_ = p.Do(context.Background(), script(&calls, err503, nil))
-	if len(b.lefts) != 1 || b.lefts[0] != 0 {
-		t.Errorf("without a deadline: lefts %v, want [0]", b.lefts)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		clock := newTimeline()
+		b := &withinBudget{}
+		p := mustNew(t, retry.WithObserver(clock), retry.WithGuards(retry.Guards{Budget: b}),
+			retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Second, 0)))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		calls := 0
+		_ = p.Do(ctx, script(&calls, err503, err503, nil))
+		if len(b.lefts) != 2 || b.plain != 0 {
+			t.Fatalf("WithdrawWithin called %d times (plain Withdraw %d), want 2 and 0", len(b.lefts), b.plain)
+		}
+		// 10 s at the start; the first sleep (200 ms) is taken after the
+		// first withdrawal.
+		if b.lefts[0] <= 9*time.Second || b.lefts[1] >= b.lefts[0] {
+			t.Errorf("time left per withdrawal %v, want about 10s then less", b.lefts)
+		}
+		b.lefts = nil
+		calls = 0
+		_ = p.Do(context.Background(), script(&calls, err503, nil))
+		if len(b.lefts) != 1 || b.lefts[0] != 0 {
+			t.Errorf("without a deadline: lefts %v, want [0]", b.lefts)
+		}
+	})
 }

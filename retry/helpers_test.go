@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -63,15 +64,15 @@ func mustBackoff(t testing.TB, s backoff.Strategy, base, cap time.Duration, u fl
 	return b
 }
 
-// lockedRand returns a seeded Mulberry32 made safe for concurrent use, for
+// lockedRand returns a seeded generator made safe for concurrent use, for
 // reproducible draws from many goroutines.
-func lockedRand(seed uint32) func() float64 {
+func lockedRand(seed uint64) func() float64 {
 	var mu sync.Mutex
-	m := backoff.NewMulberry32(seed)
+	r := rand.New(rand.NewPCG(seed, 0))
 	return func() float64 {
 		mu.Lock()
 		defer mu.Unlock()
-		return m.Float64()
+		return r.Float64()
 	}
 }
 
@@ -111,57 +112,50 @@ func script(calls *int, errs ...error) func(context.Context, int) error {
 	}
 }
 
-// recordingClock is a fake retry.Clock: Sleep records the delay and moves
-// the fake time forward at once, so nothing sleeps for real. It is safe for
-// concurrent use.
-type recordingClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
+// timeline is an observer that records the loop's sleeps as they happen on
+// the clock of the synctest bubble the test runs in: the time from the end
+// of a failed attempt to the start of the next (a wait behind an open
+// breaker included), or to the give-up when that took time (a sleep whose
+// next attempt the breaker rejected). It passes every event on to next, if
+// set. It is safe for concurrent use, but records one call at a time.
+type timeline struct {
+	next observe.Observer
+
+	mu      sync.Mutex
+	lastEnd time.Time // of the last failed attempt of the call under way
+	sleeps  []time.Duration
 }
 
-func newRecordingClock() *recordingClock {
-	return &recordingClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
+func newTimeline() *timeline { return &timeline{} }
 
-func (c *recordingClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *recordingClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
+func (tl *timeline) Observe(ctx context.Context, e observe.Event) {
+	now := time.Now()
+	tl.mu.Lock()
+	switch e.Kind {
+	case observe.AttemptEnd:
+		tl.lastEnd = now
+		if e.Err == nil {
+			tl.lastEnd = time.Time{}
+		}
+	case observe.AttemptStart, observe.GiveUp:
+		if !tl.lastEnd.IsZero() {
+			if gap := now.Sub(tl.lastEnd); e.Kind == observe.AttemptStart || gap > 0 {
+				tl.sleeps = append(tl.sleeps, gap)
+			}
+		}
+		tl.lastEnd = time.Time{}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
-}
-
-// Advance moves the fake time forward by d, as an operation that takes d
-// would.
-func (c *recordingClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	tl.mu.Unlock()
+	if tl.next != nil {
+		tl.next.Observe(ctx, e)
+	}
 }
 
 // Sleeps returns a copy of the recorded sleeps.
-func (c *recordingClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.sleeps...)
-}
-
-// instantClock sleeps for no time at all: a retry costs only the loop.
-type instantClock struct{}
-
-func (instantClock) Now() time.Time { return time.Time{} }
-func (instantClock) Sleep(ctx context.Context, d time.Duration) error {
-	return ctx.Err()
+func (tl *timeline) Sleeps() []time.Duration {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return append([]time.Duration(nil), tl.sleeps...)
 }
 
 // events collects the events of an observer, safe for concurrent use.

@@ -30,7 +30,7 @@ func checkEvents(t *testing.T, got, want []observe.Event) {
 }
 
 // TestObserverEvents: the exact events of scripted calls. Each attempt
-// takes 10 ms of fake time; NoJitter base 100 ms with U 0.5: delays 200 ms,
+// takes 10 ms of the synctest bubble's time; NoJitter base 100 ms with U 0.5: delays 200 ms,
 // 400 ms; a 1 s hint is spread to 1.25 s.
 func TestObserverEvents(t *testing.T) {
 	const ms = time.Millisecond
@@ -41,13 +41,13 @@ func TestObserverEvents(t *testing.T) {
 		return observe.Event{Kind: observe.AttemptEnd, Name: name, Attempt: n, Elapsed: 10 * ms, Err: err, Outcome: outcome}
 	}
 	tests := []struct {
-		name   string
-		opts   []retry.Option
-		budget *countingBudget
-		errs   []error
-		want   []observe.Event
+		name     string
+		deadline time.Duration // the call's; 0: none
+		budget   *countingBudget
+		errs     []error
+		want     []observe.Event
 	}{
-		{"3 attempts then give-up", nil, nil, []error{hint, err503, err503}, []observe.Event{
+		{"3 attempts then give-up", 0, nil, []error{hint, err503, err503}, []observe.Event{
 			start(1), end(1, hint, "failure"),
 			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 1250 * ms, Hint: time.Second, Outcome: "hint", Err: hint},
 			start(2), end(2, err503, "failure"),
@@ -55,58 +55,69 @@ func TestObserverEvents(t *testing.T) {
 			start(3), end(3, err503, "failure"),
 			{Kind: observe.GiveUp, Name: name, Attempt: 3, Reason: "attempts exhausted", Err: err503},
 		}},
-		{"success on a retry", nil, nil, []error{err503}, []observe.Event{
+		{"success on a retry", 0, nil, []error{err503}, []observe.Event{
 			start(1), end(1, err503, "failure"),
 			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 200 * ms, Outcome: "backoff", Err: err503},
 			start(2), end(2, nil, "success"),
 		}},
-		{"hint shorter than the backoff", nil, nil, []error{&statusErr{Code: 503, After: 50 * ms}}, []observe.Event{
+		{"hint shorter than the backoff", 0, nil, []error{&statusErr{Code: 503, After: 50 * ms}}, []observe.Event{
 			start(1), end(1, &statusErr{Code: 503, After: 50 * ms}, "failure"),
 			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 200 * ms, Hint: 50 * ms, Outcome: "backoff", Err: &statusErr{Code: 503, After: 50 * ms}},
 			start(2), end(2, nil, "success"),
 		}},
-		{"budget refusal", nil, &countingBudget{inner: mustBudget(t, nil, 0, 0)}, []error{err503}, []observe.Event{
+		{"budget refusal", 0, &countingBudget{inner: mustBudget(t, 0, 0)}, []error{err503}, []observe.Event{
 			start(1), end(1, err503, "failure"),
 			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "budget exhausted", Err: err503},
 		}},
-		{"rejected: a caller's error", nil, nil, []error{err404}, []observe.Event{
+		{"rejected: a caller's error", 0, nil, []error{err404}, []observe.Event{
 			start(1), end(1, err404, "rejected"),
 			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not retryable", Err: err404},
 		}},
-		{"PermanentFailure: a failure", nil, nil, []error{retry.PermanentFailure(err404)}, []observe.Event{
-			start(1), end(1, retry.PermanentFailure(err404), "failure"),
+		{"Permanent 503: a failure", 0, nil, []error{retry.Permanent(err503)}, []observe.Event{
+			start(1), end(1, retry.Permanent(err503), "failure"),
+			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not retryable", Err: err503},
+		}},
+		{"Permanent 404: rejected", 0, nil, []error{retry.Permanent(err404)}, []observe.Event{
+			start(1), end(1, retry.Permanent(err404), "rejected"),
 			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not retryable", Err: err404},
 		}},
-		{"deadline: the refused sleep", []retry.Option{retry.WithTimeout(time.Second)}, nil, []error{hint}, []observe.Event{
+		{"deadline: the refused sleep", time.Second, nil, []error{hint}, []observe.Event{
 			start(1), end(1, hint, "failure"),
 			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "deadline", Delay: time.Second, Err: hint},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newRecordingClock()
-			var ev events
-			opts := []retry.Option{retry.WithClock(clock), retry.WithName(name), retry.WithObserver(ev.observer()),
-				retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*ms, time.Minute, 0.5))}
-			if tt.budget != nil {
-				opts = append(opts, retry.WithGuards(retry.Guards{Budget: tt.budget}))
-			}
-			p := mustNew(t, append(opts, tt.opts...)...)
-			_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-				clock.Advance(10 * ms)
-				if attempt <= len(tt.errs) {
-					return tt.errs[attempt-1]
+			synctest.Test(t, func(t *testing.T) {
+				var ev events
+				opts := []retry.Option{retry.WithName(name), retry.WithObserver(ev.observer()),
+					retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*ms, time.Minute, 0.5))}
+				if tt.budget != nil {
+					opts = append(opts, retry.WithGuards(retry.Guards{Budget: tt.budget}))
 				}
-				return nil
+				p := mustNew(t, opts...)
+				ctx := context.Background()
+				if tt.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+					defer cancel()
+				}
+				_ = p.Do(ctx, func(ctx context.Context, attempt int) error {
+					time.Sleep(10 * ms)
+					if attempt <= len(tt.errs) {
+						return tt.errs[attempt-1]
+					}
+					return nil
+				})
+				got := ev.take()
+				// Errors built per case compare by identity; compare their text.
+				for i := range got {
+					if i < len(tt.want) && got[i].Err != nil && tt.want[i].Err != nil && got[i].Err.Error() == tt.want[i].Err.Error() {
+						got[i].Err = tt.want[i].Err
+					}
+				}
+				checkEvents(t, got, tt.want)
 			})
-			got := ev.take()
-			// Errors built per case compare by identity; compare their text.
-			for i := range got {
-				if i < len(tt.want) && got[i].Err != nil && tt.want[i].Err != nil && got[i].Err.Error() == tt.want[i].Err.Error() {
-					got[i].Err = tt.want[i].Err
-				}
-			}
-			checkEvents(t, got, tt.want)
 		})
 	}
 }
@@ -115,29 +126,32 @@ func TestObserverEvents(t *testing.T) {
 // reports only its give-up; one canceled during its sleep reports the
 // attempt, the retry and the give-up.
 func TestObserverCanceled(t *testing.T) {
-	var ev events
-	p := mustNew(t, retry.WithClock(instantClock{}), retry.WithObserver(ev.observer()))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = p.Do(ctx, succeed)
-	checkEvents(t, ev.take(), []observe.Event{{Kind: observe.GiveUp, Reason: "canceled"}})
+	synctest.Test(t, func(t *testing.T) {
+		var ev events
+		p := mustNew(t, retry.WithObserver(ev.observer()))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = p.Do(ctx, succeed)
+		checkEvents(t, ev.take(), []observe.Event{{Kind: observe.GiveUp, Reason: "canceled"}})
 
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	p = mustNew(t, retry.WithClock(instantClock{}),
-		retry.WithObserver(observe.Multi(ev.observer(), observe.Func(func(_ context.Context, e observe.Event) {
+		ctx, cancel = context.WithCancel(context.Background())
+		defer cancel()
+		record := ev.observer()
+		p = mustNew(t, retry.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
+			record(ctx, e)
 			if e.Kind == observe.Retry {
 				cancel()
 			}
-		}))))
-	_ = p.Do(ctx, func(ctx context.Context, attempt int) error { return err503 })
-	var kinds []observe.Kind
-	for _, e := range ev.take() {
-		kinds = append(kinds, e.Kind)
-	}
-	if want := []observe.Kind{observe.AttemptStart, observe.AttemptEnd, observe.Retry, observe.GiveUp}; !slices.Equal(kinds, want) {
-		t.Errorf("events %v, want %v", kinds, want)
-	}
+		})))
+		_ = p.Do(ctx, func(ctx context.Context, attempt int) error { return err503 })
+		var kinds []observe.Kind
+		for _, e := range ev.take() {
+			kinds = append(kinds, e.Kind)
+		}
+		if want := []observe.Kind{observe.AttemptStart, observe.AttemptEnd, observe.Retry, observe.GiveUp}; !slices.Equal(kinds, want) {
+			t.Errorf("events %v, want %v", kinds, want)
+		}
+	})
 }
 
 // tagger is an observer that tags each attempt's context.
@@ -168,27 +182,29 @@ func tagOf(ctx context.Context) string {
 // context instead of observing AttemptStart; the attempt runs on that
 // context, and its AttemptEnd gets it.
 func TestObserverTagsAttempts(t *testing.T) {
-	tg := &tagger{}
-	p := mustNew(t, retry.WithClock(instantClock{}), retry.WithObserver(tg))
-	var seen []string
-	_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
-		seen = append(seen, tagOf(ctx))
-		if attempt == 1 {
-			return err503
+	synctest.Test(t, func(t *testing.T) {
+		tg := &tagger{}
+		p := mustNew(t, retry.WithObserver(tg))
+		var seen []string
+		_ = p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			seen = append(seen, tagOf(ctx))
+			if attempt == 1 {
+				return err503
+			}
+			return nil
+		})
+		if want := []string{"1", "2"}; !slices.Equal(seen, want) {
+			t.Errorf("attempts ran with tags %v, want %v", seen, want)
 		}
-		return nil
+		var got []string
+		for _, e := range tg.take() {
+			got = append(got, e.Kind.String()+" "+e.Outcome)
+		}
+		want := []string{"attempt-start tagged", "attempt-end failure, tag 1", "retry backoff", "attempt-start tagged", "attempt-end success, tag 2"}
+		if !slices.Equal(got, want) {
+			t.Errorf("events %q, want %q", got, want)
+		}
 	})
-	if want := []string{"1", "2"}; !slices.Equal(seen, want) {
-		t.Errorf("attempts ran with tags %v, want %v", seen, want)
-	}
-	var got []string
-	for _, e := range tg.take() {
-		got = append(got, e.Kind.String()+" "+e.Outcome)
-	}
-	want := []string{"attempt-start tagged", "attempt-end failure, tag 1", "retry backoff", "attempt-start tagged", "attempt-end success, tag 2"}
-	if !slices.Equal(got, want) {
-		t.Errorf("events %q, want %q", got, want)
-	}
 }
 
 // TestObserverBreakerWait: a call waiting behind an open breaker (probe
@@ -199,8 +215,10 @@ func TestObserverBreakerWait(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var ev events
 			brk := openBreaker(t, nil)
-			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(5*time.Second), retry.WithName("db"), retry.WithObserver(ev.observer()))
-			if err := p.Do(context.Background(), succeed); err != nil {
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Do(ctx, succeed); err != nil {
 				t.Fatalf("Do = %v", err)
 			}
 			checkEvents(t, ev.take(), []observe.Event{
@@ -224,8 +242,10 @@ func TestObserverBreakerWait(t *testing.T) {
 				}
 			}()
 			synctest.Wait()
-			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(3*time.Second), retry.WithName("db"), retry.WithObserver(ev.observer()))
-			err := p.Do(context.Background(), succeed)
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			err := p.Do(ctx, succeed)
 			re := checkStop(t, err, retry.CircuitOpen, 0)
 			var oe *breaker.OpenError
 			if !errors.As(re.Err, &oe) {
@@ -241,8 +261,10 @@ func TestObserverBreakerWait(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var ev events
 			brk := openBreaker(t, nil)
-			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithTimeout(500*time.Millisecond), retry.WithName("db"), retry.WithObserver(ev.observer()))
-			err := p.Do(context.Background(), succeed)
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithName("db"), retry.WithObserver(ev.observer()))
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			err := p.Do(ctx, succeed)
 			re := checkStop(t, err, retry.CircuitOpen, 0)
 			// The call could not wait, and did not: a BreakerWait here would
 			// count a fail-fast rejection as a wait.
@@ -270,7 +292,7 @@ func TestObserverBreakerWait(t *testing.T) {
 // too; with an observer, the same calls report.
 func TestNoObserverNoCost(t *testing.T) {
 	var ev events
-	bud, brk := mustBudget(t, nil, 0.1, 1), mustBreaker(t, nil)
+	bud, brk := mustBudget(t, 0.1, 1), mustBreaker(t)
 	quiet := mustNew(t, retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk}), retry.WithName("db"))
 	withDeadline, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()

@@ -7,51 +7,49 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 )
 
-// Plan is one call's retry schedule: the decision the loop makes after each
-// failed attempt, for code that runs its own loop (a job scheduler that
-// re-queues work, a simulation). [Policy.Do] makes exactly these decisions.
-// Get one per call with [Policy.Plan]; a Plan is a small value, not safe for
-// concurrent use.
-type Plan struct {
+// Plan returns the decision step of a new call through p: the decision the
+// loop makes after each failed attempt, for code that runs its own loop (a
+// job scheduler that re-queues work, a simulation). [Policy.Do] makes
+// exactly these decisions.
+//
+// next is told that the call's next attempt failed with err, left before
+// the call's deadline (0 or less: the call has none). It returns how long
+// to sleep before the following attempt, with stop 0, or the [Reason] to
+// stop for, with sleep the sleep it refused for a [Deadline] stop. In
+// order, it stops when err is not retryable (NotRetryable), the attempts
+// are used up (AttemptsExhausted), the server's hint exceeds the policy's
+// maximum or the sleep would end at or after the deadline (Deadline), the
+// policy's breaker is open for longer than the sleep and the call cannot
+// wait for it (CircuitOpen), or the policy's budget refuses the retry
+// (BudgetExhausted; a retry it admits is withdrawn). The caller must not
+// call next after a stop, and reports the attempt's outcome to the breaker
+// itself. next holds the call's state (its attempts, its backoff
+// sequence): one per call, not safe for concurrent use.
+func (p *Policy) Plan() (next func(err error, left time.Duration) (sleep time.Duration, stop Reason)) {
+	if p == nil {
+		p = defaultPolicy
+	}
+	pl := &plan{p: p, seq: p.backoff.Sequence()}
+	return func(err error, left time.Duration) (time.Duration, Reason) {
+		sleep, stop, _ := pl.next(err, left)
+		return sleep, stop
+	}
+}
+
+// plan is one call's retry schedule.
+type plan struct {
 	p        *Policy
 	seq      backoff.Sequence
 	attempts int
 	byHint   bool // the last sleep was set by the server's hint, not the backoff
 }
 
-// Plan returns the schedule of a new call through p.
-func (p *Policy) Plan() Plan {
-	if p == nil {
-		p = defaultPolicy
-	}
-	return Plan{p: p, seq: p.backoff.Sequence()}
-}
-
-// Attempts returns how many failed attempts the plan was told of.
-func (pl *Plan) Attempts() int { return pl.attempts }
-
-// Next is told that the call's next attempt (attempt Attempts()+1) failed
-// with err, left before the call's overall deadline (0 or less: the call has
-// none). It returns how long to sleep before the following attempt, with
-// stop 0, or the [Reason] to stop for, with sleep the sleep it refused for
-// a [Deadline] stop. In order, it stops when err is not retryable
-// (NotRetryable), the attempts are used up (AttemptsExhausted), the
-// server's hint exceeds the policy's maximum or the sleep would end at or
-// after the deadline (Deadline), the policy's breaker is open for longer
-// than the sleep and the call cannot wait for it (CircuitOpen), or the
-// policy's budget refuses the retry (BudgetExhausted; a retry it admits is
-// withdrawn). The caller must not call Next after a stop, and reports the
-// attempt's outcome to the breaker itself.
-func (pl *Plan) Next(err error, left time.Duration) (sleep time.Duration, stop Reason) {
-	sleep, stop, _ = pl.next(err, left)
-	return sleep, stop
-}
-
-// next is Next with the breaker's rejection, for a CircuitOpen stop.
-func (pl *Plan) next(err error, left time.Duration) (time.Duration, Reason, error) {
+// next is the decision step, with the breaker's rejection for a
+// CircuitOpen stop.
+func (pl *plan) next(err error, left time.Duration) (time.Duration, Reason, error) {
 	p := pl.p
 	pl.attempts++
-	if IsPermanent(err) || !p.classify(err) {
+	if isPermanent(err) || !p.classify(err) {
 		return 0, NotRetryable, nil
 	}
 	if pl.attempts >= p.maxAttempts {
@@ -64,14 +62,11 @@ func (pl *Plan) next(err error, left time.Duration) (time.Duration, Reason, erro
 	}
 	pl.byHint = hint > sleep
 	if pl.byHint {
-		sleep = hint
-		if !p.exactHint {
-			spread := hint / 2
-			if left > 0 {
-				spread = min(spread, left-hint-1)
-			}
-			sleep = p.backoff.Jitter(hint, spread)
+		spread := hint / 2
+		if left > 0 {
+			spread = min(spread, left-hint-1)
 		}
+		sleep = p.backoff.Jitter(hint, spread)
 	}
 	if left > 0 && sleep >= left {
 		return sleep, Deadline, nil

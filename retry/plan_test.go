@@ -3,16 +3,19 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
 
-// step is one failed attempt told to a Plan, and what Next must answer.
+// step is one failed attempt told to a plan, and what it must answer.
 type step struct {
 	err       error
 	left      time.Duration // before the deadline; 0: none
@@ -25,10 +28,10 @@ func stopText(r retry.Reason) string {
 	if r == 0 {
 		return "none"
 	}
-	return r.String()
+	return r.Error()
 }
 
-// TestPlanNext walks Plans through each stop reason and checks that the
+// TestPlanNext walks plans through each stop reason and checks that the
 // checks come in the documented order: not retryable, attempts exhausted,
 // deadline (hint above the maximum, or a sleep that would end at or after
 // the deadline), circuit open, budget exhausted. NoJitter base 100 ms: the
@@ -57,8 +60,6 @@ func TestPlanNext(t *testing.T) {
 		}, 0},
 		{"Permanent beats the classifier", []retry.Option{retry.WithClassifier(func(error) bool { return true })}, nil, false,
 			[]step{{retry.Permanent(err503), 0, 0, retry.NotRetryable}}, 0},
-		{"PermanentFailure beats the classifier", []retry.Option{retry.WithClassifier(func(error) bool { return true })}, nil, false,
-			[]step{{retry.PermanentFailure(err503), 0, 0, retry.NotRetryable}}, 0},
 		{"not retryable before attempts exhausted", []retry.Option{retry.WithMaxAttempts(1)}, nil, false,
 			[]step{{err404, 0, 0, retry.NotRetryable}}, 0},
 		{"attempts exhausted before the deadline", []retry.Option{retry.WithMaxAttempts(1)}, nil, false,
@@ -67,8 +68,6 @@ func TestPlanNext(t *testing.T) {
 			[]step{{hint(time.Second + 1), 0, time.Second + 1, retry.Deadline}}, 0},
 		{"hint at the maximum: slept, spread", []retry.Option{retry.WithMaxRetryAfter(time.Second)}, nil, false,
 			[]step{{hint(time.Second), 0, 1250 * ms, 0}}, 0},
-		{"hint, exact", []retry.Option{retry.WithExactRetryAfter()}, nil, false,
-			[]step{{hint(time.Second), 0, time.Second, 0}}, 0},
 		{"hint shorter than the backoff: the backoff", nil, nil, false,
 			[]step{{hint(50 * ms), 0, 200 * ms, 0}}, 0},
 		{"sleep fits before the deadline", nil, nil, false, []step{{err503, 200*ms + 1, 200 * ms, 0}}, 0},
@@ -81,23 +80,23 @@ func TestPlanNext(t *testing.T) {
 			[]step{{hint(2 * time.Second), time.Second, 2 * time.Second, retry.Deadline}}, 0},
 		{"spread cut to the deadline", nil, nil, false,
 			[]step{{hint(2 * time.Second), 2100 * ms, 2*time.Second + 50*ms - 1, 0}}, 0},
-		{"deadline before circuit open and budget", nil, &countingBudget{inner: mustBudget(t, nil, 0, 0)}, true,
+		{"deadline before circuit open and budget", nil, &countingBudget{inner: mustBudget(t, 0, 0)}, true,
 			[]step{{err503, 100 * ms, 200 * ms, retry.Deadline}}, 0},
-		{"open breaker, no deadline: circuit open", nil, &countingBudget{inner: mustBudget(t, nil, 0, 0)}, true,
+		{"open breaker, no deadline: circuit open", nil, &countingBudget{inner: mustBudget(t, 0, 0)}, true,
 			[]step{{err503, 0, 0, retry.CircuitOpen}}, 0},
 		{"open breaker, deadline before its round: circuit open", nil, nil, true,
 			[]step{{err503, 20 * time.Second, 0, retry.CircuitOpen}}, 0},
-		{"open breaker, deadline after its round: wait for it", nil, &countingBudget{inner: mustBudget(t, nil, 0, 1)}, true,
+		{"open breaker, deadline after its round: wait for it", nil, &countingBudget{inner: mustBudget(t, 0, 1)}, true,
 			[]step{{err503, time.Minute, 200 * ms, 0}}, 1},
-		{"open breaker, deadline after its round, empty budget", nil, &countingBudget{inner: mustBudget(t, nil, 0, 0)}, true,
+		{"open breaker, deadline after its round, empty budget", nil, &countingBudget{inner: mustBudget(t, 0, 0)}, true,
 			[]step{{err503, time.Minute, 0, retry.BudgetExhausted}}, 1},
-		{"budget refuses", nil, &countingBudget{inner: mustBudget(t, nil, 0, 0)}, false,
+		{"budget refuses", nil, &countingBudget{inner: mustBudget(t, 0, 0)}, false,
 			[]step{{err503, 0, 0, retry.BudgetExhausted}}, 1},
-		{"budget admits, then refuses", []retry.Option{retry.WithMaxAttempts(5)}, &countingBudget{inner: mustBudget(t, nil, 0, 0.1)}, false, []step{
+		{"budget admits, then refuses", []retry.Option{retry.WithMaxAttempts(5)}, &countingBudget{inner: mustBudget(t, 0, 0.1)}, false, []step{
 			{err503, 0, 200 * ms, 0},
 			{err503, 0, 0, retry.BudgetExhausted},
 		}, 2},
-		{"no withdrawal for a stop before it", []retry.Option{retry.WithMaxAttempts(2)}, &countingBudget{inner: mustBudget(t, nil, 0, 1)}, false, []step{
+		{"no withdrawal for a stop before it", []retry.Option{retry.WithMaxAttempts(2)}, &countingBudget{inner: mustBudget(t, 0, 1)}, false, []step{
 			{err503, 0, 200 * ms, 0},
 			{err503, 0, 0, retry.AttemptsExhausted},
 		}, 1},
@@ -110,19 +109,16 @@ func TestPlanNext(t *testing.T) {
 				g.Budget = tt.budget
 			}
 			if tt.open {
-				g.Breaker = mustBreaker(t, nil)
+				g.Breaker = mustBreaker(t)
 				trip(t, g.Breaker)
 			}
 			opts = append(opts, retry.WithGuards(g))
 			p := mustNew(t, append(opts, tt.opts...)...)
 			plan := p.Plan()
 			for i, s := range tt.steps {
-				sleep, stop := plan.Next(s.err, s.left)
+				sleep, stop := plan(s.err, s.left)
 				if sleep != s.wantSleep || stop != s.wantStop {
-					t.Errorf("step %d: Next(%v, %v) = %v, %s; want %v, %s", i+1, s.err, s.left, sleep, stopText(stop), s.wantSleep, stopText(s.wantStop))
-				}
-				if plan.Attempts() != i+1 {
-					t.Errorf("step %d: Attempts() = %d, want %d", i+1, plan.Attempts(), i+1)
+					t.Errorf("step %d: next(%v, %v) = %v, %s; want %v, %s", i+1, s.err, s.left, sleep, stopText(stop), s.wantSleep, stopText(s.wantStop))
 				}
 			}
 			if tt.budget != nil {
@@ -134,46 +130,46 @@ func TestPlanNext(t *testing.T) {
 	}
 }
 
-// TestPlanIndependent: every Plan starts afresh (its own backoff sequence
+// TestPlanIndependent: every plan starts afresh (its own backoff sequence
 // and attempt count), and a nil Policy plans like New().
 func TestPlanIndependent(t *testing.T) {
 	p := mustNew(t, retry.WithMaxAttempts(2), retry.WithBackoff(mustBackoff(t, backoff.NoJitter, 100*time.Millisecond, time.Minute, 0)))
 	a, b := p.Plan(), p.Plan()
-	if s, stop := a.Next(err503, 0); s != 200*time.Millisecond || stop != 0 {
-		t.Errorf("a.Next = %v, %v; want 200ms, 0", s, stop)
+	if s, stop := a(err503, 0); s != 200*time.Millisecond || stop != 0 {
+		t.Errorf("a(503) = %v, %v; want 200ms, 0", s, stop)
 	}
-	if s, stop := b.Next(err503, 0); s != 200*time.Millisecond || stop != 0 {
-		t.Errorf("b.Next after a's = %v, %v; want b's own first delay 200ms", s, stop)
+	if s, stop := b(err503, 0); s != 200*time.Millisecond || stop != 0 {
+		t.Errorf("b(503) after a's = %v, %v; want b's own first delay 200ms", s, stop)
 	}
-	if _, stop := a.Next(err503, 0); stop != retry.AttemptsExhausted {
-		t.Errorf("a's second Next = %v, want attempts exhausted", stop)
+	if _, stop := a(err503, 0); stop != retry.AttemptsExhausted {
+		t.Errorf("a's second step = %v, want attempts exhausted", stop)
 	}
 
 	var nilPolicy *retry.Policy
 	plan := nilPolicy.Plan()
-	for i := 1; i <= retry.DefaultMaxAttempts; i++ {
-		s, stop := plan.Next(err503, 0)
-		if i < retry.DefaultMaxAttempts && (stop != 0 || s < 0 || s >= 100*time.Millisecond<<i) {
-			t.Errorf("nil Policy, Next %d = %v, %v; want a full-jitter delay below %v", i, s, stop, 100*time.Millisecond<<i)
+	for i := 1; i <= 3; i++ { // the default: 3 attempts
+		s, stop := plan(err503, 0)
+		if i < 3 && (stop != 0 || s < 0 || s >= 100*time.Millisecond<<i) {
+			t.Errorf("nil Policy, step %d = %v, %v; want a full-jitter delay below %v", i, s, stop, 100*time.Millisecond<<i)
 		}
-		if i == retry.DefaultMaxAttempts && stop != retry.AttemptsExhausted {
-			t.Errorf("nil Policy, Next %d = %v, want attempts exhausted", i, stop)
+		if i == 3 && stop != retry.AttemptsExhausted {
+			t.Errorf("nil Policy, step %d = %v, want attempts exhausted", i, stop)
 		}
 	}
 }
 
-// TestDoMatchesPlan: Do makes the decisions of a Plan run by hand. For each
-// script of attempt outcomes, one policy runs it with Do on a recording
-// clock, and a twin policy (same options, its own generator with the same
-// seed) is walked through the same outcomes with Plan.Next; the sleeps,
-// the attempts and the stop reason must agree.
+// TestDoMatchesPlan: Do makes the decisions of a plan run by hand. For each
+// script of attempt outcomes, one policy runs it with Do on a synctest
+// bubble's clock, and a twin policy (same options, its own generator with
+// the same seed) is walked through the same outcomes with its Plan; the
+// sleeps, the attempts and the stop reason must agree.
 func TestDoMatchesPlan(t *testing.T) {
 	const ms = time.Millisecond
 	hint := func(d time.Duration) error { return &statusErr{Code: 429, After: d} }
 	tests := []struct {
 		name    string
 		timeout time.Duration
-		opTime  time.Duration // fake time each attempt takes
+		opTime  time.Duration // time each attempt takes
 		errs    []error       // attempt outcomes; past the end: success
 	}{
 		{"success after retries", 30 * time.Second, 10 * ms, []error{err503, hint(1500 * ms), err503}},
@@ -185,31 +181,40 @@ func TestDoMatchesPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			newPolicy := func(clock retry.Clock) *retry.Policy {
-				b, err := backoff.New(backoff.Config{Strategy: backoff.Decorrelated, Rand: backoff.NewMulberry32(42).Float64})
+			newPolicy := func(obs observe.Observer) *retry.Policy {
+				b, err := backoff.New(backoff.Config{Strategy: backoff.Decorrelated, Rand: rand.New(rand.NewPCG(42, 0)).Float64})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return mustNew(t, retry.WithBackoff(b), retry.WithMaxAttempts(5), retry.WithTimeout(tt.timeout), retry.WithClock(clock))
+				return mustNew(t, retry.WithBackoff(b), retry.WithMaxAttempts(5), retry.WithObserver(obs))
 			}
 
 			// Do.
-			clock := newRecordingClock()
+			clock := newTimeline()
 			calls := 0
-			err := newPolicy(clock).Do(context.Background(), func(ctx context.Context, attempt int) error {
-				calls++
-				clock.Advance(tt.opTime)
-				if attempt <= len(tt.errs) {
-					return tt.errs[attempt-1]
+			var err error
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				if tt.timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+					defer cancel()
 				}
-				return nil
+				err = newPolicy(clock).Do(ctx, func(ctx context.Context, attempt int) error {
+					calls++
+					time.Sleep(tt.opTime)
+					if attempt <= len(tt.errs) {
+						return tt.errs[attempt-1]
+					}
+					return nil
+				})
 			})
 			var doStop retry.Reason
 			if err != nil {
 				doStop = asError(t, err).Reason
 			}
 
-			// The Plan, by hand.
+			// The plan, by hand.
 			plan := newPolicy(nil).Plan()
 			var sleeps []time.Duration
 			var planStop retry.Reason
@@ -224,7 +229,7 @@ func TestDoMatchesPlan(t *testing.T) {
 						break
 					}
 				}
-				sleep, stop := plan.Next(tt.errs[attempts-1], left)
+				sleep, stop := plan(tt.errs[attempts-1], left)
 				if stop != 0 {
 					planStop = stop
 					break
@@ -237,39 +242,40 @@ func TestDoMatchesPlan(t *testing.T) {
 			}
 
 			if got := clock.Sleeps(); !slices.Equal(got, sleeps) {
-				t.Errorf("Do slept %v, the Plan %v", got, sleeps)
+				t.Errorf("Do slept %v, the plan %v", got, sleeps)
 			}
 			if calls != attempts || doStop != planStop {
-				t.Errorf("Do: %d attempts, stop %v; Plan: %d attempts, stop %v", calls, stopText(doStop), attempts, stopText(planStop))
+				t.Errorf("Do: %d attempts, stop %v; plan: %d attempts, stop %v", calls, stopText(doStop), attempts, stopText(planStop))
 			}
 			t.Logf("sleeps %v, %d attempts, stop %s", sleeps, attempts, stopText(planStop))
 		})
 	}
 }
 
-// TestPlanBreakerOpenBeyondSleep: the Plan's circuit-open check compares
+// TestPlanBreakerOpenBeyondSleep: the plan's circuit-open check compares
 // the breaker's next probe round with the coming sleep: a breaker that
 // half-opens before the sleep ends does not stop the call.
 func TestPlanBreakerOpenBeyondSleep(t *testing.T) {
-	clock := newRecordingClock()
-	brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Rand: half, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	trip(t, brk)
-	for _, tt := range []struct {
-		hint     time.Duration
-		wantStop retry.Reason
-	}{
-		{999 * time.Millisecond, retry.CircuitOpen},
-		{time.Second, 0},
-		{2 * time.Second, 0},
-	} {
-		p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithExactRetryAfter())
-		plan := p.Plan()
-		sleep, stop := plan.Next(&statusErr{Code: 503, After: tt.hint}, 0)
-		if stop != tt.wantStop {
-			t.Errorf("breaker half-opens in 1s, sleep %v: stop = %v, want %v", sleep, stopText(stop), stopText(tt.wantStop))
+	synctest.Test(t, func(t *testing.T) {
+		brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second, Rand: half})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		trip(t, brk)
+		for _, tt := range []struct {
+			hint     time.Duration
+			wantStop retry.Reason
+		}{
+			{999 * time.Millisecond, retry.CircuitOpen},
+			{time.Second, 0},
+			{2 * time.Second, 0},
+		} {
+			// U 0: the sleep is the hint itself.
+			p := mustNew(t, retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithBackoff(mustBackoff(t, backoff.FullJitter, 100*time.Millisecond, 10*time.Second, 0)))
+			sleep, stop := p.Plan()(&statusErr{Code: 503, After: tt.hint}, 0)
+			if stop != tt.wantStop {
+				t.Errorf("breaker half-opens in 1s, sleep %v: stop = %v, want %v", sleep, stopText(stop), stopText(tt.wantStop))
+			}
+		}
+	})
 }

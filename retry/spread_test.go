@@ -16,13 +16,25 @@ import (
 // hint, and returns when each one's retry arrived, since the failure.
 func herd(t *testing.T, p *retry.Policy, n int, hint time.Duration) []time.Duration {
 	t.Helper()
+	return herdWithin(t, p, n, hint, 0)
+}
+
+// herdWithin is herd with calls whose deadline is timeout away (0: none).
+func herdWithin(t *testing.T, p *retry.Policy, n int, hint, timeout time.Duration) []time.Duration {
+	t.Helper()
 	var mu sync.Mutex
 	retries := make([]time.Duration, 0, n)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range n {
 		wg.Go(func() {
-			err := p.Do(context.Background(), func(ctx context.Context, attempt int) error {
+			ctx := context.Background()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			err := p.Do(ctx, func(ctx context.Context, attempt int) error {
 				if attempt == 1 {
 					return &statusErr{Code: 503, After: hint}
 				}
@@ -58,9 +70,9 @@ func peakPer(at []time.Duration, w time.Duration) (peak, occupied int) {
 // 503 with Retry-After: 2s at the same instant. None retries before 2 s,
 // none later than 1.5 × 2 s, and their retries spread over that second: the
 // busiest 50 ms window holds far fewer than 1000 (uniform: about 50). With
-// WithExactRetryAfter all 1000 come back in the same instant, 2 s after the
-// failure: a hint slept exactly erases the clients' jitter, which is why
-// the default spreads.
+// a random source pinned at 0, which sleeps the hint exactly, all 1000 come
+// back in the same instant, 2 s after the failure: a hint slept exactly
+// erases the clients' jitter, which is why the loop spreads it.
 func TestHerdSpreadAboveRetryAfter(t *testing.T) {
 	const (
 		n    = 1000
@@ -73,21 +85,21 @@ func TestHerdSpreadAboveRetryAfter(t *testing.T) {
 		wantPeakMax int           // the busiest window holds fewer
 		wantLast    time.Duration // no retry at or after this
 	}{
-		{"spread (default)", false, 100, hint + hint/2},
+		{"spread", false, 100, hint + hint/2},
 		{"exact", true, n + 1, hint + 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b, err := backoff.New(backoff.Config{Rand: lockedRand(42)}) // full jitter, 100 ms, 10 s
+				rnd := lockedRand(42)
+				if tt.exact {
+					rnd = func() float64 { return 0 }
+				}
+				b, err := backoff.New(backoff.Config{Rand: rnd}) // full jitter, 100 ms, 10 s
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts := []retry.Option{retry.WithBackoff(b), retry.WithMaxAttempts(2)}
-				if tt.exact {
-					opts = append(opts, retry.WithExactRetryAfter())
-				}
-				at := herd(t, mustNew(t, opts...), n, hint)
+				at := herd(t, mustNew(t, retry.WithBackoff(b), retry.WithMaxAttempts(2)), n, hint)
 				if len(at) != n {
 					t.Fatalf("%d retries, want %d", len(at), n)
 				}
@@ -122,7 +134,7 @@ func TestHerdSpreadBeforeTheDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 200
-		at := herd(t, mustNew(t, retry.WithBackoff(b), retry.WithMaxAttempts(2), retry.WithTimeout(2400*time.Millisecond)), n, 2*time.Second)
+		at := herdWithin(t, mustNew(t, retry.WithBackoff(b), retry.WithMaxAttempts(2)), n, 2*time.Second, 2400*time.Millisecond)
 		if len(at) != n || at[0] < 2*time.Second || at[n-1] >= 2400*time.Millisecond {
 			t.Errorf("%d retries from %v to %v, want %d in [2s, 2.4s)", len(at), at[0], at[n-1], n)
 		}

@@ -110,7 +110,7 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 		return nil, usageError{fmt.Errorf("-clients %d / -every %v x -deadline %v is %.0f calls in flight, at most %d",
 			c.Clients, fmtDuration(c.Every), fmtDuration(c.Deadline), n, maxDemoInFlight)}
 	}
-	opts := []httpretry.Option{httpretry.WithBreakerConfig(breaker.Config{OpenFor: c.OpenFor})}
+	opts := []httpretry.Option{httpretry.WithBreaker(&breaker.Config{OpenFor: c.OpenFor})}
 	if c.Timeout > 0 {
 		opts = append(opts, httpretry.WithAttemptTimeout(c.Timeout))
 	}

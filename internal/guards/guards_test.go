@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/guards"
@@ -80,43 +80,88 @@ func TestTableGetAllocatesNothing(t *testing.T) {
 	}
 }
 
-func TestBuild(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+func TestLayerBuildsGuardsAndPolicy(t *testing.T) {
 	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil)).With("host", "h.example")
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var events []observe.Event
 	var user []string
-	g, err := guards.Build(guards.Spec{
-		Name: "h.example", Component: "httpretry",
-		Budget:  &budget.Config{},
-		Breaker: &breaker.Config{MinCalls: 1, OnStateChange: func(from, to breaker.State) { user = append(user, to.String()) }},
-		Clock:   fixedClock{now},
-		Logger:  logger,
+	l := &guards.Layer{
+		Component: "httpretry", Label: "host",
+		Schedule: []retry.ScheduleOption{retry.WithMaxAttempts(2), retry.WithBackoff(zeroDelays(t))},
+		Classify: func(err error) bool { return err != nil },
+		Budget:   &budget.Config{},
+		Breaker:  &breaker.Config{MinCalls: 2, OnStateChange: func(from, to breaker.State) { user = append(user, to.String()) }},
+		Logger:   logger,
 		Observer: observe.Func(func(ctx context.Context, e observe.Event) {
 			events = append(events, e)
 		}),
+	}
+	d, err := l.New("h.example")
+	if err != nil || d.Guards.Budget == nil || d.Guards.Breaker == nil || d.Policy == nil || d.Name != "h.example" {
+		t.Fatalf("New = %+v, %v; want guards and a policy", d, err)
+	}
+	// The policy runs on the guards, with the layer's classifier and the
+	// user's schedule: two attempts, both failures (which trip the
+	// breaker), and the attempts are exhausted.
+	calls := 0
+	err = d.Policy.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		calls++
+		return errors.New("down")
 	})
-	bud, brk := g.Budget, g.Breaker
-	if err != nil || bud == nil || brk == nil {
-		t.Fatalf("Build = %+v, %v", g, err)
+	if !errors.Is(err, retry.AttemptsExhausted) || calls != 2 || d.Guards.Breaker.State() != breaker.Open {
+		t.Errorf("Do = %v after %d calls, breaker %v; want the attempts exhausted after 2, the breaker open", err, calls, d.Guards.Breaker.State())
 	}
-	p, _ := brk.Allow()
-	brk.Done(p, false) // trips
-	if len(user) != 1 || len(events) != 1 || events[0].Name != "h.example" || events[0].To != "open" {
-		t.Errorf("state change reached user %v, observer %+v; want one each, named", user, events)
+	kinds := map[observe.Kind]int{}
+	for _, e := range events {
+		kinds[e.Kind]++
+		if e.Name != "h.example" {
+			t.Errorf("event %+v not named with the destination", e)
+		}
 	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "host=h.example") || !strings.Contains(logs.String(), "httpretry: circuit breaker state change") {
-		t.Errorf("log = %q, want one Warn with the host", logs.String())
+	if kinds[observe.BreakerState] != 1 || kinds[observe.AttemptEnd] != 2 || kinds[observe.Retry] != 1 || kinds[observe.GiveUp] != 1 {
+		t.Errorf("events %v; want 2 attempts, 1 retry, 1 give-up, 1 breaker state change", kinds)
 	}
-	if _, err := guards.Build(guards.Spec{Breaker: &breaker.Config{FailureRatio: 2}}); !errors.Is(err, breaker.ErrInvalidConfig) {
-		t.Errorf("Build(bad breaker) = %v", err)
+	if len(user) != 1 || user[0] != "open" {
+		t.Errorf("the configured OnStateChange heard %v, want [open]", user)
 	}
-	if g, err := guards.Build(guards.Spec{}); g != (retry.Guards{}) || err != nil {
-		t.Errorf("Build(nothing) = %+v, %v; want no guards", g, err)
+	for _, want := range []string{
+		`level=WARN msg="httpretry: circuit breaker state change" host=h.example from=closed to=open`,
+		`level=DEBUG msg="retry: retrying" host=h.example retry.attempt=1 retry.delay=0s retry.error=down`,
+		`level=DEBUG msg="retry: giving up" host=h.example retry.reason="attempts exhausted" retry.attempts=2 retry.error=down`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
 	}
 }
 
-type fixedClock struct{ t time.Time }
+func TestLayerErrors(t *testing.T) {
+	bad := &guards.Layer{Component: "httpretry", Label: "host", Classify: retry.IsRetryable, Breaker: &breaker.Config{FailureRatio: 2}}
+	if _, err := bad.New("h"); !errors.Is(err, breaker.ErrInvalidConfig) || !strings.Contains(err.Error(), `httpretry: guards for host "h"`) {
+		t.Errorf("New(bad breaker) = %v", err)
+	}
+	none := &guards.Layer{Classify: retry.IsRetryable}
+	if d, err := none.New("h"); err != nil || d.Guards != (retry.Guards{}) {
+		t.Errorf("New(no guards) = %+v, %v; want no guards", d, err)
+	}
+	boom := errors.New("boom")
+	supplied := &guards.Layer{Component: "grpcretry", Label: "target", Classify: retry.IsRetryable,
+		Supply: func(string) (retry.Guards, error) { return retry.Guards{}, boom }}
+	if _, err := supplied.New("t"); !errors.Is(err, boom) {
+		t.Errorf("New with a failing Supply = %v, want its error", err)
+	}
+	badSchedule := &guards.Layer{Classify: retry.IsRetryable, Schedule: []retry.ScheduleOption{retry.WithMaxAttempts(0)}}
+	if _, err := badSchedule.New("h"); err == nil {
+		t.Errorf("New with a bad schedule option = nil error")
+	}
+}
 
-func (c fixedClock) Now() time.Time                                   { return c.t }
-func (c fixedClock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
+// zeroDelays is a backoff whose delays are all 0.
+func zeroDelays(t *testing.T) *backoff.Backoff {
+	t.Helper()
+	b, err := backoff.New(backoff.Config{Rand: func() float64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -88,7 +88,8 @@ type Config struct {
 	// Seed seeds the proxy's fault sequence; 0 means 1.
 	Seed uint64
 	// MaxAttempts is the client transport's attempts per call
-	// ([httpretry.WithMaxAttempts]); 0 means [DefaultMaxAttempts].
+	// (retry.WithMaxAttempts, through httpretry.WithRetry); 0 means
+	// [DefaultMaxAttempts].
 	MaxAttempts int
 	// MaxRedrives is how many times the driver sends a logical payment
 	// again, with the same key, after a call that did not succeed (the
@@ -158,8 +159,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			// instead of every slow handler costing a second.
 			retry.WithMaxRetryAfter(500*time.Millisecond),
 		),
-		httpretry.WithoutBudget(),  // a 30% fault rate would drain any budget sized for healthy traffic
-		httpretry.WithoutBreaker(), // and trip the breaker: both would refuse retries, not test them
+		httpretry.WithBudget(nil),  // a 30% fault rate would drain any budget sized for healthy traffic
+		httpretry.WithBreaker(nil), // and trip the breaker: both would refuse retries, not test them
 	)
 	if err != nil {
 		return nil, fmt.Errorf("idemtest: Run: %w", err)

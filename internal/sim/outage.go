@@ -120,7 +120,7 @@ const (
 // Every client retries with the library's own parts, not a copy of them:
 // a [retry.Policy] per client (WithMaxAttempts, WithBackoff on a seeded
 // random source, WithGuards with the client's guards), and
-// after each failed attempt the policy's decision step, [retry.Plan.Next],
+// after each failed attempt the policy's decision step, [retry.Policy.Plan],
 // says how long to sleep or why to stop (attempts used up, the deadline,
 // the budget, the breaker). The budget ([budget.Budget]) and the breaker
 // ([breaker.Breaker]) run on the simulated clock and a seeded random
@@ -544,10 +544,10 @@ const (
 
 // outRequest is one original request and its retries.
 type outRequest struct {
-	plan     retry.Plan     // the policy's decision step for this request
-	permit   breaker.Permit // of the attempt in flight (zero: none)
-	arrived  time.Duration  // when the original request was made
-	deadline time.Duration  // arrived + Deadline (if there is one)
+	plan     func(error, time.Duration) (time.Duration, retry.Reason) // the policy's decision step for this request
+	permit   breaker.Permit                                           // of the attempt in flight (zero: none)
+	arrived  time.Duration                                            // when the original request was made
+	deadline time.Duration                                            // arrived + Deadline (if there is one)
 	client   int32
 	attempts int32  // attempts sent so far
 	seq      uint32 // how many times it began to wait
@@ -854,7 +854,7 @@ func (r *outRun) after(d time.Duration, id int32, kind uint8) {
 }
 
 // left returns the time left before request id's deadline, or 0 if it has
-// none (as retry.Plan.Next takes it).
+// none (as the decision step of retry.Policy.Plan takes it).
 func (r *outRun) left(req *outRequest) time.Duration {
 	if r.c.Deadline == 0 {
 		return 0
@@ -993,7 +993,7 @@ func (r *outRun) failed(id int32) {
 		r.attempt(id)
 		return
 	}
-	sleep, stop := req.plan.Next(err, r.left(req))
+	sleep, stop := req.plan(err, r.left(req))
 	if stop != 0 {
 		r.giveUp(id, stop)
 		return

@@ -264,9 +264,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Cannot fail: valid constants.
 	bo, _ := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 5 * time.Millisecond})
 	c, err := grpcretry.New(grpcretry.WithAutoIdempotencyKey(),
-		grpcretry.WithoutBudget(),  // a fault rate this high would drain any budget sized for healthy traffic
-		grpcretry.WithoutBreaker(), // and trip the breaker: both would refuse retries, not test them
-		grpcretry.WithTimeout(10*time.Second),
+		grpcretry.WithBudget(nil),  // a fault rate this high would drain any budget sized for healthy traffic
+		grpcretry.WithBreaker(nil), // and trip the breaker: both would refuse retries, not test them
 		grpcretry.WithRetry(retry.WithMaxAttempts(10), retry.WithBackoff(bo),
 			// Below the interceptor's default pushback (1 s), in case a
 			// caller's options change it: a slow first call costs the
@@ -449,7 +448,9 @@ func (d *driver) pay(ctx context.Context, i int) {
 			cctx = metadata.AppendToOutgoingContext(cctx, grpcretry.IdempotencyKeyMetadata, key)
 		}
 		var header metadata.MD
+		cctx, cancel := context.WithTimeout(cctx, 10*time.Second) // the call's deadline, its retries included
 		resp, err := d.client.UnaryCall(cctx, req, grpc.Header(&header), grpc.WaitForReady(true))
+		cancel()
 		a.mu.Lock()
 		d.count(a, key, redrive > 0)
 		if key == "" {
@@ -479,7 +480,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 		}
 		var ge *grpcretry.Error
 		if key == "" && errors.As(err, &ge) {
-			key = ge.Key // no attempt went out: the key the client made
+			key = ge.IdempotencyKey // no attempt went out: the key the client made
 		}
 		// A short pause: the first call may still run.
 		t := time.NewTimer(time.Duration(redrive+1) * 2 * time.Millisecond)

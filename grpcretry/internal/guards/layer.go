@@ -1,0 +1,182 @@
+package guards
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// Layer is what a protocol layer knows to build its destinations: the
+// user's schedule of retries, the layer's classifier, the configurations of
+// the guards (or a func that supplies them), a logger and an observer. A
+// Layer is not modified once in use.
+type Layer struct {
+	// Component names the layer in errors and log messages ("httpretry");
+	// Label is the destination's attribute in log records ("host").
+	Component, Label string
+	// Schedule are the user's schedule options; Classify is the layer's
+	// classifier.
+	Schedule []retry.ScheduleOption
+	Classify func(error) bool
+	// Budget and Breaker are the configurations each destination's guards
+	// are built from (nil: none), unless Supply gives them.
+	Budget  *budget.Config
+	Breaker *breaker.Config
+	Supply  func(name string) (retry.Guards, error)
+	// Logger (not yet labelled) and Observer are the layer's; nil means
+	// silent.
+	Logger   *slog.Logger
+	Observer observe.Observer
+}
+
+// Destination is one destination's guards and the retry policy that uses
+// them. It is immutable once made.
+type Destination struct {
+	Name   string
+	Guards retry.Guards
+	Policy *retry.Policy
+	Logger *slog.Logger // labelled with the destination; nil: silent
+}
+
+// New builds the destination named name, in one pass down the layers: its
+// guards (supplied, or built from the configurations), then the policy on
+// them. It is the one place a destination's guards come from.
+func (l *Layer) New(name string) (*Destination, error) {
+	d := &Destination{Name: name}
+	if l.Logger != nil {
+		d.Logger = l.Logger.With(slog.String(l.Label, name))
+	}
+	var err error
+	if d.Guards, err = l.guards(name, d.Logger); err != nil {
+		return nil, fmt.Errorf("%s: guards for %s %q: %w", l.Component, l.Label, name, err)
+	}
+	opts := make([]retry.Option, 0, len(l.Schedule)+4)
+	for _, o := range l.Schedule {
+		opts = append(opts, o)
+	}
+	opts = append(opts,
+		retry.WithClassifier(l.Classify),
+		retry.WithName(name),
+		retry.WithObserver(withLogger(l.Observer, d.Logger)),
+		retry.WithGuards(d.Guards),
+	)
+	if d.Policy, err = retry.New(opts...); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Component, err)
+	}
+	return d, nil
+}
+
+// guards returns the guards of the destination named name: supplied, or
+// built from the configurations (nil for those not configured), the
+// breaker's state changes going to its configured callback, a Warn to
+// logger and a BreakerState event to the layer's observer.
+func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
+	if l.Supply != nil {
+		return l.Supply(name)
+	}
+	var g retry.Guards
+	if l.Budget != nil {
+		b, err := budget.New(*l.Budget)
+		if err != nil {
+			return retry.Guards{}, err
+		}
+		g.Budget = b
+	}
+	if l.Breaker != nil {
+		cfg := *l.Breaker
+		cfg.OnStateChange = l.stateChange(name, logger, cfg.OnStateChange)
+		b, err := breaker.New(cfg)
+		if err != nil {
+			return retry.Guards{}, err
+		}
+		g.Breaker = b
+	}
+	return g, nil
+}
+
+// stateChange returns the state-change callback of the breaker of the
+// destination named name: user (if not nil), a Warn to logger and an event
+// to the layer's observer. With neither logger nor observer it returns
+// user.
+func (l *Layer) stateChange(name string, logger *slog.Logger, user func(from, to breaker.State)) func(from, to breaker.State) {
+	obs := l.Observer
+	if logger == nil && obs == nil {
+		return user
+	}
+	msg := l.Component + ": circuit breaker state change"
+	return func(from, to breaker.State) {
+		if logger != nil {
+			logger.LogAttrs(context.Background(), slog.LevelWarn, msg,
+				slog.String("from", from.String()), slog.String("to", to.String()))
+		}
+		if obs != nil {
+			obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: name, From: from.String(), To: to.String()})
+		}
+		if user != nil {
+			user(from, to)
+		}
+	}
+}
+
+// withLogger returns the observer of a destination's policy: obs, and, with
+// a logger, a Debug record of each retry ("retry: retrying") and each
+// give-up ("retry: giving up"), the event as a group under the key "retry":
+// per-call records are for debugging, never a log storm during an outage
+// (the breaker's state changes are the events worth a Warn).
+func withLogger(obs observe.Observer, logger *slog.Logger) observe.Observer {
+	if logger == nil {
+		return obs
+	}
+	o := &logObserver{next: obs, logger: logger}
+	o.tagger, _ = obs.(observe.AttemptTagger)
+	return o
+}
+
+// logObserver logs the loop's retries and give-ups and passes every event
+// on to next (if not nil), attempt tagging included.
+type logObserver struct {
+	next   observe.Observer
+	tagger observe.AttemptTagger // next, if it tags attempts
+	logger *slog.Logger
+}
+
+func (o *logObserver) Observe(ctx context.Context, e observe.Event) {
+	if o.next != nil {
+		o.next.Observe(ctx, e)
+	}
+	if (e.Kind != observe.Retry && e.Kind != observe.GiveUp) || !o.logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	msg := "retry: retrying"
+	attrs := make([]any, 0, 4)
+	if e.Kind == observe.Retry {
+		attrs = append(attrs, slog.Int("attempt", e.Attempt), slog.Duration("delay", e.Delay))
+		if e.Hint > 0 {
+			attrs = append(attrs, slog.Duration("retry_after", e.Hint))
+		}
+	} else {
+		msg = "retry: giving up"
+		attrs = append(attrs, slog.String("reason", e.Reason), slog.Int("attempts", e.Attempt))
+		if e.Delay > 0 {
+			attrs = append(attrs, slog.Duration("delay", e.Delay))
+		}
+	}
+	attrs = append(attrs, slog.Any("error", e.Err))
+	o.logger.LogAttrs(ctx, slog.LevelDebug, msg, slog.Group("retry", attrs...))
+}
+
+// TagAttempt passes an attempt's start to next: its tag, if it tags.
+func (o *logObserver) TagAttempt(ctx context.Context, e observe.Event) context.Context {
+	if o.tagger != nil {
+		return o.tagger.TagAttempt(ctx, e)
+	}
+	if o.next != nil {
+		o.next.Observe(ctx, e)
+	}
+	return ctx
+}
