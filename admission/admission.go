@@ -66,12 +66,6 @@ func (o Outcome) String() string {
 type Decision struct {
 	// Outcome says whether the request was admitted and, if not, why.
 	Outcome Outcome
-	// Attempt is the request's attempt number: 1 for an original, 2 or
-	// more for a retry.
-	Attempt int
-	// Waited is how long the request waited in the queue (0 if it did
-	// not queue), measured with Config.Now.
-	Waited time.Duration
 	// RetryAfter is how long a refused client should wait before it tries
 	// again: RetryAfterBase + U·RetryAfterSpread, drawn afresh for every
 	// refusal so that refused clients do not come back together. 0 when
@@ -82,13 +76,6 @@ type Decision struct {
 	// that was already a retry. False when admitted.
 	DontRetry bool
 }
-
-// Retry reports whether the request was a retry (Attempt >= 2).
-func (d Decision) Retry() bool { return d.Attempt >= 2 }
-
-// Refused reports whether the request was refused (Outcome is not
-// [Admitted]).
-func (d Decision) Refused() bool { return d.Outcome != Admitted }
 
 // Permit is an admitted request's slot of work in progress. Give it back
 // with [Permit.Release] exactly once, when the request is done. The zero
@@ -124,7 +111,7 @@ type Controller struct {
 	// Immutable after once.
 	cfg         Config
 	budget      *budget.Budget
-	now         func() time.Time
+	now         func() time.Time // the monotonic clock
 	maxInFlight int64
 	maxQueue    int
 	maxWait     time.Duration
@@ -152,16 +139,10 @@ type Controller struct {
 	qlen  atomic.Int64
 
 	// Counters for Stats, off the queue's cache line.
-	_              [64]byte
-	originals      atomic.Uint64
-	retries        atomic.Uint64
-	admitted       atomic.Uint64
-	queued         atomic.Uint64
-	retriesAdmit   atomic.Uint64
-	retriesRefused atomic.Uint64
-	shedFull       atomic.Uint64
-	shedTimeout    atomic.Uint64
-	shedCanceled   atomic.Uint64
+	_         [64]byte
+	originals atomic.Uint64
+	retries   atomic.Uint64
+	outcomes  [numOutcomes]atomic.Uint64 // final decisions, by Outcome
 }
 
 // waiter is a request in the queue.
@@ -171,10 +152,10 @@ type waiter struct {
 	granted bool          // guarded by Controller.mu
 }
 
-// New validates c and returns a Controller whose window begins now
-// (c.Now()). Zero fields take the defaults (see [Config]). It returns an
-// error wrapping [ErrInvalidConfig] if a field is out of range. A
-// Controller that was built never fails or panics later.
+// New validates c and returns a Controller whose window begins now. Zero
+// fields take the defaults (see [Config]). It returns an error that says
+// which if a field is out of range. A Controller that was built never fails
+// or panics later.
 func New(c Config) (*Controller, error) {
 	eff, err := c.withDefaults()
 	if err != nil {
@@ -203,19 +184,16 @@ func (c *Controller) init() {
 
 // setup fills c from an effective config.
 func (c *Controller) setup(eff Config) error {
-	now := eff.Now
-	if now == nil {
-		now = clock.Monotonic()
-	}
+	now := clock.Monotonic()
 	b, err := budget.New(budget.Config{ // negative means none there too
 		Ratio:        eff.RetryRatio,
 		MinPerSecond: eff.MinRetriesPerSecond,
 		Window:       eff.Window,
-		Slices:       eff.Slices,
+		Slices:       slices,
 		Now:          now,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: retry window: %w", ErrInvalidConfig, err)
+		return invalid("retry window: %w", err)
 	}
 	c.cfg = eff
 	c.budget = b
@@ -236,14 +214,6 @@ func (c *Controller) setup(eff Config) error {
 	return nil
 }
 
-// Config returns the configuration in force: the one given to [New] with
-// its zero fields replaced by the defaults (Now, Rand and Observer as
-// given, possibly nil).
-func (c *Controller) Config() Config {
-	c.init()
-	return c.cfg
-}
-
 // Acquire decides whether a request may run now. attempt is the request's
 // attempt number as its client counts it: 1 (or anything below 2) for an
 // original, 2 or more for a retry.
@@ -258,7 +228,7 @@ func (c *Controller) Config() Config {
 // ([Canceled]); if the queue is full it is refused at once ([QueueFull]).
 // A nil ctx never ends.
 //
-// If d.Outcome is Admitted, the caller must call p.Release() when the
+// If d.Outcome is [Admitted], the caller must call p.Release() when the
 // request is done; otherwise p is the zero Permit and d says why, how long
 // the client should wait (d.RetryAfter) and whether to tell it not to
 // retry (d.DontRetry). A retry that passed the ratio check but was then
@@ -272,7 +242,7 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 	if attempt < 1 {
 		attempt = 1
 	}
-	d := Decision{Attempt: attempt}
+	d := decision{attempt: attempt}
 	now := c.now()
 	if attempt == 1 {
 		c.originals.Add(1)
@@ -280,7 +250,6 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 	} else {
 		c.retries.Add(1)
 		if !c.budget.WithdrawAt(now) {
-			c.retriesRefused.Add(1)
 			return Permit{}, c.refuse(ctx, d, RetryRefused)
 		}
 	}
@@ -303,23 +272,29 @@ func (c *Controller) tryInc() bool {
 	}
 }
 
+// decision is a Decision in the making, with the request's attempt number
+// and how long it waited in the queue.
+type decision struct {
+	Decision
+	attempt int
+	waited  time.Duration
+}
+
 // admit returns a granted decision; the caller took the slot.
-func (c *Controller) admit(ctx context.Context, d Decision) (Permit, Decision) {
-	c.admitted.Add(1)
-	if d.Retry() {
-		c.retriesAdmit.Add(1)
-	}
+func (c *Controller) admit(ctx context.Context, d decision) (Permit, Decision) {
+	c.outcomes[Admitted].Add(1)
 	if c.obs != nil {
 		c.report(ctx, d, "admitted")
 	}
-	return Permit{c: c}, d
+	return Permit{c: c}, d.Decision
 }
 
-// refuse fills in a refusal and reports it.
-func (c *Controller) refuse(ctx context.Context, d Decision, o Outcome) Decision {
+// refuse fills in a refusal, counts and reports it.
+func (c *Controller) refuse(ctx context.Context, d decision, o Outcome) Decision {
+	c.outcomes[o].Add(1)
 	d.Outcome = o
 	d.RetryAfter = c.retryAfter()
-	d.DontRetry = o == RetryRefused || d.Retry()
+	d.DontRetry = o == RetryRefused || d.attempt >= 2
 	if c.obs != nil {
 		outcome := "shed-busy"
 		if o == RetryRefused {
@@ -327,16 +302,16 @@ func (c *Controller) refuse(ctx context.Context, d Decision, o Outcome) Decision
 		}
 		c.report(ctx, d, outcome)
 	}
-	return d
+	return d.Decision
 }
 
 // report tells the observer of a decision; requires c.obs != nil. A
 // refusal's own outcome name is the event's Reason.
-func (c *Controller) report(ctx context.Context, d Decision, outcome string) {
+func (c *Controller) report(ctx context.Context, d decision, outcome string) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := observe.Event{Kind: observe.Admission, Name: c.cfg.Name, Attempt: d.Attempt, Outcome: outcome, Elapsed: d.Waited, Delay: d.RetryAfter}
+	e := observe.Event{Kind: observe.Admission, Name: c.cfg.Name, Attempt: d.attempt, Outcome: outcome, Elapsed: d.waited, Delay: d.RetryAfter}
 	if d.Outcome != Admitted {
 		e.Reason = d.Outcome.String()
 	}
@@ -366,12 +341,11 @@ func (c *Controller) retryAfter() time.Duration {
 
 // wait is the slow path of Acquire: no slot was free at first sight, or
 // requests are queued ahead.
-func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Permit, Decision) {
+func (c *Controller) wait(ctx context.Context, d decision, start time.Time) (Permit, Decision) {
 	if c.maxQueue == 0 {
 		if c.tryInc() {
 			return c.admit(ctx, d)
 		}
-		c.shedFull.Add(1)
 		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
 	c.mu.Lock()
@@ -386,14 +360,12 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 	if c.qlen.Load() >= int64(c.maxQueue) {
 		c.nwait.Add(-1)
 		c.mu.Unlock()
-		c.shedFull.Add(1)
 		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
 	w := &waiter{ready: make(chan struct{}, 1)}
 	w.elem = c.queue.PushBack(w)
 	c.qlen.Add(1)
 	c.mu.Unlock()
-	c.queued.Add(1)
 	if c.obs != nil {
 		c.report(ctx, d, "queued")
 	}
@@ -421,14 +393,9 @@ func (c *Controller) wait(ctx context.Context, d Decision, start time.Time) (Per
 		}
 		c.mu.Unlock()
 	}
-	d.Waited = max(c.now().Sub(start), 0)
-	switch o {
-	case Admitted:
+	d.waited = max(c.now().Sub(start), 0)
+	if o == Admitted {
 		return c.admit(ctx, d)
-	case QueueTimeout:
-		c.shedTimeout.Add(1)
-	default:
-		c.shedCanceled.Add(1)
 	}
 	return Permit{}, c.refuse(ctx, d, o)
 }
@@ -454,69 +421,39 @@ func (c *Controller) handOff() {
 }
 
 // Stats is a snapshot of a [Controller]'s counters. The totals count from
-// the Controller's start; the Window fields cover the sliding window.
+// the Controller's start.
 type Stats struct {
-	// InFlight is the number of permits out now (requests in progress).
-	InFlight int
-	// QueueLen is the number of requests waiting in the queue now.
-	QueueLen int
-
-	// Originals is the number of original requests seen (attempt 1).
-	Originals uint64
-	// Retries is the number of retries seen (attempt 2 or more), admitted
-	// or not.
-	Retries uint64
-	// Admitted is the number of requests given a permit, queued first or
-	// not.
-	Admitted uint64
-	// RetriesAdmitted is the number of retries among Admitted.
-	RetriesAdmitted uint64
-	// Queued is the number of requests that waited in the queue, whatever
-	// came of it.
-	Queued uint64
-	// RetriesRefused is the number of retries refused by the retry ratio
-	// ([RetryRefused]).
-	RetriesRefused uint64
-	// ShedQueueFull, ShedQueueTimeout and ShedCanceled count the requests
-	// refused for lack of a slot: [QueueFull], [QueueTimeout], [Canceled].
-	ShedQueueFull, ShedQueueTimeout, ShedCanceled uint64
-
-	// WindowOriginals and WindowRetries are the originals and the retries
-	// that passed the ratio check in the window now.
-	WindowOriginals, WindowRetries int
-	// WindowRetryLimit is RetryRatio·WindowOriginals +
-	// MinRetriesPerSecond·Window.Seconds(): the window admits a retry while
-	// WindowRetries+1 <= WindowRetryLimit.
-	WindowRetryLimit float64
-}
-
-// Refused returns the number of requests refused for any reason.
-func (s Stats) Refused() uint64 {
-	return s.RetriesRefused + s.ShedQueueFull + s.ShedQueueTimeout + s.ShedCanceled
+	// InFlight is the number of permits out now (requests in progress);
+	// Queued the number of requests waiting in the queue now.
+	InFlight, Queued int
+	// Originals and Retries are the requests seen: attempt 1, attempt 2
+	// or more (admitted or not).
+	Originals, Retries uint64
+	// Outcomes counts the requests by their final decision, indexed by
+	// [Outcome]: Outcomes[Admitted] were given a permit (queued first or
+	// not), Outcomes[RetryRefused] were retries refused by the retry
+	// ratio, and so on.
+	Outcomes [5]uint64
 }
 
 // Stats returns a snapshot of c's counters. Under concurrent use they are
 // read one after another, not as one atomic snapshot. It allocates nothing.
 func (c *Controller) Stats() Stats {
 	c.init()
-	w := c.budget.StatsAt(c.now())
-	return Stats{
-		InFlight:         int(c.inFlight.Load()),
-		QueueLen:         int(c.qlen.Load()),
-		Originals:        c.originals.Load(),
-		Retries:          c.retries.Load(),
-		Admitted:         c.admitted.Load(),
-		RetriesAdmitted:  c.retriesAdmit.Load(),
-		Queued:           c.queued.Load(),
-		RetriesRefused:   c.retriesRefused.Load(),
-		ShedQueueFull:    c.shedFull.Load(),
-		ShedQueueTimeout: c.shedTimeout.Load(),
-		ShedCanceled:     c.shedCanceled.Load(),
-		WindowOriginals:  w.Requests,
-		WindowRetries:    w.Retries,
-		WindowRetryLimit: c.ratio*float64(w.Requests) + c.reserve,
+	s := Stats{
+		InFlight:  int(c.inFlight.Load()),
+		Queued:    int(c.qlen.Load()),
+		Originals: c.originals.Load(),
+		Retries:   c.retries.Load(),
 	}
+	for o := range s.Outcomes {
+		s.Outcomes[o] = c.outcomes[o].Load()
+	}
+	return s
 }
+
+// Outcomes has a counter per Outcome.
+var _ [numOutcomes]uint64 = Stats{}.Outcomes
 
 // The HTTP side.
 
@@ -572,28 +509,24 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 	if next == nil {
 		next = http.NotFoundHandler()
 	}
-	return &handler{c: c, next: next}
-}
-
-type handler struct {
-	c    *Controller
-	next http.Handler
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	attempt := 1                                         // an original, or a client that does not count
-	if vs := r.Header[wire.AttemptHeader]; len(vs) > 0 { // Header.Get would canonicalise the name on every request
-		if n, ok := wire.ParseAttempt(vs[0]); ok {
-			attempt = n
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Without a valid attempt header: an original, or a client that does
+		// not count. (The map is read directly: Header.Get would
+		// canonicalise the name on every request.)
+		attempt := 1
+		if vs := r.Header[wire.AttemptHeader]; len(vs) > 0 {
+			if n, ok := wire.ParseAttempt(vs[0]); ok {
+				attempt = n
+			}
 		}
-	}
-	p, d := h.c.Acquire(r.Context(), attempt)
-	if d.Outcome != Admitted {
-		h.c.writeRefusal(w, d)
-		return
-	}
-	defer p.Release()
-	h.next.ServeHTTP(w, r)
+		p, d := c.Acquire(r.Context(), attempt)
+		if d.Outcome != Admitted {
+			c.writeRefusal(w, d)
+			return
+		}
+		defer p.Release()
+		next.ServeHTTP(w, r)
+	})
 }
 
 // writeRefusal answers a refused request.

@@ -2,7 +2,6 @@ package admission_test
 
 import (
 	"context"
-	"errors"
 	"math"
 	"reflect"
 	"runtime"
@@ -17,29 +16,52 @@ import (
 	"github.com/stormguard/stormguard/observe"
 )
 
-func TestConfigDefaults(t *testing.T) {
-	ctl := newController(t, admission.Config{MaxInFlight: 100})
-	got := ctl.Config()
-	want := admission.Config{
-		MaxInFlight:         100,
-		MaxQueue:            100,
-		MaxQueueWait:        admission.DefaultMaxQueueWait,
-		RetryRatio:          admission.DefaultRetryRatio,
-		MinRetriesPerSecond: admission.DefaultMinRetriesPerSecond,
-		Window:              admission.DefaultWindow,
-		Slices:              admission.DefaultSlices,
-		RetryAfterBase:      admission.DefaultRetryAfterBase,
-		RetryAfterSpread:    admission.DefaultRetryAfterSpread,
-	}
-	if got.Now != nil || got.Rand != nil || got.Observer != nil {
-		t.Fatalf("Config() has funcs set: %+v", got)
-	}
-	if !reflect.DeepEqual(got, want) { // nil funcs are deeply equal
-		t.Fatalf("Config() = %+v, want %+v", got, want)
-	}
-	var zero admission.Controller
-	if got := zero.Config(); got.MaxInFlight != admission.DefaultMaxInFlight || got.MaxQueue != admission.DefaultMaxInFlight {
-		t.Errorf("zero Controller Config() = %+v, want the defaults", got)
+// TestDefaults: Config{} admits 10% retries plus a floor of 1/s over a 10 s
+// window, 1024 requests at once and 1024 queued for at most 500 ms, and
+// refuses with a Retry-After from 1 s to 11 s. A zero Controller is the
+// same.
+func TestDefaults(t *testing.T) {
+	for _, zero := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			ctl := &admission.Controller{}
+			if !zero {
+				ctl = newController(t, admission.Config{})
+			}
+			ctx := context.Background()
+			for range 100 {
+				p, _ := ctl.Acquire(ctx, 1)
+				p.Release()
+			}
+			retries := 0
+			for {
+				p, d := ctl.Acquire(ctx, 2)
+				if d.Outcome != admission.Admitted {
+					if d.Outcome != admission.RetryRefused || !d.DontRetry || d.RetryAfter < time.Second || d.RetryAfter >= 11*time.Second {
+						t.Errorf("refused retry: %+v, want RetryRefused, DontRetry, a Retry-After in [1s, 11s)", d)
+					}
+					break
+				}
+				p.Release()
+				retries++
+			}
+			if retries != 20 { // 0.1·100 + 1·10
+				t.Errorf("zero %v: %d retries admitted after 100 originals, want 20", zero, retries)
+			}
+			permits := make([]admission.Permit, 1024)
+			for i := range permits {
+				if permits[i], _ = ctl.Acquire(ctx, 1); ctl.Stats().InFlight != i+1 {
+					t.Fatalf("request %d not admitted", i+1)
+				}
+			}
+			start := time.Now()
+			_, d := ctl.Acquire(ctx, 1) // queues, and waits in vain
+			if d.Outcome != admission.QueueTimeout || time.Since(start) != 500*time.Millisecond {
+				t.Errorf("request 1025: %+v after %v, want QueueTimeout after 500ms", d, time.Since(start))
+			}
+			for i := range permits {
+				permits[i].Release()
+			}
+		})
 	}
 }
 
@@ -56,20 +78,18 @@ func TestNewInvalid(t *testing.T) {
 		{"minus infinite floor", admission.Config{MinRetriesPerSecond: math.Inf(-1)}, "min retries per second"},
 		{"NaN floor", admission.Config{MinRetriesPerSecond: math.NaN()}, "min retries per second"},
 		{"negative window", admission.Config{Window: -time.Second}, "window"},
-		{"negative slices", admission.Config{Slices: -1}, "slices"},
-		{"too many slices", admission.Config{Slices: 5000, Window: 5000 * time.Millisecond}, "retry window"},
 		{"window not a multiple", admission.Config{Window: 10*time.Second + 1}, "retry window"},
 		{"slice too short", admission.Config{Window: 5 * time.Millisecond}, "retry window"},
 		{"negative base", admission.Config{RetryAfterBase: -time.Second}, "retry-after base"},
 		{"base too long", admission.Config{RetryAfterBase: 25 * time.Hour}, "exceeds"},
-		{"spread too long", admission.Config{RetryAfterSpread: admission.MaxRetryAfter}, "exceeds"},
+		{"spread too long", admission.Config{RetryAfterSpread: 24 * time.Hour}, "exceeds"},
 		{"base + spread overflow", admission.Config{RetryAfterBase: time.Hour, RetryAfterSpread: math.MaxInt64}, "exceeds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctl, err := admission.New(tt.c)
-			if !errors.Is(err, admission.ErrInvalidConfig) {
-				t.Fatalf("New(%+v) = %v, %v; want an error wrapping ErrInvalidConfig", tt.c, ctl, err)
+			if err == nil || !strings.HasPrefix(err.Error(), "admission: invalid config: ") {
+				t.Fatalf("New(%+v) = %v, %v; want an invalid config error", tt.c, ctl, err)
 			}
 			if ctl != nil {
 				t.Errorf("New(%+v) returned a Controller with its error", tt.c)
@@ -90,7 +110,7 @@ func TestNewValidEdges(t *testing.T) {
 		{"no limit, no queue", admission.Config{MaxInFlight: -1, MaxQueue: -1}},
 		{"ratio 1", admission.Config{RetryRatio: 1}},
 		{"no ratio, no floor", admission.Config{RetryRatio: -1, MinRetriesPerSecond: -1}},
-		{"one slice", admission.Config{Slices: 1, Window: time.Millisecond}},
+		{"shortest window", admission.Config{Window: 10 * time.Millisecond}},
 		{"longest retry-after", admission.Config{RetryAfterBase: time.Hour, RetryAfterSpread: 23 * time.Hour}},
 		{"no jitter", admission.Config{RetryAfterSpread: -1}},
 	}
@@ -124,10 +144,10 @@ func TestOutcomeString(t *testing.T) {
 func TestZeroController(t *testing.T) {
 	var ctl admission.Controller
 	p, d := ctl.Acquire(context.Background(), 1)
-	if d.Refused() {
+	if d.Outcome != admission.Admitted {
 		t.Fatalf("zero Controller refused an original: %+v", d)
 	}
-	if s := ctl.Stats(); s.InFlight != 1 || s.Originals != 1 || s.WindowOriginals != 1 {
+	if s := ctl.Stats(); s.InFlight != 1 || s.Originals != 1 || s.Outcomes[admission.Admitted] != 1 {
 		t.Errorf("Stats() = %+v, want one original in flight", s)
 	}
 	p.Release()
@@ -144,146 +164,141 @@ func TestZeroController(t *testing.T) {
 // many goroutines send them, and every other one is refused with the
 // don't-retry signal before the handler runs.
 func TestRetriesBeyondRatioNeverReachHandler(t *testing.T) {
-	ctl := newController(t, admission.Config{MaxInFlight: -1, Now: fixedNow})
-	var originals, retries atomic.Int64
-	h := ctl.Wrap(handlerOf(func(attempt int) {
-		if attempt >= 2 {
-			retries.Add(1)
-		} else {
-			originals.Add(1)
-		}
-	}))
+	synctest.Test(t, func(t *testing.T) {
+		ctl := newController(t, admission.Config{MaxInFlight: -1})
+		var originals, retries atomic.Int64
+		h := ctl.Wrap(handlerOf(func(attempt int) {
+			if attempt >= 2 {
+				retries.Add(1)
+			} else {
+				originals.Add(1)
+			}
+		}))
 
-	const workers, nOrig, nRetry = 32, 1000, 600
-	run := func(n, attempt int, check func(int)) {
-		var wg sync.WaitGroup
-		var next atomic.Int64
-		for range workers {
-			wg.Go(func() {
-				for next.Add(1) <= int64(n) {
-					check(attempt)
-				}
-			})
+		const workers, nOrig, nRetry = 32, 1000, 600
+		run := func(n, attempt int, check func(int)) {
+			var wg sync.WaitGroup
+			var next atomic.Int64
+			for range workers {
+				wg.Go(func() {
+					for next.Add(1) <= int64(n) {
+						check(attempt)
+					}
+				})
+			}
+			wg.Wait()
 		}
-		wg.Wait()
-	}
-	run(nOrig, 0, func(a int) {
-		if rec := serve(h, a); rec.Code != 200 {
-			t.Errorf("original: status %d, want 200", rec.Code)
+		run(nOrig, 0, func(a int) {
+			if rec := serve(h, a); rec.Code != 200 {
+				t.Errorf("original: status %d, want 200", rec.Code)
+			}
+		})
+		var refused atomic.Int64
+		run(nRetry, 2, func(a int) {
+			rec := serve(h, a)
+			if rec.Code == 200 {
+				return
+			}
+			refused.Add(1)
+			checkRefusal(t, rec, 1, 10, true)
+		})
+
+		const want = 110 // 0.1·1000 + 1·10
+		if got := retries.Load(); got != want {
+			t.Errorf("retries that reached the handler = %d, want exactly %d", got, want)
+		}
+		if got := refused.Load(); got != nRetry-want {
+			t.Errorf("refused retries = %d, want %d", got, nRetry-want)
+		}
+		if got := originals.Load(); got != nOrig {
+			t.Errorf("originals that reached the handler = %d, want %d", got, nOrig)
+		}
+		s := ctl.Stats()
+		wantStats := admission.Stats{Originals: nOrig, Retries: nRetry}
+		wantStats.Outcomes[admission.Admitted] = nOrig + want
+		wantStats.Outcomes[admission.RetryRefused] = nRetry - want
+		if s != wantStats {
+			t.Errorf("Stats() = %+v\nwant %+v", s, wantStats)
 		}
 	})
-	var refused atomic.Int64
-	run(nRetry, 2, func(a int) {
-		rec := serve(h, a)
-		if rec.Code == 200 {
-			return
-		}
-		refused.Add(1)
-		checkRefusal(t, rec, 1, 10, true)
-	})
-
-	const want = 110 // 0.1·1000 + 1·10
-	if got := retries.Load(); got != want {
-		t.Errorf("retries that reached the handler = %d, want exactly %d", got, want)
-	}
-	if got := refused.Load(); got != nRetry-want {
-		t.Errorf("refused retries = %d, want %d", got, nRetry-want)
-	}
-	if got := originals.Load(); got != nOrig {
-		t.Errorf("originals that reached the handler = %d, want %d", got, nOrig)
-	}
-	s := ctl.Stats()
-	wantStats := admission.Stats{
-		Originals: nOrig, Retries: nRetry, Admitted: nOrig + want, RetriesAdmitted: want, RetriesRefused: nRetry - want,
-		WindowOriginals: nOrig, WindowRetries: want, WindowRetryLimit: 110,
-	}
-	if s != wantStats {
-		t.Errorf("Stats() = %+v\nwant %+v", s, wantStats)
-	}
-	if s.Refused() != nRetry-want {
-		t.Errorf("Stats().Refused() = %d, want %d", s.Refused(), nRetry-want)
-	}
 }
 
 // Originals and retries interleaved from many goroutines: the retries that
 // reach the handler never exceed the limit computed from the originals the
 // window had counted at that moment.
 func TestRetryRatioUnderInterleaving(t *testing.T) {
-	var violations atomic.Int64
-	var ctl *admission.Controller
-	ctl = newController(t, admission.Config{
-		MaxInFlight: -1, Now: fixedNow, RetryRatio: 0.2, MinRetriesPerSecond: 0.5,
-		Observer: observe.Func(func(_ context.Context, e observe.Event) {
-			if e.Attempt >= 2 && e.Outcome == "admitted" {
-				// The originals counted now are at least those counted when
-				// this retry was admitted.
-				if s := ctl.Stats(); float64(s.WindowRetries) > s.WindowRetryLimit {
-					violations.Add(1)
+	synctest.Test(t, func(t *testing.T) { // the window does not slide
+		var violations, admittedRetries atomic.Int64
+		var ctl *admission.Controller
+		ctl = newController(t, admission.Config{
+			MaxInFlight: -1, RetryRatio: 0.2, MinRetriesPerSecond: 0.5,
+			Observer: observe.Func(func(_ context.Context, e observe.Event) {
+				if e.Attempt >= 2 && e.Outcome == "admitted" {
+					// The originals counted now are at least those counted
+					// when this retry was admitted.
+					if n := admittedRetries.Add(1); float64(n) > 0.2*float64(ctl.Stats().Originals)+0.5*10 {
+						violations.Add(1)
+					}
 				}
-			}
-		}),
-	})
-	var reached atomic.Int64
-	h := ctl.Wrap(handlerOf(func(attempt int) {
-		if attempt >= 2 {
-			reached.Add(1)
-		}
-	}))
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Go(func() {
-			for i := range 300 {
-				attempt := 1
-				if (i+w)%3 == 0 { // a third of the traffic is retries
-					attempt = 2 + i%3
-				}
-				serve(h, attempt)
-			}
+			}),
 		})
-	}
-	wg.Wait()
-	s := ctl.Stats()
-	if violations.Load() != 0 {
-		t.Errorf("%d admissions saw more retries than the limit", violations.Load())
-	}
-	if got := reached.Load(); got != int64(s.WindowRetries) || float64(got) > s.WindowRetryLimit {
-		t.Errorf("retries reached = %d, window retries %d, limit %v", got, s.WindowRetries, s.WindowRetryLimit)
-	}
-	if s.Retries != uint64(reached.Load())+s.RetriesRefused || s.RetriesAdmitted != uint64(reached.Load()) {
-		t.Errorf("Stats() = %+v: retries != reached %d + refused", s, reached.Load())
-	}
-	if s.RetriesRefused == 0 {
-		t.Errorf("no retry refused with a third of the traffic retrying: %+v", s)
-	}
+		var reached atomic.Int64
+		h := ctl.Wrap(handlerOf(func(attempt int) {
+			if attempt >= 2 {
+				reached.Add(1)
+			}
+		}))
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for i := range 300 {
+					attempt := 1
+					if (i+w)%3 == 0 { // a third of the traffic is retries
+						attempt = 2 + i%3
+					}
+					serve(h, attempt)
+				}
+			})
+		}
+		wg.Wait()
+		s := ctl.Stats()
+		if violations.Load() != 0 {
+			t.Errorf("%d admissions saw more retries than the limit", violations.Load())
+		}
+		if got := reached.Load(); got != admittedRetries.Load() || float64(got) > 0.2*float64(s.Originals)+5 {
+			t.Errorf("retries reached = %d, admitted %d, limit %v", got, admittedRetries.Load(), 0.2*float64(s.Originals)+5)
+		}
+		if refused := s.Outcomes[admission.RetryRefused]; s.Retries != uint64(reached.Load())+refused || refused == 0 {
+			t.Errorf("Stats() = %+v: retries != reached %d + refused, or none refused with a third of the traffic retrying", s, reached.Load())
+		}
+	})
 }
 
 // The window slides: originals older than the window no longer pay for
 // retries.
 func TestRetryWindowSlides(t *testing.T) {
-	now := t0
-	ctl := newController(t, admission.Config{Now: func() time.Time { return now }, MinRetriesPerSecond: -1}) // ratio only
-	ctx := context.Background()
-	for range 50 {
-		p, _ := ctl.Acquire(ctx, 1)
-		p.Release()
-	}
-	admitted := 0
-	for range 20 {
-		if p, d := ctl.Acquire(ctx, 3); !d.Refused() {
-			admitted++
+	synctest.Test(t, func(t *testing.T) {
+		ctl := newController(t, admission.Config{MinRetriesPerSecond: -1}) // ratio only
+		ctx := context.Background()
+		for range 50 {
+			p, _ := ctl.Acquire(ctx, 1)
 			p.Release()
 		}
-	}
-	if admitted != 5 {
-		t.Fatalf("with 50 originals, %d retries admitted, want 5", admitted)
-	}
-	now = now.Add(admission.DefaultWindow)
-	if _, d := ctl.Acquire(ctx, 2); d.Outcome != admission.RetryRefused || !d.DontRetry {
-		t.Fatalf("a window later with no originals: %+v, want RetryRefused with DontRetry", d)
-	}
-	if s := ctl.Stats(); s.WindowOriginals != 0 || s.WindowRetryLimit != 0 {
-		t.Errorf("a window later Stats() = %+v, want an empty window", s)
-	}
+		admitted := 0
+		for range 20 {
+			if p, d := ctl.Acquire(ctx, 3); d.Outcome == admission.Admitted {
+				admitted++
+				p.Release()
+			}
+		}
+		if admitted != 5 {
+			t.Fatalf("with 50 originals, %d retries admitted, want 5", admitted)
+		}
+		time.Sleep(10 * time.Second) // the default window
+		if _, d := ctl.Acquire(ctx, 2); d.Outcome != admission.RetryRefused || !d.DontRetry {
+			t.Fatalf("a window later with no originals: %+v, want RetryRefused with DontRetry", d)
+		}
+	})
 }
 
 // Attempt numbers below 1 count as originals.
@@ -291,7 +306,7 @@ func TestAcquireAttemptBelowOne(t *testing.T) {
 	ctl := newController(t, admission.Config{})
 	for _, a := range []int{0, -5, math.MinInt} {
 		p, d := ctl.Acquire(context.Background(), a)
-		if d.Attempt != 1 || d.Retry() || d.Refused() {
+		if d.Outcome != admission.Admitted || d.DontRetry {
 			t.Errorf("Acquire(ctx, %d) = %+v, want an admitted original", a, d)
 		}
 		p.Release()
@@ -334,10 +349,10 @@ func TestMaxInFlightConcurrent(t *testing.T) {
 		t.Errorf("peak handlers at once = %d, want at most %d", p, limit)
 	}
 	s := ctl.Stats()
-	if s.Admitted != uint64(ok.Load()) || s.ShedQueueFull != uint64(shed.Load()) || ok.Load()+shed.Load() != workers*each {
+	if s.Outcomes[admission.Admitted] != uint64(ok.Load()) || s.Outcomes[admission.QueueFull] != uint64(shed.Load()) || ok.Load()+shed.Load() != workers*each {
 		t.Errorf("Stats() = %+v; handler ran %d, shed %d of %d", s, ok.Load(), shed.Load(), workers*each)
 	}
-	if s.InFlight != 0 || s.QueueLen != 0 || s.Queued != 0 {
+	if s.InFlight != 0 || s.Queued != 0 {
 		t.Errorf("after the run Stats() = %+v, want nothing in flight or queued", s)
 	}
 }
@@ -352,7 +367,7 @@ func TestQueueConcurrent(t *testing.T) {
 	ctl = newController(t, admission.Config{
 		MaxInFlight: limit, MaxQueue: queue, MaxQueueWait: 200 * time.Microsecond,
 		Observer: observe.Func(func(context.Context, observe.Event) {
-			q := int64(ctl.Stats().QueueLen)
+			q := int64(ctl.Stats().Queued)
 			for m := maxQueue.Load(); q > m && !maxQueue.CompareAndSwap(m, q); m = maxQueue.Load() {
 			}
 		}),
@@ -384,13 +399,17 @@ func TestQueueConcurrent(t *testing.T) {
 	if m := maxQueue.Load(); m > queue {
 		t.Errorf("queue length reached %d, want at most %d", m, queue)
 	}
-	if s.InFlight != 0 || s.QueueLen != 0 {
-		t.Errorf("after the run InFlight = %d, QueueLen = %d, want 0 and 0", s.InFlight, s.QueueLen)
+	if s.InFlight != 0 || s.Queued != 0 {
+		t.Errorf("after the run InFlight = %d, Queued = %d, want 0 and 0", s.InFlight, s.Queued)
 	}
-	if s.Admitted != uint64(ok.Load()) || s.Admitted+s.Refused() != workers*each {
-		t.Errorf("Stats() = %+v: admitted + refused != %d (handler ran %d)", s, workers*each, ok.Load())
+	var decided uint64
+	for _, n := range s.Outcomes {
+		decided += n
 	}
-	t.Logf("admitted %d (queued first: some of %d), full %d, timed out %d", s.Admitted, s.Queued, s.ShedQueueFull, s.ShedQueueTimeout)
+	if s.Outcomes[admission.Admitted] != uint64(ok.Load()) || decided != workers*each {
+		t.Errorf("Stats() = %+v: decisions %d, want %d (handler ran %d)", s, decided, workers*each, ok.Load())
+	}
+	t.Logf("admitted %d, full %d, timed out %d", s.Outcomes[admission.Admitted], s.Outcomes[admission.QueueFull], s.Outcomes[admission.QueueTimeout])
 }
 
 // The queue, step by step in a synctest bubble: FIFO hand-over, a full
@@ -399,7 +418,7 @@ func TestQueueSteps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		events := new(recorder)
 		ctl := newController(t, admission.Config{
-			Name: "pay", MaxInFlight: 2, MaxQueue: 3, MaxQueueWait: time.Second, Rand: mulberry(7),
+			Name: "pay", MaxInFlight: 2, MaxQueue: 3, MaxQueueWait: time.Second, Rand: seeded(7),
 			RetryAfterSpread: -1, Observer: events,
 		})
 		ctx := context.Background()
@@ -410,7 +429,7 @@ func TestQueueSteps(t *testing.T) {
 		for i := range permits {
 			var d admission.Decision
 			permits[i], d = ctl.Acquire(ctx, 1)
-			if d.Refused() {
+			if d.Outcome != admission.Admitted {
 				t.Fatalf("request %d refused: %+v", i, d)
 			}
 		}
@@ -428,7 +447,7 @@ func TestQueueSteps(t *testing.T) {
 			}()
 			synctest.Wait() // queued in this order
 		}
-		if s := ctl.Stats(); s.InFlight != 2 || s.QueueLen != 3 || s.Queued != 3 {
+		if s := ctl.Stats(); s.InFlight != 2 || s.Queued != 3 {
 			t.Fatalf("Stats() = %+v, want 2 in flight and 3 queued", s)
 		}
 
@@ -446,19 +465,19 @@ func TestQueueSteps(t *testing.T) {
 		permits[0].Release()
 		synctest.Wait()
 		r := <-results
-		if r.id != 0 || r.d.Outcome != admission.Admitted || r.d.Waited != 300*time.Millisecond {
+		if r.id != 0 || r.d.Outcome != admission.Admitted || r.at != 300*time.Millisecond {
 			t.Errorf("after one release: waiter %d got %+v, want waiter 0 admitted after 300ms", r.id, r.d)
 		}
 
 		// The other two wait exactly MaxQueueWait, then are shed.
 		for range 2 {
 			r := <-results
-			if r.d.Outcome != admission.QueueTimeout || r.d.Waited != time.Second || r.at != time.Second || r.d.DontRetry {
+			if r.d.Outcome != admission.QueueTimeout || r.at != time.Second || r.d.DontRetry {
 				t.Errorf("waiter %d: %+v at %v, want QueueTimeout after exactly 1s, DontRetry false", r.id, r.d, r.at)
 			}
 		}
 		s := ctl.Stats()
-		if s.InFlight != 2 || s.QueueLen != 0 || s.Admitted != 3 || s.ShedQueueFull != 2 || s.ShedQueueTimeout != 2 {
+		if s.InFlight != 2 || s.Queued != 0 || s.Outcomes[admission.Admitted] != 3 || s.Outcomes[admission.QueueFull] != 2 || s.Outcomes[admission.QueueTimeout] != 2 {
 			t.Errorf("Stats() = %+v, want 2 in flight, 3 admitted, 2 full, 2 timed out", s)
 		}
 		permits[1].Release()
@@ -513,13 +532,13 @@ func TestQueueCanceled(t *testing.T) {
 		time.Sleep(time.Second)
 		cancel()
 		synctest.Wait()
-		if d := <-canceled; d.Outcome != admission.Canceled || d.Waited != time.Second {
-			t.Errorf("canceled waiter: %+v, want Canceled after 1s", d)
+		if d := <-canceled; d.Outcome != admission.Canceled {
+			t.Errorf("canceled waiter: %+v, want Canceled", d)
 		}
 		if e := events.last(); e.Outcome != "shed-busy" || e.Reason != "canceled" || e.Elapsed != time.Second || e.Delay < time.Second {
 			t.Errorf("canceled waiter reported %+v, want shed-busy, reason canceled, after 1s, with a Retry-After", e)
 		}
-		if s := ctl.Stats(); s.QueueLen != 1 || s.ShedCanceled != 1 {
+		if s := ctl.Stats(); s.Queued != 1 || s.Outcomes[admission.Canceled] != 1 {
 			t.Errorf("Stats() = %+v, want 1 queued, 1 canceled", s)
 		}
 		p.Release()
@@ -527,7 +546,7 @@ func TestQueueCanceled(t *testing.T) {
 		if d := <-next; d.Outcome != admission.Admitted {
 			t.Errorf("waiter behind the canceled one: %+v, want Admitted", d)
 		}
-		if s := ctl.Stats(); s.InFlight != 0 || s.QueueLen != 0 {
+		if s := ctl.Stats(); s.InFlight != 0 || s.Queued != 0 {
 			t.Errorf("Stats() = %+v, want nothing left", s)
 		}
 	})
@@ -554,7 +573,7 @@ func TestQueueHandOffAtTimeout(t *testing.T) {
 			q := <-got
 			q.Release()
 			synctest.Wait()
-			if s := ctl.Stats(); s.InFlight != 0 || s.QueueLen != 0 {
+			if s := ctl.Stats(); s.InFlight != 0 || s.Queued != 0 {
 				t.Fatalf("Stats() = %+v, want nothing in flight or queued", s)
 			}
 		}
@@ -568,7 +587,7 @@ func TestNoLimit(t *testing.T) {
 	var permits []admission.Permit
 	for range 5000 {
 		p, d := ctl.Acquire(context.Background(), 1)
-		if d.Refused() {
+		if d.Outcome != admission.Admitted {
 			t.Fatalf("unlimited Controller refused: %+v", d)
 		}
 		permits = append(permits, p)

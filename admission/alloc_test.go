@@ -39,7 +39,7 @@ func TestAdmittedPathAllocs(t *testing.T) {
 			ctx := context.Background()
 			if n := testing.AllocsPerRun(1000, func() {
 				p, d := ctl.Acquire(ctx, attempt)
-				if d.Refused() {
+				if d.Outcome != admission.Admitted {
 					t.Fatalf("refused: %+v", d)
 				}
 				p.Release()
@@ -53,11 +53,11 @@ func TestAdmittedPathAllocs(t *testing.T) {
 				r.Header[wire.AttemptHeader] = []string{tt.attempt}
 			}
 			w := &nopWriter{h: http.Header{}}
-			before := ctl.Stats().Admitted
+			before := ctl.Stats().Outcomes[admission.Admitted]
 			if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n != 0 {
 				t.Errorf("middleware: %v allocs per request, want 0", n)
 			}
-			if got := ctl.Stats().Admitted - before; got != 1001 { // AllocsPerRun runs once more to warm up
+			if got := ctl.Stats().Outcomes[admission.Admitted] - before; got != 1001 { // AllocsPerRun runs once more to warm up
 				t.Errorf("middleware admitted %d of 1001 requests", got)
 			}
 		})

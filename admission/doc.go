@@ -60,7 +60,7 @@
 //	MaxQueueWait         500 ms
 //	RetryRatio           0.1 retries per original (negative: 0)
 //	MinRetriesPerSecond  1, so 10 retries per window (negative: 0)
-//	Window, Slices       10 s in ten 1 s slices
+//	Window               10 s, in ten 1 s slices
 //	RetryAfterBase       1 s
 //	RetryAfterSpread     10 s (negative: no jitter)
 //
@@ -76,8 +76,8 @@
 // [Permit] to [Permit.Release] when the request is done, or a [Decision]
 // that says why it was refused, the Retry-After and whether to send the
 // don't-retry signal. [Controller.Wrap] is the HTTP middleware built on it;
-// a gRPC server interceptor maps the same decision to its own status and
-// metadata.
+// package grpcretry's AdmissionServerOptions maps the same decision to
+// gRPC's status and metadata.
 //
 // # Pushing back
 //
@@ -91,8 +91,8 @@
 //
 // # Observing
 //
-// [Controller.Stats] returns counters (originals, retries, admitted,
-// queued, refusals by reason) and the window's counts. Config.Observer, if
+// [Controller.Stats] returns counters (requests in flight and queued now,
+// originals and retries seen, final decisions by [Outcome]). Config.Observer, if
 // set, hears of every decision through stormguard's one event seam
 // (package observe, whose OpenTelemetry adapter turns the events into
 // metrics): an [observe.Admission] event with Outcome "admitted",
@@ -104,7 +104,6 @@
 // takes no lock and allocates nothing: the window is lock-free (package
 // budget), the slots are one atomic counter, and the HTTP middleware reads
 // the attempt header without copying it. Only requests that queue take the
-// queue's mutex and allocate a waiter. Time comes from Config.Now (the
-// monotonic clock by default); the queue's timeout runs on the runtime's
-// timers, so tests of it use testing/synctest.
+// queue's mutex and allocate a waiter. Time comes from the monotonic clock
+// and the runtime's timers, which a testing/synctest bubble fakes in tests.
 package admission

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"time"
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/wire"
@@ -17,10 +16,8 @@ import (
 // retries are refused before the handler runs, with 503, a jittered
 // Retry-After and the don't-retry signal.
 func ExampleController_Wrap() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a fake clock
 	ctl, err := admission.New(admission.Config{
 		MaxInFlight: 100,
-		Now:         func() time.Time { return now },
 		Rand:        func() float64 { return 0.5 }, // pins the jitter: 1 s + 0.5·10 s
 	})
 	if err != nil {
@@ -52,12 +49,11 @@ func ExampleController_Wrap() {
 	fmt.Println("last retry:", last.Code, "Retry-After:", last.Header().Get("Retry-After"),
 		"Stormguard-Retry:", last.Header().Get("Stormguard-Retry"))
 	s := ctl.Stats()
-	fmt.Printf("originals %d, retries %d, refused %d, window limit %v\n",
-		s.Originals, s.Retries, s.RetriesRefused, s.WindowRetryLimit)
+	fmt.Printf("originals %d, retries %d, refused %d\n", s.Originals, s.Retries, s.Outcomes[admission.RetryRefused])
 	// Output:
 	// handled: 32
 	// last retry: 503 Retry-After: 6 Stormguard-Retry: no
-	// originals 20, retries 15, refused 3, window limit 12
+	// originals 20, retries 15, refused 3
 }
 
 // The protocol-neutral core: Acquire returns a Permit to release when the

@@ -2,25 +2,18 @@ package admission_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/wire"
 )
-
-// t0 is a fixed time for Config.Now: a window that never slides.
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// fixedNow is a Config.Now that always says t0.
-func fixedNow() time.Time { return t0 }
 
 // peak keeps the running count of something and its highest value; safe
 // for concurrent use.
@@ -93,8 +86,8 @@ func (w *nopWriter) Write(p []byte) (int, error)       { return len(p), nil }
 func (w *nopWriter) WriteString(s string) (int, error) { return len(s), nil }
 func (w *nopWriter) WriteHeader(int)                   {}
 
-// mulberry returns the Float64 of a seeded generator for Config.Rand.
-func mulberry(seed uint32) func() float64 { return backoff.NewMulberry32(seed).Float64 }
+// seeded returns the Float64 of a seeded generator for Config.Rand.
+func seeded(seed uint64) func() float64 { return rand.New(rand.NewPCG(seed, 0)).Float64 }
 
 // handlerOf returns a handler that calls f with the request's attempt
 // number (1 without a valid header) and answers 200.

@@ -60,7 +60,7 @@ func TestAdmissionDecisions(t *testing.T) {
 	go func() { done <- send(1) }()
 	<-held
 	go func() { done <- send(1) }()
-	for ctl.Stats().QueueLen != 1 {
+	for ctl.Stats().Queued != 1 {
 		runtime.Gosched()
 	}
 	if got := send(1); got != 503 {
