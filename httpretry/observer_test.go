@@ -23,8 +23,8 @@ type eventLog struct {
 }
 
 func (l *eventLog) Observe(_ context.Context, e observe.Event) {
-	s := fmt.Sprintf("%v name=%s attempt=%d delay=%v hint=%v elapsed=%v reason=%q from=%q to=%q outcome=%q err=%v",
-		e.Kind, e.Name, e.Attempt, e.Delay, e.Hint, e.Elapsed, e.Reason, e.From, e.To, e.Outcome, e.Err)
+	s := fmt.Sprintf("%v name=%s attempt=%d delay=%v elapsed=%v reason=%q from=%q to=%q outcome=%q err=%v",
+		e.Kind, e.Name, e.Attempt, e.Delay, e.Elapsed, e.Reason, e.From, e.To, e.Outcome, e.Err)
 	l.mu.Lock()
 	l.events = append(l.events, s)
 	l.mu.Unlock()
@@ -83,7 +83,7 @@ func TestObserverEvents(t *testing.T) {
 				{Kind: observe.AttemptStart, Name: host, Attempt: 1},
 				{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503},
 				// The hint of 2 s, spread by the pinned 0.5 of half of it.
-				{Kind: observe.Retry, Name: host, Attempt: 1, Delay: 2500 * time.Millisecond, Hint: 2 * time.Second, Outcome: "hint", Err: e503},
+				{Kind: observe.Retry, Name: host, Attempt: 1, Delay: 2500 * time.Millisecond, Outcome: "hint", Err: e503},
 				{Kind: observe.AttemptStart, Name: host, Attempt: 2},
 				{Kind: observe.AttemptEnd, Name: host, Attempt: 2, Outcome: "failure", Err: e502},
 				{Kind: observe.Retry, Name: host, Attempt: 2, Delay: d2, Outcome: "backoff", Err: e502},
@@ -149,7 +149,7 @@ func TestObserverBreakerState(t *testing.T) {
 		}
 		var states []string
 		for _, e := range log.take() {
-			if strings.HasPrefix(e, observe.BreakerState.String()+" ") {
+			if strings.HasPrefix(e, string(observe.BreakerState)+" ") {
 				states = append(states, e)
 			}
 		}

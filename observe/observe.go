@@ -15,38 +15,41 @@ import (
 	"time"
 )
 
-// Kind is what an [Event] reports. The zero Kind is not an event.
-type Kind uint8
+// Kind is what an [Event] reports, a short name that prints as itself
+// ("attempt-end"). The zero Kind, "", is not an event.
+type Kind string
 
+// The kinds of events.
 const (
 	// AttemptStart: attempt Attempt (1 for the first) of a call is about
-	// to be sent. An [AttemptTagger] may return the attempt's context.
-	AttemptStart Kind = iota + 1
+	// to be sent. An observer that tags attempts (see [Observer]) returns
+	// the attempt's context.
+	AttemptStart Kind = "attempt-start"
 	// AttemptEnd: attempt Attempt ended after Elapsed, with Err (nil on
 	// success) and Outcome "success", "failure" (a failure of the
 	// dependency: the breaker counts it) or "rejected" (the dependency
 	// answered, but no: a 404, a 400; not its failure).
-	AttemptEnd
+	AttemptEnd Kind = "attempt-end"
 	// Retry: attempt Attempt failed with Err, and the loop will sleep
 	// Delay before the next one. Outcome says why that long: "backoff"
-	// (the backoff's delay) or "hint" (the server's Retry-After, Hint,
-	// was longer).
-	Retry
+	// (the backoff's delay) or "hint" (the server's hint, which
+	// retry.RetryAfter reads from Err, was longer).
+	Retry Kind = "retry"
 	// GiveUp: the call ended without success after Attempt attempts, for
 	// Reason ("not retryable", "attempts exhausted", "deadline",
 	// "canceled", "budget exhausted" or "circuit open"), with Err its last
 	// error. A budget refusal is a GiveUp with Reason "budget exhausted".
-	GiveUp
+	GiveUp Kind = "give-up"
 	// BreakerWait: a call waited Elapsed behind an open circuit breaker;
 	// Outcome is "admitted" or "rejected".
-	BreakerWait
+	BreakerWait Kind = "breaker-wait"
 	// BreakerState: a circuit breaker changed state, From and To
 	// ("closed", "open", "half-open").
-	BreakerState
+	BreakerState Kind = "breaker-state"
 	// Idempotency: the server-side idempotency guard handled a keyed
 	// request: Outcome "new", "replay", "in-progress", "mismatch",
 	// "invalid" or "store-error"; Elapsed is the time spent in the store.
-	Idempotency
+	Idempotency Kind = "idempotency"
 	// Admission: the provider-side admission control decided on a request:
 	// Outcome "admitted", "queued", "shed-retry" (a retry beyond the
 	// ratio) or "shed-busy" (no room to run or wait). A request that joins
@@ -54,46 +57,11 @@ const (
 	// the controller's own outcome name ("retry-refused", "queue-full",
 	// "queue-timeout", "canceled"); Delay is the Retry-After it answered
 	// with, if it shed; Elapsed is the time the request spent queued.
-	Admission
+	Admission Kind = "admission"
 	// FleetMode: a fleet-shared budget or breaker switched mode, From and
 	// To ("fleet", "local"), Err the cause of a switch to local.
-	FleetMode
-
-	numKinds
+	FleetMode Kind = "fleet-mode"
 )
-
-var kindNames = [numKinds]string{
-	AttemptStart: "attempt-start",
-	AttemptEnd:   "attempt-end",
-	Retry:        "retry",
-	GiveUp:       "give-up",
-	BreakerWait:  "breaker-wait",
-	BreakerState: "breaker-state",
-	Idempotency:  "idempotency",
-	Admission:    "admission",
-	FleetMode:    "fleet-mode",
-}
-
-// String returns the kind's name, e.g. "attempt-end", or "Kind(N)".
-func (k Kind) String() string {
-	if k > 0 && k < numKinds {
-		return kindNames[k]
-	}
-	return "Kind(" + itoa(int(k)) + ")"
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for ; n > 0; n /= 10 {
-		i--
-		b[i] = byte('0' + n%10)
-	}
-	return string(b[i:])
-}
 
 // Event is one report. Which fields are set depends on Kind (see the
 // constants); the others are zero. Strings are fixed labels (never built per
@@ -110,8 +78,6 @@ type Event struct {
 	// Delay is the sleep chosen before a retry, or the Retry-After of a
 	// shed request.
 	Delay time.Duration
-	// Hint is the server's Retry-After carried by the failure, 0 if none.
-	Hint time.Duration
 	// Elapsed is the duration of what ended: an attempt, a wait, a store
 	// call.
 	Elapsed time.Duration
@@ -130,17 +96,17 @@ type Event struct {
 // goroutine of the call it reports on, so it must return quickly; it must be
 // safe for concurrent use. ctx is the caller's context (for AttemptEnd, the
 // attempt's).
+//
+// An Observer that needs each attempt to run with a context of its own (a
+// trace span per attempt) also has a method
+//
+//	TagAttempt(ctx context.Context, e Event) context.Context
+//
+// For an AttemptStart event the retry loop then calls TagAttempt instead of
+// Observe and runs the attempt with the context it returns; the AttemptEnd
+// event gets that context.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
-}
-
-// AttemptTagger is implemented by an [Observer] that needs each attempt to
-// run with a context of its own (a trace span per attempt): for an
-// AttemptStart event the loop calls TagAttempt instead of Observe and runs
-// the attempt with the context it returns; the AttemptEnd event then gets
-// that context.
-type AttemptTagger interface {
-	TagAttempt(ctx context.Context, e Event) context.Context
 }
 
 // Func adapts a function to an [Observer].
@@ -148,42 +114,3 @@ type Func func(ctx context.Context, e Event)
 
 // Observe calls f(ctx, e).
 func (f Func) Observe(ctx context.Context, e Event) { f(ctx, e) }
-
-// Multi returns an Observer that reports every event to each of obs in
-// order (nil entries are skipped); an AttemptTagger among them tags the
-// attempt's context, each with the context the previous one returned. With
-// no non-nil observer it returns nil.
-func Multi(obs ...Observer) Observer {
-	var m multi
-	for _, o := range obs {
-		if o != nil {
-			m = append(m, o)
-		}
-	}
-	switch len(m) {
-	case 0:
-		return nil
-	case 1:
-		return m[0]
-	}
-	return m
-}
-
-type multi []Observer
-
-func (m multi) Observe(ctx context.Context, e Event) {
-	for _, o := range m {
-		o.Observe(ctx, e)
-	}
-}
-
-func (m multi) TagAttempt(ctx context.Context, e Event) context.Context {
-	for _, o := range m {
-		if t, ok := o.(AttemptTagger); ok {
-			ctx = t.TagAttempt(ctx, e)
-		} else {
-			o.Observe(ctx, e)
-		}
-	}
-	return ctx
-}

@@ -75,8 +75,8 @@ func WithMaxDependencies(n int) Option {
 // (httpretry.WithObserver, retry.WithObserver, admission.Config.Observer,
 // fleet's Config.Observer, ...); one Observer may serve them all.
 //
-// It is an [observe.AttemptTagger]: each attempt runs under a span of its
-// own. Attribute sets are built once per dependency and label and then
+// It tags attempts ([Observer.TagAttempt], see observe.Observer): each
+// attempt runs under a span of its own. Attribute sets are built once per dependency and label and then
 // reused, so that in a steady state a metric update allocates nothing of
 // the observer's own. It never logs. An Observer is safe for concurrent
 // use.
@@ -100,8 +100,10 @@ type Observer struct {
 }
 
 var (
-	_ observe.Observer      = (*Observer)(nil)
-	_ observe.AttemptTagger = (*Observer)(nil)
+	_ observe.Observer = (*Observer)(nil)
+	_ interface {
+		TagAttempt(context.Context, observe.Event) context.Context
+	} = (*Observer)(nil)
 )
 
 // Histogram bucket boundaries, in seconds: the HTTP semantic conventions'

@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/stormguard/stormguard/observe"
@@ -37,44 +36,6 @@ func TestEndsOnlyItsOwnSpans(t *testing.T) {
 		t.Errorf("after the caller ended its span: %d spans ended, want 1 with its status untouched", n)
 	}
 }
-
-// An attempt tagged through observe.Multi, after another tagger, still
-// gets its span ended with its outcome; its span is the child of the
-// caller's.
-func TestTagThroughMulti(t *testing.T) {
-	s := newSDK(t)
-	type key struct{}
-	other := tagger(func(ctx context.Context, e observe.Event) context.Context {
-		return context.WithValue(ctx, key{}, e.Attempt)
-	})
-	obs := observe.Multi(other, s.obs).(observe.AttemptTagger)
-	ctx, call := s.tracer.Start(context.Background(), "call")
-	actx := obs.TagAttempt(ctx, observe.Event{Kind: observe.AttemptStart, Name: "db:5432", Attempt: 2})
-	if actx.Value(key{}) != 2 {
-		t.Error("the other tagger's value is lost")
-	}
-	if sc := trace.SpanContextFromContext(actx); !sc.IsValid() || sc.SpanID() == call.SpanContext().SpanID() {
-		t.Fatalf("attempt context carries span %v, want a new span", sc.SpanID())
-	}
-	obs.(observe.Observer).Observe(actx, observe.Event{Kind: observe.AttemptEnd, Name: "db:5432", Attempt: 2, Outcome: "success"})
-	call.End()
-	ended := s.spans.Ended()
-	if len(ended) != 2 {
-		t.Fatalf("%d spans ended, want 2", len(ended))
-	}
-	got := fmtAttrs(spanAttrs(ended[0].Attributes()))
-	want := "http.request.resend_count=1 server.address=db server.port=5432 stormguard.attempt=2 stormguard.outcome=success"
-	if got != want || ended[0].Parent().SpanID() != call.SpanContext().SpanID() {
-		t.Errorf("attempt span attributes %s (parent %v), want %s under the call", got, ended[0].Parent().SpanID(), want)
-	}
-}
-
-// tagger is an observer that tags attempts with a function and ignores
-// the rest.
-type tagger func(context.Context, observe.Event) context.Context
-
-func (f tagger) TagAttempt(ctx context.Context, e observe.Event) context.Context { return f(ctx, e) }
-func (tagger) Observe(context.Context, observe.Event)                            {}
 
 // Dependencies beyond WithMaxDependencies are reported as "_OTHER".
 func TestMaxDependencies(t *testing.T) {

@@ -352,7 +352,7 @@ func (p *Policy) retrying(ctx context.Context, attempt int, sleep time.Duration,
 	if byHint {
 		why = "hint"
 	}
-	p.observer.Observe(ctx, observe.Event{Kind: observe.Retry, Name: p.name, Attempt: attempt, Delay: sleep, Hint: RetryAfter(err), Outcome: why, Err: err})
+	p.observer.Observe(ctx, observe.Event{Kind: observe.Retry, Name: p.name, Attempt: attempt, Delay: sleep, Outcome: why, Err: err})
 }
 
 // ctxReason maps the end of ctx to a Reason: Deadline for a deadline,

@@ -49,7 +49,7 @@ func TestObserverEvents(t *testing.T) {
 	}{
 		{"3 attempts then give-up", 0, nil, []error{hint, err503, err503}, []observe.Event{
 			start(1), end(1, hint, "failure"),
-			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 1250 * ms, Hint: time.Second, Outcome: "hint", Err: hint},
+			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 1250 * ms, Outcome: "hint", Err: hint},
 			start(2), end(2, err503, "failure"),
 			{Kind: observe.Retry, Name: name, Attempt: 2, Delay: 400 * ms, Outcome: "backoff", Err: err503},
 			start(3), end(3, err503, "failure"),
@@ -62,7 +62,7 @@ func TestObserverEvents(t *testing.T) {
 		}},
 		{"hint shorter than the backoff", 0, nil, []error{&statusErr{Code: 503, After: 50 * ms}}, []observe.Event{
 			start(1), end(1, &statusErr{Code: 503, After: 50 * ms}, "failure"),
-			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 200 * ms, Hint: 50 * ms, Outcome: "backoff", Err: &statusErr{Code: 503, After: 50 * ms}},
+			{Kind: observe.Retry, Name: name, Attempt: 1, Delay: 200 * ms, Outcome: "backoff", Err: &statusErr{Code: 503, After: 50 * ms}},
 			start(2), end(2, nil, "success"),
 		}},
 		{"budget refusal", 0, &countingBudget{inner: mustBudget(t, 0, 0)}, []error{err503}, []observe.Event{
@@ -178,7 +178,7 @@ func tagOf(ctx context.Context) string {
 	return "none"
 }
 
-// TestObserverTagsAttempts: an AttemptTagger is asked for each attempt's
+// TestObserverTagsAttempts: an observer that tags attempts is asked for each attempt's
 // context instead of observing AttemptStart; the attempt runs on that
 // context, and its AttemptEnd gets it.
 func TestObserverTagsAttempts(t *testing.T) {
@@ -198,7 +198,7 @@ func TestObserverTagsAttempts(t *testing.T) {
 		}
 		var got []string
 		for _, e := range tg.take() {
-			got = append(got, e.Kind.String()+" "+e.Outcome)
+			got = append(got, string(e.Kind)+" "+e.Outcome)
 		}
 		want := []string{"attempt-start tagged", "attempt-end failure, tag 1", "retry backoff", "attempt-start tagged", "attempt-end success, tag 2"}
 		if !slices.Equal(got, want) {

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -34,7 +35,7 @@ type config struct {
 	classify       func(error) bool
 	name           string
 	observer       observe.Observer
-	tagger         observe.AttemptTagger // observer, if it tags attempts
+	tagger         attemptTagger // observer, if it tags attempts
 
 	// budget, if not nil, is deposited into by each call's first attempt
 	// and withdrawn from before each retry; breaker, if not nil, admits
@@ -48,6 +49,12 @@ type config struct {
 	// the deposit and the breaker's record of a success, through now.
 	oneClock *budget.Budget
 	now      func() time.Time
+}
+
+// attemptTagger is an observer that gives each attempt a context of its
+// own (see observe.Observer).
+type attemptTagger interface {
+	TagAttempt(ctx context.Context, e observe.Event) context.Context
 }
 
 // defaultPolicy is what a nil *Policy runs with. It is never modified.
@@ -108,7 +115,7 @@ func New(opts ...Option) (*Policy, error) {
 			return nil, err
 		}
 	}
-	c.tagger, _ = c.observer.(observe.AttemptTagger)
+	c.tagger, _ = c.observer.(attemptTagger)
 	c.within, _ = c.budget.(budgetWithin)
 	if bb, ok := c.budget.(*budget.Budget); ok && c.breaker != nil && bb.Config().Now == nil && c.breaker.Config().Now == nil {
 		c.oneClock, c.now = bb, clock.Monotonic()

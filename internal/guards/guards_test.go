@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stormguard/stormguard/backoff"
@@ -133,6 +135,44 @@ func TestLayerBuildsGuardsAndPolicy(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// TestLayerPassesTagging: with a logger, the policy's observer is the
+// layer's own (it logs), and it still lets the user's observer tag each
+// attempt's context.
+func TestLayerPassesTagging(t *testing.T) {
+	tg := &tagger{}
+	l := &guards.Layer{Component: "httpretry", Label: "host", Classify: retry.IsRetryable, Observer: tg,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d, err := l.New("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	if err := d.Policy.Do(context.Background(), func(ctx context.Context, attempt int) error {
+		got = ctx.Value(tagKey{})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != 1 || tg.ends.Load() != 1 {
+		t.Errorf("attempt ran with tag %v, the observer heard %d attempt ends; want tag 1 and 1 end", got, tg.ends.Load())
+	}
+}
+
+// tagger is an observer that tags each attempt's context with its number.
+type tagger struct{ ends atomic.Int64 }
+
+type tagKey struct{}
+
+func (tg *tagger) Observe(ctx context.Context, e observe.Event) {
+	if e.Kind == observe.AttemptEnd && ctx.Value(tagKey{}) == e.Attempt {
+		tg.ends.Add(1)
+	}
+}
+
+func (tg *tagger) TagAttempt(ctx context.Context, e observe.Event) context.Context {
+	return context.WithValue(ctx, tagKey{}, e.Attempt)
 }
 
 func TestLayerErrors(t *testing.T) {

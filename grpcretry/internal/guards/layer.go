@@ -133,15 +133,21 @@ func withLogger(obs observe.Observer, logger *slog.Logger) observe.Observer {
 		return obs
 	}
 	o := &logObserver{next: obs, logger: logger}
-	o.tagger, _ = obs.(observe.AttemptTagger)
+	o.tagger, _ = obs.(attemptTagger)
 	return o
+}
+
+// attemptTagger is an observer that gives each attempt a context of its
+// own (see observe.Observer).
+type attemptTagger interface {
+	TagAttempt(ctx context.Context, e observe.Event) context.Context
 }
 
 // logObserver logs the loop's retries and give-ups and passes every event
 // on to next (if not nil), attempt tagging included.
 type logObserver struct {
 	next   observe.Observer
-	tagger observe.AttemptTagger // next, if it tags attempts
+	tagger attemptTagger // next, if it tags attempts
 	logger *slog.Logger
 }
 
@@ -156,8 +162,8 @@ func (o *logObserver) Observe(ctx context.Context, e observe.Event) {
 	attrs := make([]any, 0, 4)
 	if e.Kind == observe.Retry {
 		attrs = append(attrs, slog.Int("attempt", e.Attempt), slog.Duration("delay", e.Delay))
-		if e.Hint > 0 {
-			attrs = append(attrs, slog.Duration("retry_after", e.Hint))
+		if hint := retry.RetryAfter(e.Err); hint > 0 {
+			attrs = append(attrs, slog.Duration("retry_after", hint))
 		}
 	} else {
 		msg = "retry: giving up"
