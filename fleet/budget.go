@@ -59,7 +59,7 @@ func (b *Budget) Deposit() {
 func (b *Budget) Withdraw() bool { return b.WithdrawWithin(0) }
 
 // WithdrawWithin is Withdraw for a caller with left before its deadline
-// (0: none; retry.BudgetWithin): it waits for a lease at most the smaller
+// (0: none; see retry.Budget): it waits for a lease at most the smaller
 // of left and Timeout. In fleet mode, a retry the fleet cannot charge in
 // time is refused: when left runs out before the lease's reply, the answer
 // is no, not the local budget's (whose floor, in every process, would let

@@ -3,18 +3,17 @@
 // retry budget and a circuit breaker, honouring the server's pushback; and
 // server interceptors for admission control and idempotency keys.
 //
-//	c, err := grpcretry.New(
-//		grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"),
-//		grpcretry.WithTimeout(5*time.Second),
-//	)
+//	c, err := grpcretry.New(grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"))
 //	...
 //	conn, err := grpc.NewClient(addr, append(c.DialOptions(), creds)...)
+//	...
+//	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the call's deadline, its retries included
 //
 // # What is retried
 //
 // A call is safe to repeat when its method is declared idempotent
-// ([WithIdempotentMethods], [WithIdempotentFunc]) or it carries an
-// idempotency key in its outgoing metadata ([IdempotencyKeyMetadata],
+// ([WithIdempotentMethods]) or it carries an idempotency key in its
+// outgoing metadata ([IdempotencyKeyMetadata],
 // "idempotency-key"; [WithAutoIdempotencyKey] adds one per call, made once
 // before the first attempt and sent on every attempt). A call that is not
 // safe to repeat gets exactly one attempt. For a call that is:
@@ -45,11 +44,11 @@
 //
 // Full-jitter backoff by default (package backoff, through
 // [WithRetry](retry.WithBackoff(...))). A server hint is a floor on the
-// next wait: the trailer "grpc-retry-pushback-ms: N" ([wire.PushbackMetadata]) and a
-// google.rpc.RetryInfo in the status details; with both, the longer one.
-// The wait is spread above the floor by up to half of it again (so that
-// clients told the same do not return in step; retry.WithExactRetryAfter
-// turns that off). A hint past the call's deadline, or above the maximum
+// next wait: the trailer "grpc-retry-pushback-ms: N" (wire.PushbackMetadata)
+// and a google.rpc.RetryInfo in the status details; with both, the longer
+// one. The wait is spread above the floor by up to half of it again, drawn
+// from the backoff's random source (so that clients told the same do not
+// return in step; a source that returns 0 sleeps the hint exactly). A hint past the call's deadline, or above the maximum
 // (retry.WithMaxRetryAfter, 1 minute by default), ends the call at once
 // (Reason retry.Deadline): the loop never sleeps past the deadline. A
 // negative or malformed pushback, or several pushback values, mean "do not
@@ -58,9 +57,9 @@
 // # One layer retries
 //
 // Every attempt after the first carries "grpc-previous-rpc-attempts: N"
-// ([wire.PreviousAttemptsMetadata]; absent on a first attempt, and removed from a
-// first attempt whose outgoing metadata carried one), which servers read
-// with [AttemptFromContext] and admission control uses. A server handler
+// (wire.PreviousAttemptsMetadata; absent on a first attempt, and removed
+// from a first attempt whose outgoing metadata carried one), which
+// admission control reads ([AdmissionServerOptions]). A server handler
 // whose own call to a dependency gave up tells its caller not to retry on
 // top with [PushBack]: the trailer "grpc-retry-pushback-ms: -1" and
 // UNAVAILABLE. With three services in a chain, each retrying up to 3
@@ -85,38 +84,29 @@
 //
 // grpc-go retries by itself when the service config has a retryPolicy for
 // the method, and the two would multiply (3 x 3 attempts).
-// [Client.DialOptions] includes grpc.WithDisableRetry, so that only this
-// package retries; that also turns off grpc-go's transparent retry of a
-// call that never left the client. When the interceptors are installed
-// otherwise (without [WithGRPCRetryDisabled]), a call whose attempt failed
-// looks up its method's service config (grpc.ClientConn.GetMethodConfig; a
-// new connection has it once its first call started) and, if it has a
-// retry policy, stops there and leaves the retrying to grpc-go, whose
-// attempts are already behind that failure (logging one Warn per target
-// with [WithLogger]). The look-up costs a successful call nothing. grpc-go's
-// transparent retry, which resends only calls the server never received, is
-// left as it is then.
+// [Client.DialOptions], the one way to install a Client, includes
+// grpc.WithDisableRetry, so that only this package retries; that also turns
+// off grpc-go's transparent retry of a call that never left the client.
 //
 // # Giving up
 //
 // A call that ends without success returns an [*Error]: it reads as a gRPC
 // status (status.Code(err) is the last attempt's code; UNAVAILABLE when an
 // open circuit refused the call before any attempt) and wraps the
-// [retry.Error] that says why the retrying stopped (errors.Is with
-// retry.AttemptsExhausted, retry.Deadline, retry.CircuitOpen, ...).
-// [WithFallback] serves a unary call's reply from elsewhere (cached data)
-// when the target's failure defeated it.
+// [*retry.Error] that says why the retrying stopped (errors.Is with
+// retry.AttemptsExhausted, retry.Deadline, retry.CircuitOpen, ...): a
+// caller that serves a reply from elsewhere (cached data) when the target's
+// failure defeated the call tests those reasons.
 //
 // Each target (grpc.ClientConn.Target) gets its own retry budget and
-// circuit breaker, kept in a bounded table ([WithMaxTargets]);
-// [Client.Targets] reads their state, and [WithGuards] supplies shared ones
-// (a fleet's). A call that meets an open breaker waits for it when its
-// deadline allows (see retry.WithGuards).
+// circuit breaker ([WithBudget], [WithBreaker]), kept in a table of at most
+// 1024 targets; [WithGuards] supplies shared ones (a fleet's). A call that
+// meets an open breaker waits for it when its deadline allows (see
+// retry.WithGuards).
 //
 // # Servers
 //
-// [AdmissionUnaryServerInterceptor] and [AdmissionStreamServerInterceptor]
-// put calls through an admission.Controller: a retry beyond the fleet's
+// [AdmissionServerOptions] puts calls through an admission.Controller: a retry beyond the fleet's
 // ratio is refused before the handler runs with UNAVAILABLE and the
 // don't-retry pushback; a call shed for lack of room gets UNAVAILABLE with
 // a jittered pushback (and RetryInfo).
@@ -133,6 +123,6 @@
 // down UNAVAILABLE, and the handler never runs unguarded.
 //
 // The interceptors are silent unless given a logger ([WithLogger]) or an
-// observer ([WithObserver], events named with the target); time comes from
-// the retry policy's clock.
+// observer ([WithObserver], events named with the target). Time is the
+// system clock's, which a testing/synctest bubble fakes in tests.
 package grpcretry

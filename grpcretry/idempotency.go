@@ -179,9 +179,9 @@ func defaultStoredCode(c codes.Code) bool {
 // WithReplayMetadata sets the header and trailer metadata keys that are
 // stored with an answer and sent again with its replays (default none).
 // Keys are lower-cased; "grpc-" keys, pseudo-headers, and the keys this
-// package reads or sets ([IdempotencyKeyMetadata], [ReplayedMetadata], [ReplyOmittedMetadata],
-// [wire.PushbackMetadata]) are refused. A later WithReplayMetadata replaces the
-// earlier one.
+// package reads or sets ([IdempotencyKeyMetadata], [ReplayedMetadata],
+// [ReplyOmittedMetadata], wire.PushbackMetadata) are refused. A later
+// WithReplayMetadata replaces the earlier one.
 func WithReplayMetadata(keys ...string) IdempotencyOption {
 	keys = slices.Clone(keys)
 	return idemOption(func(c *idemConfig) error {

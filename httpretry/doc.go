@@ -34,9 +34,10 @@
 // Delays: full-jitter backoff by default; a Retry-After on 429, 503 and an
 // in-progress 409 (delay-seconds or any of the three HTTP-date forms, see
 // [ParseRetryAfter]) is a floor, spread by up to half of it again so that
-// clients told the same do not return in step (retry.WithExactRetryAfter
-// through [WithRetry] turns the spread off). If the wait would end past the
-// deadline ([WithTimeout], or the request context's) or exceeds the maximum
+// clients told the same do not return in step (the spread is drawn from the
+// backoff's random source: one that returns 0, given through [WithRetry],
+// sleeps the hint exactly). If the wait would end past the deadline
+// ([WithTimeout], or the request context's) or exceeds the maximum
 // (retry.WithMaxRetryAfter, 1 minute by default), the transport gives up at
 // once and returns that response.
 //
@@ -71,5 +72,6 @@
 //
 // The transport is silent unless given a logger ([WithLogger]: one Warn per
 // breaker state change, per-call records at Debug) or an observer
-// ([WithObserver]); time comes from the retry policy's clock.
+// ([WithObserver]). Time is the system clock's, which a testing/synctest
+// bubble fakes in tests.
 package httpretry

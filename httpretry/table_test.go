@@ -29,9 +29,10 @@ func bodyFor(method string) *strings.Reader {
 	return nil
 }
 
-// TestStatusTable checks SPEC section 3 for every status row, method and
-// key: the attempts the server saw, their attempt headers, and that the
-// caller gets the last response with a nil error.
+// TestStatusTable checks the package documentation's table of what is
+// retried, for every status row, method and key: the attempts the server
+// saw, their attempt headers, and that the caller gets the last response
+// with a nil error.
 func TestStatusTable(t *testing.T) {
 	rows := []struct {
 		code int
@@ -112,10 +113,11 @@ func hijackReset(t *testing.T, w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
-// TestNetworkTable checks the network rows of SPEC section 3 for every
-// method and key: a connection reset mid-response, an attempt that hits
-// its deadline on a slow server, and a refused connection. The caller gets
-// an error that says why the transport stopped and wraps the cause.
+// TestNetworkTable checks the network rows of the package documentation's
+// table, for every method and key: a connection reset mid-response, an
+// attempt that hits its deadline on a slow server, and a refused
+// connection. The caller gets an error that says why the transport stopped
+// and wraps the cause.
 func TestNetworkTable(t *testing.T) {
 	rows := []string{"reset", "timeout", "refused"}
 	for _, row := range rows {
