@@ -16,8 +16,10 @@
 package wire
 
 import (
+	"errors"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -172,28 +174,17 @@ func ParseGiveUp(value string) (g GiveUp, ok bool) {
 	return g, true
 }
 
-// maxSeconds is the largest number of whole seconds a time.Duration holds.
-const maxSeconds = math.MaxInt64 / int64(time.Second)
-
 // parseSeconds parses a string of ASCII digits as a number of seconds,
 // saturating at the largest Duration. isNum is false if v is empty or holds
 // anything but digits.
 func parseSeconds(v string) (d time.Duration, isNum bool) {
-	if v == "" {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n <= maxSeconds { // once past maxSeconds, only validate the rest
-			n = n*10 + int64(c-'0')
-		}
-	}
-	if n > maxSeconds {
+	n, err := strconv.ParseUint(v, 10, 64) // digits only: no sign, no underscore
+	var ne *strconv.NumError
+	switch {
+	case err == nil && n <= math.MaxInt64/uint64(time.Second):
+		return time.Duration(n) * time.Second, true
+	case err == nil, errors.As(err, &ne) && ne.Err == strconv.ErrRange:
 		return math.MaxInt64, true
 	}
-	return time.Duration(n) * time.Second, true
+	return 0, false
 }
