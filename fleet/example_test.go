@@ -80,7 +80,8 @@ func ExampleFleet_Guards() {
 		log.Fatal(err)
 	}
 	resp.Body.Close()
-	for _, h := range rt.Hosts() { // the fleet's window, as of the last reply from Redis
-		fmt.Printf("%s, fleet mode %v: %d requests, %d retries\n", h.Host, f.Mode(), h.Budget.Requests, h.Budget.Retries)
+	for host, g := range rt.Hosts() { // the fleet's window, as of the last reply from Redis
+		w := g.Budget.(interface{ Stats() budget.Stats }).Stats()
+		fmt.Printf("%s, fleet mode %v: %d requests, %d retries\n", host, f.Mode(), w.Requests, w.Retries)
 	}
 }
