@@ -59,12 +59,8 @@ func New(opts ...Option) (*Client, error) {
 	}
 	layer := &guards.Layer{Component: "grpcretry", Label: "target", Schedule: c.cfg.schedule, Classify: retryable,
 		Budget: c.cfg.budget, Breaker: c.cfg.breaker, Supply: c.cfg.guards, Logger: c.cfg.logger, Observer: c.cfg.observer}
-	// Build one target's state now, so that a bad option or configuration
-	// is reported here and never by a call.
-	if c.cfg.guards == nil {
-		if _, err := layer.New(""); err != nil {
-			return nil, err
-		}
+	if err := layer.Check(); err != nil { // reported here, never by a call
+		return nil, err
 	}
 	c.targets = newTargets(maxTargets, layer.New)
 	return c, nil

@@ -87,14 +87,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 		Budget: c.budget, Breaker: c.breaker, Supply: c.guards, Logger: c.logger, Observer: c.observer}
 	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
-	// Build one host's state now, so that a bad option or configuration is
-	// reported here and never by RoundTrip.
-	if c.guards == nil {
-		if _, err := layer.New(""); err != nil {
-			return err
-		}
-	}
-	return nil
+	return layer.Check() // a bad option is reported here, never by RoundTrip
 }
 
 // ready sets up a zero Transport with the defaults on its first use.

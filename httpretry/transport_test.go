@@ -828,6 +828,11 @@ func TestNewTransportInvalid(t *testing.T) {
 			}
 		})
 	}
+	// With supplied guards too, a bad option is reported at once.
+	supplied := httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{}, nil })
+	if tr, err := httpretry.NewTransport(nil, supplied, httpretry.WithRetry(retry.WithMaxAttempts(0))); err == nil || tr != nil {
+		t.Errorf("NewTransport(WithGuards, attempts 0) = %v, %v; want nil and an error", tr, err)
+	}
 	valid := []struct {
 		name string
 		opt  httpretry.Option

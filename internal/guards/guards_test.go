@@ -194,6 +194,15 @@ func TestLayerErrors(t *testing.T) {
 	if _, err := badSchedule.New("h"); err == nil {
 		t.Errorf("New with a bad schedule option = nil error")
 	}
+	// Check reports a bad option without asking Supply for guards.
+	asked := 0
+	badSchedule.Supply = func(string) (retry.Guards, error) { asked++; return retry.Guards{}, nil }
+	if err := badSchedule.Check(); err == nil || asked != 0 {
+		t.Errorf("Check with a bad schedule option = %v, Supply asked %d times; want an error and no ask", err, asked)
+	}
+	if err := supplied.Check(); err != nil {
+		t.Errorf("Check of a layer whose Supply fails = %v; want nil (Supply is not asked)", err)
+	}
 }
 
 // zeroDelays is a backoff whose delays are all 0.

@@ -71,6 +71,16 @@ func (l *Layer) New(name string) (*Destination, error) {
 	return d, nil
 }
 
+// Check builds a destination as New does, without calling Supply, so that
+// a bad schedule option or guard configuration is reported when the
+// protocol layer is built, never by a call.
+func (l *Layer) Check() error {
+	c := *l
+	c.Supply = nil
+	_, err := c.New("")
+	return err
+}
+
 // guards returns the guards of the destination named name: supplied, or
 // built from the configurations (nil for those not configured), the
 // breaker's state changes going to its configured callback, a Warn to
