@@ -64,7 +64,9 @@ test-race:
 	| "$$bin/testsum" -trim $(ROOT_MODULE)
 
 ## release-tags: annotated tags $(RELEASE_VERSION) (root) and
-## <folder>/$(RELEASE_VERSION) for every other module, at HEAD.
+## <folder>/$(RELEASE_VERSION) for every other published module, at HEAD
+## (not the modules whose go.mod says //stormguard:unpublished: bench,
+## scripts, the test-only modules).
 release-tags:
 	@bash scripts/tag-release $(RELEASE_VERSION)
 

@@ -1,3 +1,6 @@
+// Benchmarks of stormguard beside peer libraries, and the live scenarios.
+// Not published: never tagged, and no published module requires it.
+//stormguard:unpublished
 module github.com/stormguard/stormguard/bench
 
 go 1.26.0

@@ -1,3 +1,6 @@
+// The repository's tools (module checks, test summary, API count).
+// Not published: never tagged, and no published module requires it.
+//stormguard:unpublished
 module github.com/stormguard/stormguard/scripts
 
 go 1.26.0

@@ -2,14 +2,16 @@
 // user outside it, the way it will once its release tags are published.
 //
 // It finds the modules (every folder with a go.mod, skipping testdata, vendor
-// and folders whose name starts with "." or "_", as the Makefile does) and
-// runs three checks:
+// and folders whose name starts with "." or "_", as the Makefile does; see
+// package scripts/internal/modules, which also says how a go.mod marks its
+// module as not published) and runs three checks:
 //
 //   - static: each go.mod declares the module path its folder is fetched as,
 //     has no replace directive (a replace in a go.mod never reaches the
 //     module's users), and requires each sibling module at a released version
-//     (the release version or an existing tag), never at a pseudo-version;
-//     go.work uses every module and nothing else.
+//     (the release version or an existing tag), never at a pseudo-version,
+//     and a published module requires no unpublished one; go.work uses
+//     every module and nothing else.
 //   - tidy: each module, copied out of the workspace, is tidy: with
 //     GOWORK=off, go mod tidy through a local module proxy that serves every
 //     module of the repository at the release version changes nothing in
@@ -34,11 +36,13 @@
 // Usage, from the scripts folder (its module needs no sibling, so it builds
 // with the workspace off even while a go.mod of the repository is broken):
 //
-//	GOWORK=off go run ./modcheck [-version v0.1.0] [-proxy dir] [-fix] [check ...]
+//	GOWORK=off go run ./modcheck [-version v0.1.0] [-proxy dir] [-fix] [-published] [check ...]
 //
 // make modules-check runs it with every check, make tidy with -fix.
 //
-// With no check named, all three run. With -fix, the static check rewrites
+// With no check named, all three run. With -published, it prints the folder
+// of every published module, one a line (scripts/tag-release tags those), and
+// checks nothing. With -fix, the static check rewrites
 // a go.work that fails it, and the tidy check writes the tidy go.mod and
 // go.sum of a module that is not tidy (make tidy). With -proxy, the proxy is written to
 // dir and kept, so that it can be used by hand:
@@ -74,6 +78,7 @@ func run(args []string, out io.Writer) error {
 	version := fs.String("version", "v0.1.0", "release `version` every module is served at")
 	proxyDir := fs.String("proxy", "", "write the module proxy to `dir` and keep it")
 	fix := fs.Bool("fix", false, "rewrite go.work, and the go.mod and go.sum of an untidy module, instead of failing")
+	published := fs.Bool("published", false, "print the folder of each published module, one a line, and check nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: modcheck [flags] [%s ...]\n", strings.Join(checks, " | "))
 		fs.PrintDefaults()
@@ -101,6 +106,14 @@ func run(args []string, out io.Writer) error {
 	repo, err := loadRepo(strings.TrimSpace(root), *version)
 	if err != nil {
 		return err
+	}
+	if *published {
+		for _, m := range repo.modules {
+			if m.Published {
+				fmt.Fprintln(out, m.Dir)
+			}
+		}
+		return nil
 	}
 	fmt.Fprintf(out, "== modules (%d): %s\n", len(repo.modules), strings.Join(repo.dirs(), " "))
 

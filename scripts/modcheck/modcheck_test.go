@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stormguard/stormguard/scripts/internal/modules"
 )
 
 // fakeRepo is a git repository with a root module, a sibling that requires
@@ -85,12 +87,12 @@ func git(t *testing.T, dir string, args ...string) {
 
 func TestFindModules(t *testing.T) {
 	dir := newFakeRepo(t)
-	got, err := findModules(dir)
+	got, err := modules.FindDirs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{".", "nested", "sub"}; !slices.Equal(got, want) {
-		t.Errorf("findModules = %v, want %v (testdata, vendor, _ and . folders skipped)", got, want)
+		t.Errorf("modules.FindDirs = %v, want %v (testdata, vendor, _ and . folders skipped)", got, want)
 	}
 }
 
@@ -127,6 +129,12 @@ func TestCheckStatic(t *testing.T) {
 		}, []string{"go.work lacks replace example.com/r v0.1.0 => ./, which sub/go.mod needs"}},
 		{"unneeded replace lines may be left out", map[string]string{
 			"go.work": strings.Replace(goodWork, "\texample.com/r/nested v0.1.0 => ./nested\n", "", 1),
+		}, nil},
+		{"published module requires an unpublished one", map[string]string{
+			"go.mod": "//stormguard:unpublished\nmodule example.com/r\n\ngo 1.25.0\n",
+		}, []string{"sub/go.mod:5: require example.com/r v0.1.0: sub is published but ./go.mod says //stormguard:unpublished"}},
+		{"unpublished module requires a published one", map[string]string{
+			"sub/go.mod": "//stormguard:unpublished\nmodule example.com/r/sub\n\ngo 1.25.0\n\nrequire example.com/r v0.1.0\n",
 		}, nil},
 		{"old go.work", map[string]string{
 			"go.work": strings.Replace(goodWork, "go 1.26.0", "go 1.24", 1),

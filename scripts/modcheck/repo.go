@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"go/version"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -13,15 +11,12 @@ import (
 
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
+
+	"github.com/stormguard/stormguard/scripts/internal/modules"
 )
 
 // A repoModule is one module of the repository.
-type repoModule struct {
-	Dir   string // slash-separated folder from the repository root; "." for the root
-	Path  string // module path declared by its go.mod
-	GoMod []byte // go.mod as in the working tree
-	File  *modfile.File
-}
+type repoModule = modules.Module
 
 // A repo is the repository's modules and the version they are released at.
 type repo struct {
@@ -32,72 +27,15 @@ type repo struct {
 	byPath   map[string]*repoModule
 }
 
-// skipDir reports whether a folder is left out of the module search. The
-// Makefile's find command skips the same folders: the go command ignores
-// testdata, vendor and names starting with "." or "_" in ./... patterns.
-func skipDir(name string) bool {
-	return name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
-}
-
-// findModules returns the folders under root that hold a go.mod, as
-// slash-separated paths relative to root ("." for root itself), sorted.
-func findModules(root string) ([]string, error) {
-	var dirs []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != root && skipDir(d.Name()) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.Name() == "go.mod" && d.Type().IsRegular() {
-			rel, err := filepath.Rel(root, filepath.Dir(p))
-			if err != nil {
-				return err
-			}
-			dirs = append(dirs, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	slices.Sort(dirs)
-	return dirs, err
-}
-
 // loadRepo reads the go.mod of every module under root.
 func loadRepo(root, version string) (*repo, error) {
-	dirs, err := findModules(root)
+	mods, err := modules.Load(root)
 	if err != nil {
 		return nil, err
 	}
-	r := &repo{root: root, version: version, byPath: map[string]*repoModule{}}
-	for _, dir := range dirs {
-		name := path.Join(dir, "go.mod")
-		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
-		if err != nil {
-			return nil, err
-		}
-		f, err := modfile.Parse(name, data, nil)
-		if err != nil {
-			return nil, err
-		}
-		if f.Module == nil {
-			return nil, fmt.Errorf("%s: no module line", name)
-		}
-		m := &repoModule{Dir: dir, Path: f.Module.Mod.Path, GoMod: data, File: f}
-		if prev := r.byPath[m.Path]; prev != nil {
-			return nil, fmt.Errorf("%s and %s/go.mod both declare module %s", name, prev.Dir, m.Path)
-		}
-		r.modules = append(r.modules, m)
+	r := &repo{root: root, version: version, rootPath: mods[0].Path, modules: mods, byPath: map[string]*repoModule{}}
+	for _, m := range mods {
 		r.byPath[m.Path] = m
-		if dir == "." {
-			r.rootPath = m.Path
-		}
-	}
-	if r.rootPath == "" {
-		return nil, errors.New("no go.mod at the repository root")
 	}
 	return r, nil
 }
@@ -159,6 +97,8 @@ func (r *repo) checkStatic() []string {
 				report("%s:%d: require %s: a pseudo-version of a sibling cannot be resolved by users; require the release version %s", name, req.Syntax.Start.Line, modString(req.Mod), r.version)
 			case req.Mod.Version != r.version && !gitTagExists(r.root, tag(sib, req.Mod.Version)):
 				report("%s:%d: require %s: neither the release version %s nor tagged (no git tag %s)", name, req.Syntax.Start.Line, modString(req.Mod), r.version, tag(sib, req.Mod.Version))
+			case m.Published && !sib.Published:
+				report("%s:%d: require %s: %s is published but %s/go.mod says %s (it is never tagged, so users cannot resolve it)", name, req.Syntax.Start.Line, modString(req.Mod), m.Dir, sib.Dir, modules.UnpublishedDirective)
 			}
 		}
 	}
