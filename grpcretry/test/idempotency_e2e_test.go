@@ -1,4 +1,4 @@
-package grpcretry_test
+package test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stormguard/stormguard/grpcretry/internal/keyedtest"
+	"github.com/stormguard/stormguard/grpcretry/test/internal/keyedtest"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
 	"github.com/stormguard/stormguard/idempotency/redisstore"

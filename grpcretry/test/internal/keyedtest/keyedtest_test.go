@@ -7,7 +7,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/stormguard/stormguard/grpcretry"
-	"github.com/stormguard/stormguard/grpcretry/internal/keyedtest"
+	"github.com/stormguard/stormguard/grpcretry/test/internal/keyedtest"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/store"
 )

@@ -20,9 +20,12 @@
 // answers that differ from what the handler produced, with the counts of
 // the faults and replays seen.
 //
-// The package is meant for grpcretry's tests: [RunTest] runs the harness
-// and fails a test on a bad verdict. They run it on the in-memory store
-// and on real PostgreSQL and Redis servers.
+// The package is meant for grpcretry's end-to-end tests, in the test-only
+// module grpcretry/test (so that grpcretry's own go.mod requires no store
+// driver, and no shipped code imports the root module's internal
+// packages): [RunTest] runs the harness and fails a test on a bad verdict.
+// They run it on the in-memory store and on real PostgreSQL and Redis
+// servers.
 package keyedtest
 
 import (
