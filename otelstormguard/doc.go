@@ -1,7 +1,10 @@
 // Package otelstormguard turns what stormguard's guards do into
 // OpenTelemetry metrics and traces: it adapts the one event seam of the core
 // (package observe) to an OpenTelemetry meter and tracer. It is a module of
-// its own, so that the core needs nothing but the standard library.
+// its own, so that the core needs nothing but the standard library, and it
+// depends on the OpenTelemetry API only: the program chooses the SDK and the
+// exporters (Prometheus, OTLP) and gives their providers to [NewObserver],
+// or installs them as the global ones.
 //
 //	obs, err := otelstormguard.NewObserver() // the global providers
 //	client, err := httpretry.NewClient(httpretry.WithObserver(obs))
@@ -9,8 +12,10 @@
 // The same [Observer] serves every guard: retry.WithObserver for a policy
 // of one's own (with retry.WithName for the dependency), the WithObserver
 // options of httpretry and grpcretry, admission.Config.Observer, and the
-// fleet module's Config.Observer. [PrometheusHandler] serves the metrics at /metrics
-// through the OpenTelemetry Prometheus exporter.
+// fleet module's Config.Observer. The test-only module otelstormguard/test
+// shows the metrics read back from the SDK and served for Prometheus
+// through the OpenTelemetry Prometheus exporter (its examples), and holds
+// the tests and benchmarks that need the SDK.
 //
 // # Metrics
 //
@@ -66,7 +71,7 @@
 // Attribute sets are built once per dependency and label and reused, so a
 // steady state of metrics allocates nothing of the observer's own (the
 // success path of a retry loop with a budget and a breaker makes no
-// allocation with the metrics SDK; see the benchmarks). Spans allocate
+// allocation with the metrics SDK; see the benchmarks in otelstormguard/test). Spans allocate
 // what the tracing SDK allocates. No-op providers (the noop packages of
 // the OpenTelemetry API) are recognised and cost no more than the event
 // seam itself. The observer never logs.

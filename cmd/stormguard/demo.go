@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -15,8 +14,6 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/internal/sim/live"
-	"github.com/stormguard/stormguard/otelstormguard"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -125,31 +122,6 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 		}
 	}
 	return func() error { return runDemo(c, out, opts, ln, e) }, nil
-}
-
-// serveMetrics serves the OpenTelemetry metrics of the stormguard
-// transports for Prometheus on ln until the returned stop is called, and
-// returns the option that reports to them.
-func serveMetrics(ln net.Listener) (httpretry.Option, func(), error) {
-	h, mp, err := otelstormguard.PrometheusHandler()
-	if err != nil {
-		return nil, nil, err
-	}
-	obs, err := otelstormguard.NewObserver(otelstormguard.WithMeterProvider(mp),
-		otelstormguard.WithTracerProvider(tracenoop.NewTracerProvider()))
-	if err != nil {
-		return nil, nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	go func() { _ = srv.Serve(ln) }()
-	stop := func() {
-		_ = srv.Close()
-		obs.Close()
-		_ = mp.Shutdown(context.Background())
-	}
-	return httpretry.WithObserver(obs), stop, nil
 }
 
 // runDemo runs the four runs of the demo and writes the result.

@@ -1,4 +1,4 @@
-package otelstormguard_test
+package test
 
 import (
 	"bufio"
@@ -9,6 +9,9 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -19,9 +22,9 @@ import (
 
 // An HTTP client whose retries, give-ups and breakers show as OpenTelemetry
 // metrics (and its attempts as spans, with a tracer provider installed).
-// Here the metrics go to an in-memory reader; the server always answers
-// 503, so the call makes three attempts and gives up.
-func ExampleNewObserver() {
+// Here the metrics go to an in-memory reader of the SDK; the server always
+// answers 503, so the call makes three attempts and gives up.
+func Example_metrics() {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
@@ -68,15 +71,19 @@ func ExampleNewObserver() {
 }
 
 // Serve the metrics of every guard at /metrics in the Prometheus format,
-// through the OpenTelemetry Prometheus exporter. Here a policy named
-// "payments" makes a call that succeeds on its second attempt, and the
-// example scrapes the handler once.
-func ExamplePrometheusHandler() {
-	h, mp, err := otelstormguard.PrometheusHandler()
+// through the OpenTelemetry Prometheus exporter (a registry of its own, not
+// Prometheus's global one). Here a policy named "payments" makes a call
+// that succeeds on its second attempt, and the example scrapes the handler
+// once.
+func Example_prometheus() {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		panic(err)
 	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	defer mp.Shutdown(context.Background())
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	obs, err := otelstormguard.NewObserver(otelstormguard.WithMeterProvider(mp))
 	if err != nil {
 		panic(err)

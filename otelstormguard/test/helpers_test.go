@@ -1,4 +1,4 @@
-package otelstormguard_test
+package test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package otelstormguard_test
+package test
 
 import (
 	"context"
@@ -11,6 +11,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
@@ -20,17 +25,21 @@ import (
 )
 
 // A scripted outage through the real components, scraped from the
-// Prometheus handler: a call that exhausts its attempts, one that meets the
-// breaker it tripped, a probe that closes it, and admission decisions at a
-// provider. The exposition carries exact values; run with -v to see the
-// stormguard lines (docs/metrics.md shows them).
+// OpenTelemetry Prometheus exporter's handler: a call that exhausts its
+// attempts, one that meets the breaker it tripped, a probe that closes it,
+// and admission decisions at a provider. The exposition carries exact
+// values; run with -v to see the stormguard lines (docs/metrics.md shows
+// them).
 func TestPrometheusScrape(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h, mp, err := otelstormguard.PrometheusHandler()
+		reg := prometheus.NewRegistry()
+		exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 		if err != nil {
 			t.Fatal(err)
 		}
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 		obs, err := otelstormguard.NewObserver(otelstormguard.WithMeterProvider(mp))
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package otelstormguard_test
+package test
 
 import (
 	"context"
@@ -6,11 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"go.opentelemetry.io/otel/metric"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/otelstormguard"
@@ -82,41 +77,6 @@ func TestDependencyAttributes(t *testing.T) {
 	}
 }
 
-// With no-op providers the observer records nothing, tags nothing and
-// costs nothing; Close is safe without metrics and twice.
-func TestNoopProviders(t *testing.T) {
-	obs, err := otelstormguard.NewObserver(
-		otelstormguard.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelstormguard.WithTracerProvider(tracenoop.NewTracerProvider()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if got := obs.TagAttempt(ctx, observe.Event{Kind: observe.AttemptStart, Attempt: 1}); got != ctx {
-		t.Error("TagAttempt with a no-op tracer returned a new context")
-	}
-	events := append(idempotencyAndFleetEvents(),
-		observe.Event{Kind: observe.AttemptEnd, Outcome: "success"},
-		observe.Event{Kind: observe.Retry, Delay: time.Second, Outcome: "backoff"},
-		observe.Event{Kind: observe.GiveUp, Reason: "deadline"},
-		observe.Event{Kind: observe.BreakerState, From: "closed", To: "open"},
-		observe.Event{Kind: observe.BreakerWait, Outcome: "admitted"},
-		observe.Event{Kind: observe.Admission, Outcome: "admitted"},
-	)
-	if n := testing.AllocsPerRun(100, func() {
-		for _, e := range events {
-			obs.Observe(ctx, e)
-		}
-	}); n != 0 {
-		t.Errorf("Observe with no-op providers: %v allocs, want 0", n)
-	}
-	for range 2 {
-		if err := obs.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}
-}
-
 // Close stops the state gauges; the counters go on.
 func TestClose(t *testing.T) {
 	s := newSDK(t)
@@ -128,28 +88,6 @@ func TestClose(t *testing.T) {
 	checkSeries(t, s.series(t), map[string]float64{
 		"stormguard.breaker.transitions{server.address=db,stormguard.breaker.from=closed,stormguard.breaker.to=open}": 1,
 	})
-}
-
-// A meter provider that refuses an instrument makes NewObserver fail with
-// its error.
-func TestNewObserverError(t *testing.T) {
-	_, err := otelstormguard.NewObserver(otelstormguard.WithMeterProvider(refusing{}))
-	if !errors.Is(err, errRefused) {
-		t.Errorf("NewObserver = %v, want an error wrapping %v", err, errRefused)
-	}
-}
-
-var errRefused = errors.New("instrument refused")
-
-// refusing is a meter provider whose meters refuse int64 counters.
-type refusing struct{ metricnoop.MeterProvider }
-
-func (refusing) Meter(string, ...metric.MeterOption) metric.Meter { return refusingMeter{} }
-
-type refusingMeter struct{ metricnoop.Meter }
-
-func (refusingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
-	return metricnoop.Int64Counter{}, errRefused
 }
 
 // Many goroutines report for a few dependencies while the reader collects:
