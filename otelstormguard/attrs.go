@@ -15,45 +15,46 @@ import (
 
 // Attribute keys of stormguard's own, for what OpenTelemetry's semantic
 // conventions have no name for (retry loops, breakers, budgets, admission).
+// The package documentation lists them with their values.
 const (
-	// NameKey is the name of a server-side guard (admission control,
+	// attrName is the name of a server-side guard (admission control,
 	// idempotency keys): the Name of its events.
-	NameKey = attribute.Key("stormguard.name")
-	// OutcomeKey is the outcome of an attempt ("success", "failure",
+	attrName = attribute.Key("stormguard.name")
+	// attrOutcome is the outcome of an attempt ("success", "failure",
 	// "rejected"), a breaker wait ("admitted", "rejected"), an idempotency
 	// lookup or an admission decision.
-	OutcomeKey = attribute.Key("stormguard.outcome")
-	// AttemptKey is an attempt's number, 1 for the first (spans only).
-	AttemptKey = attribute.Key("stormguard.attempt")
-	// AttemptsKey is the number of attempts a call made (give-up span
+	attrOutcome = attribute.Key("stormguard.outcome")
+	// attrAttempt is an attempt's number, 1 for the first (spans only).
+	attrAttempt = attribute.Key("stormguard.attempt")
+	// attrAttempts is the number of attempts a call made (give-up span
 	// events).
-	AttemptsKey = attribute.Key("stormguard.attempts")
-	// DelaySourceKey says what set a retry's delay: "backoff" or "hint"
+	attrAttempts = attribute.Key("stormguard.attempts")
+	// attrDelaySource says what set a retry's delay: "backoff" or "hint"
 	// (the server's Retry-After was longer).
-	DelaySourceKey = attribute.Key("stormguard.retry.delay_source")
-	// DelayKey is a retry's delay in seconds (span events).
-	DelayKey = attribute.Key("stormguard.retry.delay")
-	// GiveUpReasonKey is why a call gave up: "not retryable", "attempts
+	attrDelaySource = attribute.Key("stormguard.retry.delay_source")
+	// attrDelay is a retry's delay in seconds (span events).
+	attrDelay = attribute.Key("stormguard.retry.delay")
+	// attrGiveUpReason is why a call gave up: "not retryable", "attempts
 	// exhausted", "deadline", "canceled", "budget exhausted" or "circuit
 	// open".
-	GiveUpReasonKey = attribute.Key("stormguard.give_up.reason")
-	// BreakerFromKey and BreakerToKey are the states of a breaker's
-	// change; BreakerStateKey is a state of the state gauge ("closed",
+	attrGiveUpReason = attribute.Key("stormguard.give_up.reason")
+	// attrBreakerFrom and attrBreakerTo are the states of a breaker's
+	// change; attrBreakerState is a state of the state gauge ("closed",
 	// "half-open", "open").
-	BreakerFromKey  = attribute.Key("stormguard.breaker.from")
-	BreakerToKey    = attribute.Key("stormguard.breaker.to")
-	BreakerStateKey = attribute.Key("stormguard.breaker.state")
-	// WaitKey is how long a call waited behind an open breaker, in
+	attrBreakerFrom  = attribute.Key("stormguard.breaker.from")
+	attrBreakerTo    = attribute.Key("stormguard.breaker.to")
+	attrBreakerState = attribute.Key("stormguard.breaker.state")
+	// attrWait is how long a call waited behind an open breaker, in
 	// seconds (span events).
-	WaitKey = attribute.Key("stormguard.breaker.wait")
-	// AdmissionReasonKey is the admission controller's own name for a
+	attrWait = attribute.Key("stormguard.breaker.wait")
+	// attrAdmissionReason is the admission controller's own name for a
 	// refusal: "retry-refused", "queue-full", "queue-timeout", "canceled".
-	AdmissionReasonKey = attribute.Key("stormguard.admission.reason")
-	// FleetFromKey and FleetToKey are the modes of a fleet's change;
-	// FleetModeKey is a mode of the mode gauge ("fleet", "local").
-	FleetFromKey = attribute.Key("stormguard.fleet.from")
-	FleetToKey   = attribute.Key("stormguard.fleet.to")
-	FleetModeKey = attribute.Key("stormguard.fleet.mode")
+	attrAdmissionReason = attribute.Key("stormguard.admission.reason")
+	// attrFleetFrom and attrFleetTo are the modes of a fleet's change;
+	// attrFleetMode is a mode of the mode gauge ("fleet", "local").
+	attrFleetFrom = attribute.Key("stormguard.fleet.from")
+	attrFleetTo   = attribute.Key("stormguard.fleet.to")
+	attrFleetMode = attribute.Key("stormguard.fleet.mode")
 )
 
 // overflowName stands for every dependency beyond the observer's limit, as
@@ -120,7 +121,7 @@ func newDep(name string, spanKind trace.SpanKind) *dep {
 		if port > 0 {
 			d.client = append(d.client, semconv.ServerPortKey.Int(port))
 		}
-		d.server = []attribute.KeyValue{NameKey.String(name)}
+		d.server = []attribute.KeyValue{attrName.String(name)}
 	}
 	d.snap.Store(&map[labels]*attrs{})
 	return d
@@ -155,30 +156,30 @@ func (d *dep) build(l labels) *attrs {
 	kvs = append(kvs, base...)
 	switch l.kind {
 	case kindSpan:
-		kvs = append(kvs, AttemptKey.Int(l.n))
+		kvs = append(kvs, attrAttempt.Int(l.n))
 		if l.n > 1 {
 			kvs = append(kvs, semconv.HTTPRequestResendCountKey.Int(l.n-1))
 		}
 		return &attrs{span: []trace.SpanStartOption{trace.WithSpanKind(d.spanKind), trace.WithAttributes(kvs...)}}
 	case kindAttempt, kindWait, kindIdempotency:
-		kvs = append(kvs, OutcomeKey.String(l.a))
+		kvs = append(kvs, attrOutcome.String(l.a))
 	case kindRetry:
-		kvs = append(kvs, DelaySourceKey.String(l.a))
+		kvs = append(kvs, attrDelaySource.String(l.a))
 	case kindGiveUp:
-		kvs = append(kvs, GiveUpReasonKey.String(l.a))
+		kvs = append(kvs, attrGiveUpReason.String(l.a))
 	case kindBreakerTransition:
-		kvs = append(kvs, BreakerFromKey.String(l.a), BreakerToKey.String(l.b))
+		kvs = append(kvs, attrBreakerFrom.String(l.a), attrBreakerTo.String(l.b))
 	case kindBreakerState:
-		kvs = append(kvs, BreakerStateKey.String(l.a))
+		kvs = append(kvs, attrBreakerState.String(l.a))
 	case kindAdmission:
-		kvs = append(kvs, OutcomeKey.String(l.a))
+		kvs = append(kvs, attrOutcome.String(l.a))
 		if l.b != "" {
-			kvs = append(kvs, AdmissionReasonKey.String(l.b))
+			kvs = append(kvs, attrAdmissionReason.String(l.b))
 		}
 	case kindFleetTransition:
-		kvs = append(kvs, FleetFromKey.String(l.a), FleetToKey.String(l.b))
+		kvs = append(kvs, attrFleetFrom.String(l.a), attrFleetTo.String(l.b))
 	case kindFleetState:
-		kvs = append(kvs, FleetModeKey.String(l.a))
+		kvs = append(kvs, attrFleetMode.String(l.a))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
 	return &attrs{

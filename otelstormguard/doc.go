@@ -40,6 +40,25 @@
 //	stormguard.fleet.mode.transitions     counter    {transition}  by stormguard.fleet.from, .to
 //	stormguard.fleet.mode                 gauge      {mode}        by stormguard.fleet.mode (1 current, 0 other)
 //
+// The attributes of stormguard's own, for what the semantic conventions
+// have no name for:
+//
+//	stormguard.name                 a server-side guard's name (admission, idempotency)
+//	stormguard.outcome              an attempt: success, failure, rejected; a breaker wait:
+//	                                admitted, rejected; an idempotency lookup or admission decision
+//	stormguard.attempt              an attempt's number, 1 for the first (spans)
+//	stormguard.attempts             the attempts a call made (give-up span events)
+//	stormguard.retry.delay_source   backoff, or hint (the server's Retry-After was longer)
+//	stormguard.retry.delay          a retry's delay in seconds (span events)
+//	stormguard.give_up.reason       not retryable, attempts exhausted, deadline, canceled,
+//	                                budget exhausted, circuit open
+//	stormguard.breaker.from, .to    a breaker's change: closed, half-open, open
+//	stormguard.breaker.state        the state gauge's state: closed, half-open, open
+//	stormguard.breaker.wait         how long a call waited behind an open breaker, in s (span events)
+//	stormguard.admission.reason     retry-refused, queue-full, queue-timeout, canceled
+//	stormguard.fleet.from, .to      a fleet's change: fleet, local
+//	stormguard.fleet.mode           the mode gauge's mode: fleet, local
+//
 // A budget refusal is a give-up with reason "budget exhausted": it has no
 // counter of its own, so that a refused call is counted once. The state
 // gauges report a breaker or a fleet from its first change on (before it,

@@ -218,8 +218,8 @@ func (o *Observer) Close() error {
 	return nil
 }
 
-// attemptKey is the context key of the span TagAttempt started.
-type attemptKey struct{}
+// attemptSpanKey is the context key of the span TagAttempt started.
+type attemptSpanKey struct{}
 
 // TagAttempt starts the span of an attempt (e.Kind AttemptStart) as a
 // child of the span in ctx and returns the context that carries it. The
@@ -234,7 +234,7 @@ func (o *Observer) TagAttempt(ctx context.Context, e observe.Event) context.Cont
 	}
 	a := o.deps.get(e.Name).get(labels{kind: kindSpan, n: e.Attempt})
 	ctx, span := o.tracer.Start(ctx, "stormguard.attempt", a.span...)
-	return context.WithValue(ctx, attemptKey{}, span)
+	return context.WithValue(ctx, attemptSpanKey{}, span)
 }
 
 // Observe records e: see the package documentation for what each kind of
@@ -252,7 +252,7 @@ func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 		if o.traces {
 			if span := trace.SpanFromContext(ctx); span.IsRecording() {
 				span.AddEvent("stormguard.retry", trace.WithAttributes(
-					AttemptKey.Int(e.Attempt), DelayKey.Float64(e.Delay.Seconds()), DelaySourceKey.String(e.Outcome)))
+					attrAttempt.Int(e.Attempt), attrDelay.Float64(e.Delay.Seconds()), attrDelaySource.String(e.Outcome)))
 			}
 		}
 	case observe.GiveUp:
@@ -262,7 +262,7 @@ func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 		if o.traces {
 			if span := trace.SpanFromContext(ctx); span.IsRecording() {
 				span.AddEvent("stormguard.give_up", trace.WithAttributes(
-					GiveUpReasonKey.String(e.Reason), AttemptsKey.Int(e.Attempt)))
+					attrGiveUpReason.String(e.Reason), attrAttempts.Int(e.Attempt)))
 			}
 		}
 	case observe.BreakerWait:
@@ -272,7 +272,7 @@ func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 		if o.traces {
 			if span := trace.SpanFromContext(ctx); span.IsRecording() {
 				span.AddEvent("stormguard.breaker.wait", trace.WithAttributes(
-					WaitKey.Float64(e.Elapsed.Seconds()), OutcomeKey.String(e.Outcome)))
+					attrWait.Float64(e.Elapsed.Seconds()), attrOutcome.String(e.Outcome)))
 			}
 		}
 	case observe.BreakerState:
@@ -319,12 +319,12 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 	if !o.traces {
 		return
 	}
-	span, ok := ctx.Value(attemptKey{}).(trace.Span)
+	span, ok := ctx.Value(attemptSpanKey{}).(trace.Span)
 	if !ok {
 		return // not an attempt this observer tagged
 	}
 	if span.IsRecording() {
-		span.SetAttributes(OutcomeKey.String(e.Outcome))
+		span.SetAttributes(attrOutcome.String(e.Outcome))
 		if e.Outcome != "success" && e.Err != nil {
 			span.SetAttributes(semconv.ErrorTypeKey.String(errorType(e.Err)))
 			span.SetStatus(codes.Error, e.Err.Error())
