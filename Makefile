@@ -43,8 +43,10 @@ staticcheck:
 
 ## modules-check: every go.mod resolvable by users (module paths, no replace,
 ## siblings required at released versions, go.work), every module tidy with
-## the workspace off, and a module outside the repository that go gets the
-## root and pgstore modules and builds; see scripts/modcheck.
+## the workspace off, a module outside the repository that go gets the
+## root and pgstore modules and builds, and lean module graphs (a module
+## requiring only grpcretry or only otelstormguard lists no pgx, go-redis or
+## OpenTelemetry SDK); see scripts/modcheck.
 modules-check:
 	@$(MODCHECK)
 

@@ -4,7 +4,7 @@
 // It finds the modules (every folder with a go.mod, skipping testdata, vendor
 // and folders whose name starts with "." or "_", as the Makefile does; see
 // package scripts/internal/modules, which also says how a go.mod marks its
-// module as not published) and runs three checks:
+// module as not published) and runs four checks:
 //
 //   - static: each go.mod declares the module path its folder is fetched as,
 //     has no replace directive (a replace in a go.mod never reaches the
@@ -22,6 +22,11 @@
 //     program that imports httpretry and pgstore; then the same program builds
 //     in a go.work that uses the repository's modules, with no replace
 //     anywhere.
+//   - graph: a new module that requires only grpcretry, or only
+//     otelstormguard, lists no PostgreSQL or Redis driver and no
+//     OpenTelemetry SDK (nor, for otelstormguard, the Prometheus exporter)
+//     in go mod graph, right after go get and again once a program imports
+//     it and go mod tidy ran (see leanModules in graph.go).
 //
 // The local proxy is a folder laid out as GOPROXY=file://... expects. Each
 // module is in it as a real module zip (golang.org/x/mod/zip: no nested
@@ -40,7 +45,7 @@
 //
 // make modules-check runs it with every check, make tidy with -fix.
 //
-// With no check named, all three run. With -published, it prints the folder
+// With no check named, all four run. With -published, it prints the folder
 // of every published module, one a line (scripts/tag-release tags those), and
 // checks nothing. With -fix, the static check rewrites
 // a go.work that fails it, and the tidy check writes the tidy go.mod and
@@ -71,7 +76,7 @@ func main() {
 }
 
 // checks lists the checks in the order they run.
-var checks = []string{"static", "tidy", "adopt"}
+var checks = []string{"static", "tidy", "adopt", "graph"}
 
 func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("modcheck", flag.ContinueOnError)
@@ -134,7 +139,7 @@ func run(args []string, out io.Writer) error {
 		}
 		fmt.Fprintln(out, "== static: go.mod paths, no replace, sibling requirements at released versions, go.work: ok")
 	}
-	if !slices.Contains(want, "tidy") && !slices.Contains(want, "adopt") && *proxyDir == "" {
+	if !slices.Contains(want, "tidy") && !slices.Contains(want, "adopt") && !slices.Contains(want, "graph") && *proxyDir == "" {
 		return nil
 	}
 
@@ -184,6 +189,12 @@ func run(args []string, out io.Writer) error {
 	if slices.Contains(want, "adopt") {
 		if err := repo.checkAdoption(env, filepath.Join(work, "adopt"), out); err != nil {
 			fmt.Fprintf(out, "== adopt: FAIL\n%v\n", err)
+			failed++
+		}
+	}
+	if slices.Contains(want, "graph") {
+		if err := repo.checkGraphs(env, filepath.Join(work, "graph"), out); err != nil {
+			fmt.Fprintf(out, "== graph: FAIL\n%v\n", err)
 			failed++
 		}
 	}

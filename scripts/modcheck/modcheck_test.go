@@ -289,3 +289,31 @@ func TestCheckTidy(t *testing.T) {
 		})
 	}
 }
+
+func TestForbiddenPaths(t *testing.T) {
+	graph := `example.com/lean example.com/r/grpcretry@v0.1.0
+example.com/lean google.golang.org/grpc@v1.85.0
+example.com/r/grpcretry@v0.1.0 github.com/jackc/pgx/v5@v5.12.0
+example.com/r/grpcretry@v0.1.0 google.golang.org/grpc@v1.85.0
+example.com/r/grpcretry@v0.1.0 example.com/r/stores@v0.1.0
+example.com/r/stores@v0.1.0 github.com/redis/go-redis/v9@v9.23.0
+example.com/r/stores@v0.1.0 go.opentelemetry.io/otel/sdkextra@v1.0.0
+github.com/jackc/pgx/v5@v5.12.0 go.opentelemetry.io/otel/sdk@v1.45.0
+google.golang.org/grpc@v1.85.0 go.opentelemetry.io/otel/sdk/metric@v1.45.0
+google.golang.org/grpc@v1.85.0 go.opentelemetry.io/otel@v1.45.0
+go.opentelemetry.io/otel/sdk/metric@v1.45.0 go.opentelemetry.io/otel/sdk@v1.45.0
+`
+	forbid := []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "go.opentelemetry.io/otel/sdk"}
+	got := forbiddenPaths(graph, forbid, []string{"google.golang.org/grpc"})
+	want := []string{
+		"example.com/lean -> example.com/r/grpcretry@v0.1.0 -> example.com/r/stores@v0.1.0 -> github.com/redis/go-redis/v9@v9.23.0",
+		"example.com/lean -> example.com/r/grpcretry@v0.1.0 -> github.com/jackc/pgx/v5@v5.12.0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("forbiddenPaths = %q, want %q (a path matches itself and the paths below it, not a longer name; grpc's SDK is excused; a chain stops at the first forbidden module)", got, want)
+	}
+	got = forbiddenPaths(graph, forbid, nil)
+	if want := "example.com/lean -> google.golang.org/grpc@v1.85.0 -> go.opentelemetry.io/otel/sdk/metric@v1.45.0"; !slices.Contains(got, want) {
+		t.Errorf("forbiddenPaths with no excuse = %q, want it to contain %q", got, want)
+	}
+}
