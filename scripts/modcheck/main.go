@@ -123,46 +123,60 @@ func run(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "== modules (%d): %s\n", len(repo.modules), strings.Join(repo.dirs(), " "))
 
 	if slices.Contains(want, "static") {
-		errs := repo.checkStatic()
-		if len(errs) > 0 && *fix && len(repo.checkWork()) > 0 {
-			if err := repo.writeWork(); err != nil {
-				return err
-			}
-			fmt.Fprintln(out, "== static: go.work rewritten")
-			errs = repo.checkStatic()
+		if err := repo.runStatic(out, *fix); err != nil {
+			return err
 		}
-		if len(errs) > 0 {
-			for _, e := range errs {
-				fmt.Fprintln(out, e)
-			}
-			return fmt.Errorf("static check: %d problems", len(errs))
-		}
-		fmt.Fprintln(out, "== static: go.mod paths, no replace, sibling requirements at released versions, go.work: ok")
 	}
 	if !slices.Contains(want, "tidy") && !slices.Contains(want, "adopt") && !slices.Contains(want, "graph") && *proxyDir == "" {
 		return nil
 	}
+	return repo.runWithProxy(want, *proxyDir, *fix, out)
+}
 
+// runStatic runs the static check; with fix, it first rewrites a go.work
+// that fails it.
+func (r *repo) runStatic(out io.Writer, fix bool) error {
+	errs := r.checkStatic()
+	if len(errs) > 0 && fix && len(r.checkWork()) > 0 {
+		if err := r.writeWork(); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "== static: go.work rewritten")
+		errs = r.checkStatic()
+	}
+	if len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(out, e)
+		}
+		return fmt.Errorf("static check: %d problems", len(errs))
+	}
+	fmt.Fprintln(out, "== static: go.mod paths, no replace, sibling requirements at released versions, go.work: ok")
+	return nil
+}
+
+// runWithProxy builds the module proxy (in proxyDir, if set, and kept) and
+// runs the checks of want that need it: tidy, adopt and graph.
+func (r *repo) runWithProxy(want []string, proxyDir string, fix bool, out io.Writer) error {
 	work, err := os.MkdirTemp("", "stormguard-modcheck-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	dir := *proxyDir
+	dir := proxyDir
 	if dir == "" {
 		dir = filepath.Join(work, "proxy")
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
 	}
-	px, err := repo.buildProxy(dir, filepath.Join(work, "zips"))
+	px, err := r.buildProxy(dir, filepath.Join(work, "zips"))
 	if err != nil {
 		return err
 	}
-	for _, m := range repo.modules {
-		fmt.Fprintf(out, "== proxy: %s %s from %s\n", m.Path, repo.version, px.source[m.Path])
+	for _, m := range r.modules {
+		fmt.Fprintf(out, "== proxy: %s %s from %s\n", m.Path, r.version, px.source[m.Path])
 	}
-	env, err := newGoEnv(dir, filepath.Join(work, "modcache"), repo.rootPath)
+	env, err := newGoEnv(dir, filepath.Join(work, "modcache"), r.rootPath)
 	if err != nil {
 		return err
 	}
@@ -171,9 +185,9 @@ func run(args []string, out io.Writer) error {
 
 	failed := 0
 	if slices.Contains(want, "tidy") {
-		for _, m := range repo.modules {
+		for _, m := range r.modules {
 			start := time.Now()
-			fixed, err := repo.checkTidy(m, px, env, filepath.Join(work, "tidy"), *fix)
+			fixed, err := r.checkTidy(m, px, env, filepath.Join(work, "tidy"), fix)
 			took := time.Since(start).Round(100 * time.Millisecond)
 			switch {
 			case err != nil:
@@ -187,18 +201,18 @@ func run(args []string, out io.Writer) error {
 		}
 	}
 	if slices.Contains(want, "adopt") {
-		if err := repo.checkAdoption(env, filepath.Join(work, "adopt"), out); err != nil {
+		if err := r.checkAdoption(env, filepath.Join(work, "adopt"), out); err != nil {
 			fmt.Fprintf(out, "== adopt: FAIL\n%v\n", err)
 			failed++
 		}
 	}
 	if slices.Contains(want, "graph") {
-		if err := repo.checkGraphs(env, filepath.Join(work, "graph"), out); err != nil {
+		if err := r.checkGraphs(env, filepath.Join(work, "graph"), out); err != nil {
 			fmt.Fprintf(out, "== graph: FAIL\n%v\n", err)
 			failed++
 		}
 	}
-	if err := keepDownloads(env, repo); err != nil {
+	if err := keepDownloads(env, r); err != nil {
 		fmt.Fprintf(out, "== note: could not add this run's downloads to the module cache: %v\n", err)
 	}
 	if failed > 0 {

@@ -264,6 +264,41 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		addrs = append(addrs, resolver.Address{Addr: p.Addr()})
 	}
 
+	conn, err := dial(addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	d := &driver{ledger: ledger, client: testpb.NewTestServiceClient(conn),
+		res: &Result{Payments: cfg.Payments, ResetRate: cfg.ResetRate, CutRate: cfg.CutRate}}
+
+	start := time.Now()
+	idemtest.Drive(ctx, cfg.Payments, cfg.Workers, d.pay)
+	res := d.res
+	res.Elapsed = time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("keyedtest: Run: %w", err)
+	}
+
+	res.Applied, res.Duplicates, res.Lost, res.Unknown = ledger.Tally(cfg.Payments)
+	_, res.RunsByServer = ledger.Snapshot()
+	for i := range cfg.Stores {
+		if _, ok := res.RunsByServer["server-"+strconv.Itoa(i)]; !ok {
+			res.RunsByServer["server-"+strconv.Itoa(i)] = 0
+		}
+	}
+	for _, p := range proxies {
+		res.Chunks += p.Chunks()
+		res.Resets += p.Resets()
+		res.Cuts += p.Cuts()
+	}
+	res.GaveUp, res.RanOn = gaveUp.Load(), ranOn.Load()
+	return res, nil
+}
+
+// dial returns a connection through grpcretry's client (a key per call,
+// retried, no budget or breaker) balanced round-robin over addrs.
+func dial(addrs []resolver.Address) (*grpc.ClientConn, error) {
 	// Cannot fail: valid constants.
 	bo, _ := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 5 * time.Millisecond})
 	c, err := grpcretry.New(grpcretry.WithAutoIdempotencyKey(),
@@ -293,32 +328,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keyedtest: Run: %w", err)
 	}
-	defer conn.Close()
-	d := &driver{ledger: ledger, client: testpb.NewTestServiceClient(conn),
-		res: &Result{Payments: cfg.Payments, ResetRate: cfg.ResetRate, CutRate: cfg.CutRate}}
-
-	start := time.Now()
-	idemtest.Drive(ctx, cfg.Payments, cfg.Workers, d.pay)
-	res := d.res
-	res.Elapsed = time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("keyedtest: Run: %w", err)
-	}
-
-	res.Applied, res.Duplicates, res.Lost, res.Unknown = ledger.Tally(cfg.Payments)
-	_, res.RunsByServer = ledger.Snapshot()
-	for i := range cfg.Stores {
-		if _, ok := res.RunsByServer["server-"+strconv.Itoa(i)]; !ok {
-			res.RunsByServer["server-"+strconv.Itoa(i)] = 0
-		}
-	}
-	for _, p := range proxies {
-		res.Chunks += p.Chunks()
-		res.Resets += p.Resets()
-		res.Cuts += p.Cuts()
-	}
-	res.GaveUp, res.RanOn = gaveUp.Load(), ranOn.Load()
-	return res, nil
+	return conn, nil
 }
 
 func withDefaults(cfg Config) Config {
