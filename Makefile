@@ -16,12 +16,12 @@ GO_TEST_FLAGS ?=
 BENCH ?= .
 BENCHTIME ?= 1s
 
-.PHONY: test fmt-check vet staticcheck modules-check test-race tidy release-tags bench demo jitter modules
+.PHONY: test fmt-check vet staticcheck modules-check layout-check test-race tidy release-tags bench demo jitter modules
 
-TEST_STEPS := fmt-check vet staticcheck modules-check test-race
+TEST_STEPS := fmt-check vet staticcheck modules-check layout-check test-race
 
-## test: gofmt check, go vet, staticcheck, module checks (tidy, adoption) and
-## go test -race in every module; ends with the skipped tests and the totals.
+## test: gofmt check, go vet, staticcheck, module checks (tidy, adoption,
+## graphs), layout checks (imports, sizes) and go test -race in every module; ends with the skipped tests and the totals.
 ## Every step runs even if one before it failed; the last line names those
 ## that failed.
 test:
@@ -49,6 +49,13 @@ staticcheck:
 ## OpenTelemetry SDK); see scripts/modcheck.
 modules-check:
 	@$(MODCHECK)
+
+## layout-check: no shipped file imports another module's internal package,
+## only the HTTP client adapters import httpretry, no non-test file over 600
+## lines, no non-test function over 100 lines without a //stormguard:long
+## reason; see scripts/layoutcheck.
+layout-check:
+	@cd scripts && GOWORK=off go run ./layoutcheck
 
 ## tidy: rewrite go.work and the go.mod/go.sum of every module that the
 ## modules check finds untidy.
