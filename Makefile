@@ -16,7 +16,7 @@ GO_TEST_FLAGS ?=
 BENCH ?= .
 BENCHTIME ?= 1s
 
-.PHONY: test fmt-check vet staticcheck modules-check layout-check test-race tidy release-tags bench demo jitter modules
+.PHONY: test fmt-check vet staticcheck modules-check layout-check test-race tidy release-tags bench demo jitter modules api
 
 TEST_STEPS := fmt-check vet staticcheck modules-check layout-check test-race
 
@@ -56,6 +56,13 @@ modules-check:
 ## reason; see scripts/layoutcheck.
 layout-check:
 	@cd scripts && GOWORK=off go run ./layoutcheck
+
+## api: the exported names of every package a user can import (published
+## modules, not internal, not main): top-level names, methods, fields; see
+## scripts/apicount. API_FLAGS="-max-top 50 -max-total 450" fails above limits.
+API_FLAGS ?=
+api:
+	@cd scripts && GOWORK=off go run ./apicount $(API_FLAGS)
 
 ## tidy: rewrite go.work and the go.mod/go.sum of every module that the
 ## modules check finds untidy.
