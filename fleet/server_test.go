@@ -59,6 +59,7 @@ func startRedisServer(t *testing.T, port int, extra ...string) *redisServer {
 	}
 	s := &redisServer{t: t, port: port, cmd: cmd}
 	t.Cleanup(s.kill)
+	expectRefusedDials(s.addr()) // the test may kill it
 	c := redis.NewClient(&redis.Options{Addr: s.addr()})
 	defer c.Close()
 	if !eventually(5*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil }) {
