@@ -16,16 +16,31 @@ GO_TEST_FLAGS ?=
 BENCH ?= .
 BENCHTIME ?= 1s
 
+# Shell snippets for the lines make test prints: NOW is the time in
+# milliseconds; $(call TOOK,$$start) the time since start, as 0.4s, 12.3s or
+# 2m05s.
+NOW := $$(date +%s%3N)
+TOOK = $$(awk -v ms=$$(( $$(date +%s%3N) - $(1) )) 'BEGIN { s = ms / 1000; if (s < 60) printf "%.1fs", s; else printf "%dm%02ds", int(s / 60), int(s) % 60 }')
+# $(call EACH,step,command) runs command in every module: a line as each
+# module starts, and one as it ends, with ok or FAIL and its time. It fails
+# if the command failed in any module, after running it in all.
+EACH = status=0; for m in $(MODULES); do echo "== $(1) $$m"; start=$(NOW); \
+	if (cd $$m && $(2)); then r=ok; else r=FAIL; status=1; fi; \
+	echo "== $(1) $$m: $$r in $(call TOOK,$$start)"; done; exit $$status
+
 .PHONY: test fmt-check vet staticcheck modules-check layout-check test-race tidy release-tags bench demo jitter modules api
 
 TEST_STEPS := fmt-check vet staticcheck modules-check layout-check test-race
 
 ## test: gofmt check, go vet, staticcheck, module checks (tidy, adoption,
-## graphs), layout checks (imports, sizes) and go test -race in every module; ends with the skipped tests and the totals.
-## Every step runs even if one before it failed; the last line names those
-## that failed.
+## graphs), layout checks (imports, sizes) and go test -race in every module,
+## with a line as each module starts and ends (with its time); then the
+## skipped tests and the totals, and the time of each step. Every step runs
+## even if one before it failed; the last line names those that failed.
 test:
-	@failed=; for step in $(TEST_STEPS); do $(MAKE) --no-print-directory $$step || failed="$$failed $$step"; done; \
+	@failed=; took=; begin=$(NOW); for step in $(TEST_STEPS); do start=$(NOW); \
+	  $(MAKE) --no-print-directory $$step || failed="$$failed $$step"; took="$$took $$step $(call TOOK,$$start),"; done; \
+	echo "make test: took$${took%,}; total $(call TOOK,$$begin)"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 modules:
@@ -36,10 +51,10 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 vet:
-	@status=0; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && go vet ./...) || status=1; done; exit $$status
+	@$(call EACH,go vet,go vet ./...)
 
 staticcheck:
-	@status=0; for m in $(MODULES); do echo "== staticcheck $$m"; (cd $$m && $(STATICCHECK) ./...) || status=1; done; exit $$status
+	@$(call EACH,staticcheck,$(STATICCHECK) ./...)
 
 ## modules-check: every go.mod resolvable by users (module paths, no replace,
 ## siblings required at released versions, go.work), every module tidy with
@@ -70,13 +85,13 @@ tidy:
 	@$(MODCHECK) -fix static tidy
 
 ## test-race: go test -race in every module, read by scripts/testsum, which
-## prints what go test prints, then why tests were skipped, then the totals.
+## prints what go test prints (and the lines as each module starts and ends),
+## then why tests were skipped, then the totals.
 ## With STORMGUARD_REQUIRE_SERVICES=1, a store test without its service fails.
 test-race:
 	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
 	(cd scripts && GOWORK=off go build -o "$$bin/testsum" ./testsum) || exit 1; \
-	{ status=0; for m in $(MODULES); do echo "== go test -race $$m"; \
-	    (cd $$m && go test -race -count=1 -json $(GO_TEST_FLAGS) ./...) || status=1; done; exit $$status; } \
+	{ $(call EACH,go test -race,go test -race -count=1 -json $(GO_TEST_FLAGS) ./...); } \
 	| "$$bin/testsum" -trim $(ROOT_MODULE)
 
 ## release-tags: annotated tags $(RELEASE_VERSION) (root) and
