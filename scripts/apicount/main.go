@@ -26,7 +26,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -41,12 +40,12 @@ func main() {
 	maxTotal := flag.Int("max-total", 0, "fail if all packages together have more than `n` names (0: no limit)")
 	flag.Parse()
 	if *root == "" {
-		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+		r, err := modules.Root()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "apicount: finding the repository:", err)
+			fmt.Fprintln(os.Stderr, "apicount:", err)
 			os.Exit(2)
 		}
-		*root = strings.TrimSpace(string(out))
+		*root = r
 	}
 	counts, err := count(*root)
 	if err != nil {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/stormguard/stormguard/scripts/internal/treetest"
 )
 
 func TestCount(t *testing.T) {
@@ -55,15 +55,7 @@ func (*T) private() {}
 		"bench/go.mod":         "//stormguard:unpublished\nmodule example.com/r/bench\n",
 		"bench/peers/peers.go": "package peers\n\nfunc P() {}\n",
 	}
-	for name, content := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	treetest.Write(t, dir, files)
 	got, err := count(dir)
 	if err != nil {
 		t.Fatal(err)

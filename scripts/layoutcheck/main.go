@@ -33,20 +33,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strings"
+
+	"github.com/stormguard/stormguard/scripts/internal/modules"
 )
 
 func main() {
 	root := flag.String("root", "", "the repository's root `folder` (default: the git work tree around the current folder)")
 	flag.Parse()
 	if *root == "" {
-		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+		r, err := modules.Root()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "layoutcheck: finding the repository:", err)
+			fmt.Fprintln(os.Stderr, "layoutcheck:", err)
 			os.Exit(2)
 		}
-		*root = strings.TrimSpace(string(out))
+		*root = r
 	}
 	n, err := run(*root, os.Stdout)
 	if err != nil {

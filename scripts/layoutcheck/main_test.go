@@ -2,10 +2,10 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stormguard/stormguard/scripts/internal/treetest"
 )
 
 // body returns a function of n lines, with doc as its doc comment.
@@ -54,15 +54,7 @@ func fixture() map[string]string {
 
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	for name, content := range fixture() {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	treetest.Write(t, dir, fixture())
 	var out bytes.Buffer
 	n, err := run(dir, &out)
 	if err != nil {
@@ -89,12 +81,7 @@ func TestRun(t *testing.T) {
 
 func TestRunClean(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/r\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "r.go"), []byte("package r\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	treetest.Write(t, dir, map[string]string{"go.mod": "module example.com/r\n", "r.go": "package r\n"})
 	var out bytes.Buffer
 	if n, err := run(dir, &out); n != 0 || err != nil {
 		t.Errorf("run on a clean repository = %d, %v; output:\n%s", n, err, out.String())

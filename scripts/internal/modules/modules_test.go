@@ -1,29 +1,15 @@
 package modules
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/stormguard/stormguard/scripts/internal/treetest"
 )
 
-func writeTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 func TestLoad(t *testing.T) {
-	dir := writeTree(t, map[string]string{
+	dir := t.TempDir()
+	treetest.Write(t, dir, map[string]string{
 		"go.mod":          "module example.com/r\n\ngo 1.25.0\n",
 		"a/go.mod":        "module example.com/r/a\n\ngo 1.25.0\n",
 		"a/test/go.mod":   "// Tests of a with heavy dependencies.\n//stormguard:unpublished\nmodule example.com/r/a/test\n\ngo 1.25.0\n",
@@ -65,7 +51,8 @@ func TestLoad(t *testing.T) {
 }
 
 func TestLoadDuplicatePath(t *testing.T) {
-	dir := writeTree(t, map[string]string{
+	dir := t.TempDir()
+	treetest.Write(t, dir, map[string]string{
 		"go.mod":   "module example.com/r\n",
 		"a/go.mod": "module example.com/r\n",
 	})
@@ -75,7 +62,8 @@ func TestLoadDuplicatePath(t *testing.T) {
 }
 
 func TestLoadNoRoot(t *testing.T) {
-	dir := writeTree(t, map[string]string{"a/go.mod": "module example.com/a\n"})
+	dir := t.TempDir()
+	treetest.Write(t, dir, map[string]string{"a/go.mod": "module example.com/a\n"})
 	if _, err := Load(dir); err == nil {
 		t.Error("Load without a root go.mod: no error")
 	}
