@@ -1,0 +1,179 @@
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Defaults of a [Config]'s zero fields.
+const (
+	DefaultFailureRatio = 0.5
+	DefaultWindow       = 10 * time.Second
+	DefaultBuckets      = 10
+	DefaultMinCalls     = 20
+	DefaultOpenFor      = time.Second
+	DefaultProbes       = 3
+	DefaultMaxWaiters   = 10_000
+)
+
+// Limits on a [Config], checked by [New].
+const (
+	// MaxBuckets is the largest number of buckets a window may have. A
+	// failure sums the window, so its cost grows with Buckets.
+	MaxBuckets = 3600
+	// MinBucket is the shortest bucket, Window/Buckets.
+	MinBucket = time.Millisecond
+)
+
+// Config is the plain-data description of a breaker. Build a [Breaker] from
+// it with [New]. Zero fields take the defaults, so Config{} trips at 50%
+// failures over 10 s (at least 20 calls), probes with 3 calls about every
+// second while open, and holds up to 10,000 waiting calls;
+// breaker.Config{OpenFor: 5 * time.Second} changes only the probe interval.
+type Config struct {
+	// FailureRatio is the fraction of failed calls, in (0, 1], at or above
+	// which the breaker trips; 0 means [DefaultFailureRatio]. It is checked
+	// after each failure over the window, and over the current bucket alone
+	// (Window/Buckets, 1 s by default) when that holds MinCalls calls: a
+	// dependency that goes down trips the breaker within about a bucket,
+	// not after half a window of failures outweighs its healthy past.
+	FailureRatio float64
+	// Window is the length of the sliding window of closed-state outcomes;
+	// 0 means [DefaultWindow]. It must be a multiple of Buckets
+	// nanoseconds, with Window/Buckets at least [MinBucket].
+	Window time.Duration
+	// Buckets is the number of buckets the window is cut into, from 1 to
+	// [MaxBuckets]; 0 means [DefaultBuckets]. The window covers the current
+	// bucket and the Buckets−1 before it.
+	Buckets int
+	// MinCalls is the number of calls the window must hold before the
+	// breaker may trip; 0 means [DefaultMinCalls].
+	MinCalls int
+	// OpenFor is the probe interval: how long the breaker stays open after
+	// it trips, or after a failed probe, before it lets probes through
+	// again; 0 means [DefaultOpenFor] (1 s). Each open period is OpenFor
+	// jittered by ±20%, so that breakers that tripped together do not
+	// probe together, and never shorter than a Retry-After the dependency
+	// sent with the failure that opened it (see [Breaker.Fail]).
+	OpenFor time.Duration
+	// MaxOpenFor bounds the growth of the open period. 0 means no growth:
+	// every open period is OpenFor. Otherwise it must be at least OpenFor,
+	// and each consecutive failed probe doubles the open period, up to
+	// MaxOpenFor, so that a dependency that stays down is probed less and
+	// less often.
+	MaxOpenFor time.Duration
+	// Probes is the number of calls a probe round admits; all of them
+	// must succeed to close the breaker; 0 means [DefaultProbes].
+	Probes int
+	// MaxWaiters bounds the calls that may wait at once in [Breaker.Wait]
+	// for the breaker to admit them; beyond it a call is rejected at once.
+	// 0 means [DefaultMaxWaiters]; a negative value turns waiting off.
+	MaxWaiters int
+	// ReleaseRate is the most waiting calls per second released when the
+	// breaker closes, earliest deadline first, so that a recovering dependency meets
+	// its backlog at a pace it can serve rather than as one spike. The
+	// release starts at a quarter of it and doubles every half second up
+	// to it; a failure while it runs halves the pace. 0 means the rate of
+	// calls the breaker saw before it tripped (the pace the dependency
+	// served before the outage), at least Probes per OpenFor; a negative
+	// value releases every waiting call at once. New calls are not held
+	// back while the backlog drains.
+	ReleaseRate float64
+	// IsFailure reports whether an error returned by the closure given to
+	// [Breaker.Execute] or [Do] counts as a failure. Nil means any non-nil
+	// error is a failure. It is not used by [Breaker.Done], which is told
+	// the outcome. It must be safe for concurrent use.
+	IsFailure func(error) bool
+	// OnStateChange, if not nil, is called after each state change with the
+	// old and the new state; never while the breaker's lock is held, one
+	// call at a time, in order (see the package documentation).
+	OnStateChange func(from, to State)
+	// Now returns the current time; nil means the monotonic clock
+	// (time.Now's reading when New ran, advanced by time.Since: cheaper
+	// than time.Now and immune to wall-clock steps). It must be safe for
+	// concurrent use. The timers of [Breaker.Wait] run on real time (or a
+	// testing/synctest bubble's).
+	Now func() time.Time
+	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
+	// of open periods and releases; nil means the Go runtime's generator.
+	// A Rand pinned at 0.5 makes every open period exactly OpenFor. It
+	// must be safe for concurrent use.
+	Rand func() float64
+	// Shared, if not nil, connects the breaker to breakers in other
+	// processes (see [Shared]). Nil means the breaker decides alone.
+	Shared Shared
+}
+
+// Shared connects a [Breaker] to the breakers of other processes that call
+// the same dependency, so that a fleet of low-volume clients trips, probes
+// and recovers as one. A fleet implementation counts outcomes locally,
+// exchanges them in the background, and steers the breaker with
+// [Breaker.Trip] and [Breaker.Reset]; it must never block the caller.
+type Shared interface {
+	// Outcome is told every closed-state outcome. It is on the hot path:
+	// it must not block, do I/O or allocate.
+	Outcome(success bool)
+	// ProbeRound is asked, when a probe round is due, whether this process
+	// may probe in it (the fleet hands out a few probe permits per round).
+	// false keeps the breaker open for another probe interval. It may do
+	// a short round trip; the breaker holds no lock while it runs.
+	ProbeRound() bool
+	// StateChanged is told every state change, like Config.OnStateChange
+	// (outside the lock, one at a time, in order).
+	StateChanged(from, to State)
+}
+
+// ErrInvalidConfig is wrapped by every error [New] returns.
+var ErrInvalidConfig = errors.New("breaker: invalid config")
+
+// withDefaults returns c with its zero fields set to the defaults, or an
+// error wrapping ErrInvalidConfig.
+func (c Config) withDefaults() (Config, error) {
+	if c.FailureRatio == 0 {
+		c.FailureRatio = DefaultFailureRatio
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Buckets == 0 {
+		c.Buckets = DefaultBuckets
+	}
+	if c.MinCalls == 0 {
+		c.MinCalls = DefaultMinCalls
+	}
+	if c.OpenFor == 0 {
+		c.OpenFor = DefaultOpenFor
+	}
+	if c.Probes == 0 {
+		c.Probes = DefaultProbes
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = DefaultMaxWaiters
+	}
+	switch {
+	case !(c.FailureRatio > 0 && c.FailureRatio <= 1):
+		return c, fmt.Errorf("%w: failure ratio %v must be in (0, 1]", ErrInvalidConfig, c.FailureRatio)
+	case c.Window < 0:
+		return c, fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
+	case c.Buckets < 1 || c.Buckets > MaxBuckets:
+		return c, fmt.Errorf("%w: buckets %d must be in [1, %d]", ErrInvalidConfig, c.Buckets, MaxBuckets)
+	case c.Window%time.Duration(c.Buckets) != 0:
+		return c, fmt.Errorf("%w: window %v is not a multiple of %d buckets", ErrInvalidConfig, c.Window, c.Buckets)
+	case c.Window/time.Duration(c.Buckets) < MinBucket:
+		return c, fmt.Errorf("%w: bucket %v (window %v / %d buckets) is shorter than %v",
+			ErrInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, MinBucket)
+	case c.MinCalls < 1:
+		return c, fmt.Errorf("%w: min calls %d must be at least 1", ErrInvalidConfig, c.MinCalls)
+	case c.OpenFor < 0:
+		return c, fmt.Errorf("%w: open for %v must be positive", ErrInvalidConfig, c.OpenFor)
+	case c.MaxOpenFor != 0 && c.MaxOpenFor < c.OpenFor:
+		return c, fmt.Errorf("%w: max open for %v must be 0 or at least open for %v", ErrInvalidConfig, c.MaxOpenFor, c.OpenFor)
+	case c.Probes < 1:
+		return c, fmt.Errorf("%w: probes %d must be at least 1", ErrInvalidConfig, c.Probes)
+	case math.IsNaN(c.ReleaseRate):
+		return c, fmt.Errorf("%w: release rate is NaN", ErrInvalidConfig)
+	}
+	return c, nil
+}

@@ -1,0 +1,165 @@
+package breaker
+
+import (
+	"time"
+
+	"github.com/stormguard/stormguard/internal/sat"
+)
+
+// The state changes (open, half-open, close) and the probe rounds: an open
+// period ends, a round half-opens the breaker and hands its probes to the
+// waiting calls first, and its outcome closes or reopens it.
+
+// startRound starts the probe round that is due in open state word w:
+// the breaker half-opens, and waiting calls get the probe permits first.
+// With a Shared fleet that refuses the round, the breaker stays open for
+// another probe interval. It reports false if the breaker is still open
+// (refused, or another goroutine is asking the fleet).
+func (b *Breaker) startRound(w uint64, now time.Time) bool {
+	if b.shared != nil {
+		if !b.asking.CompareAndSwap(false, true) {
+			return b.state.Load() != w
+		}
+		ok := b.shared.ProbeRound()
+		b.asking.Store(false)
+		if !ok {
+			b.mu.Lock()
+			if t := b.since(now); b.state.Load() == w && b.openUntil.Load() <= int64(t) {
+				b.openUntil.Store(int64(sat.Add(t, b.jitter(b.openPeriod))))
+				b.armRoundLocked(now)
+			}
+			b.mu.Unlock()
+			return false
+		}
+	}
+	b.mu.Lock()
+	b.halfOpenLocked(w, now)
+	b.mu.Unlock()
+	b.deliver()
+	return true
+}
+
+// openIn returns how long after now the current open period ends (0 if it
+// has ended).
+func (b *Breaker) openIn(now time.Time) time.Duration {
+	return max(sat.Add(time.Duration(b.openUntil.Load()), -b.since(now)), 0)
+}
+
+// jitter returns d spread uniformly over ±20%, saturating.
+func (b *Breaker) jitter(d time.Duration) time.Duration {
+	return sat.Scale(d, 0.8+0.4*b.u())
+}
+
+// spread returns hint plus up to half of it again, saturating: breakers
+// told the same Retry-After at the same instant do not probe in step, and a
+// hint near the largest Duration stays a time far ahead.
+func (b *Breaker) spread(hint time.Duration) time.Duration {
+	return sat.Add(hint, time.Duration(b.u()*float64(hint/2)))
+}
+
+// openLocked opens the breaker from state from, for OpenFor doubled once
+// per earlier consecutive trip (b.reopens), up to MaxOpenFor, jittered, and
+// at least hint spread by up to half of it. Waiting calls whose release was
+// scheduled go back to waiting. It requires mu held.
+func (b *Breaker) openLocked(from State, now time.Time, hint time.Duration) {
+	d := b.cfg.OpenFor
+	if limit := b.cfg.MaxOpenFor; limit > 0 {
+		for range b.reopens {
+			if d >= limit/2 {
+				d = limit
+				break
+			}
+			d *= 2
+		}
+		d = min(d, limit)
+	}
+	d = b.jitter(d)
+	if hint > 0 {
+		d = max(d, b.spread(hint))
+	}
+	b.openPeriod = d
+	b.openUntil.Store(int64(sat.Add(b.since(now), d)))
+	b.stopReleaseLocked()
+	b.setLocked(from, Open)
+	b.unreleaseLocked()
+	b.armRoundLocked(now)
+}
+
+// halfOpenLocked moves the breaker from Open to HalfOpen if its state is
+// still w and the open period is over at now, and hands the probes to the
+// waiting calls with the earliest deadlines. It requires mu held.
+func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
+	if b.state.Load() != w || stateOf(w) != Open || b.openIn(now) > 0 {
+		return
+	}
+	b.admitted, b.succeeded = 0, 0
+	b.setLocked(Open, HalfOpen)
+	b.grantProbesLocked()
+}
+
+// closeLocked closes the breaker from state from and starts the release of
+// the waiting calls, earliest deadline first. It requires mu held.
+func (b *Breaker) closeLocked(from State, now time.Time) {
+	b.reopens = 0
+	b.closedAt = b.since(now)
+	b.setLocked(from, Closed)
+	rate := b.rate
+	if rate == 0 { // it never tripped from closed
+		rate = b.releaseRate(0, now)
+	}
+	b.startReleaseLocked(now, rate)
+}
+
+// grantProbesLocked hands the free probes of the current half-open round
+// to the waiting calls with the earliest deadlines. It requires mu held.
+func (b *Breaker) grantProbesLocked() {
+	s := b.state.Load()
+	if stateOf(s) != HalfOpen {
+		return
+	}
+	for w := b.waiters.Front(); w != nil && b.admitted < b.probes; w = w.Next() {
+		if c := &w.Value; !c.granted {
+			c.granted, c.permit = true, Permit{gen: genOf(s), probe: true}
+			b.admitted++
+			c.signal()
+		}
+	}
+}
+
+// cancelProbeLocked frees the slot of probe p and hands it to the waiting
+// call with the earliest deadline, if any. It requires mu held.
+func (b *Breaker) cancelProbeLocked(p Permit) {
+	if b.state.Load() == word(p.gen, HalfOpen) && b.admitted > b.succeeded {
+		b.admitted--
+		b.grantProbesLocked()
+	}
+}
+
+// armRoundLocked makes sure that a probe round starts for the waiting
+// calls when the open period ends, even if no other call arrives then. It
+// requires mu held.
+func (b *Breaker) armRoundLocked(now time.Time) {
+	if b.waiters.Len() == 0 || b.roundArmed || stateOf(b.state.Load()) != Open {
+		return
+	}
+	b.roundArmed = true
+	time.AfterFunc(b.openIn(now), b.roundDue)
+}
+
+// roundDue runs on the round timer's goroutine when an open period ends
+// while calls are waiting.
+func (b *Breaker) roundDue() {
+	b.mu.Lock()
+	b.roundArmed = false
+	w := b.state.Load()
+	b.mu.Unlock()
+	if stateOf(w) != Open {
+		return
+	}
+	now := b.now()
+	if b.openIn(now) > 0 || !b.startRound(w, now) {
+		b.mu.Lock()
+		b.armRoundLocked(b.now())
+		b.mu.Unlock()
+	}
+}

@@ -1,0 +1,156 @@
+package breaker
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/stormguard/stormguard/internal/pace"
+	"github.com/stormguard/stormguard/internal/tagged"
+)
+
+// The closed-state window: outcomes counted in Buckets buckets of
+// Window/Buckets each, one atomic counter word per bucket and outcome,
+// tagged with the bucket's number, so that counting a success is one
+// compare-and-swap and takes no lock.
+
+// bucket holds the counters of one bucket, each tagged with the bucket
+// number.
+type bucket struct{ succ, fail atomic.Uint64 }
+
+// bucketOf returns the bucket number of time t in closed generation gen.
+func (b *Breaker) bucketOf(t time.Time, gen uint64) int64 {
+	d := t.Sub(b.base)
+	e := int64(d / b.bucket)
+	if d < 0 && d%b.bucket != 0 {
+		e-- // floor
+	}
+	// Generations are at least 3 apart between closed states, so the
+	// buckets of an older closed generation are at least 3 windows behind.
+	return e + int64(gen)*b.buckets
+}
+
+// index returns the ring position of bucket e.
+func (b *Breaker) index(e int64) int64 {
+	i := e % b.buckets
+	if i < 0 {
+		i += b.buckets
+	}
+	return i
+}
+
+// record counts a closed-state outcome of generation gen and, for a
+// failure, trips the breaker if the window calls for it. A success cannot
+// trip it, so it costs one counter update and no window sum; at, if not
+// zero, is the time of a success (the caller read the clock).
+func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.Time) {
+	if b.shared != nil {
+		b.shared.Outcome(success)
+	}
+	now := at
+	if !success || now.IsZero() {
+		now = b.now()
+	}
+	e := b.bucketOf(now, gen)
+	ctr := &b.counts[b.index(e)].succ
+	if !success {
+		ctr = &b.counts[b.index(e)].fail
+	}
+	tag := tagged.Tag(e)
+	for {
+		old := ctr.Load()
+		otag, n := tagged.Unpack(old)
+		var next uint64
+		switch d := tagged.Diff(tag, otag); {
+		case d == 0:
+			if n == tagged.MaxCount {
+				next = old // saturated: count no more, but still evaluate
+			} else {
+				next = old + 1
+			}
+		case d > 0:
+			next = tagged.Pack(e, 1) // the counter held an expired bucket
+		default:
+			return // the counter holds a later bucket: this outcome is too old
+		}
+		if next == old || ctr.CompareAndSwap(old, next) {
+			break
+		}
+	}
+	if success {
+		return
+	}
+	if b.releasing.Load() {
+		b.mu.Lock()
+		b.rel.slowDown(b.since(now), gen)
+		b.mu.Unlock()
+	}
+	calls, failures := b.window(e)
+	if !b.trips(calls, failures) {
+		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf) {
+			return
+		}
+	}
+	b.mu.Lock()
+	if b.state.Load() == word(gen, Closed) {
+		b.rate = b.releaseRate(calls, now)
+		b.reopens = 0
+		b.openLocked(Closed, now, hint)
+	}
+	b.mu.Unlock()
+	b.deliver()
+}
+
+// trips reports whether calls outcomes with failures among them, at least
+// MinCalls of them, cross the failure ratio.
+func (b *Breaker) trips(calls, failures uint64) bool {
+	return calls >= b.minCalls && float64(failures) >= b.ratio*float64(calls)
+}
+
+// bucketCounts returns the calls and failures of bucket e alone.
+func (b *Breaker) bucketCounts(e int64) (calls, failures uint64) {
+	c, tag := &b.counts[b.index(e)], tagged.Tag(e)
+	if t, n := tagged.Unpack(c.succ.Load()); t == tag {
+		calls += n
+	}
+	if t, n := tagged.Unpack(c.fail.Load()); t == tag {
+		calls += n
+		failures += n
+	}
+	return calls, failures
+}
+
+// window returns the calls and failures in the window ending in bucket cur.
+func (b *Breaker) window(cur int64) (calls, failures uint64) {
+	e := cur - b.buckets + 1
+	for i := b.index(e); e <= cur; e++ {
+		c, tag := &b.counts[i], tagged.Tag(e)
+		if t, n := tagged.Unpack(c.succ.Load()); t == tag {
+			calls += n
+		}
+		if t, n := tagged.Unpack(c.fail.Load()); t == tag {
+			calls += n
+			failures += n
+		}
+		if i++; i == int64(len(b.counts)) {
+			i = 0
+		}
+	}
+	return calls, failures
+}
+
+// releaseRate returns the ceiling, in calls per second, of the release of
+// the waiting calls after the next close, for a trip at now with calls in
+// the window (see [pace.Ceiling]). It requires mu held.
+func (b *Breaker) releaseRate(calls uint64, now time.Time) float64 {
+	// The window holds the calls since the breaker closed, if that is
+	// less than a window ago: divide by the time they took, not by the
+	// whole window.
+	span := min(b.cfg.Window, max(b.since(now)-b.closedAt, b.bucket))
+	return pace.Ceiling(b.cfg.ReleaseRate, calls, span, b.releaseFloor())
+}
+
+// releaseFloor is the least release rate: Probes per OpenFor, the pace of
+// the probe rounds.
+func (b *Breaker) releaseFloor() float64 {
+	return float64(b.probes) / b.cfg.OpenFor.Seconds()
+}
