@@ -8,6 +8,8 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/internal/pace"
+	"github.com/stormguard/stormguard/internal/waitq"
 )
 
 // BudgetSettings is the plain-data part of a [budget.Config] that the
@@ -154,7 +156,9 @@ func (s BreakerSettings) build(clock func() time.Time, u func() float64, onChang
 
 // simBreaker is one circuit breaker of the outage model together with the
 // calls waiting behind it. The breaker is the library's, driven through
-// its public API on the simulated clock; the waiting is modelled here,
+// its public API on the simulated clock; the waiting calls wait in the
+// breaker's own wait order (a [waitq.List]) and are released by the
+// breaker's own pacer (a [pace.Pacer]), stepped on the simulated clock,
 // because [breaker.Breaker.Wait] parks a goroutine on real timers. See
 // [OutageConfig] for how the model follows the breaker's documentation.
 type simBreaker struct {
@@ -162,15 +166,10 @@ type simBreaker struct {
 	cfg breaker.Config // b.Config(): the defaults filled in
 	idx int32          // index in outRun.brks, the who of its events
 
-	// fifo holds the waiting calls from head on, earliest deadline first
-	// (as the breaker serves them), in arrival order for equal deadlines.
-	// An entry whose request has left (or waits again, under a new seq) is
-	// stale and skipped.
-	fifo []waitEntry
-	head int
-	// n counts the waiting calls, those scheduled for release included
-	// (as breaker.Snapshot.Waiters does).
-	n int
+	// waiting holds the request ids of the waiting calls, earliest
+	// deadline first, those scheduled for release included (as
+	// breaker.Snapshot.Waiters counts them).
+	waiting waitq.List[int32]
 	// perClient, for a fleet's breaker, counts the waiting calls of each
 	// client: MaxWaiters bounds each client's, as each process bounds its
 	// own. Nil for a client's own breaker.
@@ -183,169 +182,48 @@ type simBreaker struct {
 	epoch uint32
 	// calls is the closed window's calls, the failure being recorded
 	// included, read just before each closed-state failure is reported:
-	// the window the breaker trips on, for its release rate.
+	// the window the breaker trips on, for its release ceiling.
 	calls int
-	// rate is the release rate of the next close, in calls per second, set
-	// when the breaker trips from closed; 0 until then.
-	rate float64
-	// built is when the breaker was built (the origin of its clock), and
-	// closedAt when it last closed (built, until it first does).
-	built, closedAt time.Duration
-	// pace is the release of the waiting calls after the last close.
-	pace simPacer
+	// ceiling is the release ceiling of the next close, in calls per
+	// second, set when the breaker trips from closed; 0 until then.
+	ceiling float64
+	// closedAt is when the breaker last closed (when it was built, until
+	// it first does).
+	closedAt time.Duration
+
+	// pace releases the waiting calls after the last close, in epoch
+	// paceEpoch, while releasing; its next tick is due at paceDue.
+	pace      pace.Pacer
+	releasing bool
+	paceEpoch uint32
+	paceDue   time.Duration
 }
 
-// simPacer is the breaker's release pacer (see breaker.Config.ReleaseRate)
-// on the simulated clock: the breaker's own runs on a real timer and
-// releases the calls parked in [breaker.Breaker.Wait], which the model
-// does not use. It follows the breaker's rule step for step, with the same
-// arithmetic: after a close it releases the waiting calls in order (earliest deadline first),
-// one per unit of credit, each at a uniformly random point of the coming
-// tick (one call's slot at the current rate, within [10 ms, 1 s]); the
-// credit grows by the rate per second, and the rate starts at a quarter of
-// the release rate (at least the floor, Probes per OpenFor) and doubles
-// every half second up to it, except over a tick in which a failure halved
-// it (at most once per tick, down to the floor). It stops when every
-// waiting call has been released or the breaker opens again.
-type simPacer struct {
-	on     bool   // releasing
-	epoch  uint32 // the breaker's epoch (its closed generation) it releases for
-	cutNow bool   // a failure halved the rate since the last tick
-	// rate is the current pace, max the release rate, floor the least
-	// pace, in calls per second; credit is the calls it may release now.
-	rate, max, floor, credit float64
-	// last is the last tick, cut the last slow-down, due the next tick.
-	last, cut, due time.Duration
-}
-
-// paceDoubling is how long a clean release takes to double its pace.
-const paceDoubling = 500 * time.Millisecond
-
-// start sets p up for a close at now in epoch, of a breaker built at built
-// and releasing at rate (+Inf: all at once) with probes per openFor as
-// its floor. It does not release anything: call advance next.
-func (p *simPacer) start(now, built time.Duration, epoch uint32, rate float64, probes int, openFor time.Duration) {
-	floor := min(rate, float64(probes)/openFor.Seconds())
-	begin := rate
-	if !math.IsInf(rate, 1) {
-		begin = max(rate/4, floor)
-	}
-	*p = simPacer{epoch: epoch, max: rate, rate: begin, floor: floor, credit: 1, last: now, cut: built}
-}
-
-// tick returns the pacer's tick: one call's slot at the current rate,
-// within [10 ms, 1 s].
-func (p *simPacer) tick() time.Duration {
-	if math.IsInf(p.rate, 1) || p.rate <= 0 {
-		return 10 * time.Millisecond
-	}
-	return min(max(time.Duration(float64(time.Second)/p.rate), 10*time.Millisecond), time.Second)
-}
-
-// advance is a tick at now: the credit earned since the last one, the
-// rate's growth. It returns the span of the coming tick over which the
-// calls it releases now are spread, in nanoseconds (0: all at once).
-func (p *simPacer) advance(now time.Duration) float64 {
-	if math.IsInf(p.rate, 1) {
-		p.credit = math.Inf(1)
-	} else {
-		p.credit += p.rate * float64(now-p.last) / float64(time.Second)
-	}
-	if !p.cutNow && p.rate < p.max && now > p.last {
-		p.rate = min(p.max, p.rate*math.Exp2(float64(now-p.last)/float64(paceDoubling)))
-	}
-	p.last, p.cutNow = now, false
-	if math.IsInf(p.rate, 1) {
-		return 0
-	}
-	return float64(p.tick())
-}
-
-// take spends the credit of one release, and reports false, spending
-// nothing, when there is not enough.
-func (p *simPacer) take() bool {
-	if p.credit < 1 {
-		return false
-	}
-	p.credit--
-	return true
-}
-
-// settle ends a tick; left reports whether calls are still to be
-// released.
-func (p *simPacer) settle(left bool) {
-	if !left {
-		p.credit = min(p.credit, 1)
-	}
-}
-
-// slowDown halves the rate after a closed-state failure at now, while
-// the pacer releases, at most once per tick.
-func (p *simPacer) slowDown(now time.Duration) {
-	if !p.on || now-p.cut < p.tick() {
-		return
-	}
-	p.cut, p.cutNow = now, true
-	if math.IsInf(p.rate, 1) {
-		p.rate = p.max
-		return
-	}
-	p.rate = max(p.rate/2, p.floor)
-}
-
-// waitEntry is one wait of request id: its seq-th, ending at deadline.
-type waitEntry struct {
-	id       int32
-	seq      uint32
-	deadline time.Duration
-}
-
-// enqueue inserts e in deadline order, after the entries whose deadline is
-// the same or earlier (the breaker's order); deadlines mostly grow with
-// arrival, so the search from the back is short.
-func (sb *simBreaker) enqueue(e waitEntry) {
-	sb.fifo = append(sb.fifo, e)
-	i := len(sb.fifo) - 1
-	for i > sb.head && sb.fifo[i-1].deadline > e.deadline {
-		sb.fifo[i] = sb.fifo[i-1]
-		i--
-	}
-	sb.fifo[i] = e
-}
-
-// releaseRate returns the pace, in calls per second, at which sb releases
-// its waiting calls after a close: the breaker's rule (see
-// breaker.Config.ReleaseRate).
-func (sb *simBreaker) releaseRate() float64 {
-	switch r := sb.cfg.ReleaseRate; {
-	case r < 0:
-		return math.Inf(1)
-	case r > 0:
-		return r
-	}
-	floor := float64(sb.cfg.Probes) / sb.cfg.OpenFor.Seconds()
-	return max(sb.rate, floor)
+// releaseFloor is the least release rate, Probes per OpenFor (the
+// breaker's rule).
+func (sb *simBreaker) releaseFloor() float64 {
+	return float64(sb.cfg.Probes) / sb.cfg.OpenFor.Seconds()
 }
 
 // tripped records that the breaker tripped from closed at now on a window
-// of sb.calls calls: they took the window, or the time since the breaker
-// closed (or was built) if that is shorter (at least one bucket).
+// of sb.calls calls, and sets the ceiling of the next release as the
+// breaker does (see breaker.Config.ReleaseRate): the calls per second of
+// the time they took, the window or the time since the breaker closed (or
+// was built) if that is shorter, at least one bucket.
 func (sb *simBreaker) tripped(now time.Duration) {
 	bucket := sb.cfg.Window / time.Duration(sb.cfg.Buckets)
 	span := min(sb.cfg.Window, max(now-sb.closedAt, bucket))
-	sb.rate = float64(sb.calls) / span.Seconds()
+	sb.ceiling = pace.Ceiling(sb.cfg.ReleaseRate, uint64(sb.calls), span, sb.releaseFloor())
 }
 
-// compact drops the stale entries of the FIFO when nothing waits, and the
-// consumed prefix when it is long.
-func (sb *simBreaker) compact() {
-	switch {
-	case sb.n == 0:
-		sb.fifo, sb.head = sb.fifo[:0], 0
-	case sb.head > 1024 && sb.head > len(sb.fifo)/2:
-		k := copy(sb.fifo, sb.fifo[sb.head:])
-		sb.fifo, sb.head = sb.fifo[:k], 0
+// releaseCeiling returns the ceiling of the release that starts now: the
+// one the last trip set, or, if the breaker never tripped from closed, the
+// floor (or ReleaseRate when set), as the breaker computes it.
+func (sb *simBreaker) releaseCeiling() float64 {
+	if sb.ceiling != 0 {
+		return sb.ceiling
 	}
+	return pace.Ceiling(sb.cfg.ReleaseRate, 0, sb.cfg.Window, sb.releaseFloor())
 }
 
 // openWait returns how long until the next probe round of the rejection

@@ -131,11 +131,13 @@ const (
 // closes when a round's probes all succeed.
 //
 // Waiting (policies with Wait): [breaker.Breaker.Wait] parks a goroutine,
-// and the breaker's probe rounds and the pacer that releases the waiting
-// calls run on real timers. So the model keeps the waiting calls and
-// their release itself, driving the breaker through Allow, Done, Fail,
-// Cancel, State, Snapshot and OnStateChange, and follows the breaker's
-// documentation and code:
+// and the breaker steps its probe rounds and its release on real timers.
+// So the model keeps the waiting calls itself, in the breaker's own wait
+// order (package internal/waitq: earliest deadline first, arrival order
+// among equal deadlines), releases them with the breaker's own pacer
+// (package internal/pace), stepped on the simulated clock, and drives the
+// breaker through Allow, Done, Fail, Cancel, State, Snapshot and
+// OnStateChange, as the breaker's documentation says:
 //
 //   - An attempt the breaker rejects waits, without being sent, if the
 //     request has deadline left, the rejection is a half-open breaker's or
@@ -144,27 +146,22 @@ const (
 //     waiting call whose deadline comes fails.
 //   - A probe round starts when the open period ends (Snapshot's
 //     HalfOpenIn), even if no new call arrives then, and its probes go to
-//     the waiting calls first, earliest deadline first (Allow on their behalf, before
-//     any new call asks). A call handed a probe that fails goes back to
-//     waiting, behind the others, without spending an attempt or budget
-//     (as the retry loop does).
-//   - When the breaker closes, a pacer releases the waiting calls (earliest deadline first)
-//     first, by the breaker's rule and with its arithmetic, on the
-//     simulated clock. Its ceiling is ReleaseRate or, by default, the calls
+//     the waiting calls first, earliest deadline first (Allow on their
+//     behalf, before any new call asks). A call handed a probe that fails
+//     goes back to waiting, without spending an attempt or budget (as the
+//     retry loop does).
+//   - When the breaker closes, the pacer releases the waiting calls,
+//     earliest deadline first. Its ceiling is the breaker's (see
+//     breaker.Config.ReleaseRate): ReleaseRate or, by default, the calls
 //     the window held when the breaker tripped (read with Snapshot just
 //     before each failure is reported) per second of the time they took
 //     (the window, or the time since the breaker last closed or was built
-//     if shorter, at least one bucket), at least Probes per OpenFor. Its
-//     pace starts at a quarter of the ceiling (at least Probes per
-//     OpenFor) and doubles every half second up to it. Every tick (one
-//     call's slot at the current pace, within [10 ms, 1 s]) releases as
-//     many calls as the pace has earned since the last, each at a
-//     uniformly random point of the coming tick (drawn from the breakers'
-//     random source); a failure the breaker counts in its closed window
-//     while the pacer runs halves the pace, at most once per tick and not
-//     below Probes per OpenFor, and the next tick does not double it. New
-//     calls are not held back. If the breaker trips again, the pacer
-//     stops and the calls not yet released wait again.
+//     if shorter, at least one bucket), at least Probes per OpenFor. Every
+//     tick releases the calls the pacer allows, each at a uniformly random
+//     point of the coming tick (drawn from the breakers' random source); a
+//     failure the breaker counts in its closed window while the pacer runs
+//     slows it down. New calls are not held back. If the breaker trips
+//     again, the pacer stops and the calls not yet released wait again.
 //
 // A fleet (policies with Fleet) shares one budget and one breaker, the
 // library's, as if they lived in a store that every client reads: a

@@ -120,7 +120,7 @@ func (r *outRun) newBreaker() (*simBreaker, error) {
 		return nil, err
 	}
 	sb.b, sb.cfg = b, b.Config()
-	sb.built, sb.closedAt = r.now, r.now
+	sb.closedAt = r.now
 	r.brks = append(r.brks, sb)
 	return sb, nil
 }
@@ -180,8 +180,8 @@ func (r *outRun) record(sb *simBreaker, o outOutcome) {
 	if s := sb.b.Snapshot(); s.State == breaker.Closed {
 		sb.calls = s.Calls + 1 // the window this failure may trip on
 	}
-	if !o.permit.Probe() && o.permit != (breaker.Permit{}) && o.gen == sb.epoch {
-		sb.pace.slowDown(r.now) // a no-op unless the pacer releases
+	if sb.releasing && !o.permit.Probe() && o.permit != (breaker.Permit{}) && o.gen == sb.epoch {
+		sb.pace.SlowDown(r.now)
 	}
 	sb.b.Fail(o.permit, o.hint)
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/internal/sat"
+	"github.com/stormguard/stormguard/internal/waitq"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -81,10 +83,10 @@ type outRequest struct {
 	arrived  time.Duration                                            // when the original request was made
 	deadline time.Duration                                            // arrived + Deadline (if there is one)
 	client   int32
-	attempts int32  // attempts sent so far
-	seq      uint32 // how many times it began to wait
-	release  uint32 // the breaker's epoch its release was scheduled in
-	gen      uint32 // the breaker's epoch permit was issued in
+	attempts int32                // attempts sent so far
+	wait     *waitq.Waiter[int32] // its place in its breaker's wait list while it waits
+	release  uint32               // the breaker's epoch its release was scheduled in
+	gen      uint32               // the breaker's epoch permit was issued in
 	state    uint8
 	fail     uint8 // failTrigger, failShed or failTimeout: the last failure
 }
@@ -122,6 +124,8 @@ type outRun struct {
 	service time.Duration // provider time per request
 	backlog time.Duration // Queue requests' worth of work: the queue is full
 	free    time.Duration // when the provider has finished its backlog
+
+	spare []*waitq.Waiter[int32] // wait-list places no request holds, for reuse
 
 	offeredW []int           // original requests per window of arrival
 	okW      []int           // ... of which succeeded
@@ -265,7 +269,7 @@ func (r *outRun) expired(req *outRequest) bool {
 func (r *outRun) arrive(k int32) {
 	id := int32(len(r.reqs))
 	u := r.unitOf(k)
-	r.reqs = append(r.reqs, outRequest{plan: u.pol.Plan(), client: k, arrived: r.now, deadline: r.now + r.c.Deadline})
+	r.reqs = append(r.reqs, outRequest{plan: u.pol.Plan(), client: k, arrived: r.now, deadline: sat.Add(r.now, r.c.Deadline)})
 	r.res.Offered++
 	r.offeredW[r.window(r.now)]++
 	if r.inTrigger(r.now) {

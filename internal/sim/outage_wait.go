@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/internal/waitq"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -16,7 +17,7 @@ import (
 func (r *outRun) wait(id int32, sb *simBreaker, err error) bool {
 	req := &r.reqs[id]
 	left := r.left(req)
-	waiting := sb.n
+	waiting := sb.waiting.Len()
 	if sb.perClient != nil {
 		waiting = int(sb.perClient[req.client])
 	}
@@ -27,11 +28,15 @@ func (r *outRun) wait(id int32, sb *simBreaker, err error) bool {
 	if oerr != nil || (open && until >= left) {
 		return false
 	}
-	sb.compact()
-	req.seq++
-	req.state = reqWaiting
-	sb.enqueue(waitEntry{id: id, seq: req.seq, deadline: req.deadline})
-	sb.n++
+	var w *waitq.Waiter[int32]
+	if n := len(r.spare); n > 0 {
+		w, r.spare = r.spare[n-1], r.spare[:n-1]
+	} else {
+		w = new(waitq.Waiter[int32])
+	}
+	w.Value = id
+	sb.waiting.Push(w, req.deadline)
+	req.wait, req.state = w, reqWaiting
 	if sb.perClient != nil {
 		sb.perClient[req.client]++
 	}
@@ -41,18 +46,12 @@ func (r *outRun) wait(id int32, sb *simBreaker, err error) bool {
 	return true
 }
 
-// waiting reports whether entry e is a call still waiting.
-func (r *outRun) waiting(e waitEntry) bool {
-	req := &r.reqs[e.id]
-	return req.seq == e.seq && (req.state == reqWaiting || req.state == reqReleasing)
-}
-
 // leave takes waiting request id off its breaker's list.
 func (r *outRun) leave(id int32, sb *simBreaker) {
 	req := &r.reqs[id]
-	req.seq++ // its entry is stale from now on
-	req.state = reqIdle
-	sb.n--
+	sb.waiting.Remove(req.wait)
+	r.spare = append(r.spare, req.wait)
+	req.wait, req.state = nil, reqIdle
 	if sb.perClient != nil {
 		sb.perClient[req.client]--
 	}
@@ -64,16 +63,14 @@ func (r *outRun) waitEnd(id int32) {
 	if req.state != reqWaiting && req.state != reqReleasing {
 		return
 	}
-	sb := r.unitOf(req.client).brk
-	r.leave(id, sb)
-	sb.compact()
+	r.leave(id, r.unitOf(req.client).brk)
 	r.giveUp(id, retry.CircuitOpen)
 }
 
 // arm makes sure a probe round comes for sb's waiting calls when its open
 // period ends, even if no new call arrives then.
 func (r *outRun) arm(sb *simBreaker) {
-	if sb.armed || sb.n == 0 {
+	if sb.armed || sb.waiting.Len() == 0 {
 		return
 	}
 	s := sb.b.Snapshot()
@@ -85,27 +82,23 @@ func (r *outRun) arm(sb *simBreaker) {
 }
 
 // grant hands the free probes of sb's round, if one is due or running, to
-// its waiting calls, oldest first, and sends them.
+// its waiting calls, earliest deadline first, and sends them. A probe sent
+// may fail at once and its call wait again, so the list is read from its
+// front each time.
 func (r *outRun) grant(sb *simBreaker) {
-	if sb.n == 0 || sb.b.State() == breaker.Closed { // State starts a due round
+	if sb.waiting.Len() == 0 || sb.b.State() == breaker.Closed { // State starts a due round
 		return
 	}
-	for sb.head < len(sb.fifo) {
-		e := sb.fifo[sb.head]
-		if !r.waiting(e) {
-			sb.head++
-			continue
-		}
+	for w := sb.waiting.Front(); w != nil; w = sb.waiting.Front() {
 		p, err := sb.b.Allow()
 		if err != nil || !p.Probe() {
 			break // probes taken, or closed meanwhile: a closed-state permit needs no giving back
 		}
-		sb.head++
-		r.leave(e.id, sb)
-		r.reqs[e.id].permit, r.reqs[e.id].gen = p, sb.epoch
-		r.transmit(e.id)
+		id := w.Value
+		r.leave(id, sb)
+		r.reqs[id].permit, r.reqs[id].gen = p, sb.epoch
+		r.transmit(id)
 	}
-	sb.compact()
 }
 
 // release sends waiting request id in its turn after its breaker closed,
@@ -126,7 +119,6 @@ func (r *outRun) release(id int32) {
 		return
 	}
 	r.leave(id, sb)
-	sb.compact()
 	req.permit, req.gen = p, sb.epoch
 	r.transmit(id)
 }
@@ -141,79 +133,72 @@ func (r *outRun) stateChanged(sb *simBreaker, from, to breaker.State) {
 		if from == breaker.Closed {
 			sb.tripped(r.now)
 		}
-		sb.pace.on = false
-		for i := sb.head; i < len(sb.fifo); i++ {
-			if e := sb.fifo[i]; r.waiting(e) {
-				r.reqs[e.id].state = reqWaiting // not released yet: wait again
-			}
+		sb.releasing = false
+		for w := sb.waiting.Front(); w != nil; w = w.Next() {
+			r.reqs[w.Value].state = reqWaiting // not released yet: wait again
 		}
-		if sb.n > 0 {
+		if sb.waiting.Len() > 0 {
 			r.q.push(r.now, sb.idx, outArm)
 		}
 	case breaker.HalfOpen:
-		if sb.n > 0 {
+		if sb.waiting.Len() > 0 {
 			r.q.push(r.now, sb.idx, outGrant)
 		}
 	case breaker.Closed:
 		sb.closedAt = r.now
 		// The pacer starts at the close, with a first tick at once.
-		sb.pace.start(r.now, sb.built, sb.epoch, sb.releaseRate(), sb.cfg.Probes, sb.cfg.OpenFor)
+		sb.pace.Start(r.now, sb.releaseCeiling(), sb.releaseFloor())
+		sb.paceEpoch = sb.epoch
 		if r.releaseDue(sb) {
-			sb.pace.on = true
+			sb.releasing = true
 			r.armPace(sb)
 		}
 	}
 }
 
-// releaseDue is a tick of sb's pacer: it releases the oldest waiting calls
-// not yet released, as many as the pacer's credit allows, each at a
-// uniformly random point of the coming tick, and reports whether some are
-// left to release.
+// releaseDue is a tick of sb's pacer: it releases the waiting calls not yet
+// released, earliest deadline first, as many as the pacer's credit allows,
+// each at a uniformly random point of the coming tick, and reports whether
+// some are left to release.
 func (r *outRun) releaseDue(sb *simBreaker) bool {
-	p := &sb.pace
-	if p.epoch != sb.epoch {
+	if sb.paceEpoch != sb.epoch {
 		return false // the breaker opened since
 	}
-	span := p.advance(r.now)
-	for sb.head < len(sb.fifo) && !r.waiting(sb.fifo[sb.head]) {
-		sb.head++
-	}
+	p := &sb.pace
+	spread := float64(p.Tick(r.now))
 	left := false
-	for i := sb.head; i < len(sb.fifo); i++ {
-		e := sb.fifo[i]
-		if !r.waiting(e) || r.reqs[e.id].state == reqReleasing {
+	for w := sb.waiting.Front(); w != nil; w = w.Next() {
+		req := &r.reqs[w.Value]
+		if req.state == reqReleasing {
 			continue
 		}
-		if !p.take() {
+		if !p.Take() {
 			left = true
 			break
 		}
-		req := &r.reqs[e.id]
 		req.state, req.release = reqReleasing, sb.epoch
-		r.after(time.Duration(r.bu()*span), e.id, outRelease)
+		r.after(time.Duration(r.bu()*spread), w.Value, outRelease)
 	}
-	p.settle(left)
-	sb.compact()
+	p.EndTick(left)
 	return left
 }
 
 // armPace schedules the next tick of sb's pacer.
 func (r *outRun) armPace(sb *simBreaker) {
-	d := sb.pace.tick()
-	sb.pace.due = r.now + d
+	d := sb.pace.Interval()
+	sb.paceDue = r.now + d
 	r.after(d, sb.idx, outPace)
 }
 
 // paceTick runs the tick of sb's pacer that is due now, unless the pacer
 // has stopped or restarted since it was scheduled.
 func (r *outRun) paceTick(sb *simBreaker) {
-	p := &sb.pace
-	if !p.on || r.now != p.due {
+	if !sb.releasing || r.now != sb.paceDue {
 		return
 	}
 	if r.releaseDue(sb) {
 		r.armPace(sb)
 		return
 	}
-	p.on = false
+	sb.releasing = false
 }
