@@ -229,10 +229,12 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 //
 // While the breaker is closed, Done records the outcome in the current
 // bucket; a failure trips the breaker if the window now holds at least
-// MinCalls calls with failures >= FailureRatio·calls (Probes calls, while
-// the calls that waited are being released after a close), or the current
-// bucket alone does. It takes no lock and allocates nothing unless it trips
-// the breaker. A probe's success
+// MinCalls calls with failures >= FailureRatio·calls, or the current bucket
+// alone does. While the calls that waited are being released after a
+// close, Probes calls in the window are enough (the window then holds only
+// the calls since the close; as many failing calls as the probe round that
+// closed the breaker say that the dependency is down again). It takes no
+// lock and allocates nothing unless it trips the breaker. A probe's success
 // counts towards closing; its failure reopens the breaker.
 //
 // Each permit must be given back once. Giving one back twice is a bug in

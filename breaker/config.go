@@ -72,10 +72,12 @@ type Config struct {
 	// 0 means [DefaultMaxWaiters]; a negative value turns waiting off.
 	MaxWaiters int
 	// ReleaseRate is the most waiting calls per second released when the
-	// breaker closes, earliest deadline first, so that a recovering dependency meets
-	// its backlog at a pace it can serve rather than as one spike. The
-	// release starts at a quarter of it and doubles every half second up
-	// to it; a failure while it runs halves the pace. 0 means the rate of
+	// breaker closes, earliest deadline first, so that a recovering
+	// dependency meets its backlog at a pace it can serve rather than as
+	// one spike. The release starts at a quarter of it and doubles every
+	// half second up to it; a failure while it runs halves the pace, and
+	// Probes failing calls in the window (rather than MinCalls) trip the
+	// breaker again. 0 means the rate of
 	// calls the breaker saw before it tripped (the pace the dependency
 	// served before the outage), at least Probes per OpenFor; a negative
 	// value releases every waiting call at once. New calls are not held

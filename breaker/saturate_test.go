@@ -125,6 +125,45 @@ func TestUnboundedWaitKeepsDeadlineOrder(t *testing.T) {
 	})
 }
 
+// While the calls that waited are released after a close, the breaker
+// re-trips at Probes failing calls (as Breaker.Done documents), not at
+// MinCalls: with MinCalls 20 and Probes 3, a dependency that fails again
+// after its probes succeeded gets 3 released calls per round, not 20.
+func TestReleaseRetripsAtProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.MinCalls = 20; c.Probes = 3; c.ReleaseRate = 100 })
+		b.Trip(0)
+		var mu sync.Mutex
+		count := map[string]int{}
+		var wg sync.WaitGroup
+		for range 60 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				p, err := b.Wait(ctx, 10*time.Second)
+				result := "gave up"
+				switch {
+				case err != nil:
+				case p.Probe():
+					b.Done(p, true) // the probes find the dependency back
+					result = "probe"
+				default:
+					b.Done(p, false) // and the released calls find it down again
+					result = "failed"
+				}
+				mu.Lock()
+				count[result]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		rounds := count["probe"] / 3
+		if rounds < 2 || count["failed"] > 3*rounds || count["probe"]+count["failed"]+count["gave up"] != 60 {
+			t.Errorf("outcomes %v: want rounds of 3 probes, each followed by at most 3 failed releases (Probes), not MinCalls (20)", count)
+		}
+	})
+}
+
 // FuzzBreakerTimes drives a breaker with arbitrary time inputs: hints given
 // to Fail and Trip (up to the largest Duration), open periods, clock moves
 // and the maximum waits of waiting calls. The next probe round is never

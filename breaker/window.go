@@ -79,14 +79,15 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	if success {
 		return
 	}
-	if b.releasing.Load() {
+	releasing := b.releasing.Load()
+	if releasing {
 		b.mu.Lock()
 		b.rel.slowDown(b.since(now), gen)
 		b.mu.Unlock()
 	}
 	calls, failures := b.window(e)
-	if !b.trips(calls, failures) {
-		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf) {
+	if !b.trips(calls, failures, releasing) {
+		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf, false) {
 			return
 		}
 	}
@@ -100,10 +101,17 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	b.deliver()
 }
 
-// trips reports whether calls outcomes with failures among them, at least
-// MinCalls of them, cross the failure ratio.
-func (b *Breaker) trips(calls, failures uint64) bool {
-	return calls >= b.minCalls && float64(failures) >= b.ratio*float64(calls)
+// trips reports whether calls outcomes with failures among them cross the
+// failure ratio, with at least MinCalls calls, or at least Probes calls
+// while the calls that waited are being released (the dependency has just
+// passed a probe round of that many calls; as many failing calls of the
+// release are as strong a sign that it is down again).
+func (b *Breaker) trips(calls, failures uint64, releasing bool) bool {
+	least := b.minCalls
+	if releasing {
+		least = min(least, uint64(b.probes))
+	}
+	return calls >= least && float64(failures) >= b.ratio*float64(calls)
 }
 
 // bucketCounts returns the calls and failures of bucket e alone.

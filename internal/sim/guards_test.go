@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/internal/waitq"
 )
 
 // The model's release rate follows breaker.Config.ReleaseRate: the trip's
@@ -59,5 +60,61 @@ func TestOpenWait(t *testing.T) {
 	}
 	if _, open, _ := openWait(&breaker.OpenError{State: breaker.HalfOpen}); open {
 		t.Error("openWait(half-open rejection) reports open")
+	}
+}
+
+// While the model's pacer releases waiting calls, the breaker trips again
+// at Probes failing calls in its window, not MinCalls (the breaker's rule
+// while it releases), and the calls not yet released wait again.
+func TestModelRetripsAtProbesWhileReleasing(t *testing.T) {
+	s := DefaultBreakerSettings() // MinCalls 20, Probes 3
+	s.ReleaseRate = 1             // one call a second: the release lasts
+	r := &outRun{c: &OutageConfig{Horizon: time.Hour, Breaker: s}, p: OutagePolicy{Breaker: true, Wait: true},
+		bu: func() float64 { return 0.5 }, reqs: make([]outRequest, 10)}
+	sb, err := r.newBreaker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func() {
+		t.Helper()
+		p, err := sb.b.Allow()
+		if err != nil {
+			t.Fatalf("Allow() at %v: %v", r.now, err)
+		}
+		r.record(sb, outOutcome{permit: p, gen: sb.epoch})
+	}
+	sb.b.Trip(0)
+	for i := range r.reqs {
+		w := &waitq.Waiter[int32]{Value: int32(i)}
+		sb.waiting.Push(w, time.Hour)
+		r.reqs[i] = outRequest{state: reqWaiting, wait: w}
+	}
+	r.now += sb.b.Snapshot().HalfOpenIn
+	for range s.Probes {
+		p, err := sb.b.Allow()
+		if err != nil || !p.Probe() {
+			t.Fatalf("probe: %+v, %v", p, err)
+		}
+		r.record(sb, outOutcome{permit: p, gen: sb.epoch, ok: true})
+	}
+	if st := sb.b.State(); st != breaker.Closed || !sb.releasing {
+		t.Fatalf("after the probes: %v, releasing %v; want closed and releasing", st, sb.releasing)
+	}
+	for i := 1; i < s.Probes; i++ {
+		r.now += 10 * time.Millisecond
+		fail()
+		if st := sb.b.State(); st != breaker.Closed {
+			t.Fatalf("after %d failures while releasing: %v, want still closed (Probes %d)", i, st, s.Probes)
+		}
+	}
+	r.now += 10 * time.Millisecond
+	fail()
+	if st := sb.b.State(); st != breaker.Open || sb.releasing {
+		t.Fatalf("after %d failures while releasing: %v, releasing %v; want open, not releasing", s.Probes, st, sb.releasing)
+	}
+	for i := range r.reqs {
+		if st := r.reqs[i].state; st != reqWaiting {
+			t.Errorf("request %d in state %d after the re-trip, want waiting", i, st)
+		}
 	}
 }

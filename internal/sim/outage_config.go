@@ -160,8 +160,11 @@ const (
 //     tick releases the calls the pacer allows, each at a uniformly random
 //     point of the coming tick (drawn from the breakers' random source); a
 //     failure the breaker counts in its closed window while the pacer runs
-//     slows it down. New calls are not held back. If the breaker trips
-//     again, the pacer stops and the calls not yet released wait again.
+//     slows it down, and trips the breaker once the window holds Probes
+//     calls that cross the failure ratio (the breaker's rule while it
+//     releases, which the model applies through Trip). New calls are not
+//     held back. If the breaker trips again, the pacer stops and the calls
+//     not yet released wait again.
 //
 // A fleet (policies with Fleet) shares one budget and one breaker, the
 // library's, as if they lived in a store that every client reads: a

@@ -170,8 +170,12 @@ func (r *outRun) report(req *outRequest, ok bool, hint time.Duration) {
 }
 
 // record reports an outcome to sb's breaker now. A failure that the
-// breaker counts in its closed window while its pacer releases slows the
-// pacer down, before the breaker may trip on it (as the breaker does).
+// breaker counts in its closed window while the pacer releases slows the
+// pacer down, before the breaker may trip on it, and trips the breaker
+// once the window holds Probes calls that cross the failure ratio (the
+// breaker's rules while it releases; it does not know of the model's
+// release, so the model applies the second one with Trip, which opens it
+// as its own trip would).
 func (r *outRun) record(sb *simBreaker, o outOutcome) {
 	if o.ok {
 		sb.b.Done(o.permit, true)
@@ -180,10 +184,17 @@ func (r *outRun) record(sb *simBreaker, o outOutcome) {
 	if s := sb.b.Snapshot(); s.State == breaker.Closed {
 		sb.calls = s.Calls + 1 // the window this failure may trip on
 	}
-	if sb.releasing && !o.permit.Probe() && o.permit != (breaker.Permit{}) && o.gen == sb.epoch {
+	counted := sb.releasing && !o.permit.Probe() && o.permit != (breaker.Permit{}) && o.gen == sb.epoch
+	if counted {
 		sb.pace.SlowDown(r.now)
 	}
 	sb.b.Fail(o.permit, o.hint)
+	if counted && sb.releasing { // Fail did not trip it
+		s := sb.b.Snapshot()
+		if s.State == breaker.Closed && s.Calls >= sb.cfg.Probes && float64(s.Failures) >= sb.cfg.FailureRatio*float64(s.Calls) {
+			sb.b.Trip(o.hint)
+		}
+	}
 }
 
 // sync is fleet sync group g's periodic sync: its deposits and outcomes
