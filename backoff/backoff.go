@@ -16,8 +16,8 @@
 // base 100 ms, cap 10 s); [New] validates it once and returns a [Backoff],
 // which is immutable and safe for concurrent use as long as its random
 // source is (the default one is). Per-call state, the retry number and, for
-// Decorrelated, the previous delay, lives with the caller: either passed to
-// [Backoff.Delay] or kept in a [Sequence] value, which costs no allocation.
+// Decorrelated, the previous delay, lives with the caller in a [Sequence]
+// value, which costs no allocation.
 package backoff
 
 import (
@@ -55,12 +55,6 @@ var strategyNames = [numStrategies]string{
 	Decorrelated: "decorrelated",
 }
 
-// Strategies returns every strategy in the seed's order: none, full, equal,
-// decorrelated.
-func Strategies() []Strategy {
-	return []Strategy{NoJitter, FullJitter, EqualJitter, Decorrelated}
-}
-
 // String returns the strategy's short name ("none", "full", "equal",
 // "decorrelated"), or "Strategy(N)" for an unknown value.
 func (s Strategy) String() string {
@@ -70,9 +64,9 @@ func (s Strategy) String() string {
 	return fmt.Sprintf("Strategy(%d)", uint8(s))
 }
 
-// ParseStrategy returns the strategy named s, as printed by
+// parseStrategy returns the strategy named s, as printed by
 // [Strategy.String]. It is case-sensitive.
-func ParseStrategy(s string) (Strategy, error) {
+func parseStrategy(s string) (Strategy, error) {
 	for i, name := range strategyNames {
 		if name == s {
 			return Strategy(i), nil
@@ -90,9 +84,10 @@ func (s Strategy) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText implements [encoding.TextUnmarshaler], so a Strategy works
-// with flag.TextVar and encoding/json.
+// with flag.TextVar and encoding/json: it accepts the names
+// [Strategy.String] prints, case-sensitively.
 func (s *Strategy) UnmarshalText(b []byte) error {
-	v, err := ParseStrategy(string(b))
+	v, err := parseStrategy(string(b))
 	if err != nil {
 		return err
 	}
@@ -102,8 +97,8 @@ func (s *Strategy) UnmarshalText(b []byte) error {
 
 // Defaults of a [Config]'s zero fields.
 const (
-	DefaultBase = 100 * time.Millisecond
-	DefaultCap  = 10 * time.Second
+	defaultBase = 100 * time.Millisecond
+	defaultCap  = 10 * time.Second
 )
 
 // Config is the plain-data description of a backoff. Build a [Backoff] from
@@ -112,18 +107,19 @@ const (
 type Config struct {
 	// Strategy is the jitter strategy; the zero value is FullJitter.
 	Strategy Strategy
-	// Base is b in exp(n) = min(Cap, Base·2^n); 0 means [DefaultBase]. A
-	// negative Base is an error.
+	// Base is b in exp(n) = min(Cap, Base·2^n); 0 means 100 ms. A negative
+	// Base is an error.
 	Base time.Duration
-	// Cap is the largest delay ever returned; 0 means [DefaultCap], or Base
-	// if Base is larger. A Cap below Base is an error.
+	// Cap is the largest delay ever returned; 0 means 10 s, or Base if Base
+	// is larger. A Cap below Base is an error.
 	Cap time.Duration
 	// Rand returns uniformly distributed numbers in [0, 1) (a result
 	// outside is clamped into it). Nil means the Go runtime's generator
 	// (math/rand/v2), which is safe for concurrent use, takes no lock and
-	// cannot be seeded; pass NewMulberry32(seed).Float64 for reproducible
-	// figures, or func() float64 { return 0.5 } to pin the jitter in a test.
-	// A Backoff is only as safe for concurrent use as its Rand.
+	// cannot be seeded; pass a seeded generator's Float64 (such as
+	// rand.New(rand.NewPCG(seed, 0)).Float64) for reproducible figures, or
+	// func() float64 { return 0.5 } to pin the jitter in a test. A Backoff
+	// is only as safe for concurrent use as its Rand.
 	Rand func() float64
 }
 
@@ -147,10 +143,10 @@ type Backoff struct {
 // was built never fails or panics later.
 func New(c Config) (*Backoff, error) {
 	if c.Base == 0 {
-		c.Base = DefaultBase
+		c.Base = defaultBase
 	}
 	if c.Cap == 0 {
-		c.Cap = max(DefaultCap, c.Base)
+		c.Cap = max(defaultCap, c.Base)
 	}
 	switch {
 	case c.Strategy >= numStrategies:
@@ -171,19 +167,6 @@ func New(c Config) (*Backoff, error) {
 	}, nil
 }
 
-// Default returns a Backoff built from the zero [Config]: full jitter, base
-// 100 ms, cap 10 s.
-func Default() *Backoff {
-	b, _ := New(Config{}) // the defaults are valid by construction
-	return b
-}
-
-// Config returns the configuration b was built from, with the defaults
-// filled in (Rand as given, possibly nil).
-func (b *Backoff) Config() Config {
-	return Config{Strategy: b.strategy, Base: b.base, Cap: b.cap, Rand: b.rand}
-}
-
 // u returns the next random number, in [0, 1).
 func (b *Backoff) u() float64 {
 	if b.rand == nil {
@@ -199,13 +182,9 @@ func (b *Backoff) u() float64 {
 	return v
 }
 
-// Exp returns exp(n) = min(cap, base·2^n), the delay before jitter. n below 1
-// counts as 1. It saturates at the cap for any n: no overflow, no negative.
-func (b *Backoff) Exp(n int) time.Duration {
-	return b.toDuration(b.exp(n))
-}
-
-// exp returns min(cap, base·2^n) in nanoseconds as a float64.
+// exp returns exp(n) = min(cap, base·2^n), the delay before jitter, in
+// nanoseconds as a float64. n below 1 counts as 1. It saturates at the cap
+// for any n: no overflow, no negative.
 func (b *Backoff) exp(n int) float64 {
 	if n < 1 {
 		n = 1
@@ -228,15 +207,12 @@ func (b *Backoff) toDuration(ns float64) time.Duration {
 	return min(time.Duration(ns), b.cap)
 }
 
-// Delay returns the delay before retry n (n = 1 is the first retry; n below 1
+// delay returns the delay before retry n (n = 1 is the first retry; n below 1
 // counts as 1). prev is the previous delay this call computed and matters only
 // for Decorrelated, where a prev below base (such as 0 on the first retry)
 // counts as base. The result is always in [0, cap], and for Decorrelated in
-// [base, cap].
-//
-// Delay is safe for concurrent use when b's random source is. It allocates
-// nothing.
-func (b *Backoff) Delay(n int, prev time.Duration) time.Duration {
+// [base, cap]. It allocates nothing.
+func (b *Backoff) delay(n int, prev time.Duration) time.Duration {
 	switch b.strategy {
 	case NoJitter:
 		return b.toDuration(b.exp(n))
@@ -268,7 +244,9 @@ func (b *Backoff) Jitter(d, spread time.Duration) time.Duration {
 }
 
 // Sequence returns the delays of one call's retries in order. It is a value:
-// keep it in a local variable; it costs no allocation.
+// keep it in a local variable (or a field of the call's state); it costs no
+// allocation. Sequences of one Backoff may be used by many goroutines at
+// once, each its own, when b's random source is safe for concurrent use.
 func (b *Backoff) Sequence() Sequence {
 	return Sequence{b: b}
 }
@@ -284,13 +262,11 @@ type Sequence struct {
 	prev time.Duration
 }
 
-// Next returns the delay before the next retry.
+// Next returns the delay before the next retry: always in [0, cap], and
+// for Decorrelated in [base, cap].
 func (s *Sequence) Next() time.Duration {
 	s.n++
-	d := s.b.Delay(s.n, s.prev)
+	d := s.b.delay(s.n, s.prev)
 	s.prev = d
 	return d
 }
-
-// Retries returns how many delays Next has returned.
-func (s *Sequence) Retries() int { return s.n }

@@ -7,8 +7,9 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 )
 
-// The default: full jitter, base 100 ms, cap 10 s. With the random source
-// pinned at 0.5, each delay is half of min(cap, base·2^n).
+// The default (what the zero Config gives): full jitter, base 100 ms, cap
+// 10 s. With the random source pinned at 0.5, each delay is half of
+// min(cap, base·2^n).
 func ExampleNew() {
 	b, err := backoff.New(backoff.Config{
 		Strategy: backoff.FullJitter,
@@ -30,15 +31,6 @@ func ExampleNew() {
 	// 800ms
 }
 
-// Zero fields take the defaults: Config{} is full jitter, base 100 ms, cap
-// 10 s.
-func ExampleDefault() {
-	c := backoff.Default().Config()
-	fmt.Println(c.Strategy, c.Base, c.Cap)
-	// Output:
-	// full 100ms 10s
-}
-
 // Settings that cannot work are rejected when the Backoff is built, never
 // when a delay is computed.
 func ExampleNew_invalid() {
@@ -48,15 +40,16 @@ func ExampleNew_invalid() {
 	// backoff: invalid config: cap 1ms must be at least base 1s
 }
 
-// Every strategy for the first four retries, with U fixed at 0.5.
-func ExampleBackoff_Delay() {
-	for _, st := range backoff.Strategies() {
+// Every strategy for the first four retries, with U fixed at 0.5: one
+// Sequence per call, each fed its own previous delay (which only
+// Decorrelated uses).
+func ExampleSequence() {
+	for _, st := range []backoff.Strategy{backoff.NoJitter, backoff.FullJitter, backoff.EqualJitter, backoff.Decorrelated} {
 		b, _ := backoff.New(backoff.Config{Strategy: st, Base: 100 * time.Millisecond, Cap: 10 * time.Second, Rand: func() float64 { return 0.5 }})
-		var prev time.Duration
+		seq := b.Sequence()
 		fmt.Printf("%-12s", st)
-		for n := 1; n <= 4; n++ {
-			prev = b.Delay(n, prev)
-			fmt.Printf(" %v", prev)
+		for range 4 {
+			fmt.Printf(" %v", seq.Next())
 		}
 		fmt.Println()
 	}
@@ -65,14 +58,4 @@ func ExampleBackoff_Delay() {
 	// full         100ms 200ms 400ms 800ms
 	// equal        150ms 300ms 600ms 1.2s
 	// decorrelated 200ms 350ms 575ms 912.5ms
-}
-
-// Mulberry32 reproduces the seed's JavaScript generator bit for bit.
-func ExampleMulberry32() {
-	m := backoff.NewMulberry32(42)
-	fmt.Println(m.Float64())
-	fmt.Println(m.Float64())
-	// Output:
-	// 0.6011037519201636
-	// 0.44829055899754167
 }

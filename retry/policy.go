@@ -57,6 +57,10 @@ type attemptTagger interface {
 	TagAttempt(ctx context.Context, e observe.Event) context.Context
 }
 
+// defaultBackoff is built from the zero backoff.Config (its defaults are
+// valid by construction). It is never modified.
+var defaultBackoff, _ = backoff.New(backoff.Config{})
+
 // defaultPolicy is what a nil *Policy runs with. It is never modified.
 var defaultPolicy, _ = New()
 
@@ -90,10 +94,10 @@ func (scheduleOption) schedule()               {}
 
 // New returns a Policy configured by opts, applied in order (a later option
 // overrides an earlier one). Without options it makes 3 attempts (the SRE
-// book's per-request cap) with [backoff.Default] (full jitter, base 100 ms,
-// cap 10 s), classifies with [IsRetryable], has no timeout of its own (the
-// parent context's deadline counts: give the calls a context with a
-// deadline to bound them), honours server hints up to 1 minute (spread
+// book's per-request cap) with the zero [backoff.Config] (full jitter, base
+// 100 ms, cap 10 s), classifies with [IsRetryable], has no timeout of its
+// own (the parent context's deadline counts: give the calls a context with
+// a deadline to bound them), honours server hints up to 1 minute (spread
 // above the hint, see [Policy.Do]), has no retry budget and no circuit
 // breaker, and reports nothing.
 //
@@ -103,7 +107,7 @@ func (scheduleOption) schedule()               {}
 func New(opts ...Option) (*Policy, error) {
 	c := config{
 		maxAttempts:   3,
-		backoff:       backoff.Default(),
+		backoff:       defaultBackoff,
 		maxRetryAfter: time.Minute,
 		classify:      IsRetryable,
 	}
@@ -141,7 +145,7 @@ func WithMaxAttempts(n int) ScheduleOption {
 }
 
 // WithBackoff sets the delays between attempts; b must not be nil. The
-// default is [backoff.Default]. Retry n (n = 1 before the second attempt)
+// default is built from the zero [backoff.Config]. Retry n (n = 1 before the second attempt)
 // sleeps b's n-th delay of a fresh [backoff.Sequence], raised to the
 // server's hint if one is larger. b is shared by every call, so its random
 // source must be safe for concurrent use (the default one is); it also

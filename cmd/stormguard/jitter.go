@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/internal/sim"
 )
 
@@ -52,7 +51,7 @@ func prepareJitter(args []string, e *env) (func() error, error) {
 			c.Clients, c.Rounds, c.Clients*c.Rounds, maxJitterRetries)}
 	}
 	c.Seed = uint32(seed)
-	ss, err := parseList("strategies", strategies, byName("strategy", backoff.Strategies()))
+	ss, err := parseList("strategies", strategies, byName("strategy", sim.JitterStrategies()))
 	if err != nil {
 		return nil, usageError{err}
 	}

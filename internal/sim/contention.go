@@ -327,10 +327,9 @@ const (
 
 // occClient is one contention client's state.
 type occClient struct {
-	version int           // version it read
-	ok      bool          // whether its last write succeeded
-	retries int           // conflicts so far
-	prev    time.Duration // previous backoff delay (decorrelated)
+	version int              // version it read
+	ok      bool             // whether its last write succeeded
+	delays  backoff.Sequence // its backoff delays, one per conflict
 }
 
 // occSim runs contention runs, reusing its buffers from run to run. It is
@@ -356,6 +355,11 @@ func (o *occSim) run(c ContentionConfig, s ContentionStrategy, n int, rng *rand.
 	}
 	o.clients = o.clients[:n]
 	clear(o.clients)
+	if b != nil {
+		for i := range o.clients {
+			o.clients[i].delays = b.Sequence()
+		}
+	}
 	o.q.reset()
 	for i := range n {
 		o.q.push(hop(), int32(i), occRead)
@@ -381,11 +385,9 @@ func (o *occSim) run(c ContentionConfig, s ContentionStrategy, n int, rng *rand.
 				done = max(done, e.at)
 				continue
 			}
-			cl.retries++
 			var sleep time.Duration
 			if b != nil {
-				sleep = b.Delay(cl.retries, cl.prev)
-				cl.prev = sleep
+				sleep = cl.delays.Next()
 			}
 			o.q.push(e.at+sleep+hop(), e.who, occRead)
 		}

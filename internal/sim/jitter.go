@@ -50,10 +50,11 @@ type JitterConfig struct {
 	// gives 0 its default); neither may exceed MaxJitterCap.
 	Base time.Duration `json:"base_ns"`
 	Cap  time.Duration `json:"cap_ns"`
-	// Seed seeds a fresh Mulberry32 generator for each strategy.
+	// Seed seeds a fresh mulberry32 generator (the original JavaScript
+	// simulation's, reproduced bit for bit) for each strategy.
 	Seed uint32 `json:"seed"`
 	// Strategies are simulated in this order; empty means
-	// [backoff.Strategies] (none, full, equal, decorrelated). A strategy
+	// [JitterStrategies] (none, full, equal, decorrelated). A strategy
 	// listed twice is simulated twice.
 	Strategies []backoff.Strategy `json:"strategies"`
 }
@@ -65,11 +66,17 @@ func DefaultJitterConfig() JitterConfig {
 		Clients:    1000,
 		Rounds:     4,
 		Window:     50 * time.Millisecond,
-		Base:       backoff.DefaultBase,
-		Cap:        backoff.DefaultCap,
+		Base:       100 * time.Millisecond,
+		Cap:        10 * time.Second,
 		Seed:       42,
-		Strategies: backoff.Strategies(),
+		Strategies: JitterStrategies(),
 	}
+}
+
+// JitterStrategies returns every backoff strategy in the order of the
+// reference table in docs/backoff.md: none, full, equal, decorrelated.
+func JitterStrategies() []backoff.Strategy {
+	return []backoff.Strategy{backoff.NoJitter, backoff.FullJitter, backoff.EqualJitter, backoff.Decorrelated}
 }
 
 // ErrInvalidConfig is wrapped by the errors simulations return for settings
@@ -109,10 +116,10 @@ type Bin struct {
 
 // Jitter runs the jitter clustering experiment. Draws are made round by
 // round (retry 1 of every client, then retry 2 of every client, ...) from a
-// fresh Mulberry32 per strategy, which is how the seed's table was made.
+// fresh mulberry32 per strategy, which is how the seed's table was made.
 func Jitter(c JitterConfig) (*JitterResult, error) {
 	if len(c.Strategies) == 0 {
-		c.Strategies = backoff.Strategies()
+		c.Strategies = JitterStrategies()
 	}
 	switch {
 	case c.Clients <= 0:
@@ -128,25 +135,25 @@ func Jitter(c JitterConfig) (*JitterResult, error) {
 		return nil, fmt.Errorf("%w: base %v and cap %v must be at most %v", ErrInvalidConfig, c.Base, c.Cap, MaxJitterCap)
 	}
 	res := &JitterResult{Config: c}
-	at := make([]time.Duration, c.Clients)   // time of each client's last retry
-	prev := make([]time.Duration, c.Clients) // each client's previous delay
+	at := make([]time.Duration, c.Clients)      // time of each client's last retry
+	seqs := make([]backoff.Sequence, c.Clients) // each client's delays
 	windows := make([]int64, c.Clients)
 	var counter windowCounter
 	for _, s := range c.Strategies {
 		b, err := backoff.New(backoff.Config{
-			Strategy: s, Base: c.Base, Cap: c.Cap, Rand: backoff.NewMulberry32(c.Seed).Float64,
+			Strategy: s, Base: c.Base, Cap: c.Cap, Rand: (&mulberry32{state: c.Seed}).float64,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		clear(at)
-		clear(prev)
+		for i := range seqs {
+			seqs[i] = b.Sequence()
+		}
 		sr := StrategyResult{Strategy: s, Rounds: make([]RoundResult, 0, c.Rounds)}
 		for round := 1; round <= c.Rounds; round++ {
 			for i := range at {
-				d := b.Delay(round, prev[i])
-				prev[i] = d
-				at[i] += d
+				at[i] += seqs[i].Next()
 				windows[i] = int64(at[i] / c.Window)
 			}
 			rr := counter.count(windows, c.Window)
