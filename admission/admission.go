@@ -243,20 +243,19 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 		attempt = 1
 	}
 	d := decision{attempt: attempt}
-	now := c.now()
 	if attempt == 1 {
 		c.originals.Add(1)
-		c.budget.DepositAt(now)
+		c.budget.Deposit() // the budget reads c.now, its clock
 	} else {
 		c.retries.Add(1)
-		if !c.budget.WithdrawAt(now) {
+		if !c.budget.Withdraw() {
 			return Permit{}, c.refuse(ctx, d, RetryRefused)
 		}
 	}
 	if c.nwait.Load() == 0 && c.tryInc() {
 		return c.admit(ctx, d)
 	}
-	return c.wait(ctx, d, now)
+	return c.wait(ctx, d, c.now())
 }
 
 // tryInc takes a slot if one is free.

@@ -64,16 +64,6 @@ func BenchmarkExecuteFailing(b *testing.B) {
 	}
 }
 
-// BenchmarkDo is the generic wrapping form, closed.
-func BenchmarkDo(b *testing.B) {
-	br := benchBreaker(b, nil)
-	fn := func() (int, error) { return 1, nil }
-	b.ReportAllocs()
-	for b.Loop() {
-		_, _ = breaker.Do(br, fn)
-	}
-}
-
 // BenchmarkOpenReject is a rejection by an open breaker (allocates the
 // *OpenError).
 func BenchmarkOpenReject(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/internal/tagged"
+	"github.com/stormguard/stormguard/internal/timed"
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
@@ -117,8 +118,8 @@ type Breaker struct {
 // New validates c and returns a closed Breaker. Zero fields take the
 // defaults (see [Config]). It returns an error wrapping [ErrInvalidConfig]
 // if FailureRatio is not in (0, 1], Window, Buckets, MinCalls, OpenFor or
-// Probes is negative, Buckets exceeds [MaxBuckets], Window is not a
-// multiple of Buckets nanoseconds of at least [MinBucket] each, MaxOpenFor
+// Probes is negative, Buckets exceeds 3600, Window is not a multiple of
+// Buckets nanoseconds of at least 1 ms each, MaxOpenFor
 // is neither 0 nor at least OpenFor, or ReleaseRate is NaN. A Breaker that
 // was built never fails or panics later (except by re-raising a closure's
 // panic).
@@ -244,15 +245,15 @@ func (b *Breaker) Done(p Permit, success bool) {
 	b.done(p, success, 0, time.Time{})
 }
 
-// DoneAt is [Breaker.Done] for an outcome known at time t, for a caller that
-// has read the clock anyway (a retry loop reads it once per call for its
-// budget and its breaker): a closed-state success is counted in t's bucket
-// without reading the breaker's clock. t must come from the breaker's clock
-// (its Config.Now, or the monotonic clock when Now is nil); anything else is
-// read as Done.
-func (b *Breaker) DoneAt(p Permit, success bool, t time.Time) {
-	b.done(p, success, 0, t)
+// successAt is Done(p, true) for a success at time t, read from the
+// breaker's clock: the retry loop of this module reads the clock once per
+// call for its budget and its breaker (see internal/timed), so that a
+// closed-state success is counted without a second reading.
+func (b *Breaker) successAt(p Permit, t time.Time) {
+	b.done(p, true, 0, t)
 }
+
+func init() { timed.Success = (*Breaker).successAt }
 
 // Fail records a failure of the call p was issued for, like Done(p, false),
 // whose answer asked to wait retryAfter before calling again (an HTTP
@@ -386,22 +387,12 @@ func (b *Breaker) State() State {
 type Snapshot struct {
 	// State is the current state.
 	State State
-	// Generation counts state changes; it starts at 1 and grows by one on
-	// every change.
-	Generation uint64
 	// Calls and Failures are the outcomes in the closed-state window (0
 	// unless State is Closed).
 	Calls, Failures int
-	// Probes is the number of probes admitted and ProbeSuccesses the
-	// number that succeeded, in this half-open round (0 unless State is
-	// HalfOpen).
-	Probes, ProbeSuccesses int
 	// Waiters is the number of calls waiting in [Breaker.Wait], those
 	// already scheduled for release included.
 	Waiters int
-	// OpenFor is the length of the current open period, or of the last one
-	// (0 if the breaker never opened).
-	OpenFor time.Duration
 	// HalfOpenIn is how long until the next probe round (0 unless State is
 	// Open).
 	HalfOpenIn time.Duration
@@ -415,13 +406,11 @@ func (b *Breaker) Snapshot() Snapshot {
 	now := b.now()
 	b.mu.Lock()
 	w := b.state.Load()
-	s := Snapshot{State: stateOf(w), Generation: genOf(w), OpenFor: b.openPeriod, Waiters: b.waiters.Len()}
+	s := Snapshot{State: stateOf(w), Waiters: b.waiters.Len()}
 	switch s.State {
 	case Closed:
-		calls, failures := b.window(b.bucketOf(now, s.Generation))
+		calls, failures := b.window(b.bucketOf(now, genOf(w)))
 		s.Calls, s.Failures = int(calls), int(failures)
-	case HalfOpen:
-		s.Probes, s.ProbeSuccesses = b.admitted, b.succeeded
 	case Open:
 		s.HalfOpenIn = b.openIn(now)
 	}
@@ -494,26 +483,4 @@ func (b *Breaker) Execute(fn func() error) error {
 	done = true
 	b.Done(p, !b.isFailure(err))
 	return err
-}
-
-// Do is [Breaker.Execute] for a function that returns a value: it calls fn
-// if b allows it, records the outcome, and returns fn's results; if b
-// rejects the call it returns the zero T and an [*OpenError]. A panic in
-// fn is recorded as a failure and continues.
-func Do[T any](b *Breaker, fn func() (T, error)) (T, error) {
-	p, err := b.Allow()
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	done := false
-	defer func() {
-		if !done {
-			b.Done(p, false)
-		}
-	}()
-	v, err := fn()
-	done = true
-	b.Done(p, !b.isFailure(err))
-	return v, err
 }

@@ -7,24 +7,24 @@ import (
 	"time"
 )
 
-// Defaults of a [Config]'s zero fields.
+// Defaults of a [Config]'s zero fields, documented there.
 const (
-	DefaultFailureRatio = 0.5
-	DefaultWindow       = 10 * time.Second
-	DefaultBuckets      = 10
-	DefaultMinCalls     = 20
-	DefaultOpenFor      = time.Second
-	DefaultProbes       = 3
-	DefaultMaxWaiters   = 10_000
+	defaultFailureRatio = 0.5
+	defaultWindow       = 10 * time.Second
+	defaultBuckets      = 10
+	defaultMinCalls     = 20
+	defaultOpenFor      = time.Second
+	defaultProbes       = 3
+	defaultMaxWaiters   = 10_000
 )
 
-// Limits on a [Config], checked by [New].
+// Limits on a [Config], checked by [New] and documented there.
 const (
-	// MaxBuckets is the largest number of buckets a window may have. A
-	// failure sums the window, so its cost grows with Buckets.
-	MaxBuckets = 3600
-	// MinBucket is the shortest bucket, Window/Buckets.
-	MinBucket = time.Millisecond
+	// maxBuckets bounds Buckets: a failure sums the window, so its cost
+	// grows with Buckets.
+	maxBuckets = 3600
+	// minBucket is the shortest bucket, Window/Buckets.
+	minBucket = time.Millisecond
 )
 
 // Config is the plain-data description of a breaker. Build a [Breaker] from
@@ -34,29 +34,31 @@ const (
 // breaker.Config{OpenFor: 5 * time.Second} changes only the probe interval.
 type Config struct {
 	// FailureRatio is the fraction of failed calls, in (0, 1], at or above
-	// which the breaker trips; 0 means [DefaultFailureRatio]. It is checked
-	// after each failure over the window, and over the current bucket alone
+	// which the breaker trips; 0 means 0.5. It is checked after each
+	// failure over the window, and over the current bucket alone
 	// (Window/Buckets, 1 s by default) when that holds MinCalls calls: a
 	// dependency that goes down trips the breaker within about a bucket,
 	// not after half a window of failures outweighs its healthy past.
 	FailureRatio float64
 	// Window is the length of the sliding window of closed-state outcomes;
-	// 0 means [DefaultWindow]. It must be a multiple of Buckets
-	// nanoseconds, with Window/Buckets at least [MinBucket].
+	// 0 means 10 s. It must be a multiple of Buckets nanoseconds, with
+	// Window/Buckets at least 1 ms.
 	Window time.Duration
 	// Buckets is the number of buckets the window is cut into, from 1 to
-	// [MaxBuckets]; 0 means [DefaultBuckets]. The window covers the current
-	// bucket and the Buckets−1 before it.
+	// 3600; 0 means 10. The window covers the current bucket and the
+	// Buckets−1 before it. A failure sums the window, so its cost grows
+	// with Buckets.
 	Buckets int
 	// MinCalls is the number of calls the window must hold before the
-	// breaker may trip; 0 means [DefaultMinCalls].
+	// breaker may trip; 0 means 20.
 	MinCalls int
 	// OpenFor is the probe interval: how long the breaker stays open after
 	// it trips, or after a failed probe, before it lets probes through
-	// again; 0 means [DefaultOpenFor] (1 s). Each open period is OpenFor
-	// jittered by ±20%, so that breakers that tripped together do not
-	// probe together, and never shorter than a Retry-After the dependency
-	// sent with the failure that opened it (see [Breaker.Fail]).
+	// again; 0 means 1 s. Each open period is OpenFor jittered by ±20%, so
+	// that breakers that tripped together do not probe together, and never
+	// shorter than a Retry-After the dependency sent with the failure that
+	// opened it (see [Breaker.Fail]). The sums saturate: an OpenFor near
+	// the largest Duration keeps the breaker open until Reset.
 	OpenFor time.Duration
 	// MaxOpenFor bounds the growth of the open period. 0 means no growth:
 	// every open period is OpenFor. Otherwise it must be at least OpenFor,
@@ -65,11 +67,11 @@ type Config struct {
 	// less often.
 	MaxOpenFor time.Duration
 	// Probes is the number of calls a probe round admits; all of them
-	// must succeed to close the breaker; 0 means [DefaultProbes].
+	// must succeed to close the breaker; 0 means 3.
 	Probes int
 	// MaxWaiters bounds the calls that may wait at once in [Breaker.Wait]
 	// for the breaker to admit them; beyond it a call is rejected at once.
-	// 0 means [DefaultMaxWaiters]; a negative value turns waiting off.
+	// 0 means 10,000; a negative value turns waiting off.
 	MaxWaiters int
 	// ReleaseRate is the most waiting calls per second released when the
 	// breaker closes, earliest deadline first, so that a recovering
@@ -84,7 +86,7 @@ type Config struct {
 	// back while the backlog drains.
 	ReleaseRate float64
 	// IsFailure reports whether an error returned by the closure given to
-	// [Breaker.Execute] or [Do] counts as a failure. Nil means any non-nil
+	// [Breaker.Execute] counts as a failure. Nil means any non-nil
 	// error is a failure. It is not used by [Breaker.Done], which is told
 	// the outcome. It must be safe for concurrent use.
 	IsFailure func(error) bool
@@ -134,38 +136,38 @@ var ErrInvalidConfig = errors.New("breaker: invalid config")
 // error wrapping ErrInvalidConfig.
 func (c Config) withDefaults() (Config, error) {
 	if c.FailureRatio == 0 {
-		c.FailureRatio = DefaultFailureRatio
+		c.FailureRatio = defaultFailureRatio
 	}
 	if c.Window == 0 {
-		c.Window = DefaultWindow
+		c.Window = defaultWindow
 	}
 	if c.Buckets == 0 {
-		c.Buckets = DefaultBuckets
+		c.Buckets = defaultBuckets
 	}
 	if c.MinCalls == 0 {
-		c.MinCalls = DefaultMinCalls
+		c.MinCalls = defaultMinCalls
 	}
 	if c.OpenFor == 0 {
-		c.OpenFor = DefaultOpenFor
+		c.OpenFor = defaultOpenFor
 	}
 	if c.Probes == 0 {
-		c.Probes = DefaultProbes
+		c.Probes = defaultProbes
 	}
 	if c.MaxWaiters == 0 {
-		c.MaxWaiters = DefaultMaxWaiters
+		c.MaxWaiters = defaultMaxWaiters
 	}
 	switch {
 	case !(c.FailureRatio > 0 && c.FailureRatio <= 1):
 		return c, fmt.Errorf("%w: failure ratio %v must be in (0, 1]", ErrInvalidConfig, c.FailureRatio)
 	case c.Window < 0:
 		return c, fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
-	case c.Buckets < 1 || c.Buckets > MaxBuckets:
-		return c, fmt.Errorf("%w: buckets %d must be in [1, %d]", ErrInvalidConfig, c.Buckets, MaxBuckets)
+	case c.Buckets < 1 || c.Buckets > maxBuckets:
+		return c, fmt.Errorf("%w: buckets %d must be in [1, %d]", ErrInvalidConfig, c.Buckets, maxBuckets)
 	case c.Window%time.Duration(c.Buckets) != 0:
 		return c, fmt.Errorf("%w: window %v is not a multiple of %d buckets", ErrInvalidConfig, c.Window, c.Buckets)
-	case c.Window/time.Duration(c.Buckets) < MinBucket:
+	case c.Window/time.Duration(c.Buckets) < minBucket:
 		return c, fmt.Errorf("%w: bucket %v (window %v / %d buckets) is shorter than %v",
-			ErrInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, MinBucket)
+			ErrInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, minBucket)
 	case c.MinCalls < 1:
 		return c, fmt.Errorf("%w: min calls %d must be at least 1", ErrInvalidConfig, c.MinCalls)
 	case c.OpenFor < 0:

@@ -18,8 +18,8 @@
 //     ([Breaker.Fail]); with MaxOpenFor set it doubles on every consecutive
 //     failed probe, up to MaxOpenFor.
 //   - [HalfOpen]: when the open period ends, a probe round admits Probes
-//     calls (default 3) and rejects the rest with an [*OpenError] matching
-//     [ErrTooManyProbes]. When all of them succeed the breaker closes, with
+//     calls (default 3) and rejects the rest with an [*OpenError] whose
+//     State is HalfOpen. When all of them succeed the breaker closes, with
 //     an empty window; the first failed probe opens it again.
 //
 // # Probes instead of one long open period
@@ -72,9 +72,9 @@
 // [Breaker.Done] (or Fail) records the outcome. Every permit must be given
 // back exactly once, with Done, Fail or [Breaker.Cancel]; a probe that is
 // never given back holds its slot forever. Code that can wrap a closure uses
-// [Breaker.Execute] or the generic [Do], which give the permit back on every
-// path; a panic in the closure is recorded as a failure and continues to
-// unwind (it is never recovered).
+// [Breaker.Execute], which gives the permit back on every path (a closure
+// that returns a value sets a variable it captures); a panic in the closure
+// is recorded as a failure and continues to unwind (it is never recovered).
 //
 // # Concurrency
 //

@@ -2,23 +2,17 @@ package breaker
 
 import (
 	"errors"
-	"fmt"
 	"time"
 )
 
-var (
-	// ErrOpen matches (with errors.Is) every rejection: an [*OpenError]
-	// from an open breaker, and from a half-open one whose probes are all
-	// taken.
-	ErrOpen = errors.New("breaker: open")
-	// ErrTooManyProbes matches the rejections of a half-open breaker whose
-	// probes are all taken. It wraps [ErrOpen].
-	ErrTooManyProbes = fmt.Errorf("%w: half-open, all probes taken", ErrOpen)
-)
+// ErrOpen matches (with errors.Is) every rejection: an [*OpenError] from
+// an open breaker, and from a half-open one whose probes are all taken.
+var ErrOpen = errors.New("breaker: open")
 
-// OpenError is the error [Breaker.Allow], [Breaker.Execute] and [Do] return
-// when they reject a call. It matches [ErrOpen] with errors.Is, and
-// [ErrTooManyProbes] too when State is HalfOpen.
+// OpenError is the error [Breaker.Allow], [Breaker.Wait] and
+// [Breaker.Execute] return when they reject a call. It matches [ErrOpen]
+// with errors.Is; State says whether the breaker was open or half-open with
+// all its probes taken.
 type OpenError struct {
 	// State is the state that rejected the call: Open, or HalfOpen when
 	// all probes were taken.
@@ -41,11 +35,8 @@ func (e *OpenError) Error() string {
 // again. It makes an OpenError a server-style hint for retry loops.
 func (e *OpenError) RetryAfter() time.Duration { return e.Wait }
 
-// Is reports whether target is [ErrOpen], or [ErrTooManyProbes] for a
-// half-open rejection.
-func (e *OpenError) Is(target error) bool {
-	return target == ErrOpen || (target == ErrTooManyProbes && e.State == HalfOpen)
-}
+// Is reports whether target is [ErrOpen].
+func (e *OpenError) Is(target error) bool { return target == ErrOpen }
 
 // An *OpenError is a retry hint (the interface package retry looks for).
 var _ interface{ RetryAfter() time.Duration } = (*OpenError)(nil)

@@ -80,14 +80,3 @@ func ExampleBreaker_Execute() {
 	// open
 	// true
 }
-
-// Do is Execute for a closure that returns a value.
-func ExampleDo() {
-	b, err := breaker.New(breaker.Config{})
-	if err != nil {
-		panic(err)
-	}
-	n, err := breaker.Do(b, func() (int, error) { return 42, nil })
-	fmt.Println(n, err)
-	// Output: 42 <nil>
-}

@@ -9,8 +9,13 @@ import (
 )
 
 func benchBudget(b *testing.B, slices int) *budget.Budget {
+	return benchBudgetOn(b, slices, nil)
+}
+
+// benchBudgetOn is benchBudget on clock now (nil: the default clock).
+func benchBudgetOn(b *testing.B, slices int, now func() time.Time) *budget.Budget {
 	b.Helper()
-	c := budget.Config{}
+	c := budget.Config{Now: now}
 	c.Slices = slices
 	bg, err := budget.New(c)
 	if err != nil {
@@ -29,13 +34,14 @@ func BenchmarkDeposit(b *testing.B) {
 	}
 }
 
-// BenchmarkDepositAt leaves the clock out.
-func BenchmarkDepositAt(b *testing.B) {
-	bg := benchBudget(b, 10)
+// BenchmarkDepositFakeClock leaves the clock's cost out: a clock that
+// returns a fixed time.
+func BenchmarkDepositFakeClock(b *testing.B) {
 	at := time.Now()
+	bg := benchBudgetOn(b, 10, func() time.Time { return at })
 	b.ReportAllocs()
 	for b.Loop() {
-		bg.DepositAt(at)
+		bg.Deposit()
 	}
 }
 
@@ -52,26 +58,27 @@ func BenchmarkWithdraw(b *testing.B) {
 	}
 }
 
-// BenchmarkWithdrawRefused is a spent budget: every withdrawal is refused.
+// BenchmarkWithdrawRefused is a spent budget: every withdrawal is refused
+// (on a fixed clock, so that the window stays spent).
 func BenchmarkWithdrawRefused(b *testing.B) {
-	bg := benchBudget(b, 10)
 	at := time.Now()
-	for bg.WithdrawAt(at) {
+	bg := benchBudgetOn(b, 10, func() time.Time { return at })
+	for bg.Withdraw() {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		bg.WithdrawAt(at)
+		bg.Withdraw()
 	}
 }
 
 // BenchmarkWithdrawSlices shows the O(Slices) cost of a withdrawal.
 func BenchmarkWithdrawSlices100(b *testing.B) {
-	bg := benchBudget(b, 100)
 	at := time.Now()
+	bg := benchBudgetOn(b, 100, func() time.Time { return at })
 	b.ReportAllocs()
 	for b.Loop() {
-		bg.DepositAt(at)
-		bg.WithdrawAt(at)
+		bg.Deposit()
+		bg.Withdraw()
 	}
 }
 

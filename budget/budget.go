@@ -10,32 +10,30 @@ import (
 
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/tagged"
+	"github.com/stormguard/stormguard/internal/timed"
 )
 
-// Defaults of a [Config]'s zero fields.
+// Defaults of a [Config]'s zero fields, documented there.
 const (
-	// DefaultRatio is the SRE book's 10%: retries per request.
-	DefaultRatio = 0.1
-	// DefaultMinPerSecond is the floor of retries per second granted
-	// whatever the request rate: 1/s, 10 per default window.
-	DefaultMinPerSecond = 1.0
-	// DefaultWindow is the length of the sliding window.
-	DefaultWindow = 10 * time.Second
-	// DefaultSlices is the number of slices the window is cut into (1 s
-	// each by default).
-	DefaultSlices = 10
+	defaultRatio        = 0.1
+	defaultMinPerSecond = 1.0
+	defaultWindow       = 10 * time.Second
+	defaultSlices       = 10
 )
 
-// Limits on a [Config], checked by [New].
+// Limits on a [Config], checked by [New] and documented there.
 const (
-	// MaxSlices is the largest number of slices a window may have.
-	// Withdraw reads every slice, so its cost grows with Slices.
-	MaxSlices = 3600
-	// MinSlice is the shortest slice, Window/Slices. Counter words hold
+	// maxSlices bounds Slices: Withdraw reads every slice, so its cost
+	// grows with Slices.
+	maxSlices = 3600
+	// minSlice is the shortest slice, Window/Slices. Counter words hold
 	// slice numbers in 40 bits and compare them correctly while they are
 	// less than 2^39 slices apart: 17 years of 1 ms slices, 17,000 years
 	// of the default 1 s slices.
-	MinSlice = time.Millisecond
+	minSlice = time.Millisecond
+	// maxCount is the count at which a slice's requests or retries
+	// saturate (16,777,215).
+	maxCount = tagged.MaxCount
 )
 
 // Config is the plain-data description of a budget. Build a [Budget] from it
@@ -44,39 +42,33 @@ const (
 // slices.
 type Config struct {
 	// Ratio is the number of retries allowed per request deposited in the
-	// window, in [0, 1]; 0 means [DefaultRatio]. A negative Ratio means
-	// none: only the floor is left.
+	// window, in [0, 1]; 0 means 0.1 (the SRE book's 10%). A negative
+	// Ratio means none: only the floor is left.
 	Ratio float64
 	// MinPerSecond is the floor: retries per second allowed on top of
 	// Ratio, so MinPerSecond·Window.Seconds() retries per window are
-	// always allowed, even to a client that sends nothing. 0 means
-	// [DefaultMinPerSecond]; a negative value means no floor. It must be
-	// finite.
+	// always allowed, even to a client that sends nothing. 0 means 1 per
+	// second (10 per default window); a negative value means no floor. It
+	// must be finite.
 	MinPerSecond float64
-	// Window is the length of the sliding window; 0 means [DefaultWindow].
-	// It must be a multiple of Slices nanoseconds, with Window/Slices at
-	// least [MinSlice].
+	// Window is the length of the sliding window; 0 means 10 s. It must be
+	// a multiple of Slices nanoseconds, with Window/Slices at least 1 ms.
 	Window time.Duration
 	// Slices is the number of slices the window is cut into, from 1 to
-	// [MaxSlices]; 0 means [DefaultSlices]. More slices make the window
-	// slide more smoothly and Withdraw slower.
+	// 3600; 0 means 10 (1 s each by default). More slices make the window
+	// slide more smoothly and Withdraw slower: it reads every slice.
 	Slices int
-	// Now returns the current time for [Budget.Deposit] and
-	// [Budget.Withdraw]; nil means the monotonic clock (time.Now's
-	// reading when New ran, advanced by time.Since: cheaper than time.Now and
-	// immune to wall-clock steps). It is called from every
-	// goroutine that uses the budget, so it must be safe for concurrent
-	// use. DepositAt and WithdrawAt take the time as an argument instead.
+	// Now returns the current time for [Budget.Deposit], [Budget.Withdraw]
+	// and [Budget.Stats]; nil means the monotonic clock (time.Now's
+	// reading when New ran, advanced by time.Since: cheaper than time.Now
+	// and immune to wall-clock steps). It is called from every goroutine
+	// that uses the budget, so it must be safe for concurrent use. Tests
+	// pass a fake clock here, or run in a testing/synctest bubble.
 	Now func() time.Time
 }
 
 // ErrInvalidConfig is wrapped by every error [New] returns.
 var ErrInvalidConfig = errors.New("budget: invalid config")
-
-// MaxCount is the count at which a slice's requests or retries saturate:
-// further deposits in the slice are not counted, further withdrawals are
-// refused.
-const MaxCount = tagged.MaxCount // 16,777,215
 
 // The retry loop's view of a budget.
 var _ interface {
@@ -117,9 +109,9 @@ type Budget struct {
 // New validates c and returns a Budget whose slice 0 begins now (c.Now()).
 // Zero fields take the defaults (see [Config]). It returns an error wrapping
 // [ErrInvalidConfig] if Ratio is NaN or above 1, MinPerSecond is NaN or
-// infinite, Window is negative, Slices is outside [0, MaxSlices], or Window
-// is not a multiple of Slices nanoseconds of at least [MinSlice] each. A
-// Budget that was built never fails or panics later.
+// infinite, Window is negative, Slices is outside [0, 3600], or Window is
+// not a multiple of Slices nanoseconds of at least 1 ms each. A Budget
+// that was built never fails or panics later.
 func New(c Config) (*Budget, error) {
 	b := new(Budget)
 	var err error
@@ -133,16 +125,16 @@ func New(c Config) (*Budget, error) {
 // init validates c and sets b up; it runs once per Budget.
 func (b *Budget) init(c Config) error {
 	if c.Ratio == 0 {
-		c.Ratio = DefaultRatio
+		c.Ratio = defaultRatio
 	}
 	if c.MinPerSecond == 0 {
-		c.MinPerSecond = DefaultMinPerSecond
+		c.MinPerSecond = defaultMinPerSecond
 	}
 	if c.Window == 0 {
-		c.Window = DefaultWindow
+		c.Window = defaultWindow
 	}
 	if c.Slices == 0 {
-		c.Slices = DefaultSlices
+		c.Slices = defaultSlices
 	}
 	ratio, floor := max(c.Ratio, 0), max(c.MinPerSecond, 0)
 	switch {
@@ -152,13 +144,13 @@ func (b *Budget) init(c Config) error {
 		return fmt.Errorf("%w: min per second %v must be finite", ErrInvalidConfig, c.MinPerSecond)
 	case c.Window < 0:
 		return fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
-	case c.Slices < 1 || c.Slices > MaxSlices:
-		return fmt.Errorf("%w: slices %d must be in [0, %d]", ErrInvalidConfig, c.Slices, MaxSlices)
+	case c.Slices < 1 || c.Slices > maxSlices:
+		return fmt.Errorf("%w: slices %d must be in [0, %d]", ErrInvalidConfig, c.Slices, maxSlices)
 	case c.Window%time.Duration(c.Slices) != 0:
 		return fmt.Errorf("%w: window %v is not a multiple of %d slices", ErrInvalidConfig, c.Window, c.Slices)
-	case c.Window/time.Duration(c.Slices) < MinSlice:
+	case c.Window/time.Duration(c.Slices) < minSlice:
 		return fmt.Errorf("%w: slice %v (window %v / %d slices) is shorter than %v",
-			ErrInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, MinSlice)
+			ErrInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, minSlice)
 	}
 	now := c.Now
 	if now == nil {
@@ -214,37 +206,39 @@ func (b *Budget) index(s int64) int64 {
 	return i
 }
 
-// Deposit records an original request (not a retry). It is shorthand for
-// b.DepositAt(now) with the configured clock.
+// Deposit records an original request (not a retry), at the time the
+// budget's clock reads. A deposit whose slice has already been reused by a
+// later one (the clock went back a whole window) lies outside every window
+// still to come and is dropped. Deposit is safe for concurrent use, takes
+// no lock and allocates nothing.
 func (b *Budget) Deposit() {
 	b.ready()
-	b.depositAt(b.now())
+	b.deposit(b.now(), 1)
 }
 
-// DepositAt records an original request sent at time t. A deposit whose
-// slice has already been reused by a later one lies outside every window
-// still to come and is dropped. DepositAt is safe for concurrent use, takes
-// no lock and allocates nothing.
-func (b *Budget) DepositAt(t time.Time) {
-	b.ready()
-	b.depositAt(t)
-}
-
-// DepositN records n original requests sent at time t, like n calls of
-// [Budget.DepositAt] in one counter update: for counts gathered elsewhere (a
+// DepositN records n original requests at once, like n calls of
+// [Budget.Deposit] in one counter update: for counts gathered elsewhere (a
 // fleet's sync feeding the local budget it falls back to). n of 0 or less
-// records nothing.
-func (b *Budget) DepositN(t time.Time, n int) {
+// records nothing; a slice's count saturates at 16,777,215.
+func (b *Budget) DepositN(n int) {
 	b.ready()
 	if n <= 0 {
 		return
 	}
-	b.deposit(t, uint64(min(n, tagged.MaxCount)))
+	b.deposit(b.now(), uint64(min(n, maxCount)))
 }
 
-func (b *Budget) depositAt(t time.Time) { b.deposit(t, 1) }
+// depositAt records one original request at time t, which must come from
+// the budget's clock: the retry loop of this module reads the clock once
+// per call for its budget and its breaker (see internal/timed).
+func (b *Budget) depositAt(t time.Time) {
+	b.ready()
+	b.deposit(t, 1)
+}
 
-// deposit adds n deposits at t, saturating at MaxCount.
+func init() { timed.Deposit = (*Budget).depositAt }
+
+// deposit adds n deposits at t, saturating at maxCount.
 func (b *Budget) deposit(t time.Time, add uint64) {
 	s := b.sliceOf(t)
 	tag := tagged.Tag(s)
@@ -270,29 +264,23 @@ func (b *Budget) deposit(t time.Time, add uint64) {
 	}
 }
 
-// Withdraw reports whether a retry may be sent now, and if so records it. It
-// is shorthand for b.WithdrawAt(now) with the configured clock.
-func (b *Budget) Withdraw() bool {
-	b.ready()
-	return b.withdrawAt(b.now())
-}
-
-// WithdrawAt reports whether a retry may be sent at time t, and if so
-// records it: it admits the retry if and only if, in the window ending in
-// t's slice, retries + 1 <= Ratio·requests + MinPerSecond·Window.Seconds()
-// (see the package documentation). If t is older than the newest slice in
-// which a retry was admitted, it counts as that slice.
+// Withdraw reports whether a retry may be sent now (at the time the
+// budget's clock reads), and if so records it: it admits the retry if and
+// only if, in the window ending in the current slice, retries + 1 <=
+// Ratio·requests + MinPerSecond·Window.Seconds() (see the package
+// documentation). If the clock reads a time older than the newest slice in
+// which a retry was admitted, the retry counts as that slice's.
 //
-// WithdrawAt is safe for concurrent use, takes no lock and allocates
+// Withdraw is safe for concurrent use, takes no lock and allocates
 // nothing: the admission is one compare-and-swap, retried if another
 // withdrawal won the race, so concurrent withdrawals never admit more than
 // the rule allows. It reads every slice, so it costs O(Slices).
-func (b *Budget) WithdrawAt(t time.Time) bool {
+func (b *Budget) Withdraw() bool {
 	b.ready()
-	return b.withdrawAt(t)
+	return b.withdraw(b.now())
 }
 
-func (b *Budget) withdrawAt(t time.Time) bool {
+func (b *Budget) withdraw(t time.Time) bool {
 	s := b.sliceOf(t)
 	for {
 		h := b.head.Load()
@@ -384,32 +372,17 @@ type Stats struct {
 	// Retries is the number of retries admitted in the window.
 	Retries int
 	// Limit is Ratio·Requests + MinPerSecond·Window.Seconds(): the window
-	// admits retries while Retries+1 <= Limit.
+	// admits retries while Retries+1 <= Limit, so ⌊Limit⌋ − Retries more
+	// are available if nothing else happens.
 	Limit float64
 }
 
-// Available returns how many more retries the window would admit if nothing
-// else happened: ⌊Limit⌋ − Retries, or 0 if that is negative.
-func (s Stats) Available() int {
-	if !(s.Limit >= 0) {
-		return 0
-	}
-	return max(int(math.Min(math.Floor(s.Limit), math.MaxInt32))-s.Retries, 0)
-}
-
-// Stats returns a snapshot of the window at the configured clock's current
-// time. It is shorthand for b.StatsAt(now).
+// Stats returns a snapshot of the window that a withdrawal now would see,
+// without recording anything. Under concurrent use the counters are read
+// one after another, not as one atomic snapshot. It allocates nothing.
 func (b *Budget) Stats() Stats {
 	b.ready()
-	return b.StatsAt(b.now())
-}
-
-// StatsAt returns a snapshot of the window that a withdrawal at time t would
-// see, without recording anything. Under concurrent use the counters are
-// read one after another, not as one atomic snapshot. It allocates nothing.
-func (b *Budget) StatsAt(t time.Time) Stats {
-	b.ready()
-	s := b.sliceOf(t)
+	s := b.sliceOf(b.now())
 	htag, hn := tagged.Unpack(b.head.Load())
 	hs := s - tagged.Diff(tagged.Tag(s), htag)
 	cur := max(s, hs)

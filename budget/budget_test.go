@@ -42,28 +42,40 @@ func none(v float64) float64 {
 	return v
 }
 
-// newBudget builds a budget whose slice 0 starts at t0; a ratio or perSec
-// of 0 means none.
-func newBudget(t *testing.T, ratio, perSec float64, window time.Duration, slices int) *budget.Budget {
+// clocked is a budget on a fake clock; its helpers set the clock to the
+// time a test names and then call the budget, which reads it.
+type clocked struct {
+	*budget.Budget
+	clk *fakeClock
+}
+
+func (b clocked) depositAt(t time.Time)            { b.clk.Set(t); b.Deposit() }
+func (b clocked) withdrawAt(t time.Time) bool      { b.clk.Set(t); return b.Withdraw() }
+func (b clocked) statsAt(t time.Time) budget.Stats { b.clk.Set(t); return b.Stats() }
+
+// newBudget builds a budget on a fake clock whose slice 0 starts at t0; a
+// ratio or perSec of 0 means none.
+func newBudget(t testing.TB, ratio, perSec float64, window time.Duration, slices int) clocked {
 	t.Helper()
+	clk := newClock()
 	b, err := budget.New(budget.Config{
 		Ratio: none(ratio), MinPerSecond: none(perSec), Window: window, Slices: slices,
-		Now: func() time.Time { return t0 },
+		Now: clk.Now,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return b
+	return clocked{b, clk}
 }
 
 // drain withdraws at t until refused and returns how many were admitted.
-func drain(t *testing.T, b *budget.Budget, at time.Time) int {
+func drain(t *testing.T, b clocked, at time.Time) int {
 	t.Helper()
 	n := 0
-	for b.WithdrawAt(at) {
+	for b.withdrawAt(at) {
 		n++
 		if n > 1e7 {
-			t.Fatalf("WithdrawAt(%v) never refuses", at)
+			t.Fatalf("Withdraw at %v never refuses", at)
 		}
 	}
 	return n
@@ -123,8 +135,8 @@ func TestNegativeMeansNone(t *testing.T) {
 		for range 100 {
 			b.Deposit()
 		}
-		if got := b.Stats().Available(); got != tt.want {
-			t.Errorf("ratio %v, floor %v: %d retries available after 100 requests, want %d", tt.ratio, tt.perSec, got, tt.want)
+		if s := b.Stats(); int(s.Limit)-s.Retries != tt.want {
+			t.Errorf("ratio %v, floor %v: %d retries available after 100 requests (%+v), want %d", tt.ratio, tt.perSec, int(s.Limit)-s.Retries, s, tt.want)
 		}
 	}
 }
@@ -142,9 +154,9 @@ func TestNewInvalid(t *testing.T) {
 		{"NaN floor", func(c *budget.Config) { c.MinPerSecond = math.NaN() }},
 		{"infinite floor", func(c *budget.Config) { c.MinPerSecond = math.Inf(1) }},
 		{"negative window", func(c *budget.Config) { c.Window = -time.Second }},
-		{"too many slices", func(c *budget.Config) { c.Slices = budget.MaxSlices + 1; c.Window = 2 * time.Hour }},
+		{"too many slices", func(c *budget.Config) { c.Slices = 3600 + 1; c.Window = 2 * time.Hour }},
 		{"negative slices", func(c *budget.Config) { c.Slices = -3 }},
-		{"too many slices", func(c *budget.Config) { c.Slices = budget.MaxSlices + 1; c.Window = time.Hour * 2 }},
+		{"too many slices", func(c *budget.Config) { c.Slices = 3600 + 1; c.Window = time.Hour * 2 }},
 		{"window not a multiple of slices", func(c *budget.Config) { c.Window = 10*time.Second + 1 }},
 		{"slice too short", func(c *budget.Config) { c.Window = 10 * time.Microsecond; c.Slices = 10 }},
 	}
@@ -161,7 +173,7 @@ func TestNewInvalid(t *testing.T) {
 	// Edges that are valid.
 	valid := []budget.Config{
 		{Ratio: -1, MinPerSecond: -1, Window: time.Millisecond, Slices: 1},
-		{Ratio: 1, MinPerSecond: 1000, Window: time.Hour, Slices: budget.MaxSlices},
+		{Ratio: 1, MinPerSecond: 1000, Window: time.Hour, Slices: 3600},
 	}
 	for _, c := range valid {
 		if _, err := budget.New(c); err != nil {
@@ -194,15 +206,15 @@ func TestAdmissionCount(t *testing.T) {
 			b := newBudget(t, tt.ratio, tt.perSec, 10*time.Second, 10)
 			at := t0.Add(3 * time.Second)
 			for range tt.deposits {
-				b.DepositAt(at)
+				b.depositAt(at)
 			}
 			if got := drain(t, b, at); got != tt.want {
 				t.Fatalf("admitted %d withdrawals after %d deposits, want %d", got, tt.deposits, tt.want)
 			}
-			st := b.StatsAt(at)
-			if st.Requests != tt.deposits || st.Retries != tt.want || st.Available() != 0 {
-				t.Fatalf("StatsAt = %+v (Available %d), want Requests %d Retries %d Available 0",
-					st, st.Available(), tt.deposits, tt.want)
+			st := b.statsAt(at)
+			if st.Requests != tt.deposits || st.Retries != tt.want || int(st.Limit) != tt.want {
+				t.Fatalf("Stats = %+v, want Requests %d Retries %d, none left (Limit %d.x)",
+					st, tt.deposits, tt.want, tt.want)
 			}
 		})
 	}
@@ -234,13 +246,13 @@ func TestSliceExpiry(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newBudget(t, 1, 0, 10*slice, 10)
-			b.DepositAt(t0.Add(tt.deposit))
+			b.depositAt(t0.Add(tt.deposit))
 			at := t0.Add(tt.withdraw)
-			if st := b.StatsAt(at); st.Requests != tt.requests {
-				t.Errorf("StatsAt(+%v).Requests = %d, want %d", tt.withdraw, st.Requests, tt.requests)
+			if st := b.statsAt(at); st.Requests != tt.requests {
+				t.Errorf("Stats at +%v: Requests = %d, want %d", tt.withdraw, st.Requests, tt.requests)
 			}
-			if got := b.WithdrawAt(at); got != tt.admitted {
-				t.Fatalf("DepositAt(+%v); WithdrawAt(+%v) = %v, want %v", tt.deposit, tt.withdraw, got, tt.admitted)
+			if got := b.withdrawAt(at); got != tt.admitted {
+				t.Fatalf("Deposit at +%v; Withdraw at +%v = %v, want %v", tt.deposit, tt.withdraw, got, tt.admitted)
 			}
 		})
 	}
@@ -255,8 +267,8 @@ func TestRetryExpiry(t *testing.T) {
 		t.Fatalf("drain at +3s admitted %d, want 5", got)
 	}
 	// Slice 1 is in the window until slice 6 starts at +12s.
-	if b.WithdrawAt(t0.Add(12*time.Second - 1)) {
-		t.Fatalf("WithdrawAt(+12s-1ns) = true, want false: slice 1 is still in the window")
+	if b.withdrawAt(t0.Add(12*time.Second - 1)) {
+		t.Fatalf("Withdraw at +12s-1ns = true, want false: slice 1 is still in the window")
 	}
 	if got := drain(t, b, t0.Add(12*time.Second)); got != 5 {
 		t.Fatalf("drain at +12s admitted %d, want 5 (slice 1 expired)", got)
@@ -268,51 +280,32 @@ func TestRetryExpiry(t *testing.T) {
 func TestBackwardsTime(t *testing.T) {
 	b := newBudget(t, 1, 0, 10*time.Second, 10)
 	for range 3 {
-		b.DepositAt(t0.Add(20 * time.Second)) // slice 20
+		b.depositAt(t0.Add(20 * time.Second)) // slice 20
 	}
-	if !b.WithdrawAt(t0.Add(20 * time.Second)) {
-		t.Fatal("WithdrawAt(+20s) = false, want true")
+	if !b.withdrawAt(t0.Add(20 * time.Second)) {
+		t.Fatal("Withdraw at +20s = false, want true")
 	}
 	// A withdrawal at an older time counts in the head slice (20), where
 	// the three deposits are.
-	if !b.WithdrawAt(t0) {
-		t.Fatal("WithdrawAt(t0) after head slice 20 = false, want true (clamped to slice 20)")
+	if !b.withdrawAt(t0) {
+		t.Fatal("Withdraw at t0 after head slice 20 = false, want true (clamped to slice 20)")
 	}
-	if !b.WithdrawAt(t0.Add(15 * time.Second)) {
-		t.Fatal("WithdrawAt(+15s) = false, want true (clamped to slice 20)")
+	if !b.withdrawAt(t0.Add(15 * time.Second)) {
+		t.Fatal("Withdraw at +15s = false, want true (clamped to slice 20)")
 	}
-	if b.WithdrawAt(t0) {
+	if b.withdrawAt(t0) {
 		t.Fatal("fourth withdrawal = true, want false: 3 deposits, ratio 1")
 	}
 	// Slice 10 shares its ring word with slice 20, which is newer: a
 	// deposit at +10s has expired and is dropped.
-	b.DepositAt(t0.Add(10 * time.Second))
-	if st := b.StatsAt(t0.Add(20 * time.Second)); st.Requests != 3 {
-		t.Fatalf("StatsAt(+20s).Requests = %d after an expired deposit, want 3", st.Requests)
+	b.depositAt(t0.Add(10 * time.Second))
+	if st := b.statsAt(t0.Add(20 * time.Second)); st.Requests != 3 {
+		t.Fatalf("Stats at +20s: Requests = %d after an expired deposit, want 3", st.Requests)
 	}
 	// A deposit in an older slice still in the window counts.
-	b.DepositAt(t0.Add(11 * time.Second))
-	if st := b.StatsAt(t0.Add(20 * time.Second)); st.Requests != 4 || st.Retries != 3 {
-		t.Fatalf("StatsAt(+20s) = %+v, want Requests 4, Retries 3", st)
-	}
-}
-
-func TestStatsAvailable(t *testing.T) {
-	tests := []struct {
-		s    budget.Stats
-		want int
-	}{
-		{budget.Stats{Limit: 0}, 0},
-		{budget.Stats{Limit: 2.9}, 2},
-		{budget.Stats{Limit: 3, Retries: 1}, 2},
-		{budget.Stats{Limit: 3, Retries: 5}, 0},
-		{budget.Stats{Limit: math.NaN()}, 0},
-		{budget.Stats{Limit: math.Inf(1)}, math.MaxInt32},
-	}
-	for _, tt := range tests {
-		if got := tt.s.Available(); got != tt.want {
-			t.Errorf("%+v.Available() = %d, want %d", tt.s, got, tt.want)
-		}
+	b.depositAt(t0.Add(11 * time.Second))
+	if st := b.statsAt(t0.Add(20 * time.Second)); st.Requests != 4 || st.Retries != 3 {
+		t.Fatalf("Stats at +20s = %+v, want Requests 4, Retries 3", st)
 	}
 }
 
@@ -460,14 +453,14 @@ func TestPropertyBound(t *testing.T) {
 				}
 			}
 			if rng.Float64() < depositP {
-				b.DepositAt(now)
+				b.depositAt(now)
 				m.deposit(now)
 				continue
 			}
-			got := b.WithdrawAt(now)
+			got := b.withdrawAt(now)
 			want, cur := m.withdraw(now)
 			if got != want {
-				t.Fatalf("run %d op %d (ratio %v floor %v/s window %v/%d): WithdrawAt(+%v) = %v, model says %v",
+				t.Fatalf("run %d op %d (ratio %v floor %v/s window %v/%d): Withdraw at +%v = %v, model says %v",
 					run, op, ratio, perSec, window, slices, now.Sub(t0), got, want)
 			}
 			if got {
@@ -480,9 +473,9 @@ func TestPropertyBound(t *testing.T) {
 			} else {
 				refusedTotal++
 			}
-			st := b.StatsAt(now)
+			st := b.statsAt(now)
 			if st.Retries != m.sum(m.retries, cur) || st.Requests != m.live(cur) {
-				t.Fatalf("run %d op %d: StatsAt(+%v) = %+v, model has %d requests %d retries",
+				t.Fatalf("run %d op %d: Stats at +%v = %+v, model has %d requests %d retries",
 					run, op, now.Sub(t0), st, m.live(cur), m.sum(m.retries, cur))
 			}
 		}
@@ -559,7 +552,7 @@ func TestConcurrentSameSlice(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range deposits {
-				b.DepositAt(at)
+				b.depositAt(at)
 			}
 		})
 	}
@@ -568,7 +561,7 @@ func TestConcurrentSameSlice(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range withdraws {
-				if b.WithdrawAt(at) {
+				if b.withdrawAt(at) {
 					admitted.Add(1)
 				}
 			}
@@ -579,8 +572,8 @@ func TestConcurrentSameSlice(t *testing.T) {
 	if got := admitted.Load(); got != want {
 		t.Fatalf("%d goroutines admitted %d withdrawals, want exactly %d", goroutines, got, want)
 	}
-	if st := b.StatsAt(at); st.Requests != goroutines*deposits || int64(st.Retries) != want {
-		t.Fatalf("StatsAt = %+v, want Requests %d Retries %d", st, goroutines*deposits, want)
+	if st := b.statsAt(at); st.Requests != goroutines*deposits || int64(st.Retries) != want {
+		t.Fatalf("Stats = %+v, want Requests %d Retries %d", st, goroutines*deposits, want)
 	}
 }
 
@@ -622,9 +615,9 @@ func TestConcurrentMixed(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, uint64(g)))
 				for range perG {
 					if r.IntN(3) > 0 {
-						b.DepositAt(now)
+						b.depositAt(now)
 						deps.Add(1)
-					} else if b.WithdrawAt(now) {
+					} else if b.withdrawAt(now) {
 						adm.Add(1)
 					}
 				}
@@ -642,28 +635,41 @@ func TestConcurrentMixed(t *testing.T) {
 		if got, want := sum(retries, cur), int(math.Floor(limit)); got != want {
 			t.Fatalf("phase %d: window holds %d retries after draining, want floor(%v) = %d", phase, got, limit, want)
 		}
-		if st := b.StatsAt(now); st.Requests != sum(requests, cur) || st.Retries != sum(retries, cur) {
-			t.Fatalf("phase %d: StatsAt = %+v, want Requests %d Retries %d",
+		if st := b.statsAt(now); st.Requests != sum(requests, cur) || st.Retries != sum(retries, cur) {
+			t.Fatalf("phase %d: Stats = %+v, want Requests %d Retries %d",
 				phase, st, sum(requests, cur), sum(retries, cur))
 		}
 	}
 }
 
 // TestConcurrentBoundary: goroutines withdraw at times on both sides of a
-// slice boundary at once, so heads move while others admit. The total over
-// the window must not exceed the limit.
+// slice boundary at once, so heads move while others admit: the budget's
+// clock hands each call the next of four times around the boundary. The
+// total over the window must not exceed the limit.
 func TestConcurrentBoundary(t *testing.T) {
 	for round := range 20 {
-		b := newBudget(t, 0, 1, 4*time.Second, 4) // floor only: 4 per window
 		times := []time.Time{
 			t0.Add(time.Second - 1), t0.Add(time.Second), t0.Add(2*time.Second - 1), t0.Add(2 * time.Second),
 		}
+		var calls atomic.Int64
+		b, err := budget.New(budget.Config{
+			Ratio: -1, MinPerSecond: 1, Window: 4 * time.Second, Slices: 4, // floor only: 4 per window
+			Now: func() time.Time {
+				if n := calls.Add(1); n > 1 { // the first reading is New's: slice 0 starts at t0
+					return times[n%int64(len(times))]
+				}
+				return t0
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
-		for g := range 8 {
+		for range 8 {
 			wg.Go(func() {
-				for i := range 20 {
-					if b.WithdrawAt(times[(g+i)%len(times)]) {
+				for range 20 {
+					if b.Withdraw() {
 						admitted.Add(1)
 					}
 				}
@@ -681,16 +687,15 @@ func TestConcurrentBoundary(t *testing.T) {
 
 func TestZeroAllocs(t *testing.T) {
 	b := newBudget(t, 0.1, 1, 10*time.Second, 10)
-	at := t0
 	tests := []struct {
 		name string
 		fn   func()
 	}{
-		{"DepositAt", func() { b.DepositAt(at) }},
-		{"WithdrawAt", func() { b.WithdrawAt(at) }},
-		{"StatsAt", func() { _ = b.StatsAt(at) }},
-		{"Deposit+Withdraw", func() { b.Deposit(); b.Withdraw() }},
-		{"moving clock", func() { at = at.Add(time.Second); b.DepositAt(at); b.WithdrawAt(at) }},
+		{"Deposit", func() { b.Deposit() }},
+		{"DepositN", func() { b.DepositN(3) }},
+		{"Withdraw", func() { b.Withdraw() }},
+		{"Stats", func() { _ = b.Stats() }},
+		{"moving clock", func() { b.clk.Advance(time.Second); b.Deposit(); b.Withdraw() }},
 	}
 	for _, tt := range tests {
 		if n := testing.AllocsPerRun(1000, tt.fn); n != 0 {
@@ -719,30 +724,36 @@ func TestRealClockDefault(t *testing.T) {
 	})
 }
 
-// DepositN counts like n DepositAt calls, saturating at MaxCount.
+// DepositN counts like n Deposit calls, saturating at 16,777,215 per
+// slice.
 func TestDepositN(t *testing.T) {
+	const maxCount = 1<<24 - 1
 	a := newBudget(t, 0.5, 0, 10*time.Second, 10)
 	b := newBudget(t, 0.5, 0, 10*time.Second, 10)
 	at := t0.Add(1500 * time.Millisecond)
 	for range 40 {
-		a.DepositAt(at)
+		a.depositAt(at)
 	}
-	b.DepositN(at, 40)
-	b.DepositN(at, 0)
-	b.DepositN(at, -5)
-	if sa, sb := a.StatsAt(at), b.StatsAt(at); sa != sb || sb.Requests != 40 {
-		t.Errorf("DepositN(40) stats %+v, 40 DepositAt %+v; want equal, 40 requests", sb, sa)
+	b.clk.Set(at)
+	b.DepositN(40)
+	b.DepositN(0)
+	b.DepositN(-5)
+	if sa, sb := a.statsAt(at), b.statsAt(at); sa != sb || sb.Requests != 40 {
+		t.Errorf("DepositN(40) stats %+v, 40 Deposit %+v; want equal, 40 requests", sb, sa)
 	}
 	c := newBudget(t, 0.5, 0, 10*time.Second, 10)
-	c.DepositN(at, budget.MaxCount-1)
-	c.DepositN(at, 10)
-	if s := c.StatsAt(at); s.Requests != budget.MaxCount {
-		t.Errorf("DepositN past MaxCount: %d requests, want %d (saturated)", s.Requests, budget.MaxCount)
+	c.clk.Set(at)
+	c.DepositN(maxCount - 1)
+	c.DepositN(10)
+	c.DepositN(math.MaxInt)
+	if s := c.statsAt(at); s.Requests != maxCount {
+		t.Errorf("DepositN past the largest count: %d requests, want %d (saturated)", s.Requests, maxCount)
 	}
 	d := newBudget(t, 0.5, 0, time.Second, 1)
-	d.DepositN(t0, 7)
-	d.DepositN(t0.Add(time.Second), 3) // the next slice resets the word
-	if s := d.StatsAt(t0.Add(time.Second)); s.Requests != 3 {
+	d.DepositN(7)
+	d.clk.Set(t0.Add(time.Second))
+	d.DepositN(3) // the next slice resets the word
+	if s := d.statsAt(t0.Add(time.Second)); s.Requests != 3 {
 		t.Errorf("after the slice moved on: %d requests, want 3", s.Requests)
 	}
 }

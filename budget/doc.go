@@ -48,14 +48,15 @@
 // with a withdrawal may be counted as if it came after it, which can only
 // make the withdrawal stricter.
 //
-// Time never runs backwards inside a budget: a withdrawal whose time is
-// older than the newest slice in which a retry was admitted counts as
-// happening in that newest slice (as golang.org/x/time/rate treats such
-// times). Each counter word is reused every Slices slices; a deposit whose
-// word already holds a later slice has expired and is dropped, and a word
-// taken over by a later slice no longer counts for an earlier window. Both
-// only matter when callers pass times out of order, and both can only make
-// the budget stricter.
+// Time never runs backwards inside a budget: a withdrawal whose clock
+// reading is older than the newest slice in which a retry was admitted
+// counts as happening in that newest slice (as golang.org/x/time/rate
+// treats such times). Each counter word is reused every Slices slices; a
+// deposit whose word already holds a later slice has expired and is
+// dropped, and a word taken over by a later slice no longer counts for an
+// earlier window. Both only matter when the clock (Config.Now) goes back,
+// or goroutines read it and reach the budget in a different order, and
+// both can only make the budget stricter.
 //
 // # The floor, and the limit of a per-client budget
 //

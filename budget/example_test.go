@@ -40,23 +40,29 @@ func ExampleBudget() {
 	// {Requests:0 Retries:1 Limit:10}
 }
 
-// DepositAt and WithdrawAt take the time as an argument, like
-// golang.org/x/time/rate's AllowN, for callers that already read the clock.
-func ExampleBudget_WithdrawAt() {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// The window slides: a deposit counts for Slices slices, and expires when
+// the Slices-th slice after its own begins. Time comes from Config.Now (a
+// fake clock here; nil means the monotonic clock).
+func ExampleBudget_window() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	b, err := budget.New(budget.Config{
 		Ratio: 0.5, MinPerSecond: -1, Window: 4 * time.Second, Slices: 4, // no floor
-		Now: func() time.Time { return start },
+		Now: func() time.Time { return now },
 	})
 	if err != nil {
 		panic(err)
 	}
-	b.DepositAt(start)
-	b.DepositAt(start.Add(time.Second))
-	fmt.Println(b.WithdrawAt(start.Add(2*time.Second)), b.WithdrawAt(start.Add(2*time.Second)))
-	// The deposit of slice 0 expires when slice 4 begins.
-	fmt.Println(b.StatsAt(start.Add(4*time.Second-1)).Requests, b.StatsAt(start.Add(4*time.Second)).Requests)
+	b.Deposit() // slice 0
+	now = now.Add(time.Second)
+	b.Deposit() // slice 1
+	now = now.Add(time.Second)
+	fmt.Println(b.Withdraw(), b.Withdraw()) // 0.5 of 2 requests: one retry
+	now = now.Add(2*time.Second - 1)
+	fmt.Println(b.Stats().Requests) // the end of slice 3: both still count
+	now = now.Add(1)
+	fmt.Println(b.Stats().Requests) // slice 4 begins: slice 0's deposit expires
 	// Output:
 	// true false
-	// 2 1
+	// 2
+	// 1
 }

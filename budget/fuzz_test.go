@@ -18,9 +18,10 @@ func FuzzBudget(f *testing.F) {
 	f.Add(0.5, 0.3, uint16(7), uint32(3), []byte{0x06, 0x10, 0x07, 0x10, 0x0f, 0x40, 0x01, 0x01})
 	f.Fuzz(func(t *testing.T, ratio, perSec float64, slices uint16, sliceMs uint32, ops []byte) {
 		window := time.Duration(sliceMs) * time.Millisecond * time.Duration(slices)
-		b, err := budget.New(budget.Config{
+		clk := newClock()
+		bb, err := budget.New(budget.Config{
 			Ratio: ratio, MinPerSecond: perSec, Window: window, Slices: int(slices),
-			Now: func() time.Time { return t0 },
+			Now: clk.Now,
 		})
 		if err != nil {
 			if !errors.Is(err, budget.ErrInvalidConfig) {
@@ -28,6 +29,7 @@ func FuzzBudget(f *testing.F) {
 			}
 			return
 		}
+		b := clocked{bb, clk}
 		// The model takes the effective settings: zero fields are the
 		// defaults, negative ratio and floor are none.
 		c := b.Config()
@@ -48,18 +50,18 @@ func FuzzBudget(f *testing.F) {
 			}
 			now = now.Add(step)
 			if ops[i]&1 == 0 {
-				b.DepositAt(now)
+				b.depositAt(now)
 				m.deposit(now)
 				continue
 			}
-			got := b.WithdrawAt(now)
+			got := b.withdrawAt(now)
 			want, cur := m.withdraw(now)
 			if got != want {
-				t.Fatalf("op %d: WithdrawAt(+%v) = %v, model says %v", i/2, now.Sub(t0), got, want)
+				t.Fatalf("op %d: Withdraw at +%v = %v, model says %v", i/2, now.Sub(t0), got, want)
 			}
-			st := b.StatsAt(now)
+			st := b.statsAt(now)
 			if st.Retries != m.sum(m.retries, cur) || st.Requests != m.live(cur) {
-				t.Fatalf("op %d: StatsAt(+%v) = %+v, model has %d requests %d retries",
+				t.Fatalf("op %d: Stats at +%v = %+v, model has %d requests %d retries",
 					i/2, now.Sub(t0), st, m.live(cur), m.sum(m.retries, cur))
 			}
 			if got && float64(st.Retries) > st.Limit {

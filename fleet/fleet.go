@@ -61,9 +61,8 @@ type Fleet struct {
 	cfg       Config // with its defaults filled in
 	be        backend
 	set       settings
-	keyPrefix string           // "stormguard:fleet:{Name}:"
-	base      time.Time        // f's clock starts here (monotonic)
-	localNow  func() time.Time // the local budgets' clock
+	keyPrefix string    // "stormguard:fleet:{Name}:"
+	base      time.Time // f's clock starts here (monotonic)
 	logger    *slog.Logger
 	obs       observe.Observer
 
@@ -140,11 +139,8 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{cfg: c, be: be, set: s, keyPrefix: keyPrefix + "{" + c.Name + "}:",
-		base: time.Now(), localNow: c.LocalBudget.Now, logger: c.Logger, obs: c.Observer,
+		base: time.Now(), logger: c.Logger, obs: c.Observer,
 		hosts: map[string]*host{}}
-	if f.localNow == nil {
-		f.localNow = time.Now
-	}
 	f.list.Store(&[]*host{})
 	f.mode.Store(uint32(ModeFleet))
 	f.ctx, f.cancel = context.WithCancel(context.Background())

@@ -177,7 +177,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			if attempt == 1 && p.budget != nil {
 				if p.oneClock != nil {
 					at = p.now()
-					p.oneClock.DepositAt(at)
+					p.depositAt(p.oneClock, at)
 				} else {
 					p.budget.Deposit()
 				}
@@ -213,7 +213,11 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if err == nil {
 				if brk != nil {
-					brk.DoneAt(permit, true, at)
+					if at.IsZero() {
+						brk.Done(permit, true)
+					} else {
+						p.successAt(brk, permit, at)
+					}
 				}
 				return nil
 			}

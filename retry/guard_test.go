@@ -356,8 +356,9 @@ func TestProbesTakenRejectsFirstAttempt(t *testing.T) {
 		calls := 0
 		err = p.Do(context.Background(), script(&calls))
 		checkStop(t, err, retry.CircuitOpen, 0)
-		if calls != 0 || !errors.Is(err, breaker.ErrTooManyProbes) {
-			t.Errorf("Do = %v after %d calls, want ErrTooManyProbes after 0", err, calls)
+		var oe *breaker.OpenError
+		if calls != 0 || !errors.As(err, &oe) || oe.State != breaker.HalfOpen {
+			t.Errorf("Do = %v after %d calls, want a half-open rejection (all probes taken) after 0", err, calls)
 		}
 		brk.Done(held, true)
 		if err := p.Do(context.Background(), script(&calls)); err != nil || calls != 1 {

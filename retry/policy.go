@@ -9,6 +9,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/timed"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -46,9 +47,12 @@ type config struct {
 
 	// oneClock is set when the budget and the breaker both run on the
 	// default monotonic clock: the loop then reads it once per call, for
-	// the deposit and the breaker's record of a success, through now.
-	oneClock *budget.Budget
-	now      func() time.Time
+	// the deposit and the breaker's record of a success, through now,
+	// depositAt and successAt (see internal/timed).
+	oneClock  *budget.Budget
+	now       func() time.Time
+	depositAt func(*budget.Budget, time.Time)
+	successAt func(*breaker.Breaker, breaker.Permit, time.Time)
 }
 
 // attemptTagger is an observer that gives each attempt a context of its
@@ -122,7 +126,11 @@ func New(opts ...Option) (*Policy, error) {
 	c.tagger, _ = c.observer.(attemptTagger)
 	c.within, _ = c.budget.(budgetWithin)
 	if bb, ok := c.budget.(*budget.Budget); ok && c.breaker != nil && bb.Config().Now == nil && c.breaker.Config().Now == nil {
-		c.oneClock, c.now = bb, clock.Monotonic()
+		dep, ok1 := timed.Deposit.(func(*budget.Budget, time.Time))
+		suc, ok2 := timed.Success.(func(*breaker.Breaker, breaker.Permit, time.Time))
+		if ok1 && ok2 {
+			c.oneClock, c.now, c.depositAt, c.successAt = bb, clock.Monotonic(), dep, suc
+		}
 	}
 	return &Policy{config: c}, nil
 }

@@ -62,7 +62,7 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 		Clients: 200, Every: 200 * time.Millisecond, Duration: 7 * time.Second,
 		FailAt: 2 * time.Second, FailFor: 2 * time.Second, RetryAfter: 2 * time.Second,
 		Window: 50 * time.Millisecond, NaiveEvery: time.Second, NaiveTries: 5, Deadline: 15 * time.Second,
-		OpenFor: breaker.DefaultOpenFor, Capacity: 25, Queue: 2500, Work: 20 * time.Millisecond, Timeout: time.Second,
+		OpenFor: time.Second, Capacity: 25, Queue: 2500, Work: 20 * time.Millisecond, Timeout: time.Second,
 	}
 	var out output
 	fs := newFlagSet("demo",

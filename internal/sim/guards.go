@@ -31,10 +31,11 @@ type BudgetSettings struct {
 	Slices int `json:"slices"`
 }
 
-// DefaultBudgetSettings returns the defaults of package budget: ratio 0.1,
-// floor 1 retry per second, a 10 s window in 10 slices.
+// DefaultBudgetSettings returns the defaults of package budget (what its
+// zero Config gives): ratio 0.1, floor 1 retry per second, a 10 s window in
+// 10 slices. TestDefaultSettingsAreTheLibrarys keeps them equal.
 func DefaultBudgetSettings() BudgetSettings {
-	return BudgetSettings{Ratio: budget.DefaultRatio, MinPerSecond: budget.DefaultMinPerSecond, Window: budget.DefaultWindow, Slices: budget.DefaultSlices}
+	return BudgetSettings{Ratio: 0.1, MinPerSecond: 1, Window: 10 * time.Second, Slices: 10}
 }
 
 // none maps a setting of 0 (none) to the negative value package budget
@@ -47,8 +48,7 @@ func none(v float64) float64 {
 }
 
 // build returns a budget on the clock now, or an error wrapping
-// ErrInvalidConfig. Callers that pass the time (DepositAt, WithdrawAt)
-// may give any clock.
+// ErrInvalidConfig.
 func (s BudgetSettings) build(now func() time.Time) (*budget.Budget, error) {
 	switch {
 	case !(s.Ratio >= 0 && s.Ratio <= 1):
@@ -108,20 +108,21 @@ type BreakerSettings struct {
 	ReleaseRate float64 `json:"release_rate"`
 }
 
-// DefaultBreakerSettings returns the defaults of package breaker, spelled
-// out: 50% failures over 10 s in 10 buckets (or in the current bucket
+// DefaultBreakerSettings returns the defaults of package breaker (what its
+// zero Config gives), spelled out (TestDefaultSettingsAreTheLibrarys keeps
+// them equal): 50% failures over 10 s in 10 buckets (or in the current bucket
 // alone), at least 20 calls, 3 probes about every second (no growth), up
 // to 10,000 waiting calls released by a pacer that works up to the pace of
 // the window before the trip.
 func DefaultBreakerSettings() BreakerSettings {
 	return BreakerSettings{
-		FailureRatio: breaker.DefaultFailureRatio,
-		Window:       breaker.DefaultWindow,
-		Buckets:      breaker.DefaultBuckets,
-		MinCalls:     breaker.DefaultMinCalls,
-		OpenFor:      breaker.DefaultOpenFor,
-		Probes:       breaker.DefaultProbes,
-		MaxWaiters:   breaker.DefaultMaxWaiters,
+		FailureRatio: 0.5,
+		Window:       10 * time.Second,
+		Buckets:      10,
+		MinCalls:     20,
+		OpenFor:      time.Second,
+		Probes:       3,
+		MaxWaiters:   10_000,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
@@ -116,5 +117,28 @@ func TestModelRetripsAtProbesWhileReleasing(t *testing.T) {
 		if st := r.reqs[i].state; st != reqWaiting {
 			t.Errorf("request %d in state %d after the re-trip, want waiting", i, st)
 		}
+	}
+}
+
+// The simulations' default settings are the library's defaults: what a
+// zero budget.Config and a zero breaker.Config give.
+func TestDefaultSettingsAreTheLibrarys(t *testing.T) {
+	bu, err := budget.New(budget.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bu.Config()
+	if got, want := (BudgetSettings{Ratio: c.Ratio, MinPerSecond: c.MinPerSecond, Window: c.Window, Slices: c.Slices}), DefaultBudgetSettings(); got != want {
+		t.Errorf("budget defaults %+v, DefaultBudgetSettings %+v", got, want)
+	}
+	br, err := breaker.New(breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := br.Config()
+	got := BreakerSettings{FailureRatio: bc.FailureRatio, Window: bc.Window, Buckets: bc.Buckets, MinCalls: bc.MinCalls,
+		OpenFor: bc.OpenFor, MaxOpenFor: bc.MaxOpenFor, Probes: bc.Probes, MaxWaiters: bc.MaxWaiters, ReleaseRate: bc.ReleaseRate}
+	if want := DefaultBreakerSettings(); got != want {
+		t.Errorf("breaker defaults %+v, DefaultBreakerSettings %+v", got, want)
 	}
 }

@@ -162,15 +162,16 @@ const maxLayerRequests = 10_000_000
 // and the breaker.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// fixedClock reads epoch, for budgets that are always given the time.
+// fixedClock reads epoch, for guards built only to check their settings.
 func fixedClock() time.Time { return epoch }
 
 // simulate runs the budget column for l layers and returns the mean calls
 // at the bottom per user request arriving after the warm-up.
 func (c LayersConfig) simulate(l int, signal bool) (float64, error) {
 	ch := chain{layers: l, attempts: c.Attempts, signal: signal, budgets: make([]*budget.Budget, l)}
+	now := epoch // the budgets' clock: slice 0 starts at epoch
 	for i := range ch.budgets {
-		b, err := c.Budget.build(fixedClock)
+		b, err := c.Budget.build(func() time.Time { return now })
 		if err != nil {
 			return 0, err
 		}
@@ -183,7 +184,8 @@ func (c LayersConfig) simulate(l int, signal bool) (float64, error) {
 	// overflow.
 	for t := rng.ExpFloat64() * mean; t < float64(c.Duration); t += rng.ExpFloat64() * mean {
 		at := time.Duration(t)
-		n := ch.request(epoch.Add(at))
+		now = epoch.Add(at)
+		n := ch.request(now)
 		if at >= c.Warmup {
 			calls += n
 			requests++
@@ -219,10 +221,10 @@ func (ch chain) handle(k int, t time.Time, calls *int64) (dontRetry bool) {
 	var b *budget.Budget
 	if ch.budgets != nil {
 		b = ch.budgets[k]
-		b.DepositAt(t)
+		b.Deposit() // at t: the budgets' clock reads it
 	}
 	for attempt := 1; attempt <= ch.attempts; attempt++ {
-		if attempt > 1 && b != nil && !b.WithdrawAt(t) {
+		if attempt > 1 && b != nil && !b.Withdraw() {
 			break // budget spent: fail fast
 		}
 		var stop bool
