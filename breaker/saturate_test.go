@@ -95,32 +95,9 @@ func TestUnboundedWaitKeepsDeadlineOrder(t *testing.T) {
 		b := newWaitBreaker(t, func(c *breaker.Config) { c.ReleaseRate = -1 })
 		time.Sleep(time.Second) // the breaker's clock is not at its origin
 		trip(t, b)
-		var mu sync.Mutex
-		var order []string
-		var wg sync.WaitGroup
-		for _, w := range []struct {
-			name string
-			wait time.Duration
-		}{{"5s", 5 * time.Second}, {"unbounded", math.MaxInt64}} {
-			wg.Go(func() {
-				p, err := b.Wait(context.Background(), w.wait)
-				if err != nil {
-					t.Errorf("Wait(%v): %v", w.wait, err)
-					return
-				}
-				mu.Lock()
-				order = append(order, w.name)
-				mu.Unlock()
-				if p.Probe() {
-					synctest.Wait() // the other stays parked until the probe reports
-					b.Done(p, true)
-				}
-			})
-			synctest.Wait()
-		}
-		wg.Wait()
-		if len(order) != 2 || order[0] != "5s" {
-			t.Errorf("served in order %v, want the call with 5 s left first (earliest deadline first)", order)
+		order := servedOrder(t, b, []time.Duration{5 * time.Second, math.MaxInt64})
+		if len(order) != 2 || order[0] != 0 {
+			t.Errorf("served in order %v (0: 5 s left, 1: unbounded), want the call with 5 s left first (earliest deadline first)", order)
 		}
 	})
 }
@@ -228,41 +205,22 @@ func FuzzBreakerTimes(f *testing.F) {
 			built := time.Now()
 			time.Sleep(time.Duration(openFor & 0xffff_ffff))
 			trip(t, b)
-			type served struct {
-				i        int
-				deadline time.Duration // since the breaker was built, saturating
-			}
-			var mu sync.Mutex
-			var order []served
-			var wg sync.WaitGroup
+			waited := make([]time.Duration, len(waits))
+			deadlines := make([]time.Duration, len(waits)) // since the breaker was built, saturating
 			for i, x := range waits {
-				wait := max(duration(x, x*7), 2*time.Second) // beyond the open period
-				deadline := sat.Add(time.Since(built), wait)
-				wg.Go(func() {
-					p, err := b.Wait(context.Background(), wait)
-					if err != nil {
-						t.Errorf("Wait(%v): %v", wait, err)
-						return
-					}
-					mu.Lock()
-					order = append(order, served{i, deadline})
-					mu.Unlock()
-					if p.Probe() {
-						synctest.Wait() // the others stay parked until the probe reports
-						b.Done(p, true)
-					}
-				})
-				synctest.Wait()
+				waited[i] = max(duration(x, x*7), 2*time.Second) // beyond the open period
+				deadlines[i] = sat.Add(time.Since(built), waited[i])
 			}
-			wg.Wait()
+			order := servedOrder(t, b, waited)
 			if len(order) == 0 {
 				return
 			}
 			// The probe (served first) goes to the earliest deadline, the
 			// first of equal ones (deadlines that saturate are equal).
-			for _, o := range order[1:] {
-				if o.deadline < order[0].deadline || o.deadline == order[0].deadline && o.i < order[0].i {
-					t.Fatalf("served %v: the probe went to deadline %v, not to the earliest %v", order, order[0].deadline, o.deadline)
+			first := order[0]
+			for _, i := range order[1:] {
+				if deadlines[i] < deadlines[first] || deadlines[i] == deadlines[first] && i < first {
+					t.Fatalf("served %v (deadlines %v): the probe went to %v, not to the earliest %v", order, deadlines, deadlines[first], deadlines[i])
 				}
 			}
 		})

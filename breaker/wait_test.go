@@ -605,31 +605,41 @@ func TestWaitersByDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newWaitBreaker(t, func(c *breaker.Config) { c.ReleaseRate = 10 })
 		trip(t, b)
-		var mu sync.Mutex
-		var order []int
-		var wg sync.WaitGroup
 		// Arrival order 0..4, deadlines 50, 40, 30, 20, 10 s: the last to
 		// arrive has the least time left.
-		for i := range 5 {
-			wg.Go(func() {
-				p, err := b.Wait(context.Background(), time.Duration(50-10*i)*time.Second)
-				if err != nil {
-					t.Errorf("waiter %d: %v", i, err)
-					return
-				}
-				mu.Lock()
-				order = append(order, i)
-				mu.Unlock()
-				if p.Probe() {
-					synctest.Wait() // the others stay parked until the probe reports
-					b.Done(p, true)
-				}
-			})
-			synctest.Wait()
-		}
-		wg.Wait()
+		order := servedOrder(t, b, []time.Duration{50 * time.Second, 40 * time.Second, 30 * time.Second, 20 * time.Second, 10 * time.Second})
 		if want := []int{4, 3, 2, 1, 0}; !slices.Equal(order, want) {
 			t.Errorf("served in order %v, want %v (earliest deadline first)", order, want)
 		}
 	})
+}
+
+// servedOrder starts one call per wait in b.Wait, in turn (each parked
+// before the next starts), and returns the indices of the calls in the
+// order b admitted them. A call handed a probe reports success once the
+// others are parked. It runs in a testing/synctest bubble.
+func servedOrder(t *testing.T, b *breaker.Breaker, waits []time.Duration) []int {
+	t.Helper()
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i, wait := range waits {
+		wg.Go(func() {
+			p, err := b.Wait(context.Background(), wait)
+			if err != nil {
+				t.Errorf("waiter %d: Wait(%v): %v", i, wait, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if p.Probe() {
+				synctest.Wait() // the others stay parked until the probe reports
+				b.Done(p, true)
+			}
+		})
+		synctest.Wait()
+	}
+	wg.Wait()
+	return order
 }

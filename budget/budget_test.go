@@ -757,3 +757,41 @@ func TestDepositN(t *testing.T) {
 		t.Errorf("after the slice moved on: %d requests, want 3", s.Requests)
 	}
 }
+
+// Clock readings centuries apart (beyond what a Duration holds) neither
+// panic nor wrap round: time differences saturate, a far-future slice is a
+// window of its own, and a reading far in the past counts in the newest
+// slice a retry was admitted in.
+func TestFarClockReadings(t *testing.T) {
+	now := t0 // a time.Time: the fake clock's int64 nanoseconds cannot hold these
+	b, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10, // floor: 1 retry per window
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainAt := func(at time.Time) int {
+		now = at
+		n := 0
+		for b.Withdraw() {
+			if n++; n > 100 {
+				t.Fatalf("Withdraw at %v never refuses", at)
+			}
+		}
+		return n
+	}
+	for range 4 {
+		b.Deposit()
+	}
+	if got := drainAt(t0); got != 3 { // 0.5·4 + 1
+		t.Fatalf("drain at t0 admitted %d, want 3", got)
+	}
+	far := t0.Add(math.MaxInt64).Add(math.MaxInt64) // ~584 years on
+	if got := drainAt(far); got != 1 {
+		t.Fatalf("drain ~584 years on admitted %d, want 1 (the floor of an empty window)", got)
+	}
+	now = t0.Add(math.MinInt64).Add(math.MinInt64)
+	b.Deposit() // long expired: no panic
+	if got := drainAt(now); got != 0 {
+		t.Fatalf("drain ~584 years back admitted %d, want 0 (it counts in the newest slice, already spent)", got)
+	}
+}

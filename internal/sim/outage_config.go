@@ -136,7 +136,7 @@ const (
 // order (package internal/waitq: earliest deadline first, arrival order
 // among equal deadlines), releases them with the breaker's own pacer
 // (package internal/pace), stepped on the simulated clock, and drives the
-// breaker through Allow, Done, Fail, Cancel, State, Snapshot and
+// breaker through Allow, Done, Fail, Cancel, Trip, State, Snapshot and
 // OnStateChange, as the breaker's documentation says:
 //
 //   - An attempt the breaker rejects waits, without being sent, if the
