@@ -763,7 +763,7 @@ func TestDepositN(t *testing.T) {
 // window of its own, and a reading far in the past counts in the newest
 // slice a retry was admitted in.
 func TestFarClockReadings(t *testing.T) {
-	now := t0 // a time.Time: the fake clock's int64 nanoseconds cannot hold these
+	now := t0                                                                                               // a time.Time: the fake clock's int64 nanoseconds cannot hold these
 	b, err := budget.New(budget.Config{Ratio: 0.5, MinPerSecond: 0.1, Window: 10 * time.Second, Slices: 10, // floor: 1 retry per window
 		Now: func() time.Time { return now }})
 	if err != nil {
