@@ -7,7 +7,8 @@ import (
 	"github.com/stormguard/stormguard/internal/sim"
 )
 
-// The seed's experiment, full jitter only.
+// The experiment of the reference table in docs/backoff.md, full jitter
+// only.
 func ExampleJitter() {
 	c := sim.DefaultJitterConfig()
 	c.Strategies = []backoff.Strategy{backoff.FullJitter}

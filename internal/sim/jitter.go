@@ -59,8 +59,9 @@ type JitterConfig struct {
 	Strategies []backoff.Strategy `json:"strategies"`
 }
 
-// DefaultJitterConfig returns the seed's experiment: 1000 clients, 4 rounds,
-// 50 ms windows, base 100 ms, cap 10 s, seed 42, all four strategies.
+// DefaultJitterConfig returns the experiment of the reference table in
+// docs/backoff.md: 1000 clients, 4 rounds, 50 ms windows, base 100 ms, cap
+// 10 s, seed 42, all four strategies.
 func DefaultJitterConfig() JitterConfig {
 	return JitterConfig{
 		Clients:    1000,
@@ -116,7 +117,7 @@ type Bin struct {
 
 // Jitter runs the jitter clustering experiment. Draws are made round by
 // round (retry 1 of every client, then retry 2 of every client, ...) from a
-// fresh mulberry32 per strategy, which is how the seed's table was made.
+// fresh mulberry32 per strategy, which is how the reference table was made.
 func Jitter(c JitterConfig) (*JitterResult, error) {
 	if len(c.Strategies) == 0 {
 		c.Strategies = JitterStrategies()
@@ -210,8 +211,8 @@ func (w *windowCounter) count(idx []int64, width time.Duration) RoundResult {
 	return rr
 }
 
-// WriteText writes the result in the seed's format: a header line, then for
-// each strategy its name and one line per round.
+// WriteText writes the result in the reference table's format: a header
+// line, then for each strategy its name and one line per round.
 func (r *JitterResult) WriteText(w io.Writer) error {
 	c := r.Config
 	bw := bufio.NewWriter(w)

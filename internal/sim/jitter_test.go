@@ -13,7 +13,7 @@ import (
 	"github.com/stormguard/stormguard/internal/sim"
 )
 
-// seedTable is the seed's published output, byte for byte.
+// seedTable is the reference table in docs/backoff.md, byte for byte.
 const seedTable = `clients=1000 all fail at t=0, base=100ms cap=10000ms, window=50ms, seed=42
 
 none
@@ -51,7 +51,7 @@ func TestJitterReproducesSeedTable(t *testing.T) {
 		t.Fatalf("WriteText = %v", err)
 	}
 	if got := buf.String(); got != seedTable {
-		t.Errorf("Jitter(default) table differs from the seed's:\n got:\n%s\nwant:\n%s", got, seedTable)
+		t.Errorf("Jitter(default) table differs from the reference table:\n got:\n%s\nwant:\n%s", got, seedTable)
 	}
 }
 

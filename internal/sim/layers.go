@@ -69,7 +69,7 @@ type LayersConfig struct {
 	Seed uint64 `json:"seed"`
 }
 
-// DefaultLayersConfig returns 4 layers of 3 attempts (the seed's 3, 9, 27,
+// DefaultLayersConfig returns 4 layers of 3 attempts (the story's 3, 9, 27,
 // 81) and, for the budget columns, a client sending 1000 requests/s for
 // 20 s of which the first 10 s (the warm-up) are left out, budgets as
 // [DefaultBudgetSettings], seed 42.

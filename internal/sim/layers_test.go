@@ -28,7 +28,7 @@ func TestLayersExact(t *testing.T) {
 		layers, attempts int
 		naive            []int64
 	}{
-		{4, 3, []int64{3, 9, 27, 81}}, // the seed's figures
+		{4, 3, []int64{3, 9, 27, 81}}, // the story's figures
 		{3, 2, []int64{2, 4, 8}},
 		{3, 1, []int64{1, 1, 1}},
 		{2, 5, []int64{5, 25}},

@@ -1,7 +1,7 @@
 package sim
 
-// mulberry32 is the small seeded generator the seed's JavaScript simulation
-// used, reproduced bit for bit: for the same seed it yields exactly the
+// mulberry32 is the small seeded generator of the original JavaScript
+// simulation, reproduced bit for bit: for the same seed it yields exactly the
 // numbers that
 //
 //	function mulberry32(a) { return function() {

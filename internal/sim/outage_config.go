@@ -95,7 +95,7 @@ const (
 	maxSyncGroups = 64
 )
 
-// OutageConfig describes the outage experiment: the seed's story of a
+// OutageConfig describes the outage experiment: the project's story of a
 // fleet of POS terminals and a payment provider that returns 503 for ten
 // seconds.
 //
@@ -307,7 +307,7 @@ func DefaultOutageConfig() OutageConfig {
 }
 
 // DefaultLowVolumeOutageConfig returns [DefaultOutageConfig] with the same
-// 800 requests per second coming from the seed's POS terminals instead:
+// 800 requests per second coming from the story's POS terminals instead:
 // 8000 clients sending one request every 10 s each. Every terminal's
 // budget floor (1 retry per second) dwarfs its 10% ratio, and its breaker
 // never sees the minimum number of calls in a window, so per-client

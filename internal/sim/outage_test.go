@@ -91,7 +91,7 @@ func checkInvariants(t *testing.T, r *sim.OutageResult) {
 	}
 }
 
-// The seed's story with a high-volume fleet: naive fixed-interval retries
+// The outage story with a high-volume fleet: naive fixed-interval retries
 // keep the provider down after the trigger (a metastable failure); guarded
 // retries do not, and cost at most 1.1x the offered load during the outage.
 func TestOutageHighVolume(t *testing.T) {
@@ -175,7 +175,7 @@ const (
 	fleet   = "fleet+retry-after+wait"
 )
 
-// The seed's POS terminals with one budget and one breaker for the whole
+// The story's POS terminals with one budget and one breaker for the whole
 // fleet: the fleet is held to about 1.1x the offered load during the
 // outage, where per-terminal guards let every retry through. With a
 // provider that has room for the backlog (3x the offered load, as in the

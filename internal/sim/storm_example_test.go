@@ -44,7 +44,7 @@ func ExampleContention() {
 	// none: 10 clients, 55 write calls, done after 400ms
 }
 
-// The seed's story: a provider that returns 503 for ten seconds (from t=5 s
+// The outage story: a provider that returns 503 for ten seconds (from t=5 s
 // to t=15 s) to a fleet sending 80% of its capacity, once per retry policy.
 func ExampleOutage() {
 	c := sim.DefaultOutageConfig()
