@@ -245,15 +245,11 @@ func (b *Breaker) Done(p Permit, success bool) {
 	b.done(p, success, 0, time.Time{})
 }
 
-// successAt is Done(p, true) for a success at time t, read from the
-// breaker's clock: the retry loop of this module reads the clock once per
-// call for its budget and its breaker (see internal/timed), so that a
+// The retry loop of this module reads the clock once per call for its
+// budget and its breaker (see internal/timed): it records a success with
+// done(p, true, 0, t), t read from the breaker's clock, so that a
 // closed-state success is counted without a second reading.
-func (b *Breaker) successAt(p Permit, t time.Time) {
-	b.done(p, true, 0, t)
-}
-
-func init() { timed.Success = (*Breaker).successAt }
+func init() { timed.Success = (*Breaker).done }
 
 // Fail records a failure of the call p was issued for, like Done(p, false),
 // whose answer asked to wait retryAfter before calling again (an HTTP

@@ -213,10 +213,10 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if err == nil {
 				if brk != nil {
-					if at.IsZero() {
-						brk.Done(permit, true)
+					if p.successAt != nil {
+						p.successAt(brk, permit, true, 0, at) // reads the clock itself if at is zero
 					} else {
-						p.successAt(brk, permit, at)
+						brk.Done(permit, true)
 					}
 				}
 				return nil

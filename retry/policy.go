@@ -52,7 +52,7 @@ type config struct {
 	oneClock  *budget.Budget
 	now       func() time.Time
 	depositAt func(*budget.Budget, time.Time)
-	successAt func(*breaker.Breaker, breaker.Permit, time.Time)
+	successAt func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time)
 }
 
 // attemptTagger is an observer that gives each attempt a context of its
@@ -127,7 +127,7 @@ func New(opts ...Option) (*Policy, error) {
 	c.within, _ = c.budget.(budgetWithin)
 	if bb, ok := c.budget.(*budget.Budget); ok && c.breaker != nil && bb.Config().Now == nil && c.breaker.Config().Now == nil {
 		dep, ok1 := timed.Deposit.(func(*budget.Budget, time.Time))
-		suc, ok2 := timed.Success.(func(*breaker.Breaker, breaker.Permit, time.Time))
+		suc, ok2 := timed.Success.(func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time))
 		if ok1 && ok2 {
 			c.oneClock, c.now, c.depositAt, c.successAt = bb, clock.Monotonic(), dep, suc
 		}

@@ -17,8 +17,9 @@ package timed
 // request at a time read from the budget's clock. Set by package budget.
 var Deposit any
 
-// Success is a func(*breaker.Breaker, breaker.Permit, time.Time) that
-// records the success of the call a permit was issued for, at a time read
-// from the breaker's clock, as Breaker.Done(p, true) does. Set by package
-// breaker.
+// Success is a func(*breaker.Breaker, breaker.Permit, bool, time.Duration,
+// time.Time), the breaker's own record of an outcome: called with (b, p,
+// true, 0, t) it records the success of the call p was issued for at t, a
+// time read from the breaker's clock, as b.Done(p, true) does at its own
+// reading (a zero t means: read the clock). Set by package breaker.
 var Success any

@@ -16,9 +16,9 @@ func TestEntryPoints(t *testing.T) {
 	if !ok {
 		t.Fatalf("timed.Deposit is %T, want func(*budget.Budget, time.Time)", timed.Deposit)
 	}
-	success, ok := timed.Success.(func(*breaker.Breaker, breaker.Permit, time.Time))
+	success, ok := timed.Success.(func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time))
 	if !ok {
-		t.Fatalf("timed.Success is %T, want func(*breaker.Breaker, breaker.Permit, time.Time)", timed.Success)
+		t.Fatalf("timed.Success is %T, want func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time)", timed.Success)
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
@@ -34,7 +34,7 @@ func TestEntryPoints(t *testing.T) {
 	now = start.Add(time.Minute) // the clock moved on; the time given is the start's
 	deposit(bu, start)
 	p, _ := br.Allow()
-	success(br, p, start)
+	success(br, p, true, 0, start)
 	if s := bu.Stats(); s.Requests != 0 {
 		t.Errorf("a deposit given a time a minute old: %d requests in the window, want 0 (it counted at that time)", s.Requests)
 	}
