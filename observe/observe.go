@@ -39,6 +39,9 @@ const (
 	// Reason ("not retryable", "attempts exhausted", "deadline",
 	// "canceled", "budget exhausted" or "circuit open"), with Err its last
 	// error. A budget refusal is a GiveUp with Reason "budget exhausted".
+	// An operation that panicked ends its attempt (AttemptEnd, Outcome
+	// "failure") and its call (GiveUp, Reason "panic"), Err saying with
+	// what, before the panic goes on.
 	GiveUp Kind = "give-up"
 	// BreakerWait: a call waited Elapsed behind an open circuit breaker;
 	// Outcome is "admitted" or "rejected".

@@ -51,6 +51,13 @@ import (
 // and clients told the same by one server do not come back in the same
 // instant. [Policy.Plan] exposes this decision step.
 //
+// If op panics (or calls runtime.Goexit), the loop reports what its return
+// would have before the panic goes on with its value: the attempt is a
+// failure for the breaker, and the observer hears of the attempt's end
+// (Outcome "failure", Err saying what op panicked with) and of the call's
+// (GiveUp with Reason "panic"), so that a span started for the attempt
+// ends.
+//
 // If ctx has already ended, op is not called and Do returns an *Error with
 // Attempts 0. A nil op makes Do return an error. Do is safe for concurrent
 // use; the loop's time is the system clock (which a testing/synctest bubble
@@ -199,8 +206,8 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			if p.observer != nil {
 				actx, started = p.attemptStart(actx, attempt)
 			}
-			if brk != nil {
-				err = attemptGuarded(brk, permit, op, actx, attempt)
+			if brk != nil || p.observer != nil || cancel != nil {
+				err = p.attemptGuarded(ctx, actx, cancel, brk, permit, op, attempt, started)
 			} else {
 				err = op(actx, attempt)
 			}
@@ -341,6 +348,8 @@ func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started
 	e := observe.Event{Kind: observe.AttemptEnd, Name: p.name, Attempt: attempt, Elapsed: time.Since(started), Err: err, Outcome: "success"}
 	switch {
 	case err == nil:
+	case isPanic(err):
+		e.Outcome = "failure" // as the breaker counts it
 	case p.failed(err):
 		e.Outcome = "failure"
 	default:

@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"context"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -110,19 +109,4 @@ func WithGuards(g Guards) Option {
 		p.budget, p.breaker = g.Budget, g.Breaker
 		return nil
 	})
-}
-
-// attemptGuarded runs op for a permit of b: if op panics (or calls
-// runtime.Goexit), the attempt is recorded as a failure before the panic
-// continues, so a half-open probe never holds its slot forever.
-func attemptGuarded(b *breaker.Breaker, permit breaker.Permit, op func(context.Context, int) error, ctx context.Context, attempt int) error {
-	done := false
-	defer func() {
-		if !done {
-			b.Done(permit, false)
-		}
-	}()
-	err := op(ctx, attempt)
-	done = true
-	return err
 }
