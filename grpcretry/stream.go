@@ -21,6 +21,10 @@ import (
 // client's attempt timeout.
 var errAttemptTimeout = errors.New("grpcretry: attempt timeout")
 
+// errAttemptPanicked is what a stream returns once an attempt panicked
+// (the streamer, or an interceptor under the client's).
+var errAttemptPanicked = errors.New("grpcretry: a stream attempt panicked")
+
 // errSuperseded is the cause of a failed stream attempt's context, canceled
 // when the next attempt opens.
 var errSuperseded = errors.New("grpcretry: attempt superseded by a retry")
@@ -239,9 +243,20 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	rs.mu.Unlock()
 	var hdr metadata.MD
 	var eof bool
+	returned := false
+	defer func() {
+		if !returned { // an attempt panicked: the stream is over
+			rs.mu.Lock()
+			rs.looping, rs.sent, rs.err = false, nil, errAttemptPanicked
+			rs.committed.Store(true)
+			rs.cond.Broadcast()
+			rs.mu.Unlock()
+		}
+	}()
 	err := rs.t.Policy.Do(rs.ctx, func(ctx context.Context, n int) error {
 		return rs.attempt(ctx, n, trig, m, &hdr, &eof)
 	})
+	returned = true
 	rs.mu.Lock()
 	rs.looping, rs.sent = false, nil
 	if rs.timer != nil {
@@ -275,7 +290,9 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 }
 
 // attempt is the loop's operation: open attempt n's stream, replay what was
-// sent, and wait for trig's answer.
+// sent, and wait for trig's answer. A streamer or a replayed SendMsg that
+// panics leaves rs.mu unlocked and the attempt's context released (a
+// deferred CloseSend of the caller's must not block).
 func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, hdr *metadata.MD, eof *bool) error {
 	rs.mu.Lock()
 	if rs.curCancel != nil {
@@ -287,9 +304,20 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 	if d := rs.c.cfg.attemptTimeout; d > 0 {
 		timer = time.AfterFunc(d, func() { cancel(errAttemptTimeout) })
 	}
+	held := true
+	defer func() {
+		if held { // the streamer or a replay panicked: leave nothing held
+			rs.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			cancel(nil)
+		}
+	}()
 	cs, err := rs.streamer(actx, rs.desc, rs.cc, rs.method, rs.opts...)
 	if err != nil {
 		final := rs.pinned
+		held = false
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, err, nil, final)
 	}
@@ -304,6 +332,7 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 	}
 	rs.cur, rs.curCancel, rs.timer = cs, cancel, timer
 	rs.cond.Broadcast()
+	held = false
 	rs.mu.Unlock()
 	if sendErr != nil && sendErr != io.EOF {
 		// An error of the client's own (the message would not marshal):
