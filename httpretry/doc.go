@@ -13,8 +13,10 @@
 //	| outcome                                     | retried?                                   |
 //	| ------------------------------------------- | ------------------------------------------ |
 //	| timeout, reset, refused, closed connection  | yes, if the request is safe to repeat      |
-//	| any transport error before a response       | yes, same condition (not DNS "no such      |
-//	|                                             | host", TLS certificate errors, bad URLs)   |
+//	| any other error without a response,         | yes, same condition; not the caller's      |
+//	| whatever its wording (a pooled connection   | cancel, DNS "no such host", TLS            |
+//	| closed under the request, an HTTP/2 stream  | certificate errors, bad URLs, a request    |
+//	| reset or GOAWAY, a garbled answer)          | net/http refuses to send as it is          |
 //	| 408, 429, 502, 503, 504                     | yes, same condition; 429/503 Retry-After   |
 //	| 409 with Retry-After, for a keyed request   | yes: the key's first request still runs    |
 //	| 500                                         | once, and only for an idempotent method    |
@@ -25,11 +27,14 @@
 // A request is safe to repeat when its method is idempotent (GET, HEAD,
 // OPTIONS, TRACE, PUT, DELETE) or it carries a non-empty Idempotency-Key (or
 // X-Idempotency-Key; [WithAutoIdempotencyKey] adds one, once per request,
-// reused on every attempt; [Key] tells the caller which), and its body can
+// reused on every attempt; [IdempotencyKey] tells the caller which), and its body can
 // be sent again: a body with GetBody (as [http.NewRequest] sets for
 // in-memory bodies) is replayed through it; a body without one is sent once,
 // or buffered up to a bound with [WithBufferBodies]. A POST without a key
-// gets exactly one attempt.
+// gets exactly one attempt. An error the base RoundTripper returns without
+// a response is taken for a failure on the way, whatever it says (and the
+// host's breaker counts it); a base of the caller's that knows better
+// marks its error with retry.Permanent.
 //
 // Delays: full-jitter backoff by default; a Retry-After on 429, 503 and an
 // in-progress 409 (delay-seconds or any of the three HTTP-date forms, see

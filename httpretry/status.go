@@ -1,16 +1,8 @@
 package httpretry
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"io"
-	"net"
-	"net/url"
 	"strconv"
 	"time"
-
-	"github.com/stormguard/stormguard/retry"
 )
 
 // StatusError is an attempt's failure status as the retry loop sees it: the
@@ -51,61 +43,4 @@ func IsRetryableStatus(code int) bool {
 		return true
 	}
 	return false
-}
-
-// IsRetryable is the HTTP classifier, for a retry loop around HTTP calls
-// (retry.WithClassifier(httpretry.IsRetryable)). A give-up of a retry loop
-// below ([*retry.Error], [retry.Reason]) is not retryable (one layer
-// retries). An error carrying a status code (a StatusCode() int method,
-// like [*StatusError]) is retryable if [IsRetryableStatus] (a 404 is never
-// retried, even with a Retry-After); otherwise an error from a round trip
-// that got no response is retryable if it is a transport failure (see
-// [retry.IsRetryable], plus io.EOF before any response and any network
-// operation error), but not a DNS "no such host", a TLS certificate error
-// or a malformed request. Like every classifier, it is asked about errors
-// without a retry.Permanent mark: the loop stops on a marked error itself.
-func IsRetryable(err error) bool {
-	var re *retry.Error
-	var r retry.Reason
-	if errors.As(err, &re) || errors.As(err, &r) {
-		return false // a retry loop below gave up: retry at one layer only
-	}
-	var sc interface{ StatusCode() int }
-	if errors.As(err, &sc) && sc.StatusCode() > 0 {
-		return IsRetryableStatus(sc.StatusCode())
-	}
-	if retry.IsRetryable(err) {
-		return true
-	}
-	if err == nil {
-		return false
-	}
-	return transportFailure(err)
-}
-
-// transportFailure reports whether err, returned by a RoundTripper without
-// a response, is a failure of the network on the way (the request may not
-// have been processed) rather than of the request itself.
-func transportFailure(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return dns.IsTimeout || dns.IsTemporary
-	}
-	var cert *tls.CertificateVerificationError
-	var unknownAuthority x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	if errors.As(err, &cert) || errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) {
-		return false
-	}
-	var escape url.EscapeError
-	var host url.InvalidHostError
-	if errors.As(err, &escape) || errors.As(err, &host) {
-		return false
-	}
-	if errors.Is(err, io.EOF) {
-		return true // the connection closed before any response byte
-	}
-	var op *net.OpError
-	return errors.As(err, &op)
 }

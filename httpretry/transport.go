@@ -164,16 +164,6 @@ func requestKey(h http.Header) string {
 	return ""
 }
 
-// classify is the transport's classifier: the op returns a *StatusError
-// only for retryable statuses (anything else is marked), and the HTTP rules
-// for errors without a response.
-func classify(err error) bool {
-	if _, ok := err.(*StatusError); ok {
-		return true
-	}
-	return IsRetryable(err)
-}
-
 // RoundTrip sends req, retrying as the package documentation describes, and
 // returns the response of the last attempt, or an error if it has none.
 //
@@ -362,7 +352,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		c.refreshed = true
 		nr, err := c.refresh()
 		if err != nil {
-			return nil, retry.Permanent(err)
+			return nil, retry.Permanent(callerError{err})
 		}
 		if nr != nil {
 			c.discardCur()
@@ -409,11 +399,11 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	return resp, se
 }
 
-// sendError marks err, a send that got no response: a failure of the host
-// that the request, not safe to repeat, may not be retried for still
-// reaches the breaker.
+// sendError marks err, a send that got no response, Permanent if the
+// request is not safe to repeat: the breaker still counts it as the
+// classifier judges it.
 func (c *call) sendError(err error) error {
-	if !c.retryable && IsRetryable(err) {
+	if !c.retryable {
 		return retry.Permanent(err)
 	}
 	return err
@@ -454,7 +444,7 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 		cfg.attemptTimeout == 0 && ctx == c.req.Context()
 	b, err := c.body()
 	if err != nil {
-		return nil, retry.Permanent(fmt.Errorf("httpretry: rewind request body: %w", err))
+		return nil, retry.Permanent(callerError{fmt.Errorf("httpretry: rewind request body: %w", err)})
 	}
 	var cancel context.CancelFunc
 	if d := cfg.attemptTimeout; d > 0 {
