@@ -85,8 +85,13 @@
 // grpc-go retries by itself when the service config has a retryPolicy for
 // the method, and the two would multiply (3 x 3 attempts).
 // [Client.DialOptions], the one way to install a Client, includes
-// grpc.WithDisableRetry, so that only this package retries; that also turns
-// off grpc-go's transparent retry of a call that never left the client.
+// grpc.WithDisableRetry, so that only this package retries. grpc-go still
+// retries, transparently and within one attempt, a call whose stream the
+// server never processed (refused, or left behind a GOAWAY): nothing
+// reached the application, so nothing multiplies. A call that never
+// reached the server fails its attempt with UNAVAILABLE (a connection
+// refused, closed or lost, whatever grpc-go's message), which is retried
+// like any UNAVAILABLE.
 //
 // # Giving up
 //
