@@ -204,11 +204,11 @@ func TestGaveUpRetryAfter(t *testing.T) {
 				if got := resp.Header.Get(wire.GiveUpHeader); got != tt.want {
 					t.Errorf("%s = %q, want %q", wire.GiveUpHeader, got, tt.want)
 				}
-				// What GaveUp reads is what the header says.
+				// What wire.ParseGiveUp reads is what the header says.
 				g, ok := gaveUp(resp)
 				want, wok := gaveUp(&http.Response{Header: http.Header{wire.GiveUpHeader: {tt.want}}})
 				if g != want || ok != wok || !ok {
-					t.Errorf("GaveUp = %+v, %v; want %+v, true", g, ok, want)
+					t.Errorf("ParseGiveUp = %+v, %v; want %+v, true", g, ok, want)
 				}
 			})
 		})

@@ -161,7 +161,7 @@ func serveMem(t *testing.T, h func(w http.ResponseWriter, r *http.Request, n int
 	})}, o
 }
 
-// attemptValue returns the AttemptHeader values of h joined by commas: ""
+// attemptValue returns the wire.AttemptHeader values of h joined by commas: ""
 // if the field is absent, emptyField if it is present with an empty value.
 func attemptValue(h http.Header) string {
 	vs, ok := h[wire.AttemptHeader]
@@ -174,7 +174,7 @@ func attemptValue(h http.Header) string {
 	return strings.Join(vs, ",")
 }
 
-// emptyField is what attemptValue records for an AttemptHeader present with
+// emptyField is what attemptValue records for a wire.AttemptHeader present with
 // an empty value (which no attempt should carry).
 const emptyField = "(empty)"
 

@@ -573,7 +573,7 @@ func TestDontRetryFromBelow(t *testing.T) {
 }
 
 // TestThreeLayerChain: client -> A -> B -> bottom, each hop through a
-// Transport with 3 attempts, the bottom always failing. With PushBack in
+// Transport with 3 attempts, the bottom always failing. With admission.PushBack in
 // the handlers only the layer next to the bottom retries: 3 calls reach the
 // bottom, not 27.
 func TestThreeLayerChain(t *testing.T) {

@@ -3,7 +3,7 @@
 // apply every logical operation exactly once over a network that loses
 // requests and responses.
 //
-// [Run] starts one HTTP server per [idempotency.Store] it is given (pass the
+// [Run] starts one HTTP server per [store.Store] it is given (pass the
 // same store twice, or two stores over one database, for two servers that
 // share a store), each serving a payments handler that records every
 // application in one shared [Ledger]. In front of the servers it puts a
