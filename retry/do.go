@@ -129,6 +129,8 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 // breaker's admission and report, the deadline checks and the sleep share
 // a handful of locals (the time now, the deadline, the permit) that a split
 // would pass back and forth on the hot path.
+//
+//stormguard:long the attempt, the breaker and the sleep share the locals of the hot path
 func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, first error) error {
 	deadline, hasDL := ctx.Deadline()
 	needNow := hasDL || p.attemptTimeout > 0 // the loop must read the clock
