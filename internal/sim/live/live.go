@@ -671,6 +671,11 @@ type Scenario struct {
 	// (e.g. the reason its retry loop gave up); Result.Failures counts
 	// the failures by name. It must be safe for concurrent use.
 	Classify func(err error) string
+	// Started, if not nil, is called once the provider's clock has started
+	// (at start), before the fleet's first call: to watch the run as it
+	// happens, e.g. with [Provider.Windows], which may be read at any time
+	// from any goroutine.
+	Started func(p *Provider, start time.Time)
 }
 
 // Run starts a provider on loopback, runs the fleet through the calls that
@@ -729,6 +734,9 @@ func RunScenario(ctx context.Context, s Scenario) (*Result, error) {
 	}
 	start := time.Now()
 	p.startAt(start)
+	if s.Started != nil {
+		s.Started(p, start)
+	}
 	st, err := runFleet(ctx, s.Fleet, perClient, start)
 	if err != nil {
 		return nil, err

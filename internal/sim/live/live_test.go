@@ -293,3 +293,35 @@ func TestRunFleetPanics(t *testing.T) {
 		t.Errorf("RunFleet with a panicking call: %+v (panic %q); want 20 offered, 10 panics counted as failures", st, st.Panic)
 	}
 }
+
+// Started hands the caller the running provider before the first call:
+// read then, its windows are empty; read after the run, they are the
+// result's.
+func TestRunScenarioStarted(t *testing.T) {
+	pc := live.ProviderConfig{Window: 10 * time.Millisecond, Horizon: time.Second}
+	fc := live.FleetConfig{Clients: 4, Every: 20 * time.Millisecond, Duration: 100 * time.Millisecond, Deadline: time.Second}
+	var (
+		p       *live.Provider
+		started time.Time
+		before  int64
+	)
+	r, err := live.RunScenario(context.Background(), live.Scenario{
+		Name: "watched", Provider: pc, Fleet: fc,
+		NewCall: func(url string, _ int) live.Call { return live.Get(http.DefaultClient, url) },
+		Started: func(q *live.Provider, at time.Time) {
+			p, started = q, at
+			for _, w := range q.Windows() {
+				before += w.Attempts
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == nil || started.IsZero() || before != 0 {
+		t.Fatalf("Started(%v, %v) saw %d attempts before the first call, want a provider, a time and 0", p, started, before)
+	}
+	if got := p.Windows(); !slices.Equal(got, r.Windows) || r.Summary.Attempts != 20 {
+		t.Errorf("the started provider's Windows() after the run differ from the result's (%d attempts, want 20)", r.Summary.Attempts)
+	}
+}
