@@ -20,6 +20,15 @@ import (
 type series struct {
 	name string
 	x, y []float64
+	// bold draws the line thick and solid: what the chart is about.
+	bold bool
+}
+
+// span is a stretch of the x axis that a panel shades over its whole
+// height, under the data (an outage).
+type span struct {
+	name     string
+	from, to float64
 }
 
 // panel is one chart of a figure: bars (positioned at x, barWidth wide)
@@ -34,6 +43,11 @@ type panel struct {
 	// legendLeft puts the legend in the top-left corner instead of the
 	// top-right one.
 	legendLeft bool
+	// legendBelow puts the legend under the panel, outside the data, one
+	// entry a line.
+	legendBelow bool
+	// shade lists the spans to shade.
+	shade []span
 }
 
 // chartFormat returns "png" or "svg" for a chart file name.
@@ -54,13 +68,14 @@ func drawPanels(file, title string, panels []panel) error {
 	if err != nil {
 		return err
 	}
-	plots := make([][]*plot.Plot, len(panels))
+	plots := make([]*plot.Plot, len(panels))
+	legends := make([]*plot.Legend, len(panels))
 	for i, pn := range panels {
-		p, err := pn.plot()
+		p, l, err := pn.plot()
 		if err != nil {
 			return fmt.Errorf("chart %q: %w", pn.title, err)
 		}
-		plots[i] = []*plot.Plot{p}
+		plots[i], legends[i] = p, l
 	}
 	width := 22 * vg.Centimeter
 	height := 1.5 * vg.Centimeter
@@ -94,7 +109,13 @@ func drawPanels(file, title string, panels []panel) error {
 		c.Max.Y = top - 2*vg.Millimeter
 		c.Min.Y = top - pn.h() + 2*vg.Millimeter
 		top -= pn.h()
-		plots[i][0].Draw(c)
+		if l := legends[i]; l != nil {
+			lc := c
+			lc.Max.Y = c.Min.Y + pn.legendHeight()
+			c.Min.Y = lc.Max.Y
+			l.Draw(lc)
+		}
+		plots[i].Draw(c)
 	}
 	f, err := os.Create(file)
 	if err != nil {
@@ -107,14 +128,52 @@ func drawPanels(file, title string, panels []panel) error {
 	return f.Close()
 }
 
+// h returns the panel's height, its legend below included.
 func (pn panel) h() vg.Length {
+	h := 7 * vg.Centimeter
 	if pn.height > 0 {
-		return pn.height
+		h = pn.height
 	}
-	return 7 * vg.Centimeter
+	return h + pn.legendHeight()
 }
 
-func (pn panel) plot() (*plot.Plot, error) {
+// legendEntry is the height of a line of a legend below a panel.
+const legendEntry = 0.5 * vg.Centimeter
+
+// legendHeight returns the height of the legend below the panel; 0 if it
+// has none there.
+func (pn panel) legendHeight() vg.Length {
+	if !pn.legendBelow {
+		return 0
+	}
+	return vg.Length(len(pn.bars)+len(pn.lines)+len(pn.shade))*legendEntry + 0.2*vg.Centimeter
+}
+
+// shading shades a span of the x axis over the whole height of the data
+// area.
+type shading struct {
+	from, to float64
+	color    color.Color
+}
+
+// Plot implements plot.Plotter.
+func (s shading) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, _ := p.Transforms(&c)
+	x0, x1 := max(trX(s.from), c.Min.X), min(trX(s.to), c.Max.X)
+	if x1 <= x0 {
+		return
+	}
+	c.FillPolygon(s.color, []vg.Point{{X: x0, Y: c.Min.Y}, {X: x1, Y: c.Min.Y}, {X: x1, Y: c.Max.Y}, {X: x0, Y: c.Max.Y}})
+}
+
+// Thumbnail implements plot.Thumbnailer, for the legend.
+func (s shading) Thumbnail(c *draw.Canvas) {
+	c.FillPolygon(s.color, []vg.Point{{X: c.Min.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Max.Y}, {X: c.Min.X, Y: c.Max.Y}})
+}
+
+// plot returns the panel's plot, and its legend when it goes below the
+// panel (else the legend is the plot's own).
+func (pn panel) plot() (*plot.Plot, *plot.Legend, error) {
 	p := plot.New()
 	p.Title.Text = pn.title
 	p.X.Label.Text = pn.xLabel
@@ -122,6 +181,18 @@ func (pn panel) plot() (*plot.Plot, error) {
 	p.Y.Min = 0
 	p.Legend.Top = true
 	p.Legend.Left = pn.legendLeft
+	legend := &p.Legend
+	var below *plot.Legend
+	if pn.legendBelow {
+		l := plot.NewLegend()
+		l.Top, l.Left, l.XOffs, l.Padding = true, true, 1.5*vg.Centimeter, 0.08*vg.Centimeter
+		legend, below = &l, &l
+	}
+	for _, sp := range pn.shade {
+		sh := shading{from: sp.from, to: sp.to, color: color.NRGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0x26}}
+		p.Add(sh)
+		legend.Add(sp.name, sh)
+	}
 	p.Add(plotter.NewGrid())
 	for i, s := range pn.bars {
 		h := &plotter.Histogram{Width: pn.barWidth, FillColor: withAlpha(plotutil.Color(i), 0xb0)}
@@ -133,7 +204,7 @@ func (pn panel) plot() (*plot.Plot, error) {
 			continue
 		}
 		p.Add(h)
-		p.Legend.Add(s.name, h)
+		legend.Add(s.name, h)
 	}
 	if pn.barWidth > 0 {
 		// Room for the last bar, and time starts at 0.
@@ -152,15 +223,18 @@ func (pn panel) plot() (*plot.Plot, error) {
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1.2)
 		l.Dashes = plotutil.Dashes(i)
+		if s.bold {
+			l.Width, l.Dashes = vg.Points(2.6), nil
+		}
 		p.Add(l)
-		p.Legend.Add(s.name, l)
+		legend.Add(s.name, l)
 	}
-	return p, nil
+	return p, below, nil
 }
 
 func withAlpha(c color.Color, a uint8) color.Color {

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"text/tabwriter"
+	"strings"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -41,6 +37,8 @@ type demoConfig struct {
 type demoResult struct {
 	Config demoConfig     `json:"config"`
 	Runs   []*live.Result `json:"runs"`
+	// wide prints the details after the headline (--wide).
+	wide bool
 }
 
 // Limits of `demo`. The demo runs in real time, three runs of about
@@ -64,7 +62,11 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 		Window: 50 * time.Millisecond, NaiveEvery: time.Second, NaiveTries: 5, Deadline: 15 * time.Second,
 		OpenFor: time.Second, Capacity: 25, Queue: 2500, Work: 20 * time.Millisecond, Timeout: time.Second,
 	}
-	var out output
+	var (
+		out  output
+		wide bool
+		page string
+	)
 	fs := newFlagSet("demo",
 		"A real HTTP provider on loopback, with finite capacity and a queue, fails with 503 for a\n"+
 			"few seconds while a real fleet of goroutine clients sends it a steady load, four times:\n"+
@@ -73,7 +75,12 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 			"that carry Retry-After; and one stormguard transport for the whole fleet (a gateway), whose\n"+
 			"breaker opens, makes the calls wait instead of failing, probes about every second and\n"+
 			"releases the waiting calls at the pace the provider served before the outage. Load is\n"+
-			"measured at the server per window. About 40 s with the defaults.",
+			"measured at the server per window. About 45 s with the defaults; it says how long at the\n"+
+			"start. It prints a headline per run (the load on the provider during the outage, the share\n"+
+			"of requests served) and the attempts per window as a sparkline; --wide adds the table of\n"+
+			"every figure. --serve ADDR draws the runs as they happen on a page at http://ADDR/ (its\n"+
+			"data at /data.json), which stays up after the runs until Ctrl-C. Ctrl-C during the runs\n"+
+			"stops them, prints nothing more and exits with status 130.",
 		fmt.Sprintf("clients / every at most %d requests per second; that rate x deadline at most %d calls in\n"+
 			"flight. Four runs of about duration + deadline each: at most about three minutes.", maxDemoRate, maxDemoInFlight), e)
 	fs.intVar(&c.Clients, "clients", 1, maxDemoClients, "clients in the fleet")
@@ -92,6 +99,8 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 	fs.durationVar(&c.Work, "work", 0, 10*time.Second, "time the provider spends on a request")
 	fs.durationVar(&c.Timeout, "attempt-timeout", 0, time.Minute, "how long a client waits for one attempt's answer, both clients (0: no limit)")
 	fs.StringVar(&c.Metrics, "metrics", "", "serve the stormguard transports' metrics for Prometheus at ADDR/metrics while the demo runs (e.g. :9464)")
+	fs.StringVar(&page, "serve", "", "serve a page that draws the runs as they happen at http://`ADDR`/ (e.g. localhost:8080)")
+	fs.BoolVar(&wide, "wide", false, "print every figure as a table after the headline (wider than 100 columns)")
 	out.register(fs)
 	if err := fs.parse(args); err != nil {
 		return nil, err
@@ -114,117 +123,28 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 	if _, err := httpretry.NewTransport(http.DefaultTransport, opts...); err != nil {
 		return nil, usageError{err}
 	}
-	var ln net.Listener
+	var ln, pageLn net.Listener
 	if c.Metrics != "" {
 		var err error
 		if ln, err = net.Listen("tcp", c.Metrics); err != nil {
 			return nil, usageError{fmt.Errorf("-metrics %s: %w", c.Metrics, err)}
 		}
 	}
-	return func() error { return runDemo(c, out, opts, ln, e) }, nil
-}
-
-// runDemo runs the four runs of the demo and writes the result.
-func runDemo(c demoConfig, out output, opts []httpretry.Option, metrics net.Listener, e *env) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if metrics != nil {
-		opt, stopMetrics, err := serveMetrics(metrics)
-		if err != nil {
-			_ = metrics.Close()
-			return err
-		}
-		defer stopMetrics()
-		opts = append(opts, opt)
-		fmt.Fprintf(e.stderr, "serving metrics at http://%s/metrics\n", metrics.Addr())
-	}
-
-	base := &http.Transport{MaxIdleConns: maxDemoConns, MaxIdleConnsPerHost: maxDemoConns, MaxConnsPerHost: maxDemoConns,
-		IdleConnTimeout: 30 * time.Second}
-	defer base.CloseIdleConnections()
-	plain := &http.Client{Transport: base, Timeout: c.Timeout}
-	naive := func(url string, _ int) live.Call { return live.Naive(plain, url, c.NaiveEvery, c.NaiveTries) }
-	var shared *http.Client // the gateway's client, for the run that has one
-	perClient := func(url string, _ int) live.Call {
-		t, err := httpretry.NewTransport(base, opts...)
-		if err != nil { // checked by prepareDemo
-			return func(context.Context) error { return err }
-		}
-		return live.Get(&http.Client{Transport: t}, url)
-	}
-	gateway := func(url string, _ int) live.Call {
-		if shared == nil {
-			t, err := httpretry.NewTransport(base, opts...)
-			if err != nil { // checked by prepareDemo
-				return func(context.Context) error { return err }
+	if page != "" {
+		var err error
+		if pageLn, err = net.Listen("tcp", page); err != nil {
+			if ln != nil {
+				ln.Close()
 			}
-			shared = &http.Client{Transport: t}
+			return nil, usageError{fmt.Errorf("-serve %s: %w", page, err)}
 		}
-		return live.Get(shared, url)
 	}
-	fc := live.FleetConfig{Clients: c.Clients, Every: c.Every, Duration: c.Duration, Deadline: c.Deadline}
-	pc := live.ProviderConfig{FailAt: c.FailAt, FailFor: c.FailFor, Window: c.Window, Horizon: c.Duration + c.Deadline,
-		Capacity: c.Capacity, Queue: c.Queue, Work: c.Work}
-	withRA := pc
-	withRA.RetryAfter = c.RetryAfter
-	runs := []struct {
-		name string
-		pc   live.ProviderConfig
-		call func(string, int) live.Call
-	}{
-		{fmt.Sprintf("naive (every %v), 503", c.NaiveEvery), pc, naive},
-		{"stormguard per client, 503", pc, perClient},
-		{fmt.Sprintf("stormguard per client, 503 + Retry-After %v", c.RetryAfter), withRA, perClient},
-		{"stormguard gateway (one transport), 503", pc, gateway},
-	}
-	progress := e.progress(out.quiet, "demo")
-	res := demoResult{Config: c}
-	for i, r := range runs {
-		shared = nil
-		if progress != nil {
-			progress(i, len(runs))
-		}
-		lr, err := live.Run(ctx, r.name, r.pc, fc, r.call)
-		if err != nil {
-			return err
-		}
-		res.Runs = append(res.Runs, lr)
-		base.CloseIdleConnections() // the next run starts with a fresh server
-	}
-	if progress != nil {
-		progress(len(runs), len(runs))
-	}
-	return emit(e, out, &res, func(file string) error { return demoChart(&res, file) })
+	return func() error { return runDemo(c, demoOutput{output: out, wide: wide}, opts, ln, pageLn, e) }, nil
 }
 
-// WriteText writes the side-by-side table.
-func (r *demoResult) WriteText(w io.Writer) error {
-	c := r.Config
-	fmt.Fprintf(w, "live on loopback: %d clients x 1 request every %v (%.0f req/s offered) for %v;\n",
-		c.Clients, c.Every, float64(c.Clients)/c.Every.Seconds(), c.Duration)
-	fmt.Fprintf(w, "the provider serves %d requests at once, %v each (%.0f req/s at most), queues %d more (served even\n"+
-		"after their client timed out at %v), sheds the rest with 503,\n",
-		c.Capacity, c.Work, float64(c.Capacity)/c.Work.Seconds(), c.Queue, c.Timeout)
-	fmt.Fprintf(w, "and answers 503 to everything from %v to %v; attempts counted at the server per %v window;\n", c.FailAt, c.FailAt+c.FailFor, c.Window)
-	fmt.Fprintf(w, "stormguard: default transport (3 attempts, full jitter, budget, breaker probing every %v),\n"+
-		"one per client or one for the fleet; every request has a %v deadline\n\n", c.OpenFor, c.Deadline)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "client, provider\toffered\tattempts\tin outage / offered\tpeak per window\tgoodput\tstarted in outage: ok\tshed after\t")
-	for _, run := range r.Runs {
-		s := run.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2fx\t%d\t%.1f%%\t%.1f%%\t%d\t\n", run.Name, run.Stats.Offered, s.Attempts,
-			s.OutageAmplification, s.Peak, 100*s.Goodput, 100*s.OutageGoodput, s.ShedAfter)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\nin outage / offered: attempts that reached the provider during the outage per request the\n"+
-		"fleet offered in that time; goodput: requests that ended in success; started in outage: ok:\n"+
-		"the same for the requests started during the outage; shed after: attempts the provider shed\n"+
-		"once the outage was over.\n")
-	return err
-}
-
+// demoChart draws the attempts per window of every run, the outage
+// shaded, the legend under the chart, stormguard's runs (those whose name
+// starts with "stormguard") bold.
 func demoChart(r *demoResult, file string) error {
 	counts := make([][]int64, len(r.Runs))
 	k := 1
@@ -239,11 +159,16 @@ func demoChart(r *demoResult, file string) error {
 		counts[i] = counts[i][:min(last+1, len(counts[i]))]
 		k = max(k, mergeFactor(len(counts[i])))
 	}
+	c := r.Config
 	p := panel{title: "attempts reaching the provider", xLabel: "time (s)", height: 12 * vg.Centimeter,
-		yLabel: "attempts per " + fmtDuration(r.Config.Window*time.Duration(k))}
+		yLabel: "attempts per " + fmtDuration(c.Window*time.Duration(k)), legendBelow: true,
+		shade: []span{{name: fmt.Sprintf("the outage: 503 to everything, %v to %v", fmtDuration(c.FailAt), fmtDuration(c.FailAt+c.FailFor)),
+			from: c.FailAt.Seconds(), to: (c.FailAt + c.FailFor).Seconds()}}}
 	for i, run := range r.Runs {
-		p.lines = append(p.lines, windowSeries(run.Name, r.Config.Window, counts[i], k))
+		s := windowSeries(run.Name, c.Window, counts[i], k)
+		s.bold = strings.HasPrefix(run.Name, "stormguard")
+		p.lines = append(p.lines, s)
 	}
 	return drawPanels(file, fmt.Sprintf("live: %d clients, 503 from %v to %v, load at the server",
-		r.Config.Clients, r.Config.FailAt, r.Config.FailAt+r.Config.FailFor), []panel{p})
+		c.Clients, fmtDuration(c.FailAt), fmtDuration(c.FailAt+c.FailFor)), []panel{p})
 }

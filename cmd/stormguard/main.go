@@ -7,9 +7,12 @@
 //	stormguard sim layers [flags]       how retries multiply across layers
 //	stormguard sim outage [flags]       a fleet against a provider that fails for a while
 //	stormguard sim contention [flags]   optimistic concurrency on one row
+//	stormguard version                  the version it was built from
 //
-// Every command prints a table; --json prints the result as JSON instead,
-// and --chart FILE.png (or .svg) draws it. Run `stormguard help` or
+// Every command prints a table (the demo: a headline per run and a
+// sparkline; --wide for the table); --json prints the result as JSON
+// instead, and --chart FILE.png (or .svg) draws it. `stormguard demo
+// --serve ADDR` draws the demo's runs as they happen on a web page. Run `stormguard help` or
 // `stormguard sim jitter --help` for the flags and the range each accepts:
 // every input is bounded so that a run fits in memory and takes seconds, and
 // a bad one is refused before any work with one line on stderr and exit
@@ -17,6 +20,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +51,17 @@ type env struct {
 	stdout, stderr io.Writer
 	// stderrIsTerminal reports whether progress bars may be drawn.
 	stderrIsTerminal bool
+	// ctx, if not nil, ends the work of a command that watches for Ctrl-C
+	// (the demo) as Ctrl-C does.
+	ctx context.Context
+}
+
+// context returns e.ctx, or the background context if it is nil.
+func (e *env) context() context.Context {
+	if e.ctx == nil {
+		return context.Background()
+	}
+	return e.ctx
 }
 
 // commands maps "group name" (or "name") to its command.
@@ -57,6 +72,7 @@ func commands() map[string]command {
 		"sim layers":     {"calls at a failing bottom per user request when layers retry (3, 9, 27, 81)", prepareLayers},
 		"sim outage":     {"a fleet against a provider that fails for a while: naive vs guarded retries", prepareOutage},
 		"sim contention": {"optimistic concurrency on one row: write calls and completion time per strategy", prepareContention},
+		"version":        {"the version of stormguard this program was built from", prepareVersion},
 	}
 }
 
@@ -73,9 +89,16 @@ func isHelp(arg string) bool {
 
 // run runs the command line args and returns the exit status: 0 on
 // success or help, 1 when the work failed, 2 for a bad command line (with
-// exactly one line on stderr, or the usage when no command was given).
+// exactly one line on stderr, or the usage when no command was given), 130
+// when Ctrl-C stopped the work (with nothing on stderr).
 func run(args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr, stderrIsTerminal: isTerminal(stderr)}
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext is run with a context whose end stops the demo as Ctrl-C
+// does.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr, stderrIsTerminal: isTerminal(stderr), ctx: ctx}
 	cmds := commands()
 	switch {
 	case len(args) == 0:
@@ -83,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	case args[0] == "help" && len(args) > 1 && !isHelp(args[1]) && !strings.HasPrefix(args[1], "-"):
 		// "help sim jitter" is "sim jitter --help".
-		return run(append(slices.Clone(args[1:]), "--help"), stdout, stderr)
+		return runContext(ctx, append(slices.Clone(args[1:]), "--help"), stdout, stderr)
 	case isHelp(args[0]):
 		printUsage(stdout, "", cmds)
 		return 0
@@ -118,6 +141,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errInterrupted):
+		return 130
 	}
 	fmt.Fprintf(stderr, "stormguard %s: %s\n", name, oneLine(err.Error()))
 	var ue usageError
