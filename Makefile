@@ -28,7 +28,7 @@ EACH = status=0; for m in $(MODULES); do echo "== $(1) $$m"; start=$(NOW); \
 	if (cd $$m && $(2)); then r=ok; else r=FAIL; status=1; fi; \
 	echo "== $(1) $$m: $$r in $(call TOOK,$$start)"; done; exit $$status
 
-.PHONY: test fmt-check vet staticcheck modules-check layout-check test-race tidy release-tags bench demo jitter modules api
+.PHONY: test fmt-check vet staticcheck modules-check layout-check test-race tidy release-tags bench demo jitter modules api demo-screenshot
 
 TEST_STEPS := fmt-check vet staticcheck modules-check layout-check test-race
 
@@ -104,6 +104,12 @@ release-tags:
 ## bench: every benchmark of every module, with allocation counts.
 bench:
 	@set -e; for m in $(MODULES); do echo "== go test -bench $$m"; (cd $$m && go test -run='^$$' -bench='$(BENCH)' -benchmem -benchtime=$(BENCHTIME) ./...); done
+
+## demo-screenshot: runs the demo (its defaults, about a minute) with its live
+## page open in headless Chromium (apt-get install chromium) and writes a
+## screenshot of the page once the runs are over to docs/demo-live.png.
+demo-screenshot:
+	cd cmd/stormguard && STORMGUARD_DEMO_SCREENSHOT=$(CURDIR)/docs/demo-live.png go test -count=1 -run '^TestDemoScreenshot$$' -v .
 
 ## jitter: the seed's jitter table.
 jitter:
