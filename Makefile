@@ -106,8 +106,9 @@ bench:
 	@set -e; for m in $(MODULES); do echo "== go test -bench $$m"; (cd $$m && go test -run='^$$' -bench='$(BENCH)' -benchmem -benchtime=$(BENCHTIME) ./...); done
 
 ## demo-screenshot: runs the demo (its defaults, about a minute) with its live
-## page open in headless Chromium (apt-get install chromium) and writes a
-## screenshot of the page once the runs are over to docs/demo-live.png.
+## page open in headless Chromium (apt-get install chromium), writes a
+## screenshot of the page once the runs are over to docs/demo-live.png and
+## the same run's chart to docs/demo.png, and prints its output.
 demo-screenshot:
 	cd cmd/stormguard && STORMGUARD_DEMO_SCREENSHOT=$(CURDIR)/docs/demo-live.png go test -count=1 -run '^TestDemoScreenshot$$' -v .
 

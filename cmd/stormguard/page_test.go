@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -242,18 +243,20 @@ func checkFigure(t *testing.T, what, text, unit string, want, tol float64) {
 }
 
 // TestDemoScreenshot writes a screenshot of the live page of a whole demo
-// (the defaults) to the file STORMGUARD_DEMO_SCREENSHOT names (make
-// demo-screenshot). It is a measurement, not a test: about a minute, with
-// live figures that vary from run to run.
+// (the defaults) to the file STORMGUARD_DEMO_SCREENSHOT names, and the
+// same run's chart (--chart) to demo.png beside it (make demo-screenshot);
+// it logs the run's output. It is a measurement, not a test: about a
+// minute, with live figures that vary from run to run.
 func TestDemoScreenshot(t *testing.T) {
 	file := os.Getenv("STORMGUARD_DEMO_SCREENSHOT")
 	if file == "" {
 		t.Skip("STORMGUARD_DEMO_SCREENSHOT names the file to write (make demo-screenshot)")
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	t.Logf("stormguard demo --serve 127.0.0.1:0; load average before: %s", strings.TrimSpace(string(load)))
+	chart := filepath.Join(filepath.Dir(file), "demo.png")
+	t.Logf("stormguard demo --serve 127.0.0.1:0 --chart %s; load average before: %s", chart, strings.TrimSpace(string(load)))
 	ctx, pageErrors := browser(t)
-	url, out := serveDemo(t)
+	url, out := serveDemo(t, "--chart", chart)
 	wait, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	err := chromedp.Do(wait, chromedp.EmulateViewport(1400, 1000), chromedp.Navigate(url),
