@@ -179,19 +179,27 @@ function draw(svg, r, i, c, scale) {
     el("text", { class: "none", x: LEFT + 4, y: stripTop + 11 }, svg).textContent =
       r.state === "waiting" ? "" : "no circuit breaker";
   }
-  r.breakers.forEach((b, k) => {
-    const next = k + 1 < r.breakers.length ? r.breakers[k + 1].at_ns : b.at_ns + 100e6;
+  // One block per stretch of samples with the same counts.
+  for (let k = 0; k < r.breakers.length;) {
+    const b = r.breakers[k];
+    let j = k + 1;
+    while (j < r.breakers.length && r.breakers[j].open === b.open && r.breakers[j].half_open === b.half_open &&
+      r.breakers[j].closed === b.closed) {
+      j++;
+    }
+    const end = j < r.breakers.length ? r.breakers[j].at_ns : r.breakers[j - 1].at_ns + 100e6;
     const total = b.open + b.half_open + b.closed;
     let top = stripTop;
     for (const [cls, n] of [["open", b.open], ["half-open", b.half_open], ["closed", b.closed]]) {
       const h = (STRIP_H * n) / total;
       if (h > 0) {
-        // A little wider than the sample, so that neighbours leave no seam.
-        el("rect", { class: cls, x: x(b.at_ns), y: top, width: Math.max(x(next) - x(b.at_ns), 0) + 0.6, height: h }, svg);
+        // A little wider than the stretch, so that neighbours leave no seam.
+        el("rect", { class: cls, x: x(b.at_ns), y: top, width: Math.max(x(end) - x(b.at_ns), 0) + 0.6, height: h }, svg);
       }
       top += h;
     }
-  });
+    k = j;
+  }
   if (r.breakers.length > 0) {
     const wy = (v) => waitTop + WAIT_H - (WAIT_H * v) / scale.waitMax;
     let a = `M${x(r.breakers[0].at_ns)},${wy(0)}`;
@@ -228,6 +236,13 @@ function render(data) {
   scale.waitMax = niceMax(scale.waitMax);
   data.runs.forEach((r, i) => {
     const fig = panel(i);
+    // Only a panel whose data or scale changed is drawn again: the page
+    // shares the machine with the demo it watches.
+    const key = [r.state, r.elapsed_ns, r.attempts.length, r.breakers.length, scale.xMax, scale.yMax, scale.waitMax].join();
+    if (fig.dataset.key === key) {
+      return;
+    }
+    fig.dataset.key = key;
     fig.dataset.state = r.state;
     fig.querySelector("h2").textContent = `${i + 1}. ${r.name}`;
     fig.querySelector(".figures").innerHTML = figures(r);
