@@ -135,7 +135,7 @@ func TestVersion(t *testing.T) {
 			want = f[2]
 		}
 	}
-	if want == "" || !strings.HasPrefix(string(got), "stormguard "+want+" (go") {
+	if want == "" || !strings.HasPrefix(string(got), "stormguard "+want+" go") {
 		t.Errorf("stormguard version = %q; go version -m says the module is at %q", got, want)
 	}
 }

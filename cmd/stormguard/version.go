@@ -20,7 +20,7 @@ func prepareVersion(args []string, e *env) (func() error, error) {
 	}, nil
 }
 
-// versionLine returns "stormguard VERSION (GOVERSION OS/ARCH)", VERSION as
+// versionLine returns "stormguard VERSION GOVERSION OS/ARCH", VERSION as
 // the build info records the main module's ("(devel)" for a build from a
 // checkout), "unknown" without build info.
 func versionLine() string {
@@ -28,5 +28,5 @@ func versionLine() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		version = bi.Main.Version
 	}
-	return fmt.Sprintf("stormguard %s (%s %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("stormguard %s %s %s/%s", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
