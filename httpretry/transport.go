@@ -461,15 +461,35 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	}
 	c.sends++
 	resp, err := c.t.base.RoundTrip(r)
-	if err != nil {
+	if err != nil || resp == nil {
 		if cancel != nil {
 			cancel()
 		}
-		return nil, err
+		return nil, baseResult(resp, err)
 	}
 	c.cur, c.curCancel = resp, cancel
 	return resp, nil
 }
+
+// baseResult is the error of a base RoundTripper's answer that is not a
+// response: its error (a response sent beside it, which breaks the
+// RoundTripper contract, is closed and dropped, as net/http's Client does),
+// or, for a nil response with a nil error, an error saying so, marked
+// Permanent: the base transport is broken, and sending again would not
+// help.
+func baseResult(resp *http.Response, err error) error {
+	if err != nil {
+		if resp != nil && resp.Body != nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	return retry.Permanent(errNilResponse)
+}
+
+// errNilResponse is the error of a base RoundTripper that returned neither
+// a response nor an error.
+var errNilResponse = errors.New("httpretry: base RoundTripper returned a nil *Response with a nil error")
 
 // body returns the request body for the next send.
 func (c *call) body() (io.ReadCloser, error) {
