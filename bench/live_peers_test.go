@@ -17,8 +17,8 @@ import (
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 // The live peer comparison: one loopback outage (sim/live's Provider

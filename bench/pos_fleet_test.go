@@ -12,10 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/fleet"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 // posFleetSetup is the row of stormguard per terminal with the budget and

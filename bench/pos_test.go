@@ -23,9 +23,9 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )

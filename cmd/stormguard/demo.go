@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 	"gonum.org/v1/plot/vg"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 // TestDemoSmall runs the live demo for a fraction of a second. It checks

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 // errInterrupted is what a command returns when Ctrl-C stopped its work:

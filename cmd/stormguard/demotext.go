@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/stormguard/stormguard/internal/sim/live"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 )
 
 // maxColumns is the width the demo's output fits in (but --wide's table).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // Limits of `sim jitter`. A retry costs well under a microsecond to draw

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 	"gonum.org/v1/plot/vg"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
-	"github.com/stormguard/stormguard/internal/sim/live"
 )
 
 // sampleEvery is how often a running run's circuit breakers are read for

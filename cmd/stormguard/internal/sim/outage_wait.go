@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/internal/waitq"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/waitq"
 	"github.com/stormguard/stormguard/retry"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/internal/waitq"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/waitq"
 )
 
 // The model's release rate follows breaker.Config.ReleaseRate: the trip's

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim/live"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 )
 
 func TestProviderSchedule(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // The fuzz targets feed arbitrary settings to the simulations: each must

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // layers runs c and fails the test on error.

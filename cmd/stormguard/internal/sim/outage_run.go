@@ -8,8 +8,8 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/internal/sat"
-	"github.com/stormguard/stormguard/internal/waitq"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sat"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/waitq"
 	"github.com/stormguard/stormguard/retry"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // seedTable is the reference table in docs/backoff.md, byte for byte.

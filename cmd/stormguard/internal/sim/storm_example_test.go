@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // Gateway -> Orders -> Payments -> Bank API, three tries at each layer,

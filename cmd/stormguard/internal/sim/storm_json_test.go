@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // Every result survives a JSON round trip, with the documented field names.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // outage runs c and fails the test on error.

@@ -4,7 +4,7 @@ import (
 	"os"
 
 	"github.com/stormguard/stormguard/backoff"
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // The experiment of the reference table in docs/backoff.md, full jitter

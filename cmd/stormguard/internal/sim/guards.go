@@ -8,8 +8,8 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/internal/pace"
-	"github.com/stormguard/stormguard/internal/waitq"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/pace"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/waitq"
 )
 
 // BudgetSettings is the plain-data part of a [budget.Config] that the

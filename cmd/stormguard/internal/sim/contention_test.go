@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stormguard/stormguard/internal/sim"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
 )
 
 // contention runs c and fails the test on error.

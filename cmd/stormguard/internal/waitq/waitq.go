@@ -1,0 +1,140 @@
+// Package waitq is the wait list of calls that wait for permission to go
+// (behind an open circuit breaker, or, later, behind a concurrency limit),
+// served earliest deadline first: the call with the least time left gets
+// the next permit, so that a call that already slept through a Retry-After
+// does not queue behind calls with time to spare.
+//
+// Time is explicit: a deadline is a time.Duration since an origin the
+// owner picks (the breaker's construction, the simulation's start), and no
+// method reads a clock or starts a timer. The breaker keeps its list under
+// its mutex and steps it from its calls and timers; the simulator steps its
+// own list on the simulated clock. Both get the same order.
+//
+// A waiter is a node the owner allocates once per wait and links into the
+// list; a waiting call holds no goroutine and no timer of the list's.
+package waitq
+
+import (
+	"time"
+
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/sat"
+)
+
+// List is a list of waiters in deadline order, earliest first; waiters
+// with the same deadline keep their arrival order. Its zero value is an
+// empty, unbounded list. A List is not safe for concurrent use: its owner
+// guards it.
+type List[T any] struct {
+	// Max bounds the number of waiters: Push refuses a waiter beyond it.
+	// 0 or less means no bound.
+	Max int
+
+	head, tail *Waiter[T]
+	n          int
+}
+
+// Waiter is one waiting call in a [List]. Value holds the owner's data
+// about the call; the rest is the list's.
+type Waiter[T any] struct {
+	Value T
+
+	deadline   time.Duration
+	prev, next *Waiter[T]
+	list       *List[T]
+}
+
+// Deadline returns the time (since the owner's origin) at which now+wait
+// ends, saturating at the largest Duration: a call that may wait without
+// bound sorts after every call with a finite wait, never before them.
+func Deadline(now, wait time.Duration) time.Duration { return sat.Add(now, wait) }
+
+// Len returns the number of waiters.
+func (l *List[T]) Len() int { return l.n }
+
+// Full reports whether Push would refuse a waiter.
+func (l *List[T]) Full() bool { return l.Max > 0 && l.n >= l.Max }
+
+// Front returns the waiter with the earliest deadline, or nil.
+func (l *List[T]) Front() *Waiter[T] { return l.head }
+
+// Next returns the waiter after w in l's order, or nil.
+func (w *Waiter[T]) Next() *Waiter[T] { return w.next }
+
+// Deadline returns the deadline w was pushed with.
+func (w *Waiter[T]) Deadline() time.Duration { return w.deadline }
+
+// Waiting reports whether w is in a list.
+func (w *Waiter[T]) Waiting() bool { return w.list != nil }
+
+// Push adds w, with deadline, after the waiters whose deadline is the same
+// or earlier, and reports whether it did: it refuses w when the list is
+// full or w is in a list already. Deadlines mostly grow with arrival, so
+// the search from the back is short.
+func (l *List[T]) Push(w *Waiter[T], deadline time.Duration) bool {
+	if w.list != nil || l.Full() {
+		return false
+	}
+	w.deadline, w.list = deadline, l
+	after := l.tail
+	for after != nil && after.deadline > deadline {
+		after = after.prev
+	}
+	w.prev = after
+	if after == nil {
+		w.next = l.head
+		l.head = w
+	} else {
+		w.next = after.next
+		after.next = w
+	}
+	if w.next == nil {
+		l.tail = w
+	} else {
+		w.next.prev = w
+	}
+	l.n++
+	return true
+}
+
+// Remove takes w off l and reports whether it was on it.
+func (l *List[T]) Remove(w *Waiter[T]) bool {
+	if w.list != l {
+		return false
+	}
+	if w.prev == nil {
+		l.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		l.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next, w.list = nil, nil, nil
+	l.n--
+	return true
+}
+
+// PopFront takes the waiter with the earliest deadline off l and returns
+// it, or nil if l is empty: the call to hand the next permit to.
+func (l *List[T]) PopFront() *Waiter[T] {
+	w := l.head
+	if w != nil {
+		l.Remove(w)
+	}
+	return w
+}
+
+// Expire takes off l, earliest first, every waiter whose deadline is
+// before cutoff, and calls fail with each after it is off the list: the
+// calls that cannot make it (cutoff is now, or now plus the time the next
+// permit is expected to take). fail may push waiters back onto l; those
+// are not visited again in this call unless their deadline is before
+// cutoff.
+func (l *List[T]) Expire(cutoff time.Duration, fail func(*Waiter[T])) {
+	for w := l.head; w != nil && w.deadline < cutoff; w = l.head {
+		l.Remove(w)
+		fail(w)
+	}
+}
