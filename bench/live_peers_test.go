@@ -21,7 +21,7 @@ import (
 	"github.com/stormguard/stormguard/httpretry"
 )
 
-// The live peer comparison: one loopback outage (sim/live's Provider
+// The live peer comparison: one loopback outage (package live's Provider
 // answers 503 from 2 s to 5 s, with or without Retry-After), hit by a fleet
 // of 1000 clients each sending one GET a second, once per HTTP retry setup:
 // a naive fixed-interval loop, go-retryablehttp, cenkalti/backoff v5,

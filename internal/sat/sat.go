@@ -4,6 +4,11 @@
 // a caller's maximum wait, a configured period) may be near the largest
 // Duration; added to a clock reading it must mean "not before that time",
 // never a time in the past.
+//
+// Module cmd/stormguard may not import this package and holds a copy of
+// it, cmd/stormguard/internal/sat, for its copy of waitq; TestCopiesMatch keeps the
+// copy equal (only its import paths differ): change this folder, then
+// bring the copy over with the command the test prints.
 package sat
 
 import (

@@ -12,6 +12,11 @@
 //
 // A waiter is a node the owner allocates once per wait and links into the
 // list; a waiting call holds no goroutine and no timer of the list's.
+//
+// Module cmd/stormguard may not import this package and holds a copy of
+// it, cmd/stormguard/internal/waitq, for its simulator; TestCopiesMatch keeps the
+// copy equal (only its import paths differ): change this folder, then
+// bring the copy over with the command the test prints.
 package waitq
 
 import (

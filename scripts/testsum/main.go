@@ -10,7 +10,7 @@
 // underscore, such as STORMGUARD_POSTGRES_URL) under that variable:
 //
 //	skipped: 14 tests need STORMGUARD_POSTGRES_URL (idempotency/pgstore)
-//	skipped: 3 tests: would run long (internal/sim)
+//	skipped: 3 tests: would run long (cmd/stormguard/internal/sim)
 //
 // and a last line with the totals over every test, subtest and example
 // (a package that fails with no failing test, such as one that does not

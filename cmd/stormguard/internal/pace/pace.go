@@ -16,6 +16,11 @@
 // releases halves it, at most once per tick and never below the floor. A
 // controller may move the ceiling at any time ([Pacer.SetCeiling]), e.g.
 // to a concurrency limit learned from the dependency's latency.
+//
+// Module cmd/stormguard may not import this package and holds a copy of
+// it, cmd/stormguard/internal/pace, for its simulator; TestCopiesMatch keeps the
+// copy equal (only its import paths differ): change this folder, then
+// bring the copy over with the command the test prints.
 package pace
 
 import (

@@ -133,11 +133,12 @@ const (
 // Waiting (policies with Wait): [breaker.Breaker.Wait] parks a goroutine,
 // and the breaker steps its probe rounds and its release on real timers.
 // So the model keeps the waiting calls itself, in the breaker's own wait
-// order (package internal/waitq: earliest deadline first, arrival order
-// among equal deadlines), releases them with the breaker's own pacer
-// (package internal/pace), stepped on the simulated clock, and drives the
-// breaker through Allow, Done, Fail, Cancel, Trip, State, Snapshot and
-// OnStateChange, as the breaker's documentation says:
+// order (package waitq: earliest deadline first, arrival order among equal
+// deadlines), releases them with the breaker's own pacer (package pace),
+// stepped on the simulated clock (this module's copies of the root
+// module's internal/waitq and internal/pace, kept equal by their tests),
+// and drives the breaker through Allow, Done, Fail, Cancel, Trip, State,
+// Snapshot and OnStateChange, as the breaker's documentation says:
 //
 //   - An attempt the breaker rejects waits, without being sent, if the
 //     request has deadline left, the rejection is a half-open breaker's or
