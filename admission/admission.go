@@ -4,11 +4,8 @@ import (
 	"container/list"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +13,6 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/observe"
-	"github.com/stormguard/stormguard/wire"
 )
 
 // Outcome is what a [Controller] decided for one request. The zero value is
@@ -134,9 +130,11 @@ type Controller struct {
 	_        [48]byte
 
 	// The queue: waiters, oldest first. qlen mirrors queue.Len() for Stats.
-	mu    sync.Mutex
-	queue list.List // of *waiter; guarded by mu
-	qlen  atomic.Int64
+	mu        sync.Mutex
+	queue     list.List // of *waiter; guarded by mu
+	lastEmpty time.Time // when the queue was last seen empty; guarded by mu
+	qlen      atomic.Int64
+	sojourn   atomic.Int64 // how long the last waiter given a slot waited, ns
 
 	// Counters for Stats, off the queue's cache line.
 	_         [64]byte
@@ -149,6 +147,7 @@ type Controller struct {
 type waiter struct {
 	elem    *list.Element // its place in the queue; guarded by Controller.mu
 	ready   chan struct{} // receives once the waiter is granted a slot
+	since   time.Time     // when it joined the queue
 	granted bool          // guarded by Controller.mu
 }
 
@@ -210,23 +209,30 @@ func (c *Controller) setup(eff Config) error {
 	c.raSpread = max(eff.RetryAfterSpread, 0)
 	c.obs = eff.Observer
 	c.rnd = eff.Rand
-	c.http = newHTTPValues(eff.RetryAfterBase + c.raSpread)
+	c.http = newHTTPValues(eff.RetryAfterBase+c.raSpread, eff.MaxInFlight)
 	return nil
 }
 
 // Acquire decides whether a request may run now. attempt is the request's
 // attempt number as its client counts it: 1 (or anything below 2) for an
-// original, 2 or more for a retry.
+// original, 2 or more for a retry. ctx's deadline, if it has one, is the
+// caller's (gRPC's server context carries it); nil ctx never ends.
 //
-// An original is counted in the window. A retry is admitted by the window
-// only while retries + 1 <= RetryRatio·originals +
+// A request whose caller's deadline has passed is dropped at once, before
+// anything else, as [Canceled] with the don't-retry signal: nobody waits
+// for its answer. An original is then counted in the window. A retry is
+// admitted by the window only while retries + 1 <= RetryRatio·originals +
 // MinRetriesPerSecond·Window.Seconds() over the window (the rule of package
 // budget); otherwise it is refused at once with [RetryRefused]. A request
 // that passed that check runs if fewer than MaxInFlight are in progress;
 // otherwise it waits in the queue, first come first served, until a slot
-// frees ([Admitted]), MaxQueueWait passes ([QueueTimeout]) or ctx ends
-// ([Canceled]); if the queue is full it is refused at once ([QueueFull]).
-// A nil ctx never ends.
+// frees ([Admitted]), its time in the queue is over ([QueueTimeout]: see
+// the package documentation for the queue's delay control) or ctx ends or
+// its deadline comes ([Canceled]); if the queue is full it is refused at
+// once ([QueueFull]). A request with a deadline that leaves it less time
+// than the last request given a slot from the queue waited there is
+// dropped at once ([Canceled], with the don't-retry signal): it would be
+// answered after its caller left.
 //
 // If d.Outcome is [Admitted], the caller must call p.Release() when the
 // request is done; otherwise p is the zero Permit and d says why, how long
@@ -238,6 +244,41 @@ func (c *Controller) setup(eff Config) error {
 // and allocates nothing; a request that queues allocates its waiter, its
 // place in the queue and a timer (a few hundred bytes).
 func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision) {
+	return c.acquire(ctx, attempt, false, ctxDeadline(ctx))
+}
+
+// AcquireProbe is [Controller.Acquire] for a request its client marked as
+// a circuit breaker's probe (package wire's ProbeHeader; "stormguard-probe"
+// over gRPC): an attempt sent to find out whether this server is back, or
+// the first send of a call that waited behind the client's open breaker.
+// An original (attempt below 2) is handled exactly as by Acquire. A retry
+// so marked is counted in Stats as a retry but skips the retry ratio: it
+// neither spends nor earns allowance, so that a server that came back is
+// seen to be back by the clients that wait for it. In exchange it may only
+// use idle capacity: it is admitted if a slot is free at once and no
+// request is queued, and is otherwise refused at once ([QueueFull]) with
+// RetryAfterBase as its Retry-After (no jitter: the client's breaker
+// spreads its own rounds) and without the don't-retry signal (the client
+// goes back to waiting; its next probe round comes later). A marked
+// request never queues, so a client that marks every retry as a probe
+// gets no more than the capacity nobody else is using: the bound on what
+// the mark can be used for.
+func (c *Controller) AcquireProbe(ctx context.Context, attempt int) (Permit, Decision) {
+	return c.acquire(ctx, attempt, true, ctxDeadline(ctx))
+}
+
+// ctxDeadline returns ctx's deadline, zero if it has none (or ctx is nil).
+func ctxDeadline(ctx context.Context) time.Time {
+	if ctx == nil {
+		return time.Time{}
+	}
+	dl, _ := ctx.Deadline()
+	return dl
+}
+
+// acquire is Acquire and AcquireProbe; dl is the caller's deadline (zero:
+// none), as read from ctx or the request's fields.
+func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl time.Time) (Permit, Decision) {
 	c.init()
 	if attempt < 1 {
 		attempt = 1
@@ -245,17 +286,29 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 	d := decision{attempt: attempt}
 	if attempt == 1 {
 		c.originals.Add(1)
-		c.budget.Deposit() // the budget reads c.now, its clock
 	} else {
 		c.retries.Add(1)
-		if !c.budget.Withdraw() {
-			return Permit{}, c.refuse(ctx, d, RetryRefused)
+	}
+	if !dl.IsZero() && !c.now().Before(dl) {
+		d.deadline = true // the caller has left: do nothing for it
+		return Permit{}, c.refuse(ctx, d, Canceled)
+	}
+	switch {
+	case attempt == 1:
+		c.budget.Deposit() // the budget reads c.now, its clock
+	case probe:
+		if c.nwait.Load() == 0 && c.tryInc() {
+			return c.admit(ctx, d)
 		}
+		d.probe = true
+		return Permit{}, c.refuse(ctx, d, QueueFull)
+	case !c.budget.Withdraw():
+		return Permit{}, c.refuse(ctx, d, RetryRefused)
 	}
 	if c.nwait.Load() == 0 && c.tryInc() {
 		return c.admit(ctx, d)
 	}
-	return c.wait(ctx, d, c.now())
+	return c.wait(ctx, d, dl)
 }
 
 // tryInc takes a slot if one is free.
@@ -275,8 +328,10 @@ func (c *Controller) tryInc() bool {
 // and how long it waited in the queue.
 type decision struct {
 	Decision
-	attempt int
-	waited  time.Duration
+	attempt  int
+	waited   time.Duration
+	deadline bool // refused because the caller's deadline passed or cannot be met
+	probe    bool // a marked probe refused for lack of an idle slot
 }
 
 // admit returns a granted decision; the caller took the slot.
@@ -292,8 +347,13 @@ func (c *Controller) admit(ctx context.Context, d decision) (Permit, Decision) {
 func (c *Controller) refuse(ctx context.Context, d decision, o Outcome) Decision {
 	c.outcomes[o].Add(1)
 	d.Outcome = o
-	d.RetryAfter = c.retryAfter()
-	d.DontRetry = o == RetryRefused || d.attempt >= 2
+	switch {
+	case d.probe:
+		d.RetryAfter = c.raBase
+	default:
+		d.RetryAfter = c.retryAfter()
+		d.DontRetry = o == RetryRefused || d.attempt >= 2 || d.deadline
+	}
 	if c.obs != nil {
 		outcome := "shed-busy"
 		if o == RetryRefused {
@@ -313,6 +373,9 @@ func (c *Controller) report(ctx context.Context, d decision, outcome string) {
 	e := observe.Event{Kind: observe.Admission, Name: c.cfg.Name, Attempt: d.attempt, Outcome: outcome, Elapsed: d.waited, Delay: d.RetryAfter}
 	if d.Outcome != Admitted {
 		e.Reason = d.Outcome.String()
+		if d.deadline {
+			e.Reason = "deadline"
+		}
 	}
 	c.obs.Observe(ctx, e)
 }
@@ -336,87 +399,6 @@ func (c *Controller) retryAfter() time.Duration {
 		u = math.Nextafter(1, 0)
 	}
 	return c.raBase + time.Duration(u*float64(c.raSpread))
-}
-
-// wait is the slow path of Acquire: no slot was free at first sight, or
-// requests are queued ahead.
-func (c *Controller) wait(ctx context.Context, d decision, start time.Time) (Permit, Decision) {
-	if c.maxQueue == 0 {
-		if c.tryInc() {
-			return c.admit(ctx, d)
-		}
-		return Permit{}, c.refuse(ctx, d, QueueFull)
-	}
-	c.mu.Lock()
-	// Announce this request before looking for a slot: a Release that frees
-	// one after the look below then sees nwait > 0 and hands the slot over.
-	c.nwait.Add(1)
-	if c.queue.Len() == 0 && c.tryInc() {
-		c.nwait.Add(-1)
-		c.mu.Unlock()
-		return c.admit(ctx, d)
-	}
-	if c.qlen.Load() >= int64(c.maxQueue) {
-		c.nwait.Add(-1)
-		c.mu.Unlock()
-		return Permit{}, c.refuse(ctx, d, QueueFull)
-	}
-	w := &waiter{ready: make(chan struct{}, 1)}
-	w.elem = c.queue.PushBack(w)
-	c.qlen.Add(1)
-	c.mu.Unlock()
-	if c.obs != nil {
-		c.report(ctx, d, "queued")
-	}
-
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
-	timer := time.NewTimer(c.maxWait)
-	o := Admitted
-	select {
-	case <-w.ready:
-	case <-timer.C:
-		o = QueueTimeout
-	case <-done:
-		o = Canceled
-	}
-	timer.Stop()
-	if o != Admitted {
-		c.mu.Lock()
-		if w.granted {
-			o = Admitted // a slot came at the same moment: take it
-		} else {
-			c.unlink(w)
-		}
-		c.mu.Unlock()
-	}
-	d.waited = max(c.now().Sub(start), 0)
-	if o == Admitted {
-		return c.admit(ctx, d)
-	}
-	return Permit{}, c.refuse(ctx, d, o)
-}
-
-// unlink removes w from the queue. It requires mu held.
-func (c *Controller) unlink(w *waiter) {
-	c.queue.Remove(w.elem)
-	w.elem = nil
-	c.qlen.Add(-1)
-	c.nwait.Add(-1)
-}
-
-// handOff gives free slots to the oldest waiters.
-func (c *Controller) handOff() {
-	c.mu.Lock()
-	for c.queue.Len() > 0 && c.tryInc() {
-		w := c.queue.Front().Value.(*waiter)
-		c.unlink(w)
-		w.granted = true
-		w.ready <- struct{}{} // buffered: never blocks
-	}
-	c.mu.Unlock()
 }
 
 // Stats is a snapshot of a [Controller]'s counters. The totals count from
@@ -453,95 +435,3 @@ func (c *Controller) Stats() Stats {
 
 // Outcomes has a counter per Outcome.
 var _ [numOutcomes]uint64 = Stats{}.Outcomes
-
-// The HTTP side.
-
-// maxTableSeconds bounds the precomputed Retry-After values.
-const maxTableSeconds = 3600
-
-// httpValues are header values built once per Controller and shared by
-// every refusal: nobody modifies them.
-type httpValues struct {
-	retryAfter [][]string // index s: {"s"}, for 1 <= s < len
-}
-
-// textPlain is the Content-Type value of every answer of the package's own,
-// shared (never modified).
-var textPlain = []string{"text/plain; charset=utf-8"}
-
-func newHTTPValues(longest time.Duration) httpValues {
-	n := min(int(longest/time.Second), maxTableSeconds) + 1
-	v := httpValues{
-		retryAfter: make([][]string, n),
-	}
-	for s := 1; s < n; s++ {
-		v.retryAfter[s] = []string{strconv.Itoa(s)}
-	}
-	return v
-}
-
-// retryAfterSeconds converts a refusal's RetryAfter to the whole seconds
-// HTTP carries: rounded down, at least 1.
-func retryAfterSeconds(d time.Duration) int {
-	return max(int(d/time.Second), 1)
-}
-
-// Wrap returns next behind c: net/http middleware for a server or the
-// gateway in front of it. For every request it reads the attempt number
-// from the wire.AttemptHeader field (absent, or not a valid number as
-// wire.ParseAttempt reads it: an original), calls
-// [Controller.Acquire] with the request's context, and either runs next
-// (releasing the permit when next returns or panics) or answers without
-// calling next:
-//
-//	503 Service Unavailable
-//	Retry-After: <whole seconds>
-//	Stormguard-Retry: no          (when Decision.DontRetry)
-//	Content-Type: text/plain; charset=utf-8
-//
-// Retry-After is the decision's RetryAfter rounded down to whole seconds,
-// at least 1: with RetryAfterBase and RetryAfterSpread in whole seconds,
-// it is uniform over the RetryAfterSpread/1s values from RetryAfterBase up.
-// A nil next answers 404 to every admitted request. The returned handler
-// allocates nothing on the admitted path.
-func (c *Controller) Wrap(next http.Handler) http.Handler {
-	if next == nil {
-		next = http.NotFoundHandler()
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Without a valid attempt header: an original, or a client that does
-		// not count. (The map is read directly: Header.Get would
-		// canonicalise the name on every request.)
-		attempt := 1
-		if vs := r.Header[wire.AttemptHeader]; len(vs) > 0 {
-			if n, ok := wire.ParseAttempt(vs[0]); ok {
-				attempt = n
-			}
-		}
-		p, d := c.Acquire(r.Context(), attempt)
-		if d.Outcome != Admitted {
-			c.writeRefusal(w, d)
-			return
-		}
-		defer p.Release()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// writeRefusal answers a refused request.
-func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
-	hdr := w.Header()
-	if s := retryAfterSeconds(d.RetryAfter); s < len(c.http.retryAfter) {
-		hdr["Retry-After"] = c.http.retryAfter[s]
-	} else {
-		hdr["Retry-After"] = []string{strconv.Itoa(s)}
-	}
-	body := "overloaded; try again later\n"
-	if d.DontRetry {
-		wire.SetDontRetry(hdr)
-		body = "overloaded; don't retry\n"
-	}
-	hdr["Content-Type"] = textPlain
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = io.WriteString(w, body)
-}

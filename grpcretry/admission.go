@@ -2,6 +2,7 @@ package grpcretry
 
 import (
 	"context"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -27,11 +28,29 @@ func attemptFromContext(ctx context.Context) int {
 	return n
 }
 
+// acquire asks c for the server call of ctx: with its attempt number, as a
+// probe when the client marked it so (probeMetadata "1", see
+// admission.Controller.AcquireProbe), and with gRPC's deadline, which ctx
+// carries.
+func acquire(ctx context.Context, c *admission.Controller) (admission.Permit, admission.Decision) {
+	attempt := attemptFromContext(ctx)
+	for _, v := range metadata.ValueFromIncomingContext(ctx, probeMetadata) {
+		if strings.Trim(v, " \t") == "1" {
+			return c.AcquireProbe(ctx, attempt)
+		}
+	}
+	return c.Acquire(ctx, attempt)
+}
+
 // AdmissionServerOptions returns the server options that put every call,
 // unary or streaming, through c (see package admission): interceptors,
 // chained after any given before them (give these first, so that refused
 // calls cost nothing else). The attempt number comes from the
-// wire.PreviousAttemptsMetadata a client sends, and a refused call never
+// wire.PreviousAttemptsMetadata a client sends, a call marked as a probe
+// ("stormguard-probe: 1", the gRPC form of wire.ProbeHeader, which this
+// package's client sends) goes through admission.Controller.AcquireProbe,
+// the call's gRPC deadline is its caller's (a call whose deadline passed, or
+// cannot be met in the queue, is dropped before the handler), and a refused call never
 // reaches the handler. It is answered UNAVAILABLE with the trailer
 // "grpc-retry-pushback-ms: -1" (do not retry) when the decision says so (a
 // retry beyond the ratio, or any refused retry), and otherwise with the
@@ -48,7 +67,7 @@ func AdmissionServerOptions(c *admission.Controller) []grpc.ServerOption {
 // admissionUnary is the unary interceptor of AdmissionServerOptions.
 func admissionUnary(c *admission.Controller) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		p, d := c.Acquire(ctx, attemptFromContext(ctx))
+		p, d := acquire(ctx, c)
 		if d.Outcome != admission.Admitted {
 			md, err := refusal(d)
 			_ = grpc.SetTrailer(ctx, md)
@@ -63,7 +82,7 @@ func admissionUnary(c *admission.Controller) grpc.UnaryServerInterceptor {
 // permit is held for the life of the stream.
 func admissionStream(c *admission.Controller) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		p, d := c.Acquire(ss.Context(), attemptFromContext(ss.Context()))
+		p, d := acquire(ss.Context(), c)
 		if d.Outcome != admission.Admitted {
 			md, err := refusal(d)
 			ss.SetTrailer(md)

@@ -2,7 +2,9 @@ package grpcretry
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -51,5 +53,42 @@ func TestAdmissionAllocs(t *testing.T) {
 	req := &testpb.SimpleRequest{}
 	if n := testing.AllocsPerRun(1000, func() { _, _ = in(ctx, req, info, handler) }); n != 0 {
 		t.Errorf("admitted call: %v allocations, want 0", n)
+	}
+}
+
+// probeMetadata is wire.ProbeHeader in lower case, as the wire documents.
+func TestProbeMetadataName(t *testing.T) {
+	if probeMetadata != strings.ToLower(wire.ProbeHeader) {
+		t.Errorf("probeMetadata = %q, want %q", probeMetadata, strings.ToLower(wire.ProbeHeader))
+	}
+}
+
+// TestAdmissionProbe: with no retry allowance left, a retry is refused; the
+// same retry marked as a probe passes (an idle slot is free), and a call
+// whose deadline has passed is dropped before the handler.
+func TestAdmissionProbe(t *testing.T) {
+	ctl, err := admission.New(admission.Config{RetryRatio: -1, MinRetriesPerSecond: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := admissionUnary(ctl)
+	info := &grpc.UnaryServerInfo{FullMethod: testpb.TestService_UnaryCall_FullMethodName}
+	ran := 0
+	handler := func(ctx context.Context, req any) (any, error) { ran++; return req, nil }
+	retry := metadata.MD{wire.PreviousAttemptsMetadata: {"1"}}
+	probe := metadata.MD{wire.PreviousAttemptsMetadata: {"1"}, probeMetadata: {"1"}}
+	if _, err := in(metadata.NewIncomingContext(context.Background(), retry), nil, info, handler); err == nil || ran != 0 {
+		t.Errorf("retry without allowance: err %v, handler ran %d times; want refused", err, ran)
+	}
+	if _, err := in(metadata.NewIncomingContext(context.Background(), probe), nil, info, handler); err != nil || ran != 1 {
+		t.Errorf("marked probe: err %v, handler ran %d times; want admitted", err, ran)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	if _, err := in(metadata.NewIncomingContext(ctx, metadata.MD{}), nil, info, handler); err == nil || ran != 1 {
+		t.Errorf("call past its deadline: err %v, handler ran %d times; want dropped", err, ran)
+	}
+	if s := ctl.Stats(); s.Outcomes[admission.RetryRefused] != 1 || s.Outcomes[admission.Canceled] != 1 {
+		t.Errorf("outcomes %v, want 1 retry refused and 1 dropped for its deadline (Canceled)", s.Outcomes)
 	}
 }

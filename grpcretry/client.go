@@ -144,9 +144,12 @@ func (s *safety) judge(err error, trailer metadata.MD, timedOut bool) error {
 
 // attemptContext returns the context of attempt n of a call: with the
 // wire.PreviousAttemptsMetadata metadata from the second attempt on, and without one
-// on the first (strip: ctx carries one from elsewhere).
+// on the first (strip: ctx carries one from elsewhere), and with the probe
+// mark (probeMetadata) when the retry loop marked ctx as a breaker's probe
+// (retry.IsProbe).
 func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.Context {
-	if n == 1 && !strip {
+	probe := retry.IsProbe(ctx)
+	if n == 1 && !strip && !probe {
 		return ctx
 	}
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy
@@ -158,8 +161,19 @@ func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.
 	} else {
 		md[wire.PreviousAttemptsMetadata] = previousAttempts(n - 1)
 	}
+	if probe {
+		md[probeMetadata] = probeValue
+	} else {
+		delete(md, probeMetadata)
+	}
 	return metadata.NewOutgoingContext(ctx, md)
 }
+
+// probeMetadata is the gRPC form of wire.ProbeHeader: its name in lower
+// case; probeValue its one value, shared and never modified.
+const probeMetadata = "stormguard-probe"
+
+var probeValue = []string{"1"}
 
 // deadlineSlack is how early a server may end a call before the attempt
 // deadline it learned from grpc-timeout (sent rounded, received a moment

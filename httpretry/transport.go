@@ -127,6 +127,15 @@ func attemptValue(n int) []string {
 	return []string{strconv.Itoa(n)}
 }
 
+// probeValue is the wire.ProbeHeader value, shared and never modified.
+var probeValue = []string{"1"}
+
+// timeoutValue returns the wire.TimeoutHeader value of an attempt with left
+// until its deadline: whole milliseconds, rounded down, at least 0.
+func timeoutValue(left time.Duration) []string {
+	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
+}
+
 // Hosts returns the guards of every destination host the transport holds,
 // by host (lower-cased): read a host's breaker state with
 // Breaker.Snapshot, its budget's window with the Stats method of a
@@ -440,8 +449,12 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	// with its own body, header and context (the attempt runs on the
 	// request's context unless the transport or a tagging observer made
 	// one).
+	// What this attempt tells the server: that it is the breaker's probe
+	// (wire.ProbeHeader), and how long its caller waits (wire.TimeoutHeader).
+	probe := retry.IsProbe(ctx)
+	_, hasDL := ctx.Deadline()
 	asIs := n == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.data == nil && c.once == nil &&
-		cfg.attemptTimeout == 0 && ctx == c.req.Context()
+		cfg.attemptTimeout == 0 && ctx == c.req.Context() && !hasDL && !probe
 	b, err := c.body()
 	if err != nil {
 		return nil, retry.Permanent(callerError{fmt.Errorf("httpretry: rewind request body: %w", err)})
@@ -454,6 +467,14 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	if !asIs {
 		r = c.src.WithContext(ctx) // the shallow copy this attempt may change
 		r.Header = c.header(n)
+		if probe {
+			r.Header[wire.ProbeHeader] = probeValue
+		} else {
+			delete(r.Header, wire.ProbeHeader)
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			r.Header[wire.TimeoutHeader] = timeoutValue(dl.Sub(time.Now()))
+		}
 		r.Body = b
 		if data := c.data; data != nil {
 			r.GetBody = func() (io.ReadCloser, error) { return bytesBody(data), nil }

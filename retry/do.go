@@ -144,6 +144,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 	for attempt := 1; ; attempt++ {
 		var err error
 		var permit breaker.Permit
+		var waited bool // the breaker made this attempt wait: a release
 		attemptExpired, overallOnly := false, true
 		if attempt == 1 && first != nil {
 			err = first // run made the first attempt (no deadline, no breaker)
@@ -160,7 +161,6 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if brk != nil {
 				var oerr error
-				var waited bool
 				if permit, waited, oerr = p.admit(ctx, brk, hasDL, deadline.Sub(now)); oerr != nil {
 					// A call that waited for the breaker until its deadline
 					// stops for the breaker; one canceled meanwhile, for
@@ -203,6 +203,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					overallOnly = false
 				}
 				actx, cancel = context.WithDeadline(ctx, adl)
+			}
+			if permit.Probe() || waited {
+				actx = markProbe(actx) // see IsProbe
 			}
 			var started time.Time
 			if p.observer != nil {

@@ -38,6 +38,44 @@ import (
 // anything was read from it; the resend carries the same number.)
 const AttemptHeader = "Stormguard-Attempt"
 
+// ProbeHeader is the request header field a client puts on an attempt that
+// its circuit breaker let through to find out whether the server is back:
+// a probe, or the first send of a call released after waiting behind the
+// open breaker ("Stormguard-Probe: 1"; a server reads only the value "1",
+// without regard to surrounding spaces and tabs). Such an attempt usually
+// carries an [AttemptHeader] of 2 or more (it follows a failed one), yet it
+// is not retry pressure: a breaker sends a few per round however many calls
+// wait. A server's admission lets it skip its retry ratio, within bounds
+// it documents (package admission), so that recovery is seen when it
+// happens. Over gRPC the same mark is the metadata key "stormguard-probe"
+// (the field's name in lower case) with the value "1". Package httpretry
+// and grpcretry's client send it (retry.IsProbe says when).
+const ProbeHeader = "Stormguard-Probe"
+
+// TimeoutHeader is the request header field in which a client says how
+// long it will wait for this attempt's answer: the time left until the
+// earlier of the attempt's timeout and the call's deadline, in whole
+// milliseconds, rounded down, as a decimal integer
+// ("Stormguard-Timeout-Ms: 950"; 0 means the time is up). It plays the
+// role of gRPC's grpc-timeout and Envoy's x-envoy-expected-rq-timeout-ms
+// (which package admission also reads): a server drops work whose caller
+// has left, or will have left before the work can start, instead of doing
+// it for nobody. The time counts from when the server reads the field; the
+// time the request spent on the network is not subtracted. Package
+// httpretry sends it on every attempt that has a deadline.
+const TimeoutHeader = "Stormguard-Timeout-Ms"
+
+// CapacityHeader is the response header field a server's admission puts
+// on an answer that sheds a request for lack of room: its capacity hint,
+// the number of requests it runs at once at most as it stands now (its
+// in-flight limit), a decimal integer ("Stormguard-Capacity: 40"). A
+// client that is the server's only caller (a gateway, one shared transport
+// per process) should keep fewer attempts than that in flight to it; a
+// client that is one of many gets a share of it, which the server does not
+// know. It is a hint about the server's capacity, not a grant: it says
+// nothing of the other callers' use of it.
+const CapacityHeader = "Stormguard-Capacity"
+
 // PreviousAttemptsMetadata is the gRPC request metadata key that carries how
 // many attempts of the same call came before this one: "1" on the second
 // attempt, "2" on the third (gRPC's own name, from its retry design). A

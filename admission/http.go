@@ -1,0 +1,207 @@
+package admission
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stormguard/stormguard/wire"
+)
+
+// The HTTP side.
+
+// maxTableSeconds bounds the precomputed Retry-After values.
+const maxTableSeconds = 3600
+
+// envoyTimeoutHeader is Envoy's field for the time its router gives the
+// upstream request, in milliseconds (canonical form of
+// x-envoy-expected-rq-timeout-ms).
+const envoyTimeoutHeader = "X-Envoy-Expected-Rq-Timeout-Ms"
+
+// httpValues are header values built once per Controller and shared by
+// every refusal: nobody modifies them.
+type httpValues struct {
+	retryAfter [][]string // index s: {"s"}, for 1 <= s < len
+	capacity   []string   // the wire.CapacityHeader value; nil: no limit
+}
+
+// textPlain is the Content-Type value of every answer of the package's own,
+// shared (never modified).
+var textPlain = []string{"text/plain; charset=utf-8"}
+
+func newHTTPValues(longest time.Duration, maxInFlight int) httpValues {
+	n := min(int(longest/time.Second), maxTableSeconds) + 1
+	v := httpValues{
+		retryAfter: make([][]string, n),
+	}
+	for s := 1; s < n; s++ {
+		v.retryAfter[s] = []string{strconv.Itoa(s)}
+	}
+	if maxInFlight > 0 {
+		v.capacity = []string{strconv.Itoa(maxInFlight)}
+	}
+	return v
+}
+
+// retryAfterSeconds converts a refusal's RetryAfter to the whole seconds
+// HTTP carries: rounded down, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(int(d/time.Second), 1)
+}
+
+// maxMillisDigits bounds the digits parseMillis reads: 15 digits of
+// milliseconds are over 31,000 years, and cannot overflow.
+const maxMillisDigits = 15
+
+// parseMillis parses a timeout field's value (wire.TimeoutHeader, Envoy's
+// x-envoy-expected-rq-timeout-ms): a decimal number of milliseconds,
+// digits only, surrounding spaces and tabs ignored, the first element of a
+// comma-separated list counting. A value of more than 15 digits saturates
+// at the largest Duration (no deadline worth keeping). ok is false for
+// anything else, an empty value included. It never panics and allocates
+// nothing.
+func parseMillis(value string) (d time.Duration, ok bool) {
+	if i := strings.IndexByte(value, ','); i >= 0 {
+		value = value[:i]
+	}
+	v := strings.Trim(value, " \t")
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if i < maxMillisDigits {
+			n = n*10 + int64(c-'0')
+		}
+	}
+	if len(v) > maxMillisDigits || n > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64, true
+	}
+	return time.Duration(n) * time.Millisecond, true
+}
+
+// farTimeout is where a timeout field stops meaning a deadline: 100 years.
+const farTimeout = 100 * 365 * 24 * time.Hour
+
+// requestDeadline returns the deadline of r's caller: the earliest of r's
+// context's deadline and now plus each timeout field r carries
+// (wire.TimeoutHeader, then Envoy's); zero if there is none. A malformed
+// field is ignored. Header fields are read from the map directly, so that
+// nothing is canonicalised or allocated.
+func (c *Controller) requestDeadline(r *http.Request) time.Time {
+	dl, _ := r.Context().Deadline()
+	var now time.Time
+	for _, name := range [...]string{wire.TimeoutHeader, envoyTimeoutHeader} {
+		vs := r.Header[name]
+		if len(vs) == 0 {
+			continue
+		}
+		left, ok := parseMillis(vs[0])
+		if !ok {
+			continue
+		}
+		if now.IsZero() {
+			now = c.now()
+		}
+		if left >= farTimeout {
+			continue // no deadline worth keeping (and no overflow)
+		}
+		at := now.Add(left)
+		if dl.IsZero() || at.Before(dl) {
+			dl = at
+		}
+	}
+	return dl
+}
+
+// isProbe reports whether r carries the probe mark, wire.ProbeHeader with
+// the value "1".
+func isProbe(h http.Header) bool {
+	vs := h[wire.ProbeHeader]
+	return len(vs) > 0 && strings.Trim(vs[0], " \t") == "1"
+}
+
+// Wrap returns next behind c: net/http middleware for a server or the
+// gateway in front of it. For every request it reads
+//   - the attempt number from the wire.AttemptHeader field (absent, or not
+//     a valid number as wire.ParseAttempt reads it: an original);
+//   - the probe mark, wire.ProbeHeader "1" (see [Controller.AcquireProbe]);
+//   - the caller's deadline: the earliest of the request context's deadline
+//     and the time the request is read plus the milliseconds of the
+//     wire.TimeoutHeader field and of Envoy's
+//     x-envoy-expected-rq-timeout-ms (malformed values are ignored; 100
+//     years or more means no deadline);
+//
+// and calls [Controller.Acquire] (or AcquireProbe) with them and the
+// request's context. It then either runs next (releasing the permit when
+// next returns or panics) or answers without calling next:
+//
+//	503 Service Unavailable
+//	Retry-After: <whole seconds>
+//	Stormguard-Retry: no          (when Decision.DontRetry)
+//	Stormguard-Capacity: <n>      (when shed for lack of room, see below)
+//	Content-Type: text/plain; charset=utf-8
+//
+// Retry-After is the decision's RetryAfter rounded down to whole seconds,
+// at least 1: with RetryAfterBase and RetryAfterSpread in whole seconds,
+// it is uniform over the RetryAfterSpread/1s values from RetryAfterBase up.
+// A request shed for lack of room ([QueueFull], [QueueTimeout]) carries
+// the capacity hint wire.CapacityHeader: MaxInFlight, the requests this
+// server runs at once (none when MaxInFlight is negative). A request
+// dropped because its caller's deadline passed or cannot be met is a
+// [Canceled] refusal with the don't-retry signal. The handler's request
+// is the caller's own: its context is not given the deadline read from
+// the fields. A nil next answers 404 to every admitted request. The
+// returned handler allocates nothing on the admitted path.
+func (c *Controller) Wrap(next http.Handler) http.Handler {
+	if next == nil {
+		next = http.NotFoundHandler()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.init()
+		// Without a valid attempt header: an original, or a client that does
+		// not count. (The map is read directly: Header.Get would
+		// canonicalise the name on every request.)
+		attempt := 1
+		if vs := r.Header[wire.AttemptHeader]; len(vs) > 0 {
+			if n, ok := wire.ParseAttempt(vs[0]); ok {
+				attempt = n
+			}
+		}
+		p, d := c.acquire(r.Context(), attempt, isProbe(r.Header), c.requestDeadline(r))
+		if d.Outcome != Admitted {
+			c.writeRefusal(w, d)
+			return
+		}
+		defer p.Release()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeRefusal answers a refused request.
+func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
+	hdr := w.Header()
+	if s := retryAfterSeconds(d.RetryAfter); s < len(c.http.retryAfter) {
+		hdr["Retry-After"] = c.http.retryAfter[s]
+	} else {
+		hdr["Retry-After"] = []string{strconv.Itoa(s)}
+	}
+	if (d.Outcome == QueueFull || d.Outcome == QueueTimeout) && c.http.capacity != nil {
+		hdr[wire.CapacityHeader] = c.http.capacity
+	}
+	body := "overloaded; try again later\n"
+	if d.DontRetry {
+		wire.SetDontRetry(hdr)
+		body = "overloaded; don't retry\n"
+	}
+	hdr["Content-Type"] = textPlain
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, body)
+}
