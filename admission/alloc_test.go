@@ -25,6 +25,7 @@ func TestAdmittedPathAllocs(t *testing.T) {
 		{"retry", "2", nil},
 		{"original with observer", "", events},
 		{"retry with observer", "3", events},
+		{"probe with a timeout", "4", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +52,11 @@ func TestAdmittedPathAllocs(t *testing.T) {
 			r := request(0)
 			if tt.attempt != "" {
 				r.Header[wire.AttemptHeader] = []string{tt.attempt}
+			}
+			if tt.name == "probe with a timeout" {
+				r.Header[wire.ProbeHeader] = []string{"1"}
+				r.Header[wire.TimeoutHeader] = []string{"30000"}
+				r.Header["X-Envoy-Expected-Rq-Timeout-Ms"] = []string{"20000"}
 			}
 			w := &nopWriter{h: http.Header{}}
 			before := ctl.Stats().Outcomes[admission.Admitted]

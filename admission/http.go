@@ -59,7 +59,7 @@ const maxMillisDigits = 15
 // parseMillis parses a timeout field's value (wire.TimeoutHeader, Envoy's
 // x-envoy-expected-rq-timeout-ms): a decimal number of milliseconds,
 // digits only, surrounding spaces and tabs ignored, the first element of a
-// comma-separated list counting. A value of more than 15 digits saturates
+// comma-separated list counting. A value of more than 15 significant digits saturates
 // at the largest Duration (no deadline worth keeping). ok is false for
 // anything else, an empty value included. It never panics and allocates
 // nothing.
@@ -72,16 +72,20 @@ func parseMillis(value string) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	var n int64
+	digits := 0 // significant digits: leading zeros do not count
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		if i < maxMillisDigits {
+		if digits > 0 || c != '0' {
+			digits++
+		}
+		if digits <= maxMillisDigits {
 			n = n*10 + int64(c-'0')
 		}
 	}
-	if len(v) > maxMillisDigits || n > math.MaxInt64/int64(time.Millisecond) {
+	if digits > maxMillisDigits || n > math.MaxInt64/int64(time.Millisecond) {
 		return math.MaxInt64, true
 	}
 	return time.Duration(n) * time.Millisecond, true

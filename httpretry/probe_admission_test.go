@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
 
@@ -135,4 +138,69 @@ func TestProbesPassAdmission(t *testing.T) {
 	if unmarked >= 0 && unmarked <= marked && failedUnmarked == 0 {
 		t.Errorf("without the mark: recovery %v, %d failed; the scenario does not show the defect", unmarked, failedUnmarked)
 	}
+}
+
+// headerBase records a header field of every request and answers from a
+// script of statuses (the last one repeats).
+type headerBase struct {
+	name   string
+	codes  []int
+	got    []string
+	sleeps []time.Duration // time spent before answering, per request
+}
+
+func (b *headerBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	i := len(b.got)
+	b.got = append(b.got, r.Header.Get(b.name))
+	if i < len(b.sleeps) {
+		time.Sleep(b.sleeps[i])
+	}
+	code := b.codes[min(i, len(b.codes)-1)]
+	return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+// TestTimeoutHeader: every attempt that has a deadline carries the time it
+// has left, in whole milliseconds (the earlier of the attempt timeout and
+// the call's deadline); an attempt without one carries none.
+func TestTimeoutHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tt := range []struct {
+			name     string
+			opts     []httpretry.Option
+			deadline time.Duration // 0: none
+			want     []string
+		}{
+			{"no deadline", nil, 0, []string{"", ""}},
+			{"call deadline", nil, 5 * time.Second, []string{"5000", "4100"}},
+			{"attempt timeout", []httpretry.Option{httpretry.WithAttemptTimeout(time.Second)}, 0, []string{"1000", "1000"}},
+			{"both, deadline first", []httpretry.Option{httpretry.WithAttemptTimeout(3 * time.Second)}, 3500 * time.Millisecond, []string{"3000", "2600"}},
+		} {
+			bo, err := backoff.New(backoff.Config{Strategy: backoff.NoJitter, Base: 500 * time.Millisecond, Cap: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := &headerBase{name: wire.TimeoutHeader, codes: []int{503, 200}, sleeps: []time.Duration{400 * time.Millisecond}}
+			opts := append([]httpretry.Option{httpretry.WithBudget(nil), httpretry.WithBreaker(nil),
+				httpretry.WithRetry(retry.WithBackoff(bo))}, tt.opts...)
+			tr, err := httpretry.NewTransport(base, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://provider.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("%s: RoundTrip = %v, %v", tt.name, resp, err)
+			}
+			_ = resp.Body.Close()
+			if !slices.Equal(base.got, tt.want) {
+				t.Errorf("%s: %s values %q, want %q", tt.name, wire.TimeoutHeader, base.got, tt.want)
+			}
+		}
+	})
 }
