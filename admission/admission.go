@@ -29,11 +29,15 @@ const (
 	// QueueFull means MaxInFlight requests were in progress and the queue
 	// was full (or there is none).
 	QueueFull
-	// QueueTimeout means the request waited MaxQueueWait in the queue
-	// without getting a slot.
+	// QueueTimeout means the request waited its time in the queue
+	// (MaxQueueWait, or less under a standing queue: see the package
+	// documentation) without getting a slot.
 	QueueTimeout
-	// Canceled means the request's context ended while it waited in the
-	// queue.
+	// Canceled means the request's caller is gone or will be before it can
+	// run: its context ended while it waited in the queue, or its deadline
+	// (the context's, or one its fields sent) had passed on arrival, came
+	// while it waited, or left it less time than the queue's recent delay.
+	// A refusal for the deadline carries the don't-retry signal.
 	Canceled
 
 	numOutcomes

@@ -50,7 +50,11 @@ type Config struct {
 	// MaxQueueWait is the longest a request waits in the queue; then it is
 	// shed. 0 means 500 ms: a queue absorbs bursts; under sustained
 	// overload a request that waited half a second is better answered with
-	// a Retry-After that spreads it out than kept waiting longer.
+	// a Retry-After that spreads it out than kept waiting longer. It also
+	// sets the queue's delay control (see the package documentation): a
+	// request that joins a queue that has not been empty for
+	// MaxQueueWait/5 waits at most MaxQueueWait/100; and no request waits
+	// past its caller's deadline.
 	MaxQueueWait time.Duration
 
 	// RetryRatio is the number of retries admitted per original request
@@ -94,7 +98,8 @@ type Config struct {
 	// Acquire returns: Outcome "admitted", "shed-retry" (a retry beyond
 	// the ratio: [RetryRefused]) or "shed-busy" (no room to run or wait:
 	// [QueueFull], [QueueTimeout] or [Canceled], whose name is the event's
-	// Reason), and "queued" when a request joins the queue, before its
+	// Reason; "deadline" instead for a request dropped because its
+	// caller's deadline passed or could not be met), and "queued" when a request joins the queue, before its
 	// final decision. Attempt is the request's attempt number, Delay the
 	// Retry-After of a refusal, Elapsed the time a request waited in the
 	// queue. So every request makes one event, and one more if it queued.

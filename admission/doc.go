@@ -17,30 +17,76 @@
 // Every request is classified by its attempt number. Over HTTP that is the
 // Stormguard-Attempt request header (package wire's AttemptHeader): a
 // request without it, or with a value that is not a number from 1 up, is an
-// original; 2 or more is a retry. Each request then goes through two steps,
-// in this order:
+// original; 2 or more is a retry. Each request then goes through three
+// steps, in this order:
 //
-//  1. Retry ratio. Originals are counted in a sliding window. A retry is
+//  1. The caller's deadline. A request whose caller has already left is
+//     dropped at once, before anything else runs: 503 with
+//     "Stormguard-Retry: no" (the don't-retry signal of package wire),
+//     counted as [Canceled]. The deadline is the request context's (over
+//     gRPC, the call's own deadline) or, over HTTP, the earliest of the
+//     times the request's Stormguard-Timeout-Ms field (wire.TimeoutHeader,
+//     which package httpretry sends on every attempt with a deadline) and
+//     Envoy's x-envoy-expected-rq-timeout-ms say, counted from when the
+//     request is read.
+//
+//  2. Retry ratio. Originals are counted in a sliding window. A retry is
 //     admitted only while, over the window,
 //
 //     retries + 1 <= RetryRatio·originals + MinRetriesPerSecond·Window.Seconds()
 //
 //     (package budget's rule, on one budget for the whole fleet). A retry
-//     beyond it is refused at once, before anything else runs: HTTP 503
-//     with "Stormguard-Retry: no", the don't-retry signal (package wire)
+//     beyond it is refused at once: HTTP 503 with the don't-retry signal
 //     that package httpretry's Transport honours, so the client does not
-//     retry on top.
-//     During an outage the handler then sees about (1 + RetryRatio) times
-//     the originals, not the 3x that three attempts each would bring.
+//     retry on top. During an outage the handler then sees about
+//     (1 + RetryRatio) times the originals, not the 3x that three attempts
+//     each would bring.
 //
-//  2. Work in progress. At most MaxInFlight requests run at once. A request
+//     A retry marked as a circuit breaker's probe (wire.ProbeHeader,
+//     "stormguard-probe" over gRPC; packages httpretry and grpcretry mark
+//     the probes their breakers send and the first send of a call released
+//     after waiting) skips the ratio: it neither spends nor earns
+//     allowance, so the clients that wait for this server see it back when
+//     it is (see [Controller.AcquireProbe]). The bound on the mark: such a
+//     request runs only on an idle slot (one free at once, nobody queued),
+//     never queues, and is otherwise refused with RetryAfterBase and
+//     without the don't-retry signal.
+//
+//  3. Work in progress. At most MaxInFlight requests run at once. A request
 //     that finds them all busy waits in a first-come-first-served queue of
-//     at most MaxQueue requests, for at most MaxQueueWait; it runs as soon
-//     as a slot frees, or is refused with 503 when the queue is full, the
-//     wait is over, or its context ends. Such a refusal carries the
-//     don't-retry signal only if the request was itself a retry: an
-//     original may come back once, a retry that meets an overloaded server
-//     should stop.
+//     at most MaxQueue requests; it runs as soon as a slot frees, or is
+//     refused with 503 when the queue is full ([QueueFull]), its time in the
+//     queue is over ([QueueTimeout]), or its context ends or its caller's
+//     deadline comes ([Canceled]). Such a refusal carries the don't-retry
+//     signal if the request was itself a retry (an original may come back
+//     once, a retry that meets an overloaded server should stop) or if its
+//     caller's deadline ended it.
+//
+// # The queue holds no more than its callers wait for
+//
+// A queue absorbs bursts; a queue that stands only delays every request by
+// its length, and under overload fills with work for callers who have
+// left. Three rules keep it short:
+//
+//   - Delay control, CoDel-style (Nichols and Jacobson 2012, in the form of
+//     Facebook's "Fail at Scale", 2015): a request that joins a queue that
+//     has been empty within the last MaxQueueWait/5 (a burst) may wait up
+//     to MaxQueueWait; one that joins a queue that has stood longer than
+//     that waits at most MaxQueueWait/100, the target, and is then shed. With
+//     the default 500 ms: 100 ms and 5 ms.
+//   - A request waits no longer than its caller's deadline; it is then
+//     dropped ([Canceled], don't retry).
+//   - A request whose caller's time left is no more than the last queued
+//     request waited for its slot (while requests still wait) is dropped
+//     on arrival: it would be served after its caller left.
+//
+// So the handler is never started for a request whose caller's deadline,
+// as the caller sent it, had passed when the request got its slot. (The
+// work may still outlast that deadline: the handler's context is not given
+// it. A request without a deadline is held only as long as the queue's own
+// limits allow.)
+//
+// # Shedding with a hint
 //
 // Every refusal carries a Retry-After drawn afresh for that refusal,
 // RetryAfterBase + U·RetryAfterSpread with U uniform in [0, 1), so that
@@ -49,7 +95,12 @@
 // only: the value is rounded down, at least 1 s, so the default 1 s base
 // and 10 s spread send one of 1, 2, ..., 10 with equal chances.
 // [Decision.RetryAfter] keeps the full resolution for protocols that carry
-// milliseconds (gRPC's grpc-retry-pushback-ms).
+// milliseconds (gRPC's grpc-retry-pushback-ms). Over HTTP an answer that
+// sheds a request for lack of room ([QueueFull], [QueueTimeout]) also
+// carries the capacity hint "Stormguard-Capacity: <n>" (wire.CapacityHeader):
+// n is MaxInFlight, the requests this server runs at once. A client that is
+// this server's only caller should keep fewer than n attempts in flight to
+// it; it is a hint about capacity, not a grant.
 //
 // # Defaults
 //
@@ -57,7 +108,7 @@
 //
 //	MaxInFlight          1024 requests in progress (negative: no limit)
 //	MaxQueue             as MaxInFlight (negative: no queue)
-//	MaxQueueWait         500 ms
+//	MaxQueueWait         500 ms (5 ms under a standing queue)
 //	RetryRatio           0.1 retries per original (negative: 0)
 //	MinRetriesPerSecond  1, so 10 retries per window (negative: 0)
 //	Window               10 s, in ten 1 s slices
