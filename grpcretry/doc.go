@@ -59,7 +59,12 @@
 // Every attempt after the first carries "grpc-previous-rpc-attempts: N"
 // (wire.PreviousAttemptsMetadata; absent on a first attempt, and removed
 // from a first attempt whose outgoing metadata carried one), which
-// admission control reads ([AdmissionServerOptions]). A server handler
+// admission control reads ([AdmissionServerOptions]); an attempt that the
+// breaker let through to test the target (a probe, or the first send of a
+// call released after waiting) also carries "stormguard-probe: 1" (the
+// gRPC form of wire.ProbeHeader), which admission does not count as a
+// retry beyond its ratio; gRPC's own deadline tells the server how long
+// the caller waits. A server handler
 // whose own call to a dependency gave up tells its caller not to retry on
 // top with [PushBack]: the trailer "grpc-retry-pushback-ms: -1" and
 // UNAVAILABLE. With three services in a chain, each retrying up to 3

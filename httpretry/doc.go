@@ -65,7 +65,16 @@
 //
 // One layer retries: every retry carries wire.AttemptHeader
 // ("Stormguard-Attempt: 2", 3, ...; a request without it is a first
-// attempt; package admission reads it on the server). A response with the
+// attempt; package admission reads it on the server). An attempt that the
+// breaker let through to test the host (a probe, or the first send of a
+// request released after waiting) also carries "Stormguard-Probe: 1"
+// (wire.ProbeHeader), so that the host's admission does not refuse it as
+// one retry too many; and every attempt with a deadline carries the time it
+// has left, "Stormguard-Timeout-Ms: 950" (wire.TimeoutHeader: the earlier
+// of the attempt timeout and the request's deadline, whole milliseconds),
+// so that the host drops it rather than serve it after the caller left.
+// Such an attempt is a copy of the request with its own header map (the
+// caller's request is never modified). A response with the
 // don't-retry signal ("Stormguard-Retry: no", see wire.DontRetry) is never
 // retried, and a handler whose own retries to a dependency stopped sends
 // that signal upward with admission.PushBack:
