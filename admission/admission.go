@@ -82,6 +82,11 @@ type Decision struct {
 // Permit (what a refusal returns) holds nothing.
 type Permit struct {
 	c *Controller
+	// With an adaptive limit only: when the request got its slot, its
+	// caller's deadline (zero: none) and its context (nil: none).
+	start time.Time
+	dl    time.Time
+	ctx   context.Context
 }
 
 // Release gives the slot back, handing it to the oldest queued request if
@@ -94,6 +99,10 @@ func (p *Permit) Release() {
 		return
 	}
 	p.c = nil
+	if c.lim != nil {
+		n := c.lim.sample(p.ctx, c.now(), p.start, p.dl, c.inFlight.Load())
+		c.maxInFlight.Store(n)
+	}
 	c.inFlight.Add(-1)
 	if c.nwait.Load() > 0 {
 		c.handOff()
@@ -109,29 +118,31 @@ type Controller struct {
 	once sync.Once
 
 	// Immutable after once.
-	cfg         Config
-	budget      *budget.Budget
-	now         func() time.Time // the monotonic clock
-	maxInFlight int64
-	maxQueue    int
-	maxWait     time.Duration
-	ratio       float64 // retries per original, >= 0
-	reserve     float64 // the floor's retries per window, >= 0
-	raBase      time.Duration
-	raSpread    time.Duration    // 0: no jitter
-	obs         observe.Observer // nil: none
-	rnd         func() float64   // nil: math/rand/v2
-	http        httpValues
+	cfg      Config
+	budget   *budget.Budget
+	now      func() time.Time // the monotonic clock
+	lim      *limiter         // nil: a fixed limit
+	maxQueue int
+	maxWait  time.Duration
+	ratio    float64 // retries per original, >= 0
+	reserve  float64 // the floor's retries per window, >= 0
+	raBase   time.Duration
+	raSpread time.Duration    // 0: no jitter
+	obs      observe.Observer // nil: none
+	rnd      func() float64   // nil: math/rand/v2
+	http     httpValues
 
 	rndMu sync.Mutex // serialises calls to rnd
 
 	// inFlight counts the permits out; nwait counts the requests in the
-	// queue or about to decide whether to join it. Both are read on every
+	// queue or about to decide whether to join it; maxInFlight is the limit
+	// in force (fixed, or the adaptive limit's). They are read on every
 	// admission, so they share a cache line of their own.
-	_        [64]byte
-	inFlight atomic.Int64
-	nwait    atomic.Int64
-	_        [48]byte
+	_           [64]byte
+	inFlight    atomic.Int64
+	nwait       atomic.Int64
+	maxInFlight atomic.Int64
+	_           [40]byte
 
 	// The queue: waiters, oldest first. qlen mirrors queue.Len() for Stats.
 	mu        sync.Mutex
@@ -201,9 +212,12 @@ func (c *Controller) setup(eff Config) error {
 	c.cfg = eff
 	c.budget = b
 	c.now = now
-	c.maxInFlight = math.MaxInt64
+	c.maxInFlight.Store(math.MaxInt64)
 	if eff.MaxInFlight > 0 {
-		c.maxInFlight = int64(eff.MaxInFlight)
+		c.maxInFlight.Store(int64(eff.MaxInFlight))
+	}
+	if eff.LatencyCeiling > 0 {
+		c.lim = newLimiter(eff)
 	}
 	c.maxQueue = max(eff.MaxQueue, 0)
 	c.maxWait = eff.MaxQueueWait
@@ -287,7 +301,7 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 	if attempt < 1 {
 		attempt = 1
 	}
-	d := decision{attempt: attempt}
+	d := decision{attempt: attempt, dl: dl}
 	if attempt == 1 {
 		c.originals.Add(1)
 	} else {
@@ -319,7 +333,7 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 func (c *Controller) tryInc() bool {
 	for {
 		n := c.inFlight.Load()
-		if n >= c.maxInFlight {
+		if n >= c.maxInFlight.Load() {
 			return false
 		}
 		if c.inFlight.CompareAndSwap(n, n+1) {
@@ -334,8 +348,9 @@ type decision struct {
 	Decision
 	attempt  int
 	waited   time.Duration
-	deadline bool // refused because the caller's deadline passed or cannot be met
-	probe    bool // a marked probe refused for lack of an idle slot
+	dl       time.Time // the caller's deadline; zero: none
+	deadline bool      // refused because the caller's deadline passed or cannot be met
+	probe    bool      // a marked probe refused for lack of an idle slot
 }
 
 // admit returns a granted decision; the caller took the slot.
@@ -343,6 +358,9 @@ func (c *Controller) admit(ctx context.Context, d decision) (Permit, Decision) {
 	c.outcomes[Admitted].Add(1)
 	if c.obs != nil {
 		c.report(ctx, d, "admitted")
+	}
+	if c.lim != nil {
+		return Permit{c: c, start: c.now(), dl: d.dl, ctx: ctx}, d.Decision
 	}
 	return Permit{c: c}, d.Decision
 }

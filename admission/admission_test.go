@@ -72,6 +72,8 @@ func TestNewInvalid(t *testing.T) {
 		want string // in the message
 	}{
 		{"negative queue wait", admission.Config{MaxQueueWait: -time.Second}, "max queue wait"},
+		{"negative latency ceiling", admission.Config{LatencyCeiling: -time.Second}, "latency ceiling"},
+		{"latency ceiling without a limit", admission.Config{LatencyCeiling: time.Second, MaxInFlight: -1}, "latency ceiling"},
 		{"NaN ratio", admission.Config{RetryRatio: math.NaN()}, "retry ratio"},
 		{"ratio above 1", admission.Config{RetryRatio: 1.5}, "retry ratio"},
 		{"infinite floor", admission.Config{MinRetriesPerSecond: math.Inf(1)}, "min retries per second"},

@@ -41,6 +41,18 @@ type Config struct {
 	// max_requests and max_pending_requests); a negative value means no
 	// limit (only retries are controlled, nothing queues).
 	MaxInFlight int
+	// LatencyCeiling, if positive, makes the in-flight limit adaptive:
+	// learned from the time the admitted requests take to run (from their
+	// slot to Release), between 1 and MaxInFlight, which is then its
+	// ceiling and its start and must be positive. A request that runs for
+	// LatencyCeiling or longer, past its caller's deadline, or whose
+	// context ends (its caller left) counts as a drop and cuts the limit;
+	// one that runs longer than LatencyCeiling/2 shrinks it, a faster one
+	// grows it while it is in use (see the package documentation). Set it
+	// to the longest a caller usefully waits for an answer, such as the
+	// clients' attempt timeout. 0 means a fixed limit of MaxInFlight.
+	// Release takes a lock while the limit is adaptive.
+	LatencyCeiling time.Duration
 	// MaxQueue is the most requests that wait for a free slot at once; a
 	// request that finds the queue full is shed at once. 0 means the same
 	// as the MaxInFlight in force (a queue as deep as the work in
@@ -138,6 +150,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.RetryAfterSpread = defaultRetryAfterSpread
 	}
 	switch {
+	case c.LatencyCeiling < 0:
+		return c, invalid("latency ceiling %v is negative", c.LatencyCeiling)
+	case c.LatencyCeiling > 0 && c.MaxInFlight < 0:
+		return c, invalid("latency ceiling %v needs a positive max in flight, not %d", c.LatencyCeiling, c.MaxInFlight)
 	case c.MaxQueueWait < 0:
 		return c, invalid("max queue wait %v is negative", c.MaxQueueWait)
 	case math.IsNaN(c.RetryRatio) || c.RetryRatio > 1:

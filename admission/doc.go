@@ -86,6 +86,35 @@
 // it. A request without a deadline is held only as long as the queue's own
 // limits allow.)
 //
+// # An adaptive limit
+//
+// With Config.LatencyCeiling set (say, the clients' attempt timeout), the
+// in-flight limit is learned instead of fixed: it starts at MaxInFlight,
+// its ceiling, and moves between 1 and it by the time the admitted
+// requests take to run (from their slot to Release):
+//
+//   - a request that ran for LatencyCeiling or longer, past its caller's
+//     deadline, or whose context ended is a drop, never a latency sample:
+//     the limit is cut by a tenth, at most once per LatencyCeiling/10 (a
+//     hang, whose requests all end as drops, lowers it and never raises
+//     it);
+//   - a request that ran longer than the reference, LatencyCeiling/2,
+//     shrinks the limit by a fifth of its excess, limit·(1 - (1 -
+//     ref/latency)/5); a faster one grows it by 1/√limit while the limit is
+//     in use (at least half of it in flight).
+//
+// The reference is fixed, not learned: a learned baseline either drifts up
+// to an incident's latency when it is re-learned, or, when it is not, takes
+// a service that became slower for a queue and cuts its limit to a
+// fraction of what it can serve. So the limit keeps the requests that run
+// under half of what their callers wait, whatever their normal latency; a
+// service whose requests take over LatencyCeiling/2 even alone is run one
+// at a time, so set the ceiling above twice the slowest normal request. The
+// capacity hint of a shed answer is the adaptive limit in force. A
+// test (TestAdaptiveLimit) runs 300 callers on a provider of 10 cores
+// (1000 requests/s): with a fixed limit every request takes 300 ms; with
+// LatencyCeiling 200 ms they take about 70 ms, at about 950/s.
+//
 // # Shedding with a hint
 //
 // Every refusal carries a Retry-After drawn afresh for that refusal,
@@ -107,6 +136,7 @@
 // Every zero field of a [Config] takes its default, so Config{} is valid:
 //
 //	MaxInFlight          1024 requests in progress (negative: no limit)
+//	LatencyCeiling       none: the limit is fixed (positive: adaptive)
 //	MaxQueue             as MaxInFlight (negative: no queue)
 //	MaxQueueWait         500 ms (5 ms under a standing queue)
 //	RetryRatio           0.1 retries per original (negative: 0)

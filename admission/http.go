@@ -157,8 +157,8 @@ func isProbe(h http.Header) bool {
 // at least 1: with RetryAfterBase and RetryAfterSpread in whole seconds,
 // it is uniform over the RetryAfterSpread/1s values from RetryAfterBase up.
 // A request shed for lack of room ([QueueFull], [QueueTimeout]) carries
-// the capacity hint wire.CapacityHeader: MaxInFlight, the requests this
-// server runs at once (none when MaxInFlight is negative). A request
+// the capacity hint wire.CapacityHeader: the in-flight limit in force,
+// MaxInFlight or the adaptive limit (none when MaxInFlight is negative). A request
 // dropped because its caller's deadline passed or cannot be met is a
 // [Canceled] refusal with the don't-retry signal. The handler's request
 // is the caller's own: its context is not given the deadline read from
@@ -197,8 +197,13 @@ func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
 	} else {
 		hdr["Retry-After"] = []string{strconv.Itoa(s)}
 	}
-	if (d.Outcome == QueueFull || d.Outcome == QueueTimeout) && c.http.capacity != nil {
-		hdr[wire.CapacityHeader] = c.http.capacity
+	if d.Outcome == QueueFull || d.Outcome == QueueTimeout {
+		switch {
+		case c.lim != nil:
+			hdr[wire.CapacityHeader] = []string{strconv.FormatInt(c.maxInFlight.Load(), 10)}
+		case c.http.capacity != nil:
+			hdr[wire.CapacityHeader] = c.http.capacity
+		}
 	}
 	body := "overloaded; try again later\n"
 	if d.DontRetry {

@@ -1,0 +1,81 @@
+package admission
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+)
+
+// The adaptive in-flight limit (Config.LatencyCeiling > 0).
+//
+// It keeps the time requests take to run under what their callers wait,
+// by the latency of the requests that complete, with the guardrails that
+// latency-only limiters lack:
+//   - a request that ran for LatencyCeiling or longer, past its caller's
+//     deadline, or whose context ended (its caller left) is a drop, never a
+//     latency sample: the limit is cut by a tenth, at most once per
+//     LatencyCeiling/10 (so that one slow burst does not collapse it, and a
+//     hang, whose requests all end as drops, lowers the limit and never
+//     raises it);
+//   - the reference latency is fixed, LatencyCeiling/2, not learned: a
+//     request that ran faster than that is fast, and grows the limit by
+//     1/√limit (about √limit per limit's worth of requests) while the
+//     limit is in use (at least half of it in flight); a slower one
+//     shrinks it by a fifth of its excess, limit·(1 - (1-ref/latency)/5).
+//
+// A learned baseline (the lowest latency seen, as gradient limiters use)
+// was not chosen: re-learned, it drifts up to an incident's latency
+// (failsafe-go#127); never re-learned, it takes a service that became
+// slower (five times the work per request) for a queue, and cuts its
+// limit to a fraction of what it can serve. The fixed reference has no
+// baseline to drift, and it cuts the limit only when requests take longer
+// than half of what their callers wait.
+//
+// The limit starts at MaxInFlight, its ceiling, and stays in [1,
+// MaxInFlight].
+type limiter struct {
+	mu      sync.Mutex
+	ceiling time.Duration // the latency ceiling
+	top     float64       // MaxInFlight
+	limit   float64       // guarded by mu
+	lastCut time.Time     // guarded by mu
+}
+
+const (
+	limitCut    = 0.9 // factor of a cut on a drop
+	slowShrink  = 0.2 // share of a slow sample's excess taken off the limit
+	cutInterval = 10  // at most one cut per LatencyCeiling/cutInterval
+)
+
+// newLimiter returns the limiter of an effective config with a positive
+// LatencyCeiling and MaxInFlight.
+func newLimiter(eff Config) *limiter {
+	return &limiter{ceiling: eff.LatencyCeiling, top: float64(eff.MaxInFlight), limit: float64(eff.MaxInFlight)}
+}
+
+// sample takes the outcome of one request that ran from start to now, with
+// inFlight requests in flight (itself included), and returns the new limit,
+// a whole number in [1, MaxInFlight]. ctx is the request's (nil: none), dl
+// its caller's deadline (zero: none).
+func (l *limiter) sample(ctx context.Context, now, start, dl time.Time, inFlight int64) int64 {
+	lat := now.Sub(start)
+	drop := lat >= l.ceiling || (!dl.IsZero() && now.After(dl)) || (ctx != nil && ctx.Err() != nil)
+	ref := l.ceiling / 2
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case drop:
+		if l.lastCut.IsZero() || now.Sub(l.lastCut) >= l.ceiling/cutInterval {
+			l.limit = max(1, l.limit*limitCut)
+			l.lastCut = now
+		}
+	case lat <= ref:
+		if float64(inFlight) >= l.limit/2 {
+			l.limit = min(l.top, l.limit+1/math.Sqrt(l.limit))
+		}
+	default:
+		l.limit = max(1, l.limit*(1-slowShrink*(1-float64(ref)/float64(lat))))
+	}
+	return int64(l.limit)
+}
