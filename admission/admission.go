@@ -122,6 +122,7 @@ type Controller struct {
 	budget   *budget.Budget
 	now      func() time.Time // the monotonic clock
 	lim      *limiter         // nil: a fixed limit
+	keys     *keyTable        // idempotency keys seen (HTTP)
 	maxQueue int
 	maxWait  time.Duration
 	ratio    float64 // retries per original, >= 0
@@ -219,6 +220,7 @@ func (c *Controller) setup(eff Config) error {
 	if eff.LatencyCeiling > 0 {
 		c.lim = newLimiter(eff)
 	}
+	c.keys = newKeyTable(now(), eff.Window)
 	c.maxQueue = max(eff.MaxQueue, 0)
 	c.maxWait = eff.MaxQueueWait
 	c.ratio = max(eff.RetryRatio, 0)

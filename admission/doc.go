@@ -151,6 +151,25 @@
 // the window: retries the fleet sends during overload are exactly what the
 // ratio must see.
 //
+// # What a lying client can and cannot do
+//
+// The attempt header is the client's word. Over HTTP, a request with an
+// idempotency key (Idempotency-Key or X-Idempotency-Key) that was seen
+// less than a Window ago counts as a retry whatever its attempt header
+// says, so a keyed client that sends no attempt header (every client not
+// built on stormguard) or always says 1 meets the ratio with its resends.
+// The keys are kept in a fixed table of 16,384 slots (128 KiB per
+// Controller), one key per slot: with more distinct keys per window than
+// that, a resend may go unnoticed (it counts as the client says); a new
+// request is taken for a resend only on a 40-bit hash collision in its
+// slot. Not promised: an unkeyed client that lies about its attempts is
+// counted as sending originals, which raises the allowance of every
+// client; there is no per-client accounting (one client's retries can use
+// the allowance of others). A client that marks every retry as a probe
+// (wire.ProbeHeader) gets past the ratio only onto idle slots, never
+// through the queue. A client that sends a far deadline, or none, is held
+// only as long as the queue's limits allow.
+//
 // # Protocol-neutral core
 //
 // [Controller.Acquire] takes a context and an attempt number and returns a

@@ -179,6 +179,9 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 				attempt = n
 			}
 		}
+		if key := requestKey(r.Header); key != "" && c.keys.seen(key, c.now()) {
+			attempt = max(attempt, 2) // its key was seen: a retry, whatever it says
+		}
 		p, d := c.acquire(r.Context(), attempt, isProbe(r.Header), c.requestDeadline(r))
 		if d.Outcome != Admitted {
 			c.writeRefusal(w, d)
