@@ -19,7 +19,7 @@ func TestLimiterHangLowersOnly(t *testing.T) {
 	prev := int64(100)
 	for i := range 1000 {
 		now := start.Add(time.Duration(i) * 50 * time.Millisecond)
-		n := l.sample(nil, now, now.Add(-2*time.Second), time.Time{}, prev)
+		n := l.sample(context.Background(), now, now.Add(-2*time.Second), time.Time{}, prev)
 		if n > prev || n < 1 {
 			t.Fatalf("sample %d: limit %d after %d; a drop may only lower it, to at least 1", i, n, prev)
 		}
@@ -31,7 +31,7 @@ func TestLimiterHangLowersOnly(t *testing.T) {
 	// Cut at most once per 100 ms: ten drops at the same instant cut once.
 	l = newTestLimiter(100, time.Second)
 	for range 10 {
-		prev = l.sample(nil, start, start.Add(-2*time.Second), time.Time{}, 100)
+		prev = l.sample(context.Background(), start, start.Add(-2*time.Second), time.Time{}, 100)
 	}
 	if prev != 90 {
 		t.Errorf("ten simultaneous drops: limit %d, want 90 (one cut)", prev)
@@ -66,19 +66,19 @@ func TestLimiterGrowsWhenInUse(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for i := range 30 { // down to 0.9^30·100 ≈ 4
 		now := start.Add(time.Duration(i) * 200 * time.Millisecond)
-		l.sample(nil, now, now.Add(-time.Second), time.Time{}, 1)
+		l.sample(context.Background(), now, now.Add(-time.Second), time.Time{}, 1)
 	}
-	low := l.sample(nil, start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0)
+	low := l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0)
 	for range 1000 { // not in use: one in flight of a limit of 4
-		l.sample(nil, start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 1)
+		l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 1)
 	}
-	if n := l.sample(nil, start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0); n != low {
+	if n := l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0); n != low {
 		t.Errorf("fast samples with the limit not in use: limit %d, want it unchanged at %d", n, low)
 	}
 	var n int64
 	steps := 0
 	for n = low; n < 100; steps++ {
-		n = l.sample(nil, start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, n)
+		n = l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, n)
 		if n > 100 {
 			t.Fatalf("limit %d above MaxInFlight", n)
 		}
@@ -99,12 +99,12 @@ func TestLimiterReferenceDoesNotDrift(t *testing.T) {
 	var n int64 = 100
 	for i := range 6000 { // 60 s, a request every 10 ms, the limit in use
 		now := start.Add(time.Duration(i) * 10 * time.Millisecond)
-		n = l.sample(nil, now, now.Add(-800*time.Millisecond), time.Time{}, n)
+		n = l.sample(context.Background(), now, now.Add(-800*time.Millisecond), time.Time{}, n)
 	}
 	during := n
 	for i := range 100 {
 		now := start.Add(time.Minute + time.Duration(i)*10*time.Millisecond)
-		if m := l.sample(nil, now, now.Add(-600*time.Millisecond), time.Time{}, n); m > n {
+		if m := l.sample(context.Background(), now, now.Add(-600*time.Millisecond), time.Time{}, n); m > n {
 			t.Fatalf("a request at 0.6 of the ceiling after the incident raised the limit %d -> %d", n, m)
 		} else {
 			n = m

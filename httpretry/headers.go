@@ -40,3 +40,12 @@ func giveUpValue(re *retry.Error) string {
 func dontRetry(h http.Header) bool {
 	return wire.DontRetry(h) || len(h[wire.GiveUpHeader]) > 0
 }
+
+// probeValue is the wire.ProbeHeader value, shared and never modified.
+var probeValue = []string{"1"}
+
+// timeoutValue returns the wire.TimeoutHeader value of an attempt with left
+// until its deadline: whole milliseconds, rounded down, at least 0.
+func timeoutValue(left time.Duration) []string {
+	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
+}

@@ -127,15 +127,6 @@ func attemptValue(n int) []string {
 	return []string{strconv.Itoa(n)}
 }
 
-// probeValue is the wire.ProbeHeader value, shared and never modified.
-var probeValue = []string{"1"}
-
-// timeoutValue returns the wire.TimeoutHeader value of an attempt with left
-// until its deadline: whole milliseconds, rounded down, at least 0.
-func timeoutValue(left time.Duration) []string {
-	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
-}
-
 // Hosts returns the guards of every destination host the transport holds,
 // by host (lower-cased): read a host's breaker state with
 // Breaker.Snapshot, its budget's window with the Stats method of a
@@ -473,7 +464,7 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 			delete(r.Header, wire.ProbeHeader)
 		}
 		if dl, ok := ctx.Deadline(); ok {
-			r.Header[wire.TimeoutHeader] = timeoutValue(dl.Sub(time.Now()))
+			r.Header[wire.TimeoutHeader] = timeoutValue(time.Until(dl))
 		}
 		r.Body = b
 		if data := c.data; data != nil {
