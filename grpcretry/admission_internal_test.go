@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
 
@@ -92,3 +95,43 @@ func TestAdmissionProbe(t *testing.T) {
 		t.Errorf("outcomes %v, want 1 retry refused and 1 dropped for its deadline (Canceled)", s.Outcomes)
 	}
 }
+
+// TestAttemptContextProbe: an attempt the retry loop marked as a breaker's
+// probe carries "stormguard-probe: 1" beside its attempt count; the other
+// attempts do not.
+func TestAttemptContextProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		brk, err := breaker.New(breaker.Config{MinCalls: 1, Probes: 1, OpenFor: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := retry.New(retry.WithGuards(retry.Guards{Breaker: brk}), retry.WithMaxAttempts(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var got [][]string
+		_ = p.Do(ctx, func(ctx context.Context, n int) error {
+			md, _ := metadata.FromOutgoingContext(c.attemptContext(ctx, n, false))
+			got = append(got, md[probeMetadata])
+			if n == 1 {
+				return temporary{} // trips the breaker; the next attempt is a probe
+			}
+			return nil
+		})
+		if len(got) != 2 || got[0] != nil || len(got[1]) != 1 || got[1][0] != "1" {
+			t.Errorf("probe metadata of the attempts: %q, want none on the first, \"1\" on the probe", got)
+		}
+	})
+}
+
+// temporary is an error the retry loop retries.
+type temporary struct{}
+
+func (temporary) Error() string   { return "temporarily down" }
+func (temporary) Temporary() bool { return true }
