@@ -74,7 +74,12 @@
 // of the attempt timeout and the request's deadline, whole milliseconds),
 // so that the host drops it rather than serve it after the caller left.
 // Such an attempt is a copy of the request with its own header map (the
-// caller's request is never modified). A response with the
+// caller's request is never modified). The one exception: the first
+// attempt of a plain request (no [WithAttemptTimeout], no key made by the
+// transport, no buffered body) goes out unchanged, without the field, so
+// that a request that succeeds at once costs no allocation; with
+// [WithAttemptTimeout], as recommended, every attempt carries it. A
+// response with the
 // don't-retry signal ("Stormguard-Retry: no", see wire.DontRetry) is never
 // retried, and a handler whose own retries to a dependency stopped sends
 // that signal upward with admission.PushBack:

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,7 +162,8 @@ func (b *headerBase) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // TestTimeoutHeader: every attempt that has a deadline carries the time it
 // has left, in whole milliseconds (the earlier of the attempt timeout and
-// the call's deadline); an attempt without one carries none.
+// the call's deadline), except the first attempt of a plain request, which
+// goes unchanged; an attempt without a deadline carries none.
 func TestTimeoutHeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, tt := range []struct {
@@ -171,7 +173,8 @@ func TestTimeoutHeader(t *testing.T) {
 			want     []string
 		}{
 			{"no deadline", nil, 0, []string{"", ""}},
-			{"call deadline", nil, 5 * time.Second, []string{"5000", "4100"}},
+			{"call deadline (a plain first attempt goes unchanged)", nil, 5 * time.Second, []string{"", "4100"}},
+			{"call deadline, a POST keyed by the transport", []httpretry.Option{httpretry.WithAutoIdempotencyKey()}, 5 * time.Second, []string{"5000", "4100"}},
 			{"attempt timeout", []httpretry.Option{httpretry.WithAttemptTimeout(time.Second)}, 0, []string{"1000", "1000"}},
 			{"both, deadline first", []httpretry.Option{httpretry.WithAttemptTimeout(3 * time.Second)}, 3500 * time.Millisecond, []string{"3000", "2600"}},
 		} {
@@ -192,7 +195,11 @@ func TestTimeoutHeader(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
 				defer cancel()
 			}
-			req, _ := http.NewRequestWithContext(ctx, "GET", "http://provider.test/", nil)
+			method := "GET"
+			if strings.HasPrefix(tt.name, "call deadline, a POST") {
+				method = "POST"
+			}
+			req, _ := http.NewRequestWithContext(ctx, method, "http://provider.test/", nil)
 			resp, err := tr.RoundTrip(req)
 			if err != nil || resp.StatusCode != 200 {
 				t.Fatalf("%s: RoundTrip = %v, %v", tt.name, resp, err)

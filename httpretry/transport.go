@@ -440,12 +440,13 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	// with its own body, header and context (the attempt runs on the
 	// request's context unless the transport or a tagging observer made
 	// one).
-	// What this attempt tells the server: that it is the breaker's probe
-	// (wire.ProbeHeader), and how long its caller waits (wire.TimeoutHeader).
-	probe := retry.IsProbe(ctx)
-	_, hasDL := ctx.Deadline()
+	// A copy (any attempt but an unchanged first one) also tells the server
+	// that it is the breaker's probe (wire.ProbeHeader) and how long its
+	// caller waits (wire.TimeoutHeader). The first attempt of a plain
+	// request goes as it is, so that a successful one costs no allocation:
+	// an original needs no probe mark, and its deadline is the call's own.
 	asIs := n == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.data == nil && c.once == nil &&
-		cfg.attemptTimeout == 0 && ctx == c.req.Context() && !hasDL && !probe
+		cfg.attemptTimeout == 0 && ctx == c.req.Context()
 	b, err := c.body()
 	if err != nil {
 		return nil, retry.Permanent(callerError{fmt.Errorf("httpretry: rewind request body: %w", err)})
@@ -458,7 +459,7 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	if !asIs {
 		r = c.src.WithContext(ctx) // the shallow copy this attempt may change
 		r.Header = c.header(n)
-		if probe {
+		if retry.IsProbe(ctx) {
 			r.Header[wire.ProbeHeader] = probeValue
 		} else {
 			delete(r.Header, wire.ProbeHeader)
