@@ -272,17 +272,20 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 // over gRPC): an attempt sent to find out whether this server is back, or
 // the first send of a call that waited behind the client's open breaker.
 // An original (attempt below 2) is handled exactly as by Acquire. A retry
-// so marked is counted in Stats as a retry but skips the retry ratio: it
-// neither spends nor earns allowance, so that a server that came back is
-// seen to be back by the clients that wait for it. In exchange it may only
-// use idle capacity: it is admitted if a slot is free at once and no
-// request is queued, and is otherwise refused at once ([QueueFull]) with
-// RetryAfterBase as its Retry-After (no jitter: the client's breaker
-// spreads its own rounds) and without the don't-retry signal (the client
-// goes back to waiting; its next probe round comes later). A marked
-// request never queues, so a client that marks every retry as a probe
-// gets no more than the capacity nobody else is using: the bound on what
-// the mark can be used for.
+// so marked is counted in Stats as a retry, and
+//   - takes an idle slot (one free at once, nobody queued) without the
+//     retry ratio: it neither spends nor earns allowance, so that a server
+//     that came back is seen to be back by the clients that wait for it,
+//     whatever retries other clients spent the allowance on;
+//   - otherwise is a retry like any other if the ratio admits it (it may
+//     queue), and is refused at once ([QueueFull]) if not.
+//
+// A refusal of a marked retry carries RetryAfterBase as its Retry-After (no
+// jitter: the client's breaker spreads its own rounds) and no don't-retry
+// signal: the client's call goes back to waiting for its breaker's next
+// round instead of failing. The bound on the mark: a client that marks
+// every retry as a probe gets past the ratio only onto slots nobody else is
+// using, never through the queue.
 func (c *Controller) AcquireProbe(ctx context.Context, attempt int) (Permit, Decision) {
 	return c.acquire(ctx, attempt, true, ctxDeadline(ctx))
 }
@@ -318,10 +321,13 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 		c.budget.Deposit() // the budget reads c.now, its clock
 	case probe:
 		if c.nwait.Load() == 0 && c.tryInc() {
-			return c.admit(ctx, d)
+			return c.admit(ctx, d) // an idle slot: no allowance spent
 		}
 		d.probe = true
-		return Permit{}, c.refuse(ctx, d, QueueFull)
+		if !c.budget.Withdraw() {
+			return Permit{}, c.refuse(ctx, d, QueueFull)
+		}
+		// Within the ratio: a retry like any other, that may queue.
 	case !c.budget.Withdraw():
 		return Permit{}, c.refuse(ctx, d, RetryRefused)
 	}

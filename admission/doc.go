@@ -47,10 +47,11 @@
 //     the probes their breakers send and the first send of a call released
 //     after waiting) skips the ratio: it neither spends nor earns
 //     allowance, so the clients that wait for this server see it back when
-//     it is (see [Controller.AcquireProbe]). The bound on the mark: such a
-//     request runs only on an idle slot (one free at once, nobody queued),
-//     never queues, and is otherwise refused with RetryAfterBase and
-//     without the don't-retry signal.
+//     it is (see [Controller.AcquireProbe]). The bound on the mark: it
+//     skips the ratio only onto an idle slot (one free at once, nobody
+//     queued); otherwise the request is a retry like any other, refused
+//     (with RetryAfterBase and without the don't-retry signal, so that the
+//     client goes back to waiting) when the ratio does not admit it.
 //
 //  3. Work in progress. At most MaxInFlight requests run at once. A request
 //     that finds them all busy waits in a first-come-first-served queue of

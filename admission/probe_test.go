@@ -1,0 +1,56 @@
+package admission_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/admission"
+)
+
+// TestAcquireProbe: a marked retry takes an idle slot without the ratio
+// (spending no allowance); with no idle slot it is a retry like any other
+// within the ratio (it queues), and beyond it is refused with the base
+// Retry-After and without the don't-retry signal.
+func TestAcquireProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueue: 4, RetryRatio: -1, MinRetriesPerSecond: 0.1, // 1 retry per window
+			RetryAfterBase: 2 * time.Second, Window: 10 * time.Second})
+		ctx := context.Background()
+		for i := range 3 { // idle: admitted, no allowance spent
+			p, d := ctl.AcquireProbe(ctx, 3)
+			if d.Outcome != admission.Admitted {
+				t.Fatalf("probe %d on an idle server: %+v, want admitted", i, d)
+			}
+			p.Release()
+		}
+		hold, _ := ctl.Acquire(ctx, 1)
+		// Busy, and the window admits one retry: the probe queues like a retry.
+		got := make(chan admission.Decision, 1)
+		go func() {
+			p, d := ctl.AcquireProbe(ctx, 2)
+			p.Release()
+			got <- d
+		}()
+		synctest.Wait()
+		if s := ctl.Stats(); s.Queued != 1 {
+			t.Fatalf("busy probe within the ratio: Stats %+v, want it queued", s)
+		}
+		// Busy, and the allowance is spent: refused, base Retry-After, no don't-retry.
+		if _, d := ctl.AcquireProbe(ctx, 2); d.Outcome != admission.QueueFull || d.DontRetry || d.RetryAfter != 2*time.Second {
+			t.Errorf("busy probe beyond the ratio: %+v, want QueueFull, no DontRetry, RetryAfter 2s", d)
+		}
+		// An unmarked retry beyond the ratio is refused as usual.
+		if _, d := ctl.Acquire(ctx, 2); d.Outcome != admission.RetryRefused || !d.DontRetry {
+			t.Errorf("unmarked retry beyond the ratio: %+v, want RetryRefused with DontRetry", d)
+		}
+		hold.Release()
+		if d := <-got; d.Outcome != admission.Admitted {
+			t.Errorf("queued probe: %+v, want admitted when the slot freed", d)
+		}
+		if s := ctl.Stats(); s.Retries != 6 || s.Outcomes[admission.RetryRefused] != 1 {
+			t.Errorf("Stats %+v, want 6 retries counted (5 marked), 1 refused by the ratio", s)
+		}
+	})
+}
