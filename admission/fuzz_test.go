@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stormguard/stormguard/admission"
@@ -44,4 +45,71 @@ func FuzzWrapAttemptHeader(f *testing.F) {
 			t.Errorf("header %q: handler called %v for outcome %v", value, called, got.Outcome)
 		}
 	})
+}
+
+// FuzzWrapFields sends arbitrary probe, timeout and idempotency-key fields
+// through the middleware: it never panics or blocks, an admitted request
+// reaches the handler and a refused one gets a 503, and a timeout field
+// that parses as 0 ms is refused before the handler.
+func FuzzWrapFields(f *testing.F) {
+	f.Add("1", "1000", "", "k")
+	f.Add(" 1 ", "0", "500", "")
+	f.Add("yes", "-1", "0", " ")
+	f.Add("", "99999999999999999999", "x", "k-1")
+	f.Fuzz(func(t *testing.T, probe, timeout, envoy, key string) {
+		ctl, err := admission.New(admission.Config{MaxInFlight: 1, MaxQueue: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		called := false
+		h := ctl.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
+		for _, attempt := range []string{"", "2"} {
+			called = false
+			r := request(0)
+			if attempt != "" {
+				r.Header[wire.AttemptHeader] = []string{attempt}
+			}
+			r.Header[wire.ProbeHeader] = []string{probe}
+			r.Header[wire.TimeoutHeader] = []string{timeout}
+			r.Header["X-Envoy-Expected-Rq-Timeout-Ms"] = []string{envoy}
+			r.Header["Idempotency-Key"] = []string{key}
+			w := &codeWriter{h: http.Header{}}
+			h.ServeHTTP(w, r)
+			if called != (w.code == 0 || w.code == http.StatusOK) || (!called && w.code != http.StatusServiceUnavailable) {
+				t.Fatalf("handler called %v, status %d", called, w.code)
+			}
+			if zeroMillis(timeout) || zeroMillis(envoy) {
+				if called {
+					t.Fatalf("timeout %q / envoy %q: handler ran for a caller whose time was up", timeout, envoy)
+				}
+			}
+		}
+	})
+}
+
+// zeroMillis reports whether v, as a timeout field, says 0 ms: digits that
+// are all zeros, before any comma, after trimming spaces and tabs.
+func zeroMillis(v string) bool {
+	v, _, _ = strings.Cut(v, ",")
+	v = strings.Trim(v, " \t")
+	return v != "" && strings.Trim(v, "0") == ""
+}
+
+// codeWriter keeps the status of the answer (0 if none was written).
+type codeWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *codeWriter) Header() http.Header { return w.h }
+func (w *codeWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return len(p), nil
+}
+func (w *codeWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
 }
