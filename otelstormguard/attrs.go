@@ -48,7 +48,8 @@ const (
 	// seconds (span events).
 	attrWait = attribute.Key("stormguard.breaker.wait")
 	// attrAdmissionReason is the admission controller's own name for a
-	// refusal: "retry-refused", "queue-full", "queue-timeout", "canceled".
+	// refusal: "retry-refused", "queue-full", "queue-timeout", "canceled",
+	// "deadline".
 	attrAdmissionReason = attribute.Key("stormguard.admission.reason")
 	// attrFleetFrom and attrFleetTo are the modes of a fleet's change;
 	// attrFleetMode is a mode of the mode gauge ("fleet", "local").

@@ -55,7 +55,7 @@
 //	stormguard.breaker.from, .to    a breaker's change: closed, half-open, open
 //	stormguard.breaker.state        the state gauge's state: closed, half-open, open
 //	stormguard.breaker.wait         how long a call waited behind an open breaker, in s (span events)
-//	stormguard.admission.reason     retry-refused, queue-full, queue-timeout, canceled
+//	stormguard.admission.reason     retry-refused, queue-full, queue-timeout, canceled, deadline
 //	stormguard.fleet.from, .to      a fleet's change: fleet, local
 //	stormguard.fleet.mode           the mode gauge's mode: fleet, local
 //
