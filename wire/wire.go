@@ -13,6 +13,13 @@
 // ([SetDontRetry], read with [DontRetry]), a negative pushback over gRPC
 // ([PushbackMetadata]). A client that gave up on a failure response marks
 // the response it hands back with [GiveUpHeader], read with [ParseGiveUp].
+// So that a server drops work for callers who left, a client says how long
+// it waits for each attempt ([TimeoutHeader]; gRPC has its own deadline);
+// so that a server that came back is seen to be back, a client marks its
+// circuit breaker's probes ([ProbeHeader]), which a server's admission
+// lets past its retry ratio onto idle capacity; and a server that sheds
+// for lack of room says how many requests it runs at once
+// ([CapacityHeader]).
 package wire
 
 import (
