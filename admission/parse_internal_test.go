@@ -2,6 +2,7 @@ package admission
 
 import (
 	"math"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,4 +65,14 @@ func FuzzParseMillis(f *testing.F) {
 			t.Fatalf("parseMillis(%q) = %v, want saturation", s, d)
 		}
 	})
+}
+
+// envoyTimeoutHeader is read from the header map directly: canonical form.
+func TestEnvoyHeaderCanonical(t *testing.T) {
+	if c := http.CanonicalHeaderKey(envoyTimeoutHeader); c != envoyTimeoutHeader {
+		t.Errorf("%q is not canonical (%q)", envoyTimeoutHeader, c)
+	}
+	if !strings.EqualFold(envoyTimeoutHeader, "x-envoy-expected-rq-timeout-ms") {
+		t.Errorf("envoyTimeoutHeader = %q, not Envoy's field", envoyTimeoutHeader)
+	}
 }

@@ -184,3 +184,13 @@ func FuzzParseGiveUp(f *testing.F) {
 		}
 	})
 }
+
+// The header field names are in canonical form: servers read them from
+// the header map directly, without canonicalising.
+func TestHeaderNamesCanonical(t *testing.T) {
+	for _, name := range []string{wire.AttemptHeader, wire.GiveUpHeader, wire.ProbeHeader, wire.TimeoutHeader, wire.CapacityHeader} {
+		if c := http.CanonicalHeaderKey(name); c != name {
+			t.Errorf("%q is not canonical (%q)", name, c)
+		}
+	}
+}
