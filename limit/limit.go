@@ -3,168 +3,207 @@ package limit
 import (
 	"context"
 	"errors"
-	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
 // ErrLimited matches (with errors.Is) every refusal of [Limiter.Acquire]:
-// the error wraps it with the reason.
+// the limit is reached and the call cannot wait (no deadline, waiting off
+// or full), its deadline passed or its context ended while it waited, or
+// the throttle rejected it. The error wraps ErrLimited with the reason
+// (and the context's error when the context ended).
 var ErrLimited = errors.New("limit: limited")
 
-// Config is the plain-data description of a [Limiter]. Zero fields take
-// the defaults.
-type Config struct {
-	// Max is the most attempts in flight the limit may grow to; 0 means
-	// 1000.
-	Max int
-	// Timeout is the attempt timeout; 0 means none.
-	Timeout time.Duration
-	// Throttle is K of client-side adaptive throttling; 0 turns it off.
-	Throttle float64
-	// Waiting bounds the calls waiting for a slot; 0 means 10,000.
-	Waiting int
-}
-
-const (
-	defaultMax     = 1000
-	defaultWaiting = 10_000
+var (
+	errNoDeadline = &limitError{"limit reached and the call has no deadline to wait within"}
+	errNoWaiting  = &limitError{"limit reached and waiting is off"}
+	errTooMany    = &limitError{"limit reached and too many calls are waiting"}
+	errThrottled  = &limitError{"throttled: the destination accepts too few requests"}
 )
 
-// New validates c and returns a Limiter.
-func New(c Config) (*Limiter, error) {
-	switch {
-	case c.Max < 0:
-		return nil, fmt.Errorf("limit: Config.Max %d is negative", c.Max)
-	case c.Timeout < 0:
-		return nil, fmt.Errorf("limit: Config.Timeout %v is negative", c.Timeout)
-	case c.Throttle < 0 || c.Throttle != c.Throttle:
-		return nil, fmt.Errorf("limit: Config.Throttle %v is not 0 or positive", c.Throttle)
-	case c.Waiting < 0:
-		return nil, fmt.Errorf("limit: Config.Waiting %d is negative", c.Waiting)
-	}
-	if c.Max == 0 {
-		c.Max = defaultMax
-	}
-	if c.Waiting == 0 {
-		c.Waiting = defaultWaiting
-	}
-	l := &Limiter{cfg: c, limit: c.Max, base: time.Now()}
-	l.waiters.Max = c.Waiting
-	return l, nil
-}
+type limitError struct{ reason string }
 
-// Limiter is a concurrency limit for one destination. It is safe for
-// concurrent use.
+func (e *limitError) Error() string   { return "limit: " + e.reason }
+func (e *limitError) Is(t error) bool { return t == ErrLimited }
+
+// waitError is the refusal of a call whose context ended while it waited.
+type waitError struct{ cause error }
+
+func (e *waitError) Error() string {
+	if errors.Is(e.cause, context.DeadlineExceeded) {
+		return "limit: deadline passed while waiting for a slot"
+	}
+	return "limit: context ended while waiting for a slot: " + e.cause.Error()
+}
+func (e *waitError) Is(t error) bool { return t == ErrLimited }
+func (e *waitError) Unwrap() error   { return e.cause }
+
+// Limiter bounds the attempts in flight to one destination by a limit it
+// learns (see the package doc). Share one Limiter among every call to the
+// destination in the process. It is safe for concurrent use; a waiting
+// call holds no lock and starts no goroutine or timer.
 type Limiter struct {
-	cfg  Config
-	base time.Time
+	// Hot: read and written on every call.
+	// state holds the attempts in flight (low 32 bits) and the number of
+	// permits acquired, modulo 2^32 (high 32 bits).
+	state    atomic.Uint64
+	lim      atomic.Int64  // the limit, rounded
+	mask     atomic.Uint32 // a call under half the limit is sampled when seq&mask == 0
+	nwait    atomic.Int64  // len(waiters), for the release's fast check
+	drops    atomic.Int64  // permits released as dropped in this window
+	utilized atomic.Bool   // in-flight reached half the limit in this window
+	_        [24]byte
 
-	mu       sync.Mutex
-	limit    int
-	inflight int
-	waiters  waitq.List[waiter]
+	throttle *throttle // nil: off
+	base     time.Time
+	waiting  bool
+
+	mu      sync.Mutex
+	learn   learner // guarded by mu
+	seq0    uint32  // the sequence number at the window's start
+	waiters waitq.List[waiter]
 }
 
+// waiter is a call waiting in Acquire; granted is guarded by mu.
 type waiter struct {
 	ch      chan struct{}
 	granted bool
 }
 
-// Permit is one slot of a [Limiter], to give back with [Limiter.Release].
-type Permit struct {
-	start time.Duration
-	ok    bool
-}
-
-var (
-	errFull     = fmt.Errorf("%w: limit reached and the call has no deadline", ErrLimited)
-	errTooMany  = fmt.Errorf("%w: too many calls waiting", ErrLimited)
-	errDeadline = fmt.Errorf("%w: the deadline passed while waiting", ErrLimited)
+const (
+	permitOK      = 1
+	permitSampled = 2
 )
 
-// Acquire returns a slot now, or waits for one earliest deadline first
-// within ctx's deadline, or fails with an error wrapping [ErrLimited].
+// Permit is one attempt's slot, to give back with [Limiter.Release]. It is
+// a small value: Acquire allocates nothing for it. The zero Permit holds
+// no slot; releasing it does nothing.
+type Permit struct {
+	start time.Duration // since the limiter's base, when sampled
+	flags uint8
+}
+
+func newLimiter(c Config) *Limiter {
+	l := &Limiter{base: time.Now(), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
+	l.waiters.Max = c.Waiting
+	if c.Throttle > 0 {
+		l.throttle = newThrottle(c.Throttle, uint64(time.Now().UnixNano()))
+	}
+	l.setLimit(l.learn.limit)
+	return l
+}
+
+func (l *Limiter) since() time.Duration { return time.Since(l.base) }
+
+// setLimit publishes a new limit to the fast path. Calls with mu held (or
+// before l is shared).
+func (l *Limiter) setLimit(f float64) {
+	n := int64(math.Round(f))
+	l.lim.Store(n)
+	// Sample about 32 calls per round trip of a loaded limiter.
+	m := uint32(1)
+	for int64(m)*64 <= n {
+		m <<= 1
+	}
+	l.mask.Store(m - 1)
+}
+
+// Acquire returns a slot for one attempt, to give back with
+// [Limiter.Release] when the attempt ends. When the limit is reached (or
+// calls are waiting already), the call waits for a slot, earliest deadline
+// first, until ctx's deadline; it fails at once, with an error wrapping
+// [ErrLimited] that gives the reason, when ctx has no deadline, waiting is
+// off or Config.Waiting calls wait already, and it leaves the wait at
+// ctx's deadline (or when ctx is cancelled) with an error wrapping both
+// ErrLimited and ctx's error. With Config.Throttle set, it may first
+// reject the call locally (ErrLimited, "throttled"). A ctx already done
+// gets ctx's error. When a slot is free and nobody waits, Acquire takes no
+// lock and allocates nothing.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
+	var flags uint8 = permitOK
+	var now time.Duration
+	if l.throttle != nil {
+		now = l.since()
+		if !l.throttle.admit(now) {
+			return Permit{}, errThrottled
+		}
+		flags |= permitSampled
+	}
+	if l.nwait.Load() == 0 {
+		for s := l.state.Load(); int64(uint32(s)) < l.lim.Load(); s = l.state.Load() {
+			if !l.state.CompareAndSwap(s, s+1<<32+1) {
+				continue
+			}
+			in, seq := int64(uint32(s))+1, uint32(s>>32)
+			if 2*in >= l.lim.Load() {
+				if !l.utilized.Load() {
+					l.utilized.Store(true)
+				}
+				if seq&l.mask.Load() == 0 {
+					flags |= permitSampled
+				}
+			} else if seq&(l.mask.Load()|7) == 0 {
+				flags |= permitSampled
+			}
+			if flags&permitSampled != 0 && now == 0 {
+				now = l.since()
+			}
+			return Permit{start: now, flags: flags}, nil
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
 	}
-	l.mu.Lock()
-	if l.inflight < l.limit && l.waiters.Len() == 0 {
-		l.inflight++
-		l.mu.Unlock()
-		return Permit{start: time.Since(l.base), ok: true}, nil
+	return l.wait(ctx, flags)
+}
+
+// Release gives back p's slot. dropped reports that the attempt timed out,
+// was cancelled, or got an overload answer (a 503, a 429, a shed
+// response): such an attempt is never a latency sample, and drops lower
+// the limit. Release each Permit once; a zero Permit is ignored.
+func (l *Limiter) Release(p Permit, dropped bool) {
+	if p.flags&permitOK == 0 {
+		return
 	}
-	dl, has := ctx.Deadline()
-	if !has {
-		l.mu.Unlock()
-		return Permit{}, errFull
+	l.state.Add(^uint64(0)) // in-flight − 1
+	if dropped {
+		l.drops.Add(1)
 	}
-	now := time.Now()
-	left := dl.Sub(now)
-	if left <= 0 {
-		l.mu.Unlock()
-		return Permit{}, errDeadline
+	if p.flags&permitSampled != 0 {
+		l.sampled(p, dropped)
 	}
-	n := &waitq.Waiter[waiter]{Value: waiter{ch: make(chan struct{}, 1)}}
-	if !l.waiters.Push(n, waitq.Deadline(now.Sub(l.base), left)) {
+	if l.nwait.Load() > 0 {
+		l.mu.Lock()
+		l.grantLocked()
 		l.mu.Unlock()
-		return Permit{}, errTooMany
-	}
-	l.mu.Unlock()
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-n.Value.ch:
-		return Permit{start: time.Since(l.base), ok: true}, nil
-	case <-ctx.Done():
-		return Permit{}, l.leave(n, context.Cause(ctx))
-	case <-t.C:
-		return Permit{}, l.leave(n, errDeadline)
 	}
 }
 
-// leave takes a waiter that gives up off the list; if it was granted a
-// slot meanwhile, the slot goes to the next waiter.
-func (l *Limiter) leave(n *waitq.Waiter[waiter], err error) error {
+// sampled records a sampled attempt and ends the window when it is due.
+func (l *Limiter) sampled(p Permit, dropped bool) {
+	now := l.since()
+	if l.throttle != nil {
+		l.throttle.done(now, !dropped)
+	}
 	l.mu.Lock()
-	if !l.waiters.Remove(n) && n.Value.granted {
-		l.inflight--
+	if !dropped {
+		l.learn.sample(now - p.start)
+	}
+	if l.learn.due(now) {
+		seq := uint32(l.state.Load() >> 32)
+		attempts := int64(seq - l.seq0)
+		l.seq0 = seq
+		f := l.learn.window(now, attempts, l.drops.Swap(0), l.utilized.Swap(false))
+		l.setLimit(f)
 		l.grantLocked()
 	}
 	l.mu.Unlock()
-	return err
 }
 
-func (l *Limiter) grantLocked() {
-	for l.inflight < l.limit {
-		w := l.waiters.PopFront()
-		if w == nil {
-			return
-		}
-		w.Value.granted = true
-		l.inflight++
-		w.Value.ch <- struct{}{}
-	}
-}
-
-// Release gives p back; dropped reports that the attempt timed out, was
-// cancelled or got an overload answer.
-func (l *Limiter) Release(p Permit, dropped bool) {
-	if !p.ok {
-		return
-	}
-	l.mu.Lock()
-	l.inflight--
-	l.grantLocked()
-	l.mu.Unlock()
-}
-
-// Limit returns the current limit.
-func (l *Limiter) Limit() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
+// Limit returns the current limit: the most attempts that may be in
+// flight, from 1 to Config.Max. It changes about once per round trip.
+func (l *Limiter) Limit() int { return int(l.lim.Load()) }

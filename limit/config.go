@@ -1,0 +1,67 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Defaults of a [Config]'s zero fields, documented there.
+const (
+	defaultMax     = 1000
+	defaultWaiting = 10_000
+	// maxMax bounds Config.Max: the in-flight count shares a word with a
+	// sequence number.
+	maxMax = 1 << 30
+)
+
+// Config is the plain-data description of a [Limiter]; build one with
+// [New]. Zero fields take the defaults, so Config{} learns a limit between
+// 1 and 1000 attempts in flight, with no latency ceiling, no throttling,
+// and up to 10,000 waiting calls. A Config is a value: [New] copies it.
+type Config struct {
+	// Max is the most attempts in flight the limit may grow to, from 1
+	// to 2^30; 0 means 1000. A cold limiter starts at min(Max, 10).
+	Max int
+	// Timeout is the attempt timeout the callers use. Half of it is the
+	// latency ceiling: an attempt released after Timeout/2 or later
+	// counts as a drop, not as a latency sample, so that latency sitting
+	// near the timeout lowers the limit. 0 means no ceiling (a caller's
+	// timeout still counts as a drop when Release is told so); negative
+	// is an error.
+	Timeout time.Duration
+	// Throttle is K of client-side adaptive throttling (Google SRE book,
+	// "Handling Overload"): Acquire rejects locally a share
+	// max(0, (requests − K·accepts) / (requests + 1)) of the calls, over
+	// the last 2 s, where requests counts the calls to Acquire and
+	// accepts the permits released as not dropped. 2 is the usual value,
+	// lower rejects more; it must be 0 (off, the default) or at least 1.
+	Throttle float64
+	// Waiting bounds the calls that may wait at once for a slot; beyond it
+	// Acquire fails at once. 0 means 10,000; a negative value turns
+	// waiting off (a call over the limit fails at once).
+	Waiting int
+}
+
+// New validates c and returns a cold [Limiter] (limit min(Max, 10), slow
+// start). It returns an error naming the field when Max is negative or
+// above 2^30, Timeout is negative, or Throttle is NaN, infinite, negative
+// or in (0, 1). Every Waiting is valid. A Limiter that was built never
+// fails or panics later.
+func New(c Config) (*Limiter, error) {
+	switch {
+	case c.Max < 0 || c.Max > maxMax:
+		return nil, fmt.Errorf("limit: Config.Max is %d, want 0 (default 1000) to %d", c.Max, maxMax)
+	case c.Timeout < 0:
+		return nil, fmt.Errorf("limit: Config.Timeout is %v, want 0 (no ceiling) or positive", c.Timeout)
+	case math.IsNaN(c.Throttle) || math.IsInf(c.Throttle, 0) || c.Throttle < 0 || (c.Throttle > 0 && c.Throttle < 1):
+		return nil, fmt.Errorf("limit: Config.Throttle is %v, want 0 (off) or at least 1", c.Throttle)
+	}
+	if c.Max == 0 {
+		c.Max = defaultMax
+	}
+	if c.Waiting == 0 {
+		c.Waiting = defaultWaiting
+	}
+	return newLimiter(c), nil
+}

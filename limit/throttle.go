@@ -1,0 +1,94 @@
+package limit
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Client-side adaptive throttling (Google SRE book, "Handling Overload"):
+// reject locally a share max(0, (requests − K·accepts)/(requests + 1)) of
+// the calls, counted over a short history so that the throttle lets
+// healthy traffic through within seconds of a recovery.
+const (
+	throttleBucket  = 250 * time.Millisecond
+	throttleBuckets = 8 // 2 s of history
+)
+
+type throttle struct {
+	k  float64
+	mu sync.Mutex
+	// Guarded by mu.
+	rng      uint64 // splitmix64 state: seeded, never global
+	epoch    int64  // bucket number of buckets[epoch%throttleBuckets]
+	requests [throttleBuckets]int64
+	accepts  [throttleBuckets]int64
+}
+
+func newThrottle(k float64, seed uint64) *throttle {
+	return &throttle{k: k, rng: seed}
+}
+
+// advance moves the history to the bucket of now. Calls with mu held.
+func (t *throttle) advance(now time.Duration) int {
+	e := int64(now / throttleBucket)
+	if d := e - t.epoch; d > 0 {
+		for i := range min(d, throttleBuckets) {
+			j := (t.epoch + 1 + i) % throttleBuckets
+			t.requests[j], t.accepts[j] = 0, 0
+		}
+		t.epoch = e
+	}
+	return int(t.epoch % throttleBuckets)
+}
+
+// share returns the share of calls to reject now. Calls with mu held.
+func (t *throttle) share() float64 {
+	var r, a int64
+	for i := range throttleBuckets {
+		r += t.requests[i]
+		a += t.accepts[i]
+	}
+	return math.Max(0, (float64(r)-t.k*float64(a))/float64(r+1))
+}
+
+// admit counts a request at now and reports whether it may go.
+func (t *throttle) admit(now time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := t.advance(now)
+	t.requests[i]++
+	p := t.share()
+	return p <= 0 || t.float() >= p
+}
+
+// undo takes back a request counted at now that the limiter refused: it
+// never reached the destination, so it says nothing of its accepts.
+func (t *throttle) undo(now time.Duration) {
+	t.mu.Lock()
+	if i := t.advance(now); t.requests[i] > 0 {
+		t.requests[i]--
+	}
+	t.mu.Unlock()
+}
+
+// done counts an outcome at now: accepted unless dropped.
+func (t *throttle) done(now time.Duration, accepted bool) {
+	if !accepted {
+		return
+	}
+	t.mu.Lock()
+	t.accepts[t.advance(now)]++
+	t.mu.Unlock()
+}
+
+// float returns a uniform number in [0, 1) (splitmix64). Calls with mu
+// held.
+func (t *throttle) float() float64 {
+	t.rng += 0x9e3779b97f4a7c15
+	z := t.rng
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
+}
