@@ -38,6 +38,13 @@ type learner struct {
 	recovering bool    // an outage window came after the last clean one
 	srtt       time.Duration
 	base       baseline
+	// ref is the latency the destination shows when this limiter barely
+	// loads it: the minimum of the last window run at a low limit, lowered
+	// by any lower window minimum since. The gradient compares with
+	// max(baseline, ref): latency that stays high while the limiter sends
+	// little is the destination's (slower service, or others' queue), not
+	// the limiter's queue, and shrinking further would not bring it down.
+	ref time.Duration
 
 	// The current window.
 	end       time.Duration
@@ -72,8 +79,14 @@ func (c *learner) sample(rtt time.Duration) {
 	}
 }
 
-// due reports whether the window ends at now.
-func (c *learner) due(now time.Duration) bool { return now >= c.end }
+// due reports whether the window ends at now, with drops dropped attempts
+// released in it so far: it lasts a smoothed round trip (at least
+// minWindow) and holds at least min(4, limit/2) outcomes, so that one
+// early answer does not decide for a whole round trip.
+func (c *learner) due(now time.Duration, drops int64) bool {
+	need := int64(math.Min(4, math.Ceil(c.limit/2)))
+	return now >= c.end && c.n+c.ceilDrops+drops >= need
+}
 
 // window ends the current window at now. attempts is the number of
 // attempts the window saw (acquired in it), drops the attempts released
@@ -91,6 +104,12 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 	c.base.window(now, c.min, c.n, drops, attempts)
 	b := c.base.value
 	was := c.limit
+	if c.n > 0 && drops == 0 {
+		if was <= math.Max(2, c.healthy/8) || c.min < c.ref {
+			c.ref = c.min
+		}
+	}
+	ref := max(b, c.ref)
 	switch share := float64(drops) / math.Max(1, float64(attempts)); {
 	case share >= outageShare:
 		c.recovering, c.slow = true, false
@@ -112,7 +131,7 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 				c.limit = c.healthy
 			}
 		}
-		g := math.Max(0.5, math.Min(1, float64(b)/float64(mean)))
+		g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))
 		switch {
 		case c.slow && near:
 			if utilized {

@@ -193,7 +193,7 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 	if !dropped {
 		l.learn.sample(now - p.start)
 	}
-	if l.learn.due(now) {
+	if l.learn.due(now, l.drops.Load()) {
 		seq := uint32(l.state.Load() >> 32)
 		attempts := int64(seq - l.seq0)
 		l.seq0 = seq

@@ -1,0 +1,185 @@
+package limit
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// warm runs the standard load (400 clients, 2 s deadline, 1 s attempt
+// timeout) on a 50-server, 10 ms destination for 2 s and returns the
+// stop channel and the trace (started after warming).
+func warm(t *testing.T, l *Limiter, d *dest) (stop chan struct{}, done func(), tr *limitTrace) {
+	stop = make(chan struct{})
+	wg := load(l, d, 400, 2*time.Second, time.Second, stop)
+	time.Sleep(2 * time.Second)
+	tr = trace(l, time.Millisecond, stop)
+	return stop, func() { close(stop); wg.Wait() }, tr
+}
+
+// A hang (every attempt times out) lowers the limit and never raises it;
+// when the hang ends, slow start brings the limit back to the capacity in
+// a few round trips.
+func TestHangLowersLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, tr := warm(t, l, d)
+		before := l.Limit()
+		d.hung.Store(true)
+		time.Sleep(10 * time.Second)
+		d.hung.Store(false)
+		time.Sleep(2 * time.Second)
+		done()
+		_, hi := tr.between(0, 10*time.Second)
+		lo, _ := tr.between(9*time.Second, 10*time.Second)
+		t.Logf("limit before the hang %d; during it at most %d, in its last second at least %d", before, hi, lo)
+		if hi > before {
+			t.Errorf("the hang raised the limit from %d to %d", before, hi)
+		}
+		if lo > 2 {
+			t.Errorf("limit %d after 9 s of hang, want at most 2", lo)
+		}
+		back := tr.first(50) // the first index at or above 50 is before the hang
+		_ = back
+		var at time.Duration = -1
+		tr.mu.Lock()
+		for i, v := range tr.lim {
+			if tr.at[i] >= 10*time.Second && v >= 50 {
+				at = tr.at[i] - 10*time.Second
+				break
+			}
+		}
+		tr.mu.Unlock()
+		t.Logf("after the hang the limit reached 50 again in %v", at)
+		if at < 0 || at > 1100*time.Millisecond {
+			// The first attempts after the hang end are the ones that
+			// started in it: they time out up to 1 s later.
+			t.Errorf("limit back at capacity %v after the hang, want within 1.1 s (1 s timeout + a few round trips)", at)
+		}
+	})
+}
+
+// An outage answered at once with overload (503) lowers the limit to its
+// floor; after it, slow start from the last healthy limit finds the
+// capacity within a few round trips.
+func TestOutageRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, tr := warm(t, l, d)
+		before := l.Limit()
+		d.down.Store(true)
+		time.Sleep(2 * time.Second)
+		during := l.Limit()
+		d.down.Store(false)
+		served := d.served.Load()
+		time.Sleep(time.Second)
+		served = d.served.Load() - served
+		done()
+		var at time.Duration = -1
+		tr.mu.Lock()
+		for i, v := range tr.lim {
+			if tr.at[i] >= 2*time.Second && v >= 50 {
+				at = tr.at[i] - 2*time.Second
+				break
+			}
+		}
+		tr.mu.Unlock()
+		t.Logf("limit %d before a 2 s outage, %d at its end, back to 50 after %v; served %d in the second after it (capacity 5000)", before, during, at, served)
+		if during > 2 {
+			t.Errorf("limit %d at the end of the outage, want at most 2", during)
+		}
+		if at < 0 || at > 50*time.Millisecond {
+			t.Errorf("limit back at capacity after %v, want within 5 round trips (50 ms)", at)
+		}
+		if served < 4500 {
+			t.Errorf("served %d in the second after the outage, want at least 90%% of capacity", served)
+		}
+	})
+}
+
+// A 60 s incident where the destination is 5 times slower does not move
+// the baseline, and the limit does not grow (beyond noise); the limiter notices that the
+// latency stays high when it sends little (it is the destination's, not
+// its own queue), so it keeps serving the slower destination's capacity;
+// after the incident the limit is back at once.
+func TestBaselineHoldsDuringIncident(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, tr := warm(t, l, d)
+		before, base := l.Limit(), baselineOf(l)
+		d.slow.Store(5)
+		var hiBase time.Duration
+		served := d.served.Load()
+		for range 60 {
+			time.Sleep(time.Second)
+			hiBase = max(hiBase, baselineOf(l))
+		}
+		served = d.served.Load() - served
+		d.slow.Store(1)
+		time.Sleep(time.Second)
+		after := l.Limit()
+		done()
+		_, hi := tr.between(100*time.Millisecond, 60*time.Second)
+		lo, _ := tr.between(59*time.Second, 60*time.Second)
+		lo, hiLate := tr.between(50*time.Second, 60*time.Second)
+		t.Logf("baseline %v before, at most %v during a 60 s 5x slowdown; limit %d before, at most %d in it, %d..%d in its last 10 s, %d 1 s after; served %d in it (capacity 60000)", base, hiBase, before, hi, lo, hiLate, after, served)
+		if served < 54000 {
+			t.Errorf("served %d during the slowdown, want at least 90%% of its capacity (60000)", served)
+		}
+		if hiBase > base*11/10 {
+			t.Errorf("baseline drifted from %v to %v during the incident", base, hiBase)
+		}
+		if hi > before*115/100 {
+			t.Errorf("limit rose from %d to %d during the incident, want at most 15%% above", before, hi)
+		}
+		if after < 50 {
+			t.Errorf("limit %d 1 s after the incident, want back at capacity (50)", after)
+		}
+	})
+}
+
+// Latency that sits just under the attempt timeout (no attempt times out,
+// concurrency-limits#137) counts as drops: the limit falls to its floor
+// and never rises.
+func TestLatencyAtTimeoutIsDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, tr := warm(t, l, d)
+		before := l.Limit()
+		d.slow.Store(90) // 900 ms per attempt, under the 1 s timeout
+		time.Sleep(20 * time.Second)
+		done()
+		_, hi := tr.between(0, 20*time.Second)
+		lo, _ := tr.between(19*time.Second, 20*time.Second)
+		t.Logf("limit %d before; with latency at 0.9x the timeout at most %d, %d at the end", before, hi, lo)
+		if hi > before || lo > 2 {
+			t.Errorf("limit %d..%d with latency at the timeout, want never above %d and down to 2 or less", lo, hi, before)
+		}
+	})
+}
+
+// Under steady load for 5 minutes the baseline does not creep up with the
+// limiter's own queue.
+func TestBaselineSteady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5 simulated minutes")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, tr := warm(t, l, d)
+		base := baselineOf(l)
+		time.Sleep(5 * time.Minute)
+		end := baselineOf(l)
+		done()
+		lo, hi := tr.between(4*time.Minute, 5*time.Minute)
+		t.Logf("baseline %v, after 5 min %v; limit %d..%d in the last minute", base, end, lo, hi)
+		if end > base*11/10 {
+			t.Errorf("baseline crept from %v to %v", base, end)
+		}
+	})
+}
