@@ -32,10 +32,16 @@ type Config struct {
 	Timeout time.Duration
 	// Throttle is K of client-side adaptive throttling (Google SRE book,
 	// "Handling Overload"): Acquire rejects locally a share
-	// max(0, (requests − K·accepts) / (requests + 1)) of the calls, over
-	// the last 2 s, where requests counts the calls to Acquire and
-	// accepts the permits released as not dropped. 2 is the usual value,
-	// lower rejects more; it must be 0 (off, the default) or at least 1.
+	// max(0, (requests − K·accepts) / (requests + 1)) of the calls, counted
+	// over the last 500 ms (in 50 ms buckets), where requests counts the
+	// calls to Acquire (less those the limit then refused) and accepts the
+	// permits released as not dropped. A destination that accepts at least
+	// 1/K of the attempts sees no rejection; one that accepts less gets
+	// fewer and fewer attempts, about one per 500 ms when it accepts
+	// none. The short history lets healthy traffic through again about
+	// 2.5 s after a recovery (measured at 1,000 and 10,000 calls per
+	// second). 2 is the usual value, lower rejects more; it must be 0
+	// (off, the default) or at least 1.
 	Throttle float64
 	// Waiting bounds the calls that may wait at once for a slot; beyond it
 	// Acquire fails at once. 0 means 10,000; a negative value turns

@@ -11,8 +11,8 @@ import (
 // the calls, counted over a short history so that the throttle lets
 // healthy traffic through within seconds of a recovery.
 const (
-	throttleBucket  = 250 * time.Millisecond
-	throttleBuckets = 8 // 2 s of history
+	throttleBucket  = 50 * time.Millisecond
+	throttleBuckets = 10 // 500 ms of history
 )
 
 type throttle struct {
