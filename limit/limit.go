@@ -134,12 +134,13 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 		flags |= permitSampled
 	}
 	if l.nwait.Load() == 0 {
-		for s := l.state.Load(); int64(uint32(s)) < l.lim.Load(); s = l.state.Load() {
+		lim := l.lim.Load()
+		for s := l.state.Load(); int64(uint32(s)) < lim; s = l.state.Load() {
 			if !l.state.CompareAndSwap(s, s+1<<32+1) {
 				continue
 			}
 			in, seq := int64(uint32(s))+1, uint32(s>>32)
-			if 2*in >= l.lim.Load() {
+			if 2*in >= lim {
 				if !l.utilized.Load() {
 					l.utilized.Store(true)
 				}
