@@ -41,7 +41,7 @@ func Example() {
 	l.Release(p, false)
 	// Output:
 	// cold limit: 2
-	// true limit: limit reached and the call has no deadline to wait within
+	// true limit: refused: limit reached and the call has no deadline to wait within
 	// true true
 	// <nil>
 }

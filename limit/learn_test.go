@@ -49,11 +49,14 @@ func TestSlowStartRounds(t *testing.T) {
 				stop := make(chan struct{})
 				tr := trace(l, time.Millisecond, stop)
 				wg := load(l, d, 3*capacity, 2*time.Second, time.Second, stop)
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(150 * time.Millisecond)
 				close(stop)
 				wg.Wait()
 				at := tr.first(capacity)
 				t.Logf("capacity %d in flight: reached after %.1f round trips", capacity, float64(at)/float64(rtt))
+				if at < 0 || at > 10*rtt {
+					t.Errorf("limit reached capacity %d after %v, want within 10 round trips", capacity, at)
+				}
 			})
 		})
 	}

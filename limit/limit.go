@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -16,31 +17,25 @@ import (
 // or full), its deadline passed or its context ended while it waited, or
 // the throttle rejected it. The error wraps ErrLimited with the reason
 // (and the context's error when the context ended).
-var ErrLimited = errors.New("limit: limited")
+var ErrLimited = errors.New("limit: refused")
 
+// The refusals that need no context: prebuilt, so that failing fast
+// allocates nothing.
 var (
-	errNoDeadline = &limitError{"limit reached and the call has no deadline to wait within"}
-	errNoWaiting  = &limitError{"limit reached and waiting is off"}
-	errTooMany    = &limitError{"limit reached and too many calls are waiting"}
-	errThrottled  = &limitError{"throttled: the destination accepts too few requests"}
+	errNoDeadline = fmt.Errorf("%w: limit reached and the call has no deadline to wait within", ErrLimited)
+	errNoWaiting  = fmt.Errorf("%w: limit reached and waiting is off", ErrLimited)
+	errTooMany    = fmt.Errorf("%w: limit reached and too many calls are waiting", ErrLimited)
+	errThrottled  = fmt.Errorf("%w: throttled, the destination accepts too few requests", ErrLimited)
 )
 
-type limitError struct{ reason string }
-
-func (e *limitError) Error() string   { return "limit: " + e.reason }
-func (e *limitError) Is(t error) bool { return t == ErrLimited }
-
-// waitError is the refusal of a call whose context ended while it waited.
-type waitError struct{ cause error }
-
-func (e *waitError) Error() string {
-	if errors.Is(e.cause, context.DeadlineExceeded) {
-		return "limit: deadline passed while waiting for a slot"
+// waitError returns the refusal of a call whose context ended while it
+// waited: it wraps ErrLimited and the context's cause.
+func waitError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: deadline passed while waiting for a slot: %w", ErrLimited, context.Cause(ctx))
 	}
-	return "limit: context ended while waiting for a slot: " + e.cause.Error()
+	return fmt.Errorf("%w: context ended while waiting for a slot: %w", ErrLimited, context.Cause(ctx))
 }
-func (e *waitError) Is(t error) bool { return t == ErrLimited }
-func (e *waitError) Unwrap() error   { return e.cause }
 
 // Limiter bounds the attempts in flight to one destination by a limit it
 // learns (see the package doc). Share one Limiter among every call to the

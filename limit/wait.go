@@ -44,12 +44,12 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 		if l.waiters.Remove(n) {
 			l.nwait.Add(-1)
 			l.mu.Unlock()
-			return Permit{}, &waitError{context.Cause(ctx)}
+			return Permit{}, waitError(ctx)
 		}
 		l.mu.Unlock()
 		// Granted as ctx ended: give the slot back.
 		l.Release(Permit{flags: permitOK}, false)
-		return Permit{}, &waitError{context.Cause(ctx)}
+		return Permit{}, waitError(ctx)
 	}
 	if flags&permitSampled != 0 || l.sampleWaiter() {
 		return Permit{start: l.since(), flags: flags | permitSampled}, nil
