@@ -1,6 +1,11 @@
 package limit
 
 import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -185,6 +190,128 @@ func TestBaselineSteady(t *testing.T) {
 		}
 		if lo < 20 || hi > 30 {
 			t.Errorf("limit %d..%d in the last minute, want 20..30 (capacity 20)", lo, hi)
+		}
+	})
+}
+
+// Calls that cannot make their deadline fail before it, not at it: a
+// waiter leaves when its deadline is the baseline latency away (a slot
+// granted later could not be answered in time), and a call that arrives
+// behind more waiters than the limit can serve before its deadline (at
+// twice its measured rate) is refused at once.
+func TestHopelessFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, _ := warm(t, l, d)
+		done()
+		b, lim := baselineOf(l), l.Limit()
+		var held []Permit
+		for {
+			p, err := l.Acquire(context.Background())
+			if err != nil {
+				break
+			}
+			held = append(held, p)
+		}
+
+		// 1000 calls with 80 ms left arrive at a full limit: at twice the
+		// measured rate (limit per 10 ms round trip) about 800 can be
+		// served before their deadline less the baseline; the rest are
+		// refused at once.
+		start := time.Now()
+		var mu sync.Mutex
+		var refusedAt []time.Duration
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+				defer cancel()
+				_, err := l.Acquire(ctx)
+				if err != nil && strings.Contains(err.Error(), "no slot expected") {
+					mu.Lock()
+					refusedAt = append(refusedAt, time.Since(start))
+					mu.Unlock()
+				}
+			})
+			synctest.Wait()
+		}
+		l.mu.Lock()
+		waiting := l.waiters.Len()
+		gap := l.gapLocked()
+		l.mu.Unlock()
+		want := 1000 - int((80*time.Millisecond-b)/gap)
+		t.Logf("limit %d, baseline %v: %d of 1000 calls refused at once as hopeless (expected about %d), %d waiting", lim, b, len(refusedAt), want, waiting)
+		if len(refusedAt) < want-5 || len(refusedAt) > want+5 {
+			t.Errorf("%d refused as hopeless, want about %d", len(refusedAt), want)
+		}
+		for _, at := range refusedAt {
+			if at != 0 {
+				t.Errorf("a hopeless call refused after %v, want at once", at)
+				break
+			}
+		}
+
+		// The ones waiting leave when their deadline is the baseline away.
+		wg.Wait()
+		if waited := time.Since(start); waited != 80*time.Millisecond-b {
+			t.Errorf("the waiters left after %v, want %v (deadline less the baseline)", waited, 80*time.Millisecond-b)
+		}
+		for _, p := range held {
+			l.Release(p, false)
+		}
+	})
+}
+
+// Cold start: 200 calls started during a 2 s outage of a destination that
+// serves 5000 per second (each call retries with backoff from 10 ms,
+// doubling, at most 250 ms, within a 20 s deadline) all complete within
+// 1 s of the recovery.
+func TestColdStartDuringOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		d.down.Store(true)
+		l := mustNew(t, Config{Timeout: time.Second})
+		start := time.Now()
+		var mu sync.Mutex
+		var doneAt []time.Duration
+		var attempts atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				backoff := 10 * time.Millisecond
+				for ctx.Err() == nil {
+					p, err := l.Acquire(ctx)
+					if err == nil {
+						attempts.Add(1)
+						dropped := d.call(time.Second)
+						l.Release(p, dropped)
+						if !dropped {
+							mu.Lock()
+							doneAt = append(doneAt, time.Since(start))
+							mu.Unlock()
+							return
+						}
+					}
+					// Backoff with a fixed jitter per call.
+					time.Sleep(backoff/2 + time.Duration(i)*backoff/400)
+					backoff = min(2*backoff, 250*time.Millisecond)
+				}
+			})
+		}
+		time.Sleep(2 * time.Second)
+		d.down.Store(false)
+		wg.Wait()
+		slices.Sort(doneAt)
+		if len(doneAt) != 200 {
+			t.Fatalf("%d of 200 calls completed", len(doneAt))
+		}
+		p50, last := doneAt[99]-2*time.Second, doneAt[199]-2*time.Second
+		t.Logf("200 calls started in a 2 s outage: %d attempts; after the recovery p50 %v, last %v", attempts.Load(), p50, last)
+		if last > time.Second {
+			t.Errorf("last call completed %v after the recovery, want within 1 s", last)
 		}
 	})
 }

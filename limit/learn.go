@@ -126,9 +126,11 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 	default:
 		near := float64(mean) <= nearBaseline*float64(b)
 		if c.recovering {
+			// Slow start again, from the last healthy limit (from the
+			// initial limit if there is none yet).
 			c.recovering, c.slow = false, true
-			if near && c.healthy > c.limit {
-				c.limit = c.healthy
+			if near {
+				c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
 			}
 		}
 		g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))

@@ -63,12 +63,6 @@ type Limiter struct {
 	waiters waitq.List[waiter]
 }
 
-// waiter is a call waiting in Acquire; granted is guarded by mu.
-type waiter struct {
-	ch      chan struct{}
-	granted bool
-}
-
 const (
 	permitOK      = 1
 	permitSampled = 2
@@ -196,6 +190,7 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 		f := l.learn.window(now, attempts, l.drops.Swap(0), l.utilized.Swap(false))
 		l.setLimit(f)
 		l.grantLocked()
+		l.expireLocked(now)
 	}
 	l.mu.Unlock()
 }

@@ -79,9 +79,7 @@ func TestFailFast(t *testing.T) {
 	}
 }
 
-// Waiters get the slots earliest deadline first, and a waiter whose
-// deadline passes leaves the list at its deadline, not later, with an
-// error matching both ErrLimited and context.DeadlineExceeded.
+// Waiters get the slots earliest deadline first.
 func TestWaitEarliestDeadlineFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := mustNew(t, Config{Max: 1})
@@ -113,7 +111,16 @@ func TestWaitEarliestDeadlineFirst(t *testing.T) {
 			t.Errorf("served in deadline order %v, want %v", order, want)
 		}
 
-		held, _ = l.Acquire(context.Background())
+	})
+}
+
+// A waiter whose deadline passes leaves the list at its deadline, not
+// later, with an error matching both ErrLimited and
+// context.DeadlineExceeded.
+func TestWaitLeavesAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Max: 1})
+		held, _ := l.Acquire(context.Background())
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		defer cancel()

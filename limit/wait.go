@@ -2,18 +2,39 @@ package limit
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
+// Refusals of a waiting call that cannot make its deadline.
+var (
+	errTooClose = fmt.Errorf("%w: the deadline leaves less than the destination's fastest answer", ErrLimited)
+	errNoTurn   = fmt.Errorf("%w: no slot expected before the deadline", ErrLimited)
+)
+
+// maxWalk bounds the waiters the hopeless checks walk at a time.
+const maxWalk = 4096
+
+// waiter is a call waiting in Acquire. Its fields are written under mu
+// before the wake-up is sent on ch, and read after it is received.
+type waiter struct {
+	ch       chan struct{} // a buffered wake-up: granted or hopeless
+	granted  bool          // a slot is the call's
+	hopeless bool          // the call cannot make its deadline: it fails
+}
+
 // wait parks a call over the limit in the earliest-deadline-first list
-// until a release grants it a slot or ctx ends.
+// until a release grants it a slot, ctx ends, or it cannot make its
+// deadline any more: when its deadline is less than the baseline latency
+// away (an attempt granted later could not be answered in time), or when
+// the slots expected before its turn, at twice the rate the limit serves,
+// come too late.
 func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	dl, ok := ctx.Deadline()
 	if !l.waiting || !ok {
-		if l.throttle != nil {
-			l.throttle.undo(l.since())
-		}
+		l.undoThrottle()
 		if !ok {
 			return Permit{}, errNoDeadline
 		}
@@ -22,39 +43,122 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	n := &waitq.Waiter[waiter]{Value: waiter{ch: make(chan struct{}, 1)}}
 	l.mu.Lock()
 	now := l.since()
-	if !l.waiters.Push(n, waitq.Deadline(now, dl.Sub(l.base)-now)) {
+	left := dl.Sub(l.base) - now
+	b := l.learn.base.value
+	if b > 0 && left <= b {
 		l.mu.Unlock()
-		if l.throttle != nil {
-			l.throttle.undo(now)
-		}
+		l.undoThrottle()
+		return Permit{}, errTooClose
+	}
+	if !l.waiters.Push(n, waitq.Deadline(now, left)) {
+		l.mu.Unlock()
+		l.undoThrottle()
 		return Permit{}, errTooMany
 	}
 	l.nwait.Add(1)
+	if gap := l.gapLocked(); gap > 0 {
+		behind := 0
+		for w := n.Next(); w != nil && behind <= maxWalk; w = w.Next() {
+			behind++
+		}
+		ahead := l.waiters.Len() - 1 - behind
+		if behind <= maxWalk && time.Duration(ahead+1)*gap+b >= left {
+			l.waiters.Remove(n)
+			l.nwait.Add(-1)
+			l.mu.Unlock()
+			l.undoThrottle()
+			return Permit{}, errNoTurn
+		}
+	}
 	// A release that ran between the failed fast path and the Push did not
 	// see this waiter: grant what is free now.
 	l.grantLocked()
 	l.mu.Unlock()
+
+	var tooClose <-chan time.Time
+	if b > 0 {
+		t := time.NewTimer(left - b)
+		defer t.Stop()
+		tooClose = t.C
+	}
 	select {
 	case <-n.Value.ch:
+		if n.Value.hopeless {
+			l.undoThrottle()
+			return Permit{}, errNoTurn
+		}
+	case <-tooClose:
+		return Permit{}, l.leave(n, errTooClose)
 	case <-ctx.Done():
-		if l.throttle != nil {
-			l.throttle.undo(l.since())
-		}
-		l.mu.Lock()
-		if l.waiters.Remove(n) {
-			l.nwait.Add(-1)
-			l.mu.Unlock()
-			return Permit{}, waitError(ctx)
-		}
-		l.mu.Unlock()
-		// Granted as ctx ended: give the slot back.
-		l.Release(Permit{flags: permitOK}, false)
-		return Permit{}, waitError(ctx)
+		return Permit{}, l.leave(n, waitError(ctx))
 	}
 	if flags&permitSampled != 0 || l.sampleWaiter() {
 		return Permit{start: l.since(), flags: flags | permitSampled}, nil
 	}
 	return Permit{flags: flags}, nil
+}
+
+// leave takes a call that gives up off the list and returns err; a slot it
+// was granted meanwhile goes back.
+func (l *Limiter) leave(n *waitq.Waiter[waiter], err error) error {
+	l.undoThrottle()
+	l.mu.Lock()
+	if l.waiters.Remove(n) {
+		l.nwait.Add(-1)
+		l.mu.Unlock()
+		return err
+	}
+	granted := n.Value.granted
+	l.mu.Unlock()
+	if granted {
+		l.Release(Permit{flags: permitOK}, false)
+	}
+	return err
+}
+
+// undoThrottle takes back the throttle's count of a call the limit
+// refused.
+func (l *Limiter) undoThrottle() {
+	if l.throttle != nil {
+		l.throttle.undo(l.since())
+	}
+}
+
+// gapLocked returns the expected time between two slots at twice the rate
+// the limit serves (limit per smoothed round trip), or 0 when the limit is
+// not settled (slow start, recovery, no latency yet): the estimate of how
+// long the waiters ahead of a call take, optimistic so that a call is
+// refused only when even twice the rate would not serve it in time.
+// Calls with mu held.
+func (l *Limiter) gapLocked() time.Duration {
+	c := &l.learn
+	if c.slow || c.recovering || c.srtt == 0 {
+		return 0
+	}
+	return c.srtt / time.Duration(2*max(1, l.lim.Load()))
+}
+
+// expireLocked fails the first waiters (up to maxWalk) whose turn is
+// expected after their deadline less the baseline. Calls with mu held.
+func (l *Limiter) expireLocked(now time.Duration) {
+	gap := l.gapLocked()
+	if gap == 0 {
+		return
+	}
+	b := l.learn.base.value
+	i := 0
+	for w := l.waiters.Front(); w != nil && i < maxWalk; {
+		next := w.Next()
+		if w.Deadline() < now+time.Duration(i+1)*gap+b {
+			l.waiters.Remove(w)
+			l.nwait.Add(-1)
+			w.Value.hopeless = true
+			w.Value.ch <- struct{}{}
+		} else {
+			i++
+		}
+		w = next
+	}
 }
 
 // sampleWaiter reports whether a call that waited is sampled: as the
