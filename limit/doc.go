@@ -56,8 +56,10 @@
 //     limit instead of raising it.
 //   - Recovery: after an outage window, the first clean window near the
 //     baseline restores the last healthy limit (the limit of the last
-//     clean, used window near the baseline) and slow start doubles from
-//     there while the latency stays near the baseline.
+//     clean, used window near the baseline; the initial limit if there
+//     is none) and slow start doubles from there while the latency stays
+//     near the baseline. If the restored limit meets drops at once, the
+//     remembered healthy limit halves.
 //
 // The gradient family rather than Vegas's additive steps: after an outage
 // or a capacity change the limit must move to the destination's capacity
@@ -73,9 +75,12 @@
 // In the package's tests, against a simulated destination of 50 servers
 // of 10 ms each (5,000 attempts per second) loaded by 400 callers, a cold
 // limiter reaches the capacity (50 in flight) in 3 round trips (200 in 5,
-// 1000 in 7) and then holds 57 or 58 (the allowance); a 2 s outage or a
+// 1000 in 8) and then holds 57 or 58 (the allowance); a 2 s outage or a
 // 10 s hang takes it down to 1 and it is back at the capacity about 3
-// round trips after the destination is.
+// round trips after the destination is; an 80% capacity cut takes it to
+// 13 or 14 (capacity 10) while the destination serves 99.9% of its reduced
+// capacity; a 5x slower service for 60 s leaves the baseline at 10 ms
+// while the limit stays near 57 (the same servers, 5 times slower).
 //
 // Latency is measured on a sample of the attempts, so that the common
 // path reads no clock: every attempt while the limit is under 64 and at

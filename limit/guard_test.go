@@ -315,3 +315,38 @@ func TestColdStartDuringOutage(t *testing.T) {
 		}
 	})
 }
+
+// A capacity cut by 80% (40 of 50 servers taken) brings the limit down to
+// the remaining capacity, without timeouts; when the capacity comes back
+// the limit grows back.
+func TestCapacityCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDest(50, 10*time.Millisecond)
+		l := mustNew(t, Config{Timeout: time.Second})
+		_, done, tr := warm(t, l, d)
+		before := l.Limit()
+		for range 40 {
+			d.slots <- struct{}{}
+		}
+		served := d.served.Load()
+		time.Sleep(5 * time.Second)
+		served = d.served.Load() - served
+		for range 40 {
+			<-d.slots
+		}
+		time.Sleep(2 * time.Second)
+		after := l.Limit()
+		done()
+		lo, hi := tr.between(4*time.Second, 5*time.Second)
+		t.Logf("limit %d before; %d..%d in the 5th second of an 80%% capacity cut (capacity 10 in flight), served %d in it (capacity 5000); %d 2 s after", before, lo, hi, served, after)
+		if lo < 8 || hi > 20 {
+			t.Errorf("limit %d..%d under the cut, want within 8..20", lo, hi)
+		}
+		if served < 4500 {
+			t.Errorf("served %d in 5 s of the cut, want at least 90%% of its capacity (5000)", served)
+		}
+		if after < 50 {
+			t.Errorf("limit %d 2 s after the capacity came back, want at least 50", after)
+		}
+	})
+}

@@ -36,6 +36,7 @@ type learner struct {
 	slow       bool    // slow start: doubling per clean round trip
 	healthy    float64 // the limit of the last clean, utilized window near the baseline
 	recovering bool    // an outage window came after the last clean one
+	restored   bool    // healthy was restored and no clean window confirmed it yet
 	srtt       time.Duration
 	base       baseline
 	// ref is the latency the destination shows when this limiter barely
@@ -110,6 +111,12 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 		}
 	}
 	ref := max(b, c.ref)
+	if drops > 0 && c.restored {
+		// The restored limit met drops at once: the destination takes
+		// less than it did; remember half of it.
+		c.healthy *= 0.5
+		c.restored = false
+	}
 	switch share := float64(drops) / math.Max(1, float64(attempts)); {
 	case share >= outageShare:
 		c.recovering, c.slow = true, false
@@ -131,7 +138,10 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 			c.recovering, c.slow = false, true
 			if near {
 				c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
+				c.restored = true
 			}
+		} else if near {
+			c.restored = false
 		}
 		g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))
 		switch {
