@@ -30,28 +30,27 @@ func TestHangLowersLimit(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
 		_, done, tr := warm(t, l, d)
-		before := l.Limit()
+		time.Sleep(time.Second) // the trace's first second: the level before the hang
 		d.hung.Store(true)
 		time.Sleep(10 * time.Second)
 		d.hung.Store(false)
 		time.Sleep(2 * time.Second)
 		done()
-		_, hi := tr.between(0, 10*time.Second)
-		lo, _ := tr.between(9*time.Second, 10*time.Second)
-		t.Logf("limit before the hang %d; during it at most %d, in its last second at least %d", before, hi, lo)
+		_, before := tr.between(0, time.Second)
+		_, hi := tr.between(time.Second, 11*time.Second)
+		lo, _ := tr.between(10*time.Second, 11*time.Second)
+		t.Logf("limit at most %d in the second before the hang; during it at most %d, in its last second down to %d", before, hi, lo)
 		if hi > before {
 			t.Errorf("the hang raised the limit from %d to %d", before, hi)
 		}
 		if lo > 2 {
 			t.Errorf("limit %d after 9 s of hang, want at most 2", lo)
 		}
-		back := tr.first(50) // the first index at or above 50 is before the hang
-		_ = back
 		var at time.Duration = -1
 		tr.mu.Lock()
 		for i, v := range tr.lim {
-			if tr.at[i] >= 10*time.Second && v >= 50 {
-				at = tr.at[i] - 10*time.Second
+			if tr.at[i] >= 11*time.Second && v >= 50 {
+				at = tr.at[i] - 11*time.Second
 				break
 			}
 		}
