@@ -67,7 +67,7 @@ func TestFailFast(t *testing.T) {
 		t.Error("a zero Permit's Release freed a slot")
 	}
 	l.Release(p, false)
-	if p, err = l.Acquire(context.Background()); err != nil {
+	if _, err = l.Acquire(context.Background()); err != nil {
 		t.Fatalf("after Release: %v", err)
 	}
 	off := mustNew(t, Config{Max: 1, Waiting: -1})
