@@ -93,10 +93,16 @@
 // A call that finds the limit reached (or calls already waiting) waits for
 // a slot within its context's deadline, earliest deadline first, in a list
 // bounded by Config.Waiting; a release hands its slot to the first
-// waiter. A waiting call holds no lock and starts no goroutine or timer:
-// it leaves at its context's deadline (or cancellation) with an error
-// wrapping [ErrLimited] and the context's error. A call without a
-// deadline, or beyond Config.Waiting, fails at once with [ErrLimited].
+// waiter. A waiting call holds no lock and starts no goroutine (one timer,
+// once a latency is known). Calls that cannot make their deadline fail
+// fast with [ErrLimited] and the reason, not at their deadline: at once
+// when more calls wait ahead than twice the limit's measured rate serves
+// before the deadline, and while waiting when the deadline comes within
+// the baseline latency (a slot granted later could not be answered in
+// time) or when, at the end of a round trip, the waiters ahead of it
+// leave it no expected turn. A call whose context ends while it waits
+// leaves then, with an error wrapping ErrLimited and the context's error.
+// A call without a deadline, or beyond Config.Waiting, fails at once.
 //
 // # Throttling
 //

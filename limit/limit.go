@@ -40,7 +40,7 @@ func waitError(ctx context.Context) error {
 // Limiter bounds the attempts in flight to one destination by a limit it
 // learns (see the package doc). Share one Limiter among every call to the
 // destination in the process. It is safe for concurrent use; a waiting
-// call holds no lock and starts no goroutine or timer.
+// call holds no lock and starts no goroutine.
 type Limiter struct {
 	// Hot: read and written on every call.
 	// state holds the attempts in flight (low 32 bits) and the number of
@@ -104,14 +104,18 @@ func (l *Limiter) setLimit(f float64) {
 // Acquire returns a slot for one attempt, to give back with
 // [Limiter.Release] when the attempt ends. When the limit is reached (or
 // calls are waiting already), the call waits for a slot, earliest deadline
-// first, until ctx's deadline; it fails at once, with an error wrapping
-// [ErrLimited] that gives the reason, when ctx has no deadline, waiting is
-// off or Config.Waiting calls wait already, and it leaves the wait at
-// ctx's deadline (or when ctx is cancelled) with an error wrapping both
-// ErrLimited and ctx's error. With Config.Throttle set, it may first
-// reject the call locally (ErrLimited, "throttled"). A ctx already done
-// gets ctx's error. When a slot is free and nobody waits, Acquire takes no
-// lock and allocates nothing.
+// first, within ctx's deadline. Every refusal wraps [ErrLimited] and says
+// why: at once when ctx has no deadline, waiting is off, Config.Waiting
+// calls wait already, or the call cannot make its deadline (its deadline
+// is nearer than the destination's fastest answer, or more calls wait
+// ahead of it than twice the limit's measured rate serves before then);
+// while waiting, when its deadline comes within the fastest answer (with
+// no latency measured yet: at its deadline), when a release finds it
+// cannot make it any more, or when ctx ends (the error then also wraps
+// ctx's error). With Config.Throttle set, it may first reject the call
+// locally ("throttled"). A call that would wait with ctx already done gets
+// ctx's error. When a slot is free and nobody waits, Acquire takes no lock
+// and allocates nothing; it is safe for concurrent use.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 	var flags uint8 = permitOK
 	var now time.Duration
