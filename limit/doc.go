@@ -85,7 +85,7 @@
 // Latency is measured on a sample of the attempts, so that the common
 // path reads no clock: every attempt while the limit is under 64 and at
 // least half of it is in flight, about 32 to 64 per round trip above, and
-// one in 8 when less than half is in flight. Drops are counted on every
+// one in 16 when less than half is in flight. Drops are counted on every
 // attempt.
 //
 // # Waiting

@@ -2,6 +2,8 @@ package limit
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -59,5 +61,53 @@ func TestSlowStartRounds(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// Properties of the learning rules over random windows (seeded): a window
+// with a drop never raises the limit; a window whose mean latency is at
+// least twice the reference never raises it (unless it ran at a low
+// limit, where that latency becomes the reference: the destination's own,
+// not this limiter's queue); the limit stays within [1, Max].
+func TestLearnerProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for run := range 200 {
+		c := newLearner(1+rng.IntN(2000), time.Duration(rng.IntN(3))*time.Second)
+		now := time.Duration(0)
+		for range 500 {
+			now += time.Duration(1+rng.IntN(50)) * time.Millisecond
+			base := 10 * time.Millisecond
+			n := rng.IntN(40)
+			slow := rng.IntN(4) == 0
+			for range n {
+				rtt := base + time.Duration(rng.IntN(int(base)))
+				if slow {
+					rtt *= time.Duration(2 + rng.IntN(100))
+				}
+				c.sample(rtt)
+			}
+			drops := int64(0)
+			if rng.IntN(3) == 0 {
+				drops = int64(1 + rng.IntN(40))
+			}
+			attempts := int64(n) + drops + int64(rng.IntN(10))
+			before, ref := c.limit, max(c.base.value, c.ref)
+			var mean time.Duration
+			if c.n > 0 {
+				mean = c.sum / time.Duration(c.n)
+			}
+			hadDrops := drops+c.ceilDrops > 0
+			low := before <= math.Max(2, c.healthy/8)
+			after := c.window(now, attempts, drops, rng.IntN(2) == 0)
+			if hadDrops && after > before {
+				t.Fatalf("run %d: a window with drops raised the limit %v → %v", run, before, after)
+			}
+			if !hadDrops && !low && mean > 0 && ref > 0 && mean >= 2*ref && after > before {
+				t.Fatalf("run %d: a window at %v (reference %v) raised the limit %v → %v", run, mean, ref, before, after)
+			}
+			if after < 1 || after > c.max {
+				t.Fatalf("run %d: limit %v outside [1, %v]", run, after, c.max)
+			}
+		}
 	}
 }

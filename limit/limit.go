@@ -140,7 +140,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 				if seq&l.mask.Load() == 0 {
 					flags |= permitSampled
 				}
-			} else if seq&(l.mask.Load()|7) == 0 {
+			} else if seq&(l.mask.Load()|15) == 0 {
 				flags |= permitSampled
 			}
 			if flags&permitSampled != 0 && now == 0 {
