@@ -152,13 +152,14 @@ func TestLatencyAtTimeoutIsDrop(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
 		_, done, tr := warm(t, l, d)
-		before := l.Limit()
-		d.slow.Store(90) // 900 ms per attempt, under the 1 s timeout
+		time.Sleep(time.Second) // the trace's first second: the level before
+		d.slow.Store(90)        // 900 ms per attempt, under the 1 s timeout
 		time.Sleep(20 * time.Second)
 		done()
-		_, hi := tr.between(0, 20*time.Second)
-		lo, _ := tr.between(19*time.Second, 20*time.Second)
-		t.Logf("limit %d before; with latency at 0.9x the timeout at most %d, %d at the end", before, hi, lo)
+		_, before := tr.between(0, time.Second)
+		_, hi := tr.between(time.Second, 21*time.Second)
+		lo, _ := tr.between(20*time.Second, 21*time.Second)
+		t.Logf("limit at most %d in the second before; with latency at 0.9x the timeout at most %d, %d at the end", before, hi, lo)
 		if hi > before || lo > 2 {
 			t.Errorf("limit %d..%d with latency at the timeout, want never above %d and down to 2 or less", lo, hi, before)
 		}
