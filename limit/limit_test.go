@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,6 +164,7 @@ func TestManyWaitersBounded(t *testing.T) {
 		}
 		var refused, served, in, peak atomic.Int64
 		var wg sync.WaitGroup
+		g0 := runtime.NumGoroutine()
 		for i := range 100_000 {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour+time.Duration(i))
@@ -187,6 +189,10 @@ func TestManyWaitersBounded(t *testing.T) {
 		synctest.Wait()
 		if n := l.waiters.Len(); n != 10_000 {
 			t.Errorf("%d waiting, want 10000 (Config.Waiting)", n)
+		}
+		// No goroutine per waiter: only the 10,000 waiting callers' own.
+		if g := runtime.NumGoroutine() - g0; g != 10_000 {
+			t.Errorf("%d goroutines more while 10000 calls wait, want 10000", g)
 		}
 		for _, p := range held {
 			l.Release(p, false)
