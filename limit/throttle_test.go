@@ -16,7 +16,7 @@ import (
 func TestThrottleShare(t *testing.T) {
 	for _, tc := range []struct {
 		k, accept float64 // accept: the share of attempts the destination accepts
-		lo, hi    float64 // bounds of the rejected share over the last 10 s
+		lo, hi    float64 // bounds of the rejected share over the last 3 s
 	}{
 		{2, 1, 0, 0},
 		{2, 0.6, 0, 0.01},
@@ -28,9 +28,9 @@ func TestThrottleShare(t *testing.T) {
 		th := newThrottle(tc.k, 1)
 		var sent, rejected, debt float64
 		now := time.Duration(0)
-		for range 200_000 { // 20 s at 10,000 calls per second
+		for range 60_000 { // 6 s at 10,000 calls per second
 			now += 100 * time.Microsecond
-			late := now > 10*time.Second
+			late := now > 3*time.Second
 			if late {
 				sent++
 			}
