@@ -190,9 +190,10 @@ func TestManyWaitersBounded(t *testing.T) {
 		if n := l.waiters.Len(); n != 10_000 {
 			t.Errorf("%d waiting, want 10000 (Config.Waiting)", n)
 		}
-		// No goroutine per waiter: only the 10,000 waiting callers' own.
-		if g := runtime.NumGoroutine() - g0; g != 10_000 {
-			t.Errorf("%d goroutines more while 10000 calls wait, want 10000", g)
+		// No goroutine per waiter: only the 10,000 waiting callers' own
+		// (NumGoroutine counts the process: others may have ended).
+		if g := runtime.NumGoroutine() - g0; g > 10_000 {
+			t.Errorf("%d goroutines more while 10000 calls wait, want at most 10000", g)
 		}
 		for _, p := range held {
 			l.Release(p, false)
