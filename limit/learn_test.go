@@ -111,3 +111,42 @@ func TestLearnerProperties(t *testing.T) {
 		}
 	}
 }
+
+// Recovery restores the last healthy limit; a restored limit that meets
+// drops at once (a second outage right after the first clean window)
+// halves the memory, and the window that restores does not overwrite it
+// with the outage's limit.
+func TestRecoveryRemembersHealthy(t *testing.T) {
+	c := newLearner(1000, time.Second)
+	now := time.Duration(0)
+	win := func(rtt time.Duration, n int, drops int64) float64 {
+		now += 10 * time.Millisecond
+		for range n {
+			c.sample(rtt)
+		}
+		return c.window(now, int64(n)+drops, drops, true)
+	}
+	outage := func() {
+		for range 10 {
+			win(0, 0, 20) // every attempt dropped
+		}
+		if c.limit != 1 {
+			t.Fatalf("limit %v after an outage, want 1", c.limit)
+		}
+	}
+	for range 5 { // slow start: 10, 20, 40, 80, 160, 320
+		win(10*time.Millisecond, 8, 0)
+	}
+	healthy := c.healthy
+	if healthy != 160 {
+		t.Fatalf("healthy limit %v after slow start to 320, want 160", healthy)
+	}
+	outage()
+	if got := win(10*time.Millisecond, 8, 0); got != 2*healthy {
+		t.Errorf("limit %v after the first clean window, want %v (restored %v, doubled)", got, 2*healthy, healthy)
+	}
+	outage() // at once: the restored limit was too much
+	if got := win(10*time.Millisecond, 8, 0); got != healthy {
+		t.Errorf("limit %v after the second outage's first clean window, want %v (half the memory, doubled)", got, healthy)
+	}
+}

@@ -47,7 +47,7 @@ type Limiter struct {
 	// permits acquired, modulo 2^32 (high 32 bits).
 	state    atomic.Uint64
 	lim      atomic.Int64  // the limit, rounded
-	mask     atomic.Uint32 // a call under half the limit is sampled when seq&mask == 0
+	mask     atomic.Uint32 // a loaded call is sampled when seq&mask == 0, another when seq&(mask|15) == 0
 	nwait    atomic.Int64  // len(waiters), for the release's fast check
 	drops    atomic.Int64  // permits released as dropped in this window
 	utilized atomic.Bool   // in-flight reached half the limit in this window
@@ -93,7 +93,8 @@ func (l *Limiter) since() time.Duration { return time.Since(l.base) }
 func (l *Limiter) setLimit(f float64) {
 	n := int64(math.Round(f))
 	l.lim.Store(n)
-	// Sample about 32 calls per round trip of a loaded limiter.
+	// Sample 32 to 64 calls per round trip of a loaded limiter (all
+	// below a limit of 64).
 	m := uint32(1)
 	for int64(m)*64 <= n {
 		m <<= 1
@@ -158,7 +159,10 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 // Release gives back p's slot. dropped reports that the attempt timed out,
 // was cancelled, or got an overload answer (a 503, a 429, a shed
 // response): such an attempt is never a latency sample, and drops lower
-// the limit. Release each Permit once; a zero Permit is ignored.
+// the limit. Release each Permit once, to the Limiter that gave it: a
+// second Release, or one to another Limiter, corrupts its count of
+// attempts in flight. A zero Permit is ignored. Release is safe for
+// concurrent use and allocates nothing.
 func (l *Limiter) Release(p Permit, dropped bool) {
 	if p.flags&permitOK == 0 {
 		return
