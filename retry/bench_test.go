@@ -8,6 +8,7 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -111,6 +112,20 @@ func BenchmarkDoParallel(b *testing.B) {
 // on the real clock, and opts.
 func newGuarded(t testing.TB, opts ...retry.Option) *retry.Policy {
 	t.Helper()
+	return newGuardedLimit(t, nil, opts...)
+}
+
+// newLimited builds a policy with the default budget, breaker and limiter
+// attached, on the real clock, and opts.
+func newLimited(t testing.TB, opts ...retry.Option) *retry.Policy {
+	t.Helper()
+	return newGuardedLimit(t, mustLimiter(t, limit.Config{}), opts...)
+}
+
+// newGuardedLimit builds a policy with the default budget and breaker and
+// lim (nil: none) attached, on the real clock, and opts.
+func newGuardedLimit(t testing.TB, lim *limit.Limiter, opts ...retry.Option) *retry.Policy {
+	t.Helper()
 	bud, err := budget.New(budget.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -119,31 +134,40 @@ func newGuarded(t testing.TB, opts ...retry.Option) *retry.Policy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mustNew(t, append([]retry.Option{retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk})}, opts...)...)
+	return mustNew(t, append([]retry.Option{retry.WithGuards(retry.Guards{Budget: bud, Breaker: brk, Limiter: lim})}, opts...)...)
 }
 
-// TestSuccessPathAllocsBudgetBreaker proves a budget and a closed breaker
-// add no allocation to the success path, with or without a parent deadline
-// (with one, a call could wait for an open breaker; a closed one admits at
-// once), and without an observer (WithObserver(nil)) or a name.
+// TestSuccessPathAllocsBudgetBreaker proves a budget and a closed breaker,
+// and a limiter with a free slot beside them, add no allocation to the
+// success path, with or without a parent deadline (with one, a call could
+// wait for an open breaker or a full limit; a closed one and a free slot
+// admit at once), and without an observer (WithObserver(nil)) or a name.
 func TestSuccessPathAllocsBudgetBreaker(t *testing.T) {
-	p := newGuarded(t)
-	named := newGuarded(t, retry.WithObserver(nil), retry.WithName("payments"))
 	withDeadline, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	tests := []struct {
+	for _, guards := range []struct {
 		name string
-		run  func()
+		new  func(testing.TB, ...retry.Option) *retry.Policy
 	}{
-		{"Do", func() { _ = p.Do(context.Background(), succeed) }},
-		{"Do with parent deadline", func() { _ = p.Do(withDeadline, succeed) }},
-		{"Do named, nil observer", func() { _ = named.Do(withDeadline, succeed) }},
-		{"DoValue", func() { _, _ = retry.DoValue(context.Background(), p, succeedValue) }},
-		{"DoValue with parent deadline", func() { _, _ = retry.DoValue(withDeadline, p, succeedValue) }},
-	}
-	for _, tt := range tests {
-		if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
-			t.Errorf("%s with budget and breaker: %v allocs per successful call, want 0", tt.name, n)
+		{"budget and breaker", newGuarded},
+		{"budget, breaker and limiter", newLimited},
+	} {
+		p := guards.new(t)
+		named := guards.new(t, retry.WithObserver(nil), retry.WithName("payments"))
+		tests := []struct {
+			name string
+			run  func()
+		}{
+			{"Do", func() { _ = p.Do(context.Background(), succeed) }},
+			{"Do with parent deadline", func() { _ = p.Do(withDeadline, succeed) }},
+			{"Do named, nil observer", func() { _ = named.Do(withDeadline, succeed) }},
+			{"DoValue", func() { _, _ = retry.DoValue(context.Background(), p, succeedValue) }},
+			{"DoValue with parent deadline", func() { _, _ = retry.DoValue(withDeadline, p, succeedValue) }},
+		}
+		for _, tt := range tests {
+			if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
+				t.Errorf("%s with %s: %v allocs per successful call, want 0", tt.name, guards.name, n)
+			}
 		}
 	}
 }
@@ -165,6 +189,28 @@ func BenchmarkDoSuccessBudgetBreakerParallel(b *testing.B) {
 // breaker admits at once.
 func BenchmarkDoSuccessDeadlineBudgetBreaker(b *testing.B) {
 	p := newGuarded(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	benchDo(b, p, ctx, succeed)
+}
+
+// The ...Limiter benchmarks are the three above with a limiter (the zero
+// limit.Config) beside the budget and the breaker: run them in one go
+// (-bench 'BudgetBreaker') to read what the limiter adds to a successful
+// call.
+
+func BenchmarkDoSuccessBudgetBreakerLimiter(b *testing.B) {
+	p := newLimited(b)
+	benchDo(b, p, context.Background(), succeed)
+}
+
+func BenchmarkDoSuccessBudgetBreakerLimiterParallel(b *testing.B) {
+	p := newLimited(b)
+	benchDoParallel(b, p)
+}
+
+func BenchmarkDoSuccessDeadlineBudgetBreakerLimiter(b *testing.B) {
+	p := newLimited(b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	benchDo(b, p, ctx, succeed)

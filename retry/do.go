@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -25,8 +26,11 @@ import (
 // and no attempt or budget is spent while it waits, and a probe it was
 // handed that fails sends it back to waiting without costing it an attempt
 // or budget); otherwise, or if the wait ends at the deadline, the loop
-// stops with Reason [CircuitOpen]. With a retry budget ([WithGuards]), the
-// first attempt deposits into it.
+// stops with Reason [CircuitOpen]. With a concurrency limiter
+// ([WithGuards]), every admitted attempt then takes one of its slots, at
+// once or waiting within the call's deadline, and gives it back when it
+// ends; a refusal stops the loop with Reason [Limited]. With a retry budget
+// ([WithGuards]), the first attempt deposits into it.
 //
 // After a failed attempt the loop stops, in this order, when:
 //   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
@@ -105,7 +109,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		p = defaultPolicy
 	}
 	var first error
-	if p.attemptTimeout == 0 && p.breaker == nil && p.observer == nil {
+	if p.attemptTimeout == 0 && p.breaker == nil && p.limiter == nil && p.observer == nil {
 		// The first attempt runs here, in a small frame, and the loop
 		// takes over only if it fails. It runs on ctx itself and needs no
 		// deadline: a parent deadline that has passed shows in ctx.Err().
@@ -138,13 +142,14 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 	if needNow {
 		now = time.Now()
 	}
-	brk := p.breaker
+	brk, lim := p.breaker, p.limiter
 	pl := plan{p: p, seq: p.backoff.Sequence()}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		var err error
 		var permit breaker.Permit
 		var waited bool // the breaker made this attempt wait: a release
+		var slot limit.Permit
 		attemptExpired, overallOnly := false, true
 		if attempt == 1 && first != nil {
 			err = first // run made the first attempt (no deadline, no breaker)
@@ -182,6 +187,18 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
 				}
 			}
+			if lim != nil {
+				var lerr error
+				if slot, lerr = lim.Acquire(ctx); lerr != nil {
+					if brk != nil {
+						brk.Cancel(permit) // nothing was sent
+					}
+					return p.limited(ctx, attempt, lastErr, lerr)
+				}
+				if p.attemptTimeout > 0 {
+					now = time.Now() // the attempt's cap starts now, after any wait
+				}
+			}
 			var at time.Time // the call's one clock reading, if budget and breaker share it
 			if attempt == 1 && p.budget != nil {
 				if p.oneClock != nil {
@@ -211,14 +228,17 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			if p.observer != nil {
 				actx, started = p.attemptStart(actx, attempt)
 			}
-			if brk != nil || p.observer != nil || cancel != nil {
-				err = p.attemptGuarded(ctx, actx, cancel, brk, permit, op, attempt, started)
+			if brk != nil || lim != nil || p.observer != nil || cancel != nil {
+				err = p.attemptGuarded(ctx, actx, cancel, guarded{brk, permit, lim, slot}, op, attempt, started)
 			} else {
 				err = op(actx, attempt)
 			}
 			attemptExpired = cancel != nil && actx.Err() != nil
 			if p.observer != nil {
 				p.attemptEnd(actx, attempt, err, started)
+			}
+			if lim != nil {
+				lim.Release(slot, p.dropped(ctx, err, attemptExpired))
 			}
 			if cancel != nil {
 				cancel()
@@ -287,6 +307,27 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			return p.stop(ctx, ctxReason(ctx), attempt, err, 0)
 		}
 	}
+}
+
+// dropped reports whether an attempt that ended with err (expired: cut
+// off by its own timeout) is a drop for the limiter rather than a latency
+// sample: it timed out, the caller went away (ctx ended), or the
+// dependency failed (the classifier judges err retryable: overload, a
+// broken connection). A success or an answer (a 404) is a sample.
+func (p *Policy) dropped(ctx context.Context, err error, expired bool) bool {
+	return err != nil && (expired || ctx.Err() != nil || p.failed(err))
+}
+
+// limited ends the call whose next attempt the limiter refused with lerr:
+// for its caller if it was canceled meanwhile, else with Reason Limited.
+func (p *Policy) limited(ctx context.Context, attempt int, lastErr, lerr error) error {
+	if ctx.Err() != nil && ctxReason(ctx) == Canceled {
+		return p.stop(ctx, Canceled, attempt-1, lastErr, 0)
+	}
+	if attempt == 1 {
+		return p.stop(ctx, Limited, 0, lerr, 0)
+	}
+	return p.giveUp(ctx, &Error{Reason: Limited, Attempts: attempt - 1, Err: lastErr, cause: lerr})
 }
 
 // sleepFor waits for d, or until ctx ends; it reports whether it slept the

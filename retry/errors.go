@@ -45,6 +45,15 @@ const (
 	// way [RetryAfter] of the error reads how long until the breaker
 	// probes again.
 	CircuitOpen
+	// Limited: the concurrency limiter ([Guards].Limiter) refused the next
+	// attempt: the destination's limit was reached and the call could not
+	// wait for a slot (no deadline, its turn would come after the
+	// deadline, too many calls waiting), or it waited until its deadline.
+	// On the first attempt the error's Err is the limiter's error; later,
+	// Err is the operation's last error and the limiter's error is
+	// reachable with errors.Is and errors.As. Either way errors.Is(err,
+	// limit.ErrLimited) holds.
+	Limited
 
 	numReasons
 )
@@ -56,6 +65,7 @@ var reasonNames = [numReasons]string{
 	Canceled:          "canceled",
 	BudgetExhausted:   "budget exhausted",
 	CircuitOpen:       "circuit open",
+	Limited:           "limited",
 }
 
 // name returns the reason in words, or "Reason(N)" for an unknown value.
@@ -68,7 +78,7 @@ func (r Reason) name() string {
 
 // Error returns "retry: " and the reason in words: "not retryable",
 // "attempts exhausted", "deadline", "canceled", "budget exhausted",
-// "circuit open" ("Reason(N)" for an unknown value).
+// "circuit open", "limited" ("Reason(N)" for an unknown value).
 func (r Reason) Error() string { return "retry: " + r.name() }
 
 // Error is the error [Policy.Do] and [DoValue] return when they give up. It
@@ -94,7 +104,8 @@ type Error struct {
 	// Err is the last error the operation returned, with a [Permanent]
 	// marker removed; nil if no attempt ran, except for Reason
 	// [CircuitOpen] with Attempts 0, where it is the breaker's
-	// [*breaker.OpenError].
+	// [*breaker.OpenError], and Reason [Limited] with Attempts 0, where it
+	// is the limiter's refusal.
 	Err error
 
 	// delay is, for Reason Deadline when the loop stopped before a sleep,
@@ -103,7 +114,8 @@ type Error struct {
 	delay time.Duration
 	// cause is context.Cause of the parent when it differs from its Err
 	// (a cause given to context.WithCancelCause or WithDeadlineCause), or
-	// the breaker's rejection of a later attempt (Reason CircuitOpen).
+	// the breaker's rejection of a later attempt (Reason CircuitOpen), or
+	// the limiter's refusal of a later attempt (Reason Limited).
 	cause error
 }
 
@@ -137,8 +149,8 @@ func (e *Error) Error() string {
 // Unwrap returns e.Reason; the context error it stands for
 // (context.Canceled for Canceled, context.DeadlineExceeded for Deadline);
 // the last error; and, if the parent context had a custom cause (or the
-// breaker rejected a later attempt), that cause, so errors.Is and errors.As
-// reach all of them.
+// breaker or the limiter refused a later attempt), that cause, so
+// errors.Is and errors.As reach all of them.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 4)
 	if e.Reason > 0 && e.Reason < numReasons {

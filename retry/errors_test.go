@@ -15,7 +15,7 @@ import (
 
 // reasons lists every Reason a call can return.
 var reasons = []retry.Reason{retry.NotRetryable, retry.AttemptsExhausted, retry.Deadline,
-	retry.Canceled, retry.BudgetExhausted, retry.CircuitOpen}
+	retry.Canceled, retry.BudgetExhausted, retry.CircuitOpen, retry.Limited}
 
 func TestReasonText(t *testing.T) {
 	tests := []struct {
@@ -28,6 +28,7 @@ func TestReasonText(t *testing.T) {
 		{retry.Canceled, "retry: canceled"},
 		{retry.BudgetExhausted, "retry: budget exhausted"},
 		{retry.CircuitOpen, "retry: circuit open"},
+		{retry.Limited, "retry: limited"},
 		{0, "retry: Reason(0)"},
 		{200, "retry: Reason(200)"},
 	}

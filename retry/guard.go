@@ -5,6 +5,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // Budget is a retry budget: the loop deposits once per call and must
@@ -35,16 +36,17 @@ type budgetWithin interface {
 }
 
 // Guards are what guards the calls to one dependency besides the retry
-// loop: a retry budget and a circuit breaker, shared by every caller of
-// that dependency. Either may be nil: no budget, no breaker. Package
+// loop: a retry budget, a circuit breaker and a concurrency limiter, shared
+// by every caller of that dependency. Each may be nil: no budget, no
+// breaker, no limiter. Package
 // httpretry builds one per destination host and package grpcretry one per
 // target, or takes them from a func of the caller's (a fleet's, shared
 // across processes). Guards is plain data: copy it freely.
 type Guards struct {
 	// Budget is the retry budget (a *budget.Budget, or a fleet's): each
 	// call deposits once, just before its first attempt runs (a call the
-	// breaker rejects, or whose context ended before it started, sends
-	// nothing and deposits nothing), and the loop withdraws before each
+	// breaker rejects or the limiter refuses, or whose context ended
+	// before it started, sends nothing and deposits nothing), and the loop withdraws before each
 	// retry, after every other check and before sleeping. A refusal ends
 	// the call at once with Reason [BudgetExhausted], Attempts the
 	// attempts that ran and Err the last error the operation returned (the
@@ -58,10 +60,30 @@ type Guards struct {
 	// [WithGuards] for how an open one is waited for and how outcomes are
 	// counted).
 	Breaker *breaker.Breaker
+	// Limiter bounds the attempts in flight to the dependency by the limit
+	// it learns (see package limit); nil means none. Every attempt
+	// acquires a slot after the breaker admits it and before it runs: at
+	// once, or by waiting earliest deadline first within the call's
+	// deadline. A refusal (the limit is reached and the call has no
+	// deadline, its turn comes too late, too many calls wait) sends
+	// nothing, gives the breaker's permit back with
+	// [breaker.Breaker.Cancel], deposits nothing, and ends the call with
+	// Reason [Limited]; a call canceled while it waits ends with Reason
+	// [Canceled]. Every slot is released exactly once, when the attempt
+	// ends, panics included: as a drop when the attempt timed out (its own
+	// [WithAttemptTimeout] or the call's deadline), the caller went away,
+	// the classifier judged the error retryable (a 503, a broken
+	// connection: overload) or the operation panicked; as a latency sample
+	// otherwise (a success, a 404). A breaker attached beside a limiter
+	// still paces the release of its waiting calls at its own ReleaseRate;
+	// set that negative to let the limiter alone pace them (the layers of
+	// packages httpretry and grpcretry do so for the breakers they build).
+	Limiter *limit.Limiter
 }
 
-// WithGuards attaches a dependency's retry budget and circuit breaker to
-// the policy (see [Guards]); the zero Guards, the default, means neither.
+// WithGuards attaches a dependency's retry budget, circuit breaker and
+// concurrency limiter to the policy (see [Guards]); the zero Guards, the
+// default, means none of them.
 //
 // Every attempt asks the breaker first. A closed breaker admits it at once.
 // An open one makes a call with a deadline wait (see
@@ -100,13 +122,14 @@ type Guards struct {
 //     judges retryable, so it is a failure;
 //   - an operation that panics is a failure, and the panic continues.
 //
-// While the breaker is closed this costs no lock and no allocation.
+// While the breaker is closed this costs no lock and no allocation; what a
+// limiter adds is its own (package limit).
 func WithGuards(g Guards) Option {
 	return option(func(p *config) error {
 		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
 			g.Budget = nil
 		}
-		p.budget, p.breaker = g.Budget, g.Breaker
+		p.budget, p.breaker, p.limiter = g.Budget, g.Breaker, g.Limiter
 		return nil
 	})
 }

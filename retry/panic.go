@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -35,17 +36,27 @@ func isPanic(err error) bool {
 	return ok
 }
 
+// guarded is what an attempt holds of the guards: the breaker's permit
+// (brk nil: no breaker) and the limiter's slot (lim nil: no limiter).
+type guarded struct {
+	brk    *breaker.Breaker
+	permit breaker.Permit
+	lim    *limit.Limiter
+	slot   limit.Permit
+}
+
 // attemptGuarded runs op for one attempt on actx, a context of the call's
-// ctx (cancel releases it; nil if there is nothing to release), under
-// brk's permit (brk nil: no breaker); started is when the attempt began,
-// for the observer. If op panics or calls runtime.Goexit, it does what the
-// loop would have done had op returned, before the panic goes on: the
-// attempt is a failure for the breaker (so that a half-open probe never
-// holds its slot forever), the observer hears of the attempt's end and of
-// the call's (so that the attempt's span ends), and actx is released.
+// ctx (cancel releases it; nil if there is nothing to release), under the
+// guards g; started is when the attempt began, for the observer. If op
+// panics or calls runtime.Goexit, it does what the loop would have done
+// had op returned, before the panic goes on: the attempt is a failure for
+// the breaker (so that a half-open probe never holds its slot forever) and
+// a drop for the limiter (which gets its slot back), the observer hears of
+// the attempt's end and of the call's (so that the attempt's span ends),
+// and actx is released.
 // Only with an observer is the panic recovered, to name its value in the
 // events, and raised again with that value.
-func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.CancelFunc, brk *breaker.Breaker, permit breaker.Permit,
+func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.CancelFunc, g guarded,
 	op func(context.Context, int) error, attempt int, started time.Time) error {
 	done := false
 	defer func() {
@@ -56,8 +67,11 @@ func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.Cancel
 		if p.observer != nil {
 			v = recover()
 		}
-		if brk != nil {
-			brk.Done(permit, false)
+		if g.lim != nil {
+			g.lim.Release(g.slot, true)
+		}
+		if g.brk != nil {
+			g.brk.Done(g.permit, false)
 		}
 		if p.observer != nil {
 			e := &panicError{value: v}

@@ -10,6 +10,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/timed"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -44,6 +45,7 @@ type config struct {
 	budget  Budget
 	within  budgetWithin // budget, if it implements budgetWithin
 	breaker *breaker.Breaker
+	limiter *limit.Limiter // nil: none; every attempt holds one of its slots
 
 	// oneClock is set when the budget and the breaker both run on the
 	// default monotonic clock: the loop then reads it once per call, for
