@@ -39,8 +39,9 @@ func WriteOverloaded(w http.ResponseWriter) {
 //
 // The retrying is done when err says it stopped because the attempts were
 // exhausted (retry.AttemptsExhausted), the retry budget refused one
-// (retry.BudgetExhausted) or a circuit breaker was open (retry.CircuitOpen,
-// breaker.ErrOpen); when resp is a response the client gave back after
+// (retry.BudgetExhausted), a circuit breaker was open (retry.CircuitOpen,
+// breaker.ErrOpen) or the concurrency limit had no slot in time
+// (retry.Limited); when resp is a response the client gave back after
 // giving up for one of those reasons (its wire.GiveUpHeader); or when resp
 // carries the don't-retry signal from the layer below. A plain failure
 // that was not retried (a 404, a POST without an idempotency key) and a
@@ -63,6 +64,7 @@ func overloaded(resp *http.Response, err error) bool {
 		return errors.Is(err, retry.AttemptsExhausted) ||
 			errors.Is(err, retry.BudgetExhausted) ||
 			errors.Is(err, retry.CircuitOpen) ||
+			errors.Is(err, retry.Limited) ||
 			errors.Is(err, breaker.ErrOpen)
 	}
 	if resp == nil {
@@ -74,7 +76,7 @@ func overloaded(resp *http.Response, err error) bool {
 	if vs := resp.Header[wire.GiveUpHeader]; len(vs) > 0 {
 		g, _ := wire.ParseGiveUp(vs[0])
 		switch g.Reason {
-		case "attempts-exhausted", "budget-exhausted", "circuit-open":
+		case "attempts-exhausted", "budget-exhausted", "circuit-open", "limited":
 			return true
 		}
 	}

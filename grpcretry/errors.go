@@ -39,8 +39,9 @@ func (e *attemptError) RetryAfter() time.Duration { return e.after }
 // errors.Is and errors.As: errors.Is(err, retry.AttemptsExhausted)), and
 // reads as a gRPC status: status.Code(err) and status.FromError(err) give
 // the status of the last attempt as the server sent it (code, message and
-// details), or, when no attempt ran, UNAVAILABLE for an open circuit and
-// CANCELED or DEADLINE_EXCEEDED for a context that ended.
+// details), or, when no attempt ran, UNAVAILABLE for an open circuit or a
+// full concurrency limit and CANCELED or DEADLINE_EXCEEDED for a context
+// that ended.
 type Error struct {
 	// IdempotencyKey is the idempotency key the client made for the call
 	// ([WithAutoIdempotencyKey]), "" if it made none.
@@ -87,7 +88,7 @@ func overloaded(err error) bool {
 		return false
 	}
 	if errors.Is(err, retry.AttemptsExhausted) || errors.Is(err, retry.BudgetExhausted) ||
-		errors.Is(err, retry.CircuitOpen) || errors.Is(err, breaker.ErrOpen) {
+		errors.Is(err, retry.CircuitOpen) || errors.Is(err, breaker.ErrOpen) || errors.Is(err, retry.Limited) {
 		return true
 	}
 	var ae *attemptError
@@ -109,8 +110,9 @@ func overloaded(err error) bool {
 //
 // The retrying is done when it stopped because the attempts were exhausted
 // (retry.AttemptsExhausted), the retry budget refused one
-// (retry.BudgetExhausted) or a circuit breaker was open (retry.CircuitOpen,
-// breaker.ErrOpen), or when the layer below said so (a negative or
+// (retry.BudgetExhausted), a circuit breaker was open (retry.CircuitOpen,
+// breaker.ErrOpen) or the concurrency limit had no slot in time
+// (retry.Limited), or when the layer below said so (a negative or
 // malformed pushback). A plain failure that was not retried (NOT_FOUND, a
 // non-idempotent call without a key) and a canceled call are passed on.
 // ctx is the handler's context (unary or streaming). If the trailer cannot

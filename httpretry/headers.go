@@ -19,6 +19,7 @@ var giveUpTokens = [...]string{
 	retry.Canceled:          "canceled",
 	retry.BudgetExhausted:   "budget-exhausted",
 	retry.CircuitOpen:       "circuit-open",
+	retry.Limited:           "limited",
 }
 
 // giveUpValue returns the wire.GiveUpHeader value of a give-up.

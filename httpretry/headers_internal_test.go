@@ -11,7 +11,7 @@ import (
 // TestGiveUpValueParses: every give-up value the transport writes reads
 // back with wire.ParseGiveUp (the format is written here, parsed there).
 func TestGiveUpValueParses(t *testing.T) {
-	for r := retry.NotRetryable; r <= retry.CircuitOpen; r++ {
+	for r := retry.NotRetryable; r <= retry.Limited; r++ {
 		re := &retry.Error{Reason: r, Attempts: 2, Err: &StatusError{Code: 503, After: 1500 * time.Millisecond}}
 		v := giveUpValue(re)
 		g, ok := wire.ParseGiveUp(v)

@@ -201,7 +201,8 @@ func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Op
 // WithFallback sets what the caller gets when the transport gives up on a
 // request because the host is failing: the breaker refused it (also after
 // waiting for it until the deadline), the budget refused a retry, the
-// attempts ran out, or the deadline came first; fallback's response and
+// concurrency limit had no slot in time ([WithLimit]), the attempts ran
+// out, or the deadline came first; fallback's response and
 // error are returned instead (e.g. a cached response, or a 503 of the
 // caller's own). err says why ([retry.Error].Reason), after how many
 // attempts, and carries the last failure (with the server's hint, or the

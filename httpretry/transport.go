@@ -294,7 +294,7 @@ func (c *call) run(h *host) (*http.Response, error) {
 // caller's cancel).
 func fallsBack(r retry.Reason) bool {
 	switch r {
-	case retry.AttemptsExhausted, retry.Deadline, retry.BudgetExhausted, retry.CircuitOpen:
+	case retry.AttemptsExhausted, retry.Deadline, retry.BudgetExhausted, retry.CircuitOpen, retry.Limited:
 		return true
 	}
 	return false

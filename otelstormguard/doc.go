@@ -51,7 +51,7 @@
 //	stormguard.retry.delay_source   backoff, or hint (the server's Retry-After was longer)
 //	stormguard.retry.delay          a retry's delay in seconds (span events)
 //	stormguard.give_up.reason       not retryable, attempts exhausted, deadline, canceled,
-//	                                budget exhausted, circuit open
+//	                                budget exhausted, circuit open, limited
 //	stormguard.breaker.from, .to    a breaker's change: closed, half-open, open
 //	stormguard.breaker.state        the state gauge's state: closed, half-open, open
 //	stormguard.breaker.wait         how long a call waited behind an open breaker, in s (span events)

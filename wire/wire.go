@@ -171,7 +171,7 @@ func ParseAttempt(value string) (n int, ok bool) {
 const GiveUpHeader = "Stormguard-Gave-Up"
 
 // giveUpReasons are the reason tokens of a GiveUpHeader value.
-var giveUpReasons = [...]string{"not-retryable", "attempts-exhausted", "deadline", "canceled", "budget-exhausted", "circuit-open"}
+var giveUpReasons = [...]string{"not-retryable", "attempts-exhausted", "deadline", "canceled", "budget-exhausted", "circuit-open", "limited"}
 
 // GiveUp is what a [GiveUpHeader] value says.
 type GiveUp struct {
@@ -180,6 +180,8 @@ type GiveUp struct {
 	// carried the don't-retry signal), "attempts-exhausted",
 	// "budget-exhausted" (its retry budget refused a retry),
 	// "circuit-open" (its circuit breaker refused the next attempt),
+	// "limited" (its concurrency limiter had no slot for the next attempt
+	// in time),
 	// "deadline" (the wait the server asked for ends past the deadline or
 	// exceeds the client's maximum) and "canceled", in lower case.
 	Reason string

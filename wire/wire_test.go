@@ -167,7 +167,7 @@ func FuzzParseGiveUp(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	reasons := []string{"not-retryable", "attempts-exhausted", "deadline", "canceled", "budget-exhausted", "circuit-open"}
+	reasons := []string{"not-retryable", "attempts-exhausted", "deadline", "canceled", "budget-exhausted", "circuit-open", "limited"}
 	f.Fuzz(func(t *testing.T, s string) {
 		g, ok := wire.ParseGiveUp(s)
 		if !ok {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -28,6 +30,15 @@ type Layer struct {
 	Budget  *budget.Config
 	Breaker *breaker.Config
 	Supply  func(name string) (retry.Guards, error)
+	// Limit is the configuration each destination's concurrency limiter
+	// is built from (nil: none), its zero Timeout taking AttemptTimeout,
+	// the layer's cap on one attempt (0: none). It applies to supplied
+	// guards too, when they bring no limiter of their own. A breaker the
+	// layer builds beside a limiter, with ReleaseRate 0, releases its
+	// waiting calls at once (ReleaseRate -1): the limiter's slots pace
+	// them, not the rate seen before the trip.
+	Limit          *limit.Config
+	AttemptTimeout time.Duration
 	// Logger (not yet labelled) and Observer are the layer's; nil means
 	// silent.
 	Logger   *slog.Logger
@@ -81,15 +92,26 @@ func (l *Layer) Check() error {
 	return err
 }
 
-// guards returns the guards of the destination named name: supplied, or
-// built from the configurations (nil for those not configured), the
+// guards returns the guards of the destination named name: supplied (with
+// a limiter built from Limit if they bring none), or built from the
+// configurations (nil for those not configured), the
 // breaker's state changes going to its configured callback, a Warn to
 // logger and a BreakerState event to the layer's observer.
 func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
-	if l.Supply != nil {
-		return l.Supply(name)
-	}
 	var g retry.Guards
+	if l.Supply != nil {
+		var err error
+		if g, err = l.Supply(name); err != nil || g.Limiter != nil {
+			return g, err
+		}
+		g.Limiter, err = l.limiter()
+		return g, err
+	}
+	lim, err := l.limiter()
+	if err != nil {
+		return retry.Guards{}, err
+	}
+	g.Limiter = lim
 	if l.Budget != nil {
 		b, err := budget.New(*l.Budget)
 		if err != nil {
@@ -100,6 +122,9 @@ func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
 	if l.Breaker != nil {
 		cfg := *l.Breaker
 		cfg.OnStateChange = l.stateChange(name, logger, cfg.OnStateChange)
+		if lim != nil && cfg.ReleaseRate == 0 {
+			cfg.ReleaseRate = -1 // the limiter paces the release
+		}
 		b, err := breaker.New(cfg)
 		if err != nil {
 			return retry.Guards{}, err
@@ -107,6 +132,19 @@ func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
 		g.Breaker = b
 	}
 	return g, nil
+}
+
+// limiter returns a new limiter built from l.Limit, nil if none is
+// configured.
+func (l *Layer) limiter() (*limit.Limiter, error) {
+	if l.Limit == nil {
+		return nil, nil
+	}
+	cfg := *l.Limit
+	if cfg.Timeout == 0 {
+		cfg.Timeout = l.AttemptTimeout
+	}
+	return limit.New(cfg)
 }
 
 // stateChange returns the state-change callback of the breaker of the
