@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/guards"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -213,4 +217,110 @@ func zeroDelays(t *testing.T) *backoff.Backoff {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestLayerLimiter: with Limit, each destination gets a limiter of its
+// own, supplied guards without one get one too, and a breaker the layer
+// builds releases its waiting calls at once (the limiter paces them)
+// unless its ReleaseRate is set; a bad Limit is an error naming the field.
+func TestLayerLimiter(t *testing.T) {
+	own, err := limit.New(limit.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		layer       guards.Layer
+		wantLimiter bool
+		wantOwn     bool    // the supplied limiter is kept
+		wantRelease float64 // the breaker's ReleaseRate (NaN: no breaker)
+	}{
+		{"no limit", guards.Layer{Breaker: &breaker.Config{}}, false, false, 0},
+		{"limit and breaker", guards.Layer{Limit: &limit.Config{}, Breaker: &breaker.Config{}}, true, false, -1},
+		{"limit and breaker with a release rate", guards.Layer{Limit: &limit.Config{}, Breaker: &breaker.Config{ReleaseRate: 50}}, true, false, 50},
+		{"limit alone", guards.Layer{Limit: &limit.Config{}}, true, false, math.NaN()},
+		{"supplied without a limiter", guards.Layer{Limit: &limit.Config{},
+			Supply: func(string) (retry.Guards, error) { return retry.Guards{}, nil }}, true, false, math.NaN()},
+		{"supplied with a limiter", guards.Layer{Limit: &limit.Config{},
+			Supply: func(string) (retry.Guards, error) { return retry.Guards{Limiter: own}, nil }}, true, true, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := tt.layer
+			l.Classify = retry.IsRetryable
+			a, err := l.New("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.New("b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.Guards.Limiter != nil; got != tt.wantLimiter {
+				t.Fatalf("limiter built: %v, want %v", got, tt.wantLimiter)
+			}
+			if tt.wantLimiter && (a.Guards.Limiter == own) != tt.wantOwn {
+				t.Errorf("the supplied limiter kept: %v, want %v", a.Guards.Limiter == own, tt.wantOwn)
+			}
+			if tt.wantLimiter && !tt.wantOwn && a.Guards.Limiter == b.Guards.Limiter {
+				t.Errorf("two destinations share one limiter")
+			}
+			if brk := a.Guards.Breaker; brk != nil {
+				if got := brk.Config().ReleaseRate; got != tt.wantRelease {
+					t.Errorf("breaker's ReleaseRate = %v, want %v", got, tt.wantRelease)
+				}
+			} else if !math.IsNaN(tt.wantRelease) {
+				t.Errorf("no breaker built")
+			}
+		})
+	}
+	bad := &guards.Layer{Component: "httpretry", Label: "host", Classify: retry.IsRetryable, Limit: &limit.Config{Max: -1}}
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "Config.Max") || !strings.Contains(err.Error(), `httpretry: guards for host`) {
+		t.Errorf("Check(bad limit) = %v, want an error naming Config.Max", err)
+	}
+}
+
+// TestLayerLimitTimeout: a zero Limit.Timeout takes the layer's attempt
+// timeout, whose half is the limiter's latency ceiling: attempts of 80 ms
+// under a 100 ms attempt timeout are drops and bring the limit down, while
+// under an explicit 10 s Timeout they are samples and leave it. Run on
+// synctest's clock.
+func TestLayerLimitTimeout(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout time.Duration // Limit.Timeout
+		lowered bool
+	}{
+		{"timeout from the attempt timeout", 0, true},
+		{"timeout set", 10 * time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &guards.Layer{Classify: retry.IsRetryable, AttemptTimeout: 100 * time.Millisecond,
+					Limit: &limit.Config{Max: 8, Timeout: tt.timeout}}
+				d, err := l.New("h")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for range 8 {
+					wg.Go(func() {
+						for range 50 {
+							ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+							_ = d.Policy.Do(ctx, func(context.Context, int) error {
+								time.Sleep(80 * time.Millisecond)
+								return nil
+							})
+							cancel()
+						}
+					})
+				}
+				wg.Wait()
+				if got := d.Guards.Limiter.Limit(); (got < 8) != tt.lowered {
+					t.Errorf("limit after 80 ms attempts = %d of 8; want it lowered: %v", got, tt.lowered)
+				}
+			})
+		})
+	}
 }
