@@ -58,7 +58,8 @@ func New(opts ...Option) (*Client, error) {
 		}
 	}
 	layer := &guards.Layer{Component: "grpcretry", Label: "target", Schedule: c.cfg.schedule, Classify: retryable,
-		Budget: c.cfg.budget, Breaker: c.cfg.breaker, Supply: c.cfg.guards, Logger: c.cfg.logger, Observer: c.cfg.observer}
+		Budget: c.cfg.budget, Breaker: c.cfg.breaker, Supply: c.cfg.guards, Logger: c.cfg.logger, Observer: c.cfg.observer,
+		Limit: c.cfg.limit, AttemptTimeout: c.cfg.attemptTimeout}
 	if err := layer.Check(); err != nil { // reported here, never by a call
 		return nil, err
 	}

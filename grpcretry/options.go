@@ -7,6 +7,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -31,6 +32,7 @@ type config struct {
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
+	limit          *limit.Config   // nil: no limiter
 	guards         func(target string) (retry.Guards, error)
 	idempotent     map[string]bool
 	autoKey        bool
@@ -111,6 +113,36 @@ func WithBreaker(cfg *breaker.Config) Option {
 			cfg = &cp
 		}
 		c.breaker = cfg
+		return nil
+	})
+}
+
+// WithLimit gives each target a concurrency limiter built from cfg (see
+// package limit; a zero cfg.Timeout takes [WithAttemptTimeout]): the
+// attempts in flight to the target are bounded by a limit learned from its
+// latency and drops, and an attempt over the limit waits for a slot,
+// earliest deadline first, within the call's deadline, or fails fast (no
+// deadline, its turn too late) with retry.Limited and UNAVAILABLE; see
+// retry.Guards for what counts as a drop. A unary attempt holds its slot
+// until it returns, a stream's until the stream is committed (its first
+// response). A breaker the client builds ([WithBreaker]) with ReleaseRate
+// 0 then releases the calls that waited through an outage at once and lets
+// the limiter's slots pace them, instead of the rate seen before the trip
+// (cfg.ReleaseRate reads -1). With [WithGuards], a target whose supplied
+// guards bring no Limiter gets one built from cfg. nil (the default) means
+// no limiter.
+//
+// Use it where the client sees the traffic to a target: one Client shared
+// by the process, not one per caller: a limiter only knows the attempts of
+// its own client, and one that carries a single call at a time never
+// binds.
+func WithLimit(cfg *limit.Config) Option {
+	return option(func(c *config) error {
+		if cfg != nil {
+			cp := *cfg
+			cfg = &cp
+		}
+		c.limit = cfg
 		return nil
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -28,6 +29,7 @@ type config struct {
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
+	limit          *limit.Config   // nil: no limiter
 	guards         func(host string) (retry.Guards, error)
 	autoKey        bool
 	bufferBodies   int64 // 0: do not buffer
@@ -125,6 +127,35 @@ func WithBreaker(cfg *breaker.Config) Option {
 			cfg = &cp
 		}
 		c.breaker = cfg
+		return nil
+	})
+}
+
+// WithLimit gives each destination host a concurrency limiter built from
+// cfg (see package limit; a zero cfg.Timeout takes [WithAttemptTimeout]):
+// the attempts in flight to the host are bounded by a limit learned from
+// its latency and drops, and an attempt over the limit waits for a slot,
+// earliest deadline first, within its request's deadline, or fails fast
+// (no deadline, its turn too late) with retry.Limited; see retry.Guards
+// for what counts as a drop. An attempt holds its slot until its response
+// headers arrive. A breaker the transport builds ([WithBreaker]) with
+// ReleaseRate 0 then releases the requests that waited through an outage
+// at once and lets the limiter's slots pace them, instead of the rate seen
+// before the trip (cfg.ReleaseRate reads -1). With [WithGuards], a host
+// whose supplied guards bring no Limiter gets one built from cfg. nil (the
+// default) means no limiter.
+//
+// Use it where the transport sees the traffic to a host: one Transport
+// shared by the process (a gateway, a server calling its dependencies),
+// not one per caller: a limiter only knows the attempts of its own
+// transport, and one that carries a single request at a time never binds.
+func WithLimit(cfg *limit.Config) Option {
+	return option(func(c *config) error {
+		if cfg != nil {
+			cp := *cfg
+			cfg = &cp
+		}
+		c.limit = cfg
 		return nil
 	})
 }

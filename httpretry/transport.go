@@ -84,7 +84,8 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 		}
 	}
 	layer := &guards.Layer{Component: "httpretry", Label: "host", Schedule: c.schedule, Classify: classify,
-		Budget: c.budget, Breaker: c.breaker, Supply: c.guards, Logger: c.logger, Observer: c.observer}
+		Budget: c.budget, Breaker: c.breaker, Supply: c.guards, Logger: c.logger, Observer: c.observer,
+		Limit: c.limit, AttemptTimeout: c.attemptTimeout}
 	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
 	return layer.Check() // a bad option is reported here, never by RoundTrip
