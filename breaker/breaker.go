@@ -48,6 +48,7 @@ func (s State) String() string {
 type Permit struct {
 	gen   uint64
 	probe bool
+	start time.Duration // when issued, since base, + 1; 0 unless Config.SlowCall is set
 }
 
 // Probe reports whether p is a probe.
@@ -76,6 +77,7 @@ type Breaker struct {
 	now       func() time.Time
 	rand      func() float64 // nil: math/rand/v2
 	isFailure func(error) bool
+	slow      time.Duration // Config.SlowCall; 0: off
 	onChange  func(from, to State)
 	shared    Shared
 	base      time.Time
@@ -119,10 +121,10 @@ type Breaker struct {
 // defaults (see [Config]). It returns an error wrapping [ErrInvalidConfig]
 // if FailureRatio is not in (0, 1], Window, Buckets, MinCalls, OpenFor or
 // Probes is negative, Buckets exceeds 3600, Window is not a multiple of
-// Buckets nanoseconds of at least 1 ms each, MaxOpenFor
-// is neither 0 nor at least OpenFor, or ReleaseRate is NaN. A Breaker that
-// was built never fails or panics later (except by re-raising a closure's
-// panic).
+// Buckets nanoseconds of at least 1 ms each, MaxOpenFor is neither 0 nor
+// at least OpenFor, SlowCall is negative, or ReleaseRate is NaN. A Breaker
+// that was built never fails or panics later (except by re-raising a
+// closure's panic).
 func New(c Config) (*Breaker, error) {
 	c, err := c.withDefaults()
 	if err != nil {
@@ -138,6 +140,7 @@ func New(c Config) (*Breaker, error) {
 		now:       c.Now,
 		rand:      c.Rand,
 		isFailure: c.IsFailure,
+		slow:      c.SlowCall,
 		onChange:  c.OnStateChange,
 		shared:    c.Shared,
 		counts:    make([]bucket, c.Buckets),
@@ -188,10 +191,22 @@ func (b *Breaker) u() float64 {
 func (b *Breaker) Allow() (Permit, error) {
 	w := b.state.Load()
 	if stateOf(w) == Closed {
-		return Permit{gen: genOf(w)}, nil
+		return b.stamp(Permit{gen: genOf(w)}), nil
 	}
-	return b.allowSlow(w)
+	p, err := b.allowSlow(w)
+	return b.stamp(p), err
 }
+
+// stamp records in p, a permit about to be handed out (the zero Permit of
+// a rejection is left as it is), when it was issued, if slow calls count
+// as failures (Config.SlowCall).
+func (b *Breaker) stamp(p Permit) Permit {
+	if b.slow > 0 && p.gen != 0 {
+		p.start = b.since(b.now()) + 1
+	}
+	return p
+}
+
 
 func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 	for {
@@ -236,7 +251,9 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 // the calls since the close; as many failing calls as the probe round that
 // closed the breaker say that the dependency is down again). It takes no
 // lock and allocates nothing unless it trips the breaker. A probe's success
-// counts towards closing; its failure reopens the breaker.
+// counts towards closing; its failure reopens the breaker. With
+// Config.SlowCall set, a success that came SlowCall or more after its
+// permit was issued counts as a failure.
 //
 // Each permit must be given back once. Giving one back twice is a bug in
 // the caller: a closed-state permit would count twice, a probe's second
@@ -267,6 +284,12 @@ func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time)
 	w := b.state.Load()
 	if genOf(w) != p.gen || p.gen == 0 {
 		return // stale, or the zero Permit
+	}
+	if success && p.start != 0 {
+		// Slow calls count as failures: the call ends now (a time the
+		// caller read, the retry loop's, is its start, not its end).
+		at = b.now()
+		success = b.since(at)-(p.start-1) < b.slow
 	}
 	if !p.probe {
 		if stateOf(w) == Closed {

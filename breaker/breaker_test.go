@@ -174,6 +174,7 @@ func TestNewInvalid(t *testing.T) {
 		{"negative max open for", func(c *breaker.Config) { c.MaxOpenFor = -1 }},
 		{"negative probes", func(c *breaker.Config) { c.Probes = -2 }},
 		{"NaN release rate", func(c *breaker.Config) { c.ReleaseRate = math.NaN() }},
+		{"negative slow call", func(c *breaker.Config) { c.SlowCall = -time.Millisecond }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -85,6 +85,17 @@ type Config struct {
 	// value releases every waiting call at once. New calls are not held
 	// back while the backlog drains.
 	ReleaseRate float64
+	// SlowCall, if positive, makes a call that took SlowCall or longer
+	// count as a failure even when it succeeded (a success given to
+	// [Breaker.Done], a closure of [Breaker.Execute] whose error is not a
+	// failure): a dependency that answers, but slowly, trips the breaker
+	// by the same rule as one that fails, and a slow probe reopens it. A
+	// call's time runs from the [Breaker.Allow] or [Breaker.Wait] that
+	// issued its permit (for a call that waited, from its admission) to
+	// its Done, Fail or Execute's return. 0, the default, counts no call
+	// as slow; negative is an error. Set, it costs two clock readings per
+	// call.
+	SlowCall time.Duration
 	// IsFailure reports whether an error returned by the closure given to
 	// [Breaker.Execute] counts as a failure. Nil means any non-nil
 	// error is a failure. It is not used by [Breaker.Done], which is told
@@ -176,6 +187,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: max open for %v must be 0 or at least open for %v", ErrInvalidConfig, c.MaxOpenFor, c.OpenFor)
 	case c.Probes < 1:
 		return c, fmt.Errorf("%w: probes %d must be at least 1", ErrInvalidConfig, c.Probes)
+	case c.SlowCall < 0:
+		return c, fmt.Errorf("%w: slow call %v must not be negative", ErrInvalidConfig, c.SlowCall)
 	case math.IsNaN(c.ReleaseRate):
 		return c, fmt.Errorf("%w: release rate is NaN", ErrInvalidConfig)
 	}

@@ -32,8 +32,14 @@ import (
 func (b *Breaker) Wait(ctx context.Context, maxWait time.Duration) (Permit, error) {
 	w := b.state.Load()
 	if stateOf(w) == Closed {
-		return Permit{gen: genOf(w)}, nil
+		return b.stamp(Permit{gen: genOf(w)}), nil
 	}
+	p, err := b.waitSlow(ctx, w, maxWait)
+	return b.stamp(p), err
+}
+
+// waitSlow is Wait for a breaker that was not closed (state word w).
+func (b *Breaker) waitSlow(ctx context.Context, w uint64, maxWait time.Duration) (Permit, error) {
 	p, err := b.allowSlow(w)
 	if err == nil || maxWait <= 0 || b.waiters.Max == 0 || ctx.Err() != nil {
 		return p, err

@@ -103,7 +103,8 @@ type Guards struct {
 // retry that could only be rejected.
 //
 // Every admitted attempt is reported back to the breaker, exactly once:
-//   - success (nil error) is a success;
+//   - success (nil error) is a success (unless it took the breaker's
+//     SlowCall or longer: see [breaker.Config]);
 //   - an error the classifier judges retryable (a timeout, a broken
 //     connection, 503, ...: a transient failure of the dependency) is a
 //     failure, with its server hint ([RetryAfter]) given to

@@ -192,3 +192,42 @@ func TestLimiterRefusesRetry(t *testing.T) {
 		lim.Release(<-grabbed, false)
 	})
 }
+
+// TestSlowCallThroughLoop: a breaker with SlowCall counts the loop's slow
+// successes as failures, also when the loop reads the clock once per call
+// for its budget and breaker (the default clocks); a call that waited
+// behind the open breaker is timed from its admission, not from its start.
+// Run on synctest's clock.
+func TestSlowCallThroughLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		brk, err := breaker.New(breaker.Config{MinCalls: 2, SlowCall: 100 * time.Millisecond, OpenFor: time.Second, Probes: 1,
+			Rand: func() float64 { return 0.5 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustNew(t, retry.WithGuards(retry.Guards{Budget: mustBudget(t, 0.1, 1), Breaker: brk}))
+		took := func(d time.Duration) func(context.Context, int) error {
+			return func(context.Context, int) error { time.Sleep(d); return nil }
+		}
+		for range 2 {
+			if err := p.Do(context.Background(), took(150*time.Millisecond)); err != nil {
+				t.Fatalf("slow call = %v, want success (slow calls are the breaker's failures, not the caller's)", err)
+			}
+		}
+		if s := brk.State(); s != breaker.Open {
+			t.Fatalf("breaker after 2 slow successes = %v, want open", s)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := p.Do(ctx, took(10*time.Millisecond)); err != nil {
+			t.Fatalf("call waiting for the probe round = %v, want success", err)
+		}
+		if waited := time.Since(start); waited < time.Second {
+			t.Errorf("call returned after %v, want it to have waited for the round, 1s", waited)
+		}
+		if s := brk.State(); s != breaker.Closed {
+			t.Errorf("breaker after a fast probe that waited = %v, want closed", s)
+		}
+	})
+}
