@@ -207,7 +207,6 @@ func (b *Breaker) stamp(p Permit) Permit {
 	return p
 }
 
-
 func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 	for {
 		switch stateOf(w) {
