@@ -46,13 +46,21 @@ func (s State) String() string {
 // issued in and whether it is a probe. The zero Permit is never valid:
 // Done, Fail and Cancel ignore it.
 type Permit struct {
-	gen   uint64
-	probe bool
-	start time.Duration // when issued, since base, + 1; 0 unless Config.SlowCall is set
+	gen uint64
+	// bits holds in bit 0 whether p is a probe and, above it, when p was
+	// issued, since base, + 1 (0 unless Config.SlowCall is set): two
+	// words, so that passing a Permit costs what it did before SlowCall.
+	bits int64
 }
 
+// isProbe is Permit.bits of a probe.
+const isProbe = 1
+
 // Probe reports whether p is a probe.
-func (p Permit) Probe() bool { return p.probe }
+func (p Permit) Probe() bool { return p.bits&isProbe != 0 }
+
+// issued returns when p was issued, since base, + 1; 0 if not recorded.
+func (p Permit) issued() time.Duration { return time.Duration(p.bits >> 1) }
 
 // The state word: generation above two bits of State.
 const stateBits = 2
@@ -191,18 +199,24 @@ func (b *Breaker) u() float64 {
 func (b *Breaker) Allow() (Permit, error) {
 	w := b.state.Load()
 	if stateOf(w) == Closed {
-		return b.stamp(Permit{gen: genOf(w)}), nil
+		if b.slow > 0 {
+			return b.stamp(Permit{gen: genOf(w)}), nil
+		}
+		return Permit{gen: genOf(w)}, nil
 	}
 	p, err := b.allowSlow(w)
-	return b.stamp(p), err
+	if b.slow > 0 {
+		p = b.stamp(p)
+	}
+	return p, err
 }
 
 // stamp records in p, a permit about to be handed out (the zero Permit of
-// a rejection is left as it is), when it was issued, if slow calls count
-// as failures (Config.SlowCall).
+// a rejection is left as it is), when it was issued: slow calls count as
+// failures (Config.SlowCall is set).
 func (b *Breaker) stamp(p Permit) Permit {
-	if b.slow > 0 && p.gen != 0 {
-		p.start = b.since(b.now()) + 1
+	if p.gen != 0 {
+		p.bits |= int64(b.since(b.now())+1) << 1
 	}
 	return p
 }
@@ -226,7 +240,7 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 				if b.admitted < b.probes {
 					b.admitted++
 					b.mu.Unlock()
-					return Permit{gen: genOf(w), probe: true}, nil
+					return Permit{gen: genOf(w), bits: isProbe}, nil
 				}
 				b.mu.Unlock()
 				return Permit{}, &OpenError{State: HalfOpen}
@@ -284,13 +298,13 @@ func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time)
 	if genOf(w) != p.gen || p.gen == 0 {
 		return // stale, or the zero Permit
 	}
-	if success && p.start != 0 {
+	if success && p.bits>>1 != 0 {
 		// Slow calls count as failures: the call ends now (a time the
 		// caller read, the retry loop's, is its start, not its end).
 		at = b.now()
-		success = b.since(at)-(p.start-1) < b.slow
+		success = b.since(at)-(p.issued()-1) < b.slow
 	}
-	if !p.probe {
+	if !p.Probe() {
 		if stateOf(w) == Closed {
 			b.record(p.gen, success, hint, at)
 		}
@@ -320,7 +334,7 @@ func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time)
 // probe's slot is freed for another probe (a waiting call first); a
 // closed-state permit needs nothing. Stale and zero permits are ignored.
 func (b *Breaker) Cancel(p Permit) {
-	if !p.probe || genOf(b.state.Load()) != p.gen {
+	if !p.Probe() || genOf(b.state.Load()) != p.gen {
 		return
 	}
 	b.mu.Lock()

@@ -119,7 +119,7 @@ func (b *Breaker) grantProbesLocked() {
 	}
 	for w := b.waiters.Front(); w != nil && b.admitted < b.probes; w = w.Next() {
 		if c := &w.Value; !c.granted {
-			c.granted, c.permit = true, Permit{gen: genOf(s), probe: true}
+			c.granted, c.permit = true, Permit{gen: genOf(s), bits: isProbe}
 			b.admitted++
 			c.signal()
 		}

@@ -32,10 +32,16 @@ import (
 func (b *Breaker) Wait(ctx context.Context, maxWait time.Duration) (Permit, error) {
 	w := b.state.Load()
 	if stateOf(w) == Closed {
-		return b.stamp(Permit{gen: genOf(w)}), nil
+		if b.slow > 0 {
+			return b.stamp(Permit{gen: genOf(w)}), nil
+		}
+		return Permit{gen: genOf(w)}, nil
 	}
 	p, err := b.waitSlow(ctx, w, maxWait)
-	return b.stamp(p), err
+	if b.slow > 0 {
+		p = b.stamp(p)
+	}
+	return p, err
 }
 
 // waitSlow is Wait for a breaker that was not closed (state word w).

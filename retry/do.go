@@ -228,8 +228,10 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			if p.observer != nil {
 				actx, started = p.attemptStart(actx, attempt)
 			}
-			if brk != nil || lim != nil || p.observer != nil || cancel != nil {
-				err = p.attemptGuarded(ctx, actx, cancel, guarded{brk, permit, lim, slot}, op, attempt, started)
+			if lim != nil {
+				err = p.attemptLimited(ctx, actx, cancel, brk, permit, lim, slot, op, attempt, started)
+			} else if brk != nil || p.observer != nil || cancel != nil {
+				err = p.attemptGuarded(ctx, actx, cancel, brk, permit, op, attempt, started)
 			} else {
 				err = op(actx, attempt)
 			}

@@ -36,27 +36,34 @@ func isPanic(err error) bool {
 	return ok
 }
 
-// guarded is what an attempt holds of the guards: the breaker's permit
-// (brk nil: no breaker) and the limiter's slot (lim nil: no limiter).
-type guarded struct {
-	brk    *breaker.Breaker
-	permit breaker.Permit
-	lim    *limit.Limiter
-	slot   limit.Permit
+// attemptLimited is attemptGuarded for an attempt that holds slot of lim:
+// if op panics or calls runtime.Goexit, the slot is given back too, as a
+// drop, after what attemptGuarded does. A function of its own, so that the
+// path without a limiter stays as it was.
+func (p *Policy) attemptLimited(ctx, actx context.Context, cancel context.CancelFunc, brk *breaker.Breaker, permit breaker.Permit,
+	lim *limit.Limiter, slot limit.Permit, op func(context.Context, int) error, attempt int, started time.Time) error {
+	done := false
+	defer func() {
+		if !done {
+			lim.Release(slot, true)
+		}
+	}()
+	err := p.attemptGuarded(ctx, actx, cancel, brk, permit, op, attempt, started)
+	done = true
+	return err
 }
 
 // attemptGuarded runs op for one attempt on actx, a context of the call's
-// ctx (cancel releases it; nil if there is nothing to release), under the
-// guards g; started is when the attempt began, for the observer. If op
-// panics or calls runtime.Goexit, it does what the loop would have done
-// had op returned, before the panic goes on: the attempt is a failure for
-// the breaker (so that a half-open probe never holds its slot forever) and
-// a drop for the limiter (which gets its slot back), the observer hears of
-// the attempt's end and of the call's (so that the attempt's span ends),
-// and actx is released.
+// ctx (cancel releases it; nil if there is nothing to release), under
+// brk's permit (brk nil: no breaker); started is when the attempt began,
+// for the observer. If op panics or calls runtime.Goexit, it does what the
+// loop would have done had op returned, before the panic goes on: the
+// attempt is a failure for the breaker (so that a half-open probe never
+// holds its slot forever), the observer hears of the attempt's end and of
+// the call's (so that the attempt's span ends), and actx is released.
 // Only with an observer is the panic recovered, to name its value in the
 // events, and raised again with that value.
-func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.CancelFunc, g guarded,
+func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.CancelFunc, brk *breaker.Breaker, permit breaker.Permit,
 	op func(context.Context, int) error, attempt int, started time.Time) error {
 	done := false
 	defer func() {
@@ -67,11 +74,8 @@ func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.Cancel
 		if p.observer != nil {
 			v = recover()
 		}
-		if g.lim != nil {
-			g.lim.Release(g.slot, true)
-		}
-		if g.brk != nil {
-			g.brk.Done(g.permit, false)
+		if brk != nil {
+			brk.Done(permit, false)
 		}
 		if p.observer != nil {
 			e := &panicError{value: v}
