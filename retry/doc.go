@@ -36,13 +36,16 @@
 //     errors.As. Success returns nil.
 //
 // A dependency's [Guards] plug into the loop ([WithGuards]): a retry
-// budget (e.g. a *budget.Budget shared by the whole client) and a circuit
-// breaker. Each call deposits once, each retry must withdraw first (a
-// refusal stops the call with its last real error, Reason
-// [BudgetExhausted]), and each attempt must be admitted by the breaker and
-// reports back whether the dependency failed. A call with a deadline waits
-// behind an open breaker for its next probe round instead of failing; one
-// without fails fast (Reason [CircuitOpen]). A caller that serves cached
+// budget (e.g. a *budget.Budget shared by the whole client), a circuit
+// breaker and a concurrency limiter (package limit). Each call deposits
+// once, each retry must withdraw first (a refusal stops the call with its
+// last real error, Reason [BudgetExhausted]), and each attempt must be
+// admitted by the breaker and reports back whether the dependency failed.
+// A call with a deadline waits behind an open breaker for its next probe
+// round instead of failing; one without fails fast (Reason [CircuitOpen]).
+// Each admitted attempt then holds one of the limiter's slots, waiting for
+// one within the deadline (a refusal stops the call with Reason
+// [Limited]). A caller that serves cached
 // data when the loop gives up tests the Reason of the returned error.
 //
 // [Policy.Plan] exposes the loop's decision step for code that runs its own
