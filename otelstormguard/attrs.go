@@ -35,8 +35,8 @@ const (
 	// attrDelay is a retry's delay in seconds (span events).
 	attrDelay = attribute.Key("stormguard.retry.delay")
 	// attrGiveUpReason is why a call gave up: "not retryable", "attempts
-	// exhausted", "deadline", "canceled", "budget exhausted" or "circuit
-	// open".
+	// exhausted", "deadline", "canceled", "budget exhausted", "circuit
+	// open", "limited" or "panic".
 	attrGiveUpReason = attribute.Key("stormguard.give_up.reason")
 	// attrBreakerFrom and attrBreakerTo are the states of a breaker's
 	// change; attrBreakerState is a state of the state gauge ("closed",
