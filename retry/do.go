@@ -240,7 +240,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				p.attemptEnd(actx, attempt, err, started)
 			}
 			if lim != nil {
-				lim.Release(slot, p.dropped(ctx, err, attemptExpired))
+				lim.Release(slot, err != nil && p.dropped(ctx, err, attemptExpired))
 			}
 			if cancel != nil {
 				cancel()
