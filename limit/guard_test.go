@@ -37,7 +37,9 @@ func TestHangLowersLimit(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		done()
 		_, before := tr.between(0, time.Second)
-		_, hi := tr.between(time.Second, 11*time.Second)
+		// From one round trip into the hang: the attempts in flight when it
+		// began complete normally in that round trip.
+		_, hi := tr.between(time.Second+20*time.Millisecond, 11*time.Second)
 		lo, _ := tr.between(10*time.Second, 11*time.Second)
 		t.Logf("limit at most %d in the second before the hang; during it at most %d, in its last second down to %d", before, hi, lo)
 		if hi > before {
@@ -157,7 +159,9 @@ func TestLatencyAtTimeoutIsDrop(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		done()
 		_, before := tr.between(0, time.Second)
-		_, hi := tr.between(time.Second, 21*time.Second)
+		// From one round trip into it (the attempts in flight when it began
+		// complete at the old latency).
+		_, hi := tr.between(time.Second+20*time.Millisecond, 21*time.Second)
 		lo, _ := tr.between(20*time.Second, 21*time.Second)
 		t.Logf("limit at most %d in the second before; with latency at 0.9x the timeout at most %d, %d at the end", before, hi, lo)
 		if hi > before || lo > 2 {
