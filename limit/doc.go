@@ -82,6 +82,14 @@
 // capacity; a 5x slower service for 60 s leaves the baseline at 10 ms
 // while the limit stays near 57 (the same servers, 5 times slower).
 //
+// What it cannot tell: the baseline is the fastest answer, so a
+// destination whose answers mix cheap ones (a 404 from a front proxy, a
+// cache hit) released as latency samples with costly ones sees the costly
+// ones as queueing, and its limit settles lower than the destination
+// could take (down to where the low-limit reference takes over). One
+// limiter sees one process's attempts: many small clients of one
+// destination each learn a limit, and none binds the sum.
+//
 // Latency is measured on a sample of the attempts, so that the common
 // path reads no clock: every attempt while the limit is under 64 and at
 // least half of it is in flight, about 32 to 64 per round trip above, and
