@@ -397,24 +397,38 @@ func TestFleetTripsAndRecovers(t *testing.T) {
 			Breaker: breaker.Config{MinCalls: 100, OpenFor: time.Second, Probes: 2, Rand: fixedRand}}
 		fleets := fleetOf(t, be, 5, cfg)
 		brks := breakers(t, fleets, "api")
-		for _, b := range brks {
+		// Each process's first failure asks for a sync at once, on its
+		// fleet's goroutine, while this loop goes on: a reply that comes
+		// after the fleet has counted 20 failures opens that process's
+		// breaker (the fleet's verdict, not the breaker's own) before its
+		// 6 calls are done. The first three processes' 18 failures cannot
+		// trip the fleet, so their breakers must be closed after their
+		// calls; later ones may be open only if their process heard the
+		// fleet's verdict (its fleet state is stored before it trips the
+		// breaker).
+		fleetOpened := func(i int) bool {
+			hs, _ := fleets[i].hostStats("api")
+			return i >= 3 && hs.Breaker == breaker.Open
+		}
+		for i, b := range brks {
 			for range 6 {
 				p, err := b.Allow()
 				if err != nil {
-					t.Fatal(err)
+					if fleetOpened(i) {
+						break
+					}
+					t.Fatalf("breaker %d, MinCalls 100, rejected a call after at most 6: %v", i, err)
 				}
 				b.Done(p, false)
 			}
-		}
-		for i, b := range brks {
-			if b.State() != breaker.Closed {
+			if b.State() != breaker.Closed && !fleetOpened(i) {
 				t.Fatalf("breaker %d tripped alone on 6 calls with MinCalls 100", i)
 			}
 		}
 		time.Sleep(25 * time.Millisecond) // one sync flushes, the next reads the verdict
 		for i, b := range brks {
 			if s := b.State(); s != breaker.Open {
-				t.Errorf("breaker %d is %v 20ms after the fleet saw 30 failures of 30", i, s)
+				t.Errorf("breaker %d is %v 20ms after the fleet saw at least 20 failures of 20", i, s)
 			}
 		}
 		// Probe rounds: every breaker asks when its open period ends; the
