@@ -48,6 +48,14 @@ type OutagePolicy struct {
 	// one for the whole fleet instead of one per client, shared with a
 	// delay: see OutageConfig.SyncEvery. It needs Budget or Breaker.
 	Fleet bool `json:"fleet"`
+	// Limit gives every client its own concurrency limiter, package
+	// limit's zero Config with the attempt timeout (OutageConfig.Timeout)
+	// as its Timeout, as httpretry.WithLimit builds one per host; a
+	// breaker beside it releases its waiting calls at once (ReleaseRate
+	// -1, unless BreakerSettings.ReleaseRate is set), as the transport's
+	// layer does, and the limiter paces them. See OutageConfig. It cannot
+	// be combined with Fleet.
+	Limit bool `json:"limit,omitempty"`
 }
 
 // MaxOutageAttempts bounds OutagePolicy.Attempts.
@@ -77,6 +85,7 @@ func DefaultOutagePolicies() []OutagePolicy {
 		{Name: "full+budget+breaker+retry-after", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true},
 		{Name: "full+budget+breaker+retry-after+wait", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true},
 		{Name: "fleet+retry-after+wait", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true, Fleet: true},
+		{Name: "full+budget+breaker+retry-after+wait+limit", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true, Limit: true},
 	}
 }
 
@@ -219,11 +228,18 @@ type OutageConfig struct {
 	// retries and waits included (a context deadline); 0 means none (and
 	// then no request waits behind a breaker). It must not be negative.
 	Deadline time.Duration `json:"deadline_ns"`
-	// TriggerStart and TriggerEnd bound the outage itself: every attempt
-	// in [TriggerStart, TriggerEnd) gets a 503. 0 <= TriggerStart <=
-	// TriggerEnd <= Horizon.
+	// TriggerStart and TriggerEnd bound the trigger: with TriggerError,
+	// every attempt in [TriggerStart, TriggerEnd) gets a 503. 0 <=
+	// TriggerStart <= TriggerEnd <= Horizon.
 	TriggerStart time.Duration `json:"trigger_start_ns"`
 	TriggerEnd   time.Duration `json:"trigger_end_ns"`
+	// Trigger is what happens at the provider during the trigger; the
+	// zero value is TriggerError, the 503s.
+	Trigger Trigger `json:"trigger"`
+	// Workers is the provider's servers, in [0, MaxOutageWorkers]: each
+	// serves one attempt at a time in Workers/Capacity seconds; 0 means
+	// one. TriggerCut needs at least 5.
+	Workers int `json:"workers,omitempty"`
 	// RetryAfter is the Retry-After the provider sends with the 503s of
 	// the trigger; 0 means it sends none. It must not be negative.
 	RetryAfter time.Duration `json:"retry_after_ns"`
@@ -242,6 +258,7 @@ type OutageConfig struct {
 	// that, for every window-aligned t' >= t with t'+RecoveryWindow <=
 	// Horizon, at least RecoveryRatio of the original requests arriving
 	// in [t', t'+RecoveryWindow) succeed: it is back and stays back.
+	// A request still pending at the horizon counts as failed.
 	// RecoveryWindow must be a positive multiple of Window; RecoveryRatio
 	// must be in (0, 1].
 	RecoveryWindow time.Duration `json:"recovery_window_ns"`
@@ -278,7 +295,7 @@ type OutageConfig struct {
 // work) and fails from t=5 s to t=15 s, answering 503 with Retry-After 5 s
 // (1 s when shedding). Clients time out after 1 s per attempt; backoff
 // base 100 ms, cap 10 s; budgets as [DefaultBudgetSettings], breakers as
-// [DefaultBreakerSettings]; fleets sync every second; 60 s horizon, 100 ms
+// [DefaultBreakerSettings]; fleets sync every second; 90 s horizon, 100 ms
 // windows, recovered at 90% success over 1 s; seed 42; all of
 // [DefaultOutagePolicies].
 func DefaultOutageConfig() OutageConfig {
@@ -293,7 +310,7 @@ func DefaultOutageConfig() OutageConfig {
 		TriggerEnd:     15 * time.Second,
 		RetryAfter:     5 * time.Second,
 		ShedRetryAfter: time.Second,
-		Horizon:        60 * time.Second,
+		Horizon:        90 * time.Second,
 		Window:         100 * time.Millisecond,
 		RecoveryWindow: time.Second,
 		RecoveryRatio:  0.9,
@@ -358,6 +375,12 @@ func (c *OutageConfig) validate() error {
 		return bad("backoff base %v must be positive and cap %v at least the base", c.Base, c.Cap)
 	case c.SyncEvery < 0:
 		return bad("sync interval %v must not be negative", c.SyncEvery)
+	case c.Workers < 0 || c.Workers > MaxOutageWorkers:
+		return bad("workers %d must be in [0, %d]", c.Workers, MaxOutageWorkers)
+	case c.Trigger > TriggerCut:
+		return bad("unknown trigger %d", c.Trigger)
+	case c.Trigger == TriggerCut && c.Workers < slowFactor:
+		return bad("a capacity cut needs at least %d workers, not %d", slowFactor, c.Workers)
 	}
 	if _, err := c.Budget.build(nil); err != nil {
 		return err
@@ -377,6 +400,8 @@ func (c *OutageConfig) validate() error {
 			return bad("policy %s: waiting needs a breaker", p.Name)
 		case p.Fleet && !p.Budget && !p.Breaker:
 			return bad("policy %s: a fleet shares a budget or a breaker; it has neither", p.Name)
+		case p.Fleet && p.Limit:
+			return bad("policy %s: the fleet has no shared limiter: a limiter is per client", p.Name)
 		case p.Fleet && c.SyncEvery == 0:
 			return bad("policy %s: a fleet needs a positive sync interval", p.Name)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/limit"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -18,9 +19,10 @@ import (
 // client has one; in a fleet each sync group has one.
 type outUnit struct {
 	pol   *retry.Policy
-	dep   retry.Budget // what the first attempt deposits into; nil: no budget
-	brk   *simBreaker  // nil: no breaker
-	group int32        // the fleet sync group; -1 outside a fleet
+	dep   retry.Budget          // what the first attempt deposits into; nil: no budget
+	brk   *simBreaker           // nil: no breaker
+	lim   *limit.Stepped[int32] // nil: no limiter
+	group int32                 // the fleet sync group; -1 outside a fleet
 }
 
 // outOutcome is an outcome a fleet client has not synced yet.
@@ -53,7 +55,7 @@ func (g groupBudget) Withdraw() bool { return g.shared.Withdraw() }
 // per client with per-client guards, one per sync group in a fleet.
 func (r *outRun) setup() error {
 	c, p := r.c, r.p
-	if !p.Budget && !p.Breaker {
+	if !p.Budget && !p.Breaker && !p.Limit {
 		u, err := r.unit(nil, nil, -1)
 		r.units = []*outUnit{u}
 		return err
@@ -115,7 +117,11 @@ func (r *outRun) unit(dep retry.Budget, sb *simBreaker, group int32) (*outUnit, 
 // and the breakers' random source, whose state changes the model follows.
 func (r *outRun) newBreaker() (*simBreaker, error) {
 	sb := &simBreaker{idx: int32(len(r.brks))}
-	b, err := r.c.Breaker.build(r.clock, r.bu, func(from, to breaker.State) { r.stateChanged(sb, from, to) }, r.p.Wait)
+	s := r.c.Breaker
+	if r.p.Limit && s.ReleaseRate == 0 {
+		s.ReleaseRate = -1 // the limiter paces the release, as the transports' layer sets it
+	}
+	b, err := s.build(r.clock, r.bu, func(from, to breaker.State) { r.stateChanged(sb, from, to) }, r.p.Wait)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +137,7 @@ func (r *outRun) unitOf(k int32) *outUnit {
 	switch {
 	case r.fleet != nil:
 		return r.units[int(k)%r.groups]
-	case !r.p.Budget && !r.p.Breaker:
+	case !r.p.Budget && !r.p.Breaker && !r.p.Limit:
 		return r.units[0]
 	}
 	if u := r.units[k]; u != nil {
@@ -148,6 +154,9 @@ func (r *outRun) unitOf(k int32) *outUnit {
 		sb, _ = r.newBreaker()
 	}
 	u, _ := r.unit(dep, sb, -1)
+	if r.p.Limit {
+		u.lim = limit.New[int32](0, r.c.Timeout, 0)
+	}
 	r.units[k] = u
 	return u
 }

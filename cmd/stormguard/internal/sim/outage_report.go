@@ -87,6 +87,15 @@ type OutagePolicyResult struct {
 	DeadlineExceeded int `json:"deadline_exceeded"`
 	Shed             int `json:"shed"`
 	TimedOut         int `json:"timed_out"`
+	// LimitWaited is the times an attempt waited for its client's
+	// concurrency limiter (policies with Limit), and LimitRefused the
+	// requests that ended because the limiter refused them (at once, or
+	// while they waited, when they could not make their deadline).
+	LimitWaited  int `json:"limit_waited,omitempty"`
+	LimitRefused int `json:"limit_refused,omitempty"`
+
+	// Phases are the figures of the metastability matrix ([Meta]).
+	Phases Phases `json:"phases"`
 
 	// Load is the attempts that reached the provider in each Window, from
 	// t=0; Successes is, per window of arrival, the attempts that
@@ -147,6 +156,7 @@ func (r *outRun) finish() {
 		res.Recovered = true
 		res.RecoverAfter = time.Duration(rec)*c.Window - c.TriggerEnd
 	}
+	r.phases()
 }
 
 // WriteText writes the result as a table, one row per policy.

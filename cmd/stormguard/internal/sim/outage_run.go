@@ -8,6 +8,7 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/limit"
 	"github.com/stormguard/stormguard/cmd/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/cmd/stormguard/internal/waitq"
 	"github.com/stormguard/stormguard/retry"
@@ -46,18 +47,20 @@ func Outage(c OutageConfig) (*OutageResult, error) {
 
 // Outage event kinds.
 const (
-	outArrive   = iota // a new original request
-	outSend            // a request's next attempt is due (after its sleep)
-	outSuccess         // an attempt's success reaches the client
-	outFailure         // an attempt's failure (a 503, a timeout) reaches the client
-	outDeadline        // the request's deadline cuts its attempt in flight
-	outWaitEnd         // the request's deadline, if it is still waiting
-	outRelease         // a waiting request's turn after the breaker closed
-	outRound           // a breaker's open period ends: a probe round is due
-	outGrant           // a breaker half-opened: its probes go to the waiting calls
-	outArm             // a breaker opened: arm a probe round for its waiting calls
-	outPace            // a tick of a breaker's release pacer
-	outSync            // a fleet sync group syncs
+	outArrive    = iota // a new original request
+	outSend             // a request's next attempt is due (after its sleep)
+	outSuccess          // an attempt's success reaches the client
+	outFailure          // an attempt's failure (a 503, a timeout) reaches the client
+	outDeadline         // the request's deadline cuts its attempt in flight
+	outWaitEnd          // the request's deadline, if it is still waiting
+	outRelease          // a waiting request's turn after the breaker closed
+	outRound            // a breaker's open period ends: a probe round is due
+	outGrant            // a breaker half-opened: its probes go to the waiting calls
+	outArm              // a breaker opened: arm a probe round for its waiting calls
+	outPace             // a tick of a breaker's release pacer
+	outSync             // a fleet sync group syncs
+	outLimGo            // a request's limiter granted it a slot: send
+	outLimGiveUp        // a request waiting for its limiter gives up
 )
 
 // Request states.
@@ -67,6 +70,8 @@ const (
 	reqReleasing        // waiting, with a release scheduled
 	reqFlight           // an attempt in flight
 	reqDone             // succeeded or gave up
+	reqLimWait          // waiting for a slot of its limiter
+	reqLimGo            // granted a slot, about to send
 )
 
 // What an attempt's failure was, for the error handed to the plan.
@@ -85,6 +90,9 @@ type outRequest struct {
 	client   int32
 	attempts int32                // attempts sent so far
 	wait     *waitq.Waiter[int32] // its place in its breaker's wait list while it waits
+	lwait    *waitq.Waiter[int32] // its place in its limiter's wait list while it waits
+	slot     limit.Permit         // its limiter's slot for the attempt in flight
+	limAt    time.Duration        // when it gives up waiting for its limiter
 	release  uint32               // the breaker's epoch its release was scheduled in
 	gen      uint32               // the breaker's epoch permit was issued in
 	state    uint8
@@ -121,14 +129,15 @@ type outRun struct {
 	groups int
 	errs   [3]*provError // per fail kind, as the policy sees it
 
-	service time.Duration // provider time per request
-	backlog time.Duration // Queue requests' worth of work: the queue is full
-	free    time.Duration // when the provider has finished its backlog
+	prov provider
 
 	spare []*waitq.Waiter[int32] // wait-list places no request holds, for reuse
 
 	offeredW []int           // original requests per window of arrival
 	okW      []int           // ... of which succeeded
+	doneW    []int           // original requests that succeeded, per window of success
+	servedW  []int           // attempts the provider finished serving, per window
+	wastedW  []int           // ... after their client had stopped waiting
 	latency  []time.Duration // of each success
 	res      OutagePolicyResult
 }
@@ -161,10 +170,12 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 		reqs:     buf.reqs[:0],
 		bo:       bo,
 		bu:       rand.New(rand.NewPCG(c.Seed, 1<<32+uint64(i))).Float64,
-		service:  time.Duration(float64(time.Second) / c.Capacity),
-		backlog:  time.Duration(min(float64(c.Queue)*float64(time.Second)/c.Capacity, float64(2*MaxOutageHorizon))),
+		prov:     newProvider(c),
 		offeredW: make([]int, windows),
 		okW:      make([]int, windows),
+		doneW:    make([]int, windows),
+		servedW:  make([]int, windows),
+		wastedW:  make([]int, windows),
 		latency:  buf.latency[:0],
 		res: OutagePolicyResult{
 			Policy:    p,
@@ -225,6 +236,12 @@ func (c *OutageConfig) run(i int, p OutagePolicy, buf *outBuffers) (OutagePolicy
 			r.paceTick(r.brks[e.who])
 		case outSync:
 			r.sync(e.who)
+		case outLimGo:
+			if r.reqs[e.who].state == reqLimGo {
+				r.transmit(e.who)
+			}
+		case outLimGiveUp:
+			r.limGiveUp(e.who)
 		}
 	}
 	r.finish()
@@ -299,7 +316,7 @@ func (r *outRun) attempt(id int32) {
 		}
 		req.permit, req.gen = p, sb.epoch
 	}
-	r.transmit(id)
+	r.send(id)
 }
 
 // transmit sends request id's attempt to the provider now, the breaker
@@ -322,24 +339,31 @@ func (r *outRun) transmit(id int32) {
 	c := r.c
 	if r.inTrigger(now) {
 		r.res.OutageAttempts++
-		req.fail = failTrigger
-		r.failed(id) // a fast 503: the client hears of it at once
-		return
+		if c.Trigger == TriggerError {
+			req.fail = failTrigger
+			r.failed(id) // a fast 503: the client hears of it at once
+			return
+		}
 	}
-	if r.free < now {
-		r.free = now
-	}
-	if r.free-now >= r.backlog {
+	finish, ok := r.prov.admit(now)
+	if !ok {
 		r.res.Shed++
 		req.fail = failShed
 		r.failed(id) // a fast 503: the client hears of it at once
 		return
 	}
-	r.free += r.service
-	finish := r.free
+	failing := c.Trigger == TriggerError && r.inTrigger(finish)
+	inTime := finish-now <= c.Timeout && (c.Deadline == 0 || finish < req.deadline)
+	if !failing && finish < c.Horizon {
+		fw := r.window(finish)
+		r.servedW[fw]++
+		if !inTime {
+			r.wastedW[fw]++ // served after its client stopped waiting
+		}
+	}
 	switch {
-	case finish-now <= c.Timeout && (c.Deadline == 0 || finish < req.deadline):
-		if r.inTrigger(finish) {
+	case inTime:
+		if failing {
 			req.fail = failTrigger
 			r.after(finish-now, id, outFailure)
 		} else {
@@ -363,9 +387,11 @@ func (r *outRun) transmit(id int32) {
 func (r *outRun) succeeded(id int32) {
 	req := &r.reqs[id]
 	r.report(req, true, 0)
+	r.limRelease(req, false)
 	req.state = reqDone
 	r.res.Succeeded++
 	r.okW[r.window(req.arrived)]++
+	r.doneW[r.window(r.now)]++
 	if r.inTrigger(req.arrived) {
 		r.res.OutageSucceeded++
 	}
@@ -379,6 +405,7 @@ func (r *outRun) failed(id int32) {
 	err := r.errs[req.fail]
 	probe := req.permit.Probe()
 	r.report(req, false, err.hint)
+	r.limRelease(req, true)
 	if r.expired(req) {
 		r.giveUp(id, retry.Deadline)
 		return
@@ -403,6 +430,7 @@ func (r *outRun) failed(id int32) {
 // permit back without an outcome, and the request gives up.
 func (r *outRun) cut(id int32) {
 	req := &r.reqs[id]
+	r.limRelease(req, true)
 	if sb := r.unitOf(req.client).brk; sb != nil && req.permit != (breaker.Permit{}) {
 		sb.b.Cancel(req.permit) // a probe's slot goes to a waiting call
 		req.permit = breaker.Permit{}

@@ -97,7 +97,7 @@ func (r *outRun) grant(sb *simBreaker) {
 		id := w.Value
 		r.leave(id, sb)
 		r.reqs[id].permit, r.reqs[id].gen = p, sb.epoch
-		r.transmit(id)
+		r.send(id)
 	}
 }
 
@@ -120,7 +120,7 @@ func (r *outRun) release(id int32) {
 	}
 	r.leave(id, sb)
 	req.permit, req.gen = p, sb.epoch
-	r.transmit(id)
+	r.send(id)
 }
 
 // stateChanged follows a state change of sb's breaker. It runs inside the

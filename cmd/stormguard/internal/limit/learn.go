@@ -1,0 +1,278 @@
+package limit
+
+import (
+	"math"
+	"time"
+)
+
+// The learning core: a time-explicit state machine that turns the
+// outcomes of one round trip (a window) into a new limit. It reads no
+// clock; the Limiter feeds it under its mutex. doc.go explains the rules.
+
+const (
+	// initialLimit is the limit of a cold limiter (capped by Config.Max).
+	initialLimit = 10
+	// floorLimit is the lowest limit: one attempt in flight.
+	floorLimit = 1
+	// nearBaseline is how far above the baseline the mean latency of a
+	// window may be for slow start to keep doubling: 1.5x.
+	nearBaseline = 1.5
+	// minWindow is the shortest window: at very short round trips the
+	// limit moves at most once per millisecond.
+	minWindow = time.Millisecond
+	// outageShare is the share of drops in a window at or above which the
+	// window counts as an outage (the limit halves, and slow start from
+	// the last healthy limit follows the first clean window).
+	outageShare = 0.5
+)
+
+// learner is the limit's state. Not safe for concurrent use: the Limiter
+// guards it with its mutex.
+type learner struct {
+	max     float64
+	ceiling time.Duration // samples at or above it are drops; 0: none
+
+	limit      float64
+	slow       bool    // slow start: doubling per clean round trip
+	healthy    float64 // the limit of the last clean, utilized window near the baseline
+	recovering bool    // an outage window came after the last clean one
+	restored   bool    // healthy was restored and no clean window confirmed it yet
+	srtt       time.Duration
+	base       baseline
+	// ref is the latency the destination shows when this limiter barely
+	// loads it: the minimum of the last window run at a low limit, lowered
+	// by any lower window minimum since. The gradient compares with
+	// max(baseline, ref): latency that stays high while the limiter sends
+	// little is the destination's (slower service, or others' queue), not
+	// the limiter's queue, and shrinking further would not bring it down.
+	ref time.Duration
+
+	// The current window.
+	end       time.Duration
+	n         int64         // latency samples
+	sum       time.Duration // their sum
+	min       time.Duration // their minimum (0: none)
+	ceilDrops int64         // sampled attempts at or above the ceiling
+}
+
+func newLearner(max int, timeout time.Duration) learner {
+	c := learner{max: float64(max), slow: true}
+	c.limit = math.Min(initialLimit, c.max)
+	if timeout > 0 {
+		c.ceiling = timeout / 2
+	}
+	return c
+}
+
+// sample records one latency sample (an attempt that was not dropped).
+func (c *learner) sample(rtt time.Duration) {
+	if rtt <= 0 {
+		rtt = 1
+	}
+	if c.ceiling > 0 && rtt >= c.ceiling {
+		c.ceilDrops++
+		return
+	}
+	c.n++
+	c.sum += rtt
+	if c.min == 0 || rtt < c.min {
+		c.min = rtt
+	}
+}
+
+// due reports whether the window ends at now, with drops dropped attempts
+// released in it so far: it lasts a smoothed round trip (at least
+// minWindow) and holds at least min(4, limit/2) outcomes, so that one
+// early answer does not decide for a whole round trip.
+func (c *learner) due(now time.Duration, drops int64) bool {
+	need := int64(math.Min(4, math.Ceil(c.limit/2)))
+	return now >= c.end && c.n+c.ceilDrops+drops >= need
+}
+
+// window ends the current window at now. attempts is the number of
+// attempts the window saw (acquired in it), drops the attempts released
+// as dropped in it, utilized whether the in-flight attempts reached half
+// the limit. It returns the new limit.
+func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool) float64 {
+	drops += c.ceilDrops
+	if attempts < drops+c.n {
+		attempts = drops + c.n
+	}
+	var mean time.Duration
+	if c.n > 0 {
+		mean = c.sum / time.Duration(c.n)
+	}
+	c.base.window(now, c.min, c.n, drops, attempts)
+	b := c.base.value
+	was := c.limit
+	if c.n > 0 && drops == 0 {
+		if was <= math.Max(2, c.healthy/8) || c.min < c.ref {
+			c.ref = c.min
+		}
+	}
+	ref := max(b, c.ref)
+	if drops > 0 && c.restored {
+		// The restored limit met drops at once: the destination takes
+		// less than it did; remember half of it.
+		c.healthy *= 0.5
+		c.restored = false
+	}
+	switch share := float64(drops) / math.Max(1, float64(attempts)); {
+	case share >= outageShare:
+		c.recovering, c.slow = true, false
+		c.limit *= 0.5
+	case drops > 0:
+		if c.slow {
+			c.limit *= 0.5 // undo the last doubling
+			c.slow = false
+		} else {
+			c.limit *= math.Max(0.5, 1-share)
+		}
+	case c.n == 0:
+		// No news.
+	default:
+		near := float64(mean) <= nearBaseline*float64(b)
+		if c.recovering {
+			// Slow start again, from the last healthy limit (from the
+			// initial limit if there is none yet).
+			c.recovering, c.slow = false, true
+			if near {
+				c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
+				c.restored = true
+			}
+		} else if near {
+			c.restored = false
+		}
+		g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))
+		switch {
+		case c.slow && near:
+			if utilized {
+				c.limit *= 2
+			}
+		case c.slow:
+			// Latency left the baseline: the limit that would keep it
+			// there is limit·b/mean (Little's law); keep a queue
+			// allowance above it.
+			c.slow = false
+			c.limit = c.limit*g + allowance(c.limit*g)
+		default:
+			next := c.limit*g + allowance(c.limit)
+			if next > c.limit && !utilized {
+				next = c.limit
+			}
+			c.limit += (next - c.limit) / 2
+		}
+		if near && utilized {
+			c.healthy = was
+		}
+	}
+	c.limit = math.Max(floorLimit, math.Min(c.max, c.limit))
+	if c.n > 0 {
+		if c.srtt == 0 {
+			c.srtt = mean
+		} else {
+			c.srtt += (mean - c.srtt) / 4
+		}
+	}
+	c.end = now + max(minWindow, c.srtt)
+	c.n, c.sum, c.min, c.ceilDrops = 0, 0, 0, 0
+	return c.limit
+}
+
+// allowance is the queue the limit allows above the capacity it measured
+// (the gradient family's "queue size"): sqrt(limit), at most half of it,
+// so that a window at twice the baseline latency never raises the limit.
+func allowance(limit float64) float64 { return math.Min(math.Sqrt(limit), limit/2) }
+
+// Baseline: the no-load latency, the minimum over recent healthy buckets.
+const (
+	baseBucket  = 10 * time.Second // one bucket of the baseline's history
+	baseBuckets = 6                // healthy buckets kept: 60 s of healthy traffic
+	// incidentRatio: a bucket whose best sample is above this multiple of
+	// the baseline is an incident bucket.
+	incidentRatio = 2
+	// incidentDrops: a bucket with more than this share of drops is an
+	// incident bucket.
+	incidentDrops = 0.01
+	// resetAfter: an incident that lasts this long is the new normal: the
+	// baseline is relearned from its last bucket.
+	resetAfter = 5 * time.Minute
+)
+
+// baseline is the minimum latency of the last baseBuckets healthy buckets
+// and of the current one. Incident buckets (drops, or latency far above
+// the baseline, or no sample) do not push healthy ones out, so the
+// baseline holds through an incident instead of drifting up to its
+// latency; it rises only as healthy buckets age out (at most once per
+// bucket, to the minimum of the last minute of healthy traffic), or after
+// resetAfter of continuous incident.
+type baseline struct {
+	value    time.Duration // 0: no sample yet
+	ring     [baseBuckets]time.Duration
+	next     int
+	started  bool
+	end      time.Duration // end of the current bucket
+	cur      bucketStats
+	incident bool
+	since    time.Duration // start of the incident
+}
+
+type bucketStats struct {
+	min                time.Duration
+	n, drops, attempts int64
+}
+
+func (b *baseline) window(now, min time.Duration, n, drops, attempts int64) {
+	if !b.started {
+		b.started, b.end = true, now+baseBucket
+	}
+	if n > 0 && (b.cur.min == 0 || min < b.cur.min) {
+		b.cur.min = min
+	}
+	b.cur.n += n
+	b.cur.drops += drops
+	b.cur.attempts += attempts
+	if now >= b.end {
+		b.rotate(now)
+	}
+	b.value = b.ringMin()
+	if b.cur.min > 0 && (b.value == 0 || b.cur.min < b.value) {
+		b.value = b.cur.min
+	}
+}
+
+func (b *baseline) rotate(now time.Duration) {
+	cur := b.cur
+	healthy := cur.n > 0 && float64(cur.drops) <= incidentDrops*float64(cur.attempts) &&
+		(b.value == 0 || float64(cur.min) <= incidentRatio*float64(b.value))
+	switch {
+	case healthy:
+		b.push(cur.min)
+		b.incident = false
+	case !b.incident:
+		b.incident, b.since = true, b.end-baseBucket
+	case now-b.since >= resetAfter && cur.n > 0:
+		b.ring = [baseBuckets]time.Duration{}
+		b.next = 0
+		b.push(cur.min)
+		b.value = 0
+		b.incident = false
+	}
+	b.cur = bucketStats{}
+	b.end = now + baseBucket
+}
+
+func (b *baseline) push(min time.Duration) {
+	b.ring[b.next] = min
+	b.next = (b.next + 1) % baseBuckets
+}
+
+func (b *baseline) ringMin() time.Duration {
+	var m time.Duration
+	for _, v := range b.ring {
+		if v > 0 && (m == 0 || v < m) {
+			m = v
+		}
+	}
+	return m
+}

@@ -1,0 +1,256 @@
+// Package limit is the simulator's model of the root module's package
+// limit (the concurrency limiter that learns a destination's capacity),
+// stepped on the simulated clock.
+//
+// learn.go is a copy, byte for byte, of the root's limit/learn.go: the
+// learning core (slow start, gradient, drops, latency ceiling, held
+// baseline), which reads no clock. TestLearnIsTheLibrarys keeps it equal.
+//
+// The rest of the root package (limit.go, wait.go: the lock-free fast
+// path, the waiting calls parked on channels and timers) cannot be stepped
+// on a simulated clock, so [Stepped] is a model of it, transcribed rule
+// for rule: the limit a permit is checked against, which attempts are
+// latency samples (every attempt while the limit is under 64 and at least
+// half of it is in flight; about 32 to 64 per round trip above; one in 16
+// when less than half is in flight), when a window ends and what it is
+// told, the earliest-deadline-first wait list bounded by Config.Waiting, a
+// release that hands its slot to the first waiter, and the fail-fast rules
+// of a call that cannot make its deadline. It leaves out the throttle
+// (Config.Throttle, off by default) and the races of concurrent callers.
+package limit
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"github.com/stormguard/stormguard/cmd/stormguard/internal/waitq"
+)
+
+// Refusals of [Stepped.Wait] and of a waiting call, as package limit words
+// them.
+var (
+	ErrNoDeadline = errors.New("limit: refused: limit reached and the call has no deadline to wait within")
+	ErrNoWaiting  = errors.New("limit: refused: limit reached and waiting is off")
+	ErrTooMany    = errors.New("limit: refused: limit reached and too many calls are waiting")
+	ErrTooClose   = errors.New("limit: refused: the deadline leaves less than the destination's fastest answer")
+	ErrNoTurn     = errors.New("limit: refused: no slot expected before the deadline")
+)
+
+// Defaults of package limit's Config.
+const (
+	DefaultMax     = 1000
+	DefaultWaiting = 10_000
+	// maxWalk bounds the waiters the hopeless checks walk at a time.
+	maxWalk = 4096
+)
+
+// Permit is one attempt's slot, as package limit's: when it was taken, if
+// its latency is sampled.
+type Permit struct {
+	start   time.Duration
+	ok      bool
+	sampled bool
+}
+
+// Stepped is a limiter of package limit stepped on a caller's clock: every
+// method takes the time now, since an origin the caller picks, and none
+// reads a clock. Waiting calls are the caller's: it gets their values back
+// when a release grants them a slot or finds them hopeless. Not safe for
+// concurrent use.
+type Stepped[T any] struct {
+	learn    learner
+	lim      int64
+	mask     uint32
+	inflight int64
+	seq      uint32 // permits acquired, modulo 2^32
+	seq0     uint32 // seq at the window's start
+	drops    int64  // permits released as dropped in this window
+	utilized bool   // in-flight reached half the limit in this window
+	waiting  bool
+	waiters  waitq.List[T]
+}
+
+// New returns a cold limiter of package limit's Config{Max: max, Timeout:
+// timeout, Waiting: waiting} (zero fields take the library's defaults;
+// max must be in [0, 2^30] and timeout not negative, which the caller
+// checks).
+func New[T any](max int, timeout time.Duration, waiting int) *Stepped[T] {
+	if max == 0 {
+		max = DefaultMax
+	}
+	if waiting == 0 {
+		waiting = DefaultWaiting
+	}
+	s := &Stepped[T]{learn: newLearner(max, timeout), waiting: waiting > 0}
+	s.waiters.Max = waiting
+	s.setLimit(s.learn.limit)
+	return s
+}
+
+// setLimit publishes a new limit, and the sampling mask that goes with it.
+func (s *Stepped[T]) setLimit(f float64) {
+	n := int64(math.Round(f))
+	s.lim = n
+	m := uint32(1)
+	for int64(m)*64 <= n {
+		m <<= 1
+	}
+	s.mask = m - 1
+}
+
+// Limit returns the current limit.
+func (s *Stepped[T]) Limit() int { return int(s.lim) }
+
+// InFlight returns the permits held.
+func (s *Stepped[T]) InFlight() int { return int(s.inflight) }
+
+// Waiting returns the number of waiting calls.
+func (s *Stepped[T]) Waiting() int { return s.waiters.Len() }
+
+// Baseline returns the learned no-load latency (0: none yet).
+func (s *Stepped[T]) Baseline() time.Duration { return s.learn.base.value }
+
+// TryAcquire is Acquire's fast path at now: a slot if one is free and no
+// call waits.
+func (s *Stepped[T]) TryAcquire(now time.Duration) (Permit, bool) {
+	if s.waiters.Len() > 0 || s.inflight >= s.lim {
+		return Permit{}, false
+	}
+	s.inflight++
+	in, seq := s.inflight, s.seq
+	s.seq++
+	p := Permit{ok: true}
+	if 2*in >= s.lim {
+		s.utilized = true
+		p.sampled = seq&s.mask == 0
+	} else {
+		p.sampled = seq&(s.mask|15) == 0
+	}
+	if p.sampled {
+		p.start = now
+	}
+	return p, true
+}
+
+// Wait parks w (the caller's node, its Value set) at now for a slot within
+// deadline (0: none), as Acquire does when the limit is reached: it
+// refuses at once when the call has no deadline, waiting is off or full,
+// the deadline is within the baseline latency, or more calls wait ahead
+// than twice the limit's measured rate serves in time. Otherwise it
+// returns the time at which the call gives up if still waiting (its
+// deadline less the baseline; the deadline with no baseline yet), and
+// grant hands out what is free now (possibly to w).
+func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant func(T, Permit)) (time.Duration, error) {
+	if !s.waiting {
+		return 0, ErrNoWaiting
+	}
+	if deadline == 0 {
+		return 0, ErrNoDeadline
+	}
+	left := deadline - now
+	b := s.learn.base.value
+	if b > 0 && left <= b {
+		return 0, ErrTooClose
+	}
+	if !s.waiters.Push(w, waitq.Deadline(now, left)) {
+		return 0, ErrTooMany
+	}
+	if gap := s.gap(); gap > 0 {
+		behind := 0
+		for n := w.Next(); n != nil && behind <= maxWalk; n = n.Next() {
+			behind++
+		}
+		ahead := s.waiters.Len() - 1 - behind
+		if behind <= maxWalk && time.Duration(ahead+1)*gap+b >= left {
+			s.waiters.Remove(w)
+			return 0, ErrNoTurn
+		}
+	}
+	s.grant(now, grant)
+	return deadline - b, nil
+}
+
+// Leave takes waiting call w off the list (its give-up time came) and
+// reports whether it was on it.
+func (s *Stepped[T]) Leave(w *waitq.Waiter[T]) bool { return s.waiters.Remove(w) }
+
+// Release gives p back at now, dropped or a latency sample, as package
+// limit's Release does: it may end the learning window, and it hands free
+// slots to waiters (grant) and fails those that cannot make their
+// deadline any more (hopeless, with ErrNoTurn).
+func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant func(T, Permit), hopeless func(T)) {
+	if !p.ok {
+		return
+	}
+	s.inflight--
+	if dropped {
+		s.drops++
+	}
+	if p.sampled {
+		if !dropped {
+			s.learn.sample(now - p.start)
+		}
+		if s.learn.due(now, s.drops) {
+			attempts := int64(s.seq - s.seq0)
+			s.seq0 = s.seq
+			drops := s.drops
+			s.drops = 0
+			utilized := s.utilized
+			s.utilized = false
+			s.setLimit(s.learn.window(now, attempts, drops, utilized))
+			s.grant(now, grant)
+			s.expire(now, hopeless)
+		}
+	}
+	if s.waiters.Len() > 0 {
+		s.grant(now, grant)
+	}
+}
+
+// gap is the expected time between two slots at twice the rate the limit
+// serves, 0 while the limit is not settled.
+func (s *Stepped[T]) gap() time.Duration {
+	c := &s.learn
+	if c.slow || c.recovering || c.srtt == 0 {
+		return 0
+	}
+	return c.srtt / time.Duration(2*max(1, s.lim))
+}
+
+// expire fails the first waiters (up to maxWalk) whose turn is expected
+// after their deadline less the baseline.
+func (s *Stepped[T]) expire(now time.Duration, hopeless func(T)) {
+	gap := s.gap()
+	if gap == 0 {
+		return
+	}
+	b := s.learn.base.value
+	i := 0
+	for w := s.waiters.Front(); w != nil && i < maxWalk; {
+		next := w.Next()
+		if w.Deadline() < now+time.Duration(i+1)*gap+b {
+			s.waiters.Remove(w)
+			hopeless(w.Value)
+		} else {
+			i++
+		}
+		w = next
+	}
+}
+
+// grant hands free slots to the waiters, earliest deadline first; a
+// waiter's permit is sampled as the loaded fast path's.
+func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit)) {
+	for w := s.waiters.Front(); w != nil && s.inflight < s.lim; w = s.waiters.Front() {
+		s.inflight++
+		s.seq++
+		s.utilized = true
+		s.waiters.Remove(w)
+		p := Permit{ok: true, sampled: s.seq&s.mask == 0}
+		if p.sampled {
+			p.start = now
+		}
+		grant(w.Value, p)
+	}
+}
