@@ -6,6 +6,7 @@
 //	stormguard sim jitter [flags]       how retries of clients that failed together cluster in time
 //	stormguard sim layers [flags]       how retries multiply across layers
 //	stormguard sim outage [flags]       a fleet against a provider that fails for a while
+//	stormguard sim meta [flags]         metastability: client setups x triggers near capacity
 //	stormguard sim contention [flags]   optimistic concurrency on one row
 //	stormguard version                  the version it was built from
 //
@@ -71,6 +72,7 @@ func commands() map[string]command {
 		"sim jitter":     {"retries of clients that all failed at t=0, counted per window, per jitter strategy", prepareJitter},
 		"sim layers":     {"calls at a failing bottom per user request when layers retry (3, 9, 27, 81)", prepareLayers},
 		"sim outage":     {"a fleet against a provider that fails for a while: naive vs guarded retries", prepareOutage},
+		"sim meta":       {"metastability: client setups x triggers (503, hang, x5, cut) near capacity", prepareMeta},
 		"sim contention": {"optimistic concurrency on one row: write calls and completion time per strategy", prepareContention},
 		"version":        {"the version of stormguard this program was built from", prepareVersion},
 	}

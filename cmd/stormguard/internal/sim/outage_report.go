@@ -102,6 +102,10 @@ type OutagePolicyResult struct {
 	// succeeded.
 	Load      []int `json:"load"`
 	Successes []int `json:"successes"`
+	// Arrivals is the original requests that arrived in each window, and
+	// Done those that succeeded, per window of their success.
+	Arrivals []int `json:"arrivals"`
+	Done     []int `json:"done"`
 }
 
 // finish computes the summary figures from the counters.
@@ -157,6 +161,7 @@ func (r *outRun) finish() {
 		res.RecoverAfter = time.Duration(rec)*c.Window - c.TriggerEnd
 	}
 	r.phases()
+	res.Arrivals, res.Done = r.offeredW, r.doneW
 }
 
 // WriteText writes the result as a table, one row per policy.
