@@ -48,6 +48,8 @@ type panel struct {
 	legendBelow bool
 	// shade lists the spans to shade.
 	shade []span
+	// noLegend draws no legend (another panel of the figure has it).
+	noLegend bool
 }
 
 // chartFormat returns "png" or "svg" for a chart file name.
@@ -187,6 +189,9 @@ func (pn panel) plot() (*plot.Plot, *plot.Legend, error) {
 		l := plot.NewLegend()
 		l.Top, l.Left, l.XOffs, l.Padding = true, true, 1.5*vg.Centimeter, 0.08*vg.Centimeter
 		legend, below = &l, &l
+	} else if pn.noLegend {
+		l := plot.NewLegend()
+		legend = &l // filled, never drawn
 	}
 	for _, sp := range pn.shade {
 		sh := shading{from: sp.from, to: sp.to, color: color.NRGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0x26}}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/stormguard/stormguard/cmd/stormguard/internal/sim"
@@ -65,6 +66,12 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 		}
 		c.Triggers = ts
 	}
+	if c.QueueSeconds*c.Capacity < 1 {
+		return nil, usageError{fmt.Errorf("-queue-seconds %g x -capacity %g: a queue of %g s at %g/s must hold at least one request", c.QueueSeconds, c.Capacity, c.QueueSeconds, c.Capacity)}
+	}
+	if c.Workers < 5 && (len(c.Triggers) == 0 || slices.Contains(c.Triggers, sim.TriggerCut)) {
+		return nil, usageError{fmt.Errorf("-workers %d: the capacity cut needs at least 5 workers, not %d (or leave cut80 out of -triggers)", c.Workers, c.Workers)}
+	}
 	if fs.isSet("policies") {
 		ps, err := parseList("policies", policies, policyByName(all))
 		if err != nil {
@@ -115,7 +122,7 @@ func metaChart(r *sim.MetaResult, file string) error {
 	panels := make([]panel, 0, len(r.Runs))
 	for i, run := range r.Runs {
 		p := panel{title: fmt.Sprintf("%s at rho %g", run.Trigger, c.Rho), xLabel: "time (s)", yLabel: "goodput (% of offered)",
-			height: 6 * vg.Centimeter, legendBelow: i == len(r.Runs)-1}
+			height: 6 * vg.Centimeter, legendBelow: i == len(r.Runs)-1, noLegend: i < len(r.Runs)-1}
 		p.shade = []span{{name: "trigger", from: c.TriggerStart.Seconds(), to: (c.TriggerStart + c.TriggerFor).Seconds()}}
 		for _, pr := range run.Policies {
 			p.lines = append(p.lines, goodputSeries(pr, r.Window))

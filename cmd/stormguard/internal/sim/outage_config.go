@@ -58,6 +58,11 @@ type OutagePolicy struct {
 	Limit bool `json:"limit,omitempty"`
 }
 
+// RecommendedOutagePolicy is the name of the policy of
+// [DefaultOutagePolicies] that the project recommends: per-client budget,
+// breaker, Retry-After, waiting, and the concurrency limiter.
+const RecommendedOutagePolicy = "full+budget+breaker+retry-after+wait+limit"
+
 // MaxOutageAttempts bounds OutagePolicy.Attempts.
 const MaxOutageAttempts = 100
 
@@ -74,6 +79,10 @@ const MaxOutageAttempts = 100
 //	full+budget+breaker+retry-after+wait  + waiting behind the open breaker
 //	fleet+retry-after+wait                the same with one budget and one
 //	                                      breaker for the whole fleet
+//	full+budget+breaker+retry-after+wait+limit
+//	                                      per-client guards, waiting, and a
+//	                                      per-client concurrency limiter
+//	                                      (recommended)
 func DefaultOutagePolicies() []OutagePolicy {
 	return []OutagePolicy{
 		{Name: "fixed-1s", Interval: time.Second, Attempts: 30},
@@ -85,7 +94,7 @@ func DefaultOutagePolicies() []OutagePolicy {
 		{Name: "full+budget+breaker+retry-after", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true},
 		{Name: "full+budget+breaker+retry-after+wait", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true},
 		{Name: "fleet+retry-after+wait", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true, Fleet: true},
-		{Name: "full+budget+breaker+retry-after+wait+limit", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true, Limit: true},
+		{Name: RecommendedOutagePolicy, Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true, Wait: true, Limit: true},
 	}
 }
 
