@@ -30,7 +30,10 @@ type Phases struct {
 	// RecoveryWindow (window-aligned, to the horizon) from some time
 	// after TriggerEnd on is at least RecoveryRatio (of the requests
 	// offered in the span, the successes in it), and RecoverAfter how long
-	// after TriggerEnd that time is (0 if not recovered: "stuck").
+	// after TriggerEnd that time is (0 if not recovered: "stuck"). That
+	// time must come at least 10 s (or half the time after the trigger, if
+	// less) before the horizon: a good second or two at the end is not
+	// told from an oscillation.
 	Recovered    bool          `json:"recovered"`
 	RecoverAfter time.Duration `json:"recover_after_ns"`
 	// Served is the share of the original requests that arrived during
@@ -74,7 +77,10 @@ func (r *outRun) phases() {
 		}
 		rec = w
 	}
-	if rec >= 0 {
+	// A recovery must hold for minHeld before the horizon: one good span
+	// at the end is not told from an oscillation.
+	minHeld := min(10*time.Second, (c.Horizon-c.TriggerEnd)/2)
+	if rec >= 0 && c.Horizon-time.Duration(rec)*c.Window >= minHeld {
 		ph.Recovered = true
 		ph.RecoverAfter = max(0, time.Duration(rec)*c.Window-c.TriggerEnd)
 	}
