@@ -83,7 +83,6 @@ type provider struct {
 	free    []time.Duration
 	active  int     // workers that keep working through TriggerCut
 	starts  durHeap // start times of the admitted attempts not started yet
-	ok      bool    // false: TriggerError's 503s end the work they overlap
 }
 
 func newProvider(c *OutageConfig) provider {
