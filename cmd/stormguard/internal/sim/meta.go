@@ -169,6 +169,12 @@ func Meta(c MetaConfig) (*MetaResult, error) {
 	case c.TriggerStart < 0 || c.TriggerFor < 0 || c.TriggerFor > c.Horizon || c.TriggerStart > c.Horizon-c.TriggerFor:
 		return nil, bad("trigger of %v at %v must lie within the horizon %v", c.TriggerFor, c.TriggerStart, c.Horizon)
 	}
+	for _, t := range c.Triggers { // every run's settings, before any runs
+		o := c.outage(t)
+		if err := o.validate(); err != nil {
+			return nil, err
+		}
+	}
 	res := &MetaResult{Config: c, Window: DefaultOutageConfig().Window, Runs: make([]MetaRun, 0, len(c.Triggers))}
 	res.Config.Progress = nil
 	for i, t := range c.Triggers {

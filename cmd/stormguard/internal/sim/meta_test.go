@@ -28,11 +28,12 @@ func TestOutageRecommendedWins(t *testing.T) {
 	}
 }
 
-// shortMeta is a small, fast matrix: 900 req/s offered to a provider of
-// 1000 req/s (50 workers of 50 ms, a queue of 2 s of work), a 5 s trigger
+// shortMeta is a small, fast matrix: 450 req/s offered to a provider of
+// 500 req/s (25 workers of 50 ms, a queue of 2 s of work), a 5 s trigger
 // at 5 s of a 30 s run, a 1 s attempt timeout and a 10 s deadline.
 func shortMeta() sim.MetaConfig {
 	c := sim.DefaultMetaConfig()
+	c.Capacity, c.Workers = 500, 25
 	c.TriggerStart, c.TriggerFor, c.Horizon = 5*time.Second, 5*time.Second, 30*time.Second
 	c.Deadline = 10 * time.Second
 	return c
