@@ -132,6 +132,7 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 		// No news.
 	default:
 		near := float64(mean) <= nearBaseline*float64(b)
+		restoring := c.recovering
 		if c.recovering {
 			// Slow start again, from the last healthy limit (from the
 			// initial limit if there is none yet).
@@ -162,7 +163,10 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 			}
 			c.limit += (next - c.limit) / 2
 		}
-		if near && utilized {
+		if near && utilized && !restoring {
+			// was carried a round trip near the baseline (the window
+			// that restores a limit ran at the outage's limit, not one
+			// to remember).
 			c.healthy = was
 		}
 	}
