@@ -192,7 +192,7 @@ over the horizon; in outage: the same during the trigger; goodput: original requ
 outage gp: goodput of the requests made during the trigger; after: goodput of requests made after it;
 p99: 99th percentile of the time to success; recovered: time after the trigger from which, in every`), c.RecoveryWindow, 100*c.RecoveryRatio)
 	fmt.Fprintf(bw, "\n%s\n", strings.TrimSpace(`
-rows: fixed-1s retries every 1 s (the naive loop); exponential, full: backoff without and with jitter;
+rows: fixed-1s retries every 1 s (a naive loop); exponential, full: backoff without, with jitter;
 +budget, +breaker, +retry-after: each client's own retry budget, circuit breaker and the provider's
 Retry-After; +wait: calls wait behind the open breaker and are released at the rate before the trip,
 on top of the new load, so the provider's queue stays full after the trigger ("never"); fleet: one
