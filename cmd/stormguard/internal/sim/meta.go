@@ -67,10 +67,12 @@ type MetaConfig struct {
 //
 //	fixed-1s    a naive loop: every 1 s until the deadline (at most 30 attempts)
 //	backoff     retry with full-jitter backoff only, up to 10 attempts
-//	stormguard  per-client defaults: 3 attempts, full jitter, budget, breaker,
-//	            honouring Retry-After; a call the open breaker rejects fails
+//	stormguard  3 attempts, full jitter, each client's own budget and breaker
+//	            (the library's defaults), honouring Retry-After, no waiting: a
+//	            call the open breaker rejects fails
 //	+wait       the same, waiting behind the open breaker within the deadline,
-//	            released at the rate seen before the trip (today's recommended)
+//	            released at the rate seen before the trip: the library's
+//	            default for a call with a deadline (today's recommended)
 //	+limit      + the concurrency limiter (package limit): the breaker releases
 //	            at once and the limiter's slots pace the calls
 func MetaPolicies() []OutagePolicy {

@@ -83,9 +83,9 @@ in it (above 100%% while a backlog drains); att/off: attempts at the provider pe
 after the trigger; wasted: share of the provider's work after the trigger done for callers who had
 left; recovers: seconds after the trigger from which every 1 s span holds %g%% goodput to the end,
 at least 10 s ("stuck": never); served: share of the requests made during the trigger that succeed.
-fixed-1s: every 1 s until the deadline; backoff: full jitter, 10 attempts; stormguard: per-client
-defaults, a call the open breaker rejects fails; +wait: it waits behind the breaker and is released
-at the rate before the trip; +limit: the concurrency limiter's slots pace the release and new calls.`,
+fixed-1s: every 1 s until the deadline; backoff: full jitter, 10 attempts; stormguard: budget and
+breaker, no waiting (an open breaker fails the call); +wait: the library's default, calls wait and
+are released at the rate before the trip; +limit: the concurrency limiter's slots pace them.`,
 		100*c.RecoveryRatio)))
 	return bw.Flush()
 }
