@@ -4,12 +4,16 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // FuzzRetryAfterResponse sends fuzzed Retry-After values through a real
@@ -68,5 +72,53 @@ func TestGaveUpThroughClientTimeout(t *testing.T) {
 	}
 	if !overloaded(resp, nil) {
 		t.Errorf("Overloaded = false, want true")
+	}
+}
+
+// TestGiveUpReasonOneSpelling: the reason a give-up header names is the
+// Reason of the GiveUp event the same call reported (and so of the
+// metrics, spans and logs built on the event): one spelling per reason.
+func TestGiveUpReasonOneSpelling(t *testing.T) {
+	always503 := func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) }
+	tests := []struct {
+		name, method, want string
+		handler            func(w http.ResponseWriter, r *http.Request, n int)
+		opts               []httpretry.Option
+	}{
+		{"attempts", "GET", "attempts-exhausted", always503, nil},
+		{"unkeyed POST", "POST", "not-retryable", always503, nil},
+		{"budget", "GET", "budget-exhausted", always503,
+			[]httpretry.Option{httpretry.WithBudget(&budget.Config{Ratio: -1, MinPerSecond: -1})}},
+		{"breaker", "GET", "circuit-open", always503, []httpretry.Option{httpretry.WithBreaker(tripFast())}},
+		{"Retry-After past the deadline", "GET", "deadline", func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, _ := serveMem(t, tt.handler)
+			var mu sync.Mutex
+			var reasons []string
+			obs := observe.Func(func(_ context.Context, e observe.Event) {
+				if e.Kind == observe.GiveUp {
+					mu.Lock()
+					reasons = append(reasons, e.Reason)
+					mu.Unlock()
+				}
+			})
+			tr, _ := newTransport(t, srv.Client().Transport, append(tt.opts, httpretry.WithObserver(obs))...)
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), tt.method, srv.URL, nil))
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			readClose(t, resp)
+			g, ok := gaveUp(resp)
+			mu.Lock()
+			defer mu.Unlock()
+			if !ok || g.Reason != tt.want || !slices.Equal(reasons, []string{tt.want}) {
+				t.Errorf("header reason %q (%v), events' reasons %q; want %q in both", g.Reason, ok, reasons, tt.want)
+			}
+		})
 	}
 }

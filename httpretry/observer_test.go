@@ -89,7 +89,7 @@ func TestObserverEvents(t *testing.T) {
 				{Kind: observe.Retry, Name: host, Attempt: 2, Delay: d2, Outcome: "backoff", Err: e502},
 				{Kind: observe.AttemptStart, Name: host, Attempt: 3},
 				{Kind: observe.AttemptEnd, Name: host, Attempt: 3, Outcome: "failure", Err: e502},
-				{Kind: observe.GiveUp, Name: host, Attempt: 3, Reason: "attempts exhausted", Err: e502},
+				{Kind: observe.GiveUp, Name: host, Attempt: 3, Reason: "attempts-exhausted", Err: e502},
 			}
 		}},
 		{"404", func(w http.ResponseWriter, r *http.Request, n int) { http.NotFound(w, r) }, func(host string) []observe.Event {
@@ -134,7 +134,7 @@ func TestObserverBreakerState(t *testing.T) {
 			ev(observe.Event{Kind: observe.AttemptStart, Name: host, Attempt: 1}),
 			ev(observe.Event{Kind: observe.AttemptEnd, Name: host, Attempt: 1, Outcome: "failure", Err: e503}),
 			ev(observe.Event{Kind: observe.BreakerState, Name: host, From: "closed", To: "open"}),
-			ev(observe.Event{Kind: observe.GiveUp, Name: host, Attempt: 1, Reason: "circuit open", Err: e503}),
+			ev(observe.Event{Kind: observe.GiveUp, Name: host, Attempt: 1, Reason: "circuit-open", Err: e503}),
 		}
 		if got := log.take(); !slices.Equal(got, want) {
 			t.Errorf("events of the call that tripped the breaker:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -36,9 +36,11 @@ const (
 	// retry.RetryAfter reads from Err, was longer).
 	Retry Kind = "retry"
 	// GiveUp: the call ended without success after Attempt attempts, for
-	// Reason ("not retryable", "attempts exhausted", "deadline",
-	// "canceled", "budget exhausted", "circuit open" or "limited"), with
-	// Err its last error. A budget refusal is a GiveUp with Reason "budget exhausted".
+	// Reason ("not-retryable", "attempts-exhausted", "deadline",
+	// "canceled", "budget-exhausted", "circuit-open", "limited" or
+	// "panic": the labels httpretry's give-up header uses too), with Err
+	// its last error. A budget refusal is a GiveUp with Reason
+	// "budget-exhausted".
 	// An operation that panicked ends its attempt (AttemptEnd, Outcome
 	// "failure") and its call (GiveUp, Reason "panic"), Err saying with
 	// what, before the panic goes on.

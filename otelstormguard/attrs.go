@@ -34,9 +34,10 @@ const (
 	attrDelaySource = attribute.Key("stormguard.retry.delay_source")
 	// attrDelay is a retry's delay in seconds (span events).
 	attrDelay = attribute.Key("stormguard.retry.delay")
-	// attrGiveUpReason is why a call gave up: "not retryable", "attempts
-	// exhausted", "deadline", "canceled", "budget exhausted", "circuit
-	// open", "limited" or "panic".
+	// attrGiveUpReason is why a call gave up: "not-retryable",
+	// "attempts-exhausted", "deadline", "canceled", "budget-exhausted",
+	// "circuit-open", "limited" or "panic" (the tokens of httpretry's
+	// give-up header).
 	attrGiveUpReason = attribute.Key("stormguard.give_up.reason")
 	// attrBreakerFrom and attrBreakerTo are the states of a breaker's
 	// change; attrBreakerState is a state of the state gauge ("closed",

@@ -50,8 +50,8 @@
 //	stormguard.attempts             the attempts a call made (give-up span events)
 //	stormguard.retry.delay_source   backoff, or hint (the server's Retry-After was longer)
 //	stormguard.retry.delay          a retry's delay in seconds (span events)
-//	stormguard.give_up.reason       not retryable, attempts exhausted, deadline, canceled,
-//	                                budget exhausted, circuit open, limited
+//	stormguard.give_up.reason       not-retryable, attempts-exhausted, deadline, canceled,
+//	                                budget-exhausted, circuit-open, limited, panic
 //	stormguard.breaker.from, .to    a breaker's change: closed, half-open, open
 //	stormguard.breaker.state        the state gauge's state: closed, half-open, open
 //	stormguard.breaker.wait         how long a call waited behind an open breaker, in s (span events)
@@ -59,7 +59,7 @@
 //	stormguard.fleet.from, .to      a fleet's change: fleet, local
 //	stormguard.fleet.mode           the mode gauge's mode: fleet, local
 //
-// A budget refusal is a give-up with reason "budget exhausted": it has no
+// A budget refusal is a give-up with reason "budget-exhausted": it has no
 // counter of its own, so that a refused call is counted once. The state
 // gauges report a breaker or a fleet from its first change on (before it,
 // a breaker is closed).

@@ -184,7 +184,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 	o.attemptDuration = histogram("stormguard.attempt.duration", "Duration of attempts, by outcome.", durationBuckets)
 	o.retries = counter("stormguard.retries", "{retry}", "Retries decided, by what set the delay.")
 	o.retryDelay = histogram("stormguard.retry.delay", "Delay slept before a retry, by what set it.", delayBuckets)
-	o.giveUps = counter("stormguard.give_ups", "{call}", "Calls that ended without success, by reason (a budget refusal is reason \"budget exhausted\").")
+	o.giveUps = counter("stormguard.give_ups", "{call}", "Calls that ended without success, by reason (a budget refusal is reason \"budget-exhausted\").")
 	o.breakerTransitions = counter("stormguard.breaker.transitions", "{transition}", "Circuit breaker state changes.")
 	o.breakerState = gauge("stormguard.breaker.state", "{state}", "1 for the state a circuit breaker is in, 0 for the others; a breaker appears at its first change.")
 	o.breakerWait = histogram("stormguard.breaker.wait.duration", "Time calls waited behind an open circuit breaker, by outcome.", delayBuckets)

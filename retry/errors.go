@@ -58,7 +58,22 @@ const (
 	numReasons
 )
 
+// reasonNames are the reasons' labels: the Reason of a GiveUp event
+// (package observe), and so of metrics, spans and logs, and the token of
+// httpretry's give-up header (wire.GiveUpHeader). One spelling, hyphenated
+// like every other label of stormguard's; the error message has the words.
 var reasonNames = [numReasons]string{
+	NotRetryable:      "not-retryable",
+	AttemptsExhausted: "attempts-exhausted",
+	Deadline:          "deadline",
+	Canceled:          "canceled",
+	BudgetExhausted:   "budget-exhausted",
+	CircuitOpen:       "circuit-open",
+	Limited:           "limited",
+}
+
+// reasonWords are the reasons in words, for error messages.
+var reasonWords = [numReasons]string{
 	NotRetryable:      "not retryable",
 	AttemptsExhausted: "attempts exhausted",
 	Deadline:          "deadline",
@@ -68,7 +83,8 @@ var reasonNames = [numReasons]string{
 	Limited:           "limited",
 }
 
-// name returns the reason in words, or "Reason(N)" for an unknown value.
+// name returns the reason's label ("attempts-exhausted"), or "Reason(N)"
+// for an unknown value.
 func (r Reason) name() string {
 	if r > 0 && r < numReasons {
 		return reasonNames[r]
@@ -78,8 +94,16 @@ func (r Reason) name() string {
 
 // Error returns "retry: " and the reason in words: "not retryable",
 // "attempts exhausted", "deadline", "canceled", "budget exhausted",
-// "circuit open", "limited" ("Reason(N)" for an unknown value).
-func (r Reason) Error() string { return "retry: " + r.name() }
+// "circuit open", "limited" ("Reason(N)" for an unknown value). Events,
+// metrics, logs and httpretry's give-up header spell the same reasons as
+// labels, hyphenated: "not-retryable", "attempts-exhausted",
+// "budget-exhausted", "circuit-open" (see package observe).
+func (r Reason) Error() string {
+	if r > 0 && r < numReasons {
+		return "retry: " + reasonWords[r]
+	}
+	return "retry: " + r.name()
+}
 
 // Error is the error [Policy.Do] and [DoValue] return when they give up. It
 // says why (Reason), how many attempts ran, and wraps the last error the

@@ -213,5 +213,5 @@ func ExampleWithObserver() {
 	// payments attempt-end 2 failure
 	// payments retry 2 4ms backoff
 	// payments attempt-end 3 failure
-	// payments give-up 3 attempts exhausted
+	// payments give-up 3 attempts-exhausted
 }

@@ -53,7 +53,7 @@ func TestObserverEvents(t *testing.T) {
 			start(2), end(2, err503, "failure"),
 			{Kind: observe.Retry, Name: name, Attempt: 2, Delay: 400 * ms, Outcome: "backoff", Err: err503},
 			start(3), end(3, err503, "failure"),
-			{Kind: observe.GiveUp, Name: name, Attempt: 3, Reason: "attempts exhausted", Err: err503},
+			{Kind: observe.GiveUp, Name: name, Attempt: 3, Reason: "attempts-exhausted", Err: err503},
 		}},
 		{"success on a retry", 0, nil, []error{err503}, []observe.Event{
 			start(1), end(1, err503, "failure"),
@@ -67,19 +67,19 @@ func TestObserverEvents(t *testing.T) {
 		}},
 		{"budget refusal", 0, &countingBudget{inner: mustBudget(t, 0, 0)}, []error{err503}, []observe.Event{
 			start(1), end(1, err503, "failure"),
-			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "budget exhausted", Err: err503},
+			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "budget-exhausted", Err: err503},
 		}},
 		{"rejected: a caller's error", 0, nil, []error{err404}, []observe.Event{
 			start(1), end(1, err404, "rejected"),
-			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not retryable", Err: err404},
+			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not-retryable", Err: err404},
 		}},
 		{"Permanent 503: a failure", 0, nil, []error{retry.Permanent(err503)}, []observe.Event{
 			start(1), end(1, retry.Permanent(err503), "failure"),
-			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not retryable", Err: err503},
+			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not-retryable", Err: err503},
 		}},
 		{"Permanent 404: rejected", 0, nil, []error{retry.Permanent(err404)}, []observe.Event{
 			start(1), end(1, retry.Permanent(err404), "rejected"),
-			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not retryable", Err: err404},
+			{Kind: observe.GiveUp, Name: name, Attempt: 1, Reason: "not-retryable", Err: err404},
 		}},
 		{"deadline: the refused sleep", time.Second, nil, []error{hint}, []observe.Event{
 			start(1), end(1, hint, "failure"),
@@ -253,7 +253,7 @@ func TestObserverBreakerWait(t *testing.T) {
 			}
 			checkEvents(t, ev.take(), []observe.Event{
 				{Kind: observe.BreakerWait, Name: "db", Elapsed: 3 * time.Second, Outcome: "rejected", Err: re.Err},
-				{Kind: observe.GiveUp, Name: "db", Reason: "circuit open", Err: re.Err},
+				{Kind: observe.GiveUp, Name: "db", Reason: "circuit-open", Err: re.Err},
 			})
 		})
 	})
@@ -269,7 +269,7 @@ func TestObserverBreakerWait(t *testing.T) {
 			// The call could not wait, and did not: a BreakerWait here would
 			// count a fail-fast rejection as a wait.
 			checkEvents(t, ev.take(), []observe.Event{
-				{Kind: observe.GiveUp, Name: "db", Reason: "circuit open", Err: re.Err},
+				{Kind: observe.GiveUp, Name: "db", Reason: "circuit-open", Err: re.Err},
 			})
 		})
 	})
@@ -281,7 +281,7 @@ func TestObserverBreakerWait(t *testing.T) {
 			err := p.Do(context.Background(), succeed)
 			re := checkStop(t, err, retry.CircuitOpen, 0)
 			checkEvents(t, ev.take(), []observe.Event{
-				{Kind: observe.GiveUp, Name: "db", Reason: "circuit open", Err: re.Err},
+				{Kind: observe.GiveUp, Name: "db", Reason: "circuit-open", Err: re.Err},
 			})
 		})
 	})

@@ -133,7 +133,7 @@ func TestLayerBuildsGuardsAndPolicy(t *testing.T) {
 	for _, want := range []string{
 		`level=WARN msg="httpretry: circuit breaker state change" host=h.example from=closed to=open`,
 		`level=DEBUG msg="retry: retrying" host=h.example retry.attempt=1 retry.delay=0s retry.error=down`,
-		`level=DEBUG msg="retry: giving up" host=h.example retry.reason="attempts exhausted" retry.attempts=2 retry.error=down`,
+		`level=DEBUG msg="retry: giving up" host=h.example retry.reason=attempts-exhausted retry.attempts=2 retry.error=down`,
 	} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())

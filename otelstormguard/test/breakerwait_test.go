@@ -47,7 +47,7 @@ func TestBreakerWait(t *testing.T) {
 			"stormguard.attempts{server.address=db,stormguard.outcome=failure}":                     1,
 			"stormguard.attempt.duration{server.address=db,stormguard.outcome=failure} count":       1,
 			"stormguard.attempt.duration{server.address=db,stormguard.outcome=failure} sum":         0,
-			"stormguard.give_ups{server.address=db,stormguard.give_up.reason=attempts exhausted}":   1,
+			"stormguard.give_ups{server.address=db,stormguard.give_up.reason=attempts-exhausted}":   1,
 			"stormguard.breaker.wait.duration{server.address=db,stormguard.outcome=admitted} count": 1,
 			"stormguard.breaker.wait.duration{server.address=db,stormguard.outcome=admitted} sum":   1,
 			"stormguard.attempts{server.address=db,stormguard.outcome=success}":                     1,

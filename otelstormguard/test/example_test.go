@@ -67,7 +67,7 @@ func Example_metrics() {
 	// Output:
 	// stormguard.attempts stormguard.outcome="failure": 3
 	// stormguard.retries stormguard.retry.delay_source="backoff": 2
-	// stormguard.give_ups stormguard.give_up.reason="attempts exhausted": 1
+	// stormguard.give_ups stormguard.give_up.reason="attempts-exhausted": 1
 }
 
 // Serve the metrics of every guard at /metrics in the Prometheus format,

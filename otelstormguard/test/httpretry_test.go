@@ -80,7 +80,7 @@ func TestHTTPAttemptsExhausted(t *testing.T) {
 			"stormguard.retries{" + a + ",stormguard.retry.delay_source=backoff}":           2,
 			"stormguard.retry.delay{" + a + ",stormguard.retry.delay_source=backoff} count": 2,
 			"stormguard.retry.delay{" + a + ",stormguard.retry.delay_source=backoff} sum":   0.6, // 200 ms + 400 ms
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts exhausted}":   1,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts-exhausted}":   1,
 		})
 
 		ended := s.spans.Ended()
@@ -119,7 +119,7 @@ func TestHTTPAttemptsExhausted(t *testing.T) {
 		wantEvents := []string{
 			"stormguard.retry stormguard.attempt=1 stormguard.retry.delay=0.2 stormguard.retry.delay_source=backoff",
 			"stormguard.retry stormguard.attempt=2 stormguard.retry.delay=0.4 stormguard.retry.delay_source=backoff",
-			"stormguard.give_up stormguard.attempts=3 stormguard.give_up.reason=attempts exhausted",
+			"stormguard.give_up stormguard.attempts=3 stormguard.give_up.reason=attempts-exhausted",
 		}
 		if !slices.Equal(events, wantEvents) {
 			t.Errorf("events on the call's span:\n%q\nwant\n%q", events, wantEvents)
@@ -131,7 +131,7 @@ func TestHTTPAttemptsExhausted(t *testing.T) {
 }
 
 // A retry the budget refuses: one attempt, no retry, one give-up with
-// reason "budget exhausted" (the budget refusal counter).
+// reason "budget-exhausted" (the budget refusal counter).
 func TestHTTPBudgetRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSDK(t)
@@ -156,7 +156,7 @@ func TestHTTPBudgetRefusal(t *testing.T) {
 			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                 2,
 			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":   2,
 			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":     0,
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=budget exhausted}": 2,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=budget-exhausted}": 2,
 		})
 		// Without a span of the caller's, each attempt span is a root span.
 		for _, sp := range s.spans.Ended() {
@@ -210,8 +210,8 @@ func TestHTTPBreakerOpenProbeClose(t *testing.T) {
 			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                                           2,
 			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":                             2,
 			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":                               0,
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts exhausted}":                         2,
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=circuit open}":                               1,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts-exhausted}":                         2,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=circuit-open}":                               1,
 			"stormguard.breaker.transitions{" + a + ",stormguard.breaker.from=closed,stormguard.breaker.to=open}": 1,
 		}
 		maps.Copy(want, state(0, 0, 1))
