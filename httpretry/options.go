@@ -265,6 +265,15 @@ func WithLogger(l *slog.Logger) Option {
 // every attempt, retry and give-up, waits behind an open breaker, and the
 // state changes of the hosts' breakers, each event named with its host.
 // nil means no observer, the default.
+//
+// If o also has a method
+//
+//	ObserveHTTP(req *http.Request, resp *http.Response, err error, elapsed time.Duration)
+//
+// (otelstormguard's Observer has: the HTTP semantic conventions' metric
+// and span attributes), the transport calls it after each request it hands
+// its base transport, with the request sent (its context the attempt's),
+// the response or error the base returned, and the time that took.
 func WithObserver(o observe.Observer) Option {
 	return option(func(c *config) error {
 		c.observer = o

@@ -36,10 +36,17 @@ import (
 // 503, 504, an in-progress 409), those of requests that may not be retried
 // included; any other answer is a success (the host answered).
 type Transport struct {
-	once  sync.Once
-	base  http.RoundTripper
-	cfg   config
-	hosts *hosts
+	once    sync.Once
+	base    http.RoundTripper
+	cfg     config
+	hosts   *hosts
+	httpObs httpObserver // the observer, if it observes HTTP requests; nil if not
+}
+
+// httpObserver is an observer that records each HTTP request the transport
+// sends (see [WithObserver]).
+type httpObserver interface {
+	ObserveHTTP(req *http.Request, resp *http.Response, err error, elapsed time.Duration)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -83,6 +90,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 			return err
 		}
 	}
+	t.httpObs, _ = c.observer.(httpObserver)
 	layer := &guards.Layer{Component: "httpretry", Label: "host", Schedule: c.schedule, Classify: classify,
 		Budget: c.budget, Breaker: c.breaker, Supply: c.guards, Logger: c.logger, Observer: c.observer,
 		Limit: c.limit, AttemptTimeout: c.attemptTimeout}
@@ -474,12 +482,23 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 		}
 	}
 	c.sends++
+	var start time.Time
+	if c.t.httpObs != nil {
+		start = time.Now()
+	}
 	resp, err := c.t.base.RoundTrip(r)
 	if err != nil || resp == nil {
+		err = baseResult(resp, err)
+		if h := c.t.httpObs; h != nil {
+			h.ObserveHTTP(r, nil, err, time.Since(start))
+		}
 		if cancel != nil {
 			cancel()
 		}
-		return nil, baseResult(resp, err)
+		return nil, err
+	}
+	if h := c.t.httpObs; h != nil {
+		h.ObserveHTTP(r, resp, nil, time.Since(start))
 	}
 	c.cur, c.curCancel = resp, cancel
 	return resp, nil

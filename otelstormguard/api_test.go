@@ -8,6 +8,7 @@ package otelstormguard_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -42,10 +43,16 @@ func TestNoopProviders(t *testing.T) {
 		{Kind: observe.BreakerWait, Outcome: "admitted"},
 		{Kind: observe.Admission, Outcome: "admitted"},
 	}
+	req, err := http.NewRequest(http.MethodGet, "https://pay.example/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := &http.Response{StatusCode: http.StatusServiceUnavailable}
 	if n := testing.AllocsPerRun(100, func() {
 		for _, e := range events {
 			obs.Observe(ctx, e)
 		}
+		obs.ObserveHTTP(req, resp, nil, time.Millisecond)
 	}); n != 0 {
 		t.Errorf("Observe with no-op providers: %v allocs, want 0", n)
 	}

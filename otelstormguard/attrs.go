@@ -78,6 +78,7 @@ const (
 	kindAdmission                         // Admission: outcome, reason
 	kindFleetTransition                   // FleetMode: from, to
 	kindFleetState                        // fleet mode gauge: mode
+	kindHTTP                              // an HTTP request: method, status, port, error type
 )
 
 // serverSide reports whether the Name of k's events names a server-side
@@ -91,7 +92,8 @@ const maxCachedAttempt = 32
 // labels identifies one attribute set of a dependency.
 type labels struct {
 	kind kind
-	n    int // attempt number (kindSpan)
+	n    int // attempt number (kindSpan); status code, 0 for none (kindHTTP)
+	port int // server port (kindHTTP)
 	a, b string
 }
 
@@ -109,6 +111,7 @@ type attrs struct {
 type dep struct {
 	client   []attribute.KeyValue // server.address[, server.port]
 	server   []attribute.KeyValue // stormguard.name
+	host     string               // server.address
 	spanKind trace.SpanKind
 
 	snap atomic.Pointer[map[labels]*attrs] // never modified once stored
@@ -119,6 +122,7 @@ func newDep(name string, spanKind trace.SpanKind) *dep {
 	d := &dep{spanKind: spanKind}
 	if name != "" {
 		host, port := splitHostPort(name)
+		d.host = host
 		d.client = append(d.client, semconv.ServerAddressKey.String(host))
 		if port > 0 {
 			d.client = append(d.client, semconv.ServerPortKey.Int(port))
@@ -182,6 +186,19 @@ func (d *dep) build(l labels) *attrs {
 		kvs = append(kvs, attrFleetFrom.String(l.a), attrFleetTo.String(l.b))
 	case kindFleetState:
 		kvs = append(kvs, attrFleetMode.String(l.a))
+	case kindHTTP:
+		// http.client.request.duration: the method, the server (its
+		// port always, the scheme's default if the URL has none), the
+		// status if one came, and error.type if the request failed (the
+		// status code from 400 on, else the error's type in b).
+		kvs = append(kvs[:0], semconv.HTTPRequestMethodKey.String(l.a),
+			semconv.ServerAddressKey.String(d.host), semconv.ServerPortKey.Int(l.port))
+		if l.n > 0 {
+			kvs = append(kvs, semconv.HTTPResponseStatusCodeKey.Int(l.n))
+		}
+		if et := httpErrorType(l.n, l.b); et != "" {
+			kvs = append(kvs, semconv.ErrorTypeKey.String(et))
+		}
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
 	return &attrs{

@@ -39,6 +39,18 @@
 //	stormguard.admission.retry_after      histogram  s             by stormguard.outcome, stormguard.admission.reason
 //	stormguard.fleet.mode.transitions     counter    {transition}  by stormguard.fleet.from, .to
 //	stormguard.fleet.mode                 gauge      {mode}        by stormguard.fleet.mode (1 current, 0 other)
+//	http.client.request.duration          histogram  s             HTTP requests sent (httpretry's attempts)
+//
+// http.client.request.duration is the HTTP semantic conventions' metric:
+// one recording per request the transport sends (each attempt, and a
+// resend after a credentials refresh), with http.request.method (a method
+// the conventions do not know is "_OTHER"), server.address, server.port
+// (the scheme's default if the URL has none), http.response.status_code if
+// a response came, and error.type if the request failed (the status code
+// from 400 on, else the error's type), in the buckets the conventions
+// advise. httpretry records it through [Observer.ObserveHTTP]. With
+// otelhttp as the base transport too, the same metric comes twice, under
+// two instrumentation scopes: drop one with a View.
 //
 // The attributes of stormguard's own, for what the semantic conventions
 // have no name for:
@@ -70,12 +82,21 @@
 // by [Observer.TagAttempt] as a child of the span in the caller's context
 // and ended when the attempt ends. It carries server.address, server.port,
 // stormguard.attempt (1 for the first), http.request.resend_count (attempt
-// − 1, from the second attempt on), stormguard.outcome and, for a failed
-// attempt, error.type (the HTTP status code, or the error's type) and the
-// status Error with the error's message. Its kind is INTERNAL by default,
-// so that an HTTP or gRPC client span made below it (otelhttp or otelgrpc
-// as the base transport) stays the one CLIENT span of the attempt
-// ([WithAttemptSpanKind] changes it).
+// − 1, from the second attempt on only), stormguard.outcome and, for a
+// failed attempt, error.type (the HTTP status code, or the error's type)
+// and the status Error with the error's message. An HTTP attempt (httpretry)
+// also carries http.request.method (and http.request.method_original for
+// a method the conventions do not know), url.full (user and password
+// replaced by REDACTED, as are the values of the query keys the
+// conventions name: AWSAccessKeyId, Signature, sig, X-Goog-Signature),
+// http.response.status_code, and error.type with the status Error for a
+// status from 400 on. Its kind is CLIENT: each attempt is the client span
+// of the request it sends, as the conventions ask of resends. With otelhttp
+// or otelgrpc as the base transport, which make a CLIENT span of their own,
+// choose INTERNAL ([WithAttemptSpanKind]).
+//
+// The meter and the tracer are the instrumentation scope [ScopeName] with
+// the module's version (see ScopeName).
 //
 // The loop's decisions are events on the caller's span, the span in the
 // context the call was made with: "stormguard.retry" (the failed attempt,
@@ -95,7 +116,7 @@
 // the OpenTelemetry API) are recognised and cost no more than the event
 // seam itself. The observer never logs.
 //
-// At most [DefaultMaxDependencies] distinct names ([WithMaxDependencies])
+// At most 1024 distinct names ([WithMaxDependencies])
 // are kept; the events of further names are reported with the name
 // "_OTHER", so that a client that calls arbitrary hosts cannot grow the
 // observer's memory or the metrics' cardinality without bound.

@@ -19,12 +19,16 @@ import (
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer the
-// observer uses.
+// observer uses: the module's path. The scope's version is the module's
+// version in the program's build information (debug.ReadBuildInfo), the
+// release the program requires; in a program built from the module's
+// source (a workspace, a replace by a directory) or without build
+// information, the version the source is released as (v0.1.0).
 const ScopeName = "github.com/stormguard/stormguard/otelstormguard"
 
-// DefaultMaxDependencies is the number of distinct dependencies (event
+// defaultMaxDependencies is the number of distinct dependencies (event
 // names) an [Observer] keeps attribute sets for by default.
-const DefaultMaxDependencies = 1024
+const defaultMaxDependencies = 1024
 
 // Option configures [NewObserver]. Options are immutable and safe to share.
 type Option func(*config)
@@ -53,11 +57,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithAttemptSpanKind sets the kind of the attempt spans. The default,
-// [trace.SpanKindInternal], suits a stack where the protocol's own
-// instrumentation (otelhttp, otelgrpc as the base transport) makes the
-// client span of each attempt under it; use [trace.SpanKindClient] when
-// the attempt spans are the only spans of the calls. An invalid kind
-// means the default.
+// [trace.SpanKindClient], makes each attempt span the client span of the
+// request it sends, as the semantic conventions ask of a resend (one
+// CLIENT span per physical request). Use [trace.SpanKindInternal] when the
+// protocol's own instrumentation (otelhttp, otelgrpc as the base
+// transport) makes a client span of its own under each attempt, so that
+// each request has one CLIENT span. An invalid kind means the default.
 func WithAttemptSpanKind(k trace.SpanKind) Option {
 	return func(c *config) { c.spanKind = k }
 }
@@ -65,7 +70,7 @@ func WithAttemptSpanKind(k trace.SpanKind) Option {
 // WithMaxDependencies bounds the number of distinct dependencies (event
 // names) the observer keeps attribute sets and gauge states for; the
 // events of any further name are reported with the name "_OTHER". n <= 0
-// means [DefaultMaxDependencies].
+// means 1024.
 func WithMaxDependencies(n int) Option {
 	return func(c *config) { c.maxDeps = n }
 }
@@ -89,6 +94,7 @@ type Observer struct {
 
 	attempts, retries, giveUps               metric.Int64Counter
 	attemptDuration, retryDelay, breakerWait metric.Float64Histogram
+	httpDuration                             metric.Float64Histogram
 	breakerTransitions, fleetTransitions     metric.Int64Counter
 	idemOutcomes, admissionDecisions         metric.Int64Counter
 	idemStoreDuration, admissionRetryAfter   metric.Float64Histogram
@@ -107,9 +113,11 @@ var (
 )
 
 // Histogram bucket boundaries, in seconds: the HTTP semantic conventions'
-// request duration buckets for the durations of attempts and store calls,
-// and a longer range for delays (backoffs, Retry-After, breaker waits).
+// advice for http.client.request.duration; the same with a bucket for 0
+// for the durations of attempts and store calls; and a longer range for
+// delays (backoffs, Retry-After, breaker waits).
 var (
+	httpBuckets     = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 	durationBuckets = []float64{0, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 	delayBuckets    = []float64{0, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
 )
@@ -126,7 +134,7 @@ var (
 // the two state gauges; [Observer.Close] unregisters it. It returns an
 // error if the meter provider refuses an instrument.
 func NewObserver(opts ...Option) (*Observer, error) {
-	c := config{spanKind: trace.SpanKindInternal, maxDeps: DefaultMaxDependencies}
+	c := config{spanKind: trace.SpanKindClient, maxDeps: defaultMaxDependencies}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c)
@@ -139,10 +147,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		c.tp = otel.GetTracerProvider()
 	}
 	if c.maxDeps <= 0 {
-		c.maxDeps = DefaultMaxDependencies
+		c.maxDeps = defaultMaxDependencies
 	}
 	if c.spanKind < trace.SpanKindInternal || c.spanKind > trace.SpanKindConsumer {
-		c.spanKind = trace.SpanKindInternal
+		c.spanKind = trace.SpanKindClient
 	}
 	o := &Observer{
 		deps:          newDeps(c.maxDeps, c.spanKind),
@@ -151,11 +159,11 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	}
 	if _, noop := c.tp.(tracenoop.TracerProvider); !noop {
 		o.traces = true
-		o.tracer = c.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))
+		o.tracer = c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(version), trace.WithSchemaURL(semconv.SchemaURL))
 	}
 	if _, noop := c.mp.(metricnoop.MeterProvider); !noop {
 		o.metrics = true
-		if err := o.instruments(c.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))); err != nil {
+		if err := o.instruments(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(version), metric.WithSchemaURL(semconv.SchemaURL))); err != nil {
 			return nil, err
 		}
 	}
@@ -182,6 +190,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 	}
 	o.attempts = counter("stormguard.attempts", "{attempt}", "Attempts made, by outcome.")
 	o.attemptDuration = histogram("stormguard.attempt.duration", "Duration of attempts, by outcome.", durationBuckets)
+	o.httpDuration = histogram("http.client.request.duration", "Duration of HTTP client requests.", httpBuckets)
 	o.retries = counter("stormguard.retries", "{retry}", "Retries decided, by what set the delay.")
 	o.retryDelay = histogram("stormguard.retry.delay", "Delay slept before a retry, by what set it.", delayBuckets)
 	o.giveUps = counter("stormguard.give_ups", "{call}", "Calls that ended without success, by reason (a budget refusal is reason \"budget-exhausted\").")

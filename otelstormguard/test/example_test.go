@@ -112,7 +112,7 @@ func Example_prometheus() {
 		}
 	}
 	// Output:
-	// stormguard_attempts_total{otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="",server_address="payments",stormguard_outcome="failure"} 1
-	// stormguard_attempts_total{otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="",server_address="payments",stormguard_outcome="success"} 1
-	// stormguard_retries_total{otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="",server_address="payments",stormguard_retry_delay_source="backoff"} 1
+	// stormguard_attempts_total{otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="v0.1.0",server_address="payments",stormguard_outcome="failure"} 1
+	// stormguard_attempts_total{otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="v0.1.0",server_address="payments",stormguard_outcome="success"} 1
+	// stormguard_retries_total{otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="v0.1.0",server_address="payments",stormguard_retry_delay_source="backoff"} 1
 }

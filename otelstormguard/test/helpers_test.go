@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -51,15 +53,36 @@ func newSDK(t testing.TB, opts ...otelstormguard.Option) *sdk {
 	return &sdk{obs: obs, reader: reader, spans: spans, tracer: tp.Tracer("test")}
 }
 
-// series collects the metrics and flattens them to one value per series:
-// "name{k=v,...}" for counters and gauges, and "name{...} count" and
-// "name{...} sum" for histograms.
-func (s *sdk) series(t testing.TB) map[string]float64 {
+// collect collects the metrics.
+func (s *sdk) collect(t testing.TB) metricdata.ResourceMetrics {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := s.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
+	return rm
+}
+
+// metric collects the metrics and returns the one named name.
+func (s *sdk) metric(t testing.TB, name string) metricdata.Metrics {
+	t.Helper()
+	for _, sm := range s.collect(t).ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m
+			}
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return metricdata.Metrics{}
+}
+
+// series collects the metrics and flattens them to one value per series:
+// "name{k=v,...}" for counters and gauges, and "name{...} count" and
+// "name{...} sum" for histograms.
+func (s *sdk) series(t testing.TB) map[string]float64 {
+	t.Helper()
+	rm := s.collect(t)
 	out := map[string]float64{}
 	key := func(name string, set attribute.Set) string {
 		return name + "{" + set.Encoded(attribute.DefaultEncoder()) + "}"
@@ -181,4 +204,20 @@ func fmtAttrs(m map[string]string) string {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// releaseVersion is the version every module is released as, the
+// Makefile's RELEASE_VERSION: the scope's version in a test binary, whose
+// build information lists no release of otelstormguard.
+func releaseVersion(t testing.TB) string {
+	t.Helper()
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^RELEASE_VERSION \?= (v\S+)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("no RELEASE_VERSION in the Makefile")
+	}
+	return string(m[1])
 }

@@ -50,9 +50,10 @@ func get(t testing.TB, ctx context.Context, rt http.RoundTripper, url string) (i
 	return resp.StatusCode, nil
 }
 
-// A call that fails three times and gives up: three attempt spans under the
-// caller's span (resend counts absent, 1, 2), two retries and the give-up
-// as events on the caller's span, and the exact counts.
+// A call that fails three times and gives up: three CLIENT attempt spans
+// under the caller's span with the HTTP attributes (resend counts absent,
+// 1, 2), two retries and the give-up as events on the caller's span, and
+// the exact counts, http.client.request.duration's among them.
 func TestHTTPAttemptsExhausted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSDK(t)
@@ -74,13 +75,15 @@ func TestHTTPAttemptsExhausted(t *testing.T) {
 
 		a := srv.attrs()
 		checkSeries(t, s.series(t), map[string]float64{
-			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                     3,
-			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":       3,
-			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":         0, // the synctest bubble's clock stands still during an attempt
-			"stormguard.retries{" + a + ",stormguard.retry.delay_source=backoff}":           2,
-			"stormguard.retry.delay{" + a + ",stormguard.retry.delay_source=backoff} count": 2,
-			"stormguard.retry.delay{" + a + ",stormguard.retry.delay_source=backoff} sum":   0.6, // 200 ms + 400 ms
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts-exhausted}":   1,
+			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                                                          3,
+			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":                                            3,
+			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":                                              0, // the synctest bubble's clock stands still during an attempt
+			"stormguard.retries{" + a + ",stormguard.retry.delay_source=backoff}":                                                2,
+			"stormguard.retry.delay{" + a + ",stormguard.retry.delay_source=backoff} count":                                      2,
+			"stormguard.retry.delay{" + a + ",stormguard.retry.delay_source=backoff} sum":                                        0.6, // 200 ms + 400 ms
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts-exhausted}":                                        1,
+			"http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503," + a + "} count": 3,
+			"http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503," + a + "} sum":   0,
 		})
 
 		ended := s.spans.Ended()
@@ -93,14 +96,15 @@ func TestHTTPAttemptsExhausted(t *testing.T) {
 		}
 		for i, sp := range ended[:3] {
 			n := i + 1
-			if sp.Name() != "stormguard.attempt" || sp.SpanKind() != trace.SpanKindInternal ||
+			if sp.Name() != "stormguard.attempt" || sp.SpanKind() != trace.SpanKindClient ||
 				sp.Parent().SpanID() != callSpan.SpanContext().SpanID() || sp.SpanContext().TraceID() != callSpan.SpanContext().TraceID() {
-				t.Errorf("attempt %d: span %q kind %v parent %v, want stormguard.attempt, internal, under the call", n, sp.Name(), sp.SpanKind(), sp.Parent().SpanID())
+				t.Errorf("attempt %d: span %q kind %v parent %v, want stormguard.attempt, client, under the call", n, sp.Name(), sp.SpanKind(), sp.Parent().SpanID())
 			}
 			got := spanAttrs(sp.Attributes())
 			want := map[string]string{
 				"server.address": got["server.address"], "server.port": got["server.port"],
 				"stormguard.attempt": strconv.Itoa(n), "stormguard.outcome": "failure", "error.type": "503",
+				"http.request.method": "GET", "http.response.status_code": "503", "url.full": srv.URL,
 			}
 			if n > 1 {
 				want["http.request.resend_count"] = strconv.Itoa(n - 1)
@@ -153,10 +157,12 @@ func TestHTTPBudgetRefusal(t *testing.T) {
 		}
 		a := srv.attrs()
 		checkSeries(t, s.series(t), map[string]float64{
-			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                 2,
-			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":   2,
-			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":     0,
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=budget-exhausted}": 2,
+			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                                                          2,
+			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":                                            2,
+			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":                                              0,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=budget-exhausted}":                                          2,
+			"http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503," + a + "} count": 2,
+			"http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503," + a + "} sum":   0,
 		})
 		// Without a span of the caller's, each attempt span is a root span.
 		for _, sp := range s.spans.Ended() {
@@ -207,12 +213,14 @@ func TestHTTPBreakerOpenProbeClose(t *testing.T) {
 			t.Fatalf("GET with the breaker open: %v after %d requests, want CircuitOpen after 2", err, srv.hits.Load())
 		}
 		want := map[string]float64{
-			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                                           2,
-			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":                             2,
-			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":                               0,
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts-exhausted}":                         2,
-			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=circuit-open}":                               1,
-			"stormguard.breaker.transitions{" + a + ",stormguard.breaker.from=closed,stormguard.breaker.to=open}": 1,
+			"stormguard.attempts{" + a + ",stormguard.outcome=failure}":                                                          2,
+			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} count":                                            2,
+			"stormguard.attempt.duration{" + a + ",stormguard.outcome=failure} sum":                                              0,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=attempts-exhausted}":                                        2,
+			"stormguard.give_ups{" + a + ",stormguard.give_up.reason=circuit-open}":                                              1,
+			"stormguard.breaker.transitions{" + a + ",stormguard.breaker.from=closed,stormguard.breaker.to=open}":                1,
+			"http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503," + a + "} count": 2,
+			"http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503," + a + "} sum":   0,
 		}
 		maps.Copy(want, state(0, 0, 1))
 		checkSeries(t, s.series(t), want)
@@ -230,6 +238,8 @@ func TestHTTPBreakerOpenProbeClose(t *testing.T) {
 			"stormguard.attempt.duration{" + a + ",stormguard.outcome=success} sum":                                    0,
 			"stormguard.breaker.transitions{" + a + ",stormguard.breaker.from=open,stormguard.breaker.to=half-open}":   1,
 			"stormguard.breaker.transitions{" + a + ",stormguard.breaker.from=half-open,stormguard.breaker.to=closed}": 1,
+			"http.client.request.duration{http.request.method=GET,http.response.status_code=200," + a + "} count":      1,
+			"http.client.request.duration{http.request.method=GET,http.response.status_code=200," + a + "} sum":        0,
 		})
 		maps.Copy(want, state(1, 0, 0))
 		checkSeries(t, s.series(t), want)

@@ -87,7 +87,7 @@ func TestPrometheusScrape(t *testing.T) {
 		body, _ := io.ReadAll(rec.Body)
 		var lines []string
 		for line := range strings.Lines(string(body)) {
-			if strings.Contains(line, "stormguard_") {
+			if strings.Contains(line, "stormguard_") || strings.Contains(line, "http_client_request_duration") {
 				lines = append(lines, strings.TrimSuffix(line, "\n"))
 			}
 		}
@@ -96,7 +96,7 @@ func TestPrometheusScrape(t *testing.T) {
 
 		host, port := strings.TrimPrefix(srv.URL, "http://"), ""
 		host, port = host[:strings.LastIndexByte(host, ':')], host[strings.LastIndexByte(host, ':')+1:]
-		scope := `otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="",`
+		scope := `otel_scope_name="github.com/stormguard/stormguard/otelstormguard",otel_scope_schema_url="https://opentelemetry.io/schemas/1.43.0",otel_scope_version="` + releaseVersion(t) + `",`
 		dep := `server_address="` + host + `",server_port="` + port + `"`
 		for _, want := range []string{
 			`stormguard_attempts_total{` + scope + dep + `,stormguard_outcome="failure"} 4`,
@@ -113,6 +113,8 @@ func TestPrometheusScrape(t *testing.T) {
 			`stormguard_admission_decisions_total{` + scope + `stormguard_name="checkout",stormguard_outcome="admitted"} 2`,
 			`stormguard_admission_decisions_total{` + scope + `stormguard_admission_reason="retry-refused",stormguard_name="checkout",stormguard_outcome="shed-retry"} 1`,
 			`stormguard_admission_retry_after_seconds_sum{` + scope + `stormguard_admission_reason="retry-refused",stormguard_name="checkout",stormguard_outcome="shed-retry"} 1`,
+			`http_client_request_duration_seconds_count{error_type="503",http_request_method="GET",http_response_status_code="503",` + scope + dep + `} 4`,
+			`http_client_request_duration_seconds_count{http_request_method="GET",http_response_status_code="200",` + scope + dep + `} 1`,
 		} {
 			if !strings.Contains(text+"\n", want+"\n") {
 				t.Errorf("/metrics lacks the line\n%s", want)
