@@ -98,7 +98,7 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 	fs.intVar(&c.Queue, "queue", 0, 100_000, "requests that may wait for the provider; it serves them even if their client gave up")
 	fs.durationVar(&c.Work, "work", 0, 10*time.Second, "time the provider spends on a request")
 	fs.durationVar(&c.Timeout, "attempt-timeout", 0, time.Minute, "how long a client waits for one attempt's answer, both clients (0: no limit)")
-	fs.StringVar(&c.Metrics, "metrics", "", "serve the stormguard transports' metrics for Prometheus at ADDR/metrics while the demo runs (e.g. :9464)")
+	fs.StringVar(&c.Metrics, "metrics", "", "serve the demo's metrics for Prometheus at http://`ADDR`/metrics from the start, and after the runs until Ctrl-C (e.g. :9464)")
 	fs.StringVar(&page, "serve", "", "serve a page that draws the runs as they happen at http://`ADDR`/ (e.g. localhost:8080)")
 	fs.BoolVar(&wide, "wide", false, "print every figure as a table after the headline (wider than 100 columns)")
 	out.register(fs)

@@ -3,17 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
-	"github.com/stormguard/stormguard/httpretry"
 )
 
 // TestDemoSmall runs the live demo for a fraction of a second. It checks
@@ -167,46 +163,6 @@ func TestPercent(t *testing.T) {
 		if got := percent(tt.x); got != tt.want {
 			t.Errorf("percent(%v) = %q, want %q", tt.x, got, tt.want)
 		}
-	}
-}
-
-// TestDemoMetrics serves the transports' metrics while the demo runs: a
-// scrape after the run finds the retry metrics with the provider's host.
-func TestDemoMetrics(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	opt, stop, err := serveMetrics(mustListen(t, addr))
-	if err != nil || opt == nil {
-		t.Fatalf("serveMetrics = %v", err)
-	}
-	defer stop()
-	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer provider.Close()
-	tr, err := httpretry.NewTransport(nil, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := (&http.Client{Transport: tr}).Get(provider.URL); err != nil {
-		t.Fatal(err)
-	} else {
-		resp.Body.Close()
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "stormguard_attempts") {
-		t.Errorf("GET /metrics = %d, want 200 with the attempts of the request made:\n%s", resp.StatusCode, body)
-	}
-	code, _, errs := runCLI(t, "demo", "--metrics", "256.0.0.1:1")
-	if code != 2 || !strings.Contains(errs, "-metrics") {
-		t.Errorf("demo --metrics on a bad address: exit %d, stderr %q; want 2 naming the flag", code, errs)
 	}
 }
 

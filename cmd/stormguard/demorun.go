@@ -39,9 +39,13 @@ type demoRun struct {
 }
 
 // demoRuns returns the runs of the demo, in order: a naive client, then
-// stormguard's transports. Their clients send through base.
-func demoRuns(c demoConfig, opts []httpretry.Option, base http.RoundTripper) []demoRun {
-	plain := &http.Client{Transport: base, Timeout: c.Timeout}
+// stormguard's transports. Their clients send through base (the naive
+// client through plainBase, if not nil).
+func demoRuns(c demoConfig, opts []httpretry.Option, base, plainBase http.RoundTripper) []demoRun {
+	if plainBase == nil {
+		plainBase = base
+	}
+	plain := &http.Client{Transport: plainBase, Timeout: c.Timeout}
 	naive := func(url string, _ int, _ *guardWatch) live.Call {
 		return live.Naive(plain, url, c.NaiveEvery, c.NaiveTries)
 	}
@@ -89,30 +93,36 @@ func demoRuns(c demoConfig, opts []httpretry.Option, base http.RoundTripper) []d
 // runDemo runs the demo's runs one after another and writes the result,
 // serving the metrics on metrics and the live page on page if they are not
 // nil. Ctrl-C (or the end of e's context) stops it with errInterrupted;
-// after the runs, with a page, it serves the page until then and returns
-// nil.
+// after the runs, with a page or metrics, it serves them until then and
+// returns nil.
 func runDemo(c demoConfig, out demoOutput, opts []httpretry.Option, metrics, page net.Listener, e *env) error {
 	ctx, stop := signal.NotifyContext(e.context(), os.Interrupt)
 	defer stop()
-	if metrics != nil {
-		opt, stopMetrics, err := serveMetrics(metrics)
-		if err != nil {
-			_ = metrics.Close()
-			return err
-		}
-		defer stopMetrics()
-		opts = append(opts, opt)
-		fmt.Fprintf(e.stderr, "serving metrics at http://%s/metrics\n", metrics.Addr())
-	}
 	base := &http.Transport{MaxIdleConns: maxDemoConns, MaxIdleConnsPerHost: maxDemoConns, MaxConnsPerHost: maxDemoConns,
 		IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
-	runs := demoRuns(c, opts, base)
+	var m *demoMetrics
+	var plainBase http.RoundTripper
+	if metrics != nil {
+		m = serveMetrics(metrics)
+		defer m.stop()
+		opts = append(opts, httpretry.WithObserver(m.observer()))
+		plainBase = m.observed(base)
+	}
+	runs := demoRuns(c, opts, base, plainBase)
 	names := make([]string, len(runs))
 	for i, r := range runs {
 		names[i] = r.name
 	}
 	b := newBoard(c, names)
+	var metricsURL string
+	if m != nil {
+		if err := m.setRuns(b); err != nil {
+			return err
+		}
+		metricsURL = pageURL(metrics.Addr()) + "metrics"
+		fmt.Fprintf(e.stderr, "serving metrics at %s, each run's series labelled stormguard_run, until Ctrl-C\n", metricsURL)
+	}
 	var url string
 	if page != nil {
 		defer servePage(page, b)()
@@ -136,10 +146,16 @@ func runDemo(c demoConfig, out demoOutput, opts []httpretry.Option, metrics, pag
 	if err := emit(e, out.output, res, func(file string) error { return demoChart(res, file) }); err != nil {
 		return err
 	}
-	if page == nil {
+	switch {
+	case page != nil && m != nil:
+		fmt.Fprintf(e.stderr, "the page stays up at %s and the metrics at %s until Ctrl-C\n", url, metricsURL)
+	case page != nil:
+		fmt.Fprintf(e.stderr, "the page stays up at %s until Ctrl-C\n", url)
+	case m != nil:
+		fmt.Fprintf(e.stderr, "the metrics stay up at %s until Ctrl-C\n", metricsURL)
+	default:
 		return nil
 	}
-	fmt.Fprintf(e.stderr, "the page stays up at %s until Ctrl-C\n", url)
 	<-ctx.Done()
 	return nil
 }
