@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stormguard/stormguard/admission"
@@ -154,10 +155,13 @@ func ExampleIdempotencyKey() {
 
 // A client and a server: a payment handler behind the idempotency
 // middleware, and a client that retries it safely with one key per
-// payment. The README shows this program.
+// payment. The first answer is lost on its way back (the connection drops
+// after the payment went through); the client sends the payment again
+// with the same key, and the server replays the stored answer instead of
+// charging twice. The README shows this program.
 func Example_clientAndServer() {
-	// Server: a retried POST with the same Idempotency-Key is answered
-	// from the stored response; the handler runs once.
+	// Server: a retried POST with the same Idempotency-Key is answered from
+	// the stored response; the handler runs once.
 	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{}) // or pgstore / redisstore
 	if err != nil {
 		panic(err)
@@ -167,19 +171,25 @@ func Example_clientAndServer() {
 	if err != nil {
 		panic(err)
 	}
-	charges := 0
-	srv := httptest.NewServer(guard.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		charges++
+	var charges, arrivals atomic.Int32
+	pay := guard.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		charges.Add(1)
 		w.WriteHeader(http.StatusCreated)
-	})))
+	}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrivals.Add(1) == 1 { // the payment goes through, but its answer is lost: the connection drops
+			pay.ServeHTTP(httptest.NewRecorder(), r)
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+			return
+		}
+		pay.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
 
-	// Client: 3 attempts, full jitter, a retry budget and a breaker per
-	// host, one deadline for everything, one key per payment.
-	client, err := httpretry.NewClient(
-		httpretry.WithTimeout(10*time.Second),
-		httpretry.WithAutoIdempotencyKey(),
-	)
+	// Client: 3 attempts, full jitter, a retry budget and a breaker per host,
+	// one deadline for everything, one key per payment.
+	client, err := httpretry.NewClient(httpretry.WithTimeout(10*time.Second), httpretry.WithAutoIdempotencyKey())
 	if err != nil {
 		panic(err)
 	}
@@ -189,7 +199,8 @@ func Example_clientAndServer() {
 	if err != nil {
 		panic(err)
 	}
-	_ = resp.Body.Close()
-	fmt.Println(resp.StatusCode, "key sent:", httpretry.IdempotencyKey(resp, nil) != "", "charges:", charges)
-	// Output: 201 key sent: true charges: 1
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, "replayed:", resp.Header.Get("Idempotent-Replayed") == "true",
+		"charges:", charges.Load(), "arrivals:", arrivals.Load())
+	// Output: 201 replayed: true charges: 1 arrivals: 2
 }
