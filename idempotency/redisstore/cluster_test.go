@@ -103,6 +103,7 @@ func (n *clusterNode) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port)
 // until it answers; it is killed when the test ends.
 func (n *clusterNode) start() {
 	n.t.Helper()
+	expectRefusedDials(n.addr()) // the node is killed, by a test or at its end, with clients about
 	n.cmd = exec.Command(n.serverPath, "--port", strconv.Itoa(n.port), "--cluster-port", strconv.Itoa(n.bus),
 		"--bind", "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout/time.Millisecond)),
