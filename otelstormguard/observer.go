@@ -232,7 +232,8 @@ type attemptSpanKey struct{}
 
 // TagAttempt starts the span of an attempt (e.Kind AttemptStart) as a
 // child of the span in ctx and returns the context that carries it. The
-// span is named "stormguard.attempt"; it has server.address and
+// span is named "stormguard.attempt", of kind CLIENT unless
+// [WithAttemptSpanKind] says otherwise; it has server.address and
 // server.port (the dependency), stormguard.attempt (the attempt number)
 // and, on every attempt after the first, http.request.resend_count
 // (attempt - 1). The AttemptEnd event of the attempt ends it. For any other

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -164,13 +163,4 @@ func TestPercent(t *testing.T) {
 			t.Errorf("percent(%v) = %q, want %q", tt.x, got, tt.want)
 		}
 	}
-}
-
-func mustListen(t *testing.T, addr string) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
 }
