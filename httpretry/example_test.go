@@ -162,10 +162,7 @@ func ExampleIdempotencyKey() {
 func Example_clientAndServer() {
 	// Server: a retried POST with the same Idempotency-Key is answered from
 	// the stored response; the handler runs once.
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{}) // or pgstore / redisstore
-	if err != nil {
-		panic(err)
-	}
+	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{}) // or pgstore / redisstore
 	guard, err := idempotency.NewMiddleware(store,
 		idempotency.WithScope(func(r *http.Request) (string, error) { return r.Header.Get("X-Merchant"), nil }))
 	if err != nil {
