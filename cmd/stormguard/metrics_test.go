@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"os"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -171,7 +171,7 @@ func checkDashboard(t *testing.T, scraped string) {
 					continue // a function, an operator, a range
 				}
 				metrics++
-				lines := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{.*$`).FindAllString(scraped, -1)
+				lines := regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`\{.*$`).FindAllString(scraped, -1)
 				if len(lines) == 0 {
 					t.Errorf("dashboard panel %q: the demo exports no %s", p.Title, name)
 					continue
