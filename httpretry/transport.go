@@ -43,12 +43,6 @@ type Transport struct {
 	httpObs httpObserver // the observer, if it observes HTTP requests; nil if not
 }
 
-// httpObserver is an observer that records each HTTP request the transport
-// sends (see [WithObserver]).
-type httpObserver interface {
-	ObserveHTTP(req *http.Request, resp *http.Response, err error, elapsed time.Duration)
-}
-
 var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a Transport sending through base; a nil base means
@@ -482,23 +476,12 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 		}
 	}
 	c.sends++
-	var start time.Time
-	if c.t.httpObs != nil {
-		start = time.Now()
-	}
-	resp, err := c.t.base.RoundTrip(r)
-	if err != nil || resp == nil {
-		err = baseResult(resp, err)
-		if h := c.t.httpObs; h != nil {
-			h.ObserveHTTP(r, nil, err, time.Since(start))
-		}
+	resp, err := c.t.roundTrip(r)
+	if err != nil {
 		if cancel != nil {
 			cancel()
 		}
 		return nil, err
-	}
-	if h := c.t.httpObs; h != nil {
-		h.ObserveHTTP(r, resp, nil, time.Since(start))
 	}
 	c.cur, c.curCancel = resp, cancel
 	return resp, nil
