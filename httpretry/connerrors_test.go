@@ -302,16 +302,41 @@ func cancelChannelError(t *testing.T) error {
 
 // refusal returns the error of a request to a live server, edited by
 // edit, that net/http refuses to send.
+//
+// A refusal net/http notices only while it writes the request (a body
+// shorter than its ContentLength, a control character in the URL) may come
+// back instead as the read error of the connection it then closes (a
+// different error, a broken connection, rightly retryable), depending on
+// which of the transport's loops answers first; so the request is made
+// again until the refusal itself is what comes back.
 func refusal(edit func(r *http.Request)) func(t *testing.T) error {
 	return func(t *testing.T) error {
 		t.Helper()
 		srv := countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-		base := &http.Transport{}
-		t.Cleanup(base.CloseIdleConnections)
-		req := newRequest(t, context.Background(), "GET", srv.URL, nil)
-		edit(req)
-		return roundTripError(t, base, req)
+		return untilRefused(t, func(base *http.Transport) error {
+			req := newRequest(t, context.Background(), "GET", srv.URL, nil)
+			edit(req)
+			return roundTripError(t, base, req)
+		})
 	}
+}
+
+// untilRefused returns the error send gets from a new transport, sent
+// again while it is the read error of a broken connection (see refusal).
+func untilRefused(t *testing.T, send func(base *http.Transport) error) error {
+	t.Helper()
+	var err error
+	for range 50 {
+		base := &http.Transport{}
+		err = send(base)
+		base.CloseIdleConnections()
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "read" {
+			return err
+		}
+	}
+	t.Fatalf("50 tries, each a broken connection, never net/http's refusal; last error: %v", err)
+	return nil
 }
 
 func redirectLimitError(t *testing.T) error {
@@ -342,9 +367,10 @@ func invalidHostThroughProxyError(t *testing.T) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := &http.Transport{Proxy: http.ProxyURL(proxy)}
-	t.Cleanup(base.CloseIdleConnections)
-	req := newRequest(t, context.Background(), "GET", "http://example.test/", nil)
-	req.Host = "a b"
-	return roundTripError(t, base, req)
+	return untilRefused(t, func(base *http.Transport) error {
+		base.Proxy = http.ProxyURL(proxy)
+		req := newRequest(t, context.Background(), "GET", "http://example.test/", nil)
+		req.Host = "a b"
+		return roundTripError(t, base, req)
+	})
 }
