@@ -96,7 +96,11 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		}
 	case <-done:
 		o = Canceled
-		d.deadline = false
+		// The context ends at the caller's deadline too, at the same
+		// moment as the timer set for it: which of the two this select
+		// sees is chance. A context that ended at or after the deadline
+		// is the deadline's drop; one canceled before it, a caller gone.
+		d.deadline = d.deadline && !c.now().Before(dl)
 	}
 	timer.Stop()
 	if o != Admitted {
