@@ -1,5 +1,5 @@
 // Package backoff computes how long to wait before a retry: capped exponential
-// backoff with jitter.
+// backoff with jitter, or a constant or linear schedule.
 //
 // For retry n (n = 1 is the first retry, not the first attempt), base b and
 // cap c, let exp(n) = min(c, b·2^n). The strategies are
@@ -8,8 +8,13 @@
 //	FullJitter    U[0,1) · exp(n)                         (the default)
 //	EqualJitter   exp(n)/2 + U[0,1) · exp(n)/2
 //	Decorrelated  min(c, b + U[0,1) · (prev·3 − b))       prev starts at b
+//	Constant      b
+//	Linear        min(c, b·n)
 //
-// where prev is the previous computed delay. A cap is always in force: no
+// where prev is the previous computed delay. Constant and Linear, the
+// fixed schedules users of other libraries reach for first, have no jitter:
+// clients that failed together retry together, so pair them with a retry
+// budget, or prefer a jittered strategy. A cap is always in force: no
 // strategy ever returns more than c, whatever n is.
 //
 // A [Config] is plain data whose zero fields take the defaults (full jitter,
@@ -44,6 +49,12 @@ const (
 	// Decorrelated grows from the previous delay instead of the retry number:
 	// min(cap, base + U·(prev·3 − base)).
 	Decorrelated
+	// Constant sleeps exactly base before every retry (a Cap below it is
+	// an error, as for every strategy). No jitter.
+	Constant
+	// Linear sleeps base·n before retry n, up to the cap: base, 2·base,
+	// 3·base, ... No jitter.
+	Linear
 
 	numStrategies
 )
@@ -53,10 +64,12 @@ var strategyNames = [numStrategies]string{
 	NoJitter:     "none",
 	EqualJitter:  "equal",
 	Decorrelated: "decorrelated",
+	Constant:     "constant",
+	Linear:       "linear",
 }
 
 // String returns the strategy's short name ("none", "full", "equal",
-// "decorrelated"), or "Strategy(N)" for an unknown value.
+// "decorrelated", "constant", "linear"), or "Strategy(N)" for an unknown value.
 func (s Strategy) String() string {
 	if s < numStrategies {
 		return strategyNames[s]
@@ -72,7 +85,7 @@ func parseStrategy(s string) (Strategy, error) {
 			return Strategy(i), nil
 		}
 	}
-	return 0, fmt.Errorf("backoff: unknown strategy %q (want none, full, equal or decorrelated)", s)
+	return 0, fmt.Errorf("backoff: unknown strategy %q (want none, full, equal, decorrelated, constant or linear)", s)
 }
 
 // MarshalText implements [encoding.TextMarshaler].
@@ -195,6 +208,12 @@ func (b *Backoff) exp(n int) float64 {
 	return math.Min(b.capF, math.Ldexp(b.baseF, n))
 }
 
+// linear returns min(cap, base·n) in nanoseconds; n below 1 counts as 1. It
+// saturates at the cap for any n.
+func (b *Backoff) linear(n int) float64 {
+	return math.Min(b.capF, b.baseF*float64(max(n, 1)))
+}
+
 // toDuration converts a non-negative float number of nanoseconds to a
 // Duration, clamping into [0, cap].
 func (b *Backoff) toDuration(ns float64) time.Duration {
@@ -210,8 +229,8 @@ func (b *Backoff) toDuration(ns float64) time.Duration {
 // delay returns the delay before retry n (n = 1 is the first retry; n below 1
 // counts as 1). prev is the previous delay this call computed and matters only
 // for Decorrelated, where a prev below base (such as 0 on the first retry)
-// counts as base. The result is always in [0, cap], and for Decorrelated in
-// [base, cap]. It allocates nothing.
+// counts as base. The result is always in [0, cap], and for Decorrelated,
+// Constant and Linear in [base, cap]. It allocates nothing.
 func (b *Backoff) delay(n int, prev time.Duration) time.Duration {
 	switch b.strategy {
 	case NoJitter:
@@ -222,6 +241,10 @@ func (b *Backoff) delay(n int, prev time.Duration) time.Duration {
 	case Decorrelated:
 		p := math.Max(float64(prev), b.baseF)
 		return b.toDuration(math.Min(b.capF, b.baseF+b.u()*(p*3-b.baseF)))
+	case Constant:
+		return b.base
+	case Linear:
+		return b.toDuration(b.linear(n))
 	default: // FullJitter
 		return b.toDuration(b.u() * b.exp(n))
 	}
@@ -263,7 +286,7 @@ type Sequence struct {
 }
 
 // Next returns the delay before the next retry: always in [0, cap], and
-// for Decorrelated in [base, cap].
+// for Decorrelated, Constant and Linear in [base, cap].
 func (s *Sequence) Next() time.Duration {
 	s.n++
 	d := s.b.delay(s.n, s.prev)

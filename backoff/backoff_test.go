@@ -17,7 +17,7 @@ const (
 )
 
 // strategies lists every strategy.
-var strategies = []backoff.Strategy{backoff.NoJitter, backoff.FullJitter, backoff.EqualJitter, backoff.Decorrelated}
+var strategies = []backoff.Strategy{backoff.NoJitter, backoff.FullJitter, backoff.EqualJitter, backoff.Decorrelated, backoff.Constant, backoff.Linear}
 
 // fixed returns a Rand pinned at u.
 func fixed(u float64) func() float64 { return func() float64 { return u } }

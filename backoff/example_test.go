@@ -59,3 +59,28 @@ func ExampleSequence() {
 	// equal        150ms 300ms 600ms 1.2s
 	// decorrelated 200ms 350ms 575ms 912.5ms
 }
+
+// The fixed schedules, by name: Constant sleeps the base before every retry,
+// Linear base·n up to the cap. Neither has jitter (the random source is not
+// used).
+func ExampleStrategy_fixed() {
+	for _, name := range []string{"constant", "linear"} {
+		var st backoff.Strategy
+		if err := st.UnmarshalText([]byte(name)); err != nil { // as flag.TextVar or JSON would
+			panic(err)
+		}
+		b, err := backoff.New(backoff.Config{Strategy: st, Base: 250 * time.Millisecond, Cap: time.Second})
+		if err != nil {
+			panic(err)
+		}
+		seq := b.Sequence()
+		fmt.Printf("%-8s", st)
+		for range 5 {
+			fmt.Printf(" %v", seq.Next())
+		}
+		fmt.Println()
+	}
+	// Output:
+	// constant 250ms 250ms 250ms 250ms 250ms
+	// linear   250ms 500ms 750ms 1s 1s
+}

@@ -20,7 +20,7 @@ const (
 func fixed(u float64) func() float64 { return func() float64 { return u } }
 
 // strategies lists every strategy.
-var strategies = []Strategy{NoJitter, FullJitter, EqualJitter, Decorrelated}
+var strategies = []Strategy{NoJitter, FullJitter, EqualJitter, Decorrelated, Constant, Linear}
 
 func mustNew(t testing.TB, c Config) *Backoff {
 	t.Helper()
@@ -64,6 +64,14 @@ func TestDelayExact(t *testing.T) {
 		{"decorrelated/u=0 is base", Decorrelated, 0, 3, 5 * s, 100 * ms},
 		{"decorrelated/capped", Decorrelated, 0.9, 3, 8 * s, 10 * s},
 		{"decorrelated/ignores n", Decorrelated, 0.5, 1000, 200 * ms, 350 * ms},
+		{"constant/1", Constant, 0.5, 1, 0, 100 * ms},
+		{"constant/ignores n, prev and U", Constant, 0.9, 1000, 5 * s, 100 * ms},
+		{"linear/1", Linear, 0.5, 1, 0, 100 * ms},
+		{"linear/2", Linear, 0.9, 2, 0, 200 * ms},
+		{"linear/7", Linear, 0, 7, 0, 700 * ms},
+		{"linear/n=0 counts as 1", Linear, 0.5, 0, 0, 100 * ms},
+		{"linear/capped", Linear, 0.5, 101, 0, 10 * s},
+		{"linear/huge n capped", Linear, 0.5, math.MaxInt, 0, 10 * s},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +108,11 @@ func TestDelayBounds(t *testing.T) {
 				lo = exp / 2
 			case Decorrelated:
 				lo, hi = base, capd
+			case Constant:
+				lo, hi = base, base
+			case Linear:
+				lo = min(capd, time.Duration(min(float64(capd), float64(base)*float64(max(n, 1)))))
+				hi = lo
 			}
 			if d < lo || d > hi {
 				t.Fatalf("%v delay(%d, %v) base=%v cap=%v = %v, want in [%v, %v]", st, n, prev, base, capd, d, lo, hi)
