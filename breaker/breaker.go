@@ -81,6 +81,7 @@ type Breaker struct {
 	bucket    time.Duration
 	buckets   int64
 	minCalls  uint64
+	consec    uint64 // ConsecutiveFailures; 0: off
 	probes    int
 	now       func() time.Time
 	rand      func() float64 // nil: math/rand/v2
@@ -102,6 +103,11 @@ type Breaker struct {
 	// asking is set while one goroutine asks Shared.ProbeRound.
 	asking atomic.Bool
 	_      [40]byte
+
+	// streak is the run of consecutive closed-state failures
+	// (ConsecutiveFailures), tagged with the generation it belongs to:
+	// generation<<32 | count. A success stores 0.
+	streak atomic.Uint64
 
 	// counts[i] counts the outcomes of the bucket e with e mod Buckets = i.
 	// Bucket numbers include generation·Buckets, so a new closed
@@ -127,12 +133,12 @@ type Breaker struct {
 
 // New validates c and returns a closed Breaker. Zero fields take the
 // defaults (see [Config]). It returns an error wrapping [ErrInvalidConfig]
-// if FailureRatio is not in (0, 1], Window, Buckets, MinCalls, OpenFor or
-// Probes is negative, Buckets exceeds 3600, Window is not a multiple of
-// Buckets nanoseconds of at least 1 ms each, MaxOpenFor is neither 0 nor
-// at least OpenFor, SlowCall is negative, or ReleaseRate is NaN. A Breaker
-// that was built never fails or panics later (except by re-raising a
-// closure's panic).
+// if FailureRatio is not in (0, 1], Window, Buckets, MinCalls,
+// ConsecutiveFailures, OpenFor or Probes is negative, Buckets exceeds 3600,
+// Window is not a multiple of Buckets nanoseconds of at least 1 ms each,
+// MaxOpenFor is neither 0 nor at least OpenFor, SlowCall is negative, or
+// ReleaseRate is NaN. A Breaker that was built never fails or panics later
+// (except by re-raising a closure's panic).
 func New(c Config) (*Breaker, error) {
 	c, err := c.withDefaults()
 	if err != nil {
@@ -144,6 +150,7 @@ func New(c Config) (*Breaker, error) {
 		bucket:    c.Window / time.Duration(c.Buckets),
 		buckets:   int64(c.Buckets),
 		minCalls:  uint64(c.MinCalls),
+		consec:    uint64(c.ConsecutiveFailures),
 		probes:    c.Probes,
 		now:       c.Now,
 		rand:      c.Rand,
@@ -259,7 +266,8 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 // While the breaker is closed, Done records the outcome in the current
 // bucket; a failure trips the breaker if the window now holds at least
 // MinCalls calls with failures >= FailureRatio·calls, or the current bucket
-// alone does. While the calls that waited are being released after a
+// alone does, or (with Config.ConsecutiveFailures) it ends a run of that
+// many failures. While the calls that waited are being released after a
 // close, Probes calls in the window are enough (the window then holds only
 // the calls since the close; as many failing calls as the probe round that
 // closed the breaker say that the dependency is down again). It takes no

@@ -50,8 +50,19 @@ type Config struct {
 	// with Buckets.
 	Buckets int
 	// MinCalls is the number of calls the window must hold before the
-	// breaker may trip; 0 means 20.
+	// breaker may trip on FailureRatio; 0 means 20.
 	MinCalls int
+	// ConsecutiveFailures, if positive, also trips the breaker when that
+	// many closed-state failures come in a row, whatever the ratio and
+	// MinCalls (gobreaker's default rule is "more than 5 in a row": 6
+	// here). A success ends the run; so does every state change, so a
+	// breaker that closes starts counting from 0. It catches a
+	// low-traffic dependency that fails every call before the window holds
+	// MinCalls calls. 0, the default, turns the rule off: only the ratio
+	// trips the breaker. A negative value is an error. With it on, a
+	// closed-state success costs one more atomic load (no store while no
+	// failure is pending).
+	ConsecutiveFailures int
 	// OpenFor is the probe interval: how long the breaker stays open after
 	// it trips, or after a failed probe, before it lets probes through
 	// again; 0 means 1 s. Each open period is OpenFor jittered by ±20%, so
@@ -181,6 +192,8 @@ func (c Config) withDefaults() (Config, error) {
 			ErrInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, minBucket)
 	case c.MinCalls < 1:
 		return c, fmt.Errorf("%w: min calls %d must be at least 1", ErrInvalidConfig, c.MinCalls)
+	case c.ConsecutiveFailures < 0:
+		return c, fmt.Errorf("%w: consecutive failures %d must not be negative", ErrInvalidConfig, c.ConsecutiveFailures)
 	case c.OpenFor < 0:
 		return c, fmt.Errorf("%w: open for %v must be positive", ErrInvalidConfig, c.OpenFor)
 	case c.MaxOpenFor != 0 && c.MaxOpenFor < c.OpenFor:

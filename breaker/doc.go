@@ -7,10 +7,11 @@
 //   - [Closed]: calls pass. Outcomes are counted in a sliding window of
 //     Config.Window cut into Config.Buckets buckets. After a failure, if the
 //     window holds at least MinCalls calls and failures >= FailureRatio·calls,
-//     or the current bucket alone does, the breaker trips to Open.
-//     (Defaults: 50% over 10 s in 1 s buckets, at least 20 calls.) With
-//     Config.SlowCall set, a call that succeeded but took that long or
-//     longer counts as a failure (off by default).
+//     or the current bucket alone does, the breaker trips to Open; so it
+//     does after ConsecutiveFailures failures in a row, if that is set
+//     (off by default). (Defaults: 50% over 10 s in 1 s buckets, at least
+//     20 calls.) With Config.SlowCall set, a call that succeeded but took
+//     that long or longer counts as a failure (off by default).
 //   - [Open]: calls are not made. [Breaker.Allow] rejects them at once with
 //     an [*OpenError] that says how long until the next probe round (its
 //     RetryAfter method makes that a Retry-After for callers);

@@ -77,8 +77,12 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 		}
 	}
 	if success {
+		if b.consec > 0 && b.streak.Load() != 0 {
+			b.streak.Store(0)
+		}
 		return
 	}
+	run := b.consec > 0 && b.failStreak(gen) >= b.consec
 	releasing := b.releasing.Load()
 	if releasing {
 		b.mu.Lock()
@@ -86,7 +90,7 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 		b.mu.Unlock()
 	}
 	calls, failures := b.window(e)
-	if !b.trips(calls, failures, releasing) {
+	if !run && !b.trips(calls, failures, releasing) {
 		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf, false) {
 			return
 		}
@@ -99,6 +103,26 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	}
 	b.mu.Unlock()
 	b.deliver()
+}
+
+// failStreak adds a failure of closed generation gen to the run of
+// consecutive failures and returns the run's length. A run of an older
+// generation starts again at 1.
+func (b *Breaker) failStreak(gen uint64) uint64 {
+	tag := gen << 32
+	for {
+		old := b.streak.Load()
+		next := tag | 1
+		if old&^(1<<32-1) == tag {
+			next = old + 1
+			if old&(1<<32-1) == 1<<32-1 {
+				next = old // saturated
+			}
+		}
+		if next == old || b.streak.CompareAndSwap(old, next) {
+			return next & (1<<32 - 1)
+		}
+	}
 }
 
 // trips reports whether calls outcomes with failures among them cross the
