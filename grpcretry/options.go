@@ -55,7 +55,9 @@ type option func(*config) error
 func (o option) apply(c *config) error { return o(c) }
 
 // WithRetry sets the schedule of every target's retries (package retry):
-// retry.WithMaxAttempts, retry.WithBackoff, retry.WithMaxRetryAfter. The
+// retry.WithMaxAttempts, retry.WithBackoff, retry.WithMaxRetryAfter, and
+// retry.WithRateLimit (one client-side limiter, such as a *rate.Limiter of
+// golang.org/x/time/rate, for the attempts to every target). The
 // client sets the rest of each target's policy itself: the classifier
 // (gRPC codes), the target's guards, its name and the observer (use
 // [WithObserver] and [WithLogger]); its attempt timeout is the client's own,

@@ -99,6 +99,24 @@ func IsRetryable(err error) bool {
 	return false
 }
 
+// unclassified reports whether IsRetryable said no to err only by its last
+// rule: err matched none of the others (it is not marked Permanent, not a
+// give-up, not a cancel, and says nothing of itself with a Temporary
+// method). That is a plain error, which every Go peer would retry.
+func unclassified(err error) bool {
+	if err == nil || isPermanent(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if _, ok := find[*Error](err); ok {
+		return false
+	}
+	if _, ok := find[Reason](err); ok {
+		return false
+	}
+	_, ok := find[temporary](err)
+	return !ok && !IsRetryable(err)
+}
+
 // RetryAfter returns how long to wait before calling again, as far as err
 // tells: the server's hint carried by err, that of the first error along its
 // Unwrap chain (depth first) with a method RetryAfter() time.Duration that

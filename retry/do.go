@@ -109,7 +109,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		p = defaultPolicy
 	}
 	var first error
-	if p.attemptTimeout == 0 && p.breaker == nil && p.limiter == nil && p.observer == nil {
+	if p.attemptTimeout == 0 && p.breaker == nil && p.limiter == nil && p.rateLimit == nil && p.observer == nil {
 		// The first attempt runs here, in a small frame, and the loop
 		// takes over only if it fails. It runs on ctx itself and needs no
 		// deadline: a parent deadline that has passed shows in ctx.Err().
@@ -163,6 +163,17 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if hasDL && !now.Before(deadline) {
 				return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
+			}
+			if p.rateLimit != nil {
+				if gerr := p.waitRate(ctx, attempt, lastErr); gerr != nil {
+					return gerr
+				}
+				if needNow {
+					now = time.Now()
+				}
+				if hasDL && !now.Before(deadline) {
+					return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
+				}
 			}
 			if brk != nil {
 				var oerr error
@@ -279,7 +290,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
-		if permit.Probe() && hasDL && !isPermanent(err) && p.classify(err) {
+		if permit.Probe() && hasDL && !isPermanent(err) && (err == errAgain || p.classify(err)) {
 			// A probe the breaker handed to this call failed: the
 			// breaker is open again and the call goes back to waiting
 			// for it. Probes are the breaker's, a few per round however
@@ -294,6 +305,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		switch reason {
 		case 0:
 		case NotRetryable:
+			if p.defaultClass && unclassified(err) {
+				return p.giveUp(ctx, &Error{Reason: NotRetryable, Attempts: attempt, Err: err, classified: true})
+			}
 			return p.stop(ctx, NotRetryable, attempt, unmarkPermanent(err), 0)
 		case CircuitOpen:
 			return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt, Err: err, cause: oerr})

@@ -3,7 +3,8 @@
 // failing dependency down.
 //
 // Build a [Policy] once with [New] and share it; run operations with
-// [Policy.Do] or, for an operation that returns a value, [DoValue]:
+// [Policy.Do] or, for an operation that returns a value, [DoValue] (or
+// [DoValueIf], whose predicate on the value may ask for another attempt):
 //
 //	p, err := retry.New(retry.WithMaxAttempts(4))
 //	...
@@ -47,6 +48,10 @@
 // one within the deadline (a refusal stops the call with Reason
 // [Limited]). A caller that serves cached
 // data when the loop gives up tests the Reason of the returned error.
+//
+// A client-side rate limit ([WithRateLimit]) makes every attempt wait for
+// any limiter with a method Wait(context.Context) error, such as
+// golang.org/x/time/rate's.
 //
 // [Policy.Plan] exposes the loop's decision step for code that runs its own
 // loop. An observer ([WithObserver], package observe) watches the loop; it

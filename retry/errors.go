@@ -136,6 +136,10 @@ type Error struct {
 	// the sleep it refused to start (the larger of the backoff delay and
 	// the server's hint); 0 otherwise.
 	delay time.Duration
+	// classified is set for Reason NotRetryable when the default
+	// classifier said no to an error that matched none of its rules: the
+	// message then names the way to retry it.
+	classified bool
 	// cause is context.Cause of the parent when it differs from its Err
 	// (a cause given to context.WithCancelCause or WithDeadlineCause), or
 	// the breaker's rejection of a later attempt (Reason CircuitOpen), or
@@ -144,7 +148,13 @@ type Error struct {
 }
 
 // Error describes the give-up: "retry: attempts exhausted after 3 attempts:
-// " followed by the last error.
+// " followed by the last error. When the default classifier ([IsRetryable])
+// stopped the loop at an error that matched none of its rules (a plain
+// error, such as one made by errors.New or fmt.Errorf, which other Go retry
+// libraries retry), the message says how to retry such errors: "retry: not retryable after 1 attempt (the default
+// classifier retries only timeouts, broken connections and errors that
+// carry a server hint or say they are temporary; to retry others, use
+// retry.WithClassifier): " followed by the error.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Reason.Error())
@@ -157,6 +167,9 @@ func (e *Error) Error() string {
 	}
 	if e.delay > 0 {
 		fmt.Fprintf(&b, " (next sleep %v would end past the deadline)", e.delay)
+	}
+	if e.classified && e.Reason == NotRetryable {
+		b.WriteString(notRetryableHint)
 	}
 	if e.cause != nil {
 		b.WriteString(" (cause: ")
@@ -194,6 +207,11 @@ func (e *Error) Unwrap() []error {
 	}
 	return errs
 }
+
+// notRetryableHint follows "not retryable after N attempts" when the
+// default classifier said no: every Go peer retries a plain error, this one
+// does not, and the message says how to change that.
+const notRetryableHint = " (the default classifier retries only timeouts, broken connections and errors that carry a server hint or say they are temporary; to retry others, use retry.WithClassifier)"
 
 // retryIn returns how long the caller should wait before calling the
 // dependency again, as far as the give-up tells: for Reason CircuitOpen, the
@@ -248,6 +266,9 @@ func isPermanent(err error) bool {
 // of the dependency: the classifier decides (a retryable error is a
 // transient failure), asked about the error inside a Permanent mark.
 func (p *Policy) failed(err error) bool {
+	if err == errAgain {
+		return true
+	}
 	if pe, ok := find[*permanentError](err); ok {
 		err = pe.err
 	}

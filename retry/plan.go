@@ -49,7 +49,7 @@ type plan struct {
 func (pl *plan) next(err error, left time.Duration) (time.Duration, Reason, error) {
 	p := pl.p
 	pl.attempts++
-	if isPermanent(err) || !p.classify(err) {
+	if isPermanent(err) || (err != errAgain && !p.classify(err)) {
 		return 0, NotRetryable, nil
 	}
 	if pl.attempts >= p.maxAttempts {

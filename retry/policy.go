@@ -35,6 +35,8 @@ type config struct {
 	attemptTimeout time.Duration // 0: none
 	maxRetryAfter  time.Duration
 	classify       func(error) bool
+	defaultClass   bool                                     // classify is IsRetryable: a not-retryable give-up says how to change it
+	rateLimit      interface{ Wait(context.Context) error } // WithRateLimit; nil: none
 	name           string
 	observer       observe.Observer
 	tagger         attemptTagger // observer, if it tags attempts
@@ -77,8 +79,9 @@ type Option interface {
 }
 
 // ScheduleOption is an [Option] that shapes the retry schedule alone: how
-// many attempts ([WithMaxAttempts]), how far apart ([WithBackoff]) and
-// which server hints are honoured ([WithMaxRetryAfter]). The protocol
+// many attempts ([WithMaxAttempts]), how far apart ([WithBackoff]), which
+// server hints are honoured ([WithMaxRetryAfter]) and how fast attempts may
+// go ([WithRateLimit]). The protocol
 // layers (package httpretry's and grpcretry's WithRetry) take these and set
 // everything else themselves (the classifier, the guards, the name and the
 // observer of each destination, their own timeouts), so that an option they
@@ -116,6 +119,7 @@ func New(opts ...Option) (*Policy, error) {
 		backoff:       defaultBackoff,
 		maxRetryAfter: time.Minute,
 		classify:      IsRetryable,
+		defaultClass:  true,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -229,7 +233,7 @@ func WithClassifier(classify func(error) bool) Option {
 		if classify == nil {
 			return invalid("nil classifier")
 		}
-		p.classify = classify
+		p.classify, p.defaultClass = classify, false
 		return nil
 	})
 }
