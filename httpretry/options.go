@@ -35,6 +35,7 @@ type config struct {
 	bufferBodies   int64 // 0: do not buffer
 	refresh        func(*http.Request) (*http.Request, error)
 	fallback       func(*http.Request, *retry.Error) (*http.Response, error)
+	stale          *staleConfig // nil: no stale cache (stale.go)
 	logger         *slog.Logger
 	observer       observe.Observer
 	maxHosts       int

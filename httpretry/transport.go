@@ -41,6 +41,7 @@ type Transport struct {
 	cfg     config
 	hosts   *hosts
 	httpObs httpObserver // the observer, if it observes HTTP requests; nil if not
+	stale   *staleCache  // nil: none (WithStaleCache)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -90,6 +91,9 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 		Limit: c.limit, AttemptTimeout: c.attemptTimeout}
 	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
+	if c.stale != nil {
+		t.stale = newStaleCache(*c.stale)
+	}
 	return layer.Check() // a bad option is reported here, never by RoundTrip
 }
 
@@ -266,11 +270,18 @@ func (c *call) run(h *host) (*http.Response, error) {
 	}
 	resp, err := retry.DoValue(ctx, h.Policy, c.attempt)
 	re, _ := err.(*retry.Error)
+	var stale *http.Response // the stale cache's answer to a give-up
+	if c.t.stale != nil && re != nil {
+		stale = c.t.stale.serve(req, re, resp)
+	}
 	if resp != nil && resp == c.cur {
 		switch {
 		case err == nil:
+			if c.t.stale != nil {
+				return c.t.stale.keep(req, c.giveBack(resp, nil)), nil
+			}
 			return c.giveBack(resp, nil), nil
-		case re != nil && re.Reason != retry.Canceled:
+		case re != nil && re.Reason != retry.Canceled && stale == nil:
 			if cfg.fallback == nil || !fallsBack(re.Reason) {
 				return c.giveBack(resp, re), nil
 			}
@@ -282,6 +293,9 @@ func (c *call) run(h *host) (*http.Response, error) {
 	}
 	if c.cancel != nil {
 		c.cancel()
+	}
+	if stale != nil {
+		return stale, nil
 	}
 	if re != nil && cfg.fallback != nil && fallsBack(re.Reason) {
 		return cfg.fallback(req, re)

@@ -1,0 +1,576 @@
+package httpretry
+
+import (
+	"bytes"
+	"container/list"
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stormguard/stormguard/retry"
+)
+
+// staleHeader is the response header field of a response served from the
+// stale cache; see WithStaleCache.
+const staleHeader = "Stormguard-Stale"
+
+// Sizes the stale cache charges besides bodies and header fields.
+const (
+	// entryOverhead is what an entry is charged for its bookkeeping.
+	entryOverhead = 256
+	// maxVariants bounds the responses kept per method and URL (one per
+	// set of Vary-named request fields and credentials); beyond it the
+	// oldest goes.
+	maxVariants = 8
+)
+
+// WithStaleCache keeps the last good response of cacheable GET and HEAD
+// requests, up to maxBytes in all, and serves it when the transport gives up
+// on such a request: stale-if-error (RFC 5861) for a client. The cached
+// response is served, instead of the last failure or the error, when the
+// transport gives up because the attempts ran out, the retry budget or the
+// breaker refused, or the deadline came (the give-ups [WithFallback]
+// serves), and when it gives up on a 500, 502, 503 or 504 for any other
+// reason; never when the caller canceled. A request the cache cannot
+// answer gets the fallback, if any, as before.
+//
+// What is kept: a response with status 200, 203 or 204 to a GET or HEAD
+// (the methods are kept apart), by URL (and Host) and by the values of the
+// request header fields its Vary names (up to 8 variants per URL). Never
+// kept: a request with a Range, a request or response with Cache-Control
+// no-store, a response with
+// no-cache, must-revalidate or proxy-revalidate (they forbid serving it
+// stale), a Vary of "*", a Set-Cookie. A request carrying credentials
+// (Authorization, Proxy-Authorization or Cookie) is neither kept nor served
+// unless withCredentials is true; then its response is kept under a
+// SHA-256 of its credentials and served only to requests with the same
+// credentials, and a response marked private is kept only for such a
+// request (a private response to a request without credentials is never
+// kept: the cache cannot tell whose it is). A later answer to the same
+// request that is not kept (a 404, a no-store; not a 206 or a 304) drops
+// the kept one.
+//
+// The body is kept as the caller reads it: the response is stored once its
+// body has been read to the end (or to its Content-Length) and is no larger
+// than the bound; the caller reads it as it comes, with nothing read ahead,
+// and a larger body is passed through whole and not kept. A HEAD response,
+// or one with an empty body, is kept at once. A response counts its body,
+// its header fields, its key and 256 bytes against maxBytes; the least
+// recently used responses go first when a new one needs room, and one
+// larger than maxBytes is not kept.
+//
+// How stale it may be: a response is fresh for its max-age (or Expires
+// minus Date), counted from its age when received (Age, or now minus Date
+// when later). It is served up to stale-if-error seconds past that when it
+// carried Cache-Control stale-if-error, else up to maxStale past it (0:
+// only responses with stale-if-error are served stale; a fresh one always
+// is). A request's own stale-if-error lowers the limit for that request.
+//
+// A served response is a copy: its body the kept bytes, its Request the
+// caller's, its header the kept one plus Age (its age in whole seconds)
+// and "Stormguard-Stale: " followed by why the transport gave up, as
+// [wire.GiveUpHeader] says it, and ";stale=" with how many whole seconds
+// past its freshness it is (0 if still fresh), e.g.
+// "Stormguard-Stale: circuit-open;attempts=1;retry-after=2;stale=37".
+//
+// maxBytes must be positive and maxStale not negative. The cache is safe
+// for concurrent use, holds a lock only to look up, store and evict, and
+// runs no goroutine. Off by default.
+func WithStaleCache(maxBytes int64, maxStale time.Duration, withCredentials bool) Option {
+	return option(func(c *config) error {
+		if maxBytes <= 0 {
+			return invalid("stale cache size %d must be positive", maxBytes)
+		}
+		if maxStale < 0 {
+			return invalid("stale cache max stale %v must not be negative", maxStale)
+		}
+		c.stale = &staleConfig{maxBytes: maxBytes, maxStale: maxStale, creds: withCredentials}
+		return nil
+	})
+}
+
+// staleConfig is the stale cache's configuration: an Option holds one and
+// every transport built with it makes its own cache from it.
+type staleConfig struct {
+	maxBytes int64
+	maxStale time.Duration
+	creds    bool
+}
+
+// staleCache is a transport's stale cache.
+type staleCache struct {
+	staleConfig
+
+	mu     sync.Mutex
+	used   int64                  // bytes charged, at most maxBytes
+	groups map[string]*staleGroup // by method and URL
+	lru    list.List              // of *staleEntry, most recently used first
+}
+
+func newStaleCache(c staleConfig) *staleCache {
+	return &staleCache{staleConfig: c, groups: make(map[string]*staleGroup)}
+}
+
+// staleGroup is the responses kept for one method and URL.
+type staleGroup struct {
+	key     string
+	entries []*staleEntry // oldest first
+}
+
+// staleEntry is one kept response.
+type staleEntry struct {
+	group *staleGroup
+	elem  *list.Element
+	size  int64
+
+	cred     [sha256.Size]byte // of the request's credentials; zero if none
+	vary     []string          // the field names Vary named, canonical
+	varyVals []string          // the request's values of them
+
+	status       int
+	statusText   string
+	proto        string
+	major, minor int
+	header       http.Header
+	body         []byte
+	length       int64 // ContentLength to serve
+	uncompressed bool
+
+	received   time.Time     // when the response arrived
+	initialAge time.Duration // its age then
+	lifetime   time.Duration // its freshness lifetime
+	sie        time.Duration // its stale-if-error; -1 if none
+}
+
+// reqInfo is what the cache needs of a request.
+type reqInfo struct {
+	key  string
+	cred [sha256.Size]byte
+	cc   cacheControl
+}
+
+// requestInfo returns the cache's view of req, and false if the cache may
+// neither keep nor serve a response to it.
+func (s *staleCache) requestInfo(req *http.Request) (reqInfo, bool) {
+	m := req.Method
+	if m == "" {
+		m = http.MethodGet
+	}
+	if m != http.MethodGet && m != http.MethodHead {
+		return reqInfo{}, false
+	}
+	h := req.Header
+	ri := reqInfo{cc: parseCacheControl(h)}
+	if ri.cc.noStore || len(h["Range"]) > 0 {
+		return reqInfo{}, false
+	}
+	if len(h["Authorization"]) > 0 || len(h["Proxy-Authorization"]) > 0 || len(h["Cookie"]) > 0 {
+		if !s.creds {
+			return reqInfo{}, false
+		}
+		sum := sha256.New()
+		for _, name := range [...]string{"Authorization", "Proxy-Authorization", "Cookie"} {
+			for _, v := range h[name] {
+				sum.Write([]byte(name))
+				sum.Write([]byte{0})
+				sum.Write([]byte(v))
+				sum.Write([]byte{0})
+			}
+		}
+		sum.Sum(ri.cred[:0])
+	}
+	u := *req.URL
+	u.Fragment, u.RawFragment = "", ""
+	ri.key = m + " " + req.Host + " " + u.String()
+	return ri, true
+}
+
+// fieldValue is a request's value of a Vary-named field: its lines joined
+// by ", ", each trimmed.
+func fieldValue(h http.Header, name string) string {
+	vs := h.Values(name)
+	if len(vs) == 1 {
+		return strings.TrimSpace(vs[0])
+	}
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strings.TrimSpace(v)
+	}
+	return strings.Join(out, ", ")
+}
+
+// matches reports whether e answers a request with credentials cred and
+// header h.
+func (e *staleEntry) matches(cred [sha256.Size]byte, h http.Header) bool {
+	if e.cred != cred {
+		return false
+	}
+	for i, name := range e.vary {
+		if fieldValue(h, name) != e.varyVals[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// varyNames returns the canonical field names resp's Vary lists, and false
+// for a Vary of "*".
+func varyNames(h http.Header) ([]string, bool) {
+	var names []string
+	for _, line := range h.Values("Vary") {
+		for _, f := range strings.Split(line, ",") {
+			f = strings.TrimSpace(f)
+			switch {
+			case f == "":
+			case f == "*":
+				return nil, false
+			default:
+				names = append(names, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+	return names, true
+}
+
+// keep is called with every response the transport hands back for a request
+// it did not give up on: it starts keeping resp if it may be kept (and
+// returns it with a body that stores it when read to the end), or drops what
+// was kept for the request if not.
+func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response {
+	ri, ok := s.requestInfo(req)
+	if !ok {
+		return resp
+	}
+	now := time.Now()
+	e := s.entryFor(req, ri, resp, now)
+	if e == nil {
+		switch code := resp.StatusCode; {
+		case code < 200, code == http.StatusPartialContent, code == http.StatusNotModified:
+			// Not an answer that replaces the kept one.
+		default:
+			s.drop(ri.key, ri.cred, req.Header)
+		}
+		return resp
+	}
+	if resp.Body == nil || resp.Body == http.NoBody || resp.ContentLength == 0 || req.Method == http.MethodHead {
+		if req.Method != http.MethodHead {
+			e.length = 0
+		}
+		s.store(ri.key, e)
+		return resp
+	}
+	room := s.maxBytes - e.size
+	if resp.ContentLength > room {
+		s.drop(ri.key, ri.cred, req.Header)
+		return resp
+	}
+	kb := &keepBody{ReadCloser: resp.Body, s: s, key: ri.key, e: e, room: room, length: resp.ContentLength}
+	if resp.ContentLength > 0 {
+		kb.buf = make([]byte, 0, resp.ContentLength)
+	}
+	resp.Body = kb
+	return resp
+}
+
+// entryFor returns the entry resp would be kept as (without its body), or
+// nil if it may not be kept.
+func (s *staleCache) entryFor(req *http.Request, ri reqInfo, resp *http.Response, now time.Time) *staleEntry {
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusNonAuthoritativeInfo, http.StatusNoContent:
+	default:
+		return nil
+	}
+	h := resp.Header
+	cc := parseCacheControl(h)
+	if cc.noStore || cc.noCache || cc.mustRevalidate || cc.proxyRevalidate || len(h["Set-Cookie"]) > 0 {
+		return nil
+	}
+	var zero [sha256.Size]byte
+	if cc.private && ri.cred == zero {
+		return nil // whose is it? The cache cannot tell.
+	}
+	vary, ok := varyNames(h)
+	if !ok {
+		return nil
+	}
+	e := &staleEntry{
+		cred: ri.cred, vary: vary, varyVals: make([]string, len(vary)),
+		status: resp.StatusCode, statusText: resp.Status, proto: resp.Proto, major: resp.ProtoMajor, minor: resp.ProtoMinor,
+		header: cloneHeader(h), length: resp.ContentLength, uncompressed: resp.Uncompressed,
+		received: now, sie: -1,
+	}
+	size := int64(entryOverhead + 2*len(ri.key))
+	for i, name := range vary {
+		e.varyVals[i] = fieldValue(req.Header, name)
+		size += int64(len(name) + len(e.varyVals[i]))
+	}
+	for k, vs := range e.header {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	e.size = size
+	// Age when received (RFC 9111 section 4.2.3, without the request's
+	// delay): the larger of Age and now minus Date.
+	date, hasDate := parseHTTPDate(h.Get("Date"))
+	expiresFrom := date // Expires counts from Date, or from now without one
+	if !hasDate {
+		expiresFrom = now
+	}
+	if a := deltaSeconds(strings.TrimSpace(h.Get("Age"))); a > 0 {
+		e.initialAge = seconds(a)
+	}
+	if hasDate && now.Sub(date) > e.initialAge {
+		e.initialAge = now.Sub(date)
+	}
+	switch {
+	case cc.maxAge >= 0:
+		e.lifetime = seconds(cc.maxAge)
+	case len(h["Expires"]) > 0:
+		if exp, ok := parseHTTPDate(h.Get("Expires")); ok && exp.After(expiresFrom) {
+			e.lifetime = exp.Sub(expiresFrom)
+		}
+	}
+	if cc.staleIfError >= 0 {
+		e.sie = seconds(cc.staleIfError)
+	}
+	return e
+}
+
+// cloneHeader returns a deep copy of h, never nil.
+func cloneHeader(h http.Header) http.Header {
+	if h == nil {
+		return make(http.Header)
+	}
+	return h.Clone()
+}
+
+// parseHTTPDate parses an HTTP-date.
+func parseHTTPDate(v string) (time.Time, bool) {
+	if v == "" {
+		return time.Time{}, false
+	}
+	t, err := http.ParseTime(v)
+	return t, err == nil
+}
+
+// store keeps e under key, in place of the response it replaces, and
+// evicts the least recently used responses while the cache is over its
+// bound.
+func (s *staleCache) store(key string, e *staleEntry) {
+	e.size += int64(len(e.body))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLikeLocked(key, e)
+	if e.size > s.maxBytes {
+		return
+	}
+	g := s.groups[key]
+	if g == nil {
+		g = &staleGroup{key: key}
+	}
+	if len(g.entries) >= maxVariants {
+		s.removeLocked(g.entries[0])
+	}
+	s.groups[key] = g // a removal may have emptied it
+	e.group = g
+	g.entries = append(g.entries, e)
+	e.elem = s.lru.PushFront(e)
+	s.used += e.size
+	for s.used > s.maxBytes {
+		s.removeLocked(s.lru.Back().Value.(*staleEntry))
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// removeLocked forgets e. It requires mu held.
+func (s *staleCache) removeLocked(e *staleEntry) {
+	g := e.group
+	for i, x := range g.entries {
+		if x == e {
+			g.entries = append(g.entries[:i], g.entries[i+1:]...)
+			break
+		}
+	}
+	if len(g.entries) == 0 {
+		delete(s.groups, g.key)
+	}
+	s.lru.Remove(e.elem)
+	s.used -= e.size
+}
+
+// dropLikeLocked forgets the response kept under key for the same request
+// as e (credentials, Vary names and values), if any. It requires mu held.
+func (s *staleCache) dropLikeLocked(key string, e *staleEntry) {
+	g := s.groups[key]
+	if g == nil {
+		return
+	}
+	for _, old := range g.entries {
+		if old.cred == e.cred && equalStrings(old.vary, e.vary) && equalStrings(old.varyVals, e.varyVals) {
+			s.removeLocked(old)
+			return
+		}
+	}
+}
+
+// drop forgets the responses kept under key that answer a request with
+// credentials cred and header h.
+func (s *staleCache) drop(key string, cred [sha256.Size]byte, h http.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groups[key]
+	if g == nil {
+		return
+	}
+	for _, e := range append([]*staleEntry(nil), g.entries...) {
+		if e.matches(cred, h) {
+			s.removeLocked(e)
+		}
+	}
+}
+
+// serve returns the kept response for req when the transport gave up on it
+// with re (resp is the last attempt's response, if any), or nil.
+func (s *staleCache) serve(req *http.Request, re *retry.Error, resp *http.Response) *http.Response {
+	if re == nil || re.Reason == retry.Canceled {
+		return nil
+	}
+	if !fallsBack(re.Reason) && (resp == nil || !errorStatus(resp.StatusCode)) {
+		return nil
+	}
+	ri, ok := s.requestInfo(req)
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	s.mu.Lock()
+	var e *staleEntry
+	if g := s.groups[ri.key]; g != nil {
+		for i := len(g.entries) - 1; i >= 0; i-- {
+			if g.entries[i].matches(ri.cred, req.Header) {
+				e = g.entries[i]
+				break
+			}
+		}
+	}
+	if e == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	age := e.initialAge + max(now.Sub(e.received), 0)
+	stale := max(age-e.lifetime, 0)
+	limit := s.maxStale
+	if e.sie >= 0 {
+		limit = e.sie
+	}
+	if ri.cc.staleIfError >= 0 {
+		limit = min(limit, seconds(ri.cc.staleIfError))
+	}
+	if stale > limit {
+		s.mu.Unlock()
+		return nil
+	}
+	s.lru.MoveToFront(e.elem)
+	s.mu.Unlock()
+	// e is immutable once stored: build the copy without the lock.
+	out := &http.Response{
+		Status: e.statusText, StatusCode: e.status,
+		Proto: e.proto, ProtoMajor: e.major, ProtoMinor: e.minor,
+		Header: e.header.Clone(), ContentLength: e.length, Uncompressed: e.uncompressed,
+		Body: http.NoBody, Request: req,
+	}
+	if len(e.body) > 0 && req.Method != http.MethodHead {
+		out.Body = io.NopCloser(bytes.NewReader(e.body))
+	}
+	out.Header["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
+	out.Header[staleHeader] = []string{giveUpValue(re) + ";stale=" + strconv.FormatInt(int64(stale/time.Second), 10)}
+	return out
+}
+
+// errorStatus reports whether code is one of the errors RFC 5861 serves
+// stale content for: 500, 502, 503, 504.
+func errorStatus(code int) bool {
+	switch code {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// keepBody is the body of a response the cache keeps once it has been read
+// to the end: it copies what the caller reads, up to room bytes.
+type keepBody struct {
+	io.ReadCloser
+	s      *staleCache
+	key    string
+	e      *staleEntry
+	room   int64 // most body bytes the entry may hold
+	length int64 // the response's ContentLength, -1 if unknown
+	buf    []byte
+	done   bool // stored, or given up on
+}
+
+func (b *keepBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.done {
+		return n, err
+	}
+	if int64(len(b.buf)+n) > b.room {
+		b.giveUp() // larger than the cache may hold: passed through, not kept
+		return n, err
+	}
+	b.buf = append(b.buf, p[:n]...)
+	switch {
+	case err == io.EOF:
+		b.finish()
+	case err != nil:
+		b.giveUp()
+	}
+	return n, err
+}
+
+// Close closes the body; a body read to its Content-Length is kept even if
+// the caller stopped before it saw io.EOF.
+func (b *keepBody) Close() error {
+	if !b.done {
+		if b.length >= 0 && int64(len(b.buf)) == b.length {
+			b.finish()
+		} else {
+			b.done, b.buf = true, nil
+		}
+	}
+	return b.ReadCloser.Close()
+}
+
+func (b *keepBody) finish() {
+	b.done = true
+	if b.length >= 0 && int64(len(b.buf)) != b.length {
+		return // cut short: not the response the server sent
+	}
+	b.e.body, b.e.length = b.buf, int64(len(b.buf))
+	b.buf = nil
+	b.s.store(b.key, b.e)
+}
+
+func (b *keepBody) giveUp() {
+	b.done, b.buf = true, nil
+	b.s.mu.Lock()
+	b.s.dropLikeLocked(b.key, b.e)
+	b.s.mu.Unlock()
+}
