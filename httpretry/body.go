@@ -29,16 +29,21 @@ func drainClose(rc io.ReadCloser) {
 }
 
 // body wraps the body of a response handed to the caller when there is
-// something to do on Close: cancel the contexts made for the call.
+// something to do as it is read or on Close: cancel the contexts made for
+// the call, keep the body for the stale cache.
 type body struct {
 	io.ReadCloser
 	cancelAttempt context.CancelFunc // nil if none
 	cancelCall    context.CancelFunc // nil if none
+	keep          *keeper            // nil if the stale cache does not keep it (stale.go)
 }
 
 // Read reads from the response body; at EOF it releases the contexts.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if b.keep != nil {
+		b.keep.read(p[:n], err)
+	}
 	if err == io.EOF {
 		b.cancel()
 	}
@@ -47,6 +52,9 @@ func (b *body) Read(p []byte) (int, error) {
 
 // Close closes the response body and releases the contexts.
 func (b *body) Close() error {
+	if b.keep != nil {
+		b.keep.close()
+	}
 	err := b.ReadCloser.Close()
 	b.cancel()
 	return err

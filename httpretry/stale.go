@@ -268,11 +268,15 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 		s.drop(ri.key, ri.cred, req.Header)
 		return resp
 	}
-	kb := &keepBody{ReadCloser: resp.Body, s: s, key: ri.key, e: e, room: room, length: resp.ContentLength}
+	k := &keeper{s: s, key: ri.key, e: e, room: room, length: resp.ContentLength}
 	if resp.ContentLength > 0 {
-		kb.buf = make([]byte, 0, resp.ContentLength)
+		k.buf = make([]byte, 0, resp.ContentLength)
 	}
-	resp.Body = kb
+	if b, ok := resp.Body.(*body); ok { // the call's contexts end with it
+		b.keep = k
+	} else {
+		resp.Body = &body{ReadCloser: resp.Body, keep: k}
+	}
 	return resp
 }
 
@@ -513,10 +517,10 @@ func errorStatus(code int) bool {
 	return false
 }
 
-// keepBody is the body of a response the cache keeps once it has been read
-// to the end: it copies what the caller reads, up to room bytes.
-type keepBody struct {
-	io.ReadCloser
+// keeper keeps the body of a response the cache stores once it has been
+// read to the end: it copies what the caller reads, up to room bytes. It
+// belongs to the response's body, read by one goroutine at a time.
+type keeper struct {
 	s      *staleCache
 	key    string
 	e      *staleEntry
@@ -526,51 +530,49 @@ type keepBody struct {
 	done   bool // stored, or given up on
 }
 
-func (b *keepBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.done {
-		return n, err
+// read is told what a Read of the body returned.
+func (k *keeper) read(p []byte, err error) {
+	if k.done {
+		return
 	}
-	if int64(len(b.buf)+n) > b.room {
-		b.giveUp() // larger than the cache may hold: passed through, not kept
-		return n, err
+	if int64(len(k.buf)+len(p)) > k.room {
+		k.giveUp() // larger than the cache may hold: passed through, not kept
+		return
 	}
-	b.buf = append(b.buf, p[:n]...)
+	k.buf = append(k.buf, p...)
 	switch {
 	case err == io.EOF:
-		b.finish()
+		k.finish()
 	case err != nil:
-		b.giveUp()
+		k.giveUp()
 	}
-	return n, err
 }
 
-// Close closes the body; a body read to its Content-Length is kept even if
-// the caller stopped before it saw io.EOF.
-func (b *keepBody) Close() error {
-	if !b.done {
-		if b.length >= 0 && int64(len(b.buf)) == b.length {
-			b.finish()
+// close is told the caller closed the body: one read to its Content-Length
+// is kept even if the caller stopped before it saw io.EOF.
+func (k *keeper) close() {
+	if !k.done {
+		if k.length >= 0 && int64(len(k.buf)) == k.length {
+			k.finish()
 		} else {
-			b.done, b.buf = true, nil
+			k.done, k.buf = true, nil
 		}
 	}
-	return b.ReadCloser.Close()
 }
 
-func (b *keepBody) finish() {
-	b.done = true
-	if b.length >= 0 && int64(len(b.buf)) != b.length {
+func (k *keeper) finish() {
+	k.done = true
+	if k.length >= 0 && int64(len(k.buf)) != k.length {
 		return // cut short: not the response the server sent
 	}
-	b.e.body, b.e.length = b.buf, int64(len(b.buf))
-	b.buf = nil
-	b.s.store(b.key, b.e)
+	k.e.body, k.e.length = k.buf, int64(len(k.buf))
+	k.buf = nil
+	k.s.store(k.key, k.e)
 }
 
-func (b *keepBody) giveUp() {
-	b.done, b.buf = true, nil
-	b.s.mu.Lock()
-	b.s.dropLikeLocked(b.key, b.e)
-	b.s.mu.Unlock()
+func (k *keeper) giveUp() {
+	k.done, k.buf = true, nil
+	k.s.mu.Lock()
+	k.s.dropLikeLocked(k.key, k.e)
+	k.s.mu.Unlock()
 }

@@ -1,6 +1,9 @@
 package retry
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // DoValueIf is [DoValue] for an operation whose value may itself say "try
 // again": an answer that is not an error but is not the one wanted yet (a
@@ -37,12 +40,7 @@ func DoValueIf[T any](ctx context.Context, p *Policy, op func(ctx context.Contex
 	return v, err
 }
 
-// againError is the error of an attempt whose value asked for another
+// errAgain is the error of an attempt whose value asked for another
 // attempt (DoValueIf): retryable whatever the classifier, and a failure for
 // the breaker.
-type againError struct{}
-
-func (againError) Error() string { return "retry: the result asked for another attempt" }
-
-// errAgain is the one againError.
-var errAgain error = againError{}
+var errAgain = errors.New("retry: the result asked for another attempt")
