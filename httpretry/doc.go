@@ -51,8 +51,9 @@
 // with wire.GiveUpHeader ("Stormguard-Gave-Up: attempts-exhausted;attempts=3",
 // read with wire.ParseGiveUp); on a network error, or a call the breaker or the
 // budget refused before any response, a [*retry.Error] that says why it
-// stopped and wraps the cause. [WithFallback] serves a response of the
-// caller's instead (cached data). Bodies of discarded responses are drained
+// stopped and wraps the cause. [WithStaleCache] serves instead the last good
+// response to the same GET (stale-if-error, RFC 5861; marked with Age and
+// Stormguard-Stale), and [WithFallback] a response of the caller's. Bodies of discarded responses are drained
 // (up to 64 KiB, for at most 50 ms) and closed so their connections are
 // reused; the connection pool is never closed.
 //

@@ -243,8 +243,9 @@ func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Op
 // breaker's time until its next probe: retry.RetryAfter(err)). The last
 // response, if any, has been drained and closed. A request that was not
 // retryable (a 404, a POST without a key) or whose context was canceled
-// gets no fallback. fallback must be safe for concurrent use. nil (the
-// default) means no fallback.
+// gets no fallback. With [WithStaleCache], a request the cache can answer
+// gets the cached response and the fallback is not called. fallback must be
+// safe for concurrent use. nil (the default) means no fallback.
 func WithFallback(fallback func(req *http.Request, err *retry.Error) (*http.Response, error)) Option {
 	return option(func(c *config) error {
 		c.fallback = fallback
