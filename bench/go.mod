@@ -18,6 +18,7 @@ require (
 	github.com/stormguard/stormguard v0.1.0
 	github.com/stormguard/stormguard/fleet v0.1.0
 	github.com/stormguard/stormguard/grpcretry v0.1.0
+	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 )
 
