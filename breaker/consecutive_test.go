@@ -19,7 +19,6 @@ func TestConsecutiveFailures(t *testing.T) {
 		n       int
 		want    breaker.State
 	}
-	const probes = 5
 	tests := []struct {
 		name   string
 		consec int
