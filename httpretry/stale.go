@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -35,8 +36,11 @@ const (
 // transport gives up because the attempts ran out, the retry budget or the
 // breaker refused, or the deadline came (the give-ups [WithFallback]
 // serves), and when it gives up on a 500, 502, 503 or 504 for any other
-// reason; never when the caller canceled. A request the cache cannot
-// answer gets the fallback, if any, as before.
+// reason; never when the caller canceled. A request the cache can answer
+// that meets the host's breaker open gets the kept response at once,
+// without waiting for the breaker's next probe round (its Stormguard-Stale
+// says circuit-open;attempts=0). A request the cache cannot answer waits
+// and gets the fallback, if any, as before.
 //
 // What is kept: a response with status 200, 203 or 204 to a GET or HEAD
 // (the methods are kept apart), by URL (and Host) and by the values of the
@@ -447,6 +451,21 @@ func (s *staleCache) drop(key string, cred [sha256.Size]byte, h http.Header) {
 			s.removeLocked(e)
 		}
 	}
+}
+
+// serveOpen returns the kept response for req if brk is open (its open
+// period not over), as the give-up of a request the breaker refused, or
+// nil: a request the cache can answer does not wait behind the breaker.
+func (s *staleCache) serveOpen(req *http.Request, brk *breaker.Breaker) *http.Response {
+	if brk == nil || brk.State() != breaker.Open || req.Context().Err() != nil {
+		return nil // closed or probing, or the caller has gone
+	}
+	snap := brk.Snapshot()
+	if snap.State != breaker.Open {
+		return nil
+	}
+	oe := &breaker.OpenError{State: breaker.Open, Wait: snap.HalfOpenIn}
+	return s.serve(req, &retry.Error{Reason: retry.CircuitOpen, Err: oe}, nil)
 }
 
 // serve returns the kept response for req when the transport gave up on it

@@ -435,3 +435,42 @@ func TestWithStaleCacheInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleCacheDoesNotWaitBehindTheBreaker: a request the cache can answer
+// gets the kept response at once when the host's breaker is open, where it
+// would otherwise wait for the breaker's next probe round; one the cache
+// cannot answer still waits.
+func TestStaleCacheDoesNotWaitBehindTheBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &origin{status: http.StatusOK, header: hdr("Cache-Control", "max-age=1, stale-if-error=3600"), body: "kept"}
+		tr := staleTransport(t, o, httpretry.WithStaleCache(1<<20, 0, false),
+			httpretry.WithBreaker(&breaker.Config{ConsecutiveFailures: 2, OpenFor: 5 * time.Second, Rand: func() float64 { return 0.5 }}))
+		if _, err := getClose(t, tr, "http://origin.test/a"); err != nil {
+			t.Fatal(err)
+		}
+		o.set(func(o *origin) { o.down = true })
+		resp, err := getClose(t, tr, "http://origin.test/a") // two 503s: the breaker opens
+		if err != nil || resp.Header.Get("Stormguard-Stale") == "" {
+			t.Fatalf("in the outage: %v, %v; want the kept response", resp, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		resp, err = tr.RoundTrip(newRequest(t, ctx, "GET", "http://origin.test/a", nil))
+		if err != nil || !strings.HasPrefix(resp.Header.Get("Stormguard-Stale"), "circuit-open;attempts=0;retry-after=5") {
+			t.Fatalf("behind the open breaker: %v, %v; want the kept response marked circuit-open", resp, err)
+		}
+		readClose(t, resp)
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("the cached answer took %v, want 0 (no wait behind the breaker)", waited)
+		}
+		start = time.Now()
+		resp, err = tr.RoundTrip(newRequest(t, ctx, "GET", "http://origin.test/never-seen", nil))
+		if err == nil {
+			readClose(t, resp)
+		}
+		if waited := time.Since(start); waited < 4*time.Second {
+			t.Errorf("a request the cache cannot answer returned after %v, want it to wait for the probe round (5 s)", waited)
+		}
+	})
+}

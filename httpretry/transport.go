@@ -268,6 +268,17 @@ func (c *call) run(h *host) (*http.Response, error) {
 	if cfg.timeout > 0 {
 		ctx, c.cancel = context.WithTimeout(ctx, cfg.timeout)
 	}
+	if c.t.stale != nil {
+		if sr := c.t.stale.serveOpen(req, h.Guards.Breaker); sr != nil {
+			if c.owned != nil {
+				_ = c.owned.Close()
+			}
+			if c.cancel != nil {
+				c.cancel()
+			}
+			return sr, nil
+		}
+	}
 	resp, err := retry.DoValue(ctx, h.Policy, c.attempt)
 	re, _ := err.(*retry.Error)
 	var stale *http.Response // the stale cache's answer to a give-up
