@@ -19,8 +19,8 @@ import (
 // When the loop gives up after such an attempt, DoValueIf returns that
 // attempt's value with the [*Error] (Reason [AttemptsExhausted],
 // [Deadline], [BudgetExhausted], ...; its Err says "retry: the result asked
-// for another attempt"), so the caller still has the last answer. The
-// success path allocates no more than DoValue's.
+// for another attempt"), so the caller still has the last answer. Like
+// DoValue's, its success path allocates nothing of its own.
 func DoValueIf[T any](ctx context.Context, p *Policy, op func(ctx context.Context, attempt int) (T, error), again func(T) bool) (T, error) {
 	if again == nil {
 		return DoValue(ctx, p, op)
