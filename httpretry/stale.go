@@ -81,9 +81,12 @@ const (
 // past its freshness it is (0 if still fresh), e.g.
 // "Stormguard-Stale: circuit-open;attempts=1;retry-after=2;stale=37".
 //
-// maxBytes must be positive and maxStale not negative. The cache is safe
-// for concurrent use, holds a lock only to look up, store and evict, and
-// runs no goroutine. Off by default.
+// maxBytes must be positive and maxStale not negative. Each transport
+// built with the option has a cache of its own. The cache is safe for
+// concurrent use, holds a lock only to look up, store and evict, and runs
+// no goroutine; a response whose body is being read holds its copy (up to
+// its Content-Length, preallocated) until it is stored or given up. Off by
+// default.
 func WithStaleCache(maxBytes int64, maxStale time.Duration, withCredentials bool) Option {
 	return option(func(c *config) error {
 		if maxBytes <= 0 {
