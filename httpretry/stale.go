@@ -244,10 +244,13 @@ func varyNames(h http.Header) ([]string, bool) {
 }
 
 // keep is called with every response the transport hands back for a request
-// it did not give up on: it starts keeping resp if it may be kept (and
+// it did not give up on (s may be nil: no cache): it starts keeping resp if it may be kept (and
 // returns it with a body that stores it when read to the end), or drops what
 // was kept for the request if not.
 func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response {
+	if s == nil {
+		return resp
+	}
 	ri, ok := s.requestInfo(req)
 	if !ok {
 		return resp
@@ -456,6 +459,24 @@ func (s *staleCache) drop(key string, cred [sha256.Size]byte, h http.Header) {
 	}
 }
 
+// staleAtOnce returns the stale cache's answer to a request that meets its
+// host's breaker open, with the call's resources released, or nil.
+func (c *call) staleAtOnce(h *host) *http.Response {
+	if c.t.stale == nil {
+		return nil
+	}
+	sr := c.t.stale.serveOpen(c.req, h.Guards.Breaker)
+	if sr != nil {
+		if c.owned != nil {
+			_ = c.owned.Close()
+		}
+		if c.cancel != nil {
+			c.cancel()
+		}
+	}
+	return sr
+}
+
 // serveOpen returns the kept response for req if brk is open (its open
 // period not over), as the give-up of a request the breaker refused, or
 // nil: a request the cache can answer does not wait behind the breaker.
@@ -472,9 +493,10 @@ func (s *staleCache) serveOpen(req *http.Request, brk *breaker.Breaker) *http.Re
 }
 
 // serve returns the kept response for req when the transport gave up on it
-// with re (resp is the last attempt's response, if any), or nil.
+// with re (resp is the last attempt's response, if any), or nil (always
+// for a nil s: no cache, and a nil re: no give-up).
 func (s *staleCache) serve(req *http.Request, re *retry.Error, resp *http.Response) *http.Response {
-	if re == nil || re.Reason == retry.Canceled {
+	if s == nil || re == nil || re.Reason == retry.Canceled {
 		return nil
 	}
 	if !fallsBack(re.Reason) && (resp == nil || !errorStatus(resp.StatusCode)) {
@@ -537,64 +559,4 @@ func errorStatus(code int) bool {
 		return true
 	}
 	return false
-}
-
-// keeper keeps the body of a response the cache stores once it has been
-// read to the end: it copies what the caller reads, up to room bytes. It
-// belongs to the response's body, read by one goroutine at a time.
-type keeper struct {
-	s      *staleCache
-	key    string
-	e      *staleEntry
-	room   int64 // most body bytes the entry may hold
-	length int64 // the response's ContentLength, -1 if unknown
-	buf    []byte
-	done   bool // stored, or given up on
-}
-
-// read is told what a Read of the body returned.
-func (k *keeper) read(p []byte, err error) {
-	if k.done {
-		return
-	}
-	if int64(len(k.buf)+len(p)) > k.room {
-		k.giveUp() // larger than the cache may hold: passed through, not kept
-		return
-	}
-	k.buf = append(k.buf, p...)
-	switch {
-	case err == io.EOF:
-		k.finish()
-	case err != nil:
-		k.giveUp()
-	}
-}
-
-// close is told the caller closed the body: one read to its Content-Length
-// is kept even if the caller stopped before it saw io.EOF.
-func (k *keeper) close() {
-	if !k.done {
-		if k.length >= 0 && int64(len(k.buf)) == k.length {
-			k.finish()
-		} else {
-			k.done, k.buf = true, nil
-		}
-	}
-}
-
-func (k *keeper) finish() {
-	k.done = true
-	if k.length >= 0 && int64(len(k.buf)) != k.length {
-		return // cut short: not the response the server sent
-	}
-	k.e.body, k.e.length = k.buf, int64(len(k.buf))
-	k.buf = nil
-	k.s.store(k.key, k.e)
-}
-
-func (k *keeper) giveUp() {
-	k.done, k.buf = true, nil
-	k.s.mu.Lock()
-	k.s.dropLikeLocked(k.key, k.e)
-	k.s.mu.Unlock()
 }

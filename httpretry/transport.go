@@ -268,30 +268,16 @@ func (c *call) run(h *host) (*http.Response, error) {
 	if cfg.timeout > 0 {
 		ctx, c.cancel = context.WithTimeout(ctx, cfg.timeout)
 	}
-	if c.t.stale != nil {
-		if sr := c.t.stale.serveOpen(req, h.Guards.Breaker); sr != nil {
-			if c.owned != nil {
-				_ = c.owned.Close()
-			}
-			if c.cancel != nil {
-				c.cancel()
-			}
-			return sr, nil
-		}
+	if sr := c.staleAtOnce(h); sr != nil {
+		return sr, nil
 	}
 	resp, err := retry.DoValue(ctx, h.Policy, c.attempt)
 	re, _ := err.(*retry.Error)
-	var stale *http.Response // the stale cache's answer to a give-up
-	if c.t.stale != nil && re != nil {
-		stale = c.t.stale.serve(req, re, resp)
-	}
+	stale := c.t.stale.serve(req, re, resp) // the stale cache's answer to a give-up, if any
 	if resp != nil && resp == c.cur {
 		switch {
 		case err == nil:
-			if c.t.stale != nil {
-				return c.t.stale.keep(req, c.giveBack(resp, nil)), nil
-			}
-			return c.giveBack(resp, nil), nil
+			return c.t.stale.keep(req, c.giveBack(resp, nil)), nil
 		case re != nil && re.Reason != retry.Canceled && stale == nil:
 			if cfg.fallback == nil || !fallsBack(re.Reason) {
 				return c.giveBack(resp, re), nil

@@ -1,0 +1,63 @@
+package httpretry
+
+import "io"
+
+// keeper keeps the body of a response the cache stores once it has been
+// read to the end: it copies what the caller reads, up to room bytes. It
+// belongs to the response's body, read by one goroutine at a time.
+type keeper struct {
+	s      *staleCache
+	key    string
+	e      *staleEntry
+	room   int64 // most body bytes the entry may hold
+	length int64 // the response's ContentLength, -1 if unknown
+	buf    []byte
+	done   bool // stored, or given up on
+}
+
+// read is told what a Read of the body returned.
+func (k *keeper) read(p []byte, err error) {
+	if k.done {
+		return
+	}
+	if int64(len(k.buf)+len(p)) > k.room {
+		k.giveUp() // larger than the cache may hold: passed through, not kept
+		return
+	}
+	k.buf = append(k.buf, p...)
+	switch {
+	case err == io.EOF:
+		k.finish()
+	case err != nil:
+		k.giveUp()
+	}
+}
+
+// close is told the caller closed the body: one read to its Content-Length
+// is kept even if the caller stopped before it saw io.EOF.
+func (k *keeper) close() {
+	if !k.done {
+		if k.length >= 0 && int64(len(k.buf)) == k.length {
+			k.finish()
+		} else {
+			k.done, k.buf = true, nil
+		}
+	}
+}
+
+func (k *keeper) finish() {
+	k.done = true
+	if k.length >= 0 && int64(len(k.buf)) != k.length {
+		return // cut short: not the response the server sent
+	}
+	k.e.body, k.e.length = k.buf, int64(len(k.buf))
+	k.buf = nil
+	k.s.store(k.key, k.e)
+}
+
+func (k *keeper) giveUp() {
+	k.done, k.buf = true, nil
+	k.s.mu.Lock()
+	k.s.dropLikeLocked(k.key, k.e)
+	k.s.mu.Unlock()
+}
