@@ -27,7 +27,8 @@ const (
 	AttemptsExhausted
 	// Deadline: the call's deadline (its context's) has passed, or the
 	// next sleep would end at or after it (so it was never started), or
-	// the server asked for a wait longer than the policy's MaxRetryAfter.
+	// the server asked for a wait longer than the policy's MaxRetryAfter,
+	// or the rate limiter ([WithRateLimit]) refused to let an attempt go.
 	// errors.Is(err, context.DeadlineExceeded) holds for such a give-up.
 	Deadline
 	// Canceled: the parent context was canceled. errors.Is(err,
