@@ -30,7 +30,9 @@ import (
 // ([WithGuards]), every admitted attempt then takes one of its slots, at
 // once or waiting within the call's deadline, and gives it back when it
 // ends; a refusal stops the loop with Reason [Limited]. With a retry budget
-// ([WithGuards]), the first attempt deposits into it.
+// ([WithGuards]), the first attempt deposits into it. With a rate limit
+// ([WithRateLimit]), every attempt first waits for the rate limiter, before
+// the breaker is asked.
 //
 // After a failed attempt the loop stops, in this order, when:
 //   - ctx has ended: Reason [Canceled] (or [Deadline] if ctx's deadline
