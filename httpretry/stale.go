@@ -33,9 +33,9 @@ const (
 // requests, up to maxBytes in all, and serves it when the transport gives up
 // on such a request: stale-if-error (RFC 5861) for a client. The cached
 // response is served, instead of the last failure or the error, when the
-// transport gives up because the attempts ran out, the retry budget or the
-// breaker refused, or the deadline came (the give-ups [WithFallback]
-// serves), and when it gives up on a 500, 502, 503 or 504 for any other
+// transport gives up because the attempts ran out, the retry budget, the
+// breaker or the concurrency limiter refused, or the deadline came (the
+// give-ups [WithFallback] serves), and when it gives up on a 500, 502, 503 or 504 for any other
 // reason; never when the caller canceled. A request the cache can answer
 // that meets the host's breaker open gets the kept response at once,
 // without waiting for the breaker's next probe round (its Stormguard-Stale
@@ -118,8 +118,12 @@ type staleCache struct {
 	lru    list.List              // of *staleEntry, most recently used first
 }
 
-func newStaleCache(c staleConfig) *staleCache {
-	return &staleCache{staleConfig: c, groups: make(map[string]*staleGroup)}
+// newStaleCache returns a cache configured by c; nil (no cache) for a nil c.
+func newStaleCache(c *staleConfig) *staleCache {
+	if c == nil {
+		return nil
+	}
+	return &staleCache{staleConfig: *c, groups: make(map[string]*staleGroup)}
 }
 
 // staleGroup is the responses kept for one method and URL.
@@ -549,6 +553,17 @@ func (s *staleCache) serve(req *http.Request, re *retry.Error, resp *http.Respon
 	out.Header["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
 	out.Header[staleHeader] = []string{giveUpValue(re) + ";stale=" + strconv.FormatInt(int64(stale/time.Second), 10)}
 	return out
+}
+
+// fallsBack reports whether a give-up for reason r gets the fallback: the
+// host's failure defeated the request (not the request's own answer, not the
+// caller's cancel).
+func fallsBack(r retry.Reason) bool {
+	switch r {
+	case retry.AttemptsExhausted, retry.Deadline, retry.BudgetExhausted, retry.CircuitOpen, retry.Limited:
+		return true
+	}
+	return false
 }
 
 // errorStatus reports whether code is one of the errors RFC 5861 serves

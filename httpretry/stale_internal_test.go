@@ -13,7 +13,7 @@ import (
 // its table, its groups and its list in step.
 func TestStaleCacheByteBound(t *testing.T) {
 	const maxBytes = 256 << 10
-	s := newStaleCache(staleConfig{maxBytes: maxBytes})
+	s := newStaleCache(&staleConfig{maxBytes: maxBytes})
 	body := strings.Repeat("b", 1000)
 	for i := range 10_000 {
 		req, _ := http.NewRequest("GET", fmt.Sprintf("http://origin.test/item/%d", i), nil)

@@ -91,9 +91,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 		Limit: c.limit, AttemptTimeout: c.attemptTimeout}
 	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
-	if c.stale != nil {
-		t.stale = newStaleCache(*c.stale)
-	}
+	t.stale = newStaleCache(c.stale)
 	return layer.Check() // a bad option is reported here, never by RoundTrip
 }
 
@@ -301,17 +299,6 @@ func (c *call) run(h *host) (*http.Response, error) {
 		return nil, &keyError{err: err, key: c.key[0]}
 	}
 	return nil, err
-}
-
-// fallsBack reports whether a give-up for reason r gets the fallback: the
-// host's failure defeated the request (not the request's own answer, not the
-// caller's cancel).
-func fallsBack(r retry.Reason) bool {
-	switch r {
-	case retry.AttemptsExhausted, retry.Deadline, retry.BudgetExhausted, retry.CircuitOpen, retry.Limited:
-		return true
-	}
-	return false
 }
 
 // giveBack hands resp, the last attempt's response, to the caller: marked
