@@ -39,6 +39,7 @@ type config struct {
 	logger         *slog.Logger
 	observer       observe.Observer
 	maxHosts       int
+	hedge          *hedgeConfig // nil: no hedging
 }
 
 // Option configures a [Transport]; pass options to [NewTransport] or

@@ -40,8 +40,9 @@ type Transport struct {
 	base    http.RoundTripper
 	cfg     config
 	hosts   *hosts
-	httpObs httpObserver // the observer, if it observes HTTP requests; nil if not
-	stale   *staleCache  // nil: none (WithStaleCache)
+	httpObs httpObserver              // the observer, if it observes HTTP requests; nil if not
+	stale   *staleCache               // nil: none (WithStaleCache)
+	hedges  *guards.Table[*hedgeHost] // nil: no hedging
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -92,6 +93,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
 	t.stale = newStaleCache(c.stale)
+	t.hedges = hedgeTable(&c)
 	return layer.Check() // a bad option is reported here, never by RoundTrip
 }
 
@@ -197,7 +199,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeReqBody(req)
 		return nil, err
 	}
-	c := call{t: t, req: req, src: req}
+	c := call{t: t, req: req, src: req, dest: h, hh: t.hedgeState(req)}
 	return c.run(h)
 }
 
@@ -223,6 +225,9 @@ type call struct {
 	once  io.ReadCloser // body to send once; nil if none
 	owned io.Closer     // the caller's body while no attempt took it over
 	sends int           // requests handed to the base transport
+	extra int           // hedges sent: the wire numbers run this far ahead of the loop's
+	dest  *host
+	hh    *hedgeHost // the host's hedging state; nil: no hedge
 
 	got500    bool
 	refreshed bool
@@ -345,7 +350,7 @@ func (c *call) discardCur() {
 // resend with refreshed credentials).
 func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	c.discardCur()
-	resp, err := c.send(ctx, n)
+	resp, err := c.first(ctx, n)
 	if err != nil {
 		return nil, c.sendError(err)
 	}
@@ -376,6 +381,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	if !IsRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
+	c.hh.pushback(code, hint, resp.Header) // no hedge to a host that pushes back
 	// The attempt's answer, for the loop: the status, and Retry-After on
 	// 429, 503 and 409 (the loop's floor on the next sleep).
 	se := &StatusError{Code: code, After: hint}
@@ -459,7 +465,7 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	r := c.req
 	if !asIs {
 		r = c.src.WithContext(ctx) // the shallow copy this attempt may change
-		r.Header = c.header(n)
+		r.Header = c.header(n + c.extra)
 		if retry.IsProbe(ctx) {
 			r.Header[wire.ProbeHeader] = probeValue
 		} else {

@@ -95,6 +95,10 @@ type Event struct {
 	Outcome string
 	// Err is the error involved, if any.
 	Err error
+	// Hedge marks the AttemptStart and AttemptEnd of a hedge: a copy of
+	// an attempt sent while it is still in flight (httpretry.WithHedging).
+	// A hedge that lost the race ends with Outcome "canceled".
+	Hedge bool
 }
 
 // Observer receives events. Observe is called synchronously, on the

@@ -1,0 +1,388 @@
+package httpretry
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/internal/guards"
+	"github.com/stormguard/stormguard/internal/lathist"
+	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
+)
+
+// The fixed parameters of hedging (docs/hedging.md).
+const (
+	// hedgeWindow is the period of a host's latency windows: the learned
+	// delay reads the successes of the last 10 to 20 s.
+	hedgeWindow = 10 * time.Second
+	// inflatedFactor: no hedge while the host's recent median latency is
+	// above this many times its baseline median (overload).
+	inflatedFactor = 3
+	// pushbackHold is the least time no hedge goes to a host after it
+	// pushed back (429, 503, a Retry-After, a don't-retry mark); a longer
+	// Retry-After holds for as long.
+	pushbackHold = 5 * time.Second
+	// maxHedges bounds WithHedging's max.
+	maxHedges = 8
+)
+
+// WithHedging sends up to max hedges (0 means 1; at most 8) of a GET, HEAD
+// or OPTIONS request without a body when an attempt has not answered
+// within delay: further copies of the attempt, sent while it is still in
+// flight, the first good answer (any response but a retryable status or a
+// 500) winning and the others canceled, their bodies closed. A write is
+// never hedged.
+//
+// delay = 0 learns the delay per host: the quantile q of the time to a
+// good answer of the host's recent requests (the last 10 to 20 s; q = 0
+// means 0.95); with fewer than 20 such answers, no hedge goes. A
+// positive delay is fixed. A negative delay, or q outside [0, 1), is an
+// error.
+//
+// A hedge is only sent when the host's retry budget grants it (each hedge
+// is one withdrawal: no budget, no hedge), its breaker is closed, the host
+// has not pushed back in the last 5 s (429, 503, a Retry-After or a
+// don't-retry mark; a longer Retry-After holds for as long), and its recent
+// median latency is at most 3 times its baseline (a tail caused by overload
+// is not helped by more load). Each hedge is an attempt on the wire: it
+// carries the next wire.AttemptHeader number, and an observer hears its
+// own AttemptStart and AttemptEnd (Event.Hedge set; a canceled loser ends
+// with Outcome "canceled"). The retry loop counts the race as one attempt
+// with the winner's answer; a retry after it carries the wire number after
+// the hedges'. Off by default.
+func WithHedging(delay time.Duration, q float64, max int) Option {
+	return option(func(c *config) error {
+		switch {
+		case delay < 0:
+			return invalid("hedge delay %v must not be negative", delay)
+		case q < 0 || q >= 1 || q != q:
+			return invalid("hedge quantile %v must be in [0, 1)", q)
+		case max < 0 || max > maxHedges:
+			return invalid("hedges %d must be in [0, %d]", max, maxHedges)
+		}
+		if q == 0 {
+			q = 0.95
+		}
+		if max == 0 {
+			max = 1
+		}
+		c.hedge = &hedgeConfig{delay: delay, q: q, max: max}
+		return nil
+	})
+}
+
+// hedgeConfig is what WithHedging set.
+type hedgeConfig struct {
+	delay time.Duration // 0: learned
+	q     float64
+	max   int
+}
+
+// hedgeHost is what hedging keeps per destination host.
+type hedgeHost struct {
+	lat      *lathist.Hist
+	pushedTo atomic.Int64 // no hedge before this time (since hedgeBase), ns
+}
+
+// hedgeBase is the origin of hedgeHost.pushedTo: a monotonic reading.
+var hedgeBase = time.Now()
+
+// hedgeTable returns the table of the hosts' hedging state, nil without
+// hedging.
+func hedgeTable(c *config) *guards.Table[*hedgeHost] {
+	if c.hedge == nil {
+		return nil
+	}
+	q := c.hedge.q
+	return guards.NewTable(c.maxHosts, func(string) (*hedgeHost, error) {
+		return &hedgeHost{lat: lathist.New(hedgeWindow, q)}, nil
+	})
+}
+
+// hedgeState returns the hedging state of the request's host, nil if the
+// request is never hedged.
+func (t *Transport) hedgeState(req *http.Request) *hedgeHost {
+	if t.hedges == nil {
+		return nil
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		return nil
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		return nil
+	}
+	hh, _ := t.hedges.Get(strings.ToLower(req.URL.Host))
+	return hh
+}
+
+// pushback notes an answer of the host that asks for less load: a 429 or
+// 503, a Retry-After (hint), a don't-retry mark. No hedge goes to the host
+// for pushbackHold, or hint if longer.
+func (hh *hedgeHost) pushback(code int, hint time.Duration, h http.Header) {
+	if hh == nil {
+		return
+	}
+	if code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable && hint <= 0 && !dontRetry(h) {
+		return
+	}
+	to := int64(time.Since(hedgeBase) + max(hint, pushbackHold))
+	for {
+		cur := hh.pushedTo.Load()
+		if cur >= to || hh.pushedTo.CompareAndSwap(cur, to) {
+			return
+		}
+	}
+}
+
+// quiet reports whether the host may get a hedge as far as its own answers
+// say: no recent pushback, no inflated latency.
+func (hh *hedgeHost) quiet() bool {
+	return int64(time.Since(hedgeBase)) >= hh.pushedTo.Load() && !hh.lat.Inflated(inflatedFactor)
+}
+
+// guardsAllow reports whether g lets a hedge go now, short of spending the
+// budget: a budget to pay it, a closed breaker, and a destination that
+// takes more load (hedgeRoom).
+func guardsAllow(g retry.Guards) bool {
+	if g.Budget == nil {
+		return false
+	}
+	if g.Breaker != nil && g.Breaker.State() != breaker.Closed {
+		return false
+	}
+	return hedgeRoom(g)
+}
+
+// hedgeRoom reports whether the destination's guards beyond the budget and
+// the breaker leave room for a hedge. retry.Guards holds no concurrency
+// limiter or throttle yet: when it does, this is where a limiter at its
+// limit or throttling refuses the hedge.
+func hedgeRoom(retry.Guards) bool { return true }
+
+// good reports whether an answer wins a race: a response that is not a
+// retryable status or a 500.
+func good(resp *http.Response, err error) bool {
+	return err == nil && !IsRetryableStatus(resp.StatusCode) && resp.StatusCode != http.StatusInternalServerError
+}
+
+// first sends attempt n: raced against hedges when the request and its
+// host allow them, else as send does. A good answer counts in the host's
+// latencies.
+func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
+	h := c.dest
+	hh := c.hh
+	if hh == nil || !c.retryable {
+		return c.send(ctx, n)
+	}
+	start := time.Now()
+	delay := c.t.cfg.hedge.delay
+	if delay == 0 {
+		delay = hh.lat.Quantile()
+	}
+	if delay <= 0 || !guardsAllow(h.Guards) || !hh.quiet() {
+		resp, err := c.send(ctx, n)
+		if good(resp, err) {
+			hh.lat.Record(start)
+		}
+		return resp, err
+	}
+	return c.race(ctx, n, h, delay, start)
+}
+
+// leg is the end of one request of a race.
+type leg struct {
+	i    int
+	resp *http.Response
+	err  error
+}
+
+// race sends attempt n and, each time delay passes without a good answer,
+// a hedge while the guards allow one, up to the configured number; the
+// first good answer wins, and the others are canceled and closed.
+//
+//stormguard:long the race's select owns its legs' contexts, results and the timer
+func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, start time.Time) (*http.Response, error) {
+	cfg := &c.t.cfg
+	total := 1 + cfg.hedge.max
+	results := make(chan leg, total)
+	cancels := make([]context.CancelFunc, 0, total)
+	launch := func(num int, hedge bool) {
+		lctx, cancel := context.WithCancel(ctx)
+		if d := cfg.attemptTimeout; d > 0 {
+			lctx, cancel = withTimeoutCancel(lctx, cancel, d)
+		}
+		cancels = append(cancels, cancel)
+		i := len(cancels) - 1
+		if hedge && cfg.observer != nil {
+			lctx = c.hedgeStart(lctx, h, num)
+		}
+		r := c.legRequest(lctx, num, !hedge)
+		c.sends++
+		go func() {
+			t0 := time.Now()
+			resp, err := c.t.base.RoundTrip(r)
+			if err != nil || resp == nil {
+				err, resp = baseResult(resp, err), nil
+			}
+			if hedge && cfg.observer != nil {
+				c.hedgeEnd(lctx, h, num, resp, err, t0)
+			}
+			results <- leg{i: i, resp: resp, err: err}
+		}()
+	}
+	launch(n+c.extra, false)
+	pending, hedges := 1, 0
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	var held *leg // the latest failure, returned if every leg fails
+	for {
+		select {
+		case l := <-results:
+			pending--
+			if good(l.resp, l.err) {
+				c.hh.lat.Record(start)
+				c.reap(results, pending, cancels, l.i)
+				c.cur, c.curCancel = l.resp, cancels[l.i]
+				if held != nil {
+					c.closeLeg(held, cancels)
+				}
+				return l.resp, nil
+			}
+			if l.resp != nil {
+				c.hh.pushback(l.resp.StatusCode, retryAfterOf(l.resp), l.resp.Header)
+			}
+			if held != nil {
+				c.closeLeg(held, cancels)
+			}
+			held = &l
+			hedges = cfg.hedge.max // a failure: no more hedges in this race
+			if pending > 0 {
+				continue
+			}
+			if l.err != nil {
+				cancels[l.i]()
+				return nil, l.err
+			}
+			c.cur, c.curCancel = l.resp, cancels[l.i]
+			return l.resp, nil
+		case <-timer.C:
+			if hedges >= cfg.hedge.max || !guardsAllow(h.Guards) || !c.hh.quiet() || !h.Guards.Budget.Withdraw() {
+				continue
+			}
+			hedges++
+			pending++
+			c.extra++
+			launch(n+c.extra, true)
+			if hedges < cfg.hedge.max {
+				timer.Reset(delay)
+			}
+		case <-ctx.Done():
+			c.reap(results, pending, cancels, -1)
+			if held != nil {
+				c.closeLeg(held, cancels)
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
+// cancel that releases both.
+func withTimeoutCancel(ctx context.Context, cancel context.CancelFunc, d time.Duration) (context.Context, context.CancelFunc) {
+	tctx, tcancel := context.WithTimeout(ctx, d)
+	return tctx, func() { tcancel(); cancel() }
+}
+
+// closeLeg closes a leg that lost the race after failing.
+func (c *call) closeLeg(l *leg, cancels []context.CancelFunc) {
+	if l.resp != nil && l.resp.Body != nil {
+		drainClose(l.resp.Body)
+	}
+	cancels[l.i]()
+}
+
+// reap cancels every leg but the winner (keep; -1 for none) and closes the
+// answers of the pending ones as they come, on a goroutine of its own that
+// ends with the last of them.
+func (c *call) reap(results chan leg, pending int, cancels []context.CancelFunc, keep int) {
+	for i, cancel := range cancels {
+		if i != keep {
+			cancel()
+		}
+	}
+	if pending == 0 {
+		return
+	}
+	go func() {
+		for range pending {
+			l := <-results
+			if l.resp != nil && l.resp.Body != nil {
+				_ = l.resp.Body.Close()
+			}
+		}
+	}()
+}
+
+// retryAfterOf returns the Retry-After of resp, 0 if none.
+func retryAfterOf(resp *http.Response) time.Duration {
+	if v := resp.Header["Retry-After"]; len(v) > 0 {
+		d, _ := ParseRetryAfter(v[0], time.Now())
+		return d
+	}
+	return 0
+}
+
+// legRequest returns the request of one leg of a race: a copy of the source
+// request on ctx, numbered num on the wire, marked as the breaker's probe
+// if the primary is one, with the time its caller waits.
+func (c *call) legRequest(ctx context.Context, num int, primary bool) *http.Request {
+	r := c.src.WithContext(ctx)
+	r.Header = c.header(num)
+	if primary && retry.IsProbe(ctx) {
+		r.Header[wire.ProbeHeader] = probeValue
+	} else {
+		delete(r.Header, wire.ProbeHeader)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		r.Header[wire.TimeoutHeader] = timeoutValue(time.Until(dl))
+	}
+	return r
+}
+
+// hedgeStart reports the start of hedge num and returns its context
+// (tagged by the observer, if it tags).
+func (c *call) hedgeStart(ctx context.Context, h *host, num int) context.Context {
+	o := c.t.cfg.observer
+	e := observe.Event{Kind: observe.AttemptStart, Name: h.Name, Attempt: num, Hedge: true}
+	if tg, ok := o.(interface {
+		TagAttempt(context.Context, observe.Event) context.Context
+	}); ok {
+		return tg.TagAttempt(ctx, e)
+	}
+	o.Observe(ctx, e)
+	return ctx
+}
+
+// hedgeEnd reports the end of hedge num.
+func (c *call) hedgeEnd(ctx context.Context, h *host, num int, resp *http.Response, err error, t0 time.Time) {
+	e := observe.Event{Kind: observe.AttemptEnd, Name: h.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
+	switch {
+	case ctx.Err() != nil && !good(resp, err):
+		e.Outcome = "canceled"
+	case good(resp, err):
+		e.Outcome = "success"
+	case err != nil || IsRetryableStatus(resp.StatusCode) || resp.StatusCode == http.StatusInternalServerError:
+		e.Outcome = "failure"
+		if err == nil {
+			e.Err = &StatusError{Code: resp.StatusCode}
+		}
+	}
+	c.t.cfg.observer.Observe(ctx, e)
+}
