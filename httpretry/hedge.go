@@ -86,11 +86,9 @@ type hedgeConfig struct {
 // hedgeHost is what hedging keeps per destination host.
 type hedgeHost struct {
 	lat      *lathist.Hist
-	pushedTo atomic.Int64 // no hedge before this time (since hedgeBase), ns
+	base     time.Time    // when the host was first seen: the origin of pushedTo
+	pushedTo atomic.Int64 // no hedge before this time (since base), ns
 }
-
-// hedgeBase is the origin of hedgeHost.pushedTo: a monotonic reading.
-var hedgeBase = time.Now()
 
 // hedgeTable returns the table of the hosts' hedging state, nil without
 // hedging.
@@ -100,7 +98,7 @@ func hedgeTable(c *config) *guards.Table[*hedgeHost] {
 	}
 	q := c.hedge.q
 	return guards.NewTable(c.maxHosts, func(string) (*hedgeHost, error) {
-		return &hedgeHost{lat: lathist.New(hedgeWindow, q)}, nil
+		return &hedgeHost{lat: lathist.New(hedgeWindow, q), base: time.Now()}, nil
 	})
 }
 
@@ -132,7 +130,7 @@ func (hh *hedgeHost) pushback(code int, hint time.Duration, h http.Header) {
 	if code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable && hint <= 0 && !dontRetry(h) {
 		return
 	}
-	to := int64(time.Since(hedgeBase) + max(hint, pushbackHold))
+	to := int64(time.Since(hh.base) + max(hint, pushbackHold))
 	for {
 		cur := hh.pushedTo.Load()
 		if cur >= to || hh.pushedTo.CompareAndSwap(cur, to) {
@@ -144,7 +142,7 @@ func (hh *hedgeHost) pushback(code int, hint time.Duration, h http.Header) {
 // quiet reports whether the host may get a hedge as far as its own answers
 // say: no recent pushback, no inflated latency.
 func (hh *hedgeHost) quiet() bool {
-	return int64(time.Since(hedgeBase)) >= hh.pushedTo.Load() && !hh.lat.Inflated(inflatedFactor)
+	return int64(time.Since(hh.base)) >= hh.pushedTo.Load() && !hh.lat.Inflated(inflatedFactor)
 }
 
 // guardsAllow reports whether g lets a hedge go now, short of spending the

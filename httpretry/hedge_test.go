@@ -1,0 +1,379 @@
+package httpretry_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
+)
+
+// legBase is a base RoundTripper for hedging tests, in a synctest bubble:
+// its i-th request (from 0) answers after the delay and with the status
+// answer(i) gives, or ends with its context's error when canceled first
+// (unless deaf: then it answers anyway). It counts the requests in
+// flight and the response bodies not yet closed.
+type legBase struct {
+	answer func(i int) (time.Duration, int)
+	deaf   bool
+
+	mu       sync.Mutex
+	reqs     []*http.Request
+	inflight atomic.Int64
+	open     atomic.Int64
+}
+
+func (b *legBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	i := len(b.reqs)
+	b.reqs = append(b.reqs, r)
+	b.mu.Unlock()
+	b.inflight.Add(1)
+	defer b.inflight.Add(-1)
+	d, code := b.answer(i)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	if b.deaf {
+		<-t.C
+	} else {
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	b.open.Add(1)
+	h := http.Header{}
+	if code == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "2")
+	}
+	return &http.Response{StatusCode: code, Header: h, Request: r,
+		Body: &countedBody{Reader: strings.NewReader("leg" + strconv.Itoa(i)), open: &b.open}}, nil
+}
+
+// sent returns the requests the base got.
+func (b *legBase) sent() []*http.Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*http.Request(nil), b.reqs...)
+}
+
+// delays answers 200 after ds[i] (the last one for any later request).
+func delays(ds ...time.Duration) func(int) (time.Duration, int) {
+	return func(i int) (time.Duration, int) { return ds[min(i, len(ds)-1)], http.StatusOK }
+}
+
+type countedBody struct {
+	io.Reader
+	open   *atomic.Int64
+	closed atomic.Bool
+}
+
+func (b *countedBody) Close() error {
+	if b.closed.CompareAndSwap(false, true) {
+		b.open.Add(-1)
+	}
+	return nil
+}
+
+// hedgeGet sends a GET through tr and returns its body, the time it took
+// until the response, and closes the body.
+func hedgeGet(t *testing.T, tr http.RoundTripper, ctx context.Context) (string, time.Duration, error) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/x", nil)
+	start := time.Now()
+	resp, err := tr.RoundTrip(req)
+	took := time.Since(start)
+	if err != nil {
+		return "", took, err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return string(b), took, nil
+}
+
+// settle lets every leg end and checks that none is left in flight and
+// every body was closed.
+func (b *legBase) settle(t *testing.T) {
+	t.Helper()
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	if n, o := b.inflight.Load(), b.open.Load(); n != 0 || o != 0 {
+		t.Errorf("after the call: %d requests in flight, %d bodies open; want 0 and 0", n, o)
+	}
+}
+
+func attemptHeaders(reqs []*http.Request) []string {
+	var hs []string
+	for _, r := range reqs {
+		hs = append(hs, r.Header.Get(wire.AttemptHeader))
+	}
+	return hs
+}
+
+func TestHedgeWinsAtDelay(t *testing.T) {
+	tests := []struct {
+		name     string
+		max      int
+		answer   func(int) (time.Duration, int)
+		deaf     bool
+		wantBody string
+		wantTook time.Duration
+		wantHdrs string
+	}{
+		{"hedge at 50ms answers in 10ms", 1, delays(time.Second, 10*time.Millisecond), false, "leg1", 60 * time.Millisecond, ",2"},
+		{"attempt answers before the delay", 1, delays(10*time.Millisecond, time.Millisecond), false, "leg0", 10 * time.Millisecond, ""},
+		{"attempt wins against its hedge", 1, delays(80*time.Millisecond, time.Second), false, "leg0", 80 * time.Millisecond, ",2"},
+		{"second hedge wins", 2, delays(time.Second, time.Second, 20*time.Millisecond), false, "leg2", 120 * time.Millisecond, ",2,3"},
+		{"loser answers after the winner (deaf base)", 1, delays(100*time.Millisecond, 40*time.Millisecond), true, "leg1", 90 * time.Millisecond, ",2"},
+		{"failed hedge, attempt still wins", 1, func(i int) (time.Duration, int) {
+			if i == 1 {
+				return time.Millisecond, http.StatusBadGateway
+			}
+			return 200 * time.Millisecond, http.StatusOK
+		}, false, "leg0", 200 * time.Millisecond, ",2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &legBase{answer: tt.answer, deaf: tt.deaf}
+				tr, err := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, tt.max))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, took, err := hedgeGet(t, tr, context.Background())
+				if err != nil || body != tt.wantBody || took != tt.wantTook {
+					t.Errorf("GET = %q after %v, %v; want %q after %v", body, took, err, tt.wantBody, tt.wantTook)
+				}
+				if got := strings.Join(attemptHeaders(base.sent()), ","); got != tt.wantHdrs {
+					t.Errorf("attempt headers %q, want %q", got, tt.wantHdrs)
+				}
+				hedges := strings.Count(tt.wantHdrs, ",")
+				if r := tr.Hosts()["example.test"].Budget.(*budget.Budget).Stats().Retries; r != hedges {
+					t.Errorf("budget withdrawals %d, want %d (one per hedge)", r, hedges)
+				}
+				base.settle(t)
+			})
+		})
+	}
+}
+
+// refuser is a retry budget that refuses every withdrawal, counting them.
+type refuser struct{ asked atomic.Int64 }
+
+func (r *refuser) Deposit()       {}
+func (r *refuser) Withdraw() bool { r.asked.Add(1); return false }
+
+func TestHedgeHeldBack(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  func(t *testing.T) []httpretry.Option
+		setup func(t *testing.T, tr *httpretry.Transport, base *legBase)
+	}{
+		{"no budget", func(*testing.T) []httpretry.Option { return []httpretry.Option{httpretry.WithBudget(nil)} }, nil},
+		{"budget refuses", func(t *testing.T) []httpretry.Option {
+			r := &refuser{}
+			t.Cleanup(func() {
+				if r.asked.Load() != 1 {
+					t.Errorf("budget asked %d times, want 1", r.asked.Load())
+				}
+			})
+			return []httpretry.Option{httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Budget: r}, nil })}
+		}, nil},
+		{"breaker half-open", func(t *testing.T) []httpretry.Option {
+			return []httpretry.Option{httpretry.WithBreaker(&breaker.Config{MinCalls: 1, OpenFor: time.Second, MaxOpenFor: time.Second})}
+		}, func(t *testing.T, tr *httpretry.Transport, base *legBase) {
+			// One 502 trips it; a second later it is half-open.
+			base.answer = func(i int) (time.Duration, int) {
+				if i == 0 {
+					return time.Millisecond, http.StatusBadGateway
+				}
+				return delays(time.Second, 10*time.Millisecond)(i - 1)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			defer cancel()
+			hedgeGet(t, tr, ctx)
+			if s := tr.Hosts()["example.test"].Breaker.State(); s != breaker.Open {
+				t.Fatalf("breaker %v after a 502, want open", s)
+			}
+			time.Sleep(2 * time.Second)
+		}},
+		{"host pushed back", nil, func(t *testing.T, tr *httpretry.Transport, base *legBase) {
+			base.answer = func(i int) (time.Duration, int) {
+				if i == 0 {
+					return time.Millisecond, http.StatusServiceUnavailable // Retry-After: 2
+				}
+				return delays(time.Second, 10*time.Millisecond)(i - 1)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			defer cancel()
+			hedgeGet(t, tr, ctx)
+			time.Sleep(4 * time.Second) // within the 5 s hold
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &legBase{answer: delays(time.Second, 10*time.Millisecond)}
+				opts := []httpretry.Option{httpretry.WithHedging(50*time.Millisecond, 0, 1)}
+				if tt.opts != nil {
+					opts = append(opts, tt.opts(t)...)
+				}
+				tr, err := httpretry.NewTransport(base, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := 0
+				if tt.setup != nil {
+					tt.setup(t, tr, base)
+					before = len(base.sent())
+				}
+				body, took, err := hedgeGet(t, tr, context.Background())
+				if err != nil || took != time.Second || len(base.sent())-before != 1 {
+					t.Errorf("GET = %q after %v, %v, %d requests; want the attempt's answer after 1s, no hedge", body, took, err, len(base.sent())-before)
+				}
+				base.settle(t)
+			})
+		})
+	}
+}
+
+// TestHedgeAfterPushbackHold: 5 s after a 503, hedges go again.
+func TestHedgeAfterPushbackHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: func(i int) (time.Duration, int) {
+			if i == 0 {
+				return time.Millisecond, http.StatusServiceUnavailable
+			}
+			return delays(time.Second, 10*time.Millisecond)(i - 1)
+		}}
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithRetry(retry.WithMaxAttempts(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hedgeGet(t, tr, context.Background())
+		time.Sleep(5 * time.Second)
+		if body, took, err := hedgeGet(t, tr, context.Background()); err != nil || body != "leg2" || took != 60*time.Millisecond {
+			t.Errorf("GET 5 s after a 503 = %q after %v, %v; want the hedge's answer after 60ms", body, took, err)
+		}
+		base.settle(t)
+	})
+}
+
+// TestHedgeNotForWrites: a POST with a key, retryable, is never hedged.
+func TestHedgeNotForWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(time.Second, 10*time.Millisecond)}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1))
+		req, _ := http.NewRequest(http.MethodPost, "http://example.test/x", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if n := len(base.sent()); n != 1 {
+			t.Errorf("POST sent %d times, want 1", n)
+		}
+		base.settle(t)
+	})
+}
+
+// TestHedgeLearnedDelay: with delay 0 the hedge goes at the p95 of the
+// host's recent answers (here all 10ms: within a bucket, 12.5%).
+func TestHedgeLearnedDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(10 * time.Millisecond)}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1))
+		for range 19 {
+			hedgeGet(t, tr, context.Background())
+		}
+		n := len(base.sent())
+		base.answer = delays(time.Second)
+		// Too few samples: no hedge.
+		if _, took, _ := hedgeGet(t, tr, context.Background()); took != time.Second || len(base.sent()) != n+1 {
+			t.Fatalf("with 19 samples: took %v, %d requests; want 1s, no hedge", took, len(base.sent())-n)
+		}
+		base.answer = delays(10 * time.Millisecond)
+		for range 80 {
+			hedgeGet(t, tr, context.Background())
+		}
+		time.Sleep(time.Second) // the cached quantile refreshes
+		n = len(base.sent())
+		base.answer = func(i int) (time.Duration, int) {
+			if i == n {
+				return time.Second, http.StatusOK
+			}
+			return 10 * time.Millisecond, http.StatusOK
+		}
+		_, took, err := hedgeGet(t, tr, context.Background())
+		if err != nil || len(base.sent()) != n+2 || took < 20*time.Millisecond || took > 22*time.Millisecond {
+			t.Errorf("slow attempt: took %v with %d requests, %v; want a hedge at about 10ms answering 10ms later", took, len(base.sent())-n, err)
+		}
+		base.settle(t)
+	})
+}
+
+// TestHedgeCallerCancels: the caller's cancel ends every leg.
+func TestHedgeCallerCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(time.Hour)}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 2))
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(120*time.Millisecond, cancel)
+		_, took, err := hedgeGet(t, tr, ctx)
+		if !errors.Is(err, context.Canceled) || took != 120*time.Millisecond || len(base.sent()) != 3 {
+			t.Errorf("canceled GET = %v after %v with %d requests; want canceled after 120ms, 3 requests", err, took, len(base.sent()))
+		}
+		base.settle(t)
+	})
+}
+
+func TestHedgeObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var got []string
+		obs := observe.Func(func(ctx context.Context, e observe.Event) {
+			if e.Kind == observe.AttemptStart || e.Kind == observe.AttemptEnd {
+				mu.Lock()
+				got = append(got, string(e.Kind)+" "+strconv.Itoa(e.Attempt)+" "+strconv.FormatBool(e.Hedge)+" "+e.Outcome)
+				mu.Unlock()
+			}
+		})
+		base := &legBase{answer: delays(100*time.Millisecond, time.Second)}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithObserver(obs))
+		hedgeGet(t, tr, context.Background())
+		base.settle(t)
+		want := "attempt-start 1 false |attempt-start 2 true |attempt-end 1 false success|attempt-end 2 true canceled"
+		if s := strings.Join(got, "|"); s != want {
+			t.Errorf("events\n%s\nwant\n%s", s, want)
+		}
+	})
+}
+
+func TestWithHedgingBadValues(t *testing.T) {
+	for _, o := range []httpretry.Option{
+		httpretry.WithHedging(-time.Second, 0, 1),
+		httpretry.WithHedging(0, 1, 1),
+		httpretry.WithHedging(0, -0.5, 1),
+		httpretry.WithHedging(0, 0, 9),
+		httpretry.WithHedging(0, 0, -1),
+	} {
+		if _, err := httpretry.NewTransport(nil, o); err == nil || !strings.Contains(err.Error(), "hedge") {
+			t.Errorf("NewTransport with a bad hedging option = %v, want an error naming hedging", err)
+		}
+	}
+}
