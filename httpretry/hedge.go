@@ -239,7 +239,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	pending, hedges := 1, 0
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	var held *leg // the latest failure, returned if every leg fails
+	held := leg{i: -1} // the latest failure, returned if every leg fails
 	for {
 		select {
 		case l := <-results:
@@ -248,18 +248,14 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 				c.hh.lat.Record(start)
 				c.reap(results, pending, cancels, l.i)
 				c.cur, c.curCancel = l.resp, cancels[l.i]
-				if held != nil {
-					c.closeLeg(held, cancels)
-				}
+				c.closeLeg(held, cancels)
 				return l.resp, nil
 			}
 			if l.resp != nil {
 				c.hh.pushback(l.resp.StatusCode, retryAfterOf(l.resp), l.resp.Header)
 			}
-			if held != nil {
-				c.closeLeg(held, cancels)
-			}
-			held = &l
+			c.closeLeg(held, cancels)
+			held = l
 			hedges = cfg.hedge.max // a failure: no more hedges in this race
 			if pending > 0 {
 				continue
@@ -283,9 +279,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 			}
 		case <-ctx.Done():
 			c.reap(results, pending, cancels, -1)
-			if held != nil {
-				c.closeLeg(held, cancels)
-			}
+			c.closeLeg(held, cancels)
 			return nil, ctx.Err()
 		}
 	}
@@ -298,8 +292,12 @@ func withTimeoutCancel(ctx context.Context, cancel context.CancelFunc, d time.Du
 	return tctx, func() { tcancel(); cancel() }
 }
 
-// closeLeg closes a leg that lost the race after failing.
-func (c *call) closeLeg(l *leg, cancels []context.CancelFunc) {
+// closeLeg closes a leg that lost the race after failing; one with i < 0
+// is none.
+func (c *call) closeLeg(l leg, cancels []context.CancelFunc) {
+	if l.i < 0 {
+		return
+	}
 	if l.resp != nil && l.resp.Body != nil {
 		drainClose(l.resp.Body)
 	}
