@@ -58,3 +58,32 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 // context, request copy and header, the goroutine it runs on, the
 // results channel and the timer.
 const maxRaceAllocs = 13
+
+// BenchmarkHedgeNotNeeded: a GET over a base that answers at once,
+// without hedging and with a race the attempt wins.
+func BenchmarkHedgeNotNeeded(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts []httpretry.Option
+	}{
+		{"no hedging", nil},
+		{"race won by the attempt", []httpretry.Option{httpretry.WithHedging(time.Second, 0, 1)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
+			tr, err := httpretry.NewTransport(canned{resp}, bc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://example.test/x", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Body.Close()
+			}
+		})
+	}
+}

@@ -28,7 +28,8 @@ const (
 	// AttemptEnd: attempt Attempt ended after Elapsed, with Err (nil on
 	// success) and Outcome "success", "failure" (a failure of the
 	// dependency: the breaker counts it) or "rejected" (the dependency
-	// answered, but no: a 404, a 400; not its failure).
+	// answered, but no: a 404, a 400; not its failure); a hedge that
+	// lost its race ends with "canceled" (see Event.Hedge).
 	AttemptEnd Kind = "attempt-end"
 	// Retry: attempt Attempt failed with Err, and the loop will sleep
 	// Delay before the next one. Outcome says why that long: "backoff"

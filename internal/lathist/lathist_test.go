@@ -158,3 +158,12 @@ func BenchmarkRecord(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkRecordOneGoroutine(b *testing.B) {
+	h := New(10*time.Second, 0.95)
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		h.Record(start)
+	}
+}
