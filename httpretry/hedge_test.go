@@ -377,3 +377,40 @@ func TestWithHedgingBadValues(t *testing.T) {
 		}
 	}
 }
+
+// TestHedgeConcurrent: many callers racing at once through one transport
+// leave nothing in flight and no body open, and hedges stay within the
+// budget.
+func TestHedgeConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: func(i int) (time.Duration, int) {
+			switch i % 10 {
+			case 0:
+				return time.Second, http.StatusOK
+			case 7:
+				return 30 * time.Millisecond, http.StatusBadGateway
+			}
+			return time.Duration(i%7+1) * 10 * time.Millisecond, http.StatusOK
+		}}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.9, 2), httpretry.WithRetry(retry.WithBackoff(smallBackoff(t))))
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for g := range 20 {
+			wg.Go(func() {
+				for range 25 {
+					if _, _, err := hedgeGet(t, tr, context.Background()); err != nil {
+						failed.Add(1)
+					}
+					time.Sleep(time.Duration(g) * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		st := tr.Hosts()["example.test"].Budget.(*budget.Budget).Stats()
+		if float64(st.Retries) > st.Limit {
+			t.Errorf("budget: %d retries and hedges over a limit of %.1f", st.Retries, st.Limit)
+		}
+		t.Logf("500 GETs: %d requests sent, %d failed, budget %+v", len(base.sent()), failed.Load(), st)
+		base.settle(t)
+	})
+}
