@@ -7,7 +7,8 @@
 // the last bucket. It holds two windows of Period each, the current one and
 // the one before: a quantile is read over both (between one and two periods
 // of samples), so that old latencies stop counting after at most two
-// periods. When a window ends, its median becomes the recent median, and the
+// periods. A ring keeps the latest 32 samples besides, whose median shows
+// a shift within a few dozen answers. When a window ends, its median becomes the recent median, and the
 // baseline follows it: down at once, up by a sixty-fourth of the gap per
 // window, so that an incident of a few minutes does not become the norm.
 //
@@ -30,9 +31,12 @@ const (
 
 	// minSamples is the fewest samples a quantile is read from.
 	minSamples = 20
-	// refreshes is how many times per period the cached quantile and
-	// the current median are recomputed.
-	refreshes = 16
+	// refreshes is how many times per period the cached reads are
+	// recomputed (every 39 ms for a 10 s period).
+	refreshes = 256
+	// ringSize is how many of the latest samples the ring keeps: their
+	// median is the quickest sign of a shift.
+	ringSize = 32
 )
 
 // window is one period's counts.
@@ -57,6 +61,11 @@ type Hist struct {
 
 	recent   atomic.Int64 // the last ended window's median, ns; 0: none
 	baseline atomic.Int64 // the baseline median, ns; 0: none yet
+
+	// The latest ringSize samples, and the median of the ring (cached).
+	ring    [ringSize]atomic.Int64
+	ringPos atomic.Uint64
+	ringMid atomic.Int64
 }
 
 // New returns a histogram with windows of period (at least 1 ms) whose
@@ -116,6 +125,7 @@ func (h *Hist) Record(start time.Time) {
 		h.open(ep, w)
 	}
 	w.counts[index(now.Sub(start))].Add(1)
+	h.ring[h.ringPos.Add(1)%ringSize].Store(int64(now.Sub(start)))
 }
 
 // open clears w, the slot of the new window ep, after folding the window
@@ -199,11 +209,30 @@ func (h *Hist) refresh() {
 	} else {
 		h.current.Store(0)
 	}
+	h.ringMid.Store(h.ringMedian())
+}
+
+// ringMedian returns the median of the latest ringSize samples, 0 until
+// the ring is full.
+func (h *Hist) ringMedian() int64 {
+	if h.ringPos.Load() < ringSize {
+		return 0
+	}
+	var v [ringSize]int64
+	for i := range v {
+		v[i] = h.ring[i].Load()
+	}
+	for i := 1; i < len(v); i++ { // insertion sort: 32 values, no allocation
+		for j := i; j > 0 && v[j] < v[j-1]; j-- {
+			v[j], v[j-1] = v[j-1], v[j]
+		}
+	}
+	return v[ringSize/2]
 }
 
 // Quantile returns the histogram's quantile of the latencies recorded in
 // the current and the previous window, or 0 if they hold fewer than 20
-// samples. It is recomputed at most 16 times per period, and allocates
+// samples. It is recomputed at most 256 times per period, and allocates
 // nothing.
 func (h *Hist) Quantile() time.Duration {
 	h.refresh()
@@ -211,15 +240,15 @@ func (h *Hist) Quantile() time.Duration {
 }
 
 // Inflated reports whether recent latency is more than factor times the
-// baseline: the median of the last ended window, or of the current one
-// once it holds 20 samples, against the baseline median. Without a
-// baseline it reports false.
+// baseline: the median of the last ended window, of the current one once
+// it holds 20 samples, or of the latest 32 samples, against the baseline
+// median. Without a baseline it reports false.
 func (h *Hist) Inflated(factor float64) bool {
 	h.refresh()
 	b := h.baseline.Load()
 	if b == 0 {
 		return false
 	}
-	r := max(h.recent.Load(), h.current.Load())
+	r := max(h.recent.Load(), h.current.Load(), h.ringMid.Load())
 	return float64(r) > factor*float64(b)
 }

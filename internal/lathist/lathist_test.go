@@ -167,3 +167,30 @@ func BenchmarkRecordOneGoroutine(b *testing.B) {
 		h.Record(start)
 	}
 }
+
+// TestInflatedRing: a shift in the middle of a window shows within the
+// latest 32 samples, while the window's own median still holds.
+func TestInflatedRing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := New(10*time.Second, 0.95)
+		rec := func(d time.Duration, n int) {
+			for range n {
+				h.Record(time.Now().Add(-d))
+			}
+		}
+		rec(10*time.Millisecond, 1000)
+		time.Sleep(10 * time.Second)
+		rec(10*time.Millisecond, 1000) // the baseline: 10ms
+		time.Sleep(time.Second)
+		rec(50*time.Millisecond, 15)
+		time.Sleep(time.Second)
+		if h.Inflated(3) {
+			t.Fatalf("Inflated after 15 slow samples of 32")
+		}
+		rec(50*time.Millisecond, 2)
+		time.Sleep(time.Second)
+		if !h.Inflated(3) {
+			t.Errorf("Inflated = false with 17 of the latest 32 samples at 5x the baseline")
+		}
+	})
+}
