@@ -110,3 +110,10 @@ func bytesBody(data []byte) io.ReadCloser {
 	}
 	return io.NopCloser(bytes.NewReader(data))
 }
+
+// closeReqBody closes req's body, if any.
+func closeReqBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

@@ -2,6 +2,7 @@ package httpretry
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/internal/lathist"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
@@ -45,7 +47,9 @@ const (
 // error.
 //
 // A hedge is only sent when the host's retry budget grants it (each hedge
-// is one withdrawal: no budget, no hedge), its breaker is closed, the host
+// is one withdrawal: no budget, no hedge), its breaker is closed, its
+// concurrency limiter ([WithLimit]) has a free slot at once (the hedge
+// holds it until it ends) and is not throttling, the host
 // has not pushed back in the last 5 s (429, 503, a Retry-After or a
 // don't-retry mark; a longer Retry-After holds for as long), and its recent
 // median latency is at most 3 times its baseline (a tail caused by overload
@@ -146,23 +150,35 @@ func (hh *hedgeHost) quiet() bool {
 }
 
 // guardsAllow reports whether g lets a hedge go now, short of spending the
-// budget: a budget to pay it, a closed breaker, and a destination that
-// takes more load (hedgeRoom).
+// budget and taking a slot of the limiter: a budget to pay it and a closed
+// breaker.
 func guardsAllow(g retry.Guards) bool {
 	if g.Budget == nil {
 		return false
 	}
-	if g.Breaker != nil && g.Breaker.State() != breaker.Closed {
-		return false
-	}
-	return hedgeRoom(g)
+	return g.Breaker == nil || g.Breaker.State() == breaker.Closed
 }
 
-// hedgeRoom reports whether the destination's guards beyond the budget and
-// the breaker leave room for a hedge. retry.Guards holds no concurrency
-// limiter or throttle yet: when it does, this is where a limiter at its
-// limit or throttling refuses the hedge.
-func hedgeRoom(retry.Guards) bool { return true }
+// hedgeSlot takes a slot of the destination's concurrency limiter for a
+// hedge, if it has one: at once or not at all (a limiter at its limit, or
+// throttling, refuses). ok is false on a refusal.
+func hedgeSlot(g retry.Guards) (p limit.Permit, ok bool) {
+	if g.Limiter == nil {
+		return p, true
+	}
+	p, err := g.Limiter.Acquire(context.Background()) // no deadline: no wait
+	return p, err == nil
+}
+
+// releaseSlot gives back a hedge's slot: as a drop when it failed or timed
+// out, not when the race canceled it (a loser is no sign of overload).
+func releaseSlot(g retry.Guards, p limit.Permit, parent, lctx context.Context, resp *http.Response, err error) {
+	if g.Limiter == nil {
+		return
+	}
+	ours := errors.Is(lctx.Err(), context.Canceled) && parent.Err() == nil
+	g.Limiter.Release(p, !good(resp, err) && !ours)
+}
 
 // good reports whether an answer wins a race: a response that is not a
 // retryable status or a 500.
@@ -211,7 +227,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	total := 1 + cfg.hedge.max
 	results := make(chan leg, total)
 	cancels := make([]context.CancelFunc, 0, total)
-	launch := func(num int, hedge bool) {
+	launch := func(num int, hedge bool, slot limit.Permit) {
 		lctx, cancel := context.WithCancel(ctx)
 		if d := cfg.attemptTimeout; d > 0 {
 			lctx, cancel = withTimeoutCancel(lctx, cancel, d)
@@ -229,13 +245,16 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 			if err != nil || resp == nil {
 				err, resp = baseResult(resp, err), nil
 			}
-			if hedge && cfg.observer != nil {
-				c.hedgeEnd(lctx, h, num, resp, err, t0)
+			if hedge {
+				releaseSlot(h.Guards, slot, ctx, lctx, resp, err)
+				if cfg.observer != nil {
+					c.hedgeEnd(lctx, h, num, resp, err, t0)
+				}
 			}
 			results <- leg{i: i, resp: resp, err: err}
 		}()
 	}
-	launch(n+c.extra, false)
+	launch(n+c.extra, false, limit.Permit{})
 	pending, hedges := 1, 0
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -270,10 +289,14 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 			if hedges >= cfg.hedge.max || !guardsAllow(h.Guards) || !c.hh.quiet() || !h.Guards.Budget.Withdraw() {
 				continue
 			}
+			slot, ok := hedgeSlot(h.Guards) // after the budget: a refused slot wastes a withdrawal, never a sample
+			if !ok {
+				continue
+			}
 			hedges++
 			pending++
 			c.extra++
-			launch(n+c.extra, true)
+			launch(n+c.extra, true, slot)
 			if hedges < cfg.hedge.max {
 				timer.Reset(delay)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
@@ -211,6 +212,9 @@ func TestHedgeHeldBack(t *testing.T) {
 			}
 			time.Sleep(2 * time.Second)
 		}},
+		{"limiter at its limit", func(*testing.T) []httpretry.Option {
+			return []httpretry.Option{httpretry.WithLimit(&limit.Config{Max: 1})}
+		}, nil},
 		{"host pushed back", nil, func(t *testing.T, tr *httpretry.Transport, base *legBase) {
 			base.answer = func(i int) (time.Duration, int) {
 				if i == 0 {
@@ -412,5 +416,30 @@ func TestHedgeConcurrent(t *testing.T) {
 		}
 		t.Logf("500 GETs: %d requests sent, %d failed, budget %+v", len(base.sent()), failed.Load(), st)
 		base.settle(t)
+	})
+}
+
+// TestHedgeTakesALimiterSlot: with room under the limit a hedge goes, and
+// every slot comes back (the limiter admits a full limit afterwards).
+func TestHedgeTakesALimiterSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(time.Second, 10*time.Millisecond)}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithLimit(&limit.Config{Max: 2}))
+		if body, took, err := hedgeGet(t, tr, context.Background()); err != nil || body != "leg1" || took != 60*time.Millisecond {
+			t.Errorf("GET = %q after %v, %v; want the hedge's answer after 60ms", body, took, err)
+		}
+		base.settle(t)
+		lim := tr.Hosts()["example.test"].Limiter
+		var ps []limit.Permit
+		for range lim.Limit() {
+			p, err := lim.Acquire(context.Background())
+			if err != nil {
+				t.Fatalf("after the race the limiter refuses a slot within its limit %d: %v", lim.Limit(), err)
+			}
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			lim.Release(p, false)
+		}
 	})
 }

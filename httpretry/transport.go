@@ -203,12 +203,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return c.run(h)
 }
 
-func closeReqBody(req *http.Request) {
-	if req.Body != nil {
-		_ = req.Body.Close()
-	}
-}
-
 // call is the state of one RoundTrip.
 type call struct {
 	t   *Transport
