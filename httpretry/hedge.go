@@ -217,6 +217,37 @@ type leg struct {
 	err  error
 }
 
+// raceState is what one race uses: its legs' results and cancels, and
+// its timer. A Transport keeps a pool of them: a race takes one and the
+// last of its legs to be received gives it back, so that a race the first
+// attempt wins allocates none of it.
+type raceState struct {
+	results chan leg
+	cancels [1 + maxHedges]context.CancelFunc
+	n       int // legs launched
+	timer   *time.Timer
+}
+
+// getRace returns a race state from t's pool, its timer stopped and its
+// channel empty.
+func (t *Transport) getRace() *raceState {
+	if rs, ok := t.races.Get().(*raceState); ok {
+		return rs
+	}
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return &raceState{results: make(chan leg, 1+maxHedges), timer: tm}
+}
+
+// putRace gives rs back to the pool once every leg it launched has been
+// received.
+func (t *Transport) putRace(rs *raceState) {
+	rs.timer.Stop() // no stale tick after Stop (Go 1.23 timers)
+	clear(rs.cancels[:])
+	rs.n = 0
+	t.races.Put(rs)
+}
+
 // race sends attempt n and, each time delay passes without a good answer,
 // a hedge while the guards allow one, up to the configured number; the
 // first good answer wins, and the others are canceled and closed.
@@ -224,68 +255,40 @@ type leg struct {
 //stormguard:long the race's select owns its legs' contexts, results and the timer
 func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, start time.Time) (*http.Response, error) {
 	cfg := &c.t.cfg
-	total := 1 + cfg.hedge.max
-	results := make(chan leg, total)
-	cancels := make([]context.CancelFunc, 0, total)
-	launch := func(num int, hedge bool, slot limit.Permit) {
-		lctx, cancel := context.WithCancel(ctx)
-		if d := cfg.attemptTimeout; d > 0 {
-			lctx, cancel = withTimeoutCancel(lctx, cancel, d)
-		}
-		cancels = append(cancels, cancel)
-		i := len(cancels) - 1
-		if hedge && cfg.observer != nil {
-			lctx = c.hedgeStart(lctx, h, num)
-		}
-		r := c.legRequest(lctx, num, !hedge)
-		c.sends++
-		go func() {
-			t0 := time.Now()
-			resp, err := c.t.base.RoundTrip(r)
-			if err != nil || resp == nil {
-				err, resp = baseResult(resp, err), nil
-			}
-			if hedge {
-				releaseSlot(h.Guards, slot, ctx, lctx, resp, err)
-				if cfg.observer != nil {
-					c.hedgeEnd(lctx, h, num, resp, err, t0)
-				}
-			}
-			results <- leg{i: i, resp: resp, err: err}
-		}()
-	}
-	launch(n+c.extra, false, limit.Permit{})
+	rs := c.t.getRace()
+	c.launch(rs, ctx, n+c.extra, false, limit.Permit{})
 	pending, hedges := 1, 0
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
+	rs.timer.Reset(delay)
 	held := leg{i: -1} // the latest failure, returned if every leg fails
 	for {
 		select {
-		case l := <-results:
+		case l := <-rs.results:
 			pending--
 			if good(l.resp, l.err) {
 				c.hh.lat.Record(start)
-				c.reap(results, pending, cancels, l.i)
-				c.cur, c.curCancel = l.resp, cancels[l.i]
-				c.closeLeg(held, cancels)
+				c.cur, c.curCancel = l.resp, rs.cancels[l.i]
+				c.closeLeg(held, rs)
+				c.reap(rs, pending, l.i)
 				return l.resp, nil
 			}
 			if l.resp != nil {
 				c.hh.pushback(l.resp.StatusCode, retryAfterOf(l.resp), l.resp.Header)
 			}
-			c.closeLeg(held, cancels)
+			c.closeLeg(held, rs)
 			held = l
 			hedges = cfg.hedge.max // a failure: no more hedges in this race
 			if pending > 0 {
 				continue
 			}
+			cancel := rs.cancels[l.i]
+			c.t.putRace(rs)
 			if l.err != nil {
-				cancels[l.i]()
+				cancel()
 				return nil, l.err
 			}
-			c.cur, c.curCancel = l.resp, cancels[l.i]
+			c.cur, c.curCancel = l.resp, cancel
 			return l.resp, nil
-		case <-timer.C:
+		case <-rs.timer.C:
 			if hedges >= cfg.hedge.max || !guardsAllow(h.Guards) || !c.hh.quiet() || !h.Guards.Budget.Withdraw() {
 				continue
 			}
@@ -296,16 +299,51 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 			hedges++
 			pending++
 			c.extra++
-			launch(n+c.extra, true, slot)
+			c.launch(rs, ctx, n+c.extra, true, slot)
 			if hedges < cfg.hedge.max {
-				timer.Reset(delay)
+				rs.timer.Reset(delay)
 			}
 		case <-ctx.Done():
-			c.reap(results, pending, cancels, -1)
-			c.closeLeg(held, cancels)
+			c.closeLeg(held, rs)
+			c.reap(rs, pending, -1)
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// launch sends leg rs.n of a race, numbered num on the wire, on a
+// goroutine of its own that hands its end to rs.results.
+func (c *call) launch(rs *raceState, ctx context.Context, num int, hedge bool, slot limit.Permit) {
+	cfg := &c.t.cfg
+	lctx, cancel := context.WithCancel(ctx)
+	if d := cfg.attemptTimeout; d > 0 {
+		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
+	}
+	i := rs.n
+	rs.cancels[i] = cancel
+	rs.n++
+	if hedge && cfg.observer != nil {
+		lctx = c.hedgeStart(lctx, num)
+	}
+	r := c.legRequest(lctx, num, !hedge)
+	c.sends++
+	go c.runLeg(rs, i, r, ctx, lctx, num, hedge, slot)
+}
+
+// runLeg is one leg's goroutine.
+func (c *call) runLeg(rs *raceState, i int, r *http.Request, ctx, lctx context.Context, num int, hedge bool, slot limit.Permit) {
+	t0 := time.Now()
+	resp, err := c.t.base.RoundTrip(r)
+	if err != nil || resp == nil {
+		err, resp = baseResult(resp, err), nil
+	}
+	if hedge {
+		releaseSlot(c.dest.Guards, slot, ctx, lctx, resp, err)
+		if c.t.cfg.observer != nil {
+			c.hedgeEnd(lctx, num, resp, err, t0)
+		}
+	}
+	rs.results <- leg{i: i, resp: resp, err: err}
 }
 
 // withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
@@ -317,35 +355,37 @@ func withTimeoutCancel(ctx context.Context, cancel context.CancelFunc, d time.Du
 
 // closeLeg closes a leg that lost the race after failing; one with i < 0
 // is none.
-func (c *call) closeLeg(l leg, cancels []context.CancelFunc) {
+func (c *call) closeLeg(l leg, rs *raceState) {
 	if l.i < 0 {
 		return
 	}
 	if l.resp != nil && l.resp.Body != nil {
 		drainClose(l.resp.Body)
 	}
-	cancels[l.i]()
+	rs.cancels[l.i]()
 }
 
-// reap cancels every leg but the winner (keep; -1 for none) and closes the
+// reap cancels every leg but the winner (keep; -1 for none), closes the
 // answers of the pending ones as they come, on a goroutine of its own that
-// ends with the last of them.
-func (c *call) reap(results chan leg, pending int, cancels []context.CancelFunc, keep int) {
-	for i, cancel := range cancels {
+// ends with the last of them, and gives rs back to the pool.
+func (c *call) reap(rs *raceState, pending int, keep int) {
+	for i, cancel := range rs.cancels[:rs.n] {
 		if i != keep {
 			cancel()
 		}
 	}
 	if pending == 0 {
+		c.t.putRace(rs)
 		return
 	}
 	go func() {
 		for range pending {
-			l := <-results
+			l := <-rs.results
 			if l.resp != nil && l.resp.Body != nil {
 				_ = l.resp.Body.Close()
 			}
 		}
+		c.t.putRace(rs)
 	}()
 }
 
@@ -377,9 +417,9 @@ func (c *call) legRequest(ctx context.Context, num int, primary bool) *http.Requ
 
 // hedgeStart reports the start of hedge num and returns its context
 // (tagged by the observer, if it tags).
-func (c *call) hedgeStart(ctx context.Context, h *host, num int) context.Context {
+func (c *call) hedgeStart(ctx context.Context, num int) context.Context {
 	o := c.t.cfg.observer
-	e := observe.Event{Kind: observe.AttemptStart, Name: h.Name, Attempt: num, Hedge: true}
+	e := observe.Event{Kind: observe.AttemptStart, Name: c.dest.Name, Attempt: num, Hedge: true}
 	if tg, ok := o.(interface {
 		TagAttempt(context.Context, observe.Event) context.Context
 	}); ok {
@@ -390,8 +430,8 @@ func (c *call) hedgeStart(ctx context.Context, h *host, num int) context.Context
 }
 
 // hedgeEnd reports the end of hedge num.
-func (c *call) hedgeEnd(ctx context.Context, h *host, num int, resp *http.Response, err error, t0 time.Time) {
-	e := observe.Event{Kind: observe.AttemptEnd, Name: h.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
+func (c *call) hedgeEnd(ctx context.Context, num int, resp *http.Response, err error, t0 time.Time) {
+	e := observe.Event{Kind: observe.AttemptEnd, Name: c.dest.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
 	switch {
 	case ctx.Err() != nil && !good(resp, err):
 		e.Outcome = "canceled"

@@ -43,6 +43,7 @@ type Transport struct {
 	httpObs httpObserver              // the observer, if it observes HTTP requests; nil if not
 	stale   *staleCache               // nil: none (WithStaleCache)
 	hedges  *guards.Table[*hedgeHost] // nil: no hedging
+	races   sync.Pool                 // of *raceState
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
