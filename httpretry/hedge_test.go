@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,7 +362,10 @@ func TestHedgeObserved(t *testing.T) {
 		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithObserver(obs))
 		hedgeGet(t, tr, context.Background())
 		base.settle(t)
-		want := "attempt-start 1 false |attempt-start 2 true |attempt-end 1 false success|attempt-end 2 true canceled"
+		// The loser's end and the race's run on different goroutines: in
+		// either order.
+		slices.Sort(got)
+		want := "attempt-end 1 false success|attempt-end 2 true canceled|attempt-start 1 false |attempt-start 2 true "
 		if s := strings.Join(got, "|"); s != want {
 			t.Errorf("events\n%s\nwant\n%s", s, want)
 		}
