@@ -333,10 +333,7 @@ func (c *call) launch(rs *raceState, ctx context.Context, num int, hedge bool, s
 // runLeg is one leg's goroutine.
 func (c *call) runLeg(rs *raceState, i int, r *http.Request, ctx, lctx context.Context, num int, hedge bool, slot limit.Permit) {
 	t0 := time.Now()
-	resp, err := c.t.base.RoundTrip(r)
-	if err != nil || resp == nil {
-		err, resp = baseResult(resp, err), nil
-	}
+	resp, err := c.t.roundTrip(r) // an observer of HTTP requests sees every leg
 	if hedge {
 		releaseSlot(c.dest.Guards, slot, ctx, lctx, resp, err)
 		if c.t.cfg.observer != nil {
