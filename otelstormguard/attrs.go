@@ -26,6 +26,8 @@ const (
 	attrOutcome = attribute.Key("stormguard.outcome")
 	// attrAttempt is an attempt's number, 1 for the first (spans only).
 	attrAttempt = attribute.Key("stormguard.attempt")
+	// attrHedge marks the span of a hedge (spans only).
+	attrHedge = attribute.Key("stormguard.hedge")
 	// attrAttempts is the number of attempts a call made (give-up span
 	// events).
 	attrAttempts = attribute.Key("stormguard.attempts")

@@ -56,9 +56,11 @@
 // have no name for:
 //
 //	stormguard.name                 a server-side guard's name (admission, idempotency)
-//	stormguard.outcome              an attempt: success, failure, rejected; a breaker wait:
+//	stormguard.outcome              an attempt: success, failure, rejected (a hedge that lost
+//	                                its race: canceled); a breaker wait:
 //	                                admitted, rejected; an idempotency lookup or admission decision
 //	stormguard.attempt              an attempt's number, 1 for the first (spans)
+//	stormguard.hedge                true on the span of a hedge (httpretry.WithHedging)
 //	stormguard.attempts             the attempts a call made (give-up span events)
 //	stormguard.retry.delay_source   backoff, or hint (the server's Retry-After was longer)
 //	stormguard.retry.delay          a retry's delay in seconds (span events)

@@ -335,6 +335,9 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attrOutcome.String(e.Outcome))
+		if e.Hedge {
+			span.SetAttributes(attrHedge.Bool(true))
+		}
 		if e.Outcome != "success" && e.Err != nil {
 			span.SetAttributes(semconv.ErrorTypeKey.String(errorType(e.Err)))
 			span.SetStatus(codes.Error, e.Err.Error())
