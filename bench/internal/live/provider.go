@@ -14,12 +14,19 @@ import (
 
 // ProviderConfig describes a provider that is healthy, then fails every
 // request with 503 for FailFor starting FailAt after [Provider.Start], then
-// is healthy again.
+// is healthy again; or, with Trigger, hangs or slows down for that time
+// instead.
 type ProviderConfig struct {
-	// FailAt is when the outage starts, measured from Start.
+	// FailAt is when the outage (the trigger) starts, measured from Start.
 	FailAt time.Duration `json:"fail_at_ns"`
-	// FailFor is how long the outage lasts.
+	// FailFor is how long the outage (the trigger) lasts.
 	FailFor time.Duration `json:"fail_for_ns"`
+	// Trigger is what happens from FailAt for FailFor: [Trigger503] (the
+	// zero value) answers 503 to every request; [TriggerHang] and
+	// [TriggerSlow] need a Capacity and change how its workers serve.
+	Trigger Trigger `json:"trigger,omitempty"`
+	// SlowBy is the factor [TriggerSlow] multiplies Work by; 0 means 5.
+	SlowBy float64 `json:"slow_by,omitempty"`
 	// RetryAfter, if positive, is sent as a Retry-After header (whole
 	// seconds, rounded up) on every 503 of the outage. Zero sends none.
 	RetryAfter time.Duration `json:"retry_after_ns"`
@@ -43,6 +50,23 @@ type ProviderConfig struct {
 	Horizon time.Duration `json:"horizon_ns"`
 }
 
+// Trigger names what a provider does during its trigger (see
+// ProviderConfig.Trigger).
+type Trigger string
+
+// The triggers.
+const (
+	// Trigger503 answers 503 to every request that arrives during it.
+	Trigger503 Trigger = ""
+	// TriggerHang stalls the workers: a request that gets a worker during
+	// the trigger (or holds one when it starts) is served only after the
+	// trigger ends, so the queue fills and then sheds.
+	TriggerHang Trigger = "hang"
+	// TriggerSlow multiplies the service time (Work) by SlowBy for the
+	// requests that get a worker during the trigger.
+	TriggerSlow Trigger = "slow"
+)
+
 // ErrInvalidConfig is wrapped by the errors this package returns for
 // settings it cannot run.
 var ErrInvalidConfig = errors.New("live: invalid config")
@@ -50,6 +74,7 @@ var ErrInvalidConfig = errors.New("live: invalid config")
 // counts are the atomic counters of one window.
 type counts struct {
 	attempts, ok, failed, shed, refused atomic.Int64
+	served, wasted                      atomic.Int64 // by the window the work ended in
 }
 
 // Provider is an [http.Handler] that fails on a schedule and counts the
@@ -76,8 +101,15 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		return nil, fmt.Errorf("%w: horizon %v must be positive", ErrInvalidConfig, c.Horizon)
 	case c.Horizon/c.Window > 1_000_000:
 		return nil, fmt.Errorf("%w: horizon/window above a million windows", ErrInvalidConfig)
-	case c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Queue < 0 || c.Work < 0:
+	case c.FailAt < 0 || c.FailFor < 0 || c.RetryAfter < 0 || c.Capacity < 0 || c.Queue < 0 || c.Work < 0 || c.SlowBy < 0:
 		return nil, fmt.Errorf("%w: negative setting in %+v", ErrInvalidConfig, c)
+	case c.Trigger != Trigger503 && c.Trigger != TriggerHang && c.Trigger != TriggerSlow:
+		return nil, fmt.Errorf("%w: trigger %q is not one of \"\" (503), %q, %q", ErrInvalidConfig, c.Trigger, TriggerHang, TriggerSlow)
+	case c.Trigger != Trigger503 && c.Capacity == 0:
+		return nil, fmt.Errorf("%w: trigger %q needs a positive capacity", ErrInvalidConfig, c.Trigger)
+	}
+	if c.SlowBy == 0 {
+		c.SlowBy = 5
 	}
 	n := int((c.Horizon + c.Window - 1) / c.Window)
 	p := &Provider{cfg: c, windows: make([]counts, n), workers: make(chan struct{}, max(c.Capacity, 1))}
@@ -111,8 +143,14 @@ func (p *Provider) since() time.Duration {
 	return time.Duration(time.Now().UnixNano() - s)
 }
 
-// Failing reports whether the outage is on at time t since Start.
+// Failing reports whether the outage (503) is on at time t since Start:
+// false at any time for the other triggers.
 func (p *Provider) Failing(t time.Duration) bool {
+	return p.cfg.Trigger == Trigger503 && p.triggered(t)
+}
+
+// triggered reports whether the trigger is on at time t since Start.
+func (p *Provider) triggered(t time.Duration) bool {
 	return t >= p.cfg.FailAt && t < p.cfg.FailAt+p.cfg.FailFor
 }
 
@@ -180,11 +218,36 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, t time.Duration
 			p.inside.Add(-1)
 		}()
 	}
-	if p.cfg.Work > 0 {
-		time.Sleep(p.cfg.Work)
+	p.stall()
+	if work := p.workFor(p.since()); work > 0 {
+		time.Sleep(work)
 	}
+	p.stall() // a worker that was busy when a hang began stalls too
 	win.ok.Add(1)
+	done := p.window(p.since())
+	done.served.Add(1)
+	if r.Context().Err() != nil {
+		done.wasted.Add(1) // the caller's attempt ended before its answer
+	}
 	io.WriteString(w, "ok\n")
+}
+
+// stall sleeps until the end of a hang, if one is on.
+func (p *Provider) stall() {
+	if p.cfg.Trigger != TriggerHang {
+		return
+	}
+	if t := p.since(); p.triggered(t) {
+		time.Sleep(p.cfg.FailAt + p.cfg.FailFor - t)
+	}
+}
+
+// workFor is the service time of a request that gets a worker at t.
+func (p *Provider) workFor(t time.Duration) time.Duration {
+	if p.cfg.Trigger == TriggerSlow && p.triggered(t) {
+		return time.Duration(float64(p.cfg.Work) * p.cfg.SlowBy)
+	}
+	return p.cfg.Work
 }
 
 // Window is what the provider saw in one window.
@@ -201,6 +264,12 @@ type Window struct {
 	Failed  int64 `json:"failed"`
 	Shed    int64 `json:"shed"`
 	Refused int64 `json:"refused,omitempty"`
+	// Served is the requests whose work ended in this window (OK counted
+	// by when the work ended), Wasted those of them whose caller's attempt
+	// had already ended (timed out, cancelled, connection closed): work
+	// done for nobody.
+	Served int64 `json:"served,omitempty"`
+	Wasted int64 `json:"wasted,omitempty"`
 }
 
 // Windows returns the counts so far, one entry per window of the horizon.
@@ -211,6 +280,7 @@ func (p *Provider) Windows() []Window {
 		out[i] = Window{
 			Start:    time.Duration(i) * p.cfg.Window,
 			Attempts: c.attempts.Load(), OK: c.ok.Load(), Failed: c.failed.Load(), Shed: c.shed.Load(), Refused: c.refused.Load(),
+			Served: c.served.Load(), Wasted: c.wasted.Load(),
 		}
 	}
 	return out
