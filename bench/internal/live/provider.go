@@ -41,7 +41,10 @@ type ProviderConfig struct {
 	// after the trigger has gone (a metastable failure). Zero sheds at once.
 	Queue int `json:"queue"`
 	// Work is how long a healthy request takes to serve (a real sleep in
-	// the handler). Zero answers at once.
+	// the handler). Zero answers at once. With a Capacity, a worker that
+	// was busy until less than Work/2 ago counts the work from when it
+	// became free, so that timer lag on a loaded machine does not lower
+	// the capacity below Capacity/Work.
 	Work time.Duration `json:"work_ns"`
 	// Window is the width of a counting window; it must be positive.
 	Window time.Duration `json:"window_ns"`
@@ -86,7 +89,7 @@ type Provider struct {
 	cfg     ProviderConfig
 	start   atomic.Int64 // unix nanoseconds of Start; 0 before
 	inside  atomic.Int64 // requests being served or waiting
-	workers chan struct{}
+	workers chan int64   // a free worker: when its last work ended (unix ns)
 	windows []counts
 	inner   http.Handler // the work, behind the middleware of Wrap
 	wrapped bool         // Wrap was called
@@ -112,7 +115,10 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		c.SlowBy = 5
 	}
 	n := int((c.Horizon + c.Window - 1) / c.Window)
-	p := &Provider{cfg: c, windows: make([]counts, n), workers: make(chan struct{}, max(c.Capacity, 1))}
+	p := &Provider{cfg: c, windows: make([]counts, n), workers: make(chan int64, max(c.Capacity, 1))}
+	for range c.Capacity {
+		p.workers <- 0
+	}
 	return p, nil
 }
 
@@ -204,6 +210,7 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, t time.Duration
 		http.Error(w, "provider unavailable", http.StatusServiceUnavailable)
 		return
 	}
+	begin := time.Now()
 	if c := p.cfg.Capacity; c > 0 {
 		if p.inside.Add(1) > int64(c+p.cfg.Queue) {
 			p.inside.Add(-1)
@@ -212,17 +219,23 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, t time.Duration
 			return
 		}
 		// Wait for a worker, whether or not the client is still there.
-		p.workers <- struct{}{}
+		free := time.Unix(0, <-p.workers)
+		var end time.Time
 		defer func() {
-			<-p.workers
+			p.workers <- end.UnixNano()
 			p.inside.Add(-1)
 		}()
+		// A worker busy until just now starts this work when it became
+		// free, not when the machine's timers woke it: the capacity is
+		// Capacity/Work on a loaded machine too.
+		begin = time.Now()
+		if idle := begin.Sub(free); idle >= 0 && idle < p.cfg.Work/2 {
+			begin = free
+		}
+		end = p.serveFrom(begin)
+	} else {
+		p.serveFrom(begin)
 	}
-	p.stall()
-	if work := p.workFor(p.since()); work > 0 {
-		time.Sleep(work)
-	}
-	p.stall() // a worker that was busy when a hang began stalls too
 	win.ok.Add(1)
 	done := p.window(p.since())
 	done.served.Add(1)
@@ -232,14 +245,41 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, t time.Duration
 	io.WriteString(w, "ok\n")
 }
 
-// stall sleeps until the end of a hang, if one is on.
-func (p *Provider) stall() {
+// serveFrom does the work of a request that got its worker at begin: it
+// sleeps until begin plus the service time (stalled by a hang) and returns
+// when the work ended.
+func (p *Provider) serveFrom(begin time.Time) time.Time {
+	if p.stall() {
+		begin = time.Now()
+	}
+	end := begin.Add(p.workFor(p.at(begin)))
+	time.Sleep(time.Until(end))
+	if p.stall() { // a worker busy when a hang began stalls too
+		end = time.Now()
+	}
+	return end
+}
+
+// at returns the time since Start of t (0 before Start).
+func (p *Provider) at(t time.Time) time.Duration {
+	s := p.start.Load()
+	if s == 0 {
+		return 0
+	}
+	return time.Duration(t.UnixNano() - s)
+}
+
+// stall sleeps until the end of a hang, if one is on, and reports whether
+// it did.
+func (p *Provider) stall() bool {
 	if p.cfg.Trigger != TriggerHang {
-		return
+		return false
 	}
 	if t := p.since(); p.triggered(t) {
 		time.Sleep(p.cfg.FailAt + p.cfg.FailFor - t)
+		return true
 	}
+	return false
 }
 
 // workFor is the service time of a request that gets a worker at t.
