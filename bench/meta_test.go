@@ -50,7 +50,10 @@ type metaSetup struct {
 	name, how string
 	// prepare returns the call of terminal i over the run's base
 	// transport, given the provider's URL.
-	prepare    func(base http.RoundTripper, url string) func(terminal int) live.Call
+	prepare func(base http.RoundTripper, url string) func(terminal int) live.Call
+	// withDone, if set, is used instead of prepare: it also returns what
+	// to do after the run (closing clients), which may return a note.
+	withDone   func(base http.RoundTripper, url string) (func(terminal int) live.Call, func() string)
 	stormguard bool
 }
 
@@ -189,6 +192,18 @@ func metaSetups() []metaSetup {
 			stormguard: true,
 		},
 	}
+	if fl, ok := posFleetSetup(keys, httpretry.WithAttemptTimeout(metaAttemptTimeout)); ok {
+		// The POS scenario's fleet row (one fleet on Redis per terminal),
+		// with the 1 s attempt timeout.
+		setups = append(setups, metaSetup{
+			name: "stormguard, per terminal + fleet (Redis)",
+			how:  fl.how + "; with WithAttemptTimeout(1 s)",
+			withDone: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
+				return fl.prepare(base, url)
+			},
+			stormguard: true,
+		})
+	}
 	for _, extra := range extraMetaSetups {
 		setups = append(setups, extra(keys))
 	}
@@ -223,17 +238,27 @@ func metaScenario(p metaParams, rho float64, tr live.Trigger) (live.ProviderConf
 	return pc, fc
 }
 
-// runMeta runs setup s through one scenario.
-func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (*live.Result, error) {
+// runMeta runs setup s through one scenario; note is what its done
+// function said.
+func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (r *live.Result, note string, err error) {
 	var calls func(int) live.Call
+	var done func() string
 	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: posFailure,
 		NewCall: func(url string, i int) live.Call {
 			if calls == nil {
-				calls = s.prepare(base, url)
+				if s.withDone != nil {
+					calls, done = s.withDone(base, url)
+				} else {
+					calls = s.prepare(base, url)
+				}
 			}
 			return calls(i)
 		}}
-	return live.RunScenario(ctx, sc)
+	r, err = live.RunScenario(ctx, sc)
+	if done != nil {
+		note = done()
+	}
+	return r, note, err
 }
 
 // TestLiveMetaSmoke runs every setup through a tiny scenario (the setups
@@ -253,7 +278,7 @@ func TestLiveMetaSmoke(t *testing.T) {
 				pc, fc := metaScenario(p, 0.5, tr)
 				base := newLiveBase()
 				defer base.CloseIdleConnections()
-				r, err := runMeta(context.Background(), s, pc, fc, base)
+				r, _, err := runMeta(context.Background(), s, pc, fc, base)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -309,12 +334,12 @@ func TestLiveMeta(t *testing.T) {
 			var rows []metaRow
 			for _, s := range setups {
 				base := newLiveBase()
-				r, err := runMeta(context.Background(), s, pc, fc, base)
+				r, note, err := runMeta(context.Background(), s, pc, fc, base)
 				base.CloseIdleConnections()
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
 				}
-				row := metaRow{setup: s, result: r, meta: live.MetaOf(r), load: loadavg()}
+				row := metaRow{setup: s, result: r, meta: live.MetaOf(r), load: loadavg(), note: note}
 				rows = append(rows, row)
 				t.Logf("rho %.2f, %s: %s", rho, triggerName(pc), metaLine(row))
 			}
@@ -412,6 +437,7 @@ type metaRow struct {
 	result *live.Result
 	meta   live.Meta
 	load   string
+	note   string // what the setup said after the run
 }
 
 // triggerName says what the trigger was.
@@ -513,6 +539,9 @@ func metaTable(rho float64, pc live.ProviderConfig, fc live.FleetConfig, rows []
 			}
 			slices.Sort(causes)
 			fmt.Fprintf(&b, "\n%s, failed payments by cause: %s\n", row.setup.name, strings.Join(causes, ", "))
+		}
+		if row.note != "" {
+			fmt.Fprintf(&b, "\n%s: %s\n", row.setup.name, row.note)
 		}
 		if st := row.result.Stats; st.Panics > 0 {
 			first, _, _ := strings.Cut(st.Panic, "\n")

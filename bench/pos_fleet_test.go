@@ -23,9 +23,10 @@ import (
 // own (as each device would run its own process), all of them sharing the
 // Redis at STORMGUARD_REDIS_ADDR under one fleet name per run. The
 // transports take the same options as the other stormguard rows; the
-// breaker's configuration, which the fleet builds, gets the same 2 s window.
-// Without STORMGUARD_REDIS_ADDR the row is left out.
-func posFleetSetup(keys *live.Keys) (posSetup, bool) {
+// breaker's configuration, which the fleet builds, gets the same 2 s window;
+// opts are added after those options. Without STORMGUARD_REDIS_ADDR the row
+// is left out.
+func posFleetSetup(keys *live.Keys, opts ...httpretry.Option) (posSetup, bool) {
 	addr := os.Getenv("STORMGUARD_REDIS_ADDR")
 	if addr == "" {
 		return posSetup{}, false
@@ -80,7 +81,7 @@ func posFleetSetup(keys *live.Keys) (posSetup, bool) {
 				fleets = append(fleets, f)
 				mu.Unlock()
 				tl.add(b)
-				t, err := httpretry.NewTransport(base, append(posStormguardOptions(), httpretry.WithGuards(f.Guards))...)
+				t, err := httpretry.NewTransport(base, append(append(posStormguardOptions(), opts...), httpretry.WithGuards(f.Guards))...)
 				if err != nil {
 					return failing(err)
 				}
