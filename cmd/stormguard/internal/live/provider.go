@@ -41,10 +41,10 @@ type ProviderConfig struct {
 	// after the trigger has gone (a metastable failure). Zero sheds at once.
 	Queue int `json:"queue"`
 	// Work is how long a healthy request takes to serve (a real sleep in
-	// the handler). Zero answers at once. With a Capacity, a worker that
-	// was busy until less than Work/2 ago counts the work from when it
-	// became free, so that timer lag on a loaded machine does not lower
-	// the capacity below Capacity/Work.
+	// the handler). Zero answers at once. With a Capacity, the work of a
+	// request that waited for a worker is counted from when that worker
+	// became free (it sleeps until then plus Work), so that scheduler lag
+	// on a loaded machine does not lower the capacity below Capacity/Work.
 	Work time.Duration `json:"work_ns"`
 	// Window is the width of a counting window; it must be positive.
 	Window time.Duration `json:"window_ns"`
@@ -225,11 +225,11 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, t time.Duration
 			p.workers <- end.UnixNano()
 			p.inside.Add(-1)
 		}()
-		// A worker busy until just now starts this work when it became
-		// free, not when the machine's timers woke it: the capacity is
-		// Capacity/Work on a loaded machine too.
-		begin = time.Now()
-		if idle := begin.Sub(free); idle >= 0 && idle < p.cfg.Work/2 {
+		// The work starts when the request arrived or when the worker
+		// became free, whichever is later: not when the machine's
+		// scheduler got round to it, so that the capacity is Capacity/Work
+		// on a loaded machine too.
+		if free.After(begin) {
 			begin = free
 		}
 		end = p.serveFrom(begin)
