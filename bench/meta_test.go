@@ -446,7 +446,11 @@ func triggerName(pc live.ProviderConfig) string {
 	case live.TriggerHang:
 		return fmt.Sprintf("hang from %v to %v", pc.FailAt, pc.FailAt+pc.FailFor)
 	case live.TriggerSlow:
-		return fmt.Sprintf("service time x%g from %v to %v", pc.SlowBy, pc.FailAt, pc.FailAt+pc.FailFor)
+		by := pc.SlowBy
+		if by == 0 {
+			by = 5 // the provider's default
+		}
+		return fmt.Sprintf("service time x%g from %v to %v", by, pc.FailAt, pc.FailAt+pc.FailFor)
 	}
 	return fmt.Sprintf("503 from %v to %v", pc.FailAt, pc.FailAt+pc.FailFor)
 }
