@@ -22,6 +22,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
 )
@@ -43,7 +44,8 @@ import (
 // STORMGUARD_LIVE_META_ROWS (run the rows whose names contain one of its
 // |-separated parts), _TERMINALS [1000], _WORKERS [10], _WORK [20ms],
 // _QUEUE [2s of work], _DURATION [60s], _AT [15s], _FOR [10s],
-// _DEADLINE [20s], _MD (a file to write the report to).
+// _DEADLINE [20s], _MD (a file to write the report to), _ADMISSION (1:
+// an admission controller in front of the provider's work).
 
 // metaSetup is one client setup of the metastability scenario.
 type metaSetup struct {
@@ -240,10 +242,18 @@ func metaScenario(p metaParams, rho float64, tr live.Trigger) (live.ProviderConf
 
 // runMeta runs setup s through one scenario; note is what its done
 // function said.
-func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper) (r *live.Result, note string, err error) {
+// With admit, an admission controller is put in front of the provider's
+// work (metaAdmission).
+func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.FleetConfig, base http.RoundTripper, admit bool) (r *live.Result, note string, err error) {
 	var calls func(int) live.Call
 	var done func() string
-	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: posFailure,
+	var wrap func(http.Handler) http.Handler
+	if admit {
+		if wrap, err = metaAdmission(pc); err != nil {
+			return nil, "", err
+		}
+	}
+	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: posFailure, Wrap: wrap,
 		NewCall: func(url string, i int) live.Call {
 			if calls == nil {
 				if s.withDone != nil {
@@ -261,9 +271,21 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 	return r, note, err
 }
 
+// metaAdmission returns the provider's admission controller: the package's
+// defaults with the work in progress limited to the provider's workers,
+// adaptive up to them with the clients' attempt timeout as the latency
+// ceiling, and the queue as deep as the provider's.
+func metaAdmission(pc live.ProviderConfig) (func(http.Handler) http.Handler, error) {
+	ctl, err := admission.New(admission.Config{MaxInFlight: pc.Capacity, MaxQueue: pc.Queue, LatencyCeiling: metaAttemptTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return ctl.Wrap, nil
+}
+
 // TestLiveMetaSmoke runs every setup through a tiny scenario (the setups
 // take the three triggers in turn, so that each setup and each trigger is
-// run) and checks the accounting only: every payment recorded, the
+// run, every other one with admission at the provider) and checks the accounting only: every payment recorded, the
 // provider's served work at least the payments that succeeded, its wasted
 // work within its served work.
 func TestLiveMetaSmoke(t *testing.T) {
@@ -278,7 +300,7 @@ func TestLiveMetaSmoke(t *testing.T) {
 				pc, fc := metaScenario(p, 0.5, tr)
 				base := newLiveBase()
 				defer base.CloseIdleConnections()
-				r, _, err := runMeta(context.Background(), s, pc, fc, base)
+				r, _, err := runMeta(context.Background(), s, pc, fc, base, i%2 == 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -311,6 +333,7 @@ func TestLiveMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	admit := os.Getenv("STORMGUARD_LIVE_META_ADMISSION") == "1"
 	setups := metaSetups()
 	if only := os.Getenv("STORMGUARD_LIVE_META_ROWS"); only != "" {
 		setups = slices.DeleteFunc(setups, func(s metaSetup) bool {
@@ -334,7 +357,7 @@ func TestLiveMeta(t *testing.T) {
 			var rows []metaRow
 			for _, s := range setups {
 				base := newLiveBase()
-				r, note, err := runMeta(context.Background(), s, pc, fc, base)
+				r, note, err := runMeta(context.Background(), s, pc, fc, base, admit)
 				base.CloseIdleConnections()
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
@@ -343,7 +366,7 @@ func TestLiveMeta(t *testing.T) {
 				rows = append(rows, row)
 				t.Logf("rho %.2f, %s: %s", rho, triggerName(pc), metaLine(row))
 			}
-			table := metaTable(rho, pc, fc, rows)
+			table := metaTable(rho, pc, fc, rows, admit)
 			t.Log("\n" + table)
 			md.WriteString(table + "\n")
 		}
@@ -360,7 +383,7 @@ func TestLiveMeta(t *testing.T) {
 }
 
 // metaEnvNames are the settings TestLiveMeta reads, for its command line.
-var metaEnvNames = []string{"RHO", "TRIGGERS", "ROWS", "TERMINALS", "WORKERS", "WORK", "QUEUE", "DURATION", "AT", "FOR", "DEADLINE", "MD"}
+var metaEnvNames = []string{"RHO", "TRIGGERS", "ROWS", "TERMINALS", "WORKERS", "WORK", "QUEUE", "DURATION", "AT", "FOR", "DEADLINE", "MD", "ADMISSION"}
 
 // metaEnvLine is the environment of the run, as a command prefix.
 func metaEnvLine() string {
@@ -496,11 +519,15 @@ func spark(xs []float64) string {
 
 // metaTable formats one scenario's rows as Markdown, with the targets of
 // the stormguard rows checked.
-func metaTable(rho float64, pc live.ProviderConfig, fc live.FleetConfig, rows []metaRow) string {
+func metaTable(rho float64, pc live.ProviderConfig, fc live.FleetConfig, rows []metaRow, admit bool) string {
 	var b strings.Builder
 	mu := float64(pc.Capacity) / pc.Work.Seconds()
-	fmt.Fprintf(&b, "#### rho %.2f, %s; provider %d workers x %v (mu %.0f/s), queue %d (%.1f s of work); %d terminals x 1 payment every %v (%.0f/s), attempt timeout %v, deadline %v, run %v\n\n",
-		rho, triggerName(pc), pc.Capacity, pc.Work, mu, pc.Queue, float64(pc.Queue)/mu, fc.Clients, fc.Every.Round(time.Millisecond),
+	with := "without admission"
+	if admit {
+		with = "with admission (metaAdmission)"
+	}
+	fmt.Fprintf(&b, "#### rho %.2f, %s; provider %s, %d workers x %v (mu %.0f/s), queue %d (%.1f s of work); %d terminals x 1 payment every %v (%.0f/s), attempt timeout %v, deadline %v, run %v\n\n",
+		rho, triggerName(pc), with, pc.Capacity, pc.Work, mu, pc.Queue, float64(pc.Queue)/mu, fc.Clients, fc.Every.Round(time.Millisecond),
 		float64(fc.Clients)/fc.Every.Seconds(), metaAttemptTimeout, fc.Deadline, fc.Duration)
 	b.WriteString("| client | goodput before | during | first 10 s after | rest | attempts / payment during | after | wasted after | recovered after the trigger | shed after end+5 s | p99 | load avg | late p99 |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
