@@ -25,6 +25,7 @@ import (
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // The live metastability scenario (issue 20, SPEC 15): a payment provider
@@ -64,8 +65,7 @@ const (
 	metaAttemptTimeout = time.Second
 )
 
-// metaSetups lists the rows, the naive loop first. extraMetaSetups (set by
-// files for options not everywhere yet) are appended.
+// metaSetups lists the rows, the naive loop first.
 //
 //stormguard:long one literal row per library, each built as its docs show
 func metaSetups() []metaSetup {
@@ -182,6 +182,13 @@ func metaSetups() []metaSetup {
 			stormguard: true,
 		},
 		{
+			name: "stormguard, one shared transport + limiter",
+			how: "one httpretry.NewTransport(base, WithAttemptTimeout(1 s), WithLimit(&limit.Config{})) for every terminal: " +
+				"the per-host limiter with its defaults (Max 1000, Timeout from the attempt timeout, no throttle)",
+			prepare:    shared(httpretry.WithAttemptTimeout(metaAttemptTimeout), httpretry.WithLimit(&limit.Config{})),
+			stormguard: true,
+		},
+		{
 			name: "stormguard, per terminal",
 			how:  "httpretry.NewTransport(base, WithAttemptTimeout(1 s)) per terminal: its own budget and breaker each",
 			prepare: func(base http.RoundTripper, url string) func(int) live.Call {
@@ -208,14 +215,8 @@ func metaSetups() []metaSetup {
 			stormguard: true,
 		})
 	}
-	for _, extra := range extraMetaSetups {
-		setups = append(setups, extra(keys))
-	}
 	return setups
 }
-
-// extraMetaSetups adds rows whose options live in other files.
-var extraMetaSetups []func(keys *live.Keys) metaSetup
 
 // metaParams are the scenario's settings.
 type metaParams struct {
