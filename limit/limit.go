@@ -56,6 +56,7 @@ type Limiter struct {
 	throttle *throttle // nil: off
 	base     time.Time
 	waiting  bool
+	capped   atomic.Int64 // the cap set by SetCap; negative: none
 
 	mu      sync.Mutex
 	learn   learner // guarded by mu
@@ -79,6 +80,7 @@ type Permit struct {
 func newLimiter(c Config) *Limiter {
 	l := &Limiter{base: time.Now(), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
 	l.waiters.Max = c.Waiting
+	l.capped.Store(-1)
 	if c.Throttle > 0 {
 		l.throttle = newThrottle(c.Throttle, uint64(time.Now().UnixNano()))
 	}
@@ -92,6 +94,9 @@ func (l *Limiter) since() time.Duration { return time.Since(l.base) }
 // before l is shared).
 func (l *Limiter) setLimit(f float64) {
 	n := int64(math.Round(f))
+	if c := l.capped.Load(); c >= 0 && n > c {
+		n = c
+	}
 	l.lim.Store(n)
 	// Sample 32 to 64 calls per round trip of a loaded limiter (all
 	// below a limit of 64).
@@ -204,5 +209,32 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 }
 
 // Limit returns the current limit: the most attempts that may be in
-// flight, from 1 to Config.Max. It changes about once per round trip.
+// flight, from 1 to Config.Max, or lower under a cap ([Limiter.SetCap]).
+// It changes about once per round trip.
 func (l *Limiter) Limit() int { return int(l.lim.Load()) }
+
+// SetCap caps the limit at n from outside (a fleet's share of a
+// fleet-wide limit): the limit in force is the lower of the learned limit
+// and n. n = 0 lets no new attempt start (calls wait, as over any limit,
+// within their deadlines); a negative n removes the cap. The learned
+// limit goes on learning underneath (a cap that binds does not stop it
+// growing while its windows are used), and attempts already in flight
+// above a lowered cap end normally. A raised cap grants waiting calls at
+// once. SetCap returns the attempts in flight and the calls waiting at
+// that moment (the cap unchanged, SetCap(n) with the same n reads them).
+// It takes the Limiter's lock and is safe for concurrent use.
+func (l *Limiter) SetCap(n int) (inFlight, waiting int) {
+	c := int64(n)
+	if c < 0 {
+		c = -1
+	}
+	l.mu.Lock()
+	if l.capped.Load() != c {
+		l.capped.Store(c)
+		l.setLimit(l.learn.limit)
+		l.grantLocked()
+	}
+	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()
+	l.mu.Unlock()
+	return inFlight, waiting
+}
