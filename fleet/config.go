@@ -10,6 +10,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -23,6 +24,8 @@ const (
 	defaultMaxHosts    = 1024 // destination hosts one Fleet tracks
 	maxLease           = 8    // the most retries one lease request asks for
 	maxSlices          = 1000 // slices of the budget window, buckets of the breaker's: the script reads them all
+	defaultLimitMax    = 1000 // limit.Config's default Max, the fleet-wide limit's bound
+	defaultLimitInit   = 10   // the fleet-wide limit of a new fleet, as a cold limit.Limiter's
 )
 
 // Config is the plain-data description of a fleet. Only Name is required;
@@ -81,6 +84,16 @@ type Config struct {
 	// another interval. A round that closes its process's breaker closes
 	// the fleet's.
 	ProbeRounds int
+	// Limit, if not nil, gives each host a [limit.Limiter] built from it
+	// ([Fleet.Guards] hands it out), capped at this process's share of a
+	// fleet-wide limit of attempts in flight to the host, which the fleet
+	// learns from its outcomes in windows of SyncEvery (see the package
+	// documentation, The fleet's limit). Limit.Max (0 means 1000) bounds
+	// the fleet-wide limit, not each process's; the fleet's limit starts
+	// at min(Max, 10). In local mode the cap is lifted and each process's
+	// limiter decides alone. Nil (the default) means no limiter. New
+	// copies the Config: changing it afterwards changes nothing.
+	Limit *limit.Config
 	// MaxHosts bounds the destination hosts the Fleet tracks; 0 means
 	// 1024. Beyond it, [Fleet.Guards] returns [ErrTooManyHosts].
 	MaxHosts int
@@ -125,6 +138,15 @@ func (c Config) resolve() (Config, settings, error) {
 	case c.Breaker.Shared != nil:
 		return c, s, invalid("Breaker.Shared must be nil: the fleet sets it")
 	}
+	if c.Limit != nil {
+		lc := *c.Limit
+		if _, err := limit.New(lc); err != nil {
+			return c, s, fmt.Errorf("%w: Limit: %w", ErrInvalidConfig, err)
+		}
+		c.Limit = &lc
+		s.limitMax = int64(cmp.Or(lc.Max, defaultLimitMax))
+		s.limitInit = min(s.limitMax, defaultLimitInit)
+	}
 	c.SyncEvery = cmp.Or(c.SyncEvery, defaultSyncEvery)
 	c.Timeout = cmp.Or(c.Timeout, defaultTimeout)
 	c.ProbeRounds = cmp.Or(c.ProbeRounds, defaultProbeRounds)
@@ -160,6 +182,7 @@ func (c Config) resolve() (Config, settings, error) {
 	s.minCalls = int64(cmp.Or(c.MinCalls, brc.MinCalls))
 	s.probeUS = max(int64(brc.OpenFor/time.Microsecond), 1)
 	s.rounds = int64(c.ProbeRounds)
+	s.limitWindowUS = max(int64(c.SyncEvery/time.Microsecond), 1)
 	longest := max(bc.Window, brc.Window, brc.OpenFor, brc.MaxOpenFor)
 	s.ttlMS = int64(min(2*longest+10*time.Second, time.Duration(math.MaxInt64/2)) / time.Millisecond)
 	return c, s, nil

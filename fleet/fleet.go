@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +64,7 @@ type Fleet struct {
 	be        backend
 	set       settings
 	keyPrefix string    // "stormguard:fleet:{Name}:"
+	pid       string    // this Fleet's id in the fleet's limit registry (random)
 	base      time.Time // f's clock starts here (monotonic)
 	logger    *slog.Logger
 	obs       observe.Observer
@@ -138,7 +141,9 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{cfg: c, be: be, set: s, keyPrefix: keyPrefix + "{" + c.Name + "}:",
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	f := &Fleet{cfg: c, be: be, set: s, keyPrefix: keyPrefix + "{" + c.Name + "}:", pid: hex.EncodeToString(id[:]),
 		base: time.Now(), logger: c.Logger, obs: c.Observer,
 		hosts: map[string]*host{}}
 	f.list.Store(&[]*host{})
@@ -176,12 +181,16 @@ func (f *Fleet) host(name string) (*host, error) {
 	f.hosts[name] = h
 	list := append((*f.list.Load())[:len(*f.list.Load()):len(*f.list.Load())], h)
 	f.list.Store(&list)
+	if h.lim != nil {
+		f.kickSync() // its first share
+	}
 	return h, nil
 }
 
-// Guards returns the budget and breaker of host: pass f.Guards to
-// httpretry.WithGuards to give every destination host of a transport a
-// fleet budget and a fleet breaker. The transport's logger and observer do
+// Guards returns the budget and breaker of host, and its limiter with
+// Config.Limit: pass f.Guards to httpretry.WithGuards to give every
+// destination host of a transport a fleet budget and a fleet breaker (and
+// a limiter capped at this process's share of the fleet's limit). The transport's logger and observer do
 // not hear of these breakers' state changes: set Config.Observer (or
 // Breaker.OnStateChange) for that.
 func (f *Fleet) Guards(host string) (retry.Guards, error) {
@@ -189,7 +198,11 @@ func (f *Fleet) Guards(host string) (retry.Guards, error) {
 	if err != nil {
 		return retry.Guards{}, err
 	}
-	return retry.Guards{Budget: &h.budget, Breaker: h.brk}, nil
+	g := retry.Guards{Budget: &h.budget, Breaker: h.brk}
+	if h.lim != nil {
+		g.Limiter = h.lim
+	}
+	return g, nil
 }
 
 // Close stops the background sync, flushes the counts and returns the
@@ -220,6 +233,7 @@ func (f *Fleet) Close() error {
 		f.closed.Store(true)
 		f.cancel()
 		f.wg.Wait()
+		f.uncap()
 	})
 	return f.closeErr
 }

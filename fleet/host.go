@@ -9,6 +9,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
 )
 
@@ -20,6 +21,7 @@ type host struct {
 	local  *budget.Budget
 	brk    *breaker.Breaker
 	budget Budget
+	lim    *limit.Limiter // nil without Config.Limit
 
 	// Counted on the success path, flushed by each sync: one atomic add
 	// per call, each counter on a cache line of its own.
@@ -50,6 +52,8 @@ type host struct {
 	fleetCalls, fleetFailures   atomic.Int64
 	granted, used, returnedN    atomic.Int64
 	probeRounds                 atomic.Int64
+	capped                      atomic.Int64 // lim's cap: the last grant, or -1 (none, local mode)
+	fleetLimit                  atomic.Int64 // the fleet-wide limit at the last reply
 }
 
 func newHost(f *Fleet, name string) (*host, error) {
@@ -66,7 +70,41 @@ func newHost(f *Fleet, name string) (*host, error) {
 	if h.brk, err = breaker.New(bc); err != nil {
 		return nil, err
 	}
+	h.capped.Store(-1)
+	if f.cfg.Limit != nil {
+		if h.lim, err = limit.New(*f.cfg.Limit); err != nil {
+			return nil, err
+		}
+		if f.fleetMode() {
+			// No share yet: calls wait for the first sync (the caller of
+			// host kicks it).
+			h.setCap(0)
+		}
+	}
 	return h, nil
+}
+
+// setCap caps h's limiter at n (n < 0: no cap) and returns its attempts
+// in flight and its waiting calls.
+func (h *host) setCap(n int64) (inFlight, waiting int) {
+	h.capped.Store(n)
+	return h.lim.SetCap(int(n))
+}
+
+// limitReport returns h's report to the fleet's limit (nil without a
+// limiter): its attempts in flight and demand now, or none (final: the
+// process leaves, its slots go back).
+func (h *host) limitReport(final bool) *limitReport {
+	if h.lim == nil {
+		return nil
+	}
+	s := &h.f.set
+	r := &limitReport{pid: h.f.pid, windowUS: s.limitWindowUS, max: s.limitMax, initLimit: s.limitInit}
+	if !final {
+		in, w := h.lim.SetCap(int(h.capped.Load()))
+		r.inFlight, r.demand = int64(in), int64(in+w)
+	}
+	return r
 }
 
 // collect takes what the next sync sends for h: the counts since the last
@@ -79,6 +117,7 @@ func (h *host) collect(now int64, all bool) syncHost {
 		successes: o & math.MaxUint32,
 		failures:  o >> 32,
 		seen:      h.seen.Load(),
+		limit:     h.limitReport(all),
 	}
 	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)
@@ -112,6 +151,10 @@ func (h *host) synced(s syncHost, w hostWindow) {
 	h.fleetCalls.Store(w.calls)
 	h.fleetFailures.Store(w.failures)
 	h.denied.Store(h.f.set.available(w.requests, w.retries) <= 0)
+	if s.limit != nil && !h.f.closing.Load() {
+		h.fleetLimit.Store(w.limit)
+		h.setCap(w.grant)
+	}
 	h.steer(w.state, w.epoch)
 }
 

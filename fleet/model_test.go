@@ -163,6 +163,12 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 					set(f("br", i), max(0, get(f("br", i))-n))
 				}
 			}
+			// The model covers hosts without a limit (its flag "0"); the
+			// fleet's limit has tests of its own (limit_test.go).
+			if lf := a.int(ai); lf != 0 && a.err == nil {
+				return nil, fmt.Errorf("the model has no fleet limit (flag %d)", lf)
+			}
+			ai++
 			if a.err != nil {
 				return nil, a.err
 			}
@@ -184,7 +190,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			}
 			q, r := budgetWindow(cur)
 			calls, fails := outcomeWindow(bcur)
-			out = append(out, q, r, get("st"), get("ep"), calls, fails)
+			out = append(out, q, r, get("st"), get("ep"), calls, fails, 0, 0)
 		}
 	case "l":
 		load(keys[0])

@@ -103,6 +103,65 @@ local function flip(st)
   end
 end
 
+-- limit_share runs the fleet-wide limit of the host loaded in h for one
+-- process's sync (see the package documentation, The fleet's limit): the
+-- window gen (one per sync interval) ends with the limit's update and the
+-- registry's clean-up; then the process's report (attempts in flight inf,
+-- demand dem: in flight plus waiting) replaces its last one, and its
+-- grant is its share of the limit. Returns the grant and the limit.
+local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
+  local L = get('lm')
+  if L <= 0 then
+    L = math.min(linit, lmax)
+    set('lm', L); set('ls', lmax); set('lg', gen)
+  end
+  if gen > get('lg') then
+    local o, fl = get('lo'), get('lf')
+    if fl > 0 then
+      L = math.max(1, math.floor(L * math.max(0.5, 1 - fl / (o + fl))))
+      if get('lc') == 1 then set('ls', L) end
+      set('lc', 0)
+    elseif o > 0 then
+      if get('lu') == 1 then
+        if L < get('ls') then L = math.min(2 * L, get('ls'))
+        else L = L + math.max(1, math.floor(math.sqrt(L))) end
+        L = math.min(L, lmax)
+      end
+      set('lc', 1)
+    end
+    set('lm', L); set('lg', gen); set('lo', 0); set('lf', 0); set('lu', 0)
+    local raw = redis.call('HGETALL', reg)
+    local e = {}
+    for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
+    for f, v in pairs(e) do
+      if string.sub(f, -2) == ':g' and tonumber(v) < gen - 1 then
+        local p = string.sub(f, 1, -3)
+        set('lh', math.max(0, get('lh') - (tonumber(e[p .. ':h']) or 0)))
+        set('ld', math.max(0, get('ld') - (tonumber(e[p .. ':d']) or 0)))
+        set('ln', math.max(0, get('ln') - 1))
+        redis.call('HDEL', reg, f, p .. ':h', p .. ':d', p .. ':c')
+      end
+    end
+  end
+  set('lo', get('lo') + ds); set('lf', get('lf') + df)
+  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':h', pid .. ':d', pid .. ':c')
+  local eh, ed, ec = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
+  if not v[1] then set('ln', get('ln') + 1) end
+  local others = get('lh') - eh
+  local D, N = get('ld') - ed + dem, math.max(get('ln'), 1)
+  local share
+  if D <= L then share = dem + (L - D) / N else share = L * dem / D end
+  local want = share + ec
+  local g = math.max(0, math.min(math.floor(want), L - others))
+  ec = math.min(math.max(want - g, 0), 1)
+  local held = math.max(g, inf)
+  set('lh', others + held); set('ld', D)
+  if D >= L / 2 then set('lu', 1) end
+  redis.call('HSET', reg, pid .. ':g', gen, pid .. ':h', held, pid .. ':d', dem, pid .. ':c', string.format('%.6f', ec))
+  redis.call('PEXPIRE', reg, ttl)
+  return g, L
+end
+
 local out = {}
 if mode == 's' then
   local a = 14
@@ -124,6 +183,15 @@ if mode == 's' then
         set('br' .. i, math.max(0, get('br' .. i) - n))
       end
     end
+    local lgrant, llimit = 0, 0
+    if ARGV[a] == '1' then
+      local win = tonumber(ARGV[a + 4])
+      lgrant, llimit = limit_share(KEYS[k] .. ':l', ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+        ds, df, math.floor(now / win), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+      a = a + 7
+    else
+      a = a + 1
+    end
     if close == 1 and get('st') == 1 and seen == get('ep') then flip(0) end
     if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
       local i = ring_slot('on', 'os', 'of', bcur, buckets)
@@ -139,7 +207,7 @@ if mode == 's' then
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)
     save(KEYS[k])
-    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails}) do
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lgrant, llimit}) do
       out[#out + 1] = v
     end
   end
@@ -200,6 +268,7 @@ type hostWindow struct {
 	requests, retries int64
 	state, epoch      int64
 	calls, failures   int64
+	grant, limit      int64 // this process's share and the fleet's limit (0, 0 without a limit)
 }
 
 // syncReply is the decoded reply of a sync.
@@ -246,14 +315,15 @@ func checkCounts(vs ...int64) error {
 
 // decodeSync decodes the reply of a sync of n hosts.
 func decodeSync(v []int64, n int) (syncReply, error) {
-	if len(v) != 1+6*n {
-		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+6*n)
+	if len(v) != 1+8*n {
+		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+8*n)
 	}
 	r := syncReply{now: v[0], hosts: make([]hostWindow, n)}
 	for i := range r.hosts {
-		x := v[1+6*i : 7+6*i]
-		w := hostWindow{requests: x[0], retries: x[1], state: x[2], epoch: x[3], calls: x[4], failures: x[5]}
-		if err := checkCounts(w.requests, w.retries, w.calls, w.failures); err != nil {
+		x := v[1+8*i : 9+8*i]
+		w := hostWindow{requests: x[0], retries: x[1], state: x[2], epoch: x[3], calls: x[4], failures: x[5],
+			grant: x[6], limit: x[7]}
+		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.grant, w.limit); err != nil {
 			return syncReply{}, err
 		}
 		if err := checkState(w.state, w.epoch); err != nil {
@@ -310,6 +380,9 @@ type settings struct {
 	ttlMS    int64   // expiry of an idle host's hash
 	probeUS  int64   // the probe interval
 	rounds   int64   // probe rounds per probe interval, fleet-wide
+
+	// The fleet-wide limit (Config.Limit): limitMax is 0 without one.
+	limitWindowUS, limitMax, limitInit int64
 }
 
 func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
@@ -333,6 +406,17 @@ type syncHost struct {
 	seen                          int64
 	close                         bool
 	returns                       []returned
+	limit                         *limitReport // nil: the host has no limiter
+}
+
+// limitReport is a process's report to the fleet's limit of a host: its
+// id, its attempts in flight and its demand (in flight plus waiting), and
+// the fleet's settings of the limit (window in microseconds, Max, the
+// initial limit).
+type limitReport struct {
+	pid                      string
+	inFlight, demand         int64
+	windowUS, max, initLimit int64
 }
 
 // appendSync appends a host's ARGV of a sync to args.
@@ -346,5 +430,8 @@ func appendSync(args []string, h syncHost) []string {
 	for _, r := range h.returns {
 		args = append(args, itoa(r.slice), itoa(r.n))
 	}
-	return args
+	if l := h.limit; l != nil {
+		return append(args, "1", l.pid, itoa(l.inFlight), itoa(l.demand), itoa(l.windowUS), itoa(l.max), itoa(l.initLimit))
+	}
+	return append(args, "0")
 }

@@ -181,10 +181,21 @@ func (f *Fleet) sync(final bool) error {
 	}
 	f.syncFailures.Add(1)
 	f.failed(fmt.Errorf("fleet: sync: %w", err))
+	f.uncap()
 	if r, ok := f.be.(interface{ reload() }); ok {
 		r.reload()
 	}
 	return err
+}
+
+// uncap lifts the fleet's caps of the hosts' limiters: in local mode each
+// limiter decides alone.
+func (f *Fleet) uncap() {
+	for _, h := range *f.list.Load() {
+		if h.lim != nil && h.capped.Load() >= 0 {
+			h.setCap(-1)
+		}
+	}
 }
 
 // failed records err, the failure of a round trip, and switches to local
