@@ -92,18 +92,20 @@ func (h *host) setCap(n int64) (inFlight, waiting int) {
 }
 
 // limitReport returns h's report to the fleet's limit (nil without a
-// limiter): its attempts in flight and demand now, or none (final: the
-// process leaves, its slots go back).
+// limiter): its attempts in flight and demand now, or, final, that the
+// process leaves (demand -1: its slots go back).
 func (h *host) limitReport(final bool) *limitReport {
 	if h.lim == nil {
 		return nil
 	}
 	s := &h.f.set
 	r := &limitReport{pid: h.f.pid, windowUS: s.limitWindowUS, max: s.limitMax, initLimit: s.limitInit}
-	if !final {
-		in, w := h.lim.SetCap(int(h.capped.Load()))
-		r.inFlight, r.demand = int64(in), int64(in+w)
+	if final {
+		r.demand = -1
+		return r
 	}
+	in, w := h.lim.SetCap(int(h.capped.Load()))
+	r.inFlight, r.demand = int64(in), int64(in+w)
 	return r
 }
 

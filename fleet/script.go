@@ -104,11 +104,19 @@ local function flip(st)
 end
 
 -- limit_share runs the fleet-wide limit of the host loaded in h for one
--- process's sync (see the package documentation, The fleet's limit): the
--- window gen (one per sync interval) ends with the limit's update and the
--- registry's clean-up; then the process's report (attempts in flight inf,
--- demand dem: in flight plus waiting) replaces its last one, and its
--- grant is its share of the limit. Returns the grant and the limit.
+-- process's sync (see the package documentation, The fleet's limit). The
+-- first sync of a window (gen, one per sync interval) updates the limit
+-- from the last window's outcomes and forgets the processes not heard of
+-- for more than 10 windows. The process's report (attempts in flight
+-- inf, demand dem: in flight plus waiting; dem < 0: it leaves) replaces
+-- its last one in the registry reg (fields <pid>:g window, :h slots held,
+-- :r last grant, :d demand, :c credit); its grant is its share of the
+-- limit, within the slots the others hold. Held slots are the most of the
+-- grant, the last grant and the attempts in flight, so that the slots a
+-- process may still use are never granted to another. Main hash fields:
+-- lm limit, ls slow-start threshold, lg window, lo/lf outcomes of the
+-- window, lu window used (demand >= limit/2), lc last window clean, lh
+-- slots held, ld demand, ln processes. Returns the grant and the limit.
 local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
   local L = get('lm')
   if L <= 0 then
@@ -134,30 +142,39 @@ local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
     local e = {}
     for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
     for f, v in pairs(e) do
-      if string.sub(f, -2) == ':g' and tonumber(v) < gen - 1 then
+      if string.sub(f, -2) == ':g' and tonumber(v) < gen - 10 then
         local p = string.sub(f, 1, -3)
         set('lh', math.max(0, get('lh') - (tonumber(e[p .. ':h']) or 0)))
         set('ld', math.max(0, get('ld') - (tonumber(e[p .. ':d']) or 0)))
         set('ln', math.max(0, get('ln') - 1))
-        redis.call('HDEL', reg, f, p .. ':h', p .. ':d', p .. ':c')
+        redis.call('HDEL', reg, f, p .. ':h', p .. ':r', p .. ':d', p .. ':c')
       end
     end
   end
   set('lo', get('lo') + ds); set('lf', get('lf') + df)
-  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':h', pid .. ':d', pid .. ':c')
-  local eh, ed, ec = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
-  if not v[1] then set('ln', get('ln') + 1) end
+  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c')
+  local eh, er = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local ed, ec = tonumber(v[4]) or 0, tonumber(v[5]) or 0
   local others = get('lh') - eh
+  if dem < 0 then
+    if v[1] then
+      set('lh', math.max(0, others)); set('ld', math.max(0, get('ld') - ed)); set('ln', math.max(0, get('ln') - 1))
+      redis.call('HDEL', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c')
+    end
+    return 0, L
+  end
+  if not v[1] then set('ln', get('ln') + 1) end
   local D, N = get('ld') - ed + dem, math.max(get('ln'), 1)
   local share
   if D <= L then share = dem + (L - D) / N else share = L * dem / D end
   local want = share + ec
   local g = math.max(0, math.min(math.floor(want), L - others))
   ec = math.min(math.max(want - g, 0), 1)
-  local held = math.max(g, inf)
+  local held = math.max(g, er, inf)
   set('lh', others + held); set('ld', D)
   if D >= L / 2 then set('lu', 1) end
-  redis.call('HSET', reg, pid .. ':g', gen, pid .. ':h', held, pid .. ':d', dem, pid .. ':c', string.format('%.6f', ec))
+  redis.call('HSET', reg, pid .. ':g', gen, pid .. ':h', held, pid .. ':r', g, pid .. ':d', dem,
+    pid .. ':c', string.format('%.6f', ec))
   redis.call('PEXPIRE', reg, ttl)
   return g, L
 end
