@@ -102,3 +102,104 @@ func TestScriptFleetLimitLearns(t *testing.T) {
 		t.Fatalf("half of the fleet's outcomes failed (in another process): limit %d, want 5", lim)
 	}
 }
+
+// TestScriptFleetLimitShares: ten processes always wanting more than a
+// fleet limit of 6 (one or three attempts at a time, attempts lasting one
+// or two sync intervals) share it: the attempts in flight of the whole
+// fleet never exceed the limit, even counting those a process starts
+// under its old grant while its sync is in flight, and every process is
+// served, in turn (none is stuck behind the others).
+func TestScriptFleetLimitShares(t *testing.T) {
+	const n, rounds, lim = 10, 60, 6
+	s := newLimitScript(t, lim)
+	type proc struct {
+		pid    string
+		want   int   // attempts it would have in flight
+		dur    int   // rounds an attempt lasts
+		cap    int64 // its grant (0 before the first sync)
+		ends   []int // the round each attempt in flight ends
+		served int   // attempts ended
+	}
+	ps := make([]*proc, n)
+	for i := range ps {
+		ps[i] = &proc{pid: string(rune('a' + i)), want: 1 + 2*(i%2), dur: 1 + i%3/2}
+	}
+	total := func() (x int) {
+		for _, p := range ps {
+			x += len(p.ends)
+		}
+		return x
+	}
+	start := func(p *proc, r int, upTo int64) {
+		for int64(len(p.ends)) < upTo && len(p.ends) < p.want {
+			p.ends = append(p.ends, r+p.dur)
+		}
+	}
+	used := 0
+	for r := range rounds {
+		for i, p := range ps {
+			inFlight := int64(len(p.ends))
+			// Between the collect and the reply, the old grant is in force.
+			start(p, r, p.cap)
+			if x := total(); x > lim {
+				t.Fatalf("round %d, %s's round trip: %d in flight, fleet limit %d", r, p.pid, x, lim)
+			}
+			g, l := s.report(int64(t0+r*1_000_000+i+1), p.pid, inFlight, int64(p.want), 0, 0)
+			if l != lim {
+				t.Fatalf("round %d: fleet limit %d, want %d", r, l, lim)
+			}
+			p.cap = g
+			start(p, r, g)
+			if x := total(); x > lim {
+				t.Fatalf("round %d, after %s's grant of %d: %d in flight, fleet limit %d", r, p.pid, g, x, lim)
+			}
+		}
+		used += total()
+		for _, p := range ps {
+			kept := p.ends[:0]
+			for _, e := range p.ends {
+				if e <= r+1 {
+					p.served++
+				} else {
+					kept = append(kept, e)
+				}
+			}
+			p.ends = kept
+		}
+	}
+	for _, p := range ps {
+		t.Logf("process %s (wants %d, attempts of %d rounds): %d attempts served", p.pid, p.want, p.dur, p.served)
+		if p.served < 3 {
+			t.Errorf("process %s served %d attempts in %d rounds: stuck behind the others", p.pid, p.served, rounds)
+		}
+	}
+	t.Logf("slot-rounds used: %d of %d (%.0f%%)", used, rounds*lim, 100*float64(used)/float64(rounds*lim))
+	if used < rounds*lim/3 {
+		t.Errorf("the fleet used %d of %d slot-rounds", used, rounds*lim)
+	}
+}
+
+// TestScriptFleetLimitForgets: the slots of a process that stops
+// reporting go back to the fleet after 10 windows; one that leaves gives
+// them back at once.
+func TestScriptFleetLimitForgets(t *testing.T) {
+	s := newLimitScript(t, 8)
+	if g, _ := s.report(t0+1, "gone", 8, 8, 0, 0); g != 8 {
+		t.Fatalf("a lone process's grant: %d, want 8", g)
+	}
+	for w := int64(1); w <= 12; w++ {
+		g, _ := s.report(t0+w*1_000_000+1, "b", 0, 8, 0, 0)
+		switch {
+		case w <= 10 && g != 0:
+			t.Fatalf("window %d: grant %d while the silent process is remembered holding all 8", w, g)
+		case w > 11 && g != 8:
+			t.Fatalf("window %d: grant %d after the silent process was forgotten, want 8", w, g)
+		}
+	}
+	s2 := newLimitScript(t, 8)
+	s2.report(t0+1, "a", 5, 8, 0, 0)
+	s2.report(t0+2, "a", 0, -1, 0, 0) // leaves (Close)
+	if g, _ := s2.report(t0+3, "b", 0, 8, 0, 0); g != 8 {
+		t.Fatalf("grant %d after the other process left, want 8", g)
+	}
+}
