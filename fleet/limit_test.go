@@ -2,9 +2,13 @@ package fleet
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // limitScript runs the script's fleet limit on a real Redis at times the
@@ -202,4 +206,108 @@ func TestScriptFleetLimitForgets(t *testing.T) {
 	if g, _ := s2.report(t0+3, "b", 0, 8, 0, 0); g != 8 {
 		t.Fatalf("grant %d after the other process left, want 8", g)
 	}
+}
+
+// limitWorkers runs callers on the limiters of fleets: each takes a slot
+// (deadline 10 s), holds it a moment and gives it back, counting the
+// attempts in flight across every fleet (the fleet's sum) and the most
+// seen.
+type limitWorkers struct {
+	inFlight, most atomic.Int64
+	served         []atomic.Int64 // per fleet
+	refused        atomic.Int64
+	stop           chan struct{}
+	wg             sync.WaitGroup
+}
+
+func startLimitWorkers(t *testing.T, fs []*Fleet, perFleet int) *limitWorkers {
+	w := &limitWorkers{served: make([]atomic.Int64, len(fs)), stop: make(chan struct{})}
+	for i, f := range fs {
+		g, err := f.Guards("api")
+		if err != nil || g.Limiter == nil {
+			t.Fatalf("Guards: %+v, %v; want a limiter", g, err)
+		}
+		for range perFleet {
+			until(&w.wg, w.stop, func() { w.call(g.Limiter, i) })
+		}
+	}
+	return w
+}
+
+func (w *limitWorkers) call(l *limit.Limiter, i int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := l.Acquire(ctx)
+	if err != nil {
+		w.refused.Add(1)
+		return
+	}
+	n := w.inFlight.Add(1)
+	for m := w.most.Load(); n > m && !w.most.CompareAndSwap(m, n); m = w.most.Load() {
+	}
+	time.Sleep(200 * time.Microsecond)
+	w.inFlight.Add(-1)
+	l.Release(p, false)
+	w.served[i].Add(1)
+}
+
+func (w *limitWorkers) end() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// each reports whether every fleet has served at least n calls.
+func (w *limitWorkers) each(n int64) bool {
+	for i := range w.served {
+		if w.served[i].Load() < n {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFleetLimitProcesses: eight processes (fleets on the real Redis,
+// syncing every 20 ms), three callers each, one call in flight per caller,
+// share a fleet limit of 4: the attempts in flight of all of them never
+// exceed 4, and every process is served, in turn; closed, they give
+// their slots back. No timing is asserted: the bound holds by
+// construction (see the package documentation), and "served" waits as
+// long as it needs (up to 30 s).
+func TestFleetLimitProcesses(t *testing.T) {
+	rc := redisClient(t)
+	cfg := Config{Name: uniqueName(t), SyncEvery: 20 * time.Millisecond, Timeout: time.Second,
+		Limit: &limit.Config{Max: 4}}
+	cleanup(t, rc, cfg.Name)
+	fs := newFleets(t, rc, 8, cfg)
+	w := startLimitWorkers(t, fs, 3)
+	if !eventually(30*time.Second, func() bool { return w.each(50) }) {
+		t.Errorf("a process is stuck: served %v", servedCounts(w))
+	}
+	w.end()
+	t.Logf("served %v, refused %d, most in flight %d", servedCounts(w), w.refused.Load(), w.most.Load())
+	if m := w.most.Load(); m > 4 {
+		t.Errorf("%d attempts in flight across the fleet, fleet limit 4", m)
+	}
+	if w.refused.Load() != 0 {
+		t.Errorf("%d calls refused (10 s deadlines)", w.refused.Load())
+	}
+	for _, f := range fs {
+		if n := f.modeChanges.Load(); n != 0 {
+			t.Errorf("%d mode changes (%+v)", n, f.Stats())
+		}
+		if m := f.Mode(); m != ModeFleet {
+			t.Errorf("mode %v, want fleet", m)
+		}
+		if l := f.hostFor("api").fleetLimit.Load(); l != 4 {
+			t.Errorf("fleet limit %d, want 4", l)
+		}
+	}
+}
+
+func servedCounts(w *limitWorkers) []int64 {
+	out := make([]int64, len(w.served))
+	for i := range w.served {
+		out[i] = w.served[i].Load()
+	}
+	return out
 }

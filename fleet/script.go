@@ -110,13 +110,14 @@ end
 -- for more than 10 windows. The process's report (attempts in flight
 -- inf, demand dem: in flight plus waiting; dem < 0: it leaves) replaces
 -- its last one in the registry reg (fields <pid>:g window, :h slots held,
--- :r last grant, :d demand, :c credit); its grant is its share of the
+-- :r last grant, :d demand, :c credit, :b refused); its grant is its share of the
 -- limit, within the slots the others hold. Held slots are the most of the
 -- grant, the last grant and the attempts in flight, so that the slots a
 -- process may still use are never granted to another. Main hash fields:
 -- lm limit, ls slow-start threshold, lg window, lo/lf outcomes of the
 -- window, lu window used (demand >= limit/2), lc last window clean, lh
--- slots held, ld demand, ln processes. Returns the grant and the limit.
+-- slots held, ld demand, ln processes, lq processes refused their share
+-- (registry :b). Returns the grant and the limit.
 local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
   local L = get('lm')
   if L <= 0 then
@@ -147,19 +148,21 @@ local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
         set('lh', math.max(0, get('lh') - (tonumber(e[p .. ':h']) or 0)))
         set('ld', math.max(0, get('ld') - (tonumber(e[p .. ':d']) or 0)))
         set('ln', math.max(0, get('ln') - 1))
-        redis.call('HDEL', reg, f, p .. ':h', p .. ':r', p .. ':d', p .. ':c')
+        set('lq', math.max(0, get('lq') - (tonumber(e[p .. ':b']) or 0)))
+        redis.call('HDEL', reg, f, p .. ':h', p .. ':r', p .. ':d', p .. ':c', p .. ':b')
       end
     end
   end
   set('lo', get('lo') + ds); set('lf', get('lf') + df)
-  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c')
+  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c', pid .. ':b')
   local eh, er = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  local ed, ec = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+  local ed, ec, eb = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
   local others = get('lh') - eh
   if dem < 0 then
     if v[1] then
       set('lh', math.max(0, others)); set('ld', math.max(0, get('ld') - ed)); set('ln', math.max(0, get('ln') - 1))
-      redis.call('HDEL', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c')
+      set('lq', math.max(0, get('lq') - eb))
+      redis.call('HDEL', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c', pid .. ':b')
     end
     return 0, L
   end
@@ -168,13 +171,22 @@ local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
   local share
   if D <= L then share = dem + (L - D) / N else share = L * dem / D end
   local want = share + ec
-  local g = math.max(0, math.min(math.floor(want), L - others))
+  -- Slots go first to the processes that were refused their share for
+  -- want of free slots (lq of them, flag b) and hold none since: the
+  -- others leave one free slot for each, so that a freed slot goes to
+  -- the next such process to sync, not back to the one that freed it.
+  local free = L - others
+  if eb == 0 or eh > 0 then free = free - (get('lq') - eb) end
+  local g = math.max(0, math.min(math.floor(want), free))
+  local b = 0
+  if g < math.floor(want) then b = 1 end
+  set('lq', math.max(0, get('lq') + b - eb))
   ec = math.min(math.max(want - g, 0), 1)
   local held = math.max(g, er, inf)
   set('lh', others + held); set('ld', D)
   if D >= L / 2 then set('lu', 1) end
   redis.call('HSET', reg, pid .. ':g', gen, pid .. ':h', held, pid .. ':r', g, pid .. ':d', dem,
-    pid .. ':c', string.format('%.6f', ec))
+    pid .. ':c', string.format('%.6f', ec), pid .. ':b', b)
   redis.call('PEXPIRE', reg, ttl)
   return g, L
 end
