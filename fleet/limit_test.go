@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/limit"
 )
 
@@ -310,4 +311,153 @@ func servedCounts(w *limitWorkers) []int64 {
 		out[i] = w.served[i].Load()
 	}
 	return out
+}
+
+// TestFleetLimitRedisCut: three processes share a fleet limit of 3
+// through a proxy the test controls. Cut, each goes to local mode: its
+// limiter's cap is lifted and its own limit (at most Limit.Max, never
+// unlimited) decides, and callers are still served. Restored, each comes
+// back to fleet mode and the fleet's bound holds again.
+func TestFleetLimitRedisCut(t *testing.T) {
+	rc := redisClient(t)
+	px := newProxy(t, redisAddr(t))
+	cfg := Config{Name: uniqueName(t), SyncEvery: 20 * time.Millisecond, Timeout: 50 * time.Millisecond,
+		Limit: &limit.Config{Max: 3}}
+	cleanup(t, rc, cfg.Name)
+	fs := newFleets(t, newClient(t, px.addr()), 3, cfg)
+	w := startLimitWorkers(t, fs, 3)
+	defer w.end()
+	hosts := make([]*host, len(fs))
+	for i, f := range fs {
+		hosts[i] = f.hostFor("api")
+	}
+	all := func(cond func(*Fleet, *host) bool) bool {
+		for i, f := range fs {
+			if !cond(f, hosts[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	served := func() (n int64) {
+		for i := range w.served {
+			n += w.served[i].Load()
+		}
+		return n
+	}
+	if !eventually(10*time.Second, func() bool { return w.each(20) }) {
+		t.Fatalf("healthy: served %v", servedCounts(w))
+	}
+	if m := w.most.Load(); m > 3 {
+		t.Fatalf("healthy: %d in flight, fleet limit 3", m)
+	}
+
+	px.set(cut, 0)
+	if !eventually(5*time.Second, func() bool {
+		return all(func(f *Fleet, h *host) bool { return f.Mode() == ModeLocal && h.capped.Load() < 0 })
+	}) {
+		t.Fatalf("cut: not every process is local and uncapped")
+	}
+	before := served()
+	if !eventually(10*time.Second, func() bool { return served() >= before+100 }) {
+		t.Fatalf("cut: served %d calls in local mode, want 100", served()-before)
+	}
+	for i, h := range hosts {
+		if l := h.lim.Limit(); l < 1 || l > 3 {
+			t.Errorf("process %d in local mode: limit %d, want its own, 1 to Limit.Max 3", i, l)
+		}
+	}
+
+	px.set(pass, 0)
+	if !eventually(5*time.Second, func() bool {
+		return all(func(f *Fleet, h *host) bool { return f.Mode() == ModeFleet && h.capped.Load() >= 0 })
+	}) {
+		t.Fatalf("restored: not every process is back in fleet mode with a share")
+	}
+	// From one sync of every process after the last one came back, every
+	// attempt in flight is one the fleet counts.
+	marks := make([]int64, len(fs))
+	for i, f := range fs {
+		marks[i] = f.syncs.Load()
+	}
+	if !eventually(5*time.Second, func() bool {
+		return all(func(f *Fleet, _ *host) bool { return f.syncs.Load() > marks[slicesIndex(fs, f)] })
+	}) {
+		t.Fatal("restored: no sync")
+	}
+	w.most.Store(0)
+	before = served()
+	if !eventually(10*time.Second, func() bool { return served() >= before+100 && w.each(before/3) }) {
+		t.Fatalf("restored: served %v", servedCounts(w))
+	}
+	t.Logf("served %v, refused %d, most in flight after the restore %d", servedCounts(w), w.refused.Load(), w.most.Load())
+	if m := w.most.Load(); m > 3 {
+		t.Errorf("restored: %d in flight, fleet limit 3", m)
+	}
+}
+
+func slicesIndex(fs []*Fleet, f *Fleet) int {
+	for i := range fs {
+		if fs[i] == f {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestFleetLimitFallsAndRecovers: through retry policies on the fleet's
+// guards, the fleet's limit grows by slow start while the callers use it,
+// falls to 1 or 2 while the destination fails (the breakers' outcomes are
+// the fleet's drops), and comes back by slow start once it is healthy.
+func TestFleetLimitFallsAndRecovers(t *testing.T) {
+	rc := redisClient(t)
+	cfg := Config{Name: uniqueName(t), SyncEvery: 20 * time.Millisecond, Timeout: time.Second,
+		Limit: &limit.Config{Max: 64}, MinCalls: 1 << 30, Breaker: breaker.Config{MinCalls: 1 << 30}}
+	cleanup(t, rc, cfg.Name)
+	fs := newFleets(t, rc, 2, cfg)
+	var failing atomic.Bool
+	op := func(context.Context, int) error {
+		time.Sleep(100 * time.Microsecond)
+		if failing.Load() {
+			return errDependency
+		}
+		return nil
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		p := newPolicy(t, f, "api")
+		for range 16 {
+			until(&wg, stop, func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = p.Do(ctx, op)
+				cancel()
+			})
+		}
+	}
+	defer func() { close(stop); wg.Wait() }()
+	h := fs[0].hostFor("api")
+	lim := func() int64 { return h.fleetLimit.Load() }
+	var path []int64
+	watch := func(cond func(int64) bool) bool {
+		return eventually(20*time.Second, func() bool {
+			l := lim()
+			if len(path) == 0 || path[len(path)-1] != l {
+				path = append(path, l)
+			}
+			return cond(l)
+		})
+	}
+	if !watch(func(l int64) bool { return l >= 32 }) {
+		t.Fatalf("healthy: fleet limit %d, want it to grow to 32 (path %v)", lim(), path)
+	}
+	failing.Store(true)
+	if !watch(func(l int64) bool { return l <= 2 }) {
+		t.Fatalf("failing: fleet limit %d, want it down to 2 or less (path %v)", lim(), path)
+	}
+	failing.Store(false)
+	if !watch(func(l int64) bool { return l >= 16 }) {
+		t.Fatalf("recovered: fleet limit %d, want it back to 16 (path %v)", lim(), path)
+	}
+	t.Logf("fleet limit path: %v", path)
 }
