@@ -90,6 +90,65 @@
 // backlog at the number of processes per second, faster than its
 // pre-outage rate.
 //
+// # The fleet's limit
+//
+// With Config.Limit, each host also gets a [limit.Limiter] (in the
+// retry.Guards of [Fleet.Guards]) that learns as package limit says,
+// capped ([limit.Limiter.SetCap]) at this process's share of a fleet-wide
+// limit L of attempts in flight to the host. One limiter per process does
+// not bind a fleet of small clients (a terminal with one call in flight
+// never reaches a limit of 10); the fleet's limit does. Each sync carries,
+// per host, the limiter's attempts in flight and its demand (in flight
+// plus waiting), read when the sync starts; the breaker's outcomes it
+// already carries are the fleet's successes and drops (what the breaker
+// counts as a failure). The script, on the server's clock:
+//
+//   - Learns L in windows of SyncEvery, at the first sync of each window,
+//     from the previous window's outcomes of the whole fleet. Failures
+//     multiply L by max(0.5, 1 − their share), down to 1; the first such
+//     window after a clean one also sets the slow-start threshold to the
+//     lowered L. A clean window in which the fleet's demand reached L/2
+//     doubles L up to the threshold (slow start), then adds ⌊√L⌋. A window
+//     without outcomes, or one the fleet did not use, leaves L alone. L
+//     starts at min(Limit.Max, 10) with the threshold at Limit.Max, and
+//     stays within 1 to Limit.Max (the bound of the whole fleet, not of
+//     each process).
+//   - Shares L: with the fleet's demand D (the sum of the processes' last
+//     reports) and N processes, a process's share is its demand plus
+//     (L − D)/N when D <= L, and L·demand/D otherwise, plus the fraction
+//     it was not granted before (at most 1): a process whose share is 0.3
+//     gets a slot about one sync in three. Its grant is the whole part,
+//     within the slots no other process holds; a process refused its
+//     share for want of free slots, and holding none, gets the slots that
+//     are freed first (the others leave one free slot for each such
+//     process), so none is stuck behind the others.
+//   - Counts a process as holding the most of its grant, its previous
+//     grant and its attempts in flight: slots it may still be using
+//     (started under its previous grant while this sync was in flight, or
+//     still running) are never granted to another.
+//
+// The bound: in fleet mode, a grant never brings the slots held by the
+// fleet above L, and every attempt in flight is in a slot held, so the
+// attempts in flight of the whole fleet never exceed L (when L falls, the
+// attempts above it end normally and no slot is granted until they have).
+// It does not cover processes in local mode, nor a process that stops
+// syncing without failing (a stalled loop) for 10 windows: the fleet
+// forgets a process not heard of for 10 windows and its slots go back. A
+// process that closes gives its slots back at once.
+//
+// What it costs: a call that finds its process's share in use waits, as
+// over any limit (earliest deadline first, within its deadline), for a
+// sync that grants a slot: up to a sync interval, more while the fleet's
+// demand is above L. A new host has no share until its first sync, which
+// starts at once. A slot is given back one sync after its grant falls, so
+// while processes take turns part of L is held and idle. The success path
+// does not change (the cap is set by the sync); each sync carries seven
+// more arguments per host, and the script reads the host's registry of
+// processes once per window. In local mode (a failed sync) the caps are
+// lifted and each process's limiter decides alone, by its own learned
+// limit (at most Limit.Max, never unlimited); the next sync that succeeds
+// caps them again, and Close lifts them.
+//
 // # No lock
 //
 // Nothing is held across a caller's call. A distributed breaker that takes
@@ -128,7 +187,9 @@
 // an abandoned round trip ends at its deadline; the fleet never waits
 // longer than Config.Timeout either way. Each host is one hash,
 // "stormguard:fleet:{" + Name + "}:" + host, that expires when no process
-// has synced it for twice the longest window plus 10 s.
+// has synced it for twice the longest window plus 10 s; with
+// Config.Limit, the host's registry of processes is a second hash, the
+// host's key + ":l", with the same expiry.
 //
 // On Redis Cluster, every key of a fleet is in the one slot of its hash
 // tag, served by one master. While that slot has no master (a master

@@ -461,3 +461,26 @@ func TestFleetLimitFallsAndRecovers(t *testing.T) {
 	}
 	t.Logf("fleet limit path: %v", path)
 }
+
+// TestSuccessPathAllocsWithLimit: with a fleet limit, a successful call
+// through retry, the fleet's budget and breaker and the capped limiter
+// allocates nothing (the cap is set by the sync, not on the call's path).
+func TestSuccessPathAllocsWithLimit(t *testing.T) {
+	rc := redisClient(t)
+	// No sync runs during the measurement but the one the new host starts.
+	cfg := Config{Name: uniqueName(t), SyncEvery: time.Hour, Timeout: 5 * time.Second, Limit: &limit.Config{}}
+	cleanup(t, rc, cfg.Name)
+	f := newFleets(t, rc, 1, cfg)[0]
+	p := policy(t, f, "api")
+	h := f.hostFor("api")
+	if !eventually(10*time.Second, func() bool { return h.capped.Load() > 0 && !f.syncing.Load() }) {
+		t.Fatalf("no share after the new host's sync: cap %d", h.capped.Load())
+	}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { _ = p.Do(ctx, ok) }); n != 0 {
+		t.Errorf("retry.Do success with a fleet limit: %v allocs per run, want 0", n)
+	}
+	if l := h.lim.Limit(); l < 1 || int64(l) > h.capped.Load() {
+		t.Errorf("limit %d with a cap of %d", l, h.capped.Load())
+	}
+}

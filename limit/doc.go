@@ -88,7 +88,9 @@
 // ones as queueing, and its limit settles lower than the destination
 // could take (down to where the low-limit reference takes over). One
 // limiter sees one process's attempts: many small clients of one
-// destination each learn a limit, and none binds the sum.
+// destination each learn a limit, and none binds the sum (package fleet's
+// Config.Limit caps each one, with [Limiter.SetCap], at its share of a
+// fleet-wide limit).
 //
 // Latency is measured on a sample of the attempts, so that the common
 // path reads no clock: every attempt while the limit is under 64 and at
