@@ -89,10 +89,12 @@ type Config struct {
 	// fleet-wide limit of attempts in flight to the host, which the fleet
 	// learns from its outcomes in windows of SyncEvery (see the package
 	// documentation, The fleet's limit). Limit.Max (0 means 1000) bounds
-	// the fleet-wide limit, not each process's; the fleet's limit starts
-	// at min(Max, 10). In local mode the cap is lifted and each process's
-	// limiter decides alone. Nil (the default) means no limiter. New
-	// copies the Config: changing it afterwards changes nothing.
+	// each process's limiter and also the fleet-wide limit (the whole
+	// fleet's attempts in flight to the host); the fleet's limit starts at
+	// min(Max, 10). In local mode the cap is lifted and each process's
+	// limiter decides alone. Nil (the default) means no limiter; an
+	// invalid Limit is an error of New naming the field. New copies it:
+	// changing it afterwards changes nothing.
 	Limit *limit.Config
 	// MaxHosts bounds the destination hosts the Fleet tracks; 0 means
 	// 1024. Beyond it, [Fleet.Guards] returns [ErrTooManyHosts].

@@ -198,11 +198,7 @@ func (f *Fleet) Guards(host string) (retry.Guards, error) {
 	if err != nil {
 		return retry.Guards{}, err
 	}
-	g := retry.Guards{Budget: &h.budget, Breaker: h.brk}
-	if h.lim != nil {
-		g.Limiter = h.lim
-	}
-	return g, nil
+	return retry.Guards{Budget: &h.budget, Breaker: h.brk, Limiter: h.lim}, nil
 }
 
 // Close stops the background sync, flushes the counts and returns the

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -482,5 +484,21 @@ func TestSuccessPathAllocsWithLimit(t *testing.T) {
 	}
 	if l := h.lim.Limit(); l < 1 || int64(l) > h.capped.Load() {
 		t.Errorf("limit %d with a cap of %d", l, h.capped.Load())
+	}
+}
+
+// TestLimitConfigErrors: a bad Config.Limit is an error of New that wraps
+// ErrInvalidConfig and names the field; Limit is copied.
+func TestLimitConfigErrors(t *testing.T) {
+	for _, lc := range []limit.Config{{Max: -1}, {Timeout: -time.Second}, {Throttle: 0.5}} {
+		_, _, err := Config{Name: "a", Limit: &lc}.resolve()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Limit") || !strings.Contains(err.Error(), "Config.") {
+			t.Errorf("Limit %+v: %v, want an invalid-config error naming the field", lc, err)
+		}
+	}
+	lc := limit.Config{Max: 7}
+	c, s, err := Config{Name: "a", Limit: &lc}.resolve()
+	if err != nil || c.Limit == &lc || s.limitMax != 7 || s.limitInit != 7 {
+		t.Fatalf("resolve: %v, copied %v, max %d, initial %d", err, c.Limit != &lc, s.limitMax, s.limitInit)
 	}
 }
