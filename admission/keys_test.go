@@ -42,7 +42,7 @@ func TestKeyedRetryWithoutAttemptHeader(t *testing.T) {
 		if code := send(idempotency.Header, "k-1", ""); code != 503 {
 			t.Errorf("resend of k-1 without attempt header: %d, want 503 (a retry, no allowance)", code)
 		}
-		if code := send(idempotency.LegacyHeader, "k-2", "1"); code != 503 {
+		if code := send("X-Idempotency-Key", "k-2", "1"); code != 503 {
 			t.Errorf("resend of k-2 saying attempt 1: %d, want 503", code)
 		}
 		if s := ctl.Stats(); s.Originals != 5 || s.Retries != 2 || ran != 5 {

@@ -27,7 +27,7 @@
 //	  past the store timeout                        the handler does not run
 //
 // The key is read from [Header] or, as many clients send it, from
-// [LegacyHeader] ("X-Idempotency-Key"): 1 to 255 printable ASCII
+// the older X-Idempotency-Key: 1 to 255 printable ASCII
 // characters, bare or as a quoted string ([ParseKey]).
 //
 // Within the retention period (24 h by default, [WithRetention]) a key's

@@ -221,10 +221,14 @@ func postWith(h http.Handler, hd http.Header) *httptest.ResponseRecorder {
 	return rec
 }
 
+// legacyHeader is the older name of idempotency.Header, which the
+// middleware reads too.
+const legacyHeader = "X-Idempotency-Key"
+
 // TestLegacyKeyHeader: X-Idempotency-Key, which clients (and net/http)
 // treat as a key, is a key: a retry that sends it is deduplicated.
 func TestLegacyKeyHeader(t *testing.T) {
-	const legacy = "X-Idempotency-Key"
+	const legacy = legacyHeader
 	tests := []struct {
 		name     string
 		first    http.Header
@@ -637,7 +641,7 @@ func FuzzKeyHeaders(f *testing.F) {
 			hd[idempotency.Header] = []string{draft}
 		}
 		if hasLegacy {
-			hd[idempotency.LegacyHeader] = []string{legacy}
+			hd[legacyHeader] = []string{legacy}
 		}
 		var keys []string
 		ok := hasDraft || hasLegacy
@@ -667,7 +671,7 @@ func FuzzKeyHeaders(f *testing.F) {
 			}
 			return
 		}
-		other := idempotency.LegacyHeader
+		other := legacyHeader
 		if !hasDraft {
 			other = idempotency.Header
 		}

@@ -16,11 +16,11 @@ import (
 // idempotency key.
 const Header = "Idempotency-Key"
 
-// LegacyHeader is the older, unregistered name of [Header] that many
+// legacyHeader is the older, unregistered name of [Header] that many
 // clients still send (and that net/http's Transport, like [Header], takes
 // as a sign that a request may be resent). The [Middleware] takes a key
 // from either; a request that carries both must give the same key in each.
-const LegacyHeader = "X-Idempotency-Key"
+const legacyHeader = "X-Idempotency-Key"
 
 // ReplayHeader is the response header field the [Middleware] adds, with the
 // value "true", to a response it replays from the store instead of running
@@ -38,8 +38,9 @@ const BodyOmittedHeader = "Idempotent-Body-Omitted"
 // (bytes: keys are ASCII).
 const maxKeyLen = 255
 
-// ErrInvalidKey is wrapped by every error [ParseKey] returns.
-var ErrInvalidKey = errors.New("idempotency: invalid key")
+// errInvalidKey is wrapped by every error [ParseKey] returns (it returns
+// no other kind).
+var errInvalidKey = errors.New("idempotency: invalid key")
 
 // NewKey returns a new idempotency key: a random (version 4) UUID in its
 // canonical lower-case text form, e.g. "1b4e28ba-2fa1-41d2-883f-0e1a7c9a6f3b",
@@ -74,26 +75,27 @@ func NewKey() string {
 // bare form (the key as is, e.g. a UUID). Surrounding spaces and tabs are
 // ignored. The key must be 1 to 255 printable ASCII characters
 // (0x20-0x7E); a bare key must not contain a comma, since a comma is what a
-// proxy puts between two header lines it folds into one. Errors wrap
-// [ErrInvalidKey]. ParseKey never panics.
+// proxy puts between two header lines it folds into one. An error (its
+// text "idempotency: invalid key: " and what is wrong) means the value is
+// not a key: ParseKey returns no other kind. ParseKey never panics.
 func ParseKey(value string) (string, error) {
 	v := strings.Trim(value, " \t")
 	if v == "" {
-		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
+		return "", fmt.Errorf("%w: empty", errInvalidKey)
 	}
 	if v[0] == '"' {
 		return parseQuoted(v)
 	}
 	if len(v) > maxKeyLen {
-		return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidKey, len(v), maxKeyLen)
+		return "", fmt.Errorf("%w: %d characters, at most %d allowed", errInvalidKey, len(v), maxKeyLen)
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c < 0x20 || c > 0x7e {
-			return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrInvalidKey, c, i)
+			return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", errInvalidKey, c, i)
 		}
 		if c == ',' {
-			return "", fmt.Errorf("%w: comma in a bare key (more than one value?); quote the key as a structured-field string", ErrInvalidKey)
+			return "", fmt.Errorf("%w: comma in a bare key (more than one value?); quote the key as a structured-field string", errInvalidKey)
 		}
 	}
 	return v, nil
@@ -108,7 +110,7 @@ func parseQuoted(v string) (string, error) {
 		switch {
 		case c == '\\':
 			if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-				return "", fmt.Errorf("%w: bad escape at offset %d (only \\\" and \\\\ are allowed)", ErrInvalidKey, i)
+				return "", fmt.Errorf("%w: bad escape at offset %d (only \\\" and \\\\ are allowed)", errInvalidKey, i)
 			}
 			if b == nil {
 				b = make([]byte, 0, len(v))
@@ -118,7 +120,7 @@ func parseQuoted(v string) (string, error) {
 			start = i
 		case c == '"':
 			if i != len(v)-1 {
-				return "", fmt.Errorf("%w: characters after the closing quote (parameters and lists are not allowed)", ErrInvalidKey)
+				return "", fmt.Errorf("%w: characters after the closing quote (parameters and lists are not allowed)", errInvalidKey)
 			}
 			var key string
 			if b == nil {
@@ -128,16 +130,16 @@ func parseQuoted(v string) (string, error) {
 			}
 			switch {
 			case key == "":
-				return "", fmt.Errorf("%w: empty", ErrInvalidKey)
+				return "", fmt.Errorf("%w: empty", errInvalidKey)
 			case len(key) > maxKeyLen:
-				return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidKey, len(key), maxKeyLen)
+				return "", fmt.Errorf("%w: %d characters, at most %d allowed", errInvalidKey, len(key), maxKeyLen)
 			}
 			return key, nil
 		case c < 0x20 || c > 0x7e:
-			return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrInvalidKey, c, i)
+			return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", errInvalidKey, c, i)
 		}
 	}
-	return "", fmt.Errorf("%w: missing closing quote", ErrInvalidKey)
+	return "", fmt.Errorf("%w: missing closing quote", errInvalidKey)
 }
 
 // scopeLen is the number of leading bytes of a store.ID that hash the

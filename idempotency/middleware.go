@@ -231,11 +231,11 @@ var (
 )
 
 // requestKey returns the raw idempotency key of a request with header h,
-// from [Header] or [LegacyHeader]; "" if it has neither. A request may
+// from [Header] or [legacyHeader]; "" if it has neither. A request may
 // carry both if they give the same key. More than one line of either
 // field, an empty or malformed value, or two different keys are errors.
 func requestKey(h http.Header) (string, error) {
-	draft, legacy := h[Header], h[LegacyHeader]
+	draft, legacy := h[Header], h[legacyHeader]
 	if len(draft) > 1 || len(legacy) > 1 {
 		return "", errKeyLines
 	}

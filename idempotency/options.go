@@ -79,7 +79,7 @@ func WithSharedScope() Option {
 }
 
 // WithRequired makes the key mandatory on guarded methods: a request
-// without one (in [Header] or [LegacyHeader]) is answered 400. By default a
+// without one (in [Header] or X-Idempotency-Key) is answered 400. By default a
 // request without a key runs unguarded.
 func WithRequired() Option {
 	return httpOption(func(m *Middleware) error { m.required = true; return nil })
