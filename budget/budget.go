@@ -67,8 +67,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// ErrInvalidConfig is wrapped by every error [New] returns.
-var ErrInvalidConfig = errors.New("budget: invalid config")
+// errInvalidConfig is wrapped by every error [New] returns: New fails for
+// no other reason.
+var errInvalidConfig = errors.New("budget: invalid config")
 
 // The retry loop's view of a budget.
 var _ interface {
@@ -107,8 +108,8 @@ type Budget struct {
 }
 
 // New validates c and returns a Budget whose slice 0 begins now (c.Now()).
-// Zero fields take the defaults (see [Config]). It returns an error wrapping
-// [ErrInvalidConfig] if Ratio is NaN or above 1, MinPerSecond is NaN or
+// Zero fields take the defaults (see [Config]). It returns an error, its text
+// starting "budget: invalid config: ", if and only if Ratio is NaN or above 1, MinPerSecond is NaN or
 // infinite, Window is negative, Slices is outside [0, 3600], or Window is
 // not a multiple of Slices nanoseconds of at least 1 ms each. A Budget
 // that was built never fails or panics later.
@@ -139,18 +140,18 @@ func (b *Budget) init(c Config) error {
 	ratio, floor := max(c.Ratio, 0), max(c.MinPerSecond, 0)
 	switch {
 	case !(c.Ratio <= 1):
-		return fmt.Errorf("%w: ratio %v must be at most 1", ErrInvalidConfig, c.Ratio)
+		return fmt.Errorf("%w: ratio %v must be at most 1", errInvalidConfig, c.Ratio)
 	case math.IsNaN(c.MinPerSecond) || math.IsInf(c.MinPerSecond, 0):
-		return fmt.Errorf("%w: min per second %v must be finite", ErrInvalidConfig, c.MinPerSecond)
+		return fmt.Errorf("%w: min per second %v must be finite", errInvalidConfig, c.MinPerSecond)
 	case c.Window < 0:
-		return fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
+		return fmt.Errorf("%w: window %v must be positive", errInvalidConfig, c.Window)
 	case c.Slices < 1 || c.Slices > maxSlices:
-		return fmt.Errorf("%w: slices %d must be in [0, %d]", ErrInvalidConfig, c.Slices, maxSlices)
+		return fmt.Errorf("%w: slices %d must be in [0, %d]", errInvalidConfig, c.Slices, maxSlices)
 	case c.Window%time.Duration(c.Slices) != 0:
-		return fmt.Errorf("%w: window %v is not a multiple of %d slices", ErrInvalidConfig, c.Window, c.Slices)
+		return fmt.Errorf("%w: window %v is not a multiple of %d slices", errInvalidConfig, c.Window, c.Slices)
 	case c.Window/time.Duration(c.Slices) < minSlice:
 		return fmt.Errorf("%w: slice %v (window %v / %d slices) is shorter than %v",
-			ErrInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, minSlice)
+			errInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, minSlice)
 	}
 	now := c.Now
 	if now == nil {
