@@ -136,8 +136,9 @@ type Config struct {
 	Rand func() float64
 }
 
-// ErrInvalidConfig is wrapped by every error [New] returns.
-var ErrInvalidConfig = errors.New("backoff: invalid config")
+// errInvalidConfig is wrapped by every error [New] returns: New fails for
+// no other reason.
+var errInvalidConfig = errors.New("backoff: invalid config")
 
 // Backoff computes retry delays. It is immutable once built; it is safe for
 // concurrent use when its random source is (the default one is).
@@ -151,7 +152,8 @@ type Backoff struct {
 }
 
 // New validates c and returns a Backoff. Zero fields take the defaults (see
-// [Config]). It returns an error wrapping [ErrInvalidConfig] if Base is
+// [Config]). It returns an error, its text starting "backoff: invalid config: ",
+// if and only if Base is
 // negative, Cap is below Base, or the strategy is unknown; a Backoff that
 // was built never fails or panics later.
 func New(c Config) (*Backoff, error) {
@@ -163,11 +165,11 @@ func New(c Config) (*Backoff, error) {
 	}
 	switch {
 	case c.Strategy >= numStrategies:
-		return nil, fmt.Errorf("%w: unknown strategy %d", ErrInvalidConfig, uint8(c.Strategy))
+		return nil, fmt.Errorf("%w: unknown strategy %d", errInvalidConfig, uint8(c.Strategy))
 	case c.Base < 0:
-		return nil, fmt.Errorf("%w: base %v must be positive", ErrInvalidConfig, c.Base)
+		return nil, fmt.Errorf("%w: base %v must be positive", errInvalidConfig, c.Base)
 	case c.Cap < c.Base:
-		return nil, fmt.Errorf("%w: cap %v must be at least base %v", ErrInvalidConfig, c.Cap, c.Base)
+		return nil, fmt.Errorf("%w: cap %v must be at least base %v", errInvalidConfig, c.Cap, c.Base)
 	}
 	r := c.Rand
 	return &Backoff{

@@ -165,8 +165,8 @@ func FuzzDelay(f *testing.F) {
 			Rand: seeded(uint64(seed)),
 		})
 		if err != nil {
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("New error %v does not wrap ErrInvalidConfig", err)
+			if !errors.Is(err, errInvalidConfig) {
+				t.Fatalf("New error %v does not wrap errInvalidConfig", err)
 			}
 			return
 		}
