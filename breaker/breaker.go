@@ -132,9 +132,10 @@ type Breaker struct {
 }
 
 // New validates c and returns a closed Breaker. Zero fields take the
-// defaults (see [Config]). It returns an error wrapping [ErrInvalidConfig]
-// if FailureRatio is not in (0, 1], Window, Buckets, MinCalls,
-// ConsecutiveFailures, OpenFor or Probes is negative, Buckets exceeds 3600,
+// defaults (see [Config]). It returns an error, its text starting
+// "breaker: invalid config: ", if and only if FailureRatio is not in
+// (0, 1], Window, Buckets, MinCalls, ConsecutiveFailures, OpenFor or
+// Probes is negative, Buckets exceeds 3600,
 // Window is not a multiple of Buckets nanoseconds of at least 1 ms each,
 // MaxOpenFor is neither 0 nor at least OpenFor, SlowCall is negative, or
 // ReleaseRate is NaN. A Breaker that was built never fails or panics later

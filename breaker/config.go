@@ -151,11 +151,12 @@ type Shared interface {
 	StateChanged(from, to State)
 }
 
-// ErrInvalidConfig is wrapped by every error [New] returns.
-var ErrInvalidConfig = errors.New("breaker: invalid config")
+// errInvalidConfig is wrapped by every error [New] returns: New fails for
+// no other reason.
+var errInvalidConfig = errors.New("breaker: invalid config")
 
 // withDefaults returns c with its zero fields set to the defaults, or an
-// error wrapping ErrInvalidConfig.
+// error wrapping errInvalidConfig.
 func (c Config) withDefaults() (Config, error) {
 	if c.FailureRatio == 0 {
 		c.FailureRatio = defaultFailureRatio
@@ -180,30 +181,30 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case !(c.FailureRatio > 0 && c.FailureRatio <= 1):
-		return c, fmt.Errorf("%w: failure ratio %v must be in (0, 1]", ErrInvalidConfig, c.FailureRatio)
+		return c, fmt.Errorf("%w: failure ratio %v must be in (0, 1]", errInvalidConfig, c.FailureRatio)
 	case c.Window < 0:
-		return c, fmt.Errorf("%w: window %v must be positive", ErrInvalidConfig, c.Window)
+		return c, fmt.Errorf("%w: window %v must be positive", errInvalidConfig, c.Window)
 	case c.Buckets < 1 || c.Buckets > maxBuckets:
-		return c, fmt.Errorf("%w: buckets %d must be in [1, %d]", ErrInvalidConfig, c.Buckets, maxBuckets)
+		return c, fmt.Errorf("%w: buckets %d must be in [1, %d]", errInvalidConfig, c.Buckets, maxBuckets)
 	case c.Window%time.Duration(c.Buckets) != 0:
-		return c, fmt.Errorf("%w: window %v is not a multiple of %d buckets", ErrInvalidConfig, c.Window, c.Buckets)
+		return c, fmt.Errorf("%w: window %v is not a multiple of %d buckets", errInvalidConfig, c.Window, c.Buckets)
 	case c.Window/time.Duration(c.Buckets) < minBucket:
 		return c, fmt.Errorf("%w: bucket %v (window %v / %d buckets) is shorter than %v",
-			ErrInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, minBucket)
+			errInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, minBucket)
 	case c.MinCalls < 1:
-		return c, fmt.Errorf("%w: min calls %d must be at least 1", ErrInvalidConfig, c.MinCalls)
+		return c, fmt.Errorf("%w: min calls %d must be at least 1", errInvalidConfig, c.MinCalls)
 	case c.ConsecutiveFailures < 0:
-		return c, fmt.Errorf("%w: consecutive failures %d must not be negative", ErrInvalidConfig, c.ConsecutiveFailures)
+		return c, fmt.Errorf("%w: consecutive failures %d must not be negative", errInvalidConfig, c.ConsecutiveFailures)
 	case c.OpenFor < 0:
-		return c, fmt.Errorf("%w: open for %v must be positive", ErrInvalidConfig, c.OpenFor)
+		return c, fmt.Errorf("%w: open for %v must be positive", errInvalidConfig, c.OpenFor)
 	case c.MaxOpenFor != 0 && c.MaxOpenFor < c.OpenFor:
-		return c, fmt.Errorf("%w: max open for %v must be 0 or at least open for %v", ErrInvalidConfig, c.MaxOpenFor, c.OpenFor)
+		return c, fmt.Errorf("%w: max open for %v must be 0 or at least open for %v", errInvalidConfig, c.MaxOpenFor, c.OpenFor)
 	case c.Probes < 1:
-		return c, fmt.Errorf("%w: probes %d must be at least 1", ErrInvalidConfig, c.Probes)
+		return c, fmt.Errorf("%w: probes %d must be at least 1", errInvalidConfig, c.Probes)
 	case c.SlowCall < 0:
-		return c, fmt.Errorf("%w: slow call %v must not be negative", ErrInvalidConfig, c.SlowCall)
+		return c, fmt.Errorf("%w: slow call %v must not be negative", errInvalidConfig, c.SlowCall)
 	case math.IsNaN(c.ReleaseRate):
-		return c, fmt.Errorf("%w: release rate is NaN", ErrInvalidConfig)
+		return c, fmt.Errorf("%w: release rate is NaN", errInvalidConfig)
 	}
 	return c, nil
 }
