@@ -186,7 +186,7 @@
 // httpretry) tells its own caller not to retry on top once those retries
 // stopped: [PushBack] answers 503 with the don't-retry signal when the
 // client gave up for exhausted attempts, budget or an open breaker, and
-// [WriteOverloaded] does so unconditionally. With three services in a
+// wire.SetDontRetry marks any answer of the handler's own the same way. With three services in a
 // chain, each retrying up to 3 times, the bottom one then sees 3 attempts,
 // not 27.
 //

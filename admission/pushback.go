@@ -11,13 +11,10 @@ import (
 	"github.com/stormguard/stormguard/wire"
 )
 
-// WriteOverloaded answers a request with 503 Service Unavailable and the
+// writeOverloaded answers a request with 503 Service Unavailable and the
 // don't-retry signal ("Stormguard-Retry: no", see wire.SetDontRetry), with
-// a short plain-text body. A handler calls it when its own retries to a
-// dependency stopped (see [PushBack]) so that its caller does not retry on
-// top. To mark a failure answer of the handler's own instead, call
-// wire.SetDontRetry(w.Header()) before writing it.
-func WriteOverloaded(w http.ResponseWriter) {
+// a short plain-text body: [PushBack]'s answer.
+func writeOverloaded(w http.ResponseWriter) {
 	h := w.Header()
 	wire.SetDontRetry(h)
 	h["Content-Type"] = textPlain
@@ -28,8 +25,9 @@ func WriteOverloaded(w http.ResponseWriter) {
 // PushBack is the one-line helper for a handler whose own call to a
 // dependency went through a retrying client (package httpretry): if resp
 // and err show that the retrying for that dependency is done, it drains and
-// closes resp's body (if any), answers w with [WriteOverloaded] and returns
-// true; otherwise it does nothing and returns false, and the handler goes
+// closes resp's body (if any), answers w with 503 Service Unavailable,
+// the don't-retry signal ("Stormguard-Retry: no") and the plain-text body
+// "overloaded; don't retry", and returns true; otherwise it does nothing and returns false, and the handler goes
 // on with resp and err.
 //
 //	resp, err := client.Do(req.WithContext(r.Context()))
@@ -46,6 +44,10 @@ func WriteOverloaded(w http.ResponseWriter) {
 // carries the don't-retry signal from the layer below. A plain failure
 // that was not retried (a 404, a POST without an idempotency key) and a
 // canceled call are not pushed back. Both resp and err may be nil.
+//
+// To send the signal on an answer of the handler's own (its own overload,
+// a failure it retried already), call wire.SetDontRetry(w.Header())
+// before writing it.
 func PushBack(w http.ResponseWriter, resp *http.Response, err error) bool {
 	if !overloaded(resp, err) {
 		return false
@@ -53,7 +55,7 @@ func PushBack(w http.ResponseWriter, resp *http.Response, err error) bool {
 	if resp != nil && resp.Body != nil {
 		drainClose(resp.Body)
 	}
-	WriteOverloaded(w)
+	writeOverloaded(w)
 	return true
 }
 

@@ -63,11 +63,12 @@ func TestPushBack(t *testing.T) {
 	}
 }
 
-func TestWriteOverloaded(t *testing.T) {
+// TestPushBackAnswer: the answer PushBack writes, whole.
+func TestPushBackAnswer(t *testing.T) {
 	w := httptest.NewRecorder()
-	admission.WriteOverloaded(w)
+	admission.PushBack(w, nil, &retry.Error{Reason: retry.AttemptsExhausted, Attempts: 3, Err: errors.New("x")})
 	if w.Code != 503 || !wire.DontRetry(w.Header()) || w.Header().Get("Content-Type") != "text/plain; charset=utf-8" || w.Body.String() != "overloaded; don't retry\n" {
-		t.Errorf("WriteOverloaded wrote %d %v %q", w.Code, w.Header(), w.Body)
+		t.Errorf("PushBack wrote %d %v %q", w.Code, w.Header(), w.Body)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
@@ -188,7 +187,7 @@ func TestGaveUpRetryAfter(t *testing.T) {
 		}, nil, "attempts-exhausted;attempts=3;retry-after=2"},
 		{"attempts exhausted", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(502) },
 			nil, "attempts-exhausted;attempts=3"},
-		{"don't retry from below", func(w http.ResponseWriter, r *http.Request, n int) { admission.WriteOverloaded(w) },
+		{"don't retry from below", func(w http.ResponseWriter, r *http.Request, n int) { writeOverloaded(w) },
 			nil, "not-retryable;attempts=1"},
 	}
 	for _, tt := range tests {

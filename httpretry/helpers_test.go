@@ -333,6 +333,13 @@ func gaveUp(resp *http.Response) (wire.GiveUp, bool) {
 	return wire.ParseGiveUp(resp.Header[wire.GiveUpHeader][0])
 }
 
+// writeOverloaded answers 503 with the don't-retry signal, as a server
+// whose own retries to a dependency stopped does.
+func writeOverloaded(w http.ResponseWriter) {
+	wire.SetDontRetry(w.Header())
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
 // overloaded reports whether a handler would push resp and err back to its
 // own caller (admission.PushBack, on a recorder).
 func overloaded(resp *http.Response, err error) bool {

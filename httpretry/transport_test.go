@@ -553,7 +553,7 @@ func TestConnectionsReused(t *testing.T) {
 
 func TestDontRetryFromBelow(t *testing.T) {
 	srv, obs := serve(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		admission.WriteOverloaded(w)
+		writeOverloaded(w)
 	})
 	tr, clock := newTransport(t, srv.Client().Transport)
 	resp, err := tr.RoundTrip(newRequest(t, context.Background(), "GET", srv.URL, nil))
@@ -877,7 +877,7 @@ func TestFinalAnswersTripTheBreaker(t *testing.T) {
 		handler  func(w http.ResponseWriter, r *http.Request, n int)
 		attempts int // attempts the first call makes
 	}{
-		{"don't-retry 503", "GET", func(w http.ResponseWriter, r *http.Request, n int) { admission.WriteOverloaded(w) }, 1},
+		{"don't-retry 503", "GET", func(w http.ResponseWriter, r *http.Request, n int) { writeOverloaded(w) }, 1},
 		{"500 twice", "GET", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) }, 2},
 		{"503 to an unkeyed POST", "POST", func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(503) }, 1},
 		{"dropped connection of an unkeyed POST", "POST", dropConn, 1},
