@@ -97,7 +97,7 @@ func (c *Client) classify(ctx context.Context, method string) safety {
 	var s safety
 	s.idempotent = c.cfg.idempotent[method]
 	if !s.idempotent {
-		if vs := metadata.ValueFromOutgoingContext(ctx, IdempotencyKeyMetadata); len(vs) > 0 && strings.TrimSpace(vs[0]) != "" {
+		if vs := metadata.ValueFromOutgoingContext(ctx, keyMetadata); len(vs) > 0 && strings.TrimSpace(vs[0]) != "" {
 			s.hasKey = true
 		} else if c.cfg.autoKey {
 			s.key, s.hasKey = idempotency.NewKey(), true
@@ -237,7 +237,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 	u := unaryCall{c: c, t: t, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	u.s = c.classify(ctx, method)
 	if u.s.key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, IdempotencyKeyMetadata, u.s.key)
+		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, u.s.key)
 	}
 	u.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
 	err = t.Policy.Do(ctx, u.attempt)

@@ -18,6 +18,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -174,7 +175,7 @@ func TestAutoKey(t *testing.T) {
 	if !errors.As(err, &e) || e.IdempotencyKey == "" || e.IdempotencyKey != srv2.keys[0][0] {
 		t.Errorf("give-up error key = %+v, want the key sent (%q)", e, srv2.keys)
 	}
-	ctx := metadata.AppendToOutgoingContext(t.Context(), grpcretry.IdempotencyKeyMetadata, "mine")
+	ctx := metadata.AppendToOutgoingContext(t.Context(), idempotency.Header, "mine")
 	_, _ = client.UnaryCall(ctx, &testpb.SimpleRequest{})
 	if last := srv2.keys[len(srv2.keys)-1]; !slices.Equal(last, []string{"mine"}) {
 		t.Errorf("caller's key: server saw %q, want [mine]", last)

@@ -13,9 +13,10 @@
 //
 // A call is safe to repeat when its method is declared idempotent
 // ([WithIdempotentMethods]) or it carries an idempotency key in its
-// outgoing metadata ([IdempotencyKeyMetadata],
-// "idempotency-key"; [WithAutoIdempotencyKey] adds one per call, made once
-// before the first attempt and sent on every attempt). A call that is not
+// outgoing metadata under "idempotency-key" (idempotency.Header: gRPC
+// lower-cases metadata keys, and metadata.AppendToOutgoingContext(ctx,
+// idempotency.Header, key) sends it; [WithAutoIdempotencyKey] adds one per
+// call, made once before the first attempt and sent on every attempt). A call that is not
 // safe to repeat gets exactly one attempt. For a call that is:
 //
 //	| code                 | retried?                                    | breaker   |
@@ -126,7 +127,8 @@
 // (idempotency.Guard) and stores (memory, PostgreSQL, Redis): a unary call
 // carrying an idempotency key runs at most once per key and caller, and a
 // retry gets the stored answer (the reply, or the status with its
-// details) marked "idempotent-replayed: true". A retry while the first
+// details) marked "idempotent-replayed: true" (idempotency.ReplayHeader
+// in lower case: header.Get(idempotency.ReplayHeader) reads it). A retry while the first
 // call runs gets ABORTED with a pushback, which this package's client
 // retries for a keyed call; a key reused for another call gets
 // FAILED_PRECONDITION; a malformed key INVALID_ARGUMENT; a store that is

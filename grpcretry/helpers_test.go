@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,9 +21,14 @@ import (
 
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/wire"
 )
+
+// keyMD is the metadata key an idempotency key travels under:
+// idempotency.Header as gRPC writes metadata keys, in lower case.
+var keyMD = strings.ToLower(idempotency.Header)
 
 // Full method names of the test service.
 const (
@@ -97,7 +103,7 @@ func (s *testServer) next(ctx context.Context) (int, answer) {
 	n := s.calls
 	s.calls++
 	s.prev = append(s.prev, md[wire.PreviousAttemptsMetadata])
-	s.keys = append(s.keys, md[grpcretry.IdempotencyKeyMetadata])
+	s.keys = append(s.keys, md[keyMD])
 	a := ok()
 	if len(s.script) > 0 {
 		a = s.script[min(n, len(s.script)-1)]

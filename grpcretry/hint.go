@@ -12,9 +12,10 @@ import (
 	"github.com/stormguard/stormguard/wire"
 )
 
-// IdempotencyKeyMetadata is the request metadata key of an idempotency
-// key, the gRPC twin of the Idempotency-Key HTTP header field.
-const IdempotencyKeyMetadata = "idempotency-key"
+// keyMetadata is the request metadata key of an idempotency key:
+// idempotency.Header in lower case, as gRPC writes metadata keys (a test
+// holds them equal).
+const keyMetadata = "idempotency-key"
 
 // maxPushback bounds a parsed pushback: longer values saturate here, which
 // is far beyond any retry.WithMaxRetryAfter, so the loop gives up at once.

@@ -28,10 +28,11 @@ import (
 
 // Metadata keys of the idempotency server interceptor's answers.
 const (
-	// ReplayedMetadata is the header metadata key, with the value "true", of an
-	// answer the server replayed from its idempotency store instead of
-	// running the handler: the gRPC twin of idempotency.ReplayHeader.
-	ReplayedMetadata = "idempotent-replayed"
+	// replayedMetadata is the header metadata key, with the value "true",
+	// of an answer the server replayed from its idempotency store instead
+	// of running the handler: idempotency.ReplayHeader in lower case (a
+	// test holds them equal).
+	replayedMetadata = "idempotent-replayed"
 	// ReplyOmittedMetadata is the header metadata key, with the value "true",
 	// of a replay whose reply message was not kept (it was over the cap,
 	// or the store had no room for it): the call ran, once, but its reply
@@ -61,8 +62,8 @@ const (
 )
 
 // IdempotencyUnaryServerInterceptor returns a unary server interceptor
-// that runs each call carrying an idempotency key ([IdempotencyKeyMetadata],
-// "idempotency-key", validated as idempotency.ParseKey validates the HTTP
+// that runs each call carrying an idempotency key (metadata key "idempotency-key",
+// idempotency.Header in lower case, validated as idempotency.ParseKey validates the HTTP
 // header) at most once per key, through g, the idempotency package's
 // protocol-neutral core, on any idempotency store (memory, PostgreSQL,
 // Redis): the gRPC twin of idempotency.Middleware. Install it after
@@ -160,7 +161,7 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 		s.g.ReportInvalid(ctx)
 		return nil, badKey(err.Error())
 	case raw == "" && s.cfg.required:
-		return nil, badKey("this method needs an idempotency key: send it in the " + IdempotencyKeyMetadata + " metadata")
+		return nil, badKey("this method needs an idempotency key: send it in the " + keyMetadata + " metadata")
 	case raw == "":
 		return handler(ctx, req)
 	}
@@ -198,7 +199,7 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 	case outcome == store.Mismatch:
 		return nil, withDetails(status.New(codes.FailedPrecondition, "idempotency: this idempotency key was used for a different call (method or request message)"),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
-				Type: "IDEMPOTENCY_KEY_REUSED", Subject: IdempotencyKeyMetadata,
+				Type: "IDEMPOTENCY_KEY_REUSED", Subject: keyMetadata,
 				Description: "the key is bound to another call; send a new key for a new call",
 			}}})
 	case outcome == store.InProgress:
@@ -213,14 +214,14 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 // callKey returns the raw idempotency key of the server call of ctx, ""
 // if it has none. More than one value, or a malformed one, is an error.
 func callKey(ctx context.Context) (string, error) {
-	vs := metadata.ValueFromIncomingContext(ctx, IdempotencyKeyMetadata)
+	vs := metadata.ValueFromIncomingContext(ctx, keyMetadata)
 	switch len(vs) {
 	case 0:
 		return "", nil
 	case 1:
 		return idempotency.ParseKey(vs[0])
 	}
-	return "", fmt.Errorf("%d %s values: send exactly one", len(vs), IdempotencyKeyMetadata)
+	return "", fmt.Errorf("%d %s values: send exactly one", len(vs), keyMetadata)
 }
 
 // badKey returns the INVALID_ARGUMENT error of a call whose key is bad or
@@ -228,7 +229,7 @@ func callKey(ctx context.Context) (string, error) {
 func badKey(why string) error {
 	return withDetails(status.New(codes.InvalidArgument, "idempotency: "+why),
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
-			Field: IdempotencyKeyMetadata, Description: why,
+			Field: keyMetadata, Description: why,
 		}}})
 }
 
@@ -332,7 +333,7 @@ func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHand
 // replay answers a call from the stored record rec; mt is the method's
 // reply type.
 func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, rec store.Record) (any, error) {
-	header := metadata.Pairs(ReplayedMetadata, "true")
+	header := metadata.Pairs(replayedMetadata, "true")
 	var trailer metadata.MD
 	for name, vs := range rec.Header {
 		switch {

@@ -55,7 +55,7 @@ func FuzzIdempotencyReplay(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcretry.IdempotencyKeyMetadata, "k"))
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(idempotency.Header, "k"))
 		got, err := ic(ctx, &testpb.SimpleRequest{}, &grpc.UnaryServerInfo{FullMethod: unaryMethod}, func(context.Context, any) (any, error) {
 			t.Fatal("the handler ran on a replay")
 			return nil, nil
@@ -97,9 +97,9 @@ func FuzzIdempotencyKeyMetadata(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		md := metadata.MD{grpcretry.IdempotencyKeyMetadata: {v1}}
+		md := metadata.MD{keyMD: {v1}}
 		if two {
-			md[grpcretry.IdempotencyKeyMetadata] = append(md[grpcretry.IdempotencyKeyMetadata], v2)
+			md[keyMD] = append(md[keyMD], v2)
 		}
 		runs := 0
 		_, err = ic(metadata.NewIncomingContext(context.Background(), md), &testpb.SimpleRequest{},
@@ -111,9 +111,9 @@ func FuzzIdempotencyKeyMetadata(f *testing.F) {
 		valid := parseErr == nil && !two
 		switch {
 		case valid && (err != nil || runs != 1):
-			t.Fatalf("key %q: %v, %d runs; want the handler run once", md[grpcretry.IdempotencyKeyMetadata], err, runs)
+			t.Fatalf("key %q: %v, %d runs; want the handler run once", md[keyMD], err, runs)
 		case !valid && (status.Code(err) != codes.InvalidArgument || runs != 0):
-			t.Fatalf("key %q: %v, %d runs; want INVALID_ARGUMENT, no run", md[grpcretry.IdempotencyKeyMetadata], err, runs)
+			t.Fatalf("key %q: %v, %d runs; want INVALID_ARGUMENT, no run", md[keyMD], err, runs)
 		}
 	})
 }
@@ -138,7 +138,7 @@ func BenchmarkIdempotencyInterceptor(b *testing.B) {
 	keyed := func(n int) []context.Context {
 		ctxs := make([]context.Context, n)
 		for i := range ctxs {
-			ctxs[i] = metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcretry.IdempotencyKeyMetadata, idempotency.NewKey()))
+			ctxs[i] = metadata.NewIncomingContext(context.Background(), metadata.Pairs(idempotency.Header, idempotency.NewKey()))
 		}
 		return ctxs
 	}

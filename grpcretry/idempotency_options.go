@@ -128,7 +128,7 @@ func defaultStoredCode(c codes.Code) bool {
 // WithReplayMetadata sets the header and trailer metadata keys that are
 // stored with an answer and sent again with its replays (default none).
 // Keys are lower-cased; "grpc-" keys, pseudo-headers, and the keys this
-// package reads or sets ([IdempotencyKeyMetadata], [ReplayedMetadata],
+// package reads or sets ("idempotency-key", "idempotent-replayed",
 // [ReplyOmittedMetadata], wire.PushbackMetadata) are refused. A later
 // WithReplayMetadata replaces the earlier one.
 func WithReplayMetadata(keys ...string) IdempotencyOption {
@@ -140,7 +140,7 @@ func WithReplayMetadata(keys ...string) IdempotencyOption {
 			switch {
 			case k == "" || strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-"):
 				return invalid("WithReplayMetadata: key %q is reserved or empty", k)
-			case k == ReplayedMetadata || k == ReplyOmittedMetadata || k == IdempotencyKeyMetadata:
+			case k == replayedMetadata || k == ReplyOmittedMetadata || k == keyMetadata:
 				return invalid("WithReplayMetadata: key %q is the interceptor's own", k)
 			}
 			for i := 0; i < len(k); i++ {

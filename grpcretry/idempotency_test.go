@@ -167,12 +167,12 @@ func (f *keyedFixture) call(t *testing.T, method string, req proto.Message, user
 	t.Helper()
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-user", user)
 	for _, k := range keys {
-		ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata, k)
+		ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, k)
 	}
 	var a keyedAnswer
 	err := f.conn.Invoke(ctx, method, req, &a.raw, grpc.ForceCodec(rawCodec{}), grpc.Header(&a.header), grpc.Trailer(&a.trailer))
 	a.st = status.Convert(err)
-	a.replayed = slices.Equal(a.header.Get(grpcretry.ReplayedMetadata), []string{"true"})
+	a.replayed = slices.Equal(a.header.Get(idempotency.ReplayHeader), []string{"true"})
 	a.omited = slices.Equal(a.header.Get(grpcretry.ReplyOmittedMetadata), []string{"true"})
 	return a
 }
@@ -276,8 +276,8 @@ func TestIdempotencyMismatch(t *testing.T) {
 				pf = p
 			}
 		}
-		if a.st.Code() != codes.FailedPrecondition || pf == nil || pf.GetViolations()[0].GetSubject() != grpcretry.IdempotencyKeyMetadata {
-			t.Errorf("%s: %v with details %v, want FAILED_PRECONDITION with a PreconditionFailure on %s", c.name, a.st, a.st.Details(), grpcretry.IdempotencyKeyMetadata)
+		if a.st.Code() != codes.FailedPrecondition || pf == nil || pf.GetViolations()[0].GetSubject() != keyMD {
+			t.Errorf("%s: %v with details %v, want FAILED_PRECONDITION with a PreconditionFailure on %s", c.name, a.st, a.st.Details(), keyMD)
 		}
 	}
 	if n := f.srv.runs.Load(); n != 1 {
@@ -323,7 +323,7 @@ func TestIdempotencyInProgressClientRetries(t *testing.T) {
 	done := make(chan error)
 	go func() {
 		_, err := testpb.NewTestServiceClient(f.conn).UnaryCall(
-			metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", grpcretry.IdempotencyKeyMetadata, key), charge("block"))
+			metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", idempotency.Header, key), charge("block"))
 		done <- err
 	}()
 	<-f.srv.entered
@@ -338,8 +338,8 @@ func TestIdempotencyInProgressClientRetries(t *testing.T) {
 	addr := f.conn.Target()
 	client := testpb.NewTestServiceClient(dialConn(t, addr, c.DialOptions()...))
 	var hdr metadata.MD
-	resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", grpcretry.IdempotencyKeyMetadata, key), charge("block"), grpc.Header(&hdr))
-	if err != nil || resp.GetUsername() != "run-1" || hdr.Get(grpcretry.ReplayedMetadata) == nil {
+	resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", idempotency.Header, key), charge("block"), grpc.Header(&hdr))
+	if err != nil || resp.GetUsername() != "run-1" || hdr.Get(idempotency.ReplayHeader) == nil {
 		t.Fatalf("retried call: %v, %v, header %v; want the replay of run-1", resp, err, hdr)
 	}
 	if s := clock.Sleeps(); len(s) != 1 || s[0] < 250*time.Millisecond {
@@ -513,11 +513,11 @@ func ExampleIdempotencyUnaryServerInterceptor() {
 	}
 	defer conn.Close()
 	client := testpb.NewTestServiceClient(conn)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcretry.IdempotencyKeyMetadata, idempotency.NewKey())
+	ctx := metadata.AppendToOutgoingContext(context.Background(), idempotency.Header, idempotency.NewKey())
 	for range 2 { // the same call, sent twice (a retry after a lost reply)
 		var header metadata.MD
 		resp, err := client.UnaryCall(ctx, charge("100 EUR"), grpc.Header(&header))
-		fmt.Println(resp.GetUsername(), err, "replayed:", header.Get(grpcretry.ReplayedMetadata))
+		fmt.Println(resp.GetUsername(), err, "replayed:", header.Get(idempotency.ReplayHeader))
 	}
 	// Output:
 	// run-1 <nil> replayed: []

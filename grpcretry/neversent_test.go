@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -55,7 +56,7 @@ func TestNeverSentIsRetried(t *testing.T) {
 	}{
 		{"idempotent method", []grpcretry.Option{grpcretry.WithIdempotentMethods(unaryMethod)}, nil, true},
 		{"keyed call", nil, func(ctx context.Context) context.Context {
-			return metadata.AppendToOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata, "k-1")
+			return metadata.AppendToOutgoingContext(ctx, idempotency.Header, "k-1")
 		}, true},
 		{"neither", nil, nil, false},
 	} {

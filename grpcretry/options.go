@@ -193,7 +193,7 @@ func WithIdempotentMethods(methods ...string) Option {
 
 // WithAutoIdempotencyKey makes the client give every call of a method that
 // is not idempotent and carries no idempotency key in its outgoing metadata
-// ([IdempotencyKeyMetadata]) a key of its own, made with idempotency.NewKey
+// ("idempotency-key") a key of its own, made with idempotency.NewKey
 // once per call, before the first attempt, and sent unchanged on every
 // attempt (an [*Error] names it). Such calls then become retryable. Only use
 // it against servers that honour the key (that run a keyed call at most

@@ -42,7 +42,7 @@ func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 		return nil, err
 	}
 	if s.key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, IdempotencyKeyMetadata, s.key)
+		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, s.key)
 	}
 	rs := &retryStream{c: c, t: t, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, s: s, ctx: ctx}
 	rs.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -69,7 +70,7 @@ func TestCodeTable(t *testing.T) {
 				client := dial(t, addr, newClient(t, opts...).DialOptions()...)
 				ctx := t.Context()
 				if kind == keyed {
-					ctx = metadata.AppendToOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata, "key-1")
+					ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, "key-1")
 				}
 				_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 				if got := status.Code(err); got != r.a.code {

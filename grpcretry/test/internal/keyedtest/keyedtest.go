@@ -414,7 +414,7 @@ type attemptsKey struct{}
 func tap(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if a, ok := ctx.Value(attemptsKey{}).(*attempts); ok {
-		vs := metadata.ValueFromOutgoingContext(ctx, grpcretry.IdempotencyKeyMetadata)
+		vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Header)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.n++
@@ -458,7 +458,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 		a := &attempts{}
 		cctx := context.WithValue(ctx, attemptsKey{}, a)
 		if key != "" {
-			cctx = metadata.AppendToOutgoingContext(cctx, grpcretry.IdempotencyKeyMetadata, key)
+			cctx = metadata.AppendToOutgoingContext(cctx, idempotency.Header, key)
 		}
 		var header metadata.MD
 		cctx, cancel := context.WithTimeout(cctx, 10*time.Second) // the call's deadline, its retries included
@@ -477,7 +477,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 			if !ok || sha256.Sum256(resp.GetPayload().GetBody()) != want {
 				d.res.BadAnswers++
 			}
-			if len(header.Get(grpcretry.ReplayedMetadata)) > 0 {
+			if len(header.Get(idempotency.ReplayHeader)) > 0 {
 				d.res.Replays++
 			}
 			return
