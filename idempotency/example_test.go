@@ -133,7 +133,7 @@ func ExampleWithObserver() {
 	obs := observe.Func(func(_ context.Context, e observe.Event) {
 		fmt.Printf("%s name=%s outcome=%s err=%v\n", e.Kind, e.Name, e.Outcome, e.Err)
 	})
-	mw, err := idempotency.NewMiddleware(mem, idempotency.WithSharedScope(),
+	mw, err := idempotency.NewMiddleware(mem, idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil }),
 		idempotency.WithObserver(obs), idempotency.WithName("charges"))
 	if err != nil {
 		log.Fatal(err)

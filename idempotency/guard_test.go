@@ -61,7 +61,7 @@ func TestNewGuardErrors(t *testing.T) {
 // a GuardOption), which this test cannot show but its types do.
 func TestOptionsTyped(t *testing.T) {
 	core := []idempotency.GuardOption{idempotency.WithLockTimeout(time.Second), idempotency.WithName("orders")}
-	opts := []idempotency.Option{idempotency.WithSharedScope(), nil}
+	opts := []idempotency.Option{sharedScope, nil}
 	for _, o := range core {
 		opts = append(opts, o)
 	}

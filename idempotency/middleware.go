@@ -64,8 +64,8 @@ type Middleware struct {
 // NewMiddleware returns a middleware that keeps keys in s: a
 // [*MemoryStore] for one process, or a store that servers share
 // (idempotency/pgstore, idempotency/redisstore). It fails when s is nil,
-// an option is invalid, or no scope is set (pass [WithScope] or,
-// deliberately, [WithSharedScope]).
+// an option is invalid, or no scope is set (pass [WithScope]; it says how
+// to share one scope between all callers, deliberately).
 func NewMiddleware(s store.Store, opts ...Option) (*Middleware, error) {
 	g, err := newGuard("NewMiddleware", s)
 	if err != nil {
@@ -89,7 +89,7 @@ func NewMiddleware(s store.Store, opts ...Option) (*Middleware, error) {
 		}
 	}
 	if m.scope == nil {
-		return nil, errors.New("idempotency: NewMiddleware: no scope: pass WithScope (map each request to its caller) or, deliberately, WithSharedScope")
+		return nil, errors.New("idempotency: NewMiddleware: no scope: pass WithScope (map each request to its caller, or deliberately every request to one constant)")
 	}
 	return m, nil
 }

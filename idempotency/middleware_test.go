@@ -40,6 +40,9 @@ func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"charge":%d,"request":%q}`, n, body)
 }
 
+// sharedScope puts every caller in one scope.
+var sharedScope = idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil })
+
 // userScope scopes requests by the X-User header, as an authentication
 // middleware in front would.
 func userScope(r *http.Request) (string, error) {
@@ -138,7 +141,7 @@ func TestNewErrors(t *testing.T) {
 		{"nil store", nil, []idempotency.Option{scope}},
 		{"no scope", mem, nil},
 		{"WithScope(nil)", mem, []idempotency.Option{idempotency.WithScope(nil)}},
-		{"two scopes", mem, []idempotency.Option{scope, idempotency.WithSharedScope()}},
+		{"two scopes", mem, []idempotency.Option{scope, sharedScope}},
 		{"WithMethods()", mem, []idempotency.Option{scope, idempotency.WithMethods()}},
 		{"WithMethods(post)", mem, []idempotency.Option{scope, idempotency.WithMethods("post")}},
 		{"WithRoute(nil)", mem, []idempotency.Option{scope, idempotency.WithRoute(nil)}},
@@ -157,8 +160,8 @@ func TestNewErrors(t *testing.T) {
 			t.Errorf("NewMiddleware(%s) = nil error, want an error", tc.name)
 		}
 	}
-	if _, err := idempotency.NewMiddleware(mem, nil, idempotency.GuardOption{}, idempotency.WithSharedScope()); err != nil {
-		t.Errorf("NewMiddleware(nil Option, zero GuardOption, WithSharedScope) error: %v", err)
+	if _, err := idempotency.NewMiddleware(mem, nil, idempotency.GuardOption{}, sharedScope); err != nil {
+		t.Errorf("NewMiddleware(nil Option, zero GuardOption, a shared scope) error: %v", err)
 	}
 }
 
@@ -587,7 +590,7 @@ func TestScopeIsolation(t *testing.T) {
 func TestSharedScope(t *testing.T) {
 	var l ledger
 	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	mw, err := idempotency.NewMiddleware(mem, idempotency.WithSharedScope())
+	mw, err := idempotency.NewMiddleware(mem, sharedScope)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,27 +55,27 @@ const minTTL = time.Millisecond
 // sent by two callers names two unrelated operations. f must return a
 // non-empty string; an error (or "") means the caller cannot be
 // identified, and the middleware answers 500 without running the handler,
-// since it runs after authentication. Every Middleware needs a scope, or
-// an explicit [WithSharedScope].
+// since it runs after authentication. Every Middleware needs a scope.
+//
+// To put every caller in one shared scope, return a constant:
+//
+//	idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil })
+//
+// Then any caller who sends a key another caller used gets that caller's
+// stored response: do it only when there is a single caller (e.g. one
+// internal service) or keys cannot be guessed and responses hold nothing
+// private.
 func WithScope(f func(*http.Request) (string, error)) Option {
 	return httpOption(func(m *Middleware) error {
 		if f == nil {
 			return errors.New("WithScope(nil)")
 		}
 		if m.scope != nil {
-			return errors.New("scope set twice (WithScope / WithSharedScope)")
+			return errors.New("scope set twice (WithScope)")
 		}
 		m.scope = f
 		return nil
 	})
-}
-
-// WithSharedScope puts every caller in one shared scope: any caller who
-// sends a key another caller used gets that caller's stored response. Use
-// it only when there is a single caller (e.g. one internal service) or keys
-// cannot be guessed and responses hold nothing private.
-func WithSharedScope() Option {
-	return WithScope(func(*http.Request) (string, error) { return "shared", nil })
 }
 
 // WithRequired makes the key mandatory on guarded methods: a request

@@ -154,7 +154,7 @@ func TestClusterLostWrite(t *testing.T) {
 			}
 			spy := &idSpy{Store: rs}
 			var runs atomic.Int64
-			mw, err := idempotency.NewMiddleware(spy, idempotency.WithSharedScope(), idempotency.WithStoreTimeout(time.Second))
+			mw, err := idempotency.NewMiddleware(spy, idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil }), idempotency.WithStoreTimeout(time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +283,7 @@ type clusterPayments struct {
 
 func clusterHandler(t *testing.T, s store.Store, ledger *idemtest.Ledger, opts ...idempotency.Option) *clusterPayments {
 	t.Helper()
-	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{idempotency.WithSharedScope(), idempotency.WithStoreTimeout(time.Second)}, opts...)...)
+	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil }), idempotency.WithStoreTimeout(time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

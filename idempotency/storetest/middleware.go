@@ -20,7 +20,7 @@ const duplicates = 100
 // through an idempotency.Middleware on the store: the handler must run
 // exactly once, and every other request gets 409 or the replay.
 func testMiddlewareDuplicates(t *testing.T, f fixture) {
-	mw, err := idempotency.NewMiddleware(f.Store, idempotency.WithSharedScope())
+	mw, err := idempotency.NewMiddleware(f.Store, idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil }))
 	if err != nil {
 		t.Fatalf("idempotency.NewMiddleware: %v", err)
 	}

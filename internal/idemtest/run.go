@@ -53,7 +53,7 @@ type Config struct {
 	// least one.
 	Stores []store.Store
 	// Middleware are extra options for every server's middleware, after
-	// the harness's own (idempotency.WithSharedScope: the driver is the
+	// the harness's own (SharedScope: the driver is the
 	// only caller; idempotency.WithRequired).
 	Middleware []idempotency.Option
 	// Payments is the number of logical payments; 0 means
@@ -203,7 +203,7 @@ func startServers(cfg Config, ledger *Ledger, timedOut, blips *atomic.Int64) ([]
 		if cfg.StoreBlipRate > 0 {
 			s = newBlipStore(s, cfg.StoreBlipRate, cfg.Seed+uint64(i), blips)
 		}
-		opts := append([]idempotency.Option{idempotency.WithSharedScope(), idempotency.WithRequired()}, cfg.Middleware...)
+		opts := append([]idempotency.Option{SharedScope, idempotency.WithRequired()}, cfg.Middleware...)
 		mw, err := idempotency.NewMiddleware(s, opts...)
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("idemtest: Run: server %d: %w", i, err)

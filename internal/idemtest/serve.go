@@ -15,14 +15,18 @@ import (
 // Charged is the body of the answer of the handler [Serve] guards.
 const Charged = "charged"
 
+// SharedScope puts every caller of a test middleware in one scope: the
+// harness's driver is its only caller.
+var SharedScope = idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil })
+
 // Serve starts a test server whose handler answers 201 [Charged], guarded
-// by a middleware on s (idempotency.WithSharedScope, then opts), and
+// by a middleware on s (SharedScope, then opts), and
 // returns its URL. The server is closed at tb's cleanup; a cleanup
 // registered later (e.g. closing a proxy the store's calls hang on) runs
 // before.
 func Serve(tb testing.TB, s store.Store, opts ...idempotency.Option) string {
 	tb.Helper()
-	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{idempotency.WithSharedScope()}, opts...)...)
+	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{SharedScope}, opts...)...)
 	if err != nil {
 		tb.Fatalf("idempotency.NewMiddleware: %v", err)
 	}

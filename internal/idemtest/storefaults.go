@@ -110,7 +110,7 @@ func SlowRenewal(tb testing.TB, s store.Store, slow func(d time.Duration)) {
 // one scope.
 func guarded(tb testing.TB, s store.Store, h http.Handler, opts ...idempotency.Option) http.Handler {
 	tb.Helper()
-	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{idempotency.WithSharedScope()}, opts...)...)
+	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{SharedScope}, opts...)...)
 	if err != nil {
 		tb.Fatalf("idempotency.NewMiddleware: %v", err)
 	}

@@ -17,7 +17,7 @@ func TestIdempotencyMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idempotency.NewMiddleware(store, idempotency.WithSharedScope(),
+	mw, err := idempotency.NewMiddleware(store, idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil }),
 		idempotency.WithObserver(s.obs), idempotency.WithName("orders"))
 	if err != nil {
 		t.Fatal(err)
