@@ -30,6 +30,9 @@ import (
 // idempotency.Header as gRPC writes metadata keys, in lower case.
 var keyMD = strings.ToLower(idempotency.Header)
 
+// sharedKeyScope puts every caller of a test interceptor in one scope.
+var sharedKeyScope = grpcretry.WithKeyScope(func(context.Context) (string, error) { return "shared", nil })
+
 // Full method names of the test service.
 const (
 	unaryMethod  = testpb.TestService_UnaryCall_FullMethodName

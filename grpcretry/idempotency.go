@@ -110,7 +110,8 @@ const (
 // Every call is reported to g's observer (idempotency.WithObserver), the
 // refusals above as "invalid". It fails, with an error that says why,
 // when g is nil, an option is invalid, no scope is set
-// ([WithKeyScope] or, deliberately, [WithSharedKeyScope]), or a method of
+// ([WithKeyScope]; it says how to share one scope between all callers,
+// deliberately), or a method of
 // [WithKeyMethods] has no registered reply type.
 func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...IdempotencyOption) (grpc.UnaryServerInterceptor, error) {
 	if g == nil {
@@ -130,7 +131,7 @@ func IdempotencyUnaryServerInterceptor(g *idempotency.Guard, opts ...Idempotency
 		}
 	}
 	if s.cfg.scope == nil {
-		return nil, invalid("no key scope: pass WithKeyScope (map each call to its caller) or, deliberately, WithSharedKeyScope")
+		return nil, invalid("no key scope: pass WithKeyScope (map each call to its caller, or deliberately every call to one constant)")
 	}
 	for m := range s.cfg.methods {
 		if _, err := s.replyType(m); err != nil {

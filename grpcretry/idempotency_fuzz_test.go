@@ -51,7 +51,7 @@ func FuzzIdempotencyReplay(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, grpcretry.WithSharedKeyScope(), grpcretry.WithReplayMetadata("x-charge", "x-ledger"))
+		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, sharedKeyScope, grpcretry.WithReplayMetadata("x-charge", "x-ledger"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func FuzzIdempotencyKeyMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v1, v2 string, two bool) {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		g, _ := idempotency.NewGuard(mem)
-		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, grpcretry.WithSharedKeyScope(), grpcretry.WithKeyRequired())
+		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, sharedKeyScope, grpcretry.WithKeyRequired())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func BenchmarkIdempotencyInterceptor(b *testing.B) {
 	build := func(b *testing.B) grpc.UnaryServerInterceptor {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
 		g, _ := idempotency.NewGuard(mem)
-		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, grpcretry.WithSharedKeyScope())
+		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, sharedKeyScope)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -39,27 +39,26 @@ func (o idemOption) applyIdem(c *idemConfig) error { return o(c) }
 // scoped to it: the same key sent by two callers names two unrelated calls.
 // f must return a non-empty string; an error (or "") means the caller
 // cannot be identified, and the call is refused with INTERNAL without
-// running. Every interceptor needs a scope, or an explicit
-// [WithSharedKeyScope].
+// running. Every interceptor needs a scope.
+//
+// To put every caller in one shared scope, return a constant:
+//
+//	grpcretry.WithKeyScope(func(context.Context) (string, error) { return "shared", nil })
+//
+// Then any caller who sends a key another caller used gets that caller's
+// stored answer: do it only when there is a single caller (one internal
+// service) or keys cannot be guessed and answers hold nothing private.
 func WithKeyScope(f func(ctx context.Context) (string, error)) IdempotencyOption {
 	return idemOption(func(c *idemConfig) error {
 		if f == nil {
 			return invalid("nil key scope func")
 		}
 		if c.scope != nil {
-			return invalid("key scope set twice (WithKeyScope / WithSharedKeyScope)")
+			return invalid("key scope set twice (WithKeyScope)")
 		}
 		c.scope = f
 		return nil
 	})
-}
-
-// WithSharedKeyScope puts every caller in one shared scope: any caller who
-// sends a key another caller used gets that caller's stored answer. Use it
-// only when there is a single caller (one internal service) or keys cannot
-// be guessed and answers hold nothing private.
-func WithSharedKeyScope() IdempotencyOption {
-	return WithKeyScope(func(context.Context) (string, error) { return "shared", nil })
 }
 
 // WithKeyRequired makes the key mandatory on guarded methods: a call

@@ -456,7 +456,7 @@ func TestIdempotencyReplyOverCap(t *testing.T) {
 func TestIdempotencyInterceptorErrors(t *testing.T) {
 	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	g, _ := idempotency.NewGuard(mem)
-	scope := grpcretry.WithSharedKeyScope()
+	scope := sharedKeyScope
 	tests := []struct {
 		name string
 		g    *idempotency.Guard

@@ -88,7 +88,7 @@ type Config struct {
 	// (idempotency.NewGuard), e.g. a short retention.
 	Guard []idempotency.GuardOption
 	// Interceptor are extra options for every server's interceptor, after
-	// the harness's own (grpcretry.WithSharedKeyScope: the driver is the
+	// the harness's own (one shared key scope: the driver is the
 	// only caller; grpcretry.WithKeyRequired; grpcretry.WithKeyPushback
 	// of 5 ms).
 	Interceptor []grpcretry.IdempotencyOption
@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("keyedtest: Run: server %d: %w", i, err)
 		}
-		opts := append([]grpcretry.IdempotencyOption{grpcretry.WithSharedKeyScope(), grpcretry.WithKeyRequired(),
+		opts := append([]grpcretry.IdempotencyOption{grpcretry.WithKeyScope(func(context.Context) (string, error) { return "shared", nil }), grpcretry.WithKeyRequired(),
 			grpcretry.WithKeyPushback(5 * time.Millisecond)}, cfg.Interceptor...)
 		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, opts...)
 		if err != nil {
