@@ -29,7 +29,7 @@ import (
 // wait offers less) and by the calls scheduled in it (1000 x 10). One run
 // per setup, each 2 s before the outage, 10 s of it and 3 s after.
 //
-// The setups: stormguard (one grpcretry.Client shared by the fleet, so one
+// The setups: stormguard (one set of grpcretry.DialOptions shared by the fleet, so one
 // budget and one breaker per target, as a gateway or sidecar has, or a
 // fleet through grpcretry.WithGuards), grpc-go's own retry (service config
 // retryPolicy, 3 attempts, 0.1 s initial backoff), the same with grpc-go's
@@ -78,11 +78,11 @@ func stormSetups() []stormSetup {
 	throttled := `{"retryThrottling":{"maxTokens":10,"tokenRatio":0.1},` + grpcServiceConfig("0.1s")[1:]
 	return []stormSetup{
 		{"stormguard (one shared Client)", func(tb testing.TB) []grpc.DialOption {
-			c, err := grpcretry.New(grpcretry.WithIdempotentMethods(testpb.TestService_UnaryCall_FullMethodName))
+			c, err := grpcretry.DialOptions(grpcretry.WithIdempotentMethods(testpb.TestService_UnaryCall_FullMethodName))
 			if err != nil {
 				tb.Fatal(err)
 			}
-			return c.DialOptions()
+			return c
 		}},
 		{"grpc-go retryPolicy", func(testing.TB) []grpc.DialOption {
 			return []grpc.DialOption{grpc.WithDefaultServiceConfig(grpcServiceConfig("0.1s"))}

@@ -24,7 +24,7 @@ import (
 
 // The gRPC benchmarks compare, on loopback against one grpc-go server of
 // the interop test service, a bare connection with the three ways to retry
-// a unary call: stormguard's grpcretry (its Client.DialOptions: grpc-go's
+// a unary call: stormguard's grpcretry (its DialOptions: grpc-go's
 // retry off, the interceptors on, UnaryCall declared idempotent, per-target
 // budget and breaker on), grpc-go's own retry (a service config with a
 // retryPolicy of 3 attempts on UNAVAILABLE) and go-grpc-middleware v2's
@@ -97,17 +97,17 @@ func grpcServiceConfig(initialBackoff string) string {
 
 var grpcSetups = []grpcSetup{
 	{"bare", "a grpc.NewClient connection with no retry configured", func(testing.TB, bool) []grpc.DialOption { return nil }},
-	{"stormguard", "grpcretry.New(WithIdempotentMethods(UnaryCall)).DialOptions()", func(tb testing.TB, fast bool) []grpc.DialOption {
+	{"stormguard", "grpcretry.DialOptions(WithIdempotentMethods(UnaryCall))", func(tb testing.TB, fast bool) []grpc.DialOption {
 		opts := []grpcretry.Option{grpcretry.WithIdempotentMethods(testpb.TestService_UnaryCall_FullMethodName)}
 		if fast {
 			opts = append(opts, grpcretry.WithRetry(retry.WithBackoff(zeroBackoff(tb))),
 				grpcretry.WithBudget(&budget.Config{Ratio: 1}), grpcretry.WithBreaker(&breaker.Config{FailureRatio: 1}))
 		}
-		c, err := grpcretry.New(opts...)
+		c, err := grpcretry.DialOptions(opts...)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return c.DialOptions()
+		return c
 	}},
 	{"grpc-go", "grpc.WithDefaultServiceConfig: retryPolicy maxAttempts 3 on UNAVAILABLE", func(_ testing.TB, fast bool) []grpc.DialOption {
 		backoff := "0.1s"
@@ -242,7 +242,7 @@ func BenchmarkGRPCUnaryInterleaved(b *testing.B) {
 // on a connection whose last interceptor answers at once: the layer's own
 // cost (and grpc-go's call setup, the same for both), without the network.
 func BenchmarkGRPCInterceptorOnly(b *testing.B) {
-	c, err := grpcretry.New(grpcretry.WithIdempotentMethods(testpb.TestService_UnaryCall_FullMethodName))
+	c, err := grpcretry.DialOptions(grpcretry.WithIdempotentMethods(testpb.TestService_UnaryCall_FullMethodName))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func BenchmarkGRPCInterceptorOnly(b *testing.B) {
 		return nil
 	})
 	dialOpts := map[string][]grpc.DialOption{
-		"stormguard":         append(c.DialOptions(), answer),
+		"stormguard":         append(c, answer),
 		"go-grpc-middleware": {grpc.WithChainUnaryInterceptor(mwretry.UnaryClientInterceptor(mwretry.WithMax(3), mwretry.WithCodes(codes.Unavailable))), answer},
 	}
 	for _, name := range []string{"stormguard", "go-grpc-middleware"} {

@@ -101,7 +101,7 @@ func TestAdmissionProbe(t *testing.T) {
 // attempts do not.
 func TestAttemptContextProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, err := New()
+		c, err := newClient()
 		if err != nil {
 			t.Fatal(err)
 		}

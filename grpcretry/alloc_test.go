@@ -30,7 +30,7 @@ func TestSuccessPathAllocs(t *testing.T) {
 	}
 	addr := serve(t, &staticServer{resp: &testpb.SimpleResponse{}})
 	bare := dial(t, addr)
-	guarded := dial(t, addr, newClient(t, grpcretry.WithIdempotentMethods(unaryMethod)).DialOptions()...)
+	guarded := dial(t, addr, newClient(t, grpcretry.WithIdempotentMethods(unaryMethod))...)
 	req := &testpb.SimpleRequest{}
 	allocs := func(c testpb.TestServiceClient) float64 {
 		ctx := context.Background()

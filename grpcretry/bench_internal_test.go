@@ -13,7 +13,7 @@ import (
 // its success path, without grpc-go or the network.
 func BenchmarkUnaryInterceptorSuccess(b *testing.B) {
 	const method = testpb.TestService_UnaryCall_FullMethodName
-	c, err := New(WithIdempotentMethods(method))
+	c, err := newClient(WithIdempotentMethods(method))
 	if err != nil {
 		b.Fatal(err)
 	}

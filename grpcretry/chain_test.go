@@ -48,10 +48,10 @@ func TestOneLayerRetries(t *testing.T) {
 			grpcretry.WithRetry(retry.WithBackoff(quick())),
 		}
 		for range 2 { // two relays: top -> r1 -> r2 -> bottom
-			next := dial(t, addr, newClient(t, opts...).DialOptions()...)
+			next := dial(t, addr, newClient(t, opts...)...)
 			addr = serve(t, &relay{next: next, pushBack: tt.pushBack})
 		}
-		top := dial(t, addr, newClient(t, opts...).DialOptions()...)
+		top := dial(t, addr, newClient(t, opts...)...)
 		_, err := top.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("pushBack=%v: UnaryCall = %v, want UNAVAILABLE", tt.pushBack, err)
@@ -67,7 +67,7 @@ func TestOneLayerRetries(t *testing.T) {
 func TestPushBackPassesOtherErrors(t *testing.T) {
 	bottom := &testServer{script: []answer{fail(codes.NotFound)}}
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod))
-	client := dial(t, serve(t, bottom), c.DialOptions()...)
+	client := dial(t, serve(t, bottom), c...)
 	_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	if got := grpcretry.PushBack(t.Context(), err); got != err {
 		t.Errorf("PushBack(NOT_FOUND) = %v; want the error unchanged", got)

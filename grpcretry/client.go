@@ -19,19 +19,32 @@ import (
 	"github.com/stormguard/stormguard/wire"
 )
 
-// Client holds the retry configuration and the per-target budgets and
-// breakers behind a pair of client interceptors. Build one with [New] and
-// install it with [Client.DialOptions]; one Client may serve any number of
-// connections, and connections to the same target share its guards.
-//
-// A Client is safe for concurrent use and immutable once built, apart from
-// its table of per-target budgets and breakers.
-type Client struct {
+// client holds the retry configuration and the per-target budgets and
+// breakers behind a pair of client interceptors, the ones [DialOptions]
+// installs. It is safe for concurrent use and immutable once built, apart
+// from its table of per-target budgets and breakers.
+type client struct {
 	cfg     config
 	targets *targets
 }
 
-// New returns a Client configured by opts. Without options it makes up to 3
+// DialOptions returns the dial options that install a retrying client,
+// configured by opts, on a connection: grpc.WithDisableRetry (grpc-go's own
+// retry, which would multiply with this one: see the package
+// documentation), and the client's unary and stream interceptors, chained
+// after any interceptors given before them.
+//
+//	opts, err := grpcretry.DialOptions(grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"))
+//	conn, err := grpc.NewClient(addr, append(opts, creds)...)
+//
+// The options hold the client's per-target budgets and breakers: every
+// connection made with the same options shares them (connections to the
+// same target share one target's guards), and each call of DialOptions
+// makes a new client with guards of its own. So make them once, for all
+// the connections that should count together (usually one per process and
+// configuration).
+//
+// Without options the client makes up to 3
 // attempts with full-jitter backoff (base 100 ms, cap 10 s), honours server
 // pushback and RetryInfo up to 1 minute (spread above it), keeps a retry
 // budget (10% plus 1 per second) and a circuit breaker (50% of at least 20
@@ -41,10 +54,23 @@ type Client struct {
 // bidirectional call, and logs nothing.
 //
 // The options are applied, and one target built, in one pass down the
-// layers: a bad option value makes New return an error that says which;
-// it never panics.
-func New(opts ...Option) (*Client, error) {
-	c := &Client{cfg: config{
+// layers: a bad option value makes DialOptions return an error that says
+// which; it never panics.
+func DialOptions(opts ...Option) ([]grpc.DialOption, error) {
+	c, err := newClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return []grpc.DialOption{
+		grpc.WithDisableRetry(),
+		grpc.WithChainUnaryInterceptor(c.unary),
+		grpc.WithChainStreamInterceptor(c.stream),
+	}, nil
+}
+
+// newClient returns a client configured by opts (see DialOptions).
+func newClient(opts ...Option) (*client, error) {
+	c := &client{cfg: config{
 		budget:       &budget.Config{},
 		breaker:      &breaker.Config{},
 		streamBuffer: defaultStreamBuffer,
@@ -67,21 +93,6 @@ func New(opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// DialOptions returns the dial options that install c on a connection:
-// grpc.WithDisableRetry (grpc-go's own retry, which would multiply with
-// c's: see the package documentation), and c's unary and stream
-// interceptors, chained after any interceptors given before them. They
-// share c's targets.
-//
-//	conn, err := grpc.NewClient(addr, append(c.DialOptions(), creds)...)
-func (c *Client) DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithDisableRetry(),
-		grpc.WithChainUnaryInterceptor(c.unary),
-		grpc.WithChainStreamInterceptor(c.stream),
-	}
-}
-
 // safety is what a call may do again: whether its method is idempotent and
 // whether it carries an idempotency key. It judges each failed attempt.
 type safety struct {
@@ -93,7 +104,7 @@ type safety struct {
 
 // classify works out the safety of a call of method with ctx's outgoing
 // metadata, making a key if the client makes keys.
-func (c *Client) classify(ctx context.Context, method string) safety {
+func (c *client) classify(ctx context.Context, method string) safety {
 	var s safety
 	s.idempotent = c.cfg.idempotent[method]
 	if !s.idempotent {
@@ -148,7 +159,7 @@ func (s *safety) judge(err error, trailer metadata.MD, timedOut bool) error {
 // on the first (strip: ctx carries one from elsewhere), and with the probe
 // mark (probeMetadata) when the retry loop marked ctx as a breaker's probe
 // (retry.IsProbe).
-func (c *Client) attemptContext(ctx context.Context, n int, strip bool) context.Context {
+func (c *client) attemptContext(ctx context.Context, n int, strip bool) context.Context {
 	probe := retry.IsProbe(ctx)
 	if n == 1 && !strip && !probe {
 		return ctx
@@ -193,7 +204,7 @@ func attemptExpired(actx context.Context, err error) bool {
 }
 
 // target returns the state of cc's target.
-func (c *Client) target(cc *grpc.ClientConn) (*target, error) {
+func (c *client) target(cc *grpc.ClientConn) (*target, error) {
 	name := ""
 	if cc != nil {
 		name = cc.Target()
@@ -207,7 +218,7 @@ func (c *Client) target(cc *grpc.ClientConn) (*target, error) {
 
 // unaryCall is the state of one unary call.
 type unaryCall struct {
-	c       *Client
+	c       *client
 	t       *target
 	method  string
 	req     any
@@ -229,7 +240,7 @@ type holder struct {
 	buf     [4]grpc.CallOption
 }
 
-func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (c *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	t, err := c.target(cc)
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func TestServerHints(t *testing.T) {
 				b = noJitter(0) // a hint is slept exactly
 			}
 			c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(retry.WithBackoff(b)))
-			client := dial(t, serve(t, srv), c.DialOptions()...)
+			client := dial(t, serve(t, srv), c...)
 			if _, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{}); err != nil {
 				t.Fatalf("UnaryCall: %v", err)
 			}
@@ -82,7 +82,7 @@ func TestHintPastMaximum(t *testing.T) {
 		srv := &testServer{script: []answer{fail(codes.Unavailable).push(v), ok()}}
 		clock := newTimeline()
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(retry.WithMaxRetryAfter(time.Minute)))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 		if !errors.Is(err, retry.Deadline) || status.Code(err) != codes.Unavailable {
 			t.Errorf("pushback %s: UnaryCall = %v, want UNAVAILABLE, reason deadline", v, err)
@@ -104,7 +104,7 @@ func TestDeadlineNeverOverslept(t *testing.T) {
 			ropts = append(ropts, retry.WithBackoff(noJitter(0))) // a hint is slept exactly
 		}
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(ropts...))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		const deadline = time.Second
 		ctx, cancel := context.WithTimeout(t.Context(), deadline)
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
@@ -135,7 +135,7 @@ func TestAttemptMetadata(t *testing.T) {
 	for _, inherited := range []bool{false, true} {
 		srv := &testServer{script: []answer{fail(codes.Unavailable), fail(codes.Unavailable), ok()}}
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		ctx := t.Context()
 		if inherited {
 			ctx = metadata.AppendToOutgoingContext(ctx, wire.PreviousAttemptsMetadata, "7")
@@ -155,7 +155,7 @@ func TestAttemptMetadata(t *testing.T) {
 func TestAutoKey(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), fail(codes.Unavailable), ok()}}
 	c := newClient(t, grpcretry.WithAutoIdempotencyKey(), grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	if _, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{}); err != nil {
 		t.Fatalf("UnaryCall: %v", err)
 	}
@@ -169,7 +169,7 @@ func TestAutoKey(t *testing.T) {
 	}
 
 	srv2 := &testServer{script: []answer{fail(codes.Unavailable)}}
-	client = dial(t, serve(t, srv2), c.DialOptions()...)
+	client = dial(t, serve(t, srv2), c...)
 	_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	var e *grpcretry.Error
 	if !errors.As(err, &e) || e.IdempotencyKey == "" || e.IdempotencyKey != srv2.keys[0][0] {
@@ -189,7 +189,7 @@ func TestCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		srv := &testServer{handler: func(context.Context, int) error { cancel(); return nil }, hold: make(chan struct{})}
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 		if status.Code(err) != codes.Canceled || !errors.Is(err, retry.Canceled) {
 			t.Errorf("UnaryCall = %v, want CANCELED, reason canceled", err)
@@ -204,7 +204,7 @@ func TestCancel(t *testing.T) {
 		clock := newTimeline()
 		clock.onRetry = cancel
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 		if !errors.Is(err, retry.Canceled) || status.Code(err) != codes.Unavailable {
 			t.Errorf("UnaryCall = %v, want the last UNAVAILABLE, reason canceled", err)
@@ -225,7 +225,7 @@ func TestDialOptionsTurnGRPCRetryOff(t *testing.T) {
 		"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
 	srv := &testServer{script: []answer{fail(codes.Unavailable)}}
-	client := dial(t, serve(t, srv), append(c.DialOptions(), grpc.WithDefaultServiceConfig(sc))...)
+	client := dial(t, serve(t, srv), append(c, grpc.WithDefaultServiceConfig(sc))...)
 	_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable || srv.Calls() != 3 {
 		t.Errorf("DialOptions: %v after %d attempts at the server, want UNAVAILABLE after 3", err, srv.Calls())
@@ -243,7 +243,7 @@ func TestOpenBreaker(t *testing.T) {
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod),
 		grpcretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Breaker: b}, nil }))
 	srv := &testServer{}
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	_, err = client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable || !errors.Is(err, retry.CircuitOpen) || !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("UnaryCall = %v, want UNAVAILABLE, circuit open", err)
@@ -259,7 +259,7 @@ func TestTargets(t *testing.T) {
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())),
 		grpcretry.WithBreaker(&breaker.Config{MinCalls: 3, OpenFor: time.Hour}))
 	a, b := serve(t, &testServer{}), serve(t, &testServer{script: []answer{fail(codes.Unavailable)}})
-	ca, cb := dial(t, a, c.DialOptions()...), dial(t, b, c.DialOptions()...)
+	ca, cb := dial(t, a, c...), dial(t, b, c...)
 	if _, err := cb.UnaryCall(t.Context(), &testpb.SimpleRequest{}); !errors.Is(err, retry.AttemptsExhausted) {
 		t.Fatalf("UnaryCall(b) = %v, want attempts exhausted", err)
 	}
@@ -283,11 +283,11 @@ func TestNewErrors(t *testing.T) {
 		"bad budget":               {grpcretry.WithBudget(&budget.Config{Ratio: 2})},
 	}
 	for name, opts := range bad {
-		if c, err := grpcretry.New(opts...); err == nil || !strings.HasPrefix(err.Error(), "grpcretry: ") || c != nil {
-			t.Errorf("%s: New = %v, %v; want nil and a grpcretry error", name, c, err)
+		if c, err := grpcretry.DialOptions(opts...); err == nil || !strings.HasPrefix(err.Error(), "grpcretry: ") || c != nil {
+			t.Errorf("%s: DialOptions = %v, %v; want nil and a grpcretry error", name, c, err)
 		}
 	}
-	if _, err := grpcretry.New(nil); err != nil {
-		t.Errorf("New(nil) = %v, want nil (a nil Option is ignored)", err)
+	if _, err := grpcretry.DialOptions(nil); err != nil {
+		t.Errorf("DialOptions(nil) = %v, want nil (a nil Option is ignored)", err)
 	}
 }

@@ -3,9 +3,9 @@
 // retry budget and a circuit breaker, honouring the server's pushback; and
 // server interceptors for admission control and idempotency keys.
 //
-//	c, err := grpcretry.New(grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"))
+//	opts, err := grpcretry.DialOptions(grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"))
 //	...
-//	conn, err := grpc.NewClient(addr, append(c.DialOptions(), creds)...)
+//	conn, err := grpc.NewClient(addr, append(opts, creds)...)
 //	...
 //	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the call's deadline, its retries included
 //
@@ -90,7 +90,7 @@
 //
 // grpc-go retries by itself when the service config has a retryPolicy for
 // the method, and the two would multiply (3 x 3 attempts).
-// [Client.DialOptions], the one way to install a Client, includes
+// [DialOptions], the one way to install this package's client, includes
 // grpc.WithDisableRetry, so that only this package retries. grpc-go still
 // retries, transparently and within one attempt, a call whose stream the
 // server never processed (refused, or left behind a GOAWAY): nothing

@@ -80,7 +80,7 @@ func (e *Error) Unwrap() error { return e.retry }
 // GRPCStatus returns the status the error stands for (see [Error]).
 func (e *Error) GRPCStatus() *status.Status { return e.st }
 
-// overloaded reports whether err, as returned by a call through a Client's
+// overloaded reports whether err, as returned by a call through this package's client's
 // interceptors, shows that the retrying for this dependency is done and
 // the caller's own caller should be told not to retry (see PushBack).
 func overloaded(err error) bool {
@@ -96,7 +96,7 @@ func overloaded(err error) bool {
 }
 
 // PushBack is the one-line helper for a server handler whose own call to a
-// dependency, through a [Client], failed: if the retrying for that
+// dependency, through this package's client ([DialOptions]), failed: if the retrying for that
 // dependency is done, it sets the trailer "grpc-retry-pushback-ms: -1" on
 // the handler's call (the don't-retry signal, which this package's client
 // and grpc-go's own retry honour) and returns an UNAVAILABLE status error

@@ -46,11 +46,11 @@ func Example() {
 	addr, srv, stop := startFlaky()
 	defer stop()
 
-	c, err := grpcretry.New(grpcretry.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall"))
+	opts, err := grpcretry.DialOptions(grpcretry.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall"))
 	if err != nil {
 		panic(err)
 	}
-	conn, err := grpc.NewClient(addr, append(c.DialOptions(),
+	conn, err := grpc.NewClient(addr, append(opts,
 		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		panic(err)

@@ -241,12 +241,13 @@ func dial(t testing.TB, addr string, opts ...grpc.DialOption) testpb.TestService
 	return testpb.NewTestServiceClient(conn)
 }
 
-// newClient builds a Client or fails the test.
-func newClient(t testing.TB, opts ...grpcretry.Option) *grpcretry.Client {
+// newClient returns the dial options of a client (grpcretry.DialOptions)
+// or fails the test.
+func newClient(t testing.TB, opts ...grpcretry.Option) []grpc.DialOption {
 	t.Helper()
-	c, err := grpcretry.New(opts...)
+	c, err := grpcretry.DialOptions(opts...)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("DialOptions: %v", err)
 	}
 	return c
 }

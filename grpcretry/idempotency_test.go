@@ -336,7 +336,7 @@ func TestIdempotencyInProgressClientRetries(t *testing.T) {
 		}
 	}
 	addr := f.conn.Target()
-	client := testpb.NewTestServiceClient(dialConn(t, addr, c.DialOptions()...))
+	client := testpb.NewTestServiceClient(dialConn(t, addr, c...))
 	var hdr metadata.MD
 	resp, err := client.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), "x-user", "alice", idempotency.Header, key), charge("block"), grpc.Header(&hdr))
 	if err != nil || resp.GetUsername() != "run-1" || hdr.Get(idempotency.ReplayHeader) == nil {

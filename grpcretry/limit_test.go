@@ -21,7 +21,7 @@ import (
 // nothing; PushBack tells the caller's caller not to retry. A bad limit
 // configuration is an error of New naming the field.
 func TestWithLimit(t *testing.T) {
-	if _, err := grpcretry.New(grpcretry.WithLimit(&limit.Config{Max: -1})); err == nil {
+	if _, err := grpcretry.DialOptions(grpcretry.WithLimit(&limit.Config{Max: -1})); err == nil {
 		t.Errorf("New(WithLimit(Max -1)) = nil error, want one naming Config.Max")
 	}
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithLimit(&limit.Config{Max: 1}))
@@ -37,7 +37,7 @@ func TestWithLimit(t *testing.T) {
 		}
 		return nil
 	}
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	held := make(chan error, 1)
 	go func() {
 		_, err := client.UnaryCall(t.Context(), &grpc_testing.SimpleRequest{})

@@ -52,7 +52,7 @@ func TestObserver(t *testing.T) {
 		grpcretry.WithRetry(retry.WithBackoff(quick())))
 	srv := &testServer{script: []answer{fail(codes.Unavailable)}}
 	addr := serve(t, srv)
-	client := dial(t, addr, c.DialOptions()...)
+	client := dial(t, addr, c...)
 	_, _ = client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 	target := "" // the connection's, as grpc.ClientConn.Target names it
 	rec.mu.Lock()
@@ -76,7 +76,7 @@ func TestCallDeadline(t *testing.T) {
 	defer close(hold)
 	srv := &testServer{hold: hold}
 	c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
@@ -93,7 +93,7 @@ func TestStreamAttemptTimeout(t *testing.T) {
 	srv.hold = hold
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithAttemptTimeout(30*time.Millisecond),
 		grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestStreamAttemptTimeout(t *testing.T) {
 func TestServerStreamEmpty(t *testing.T) {
 	srv := &testServer{}
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestBidiConcurrent(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
 	c := newClient(t, grpcretry.WithIdempotentMethods(duplexMethod), grpcretry.WithBufferMessages(1<<10),
 		grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.FullDuplexCall(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func TestNeverSentIsRetried(t *testing.T) {
 			// retries meet the next connection rather than the wait.
 			fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Millisecond, Multiplier: 1, MaxDelay: time.Millisecond},
 				MinConnectTimeout: time.Second})
-			client := dial(t, ln.Addr().String(), append(c.DialOptions(), fast)...)
+			client := dial(t, ln.Addr().String(), append(c, fast)...)
 			ctx := t.Context()
 			if tt.ctx != nil {
 				ctx = tt.ctx(ctx)

@@ -26,7 +26,7 @@ func invalid(format string, args ...any) error {
 }
 
 // config is what options set; it is unexported so that an Option only ever
-// applies to a Client being built.
+// applies to a client being built.
 type config struct {
 	schedule       []retry.ScheduleOption
 	attemptTimeout time.Duration
@@ -42,7 +42,8 @@ type config struct {
 	observer       observe.Observer
 }
 
-// Option configures a [Client]; pass options to [New]. Options are applied
+// Option configures the client [DialOptions] installs; pass options to
+// DialOptions. Options are applied
 // in order, a later one overriding an earlier one; a nil Option is ignored.
 // An Option is a value: it may be passed to any number of constructors.
 type Option interface {
@@ -134,8 +135,8 @@ func WithBreaker(cfg *breaker.Config) Option {
 // guards bring no Limiter gets one built from cfg. nil (the default) means
 // no limiter.
 //
-// Use it where the client sees the traffic to a target: one Client shared
-// by the process, not one per caller: a limiter only knows the attempts of
+// Use it where the client sees the traffic to a target: one set of
+// [DialOptions] shared by the process, not one per caller: a limiter only knows the attempts of
 // its own client, and one that carries a single call at a time never
 // binds.
 func WithLimit(cfg *limit.Config) Option {

@@ -85,7 +85,7 @@ func TestInvokerPanicEndsAttemptAndCall(t *testing.T) {
 			}
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		client := dial(t, addr, append(c.DialOptions(), grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream))...)
+		client := dial(t, addr, append(c, grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream))...)
 
 		got := panicking(func() { _, _ = client.UnaryCall(t.Context(), &testpb.SimpleRequest{}) })
 		if got != "interceptor bug" {

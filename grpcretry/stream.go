@@ -29,7 +29,7 @@ var errAttemptPanicked = errors.New("grpcretry: a stream attempt panicked")
 // when the next attempt opens.
 var errSuperseded = errors.New("grpcretry: attempt superseded by a retry")
 
-func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func (c *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if desc.ClientStreams && !c.cfg.bufferStreams {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
@@ -64,7 +64,7 @@ const (
 // retries it, replaying the messages sent, until the first response
 // arrives. From then on (committed) it passes every call through.
 type retryStream struct {
-	c        *Client
+	c        *client
 	t        *target
 	desc     *grpc.StreamDesc
 	cc       *grpc.ClientConn

@@ -38,7 +38,7 @@ func recvAll(s interface {
 func TestServerStreamRetriedBeforeFirstMessage(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), fail(codes.Unavailable), ok()}, streamMsgs: 2}
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	// The scripted failures come after streamMsgs messages; make them come
 	// first by sending none on the failing calls.
 	srv.handlerStream = func(n int) int {
@@ -73,7 +73,7 @@ func TestServerStreamRetriedBeforeFirstMessage(t *testing.T) {
 func TestServerStreamNotRetriedAfterFirstMessage(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}, streamMsgs: 1}
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatalf("StreamingOutputCall: %v", err)
@@ -92,7 +92,7 @@ func TestServerStreamNotRetriedAfterFirstMessage(t *testing.T) {
 func TestServerStreamGiveUp(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable).push("-1")}}
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatalf("StreamingOutputCall: %v", err)
@@ -115,7 +115,7 @@ func TestServerStreamHeaderFirst(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}, streamMsgs: 1}
 	srv.handlerStream = func(n int) int { return n } // first call: no message
 	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatalf("StreamingOutputCall: %v", err)
@@ -159,7 +159,7 @@ func TestClientStream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
 			opts := append([]grpcretry.Option{grpcretry.WithIdempotentMethods(inMethod), grpcretry.WithRetry(retry.WithBackoff(quick()))}, tt.opts...)
-			client := dial(t, serve(t, srv), newClient(t, opts...).DialOptions()...)
+			client := dial(t, serve(t, srv), newClient(t, opts...)...)
 			stream, err := client.StreamingInputCall(t.Context())
 			if err != nil {
 				t.Fatalf("StreamingInputCall: %v", err)
@@ -184,7 +184,7 @@ func TestClientStream(t *testing.T) {
 func TestBidiStream(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
 	c := newClient(t, grpcretry.WithIdempotentMethods(duplexMethod), grpcretry.WithBufferMessages(1<<10), grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c.DialOptions()...)
+	client := dial(t, serve(t, srv), c...)
 	stream, err := client.FullDuplexCall(t.Context())
 	if err != nil {
 		t.Fatalf("FullDuplexCall: %v", err)
@@ -213,7 +213,7 @@ func TestBidiStream(t *testing.T) {
 // to repeat gets one attempt.
 func TestUnsafeStreamPassesThrough(t *testing.T) {
 	srv := &testServer{script: []answer{fail(codes.Unavailable), ok()}}
-	client := dial(t, serve(t, srv), newClient(t).DialOptions()...)
+	client := dial(t, serve(t, srv), newClient(t)...)
 	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatalf("StreamingOutputCall: %v", err)

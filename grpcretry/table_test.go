@@ -67,7 +67,7 @@ func TestCodeTable(t *testing.T) {
 				if kind == idempotent {
 					opts = append(opts, grpcretry.WithIdempotentMethods(unaryMethod))
 				}
-				client := dial(t, addr, newClient(t, opts...).DialOptions()...)
+				client := dial(t, addr, newClient(t, opts...)...)
 				ctx := t.Context()
 				if kind == keyed {
 					ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, "key-1")
@@ -102,7 +102,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 		srv := &testServer{hold: hold}
 		c := newClient(t, grpcretry.WithAttemptTimeout(50*time.Millisecond), grpcretry.WithIdempotentMethods(unaryMethod),
 			grpcretry.WithRetry(retry.WithBackoff(quick())))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
 		if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, retry.AttemptsExhausted) {
 			t.Errorf("UnaryCall = %v, want DEADLINE_EXCEEDED after attempts exhausted", err)
@@ -114,7 +114,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 	t.Run("caller deadline", func(t *testing.T) {
 		srv := &testServer{hold: hold}
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithRetry(retry.WithBackoff(quick())))
-		client := dial(t, serve(t, srv), c.DialOptions()...)
+		client := dial(t, serve(t, srv), c...)
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})

@@ -4,7 +4,7 @@ import (
 	"github.com/stormguard/stormguard/grpcretry/internal/guards"
 )
 
-// target is what a Client keeps per target: its guards and the retry
+// target is what a client keeps per target: its guards and the retry
 // policy that uses them. It is immutable once made.
 type target = guards.Destination
 

@@ -14,7 +14,7 @@
 // reply, and every other call in flight on that connection, is lost). Some
 // handler runs are slow, so that a retry finds its key in progress, or the
 // handler gives up when its caller went away. A driver makes many logical
-// payments through a grpcretry.Client balanced over the servers, sending a
+// payments through a grpcretry client balanced over the servers, sending a
 // payment again with its key when a call did not succeed, and the [Result]
 // gives the ledger's verdict: duplicates, lost payments, failed calls,
 // answers that differ from what the handler produced, with the counts of
@@ -301,7 +301,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func dial(addrs []resolver.Address) (*grpc.ClientConn, error) {
 	// Cannot fail: valid constants.
 	bo, _ := backoff.New(backoff.Config{Base: time.Millisecond, Cap: 5 * time.Millisecond})
-	c, err := grpcretry.New(grpcretry.WithAutoIdempotencyKey(),
+	c, err := grpcretry.DialOptions(grpcretry.WithAutoIdempotencyKey(),
 		grpcretry.WithBudget(nil),  // a fault rate this high would drain any budget sized for healthy traffic
 		grpcretry.WithBreaker(nil), // and trip the breaker: both would refuse retries, not test them
 		grpcretry.WithRetry(retry.WithMaxAttempts(10), retry.WithBackoff(bo),
@@ -314,7 +314,7 @@ func dial(addrs []resolver.Address) (*grpc.ClientConn, error) {
 	}
 	r := manual.NewBuilderWithScheme("keyedtest")
 	r.InitialState(resolver.State{Addresses: addrs})
-	conn, err := grpc.NewClient(r.Scheme()+":///payments", append(c.DialOptions(),
+	conn, err := grpc.NewClient(r.Scheme()+":///payments", append(c,
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
