@@ -18,8 +18,10 @@ import (
 // (retry.WithClassifier(httpretry.IsRetryable)). A give-up of a retry loop
 // below ([*retry.Error], [retry.Reason]) is not retryable (one layer
 // retries). An error carrying a status code (a StatusCode() int method,
-// like [*StatusError]) is retryable if [IsRetryableStatus] (a 404 is never
-// retried, even with a Retry-After). Any other failure of a round trip
+// like [*StatusError]) is retryable if the code is 408, 429, 502, 503 or
+// 504, whatever else it carries (a 404 is never retried, even with a
+// Retry-After): IsRetryable(&StatusError{Code: code}) says whether a
+// status code is worth retrying. Any other failure of a round trip
 // that got no response is retryable, whatever its wording (a reset, a
 // connection the pool closed under the request, a stream the server
 // reset, a server that hung up before answering): the error
@@ -38,7 +40,7 @@ func IsRetryable(err error) bool {
 	}
 	var sc interface{ StatusCode() int }
 	if errors.As(err, &sc) && sc.StatusCode() > 0 {
-		return IsRetryableStatus(sc.StatusCode())
+		return isRetryableStatus(sc.StatusCode())
 	}
 	if retry.IsRetryable(err) {
 		return true

@@ -32,12 +32,13 @@ func (e *StatusError) StatusCode() int { return e.Code }
 // RetryAfter returns e.After: a floor on the next sleep of the retry loop.
 func (e *StatusError) RetryAfter() time.Duration { return e.After }
 
-// IsRetryableStatus reports whether an HTTP status code is worth retrying:
+// isRetryableStatus reports whether an HTTP status code is worth retrying:
 // 408 Request Timeout, 429 Too Many Requests, 502 Bad Gateway, 503 Service
 // Unavailable and 504 Gateway Timeout. (The [Transport] also retries a 500
 // once for an idempotent method, and a 409 that says the request's key is
-// still in progress.)
-func IsRetryableStatus(code int) bool {
+// still in progress.) [IsRetryable] answers the same for an error that
+// carries the code.
+func isRetryableStatus(code int) bool {
 	switch code {
 	case 408, 429, 502, 503, 504:
 		return true

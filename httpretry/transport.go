@@ -373,7 +373,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		hint, hasHint = ParseRetryAfter(v[0], time.Now())
 	}
 	inProgress := code == http.StatusConflict && c.hasKey && hasHint
-	if !IsRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
+	if !isRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
 	c.hh.pushback(code, hint, resp.Header) // no hedge to a host that pushes back
