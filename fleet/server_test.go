@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/idempotency/storetest"
 )
 
 // redisServer is a redis-server the test started, on its own port.
@@ -39,8 +38,8 @@ func lookTool(t *testing.T, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
-		if os.Getenv(storetest.RequireServicesEnv) == "1" {
-			t.Fatalf("%s not installed and %s=1: %v", name, storetest.RequireServicesEnv, err)
+		if os.Getenv("STORMGUARD_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("%s not installed and STORMGUARD_REQUIRE_SERVICES=1: %v", name, err)
 		}
 		t.Skipf("%s not installed: %v", name, err)
 	}

@@ -60,8 +60,8 @@ func lookTools(t testing.TB) (server, cli string) {
 	for _, name := range []string{"redis-server", "redis-cli"} {
 		p, err := exec.LookPath(name)
 		if err != nil {
-			if os.Getenv(storetest.RequireServicesEnv) == "1" {
-				t.Fatalf("%s not installed and %s=1: %v", name, storetest.RequireServicesEnv, err)
+			if os.Getenv("STORMGUARD_REQUIRE_SERVICES") == "1" {
+				t.Fatalf("%s not installed and STORMGUARD_REQUIRE_SERVICES=1: %v", name, err)
 			}
 			t.Skipf("%s not installed: %v", name, err)
 		}
