@@ -123,7 +123,7 @@
 // a jittered pushback (and RetryInfo).
 //
 // [IdempotencyUnaryServerInterceptor] is the server half of idempotency
-// keys, the gRPC twin of idempotency.Middleware, built on the same core
+// keys, the gRPC twin of idempotency.NewMiddleware, built on the same core
 // (idempotency.Guard) and stores (memory, PostgreSQL, Redis): a unary call
 // carrying an idempotency key runs at most once per key and caller, and a
 // retry gets the stored answer (the reply, or the status with its

@@ -66,7 +66,7 @@ const (
 // idempotency.Header in lower case, validated as idempotency.ParseKey validates the HTTP
 // header) at most once per key, through g, the idempotency package's
 // protocol-neutral core, on any idempotency store (memory, PostgreSQL,
-// Redis): the gRPC twin of idempotency.Middleware. Install it after
+// Redis): the gRPC twin of idempotency.NewMiddleware. Install it after
 // authentication (its scope function reads the caller from the context).
 //
 // The key is scoped to the caller ([WithKeyScope]); the call's fingerprint

@@ -169,7 +169,7 @@ func Example_clientAndServer() {
 		panic(err)
 	}
 	var charges, arrivals atomic.Int32
-	pay := guard.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	pay := guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		charges.Add(1)
 		w.WriteHeader(http.StatusCreated)
 	}))

@@ -80,12 +80,12 @@ func BenchmarkMiddleware(b *testing.B) {
 		// (half of each shard).
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
 		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope))
-		benchServe(b, mw.Handler(benchHandler), benchRequests(b, b.N, false))
+		benchServe(b, mw(benchHandler), benchRequests(b, b.N, false))
 	})
 	b.Run("replay", func(b *testing.B) {
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope))
-		h := mw.Handler(benchHandler)
+		h := mw(benchHandler)
 		reqs := benchRequests(b, b.N+1, true)
 		h.ServeHTTP(&discardWriter{h: make(http.Header)}, reqs[b.N])
 		benchServe(b, h, reqs[:b.N])
@@ -97,12 +97,12 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("new-observed", func(b *testing.B) {
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32})
 		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope), count)
-		benchServe(b, mw.Handler(benchHandler), benchRequests(b, b.N, false))
+		benchServe(b, mw(benchHandler), benchRequests(b, b.N, false))
 	})
 	b.Run("replay-observed", func(b *testing.B) {
 		s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		mw, _ := idempotency.NewMiddleware(s, idempotency.WithScope(userScope), count)
-		h := mw.Handler(benchHandler)
+		h := mw(benchHandler)
 		reqs := benchRequests(b, b.N+1, true)
 		h.ServeHTTP(&discardWriter{h: make(http.Header)}, reqs[b.N])
 		benchServe(b, h, reqs[:b.N])
@@ -114,7 +114,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		for _, r := range reqs {
 			r.Method = http.MethodGet
 		}
-		benchServe(b, mw.Handler(benchHandler), reqs)
+		benchServe(b, mw(benchHandler), reqs)
 	})
 }
 

@@ -5,7 +5,7 @@
 // attempt of that operation. A key created inside the retried callback is the
 // classic double-charge bug: each retry then looks like a new operation.
 //
-// A server wraps its handlers with a [Middleware] (after authentication),
+// A server wraps its handlers with the middleware [NewMiddleware] returns (after authentication),
 // built by [NewMiddleware] on a store: the [MemoryStore] for one process,
 // or a store its servers share (modules idempotency/pgstore and
 // idempotency/redisstore). The middleware follows the IETF draft "The
@@ -53,7 +53,7 @@
 // server interceptor of module grpcretry is built on it too, and so may be
 // any other kind of request (a queue consumer, say). Options are typed: a
 // [GuardOption] (lock timeout, retention, store timeout, logger, observer,
-// name) configures a Guard or a Middleware, an [Option] a Middleware only.
+// name) configures a Guard or the middleware, an [Option] the middleware only.
 //
 // With [WithObserver], the middleware (or Guard) reports one event per
 // keyed request to package observe: its outcome ("new", "replay",

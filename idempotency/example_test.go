@@ -47,7 +47,7 @@ func ExampleNewMiddleware() {
 	}
 	charges := 0
 	mux := http.NewServeMux()
-	mux.Handle("POST /charges", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /charges", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		charges++
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -138,7 +138,7 @@ func ExampleWithObserver() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	for _, k := range []string{"", "k-1", "k-1", "bad\x7fkey"} {

@@ -21,7 +21,7 @@ import (
 var ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 
 // ErrLockLost is the cause (see [context.Cause]) with which [Guard.Run]
-// (and so the [Middleware]) cancels an operation's context when the lock
+// (and so the middleware, [NewMiddleware]) cancels an operation's context when the lock
 // on its key is lost: the store says another request holds it, or no
 // renewal was confirmed for a whole lock timeout. Another request may
 // claim the key, so the operation should stop, and its response is not
@@ -46,7 +46,7 @@ const (
 )
 
 // Guard is the protocol-neutral core of server-side idempotency, on which
-// the HTTP [Middleware] and the gRPC server interceptor (module grpcretry)
+// the HTTP middleware ([NewMiddleware]) and the gRPC server interceptor (module grpcretry)
 // are built; use it to guard any other kind of request (a queue consumer,
 // say). [Guard.Run] claims a key in the store and runs the operation at
 // most once per key within the retention period, keeping the lock alive

@@ -56,7 +56,7 @@ func TestNewGuardErrors(t *testing.T) {
 	}
 }
 
-// TestOptionsTyped: the options of the core configure a Middleware too;
+// TestOptionsTyped: the options of the core configure the middleware too;
 // an HTTP option given to NewGuard would not compile (it is an Option, not
 // a GuardOption), which this test cannot show but its types do.
 func TestOptionsTyped(t *testing.T) {

@@ -93,7 +93,7 @@ func TestResponseStoredWholeWhateverTheClientGot(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := &chunkWriter{body: payload(size), pause: time.Second}
 				mw := newMiddleware(t, nil)
-				inner := mw.Handler(h)
+				inner := mw(h)
 				outer := inner
 				if tc.wrap != nil {
 					outer = tc.wrap(inner)
@@ -134,7 +134,7 @@ func TestCanceledHandlerWithoutAnswerNotStored(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var runs atomic.Int64
-				inner := newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				inner := newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					if runs.Add(1) == 1 {
 						<-r.Context().Done() // gives up without a word
 						return
@@ -186,7 +186,7 @@ func TestBodyNotKeptStillRunsOnce(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &chunkWriter{body: payload(tc.size)}
-			mw := newMiddleware(t, tc.mem, tc.opts...).Handler(h)
+			mw := newMiddleware(t, tc.mem, tc.opts...)(h)
 			first := call{keys: key("k")}.do(mw)
 			if first.Code != http.StatusCreated || first.Body.Len() != tc.size {
 				t.Fatalf("first call: %d with %d bytes, want 201 with %d", first.Code, first.Body.Len(), tc.size)
@@ -249,7 +249,7 @@ func TestLegacyKeyHeader(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var l ledger
-			h := newMiddleware(t, nil).Handler(&l)
+			h := newMiddleware(t, nil)(&l)
 			first := postWith(h, tc.first)
 			if tc.second == nil {
 				wantProblem(t, tc.name, first, tc.want)
@@ -275,7 +275,7 @@ func TestLegacyKeyHeader(t *testing.T) {
 func TestLockRenewedWhileHandlerRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var runs atomic.Int64
-		h := newMiddleware(t, nil, idempotency.WithLockTimeout(time.Minute)).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := newMiddleware(t, nil, idempotency.WithLockTimeout(time.Minute))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			time.Sleep(5 * time.Minute)
 			w.WriteHeader(http.StatusCreated)
@@ -317,7 +317,7 @@ func TestLockLostCancelsHandler(t *testing.T) {
 		var canceled atomic.Bool
 		var logs logBuffer
 		h := newMiddleware(t, lostLockStore{mem}, idempotency.WithLockTimeout(time.Minute),
-			idempotency.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			idempotency.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			select {
 			case <-r.Context().Done():
@@ -348,7 +348,7 @@ func TestCrashRecoveryDeadServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		var l ledger
-		h := newMiddleware(t, mem, idempotency.WithLockTimeout(time.Minute)).Handler(&l)
+		h := newMiddleware(t, mem, idempotency.WithLockTimeout(time.Minute))(&l)
 		c := call{keys: key("k"), body: "pay"}
 		// The dead server's claim: the same key and request, never renewed.
 		fp := store.NewFingerprint(http.MethodPost, "/charges", sha256.Sum256([]byte("pay")))
@@ -375,7 +375,7 @@ func TestHijackedNotStored(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			var runs atomic.Int64
 			returned := make(chan struct{}, 2) // the middleware returned
-			mw := newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mw := newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
 				if _, ok := w.(http.Flusher); !ok {
 					http.Error(w, "no http.Flusher", http.StatusInternalServerError)
@@ -437,7 +437,7 @@ func TestScopeFloodHurtsOnlyItsScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l ledger
-	h := newMiddleware(t, mem).Handler(&l)
+	h := newMiddleware(t, mem)(&l)
 	refused := 0
 	for i := range 110_000 {
 		res, err := mem.Begin(context.Background(), idempotency.HashKey("mallory", fmt.Sprint("flood-", i)), fp("a"), time.Hour)
@@ -522,7 +522,7 @@ func TestStoreCallsBounded(t *testing.T) {
 				mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 				s := &hangingStore{MemoryStore: mem, begin: tc.begin, complete: tc.complete, honor: tc.honor, release: make(chan struct{})}
 				var l ledger
-				h := newMiddleware(t, s).Handler(&l)
+				h := newMiddleware(t, s)(&l)
 				rec := call{keys: key("k")}.do(h)
 				if rec.Code != tc.want {
 					t.Fatalf("status %d, want %d", rec.Code, tc.want)
@@ -547,14 +547,12 @@ func TestStoreCallsBounded(t *testing.T) {
 	}
 }
 
-// TestZeroMiddleware: a zero Middleware (or a nil one) never runs a
-// guarded request unguarded, and a Middleware given no handler answers 500
-// instead of panicking.
+// TestZeroMiddleware: a middleware given no handler answers 500 instead of
+// panicking.
 func TestZeroMiddleware(t *testing.T) {
 	var l ledger
-	var zero idempotency.Middleware
 	built := newMiddleware(t, nil)
-	for _, h := range []http.Handler{zero.Handler(&l), (*idempotency.Middleware)(nil).Handler(&l), built.Handler(nil)} {
+	for _, h := range []http.Handler{built(nil)} {
 		for range 2 {
 			rec := call{keys: key("k")}.do(h)
 			if rec.Code != http.StatusInternalServerError && rec.Code != http.StatusServiceUnavailable {
@@ -572,7 +570,7 @@ func TestZeroMiddleware(t *testing.T) {
 func TestZeroMemoryStore(t *testing.T) {
 	var l ledger
 	var mem idempotency.MemoryStore
-	h := newMiddleware(t, &mem).Handler(&l)
+	h := newMiddleware(t, &mem)(&l)
 	call{keys: key("k")}.do(h)
 	if rep := (call{keys: key("k")}).do(h); rep.Header().Get(idempotency.ReplayHeader) != "true" || l.runs.Load() != 1 {
 		t.Fatalf("zero MemoryStore: second call replayed %q, runs %d; want a replay and 1 run", rep.Header().Get(idempotency.ReplayHeader), l.runs.Load())
@@ -605,7 +603,7 @@ func TestCanceledClaimNotLeftLocked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		var l ledger
-		h := newMiddleware(t, slowClaimStore{mem}).Handler(&l)
+		h := newMiddleware(t, slowClaimStore{mem})(&l)
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel) // the client leaves
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", nil)
@@ -635,7 +633,7 @@ func FuzzKeyHeaders(f *testing.F) {
 	f.Add("a, b", false, "a, b", true)
 	f.Fuzz(func(t *testing.T, draft string, hasDraft bool, legacy string, hasLegacy bool) {
 		var l ledger
-		h := newMiddleware(t, nil, idempotency.WithRequired()).Handler(&l)
+		h := newMiddleware(t, nil, idempotency.WithRequired())(&l)
 		hd := http.Header{}
 		if hasDraft {
 			hd[idempotency.Header] = []string{draft}

@@ -18,16 +18,16 @@ const Header = "Idempotency-Key"
 
 // legacyHeader is the older, unregistered name of [Header] that many
 // clients still send (and that net/http's Transport, like [Header], takes
-// as a sign that a request may be resent). The [Middleware] takes a key
+// as a sign that a request may be resent). The middleware ([NewMiddleware]) takes a key
 // from either; a request that carries both must give the same key in each.
 const legacyHeader = "X-Idempotency-Key"
 
-// ReplayHeader is the response header field the [Middleware] adds, with the
+// ReplayHeader is the response header field the middleware ([NewMiddleware]) adds, with the
 // value "true", to a response it replays from the store instead of running
 // the handler.
 const ReplayHeader = "Idempotent-Replayed"
 
-// BodyOmittedHeader is the response header field the [Middleware] adds,
+// BodyOmittedHeader is the response header field the middleware ([NewMiddleware]) adds,
 // with the value "true", to a replay whose body was not kept (it was over
 // the size cap, or the store had no room for it): the replay has the
 // original status and allow-listed header fields and an empty body. The

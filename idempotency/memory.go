@@ -46,7 +46,7 @@ const entryOverhead = 160
 // never evicts a live lock or record to make room: when a shard is full it
 // first drops its expired entries; if it is still full it refuses the new
 // claim or record with an error wrapping [store.ErrStoreFull] (the
-// [Middleware] then answers 503 to a new request, and stores a finished
+// middleware ([NewMiddleware]) then answers 503 to a new request, and stores a finished
 // response without its body).
 //
 // The room is shared fairly between callers (the scopes of [WithScope]):

@@ -15,7 +15,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency/store"
 )
 
-// Default body caps of a Middleware, in bytes.
+// Default body caps of the middleware, in bytes.
 const (
 	defaultMaxRequestBody  = 1 << 20
 	defaultMaxResponseBody = 1 << 20
@@ -40,16 +40,8 @@ var neverStored = []string{
 	ReplayHeader, BodyOmittedHeader,
 }
 
-// Middleware is server-side idempotency for net/http handlers; see the
-// package documentation for its answers. Build it with [NewMiddleware] and
-// wrap handlers with [Middleware.Handler]. It is an HTTP face on a [Guard]:
-// the Guard claims, renews, stores, releases and replays; the Middleware
-// reads the key and the body, fingerprints the request, records the
-// handler's response and answers. A Middleware is immutable and safe for
-// concurrent use; one Middleware may wrap many handlers, and many servers
-// may share one store. A zero (or nil) Middleware is not usable: its
-// handlers answer every request 500 without running it.
-type Middleware struct {
+// middleware is what [NewMiddleware] builds (see there).
+type middleware struct {
 	g           Guard
 	scope       func(*http.Request) (string, error)
 	required    bool
@@ -61,17 +53,27 @@ type Middleware struct {
 	replay      []string // canonical header names
 }
 
-// NewMiddleware returns a middleware that keeps keys in s: a
-// [*MemoryStore] for one process, or a store that servers share
-// (idempotency/pgstore, idempotency/redisstore). It fails when s is nil,
-// an option is invalid, or no scope is set (pass [WithScope]; it says how
-// to share one scope between all callers, deliberately).
-func NewMiddleware(s store.Store, opts ...Option) (*Middleware, error) {
+// NewMiddleware returns server-side idempotency for net/http handlers, as
+// a middleware: wrap each handler to guard with it (after authentication),
+// handler = mw(handler). See the package documentation for its answers.
+// It keeps keys in s: a [*MemoryStore] for one process, or a store that
+// servers share (idempotency/pgstore, idempotency/redisstore). It fails
+// when s is nil, an option is invalid, or no scope is set (pass
+// [WithScope]; it says how to share one scope between all callers,
+// deliberately).
+//
+// The middleware is an HTTP face on a [Guard]: the Guard claims, renews,
+// stores, releases and replays; the middleware reads the key and the
+// body, fingerprints the request, records the handler's response and
+// answers. It is immutable and safe for concurrent use; it may wrap many
+// handlers, and many servers may share one store. A nil handler gives a
+// handler that answers every request 500 without running anything.
+func NewMiddleware(s store.Store, opts ...Option) (func(next http.Handler) http.Handler, error) {
 	g, err := newGuard("NewMiddleware", s)
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{
+	m := &middleware{
 		g:           g,
 		methods:     []string{http.MethodPost, http.MethodPatch},
 		route:       defaultRoute,
@@ -91,7 +93,7 @@ func NewMiddleware(s store.Store, opts ...Option) (*Middleware, error) {
 	if m.scope == nil {
 		return nil, errors.New("idempotency: NewMiddleware: no scope: pass WithScope (map each request to its caller, or deliberately every request to one constant)")
 	}
-	return m, nil
+	return m.handler, nil
 }
 
 func defaultRoute(r *http.Request) string {
@@ -101,9 +103,9 @@ func defaultRoute(r *http.Request) string {
 	return r.URL.EscapedPath() + "?" + r.URL.RawQuery
 }
 
-// Handler returns next guarded by m. A nil next, or a zero or nil m, gives
+// handler returns next guarded by m. A nil next, or a zero or nil m, gives
 // a handler that answers every request 500 without running anything.
-func (m *Middleware) Handler(next http.Handler) http.Handler {
+func (m *middleware) handler(next http.Handler) http.Handler {
 	if m == nil || m.g.store == nil || next == nil {
 		return http.HandlerFunc(unconfigured)
 	}
@@ -119,7 +121,7 @@ func unconfigured(w http.ResponseWriter, _ *http.Request) {
 		"The request was not processed.")
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if !slices.Contains(m.methods, r.Method) {
 		next.ServeHTTP(w, r)
 		return
@@ -190,7 +192,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // handle runs next for the request r with body, on the Guard's context
 // ctx, passing its response through to w, and returns the record of the
 // response and whether to store it.
-func (m *Middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (store.Record, bool) {
+func (m *middleware) handle(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (store.Record, bool) {
 	x := capture.New(w, m.replay, m.maxRespBody, body) // one allocation for both
 	r = r.WithContext(ctx)
 	r.Body = &x.Body
@@ -268,7 +270,7 @@ func keyProblem(err error) string {
 }
 
 // readBody reads the whole body, at most m.maxReqBody bytes.
-func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
+func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
@@ -289,7 +291,7 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func (m *Middleware) replayRecord(w http.ResponseWriter, rec store.Record) {
+func (m *middleware) replayRecord(w http.ResponseWriter, rec store.Record) {
 	h := w.Header()
 	for _, name := range m.replay {
 		if vs, ok := rec.Header[name]; ok {

@@ -66,7 +66,7 @@ func orMemory(t *testing.T, mem store.Store) store.Store {
 	return s
 }
 
-func newMiddleware(t *testing.T, mem store.Store, opts ...idempotency.Option) *idempotency.Middleware {
+func newMiddleware(t *testing.T, mem store.Store, opts ...idempotency.Option) func(http.Handler) http.Handler {
 	t.Helper()
 	mem = orMemory(t, mem)
 	mw, err := idempotency.NewMiddleware(mem, append([]idempotency.Option{idempotency.WithScope(userScope)}, opts...)...)
@@ -167,7 +167,7 @@ func TestNewErrors(t *testing.T) {
 
 func TestFirstRequestThenReplay(t *testing.T) {
 	var l ledger
-	h := newMiddleware(t, nil).Handler(&l)
+	h := newMiddleware(t, nil)(&l)
 	c := call{body: `{"amount":100}`, keys: key("k-1")}
 	first := c.do(h)
 	if first.Code != http.StatusCreated || first.Header().Get(idempotency.ReplayHeader) != "" {
@@ -224,7 +224,7 @@ func TestKeyHeaderValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var l ledger
-			rec := call{keys: tc.keys}.do(newMiddleware(t, nil).Handler(&l))
+			rec := call{keys: tc.keys}.do(newMiddleware(t, nil)(&l))
 			if tc.status == 400 {
 				wantProblem(t, tc.name, rec, 400)
 				if l.runs.Load() != 0 {
@@ -241,7 +241,7 @@ func TestKeyHeaderValidation(t *testing.T) {
 
 func TestQuotedAndBareFormsAreTheSameKey(t *testing.T) {
 	var l ledger
-	h := newMiddleware(t, nil).Handler(&l)
+	h := newMiddleware(t, nil)(&l)
 	call{keys: key("abc")}.do(h)
 	rep := call{keys: key(`"abc"`)}.do(h)
 	if rep.Header().Get(idempotency.ReplayHeader) != "true" || l.runs.Load() != 1 {
@@ -265,7 +265,7 @@ func TestGuardedMethods(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var l ledger
-		h := newMiddleware(t, nil, tc.opts...).Handler(&l)
+		h := newMiddleware(t, nil, tc.opts...)(&l)
 		c := call{method: tc.method, keys: key("k")}
 		c.do(h)
 		second := c.do(h)
@@ -284,14 +284,14 @@ func TestGuardedMethods(t *testing.T) {
 
 func TestMissingKey(t *testing.T) {
 	var l ledger
-	optional := newMiddleware(t, nil).Handler(&l)
+	optional := newMiddleware(t, nil)(&l)
 	call{}.do(optional)
 	call{}.do(optional)
 	if n := l.runs.Load(); n != 2 {
 		t.Fatalf("two calls without a key (optional) ran the handler %d times, want 2", n)
 	}
 	l.runs.Store(0)
-	required := newMiddleware(t, nil, idempotency.WithRequired()).Handler(&l)
+	required := newMiddleware(t, nil, idempotency.WithRequired())(&l)
 	wantProblem(t, "POST without a key (required)", call{}.do(required), 400)
 	if rec := (call{method: http.MethodGet}).do(required); rec.Code != 201 {
 		t.Fatalf("GET without a key (required): status %d, want 201 (GET is not guarded)", rec.Code)
@@ -313,7 +313,7 @@ func TestFingerprintMismatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var l ledger
-		h := newMiddleware(t, nil).Handler(&l)
+		h := newMiddleware(t, nil)(&l)
 		call{body: `{"amount":100}`, keys: key("k")}.do(h)
 		tc.second.keys = key("k")
 		wantProblem(t, tc.name, tc.second.do(h), http.StatusUnprocessableEntity)
@@ -329,7 +329,7 @@ func TestPatternRouteOption(t *testing.T) {
 	var l ledger
 	mw := newMiddleware(t, nil, idempotency.WithRoute(func(r *http.Request) string { return r.Pattern }))
 	mux := http.NewServeMux()
-	mux.Handle("POST /accounts/{id}/charges", mw.Handler(&l))
+	mux.Handle("POST /accounts/{id}/charges", mw(&l))
 	call{target: "/accounts/1/charges", keys: key("k")}.do(mux)
 	rep := call{target: "/accounts/2/charges", keys: key("k")}.do(mux)
 	if rep.Header().Get(idempotency.ReplayHeader) != "true" {
@@ -338,14 +338,14 @@ func TestPatternRouteOption(t *testing.T) {
 	// The default (path) keeps them apart.
 	var l2 ledger
 	mux2 := http.NewServeMux()
-	mux2.Handle("POST /accounts/{id}/charges", newMiddleware(t, nil).Handler(&l2))
+	mux2.Handle("POST /accounts/{id}/charges", newMiddleware(t, nil)(&l2))
 	call{target: "/accounts/1/charges", keys: key("k")}.do(mux2)
 	wantProblem(t, "default route, other account", call{target: "/accounts/2/charges", keys: key("k")}.do(mux2), 422)
 }
 
 func TestRequestBody(t *testing.T) {
 	var l ledger
-	h := newMiddleware(t, nil, idempotency.WithMaxRequestBody(10)).Handler(&l)
+	h := newMiddleware(t, nil, idempotency.WithMaxRequestBody(10))(&l)
 	// The handler still reads the whole body.
 	if rec := (call{body: "0123456789", keys: key("k1")}).do(h); !strings.Contains(rec.Body.String(), `"request":"0123456789"`) {
 		t.Fatalf("body at the cap: handler saw %q, want the whole body", rec.Body)
@@ -371,7 +371,7 @@ func TestRequestBody(t *testing.T) {
 func TestInProgressConflict(t *testing.T) {
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int64
-	h := newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		close(entered)
 		<-unblock
@@ -402,7 +402,7 @@ func TestInProgressConflict(t *testing.T) {
 func TestConcurrentDuplicates(t *testing.T) {
 	const n = 100
 	var l ledger
-	h := newMiddleware(t, nil).Handler(&l)
+	h := newMiddleware(t, nil)(&l)
 	var wg sync.WaitGroup
 	recs := make([]*httptest.ResponseRecorder, n)
 	start := make(chan struct{})
@@ -454,7 +454,7 @@ func TestStatusesNotStored(t *testing.T) {
 	}
 	for _, tc := range tests {
 		l := ledger{status: tc.status}
-		h := newMiddleware(t, nil, tc.opts...).Handler(&l)
+		h := newMiddleware(t, nil, tc.opts...)(&l)
 		c := call{keys: key("k")}
 		c.do(h)
 		second := c.do(h)
@@ -476,7 +476,7 @@ func TestStatusesNotStored(t *testing.T) {
 func TestResponseAtCap(t *testing.T) {
 	for _, size := range []int{10, 11} {
 		var runs atomic.Int64
-		h := newMiddleware(t, nil, idempotency.WithMaxResponseBody(10)).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := newMiddleware(t, nil, idempotency.WithMaxResponseBody(10))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			w.Write(bytes.Repeat([]byte("x"), size-5))
 			w.Write([]byte("yyyyy"))
@@ -502,7 +502,7 @@ func TestResponseAtCap(t *testing.T) {
 
 func TestPanicReleasesKey(t *testing.T) {
 	var runs atomic.Int64
-	h := newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			panic("boom")
 		}
@@ -555,7 +555,7 @@ func TestStoreUnavailableFailsClosed(t *testing.T) {
 		{"store full", full},
 	} {
 		var l ledger
-		rec := call{keys: key("k")}.do(newMiddleware(t, tc.mem).Handler(&l))
+		rec := call{keys: key("k")}.do(newMiddleware(t, tc.mem)(&l))
 		wantProblem(t, tc.name, rec, http.StatusServiceUnavailable)
 		if rec.Header().Get("Retry-After") == "" {
 			t.Errorf("%s: 503 without Retry-After", tc.name)
@@ -568,7 +568,7 @@ func TestStoreUnavailableFailsClosed(t *testing.T) {
 
 func TestScopeIsolation(t *testing.T) {
 	var l ledger
-	h := newMiddleware(t, nil).Handler(&l)
+	h := newMiddleware(t, nil)(&l)
 	alice := call{user: "alice", body: "pay", keys: key("shared-key")}
 	bob := call{user: "bob", body: "pay", keys: key("shared-key")}
 	a1 := alice.do(h)
@@ -594,7 +594,7 @@ func TestSharedScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mw.Handler(&l)
+	h := mw(&l)
 	call{user: "alice", keys: key("k")}.do(h)
 	if rep := (call{user: "bob", keys: key("k")}).do(h); rep.Header().Get(idempotency.ReplayHeader) != "true" {
 		t.Fatalf("shared scope: bob's call was not a replay (status %d)", rep.Code)
@@ -609,7 +609,7 @@ func TestScopeErrors(t *testing.T) {
 		var l ledger
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		mw, _ := idempotency.NewMiddleware(mem, idempotency.WithScope(scope))
-		wantProblem(t, "scope "+name, call{keys: key("k")}.do(mw.Handler(&l)), http.StatusInternalServerError)
+		wantProblem(t, "scope "+name, call{keys: key("k")}.do(mw(&l)), http.StatusInternalServerError)
 		if l.runs.Load() != 0 {
 			t.Errorf("scope %s: handler ran", name)
 		}
@@ -636,7 +636,7 @@ func (b *logBuffer) String() string {
 
 func TestClientGoneStillStores(t *testing.T) {
 	var runs atomic.Int64
-	h := newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.WriteHeader(http.StatusCreated)
 	}))
@@ -667,7 +667,7 @@ func (w *cancelingWriter) WriteHeader(code int) {
 
 func TestReplayHeadersOption(t *testing.T) {
 	var l ledger
-	h := newMiddleware(t, nil, idempotency.WithReplayHeaders("x-not-allowed")).Handler(&l)
+	h := newMiddleware(t, nil, idempotency.WithReplayHeaders("x-not-allowed"))(&l)
 	call{keys: key("k")}.do(h)
 	rep := call{keys: key("k")}.do(h)
 	if got := rep.Header().Get("X-Not-Allowed"); got != "1" {
@@ -681,7 +681,7 @@ func TestReplayHeadersOption(t *testing.T) {
 func TestInformationalAndEmptyResponses(t *testing.T) {
 	// A real server: httptest.ResponseRecorder takes a 1xx for the final
 	// status.
-	srv := httptest.NewServer(newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hints" {
 			w.Header().Set("Link", "</style.css>; rel=preload")
 			w.WriteHeader(http.StatusEarlyHints)
@@ -732,7 +732,7 @@ func TestResponseControllerThroughWrapper(t *testing.T) {
 	want := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var errs []error
 	var asserted bool
-	h := newMiddleware(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newMiddleware(t, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		errs = append(errs, rc.SetWriteDeadline(want))
 		io.WriteString(w, "part 1")
@@ -771,7 +771,7 @@ func TestStoredKeysAreHashed(t *testing.T) {
 	spy := &spyStore{}
 	spy.inner, _ = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	var l ledger
-	h := newMiddleware(t, spy).Handler(&l)
+	h := newMiddleware(t, spy)(&l)
 	call{user: "alice", keys: key("raw-key")}.do(h)
 	if len(spy.keys) != 1 || spy.keys[0] != idempotency.HashKey("alice", "raw-key") {
 		t.Fatalf("store saw keys %v, want [HashKey(alice, raw-key)]", spy.keys)
@@ -805,8 +805,8 @@ func (s *spyStore) Release(ctx context.Context, k store.ID, o store.Owner) error
 func TestTwoServersOneStore(t *testing.T) {
 	mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	var l ledger
-	a := newMiddleware(t, mem).Handler(&l)
-	b := newMiddleware(t, mem).Handler(&l)
+	a := newMiddleware(t, mem)(&l)
+	b := newMiddleware(t, mem)(&l)
 	c := call{keys: key("k"), body: "pay"}
 	c.do(a)
 	if rep := c.do(b); rep.Header().Get(idempotency.ReplayHeader) != "true" || l.runs.Load() != 1 {

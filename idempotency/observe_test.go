@@ -83,7 +83,7 @@ func TestObserverEvents(t *testing.T) {
 		slow := &slowStore{MemoryStore: mem}
 		var log eventLog
 		entered, proceed := make(chan struct{}), make(chan struct{})
-		h := newMiddleware(t, slow, idempotency.WithObserver(&log), idempotency.WithName("charges")).Handler(
+		h := newMiddleware(t, slow, idempotency.WithObserver(&log), idempotency.WithName("charges"))(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				switch r.Header.Get("X-Script") {
 				case "block":
@@ -186,7 +186,7 @@ func TestObserverAllocations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := mw.Handler(benchHandler)
+			h := mw(benchHandler)
 			w := &discardWriter{h: make(http.Header)}
 			i := 0
 			req := func() *http.Request {

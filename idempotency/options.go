@@ -12,7 +12,7 @@ import (
 	"github.com/stormguard/stormguard/observe"
 )
 
-// Option configures a [Middleware] in [NewMiddleware]. Options are values
+// Option configures the middleware of [NewMiddleware]. Options are values
 // made by the With functions: the HTTP ones (scope, methods, route,
 // required key, body caps, stored statuses, replayed header fields) are
 // Options, and the options of the protocol-neutral core are
@@ -20,11 +20,11 @@ import (
 // Option is immutable: one may be passed to any number of constructors,
 // and once a constructor has returned nothing can change what it built.
 type Option interface {
-	applyMiddleware(m *Middleware) error
+	applyMiddleware(m *middleware) error
 }
 
 // GuardOption configures a [Guard] in [NewGuard], or the Guard under a
-// [Middleware] in [NewMiddleware]: [WithLockTimeout], [WithRetention],
+// middleware of [NewMiddleware]: [WithLockTimeout], [WithRetention],
 // [WithStoreTimeout], [WithLogger], [WithObserver], [WithName]. Being its
 // own type, an HTTP option given to NewGuard does not compile. The zero
 // GuardOption does nothing.
@@ -32,7 +32,7 @@ type GuardOption struct {
 	apply func(g *Guard) error
 }
 
-func (o GuardOption) applyMiddleware(m *Middleware) error { return o.applyGuard(&m.g) }
+func (o GuardOption) applyMiddleware(m *middleware) error { return o.applyGuard(&m.g) }
 
 func (o GuardOption) applyGuard(g *Guard) error {
 	if o.apply == nil {
@@ -41,10 +41,10 @@ func (o GuardOption) applyGuard(g *Guard) error {
 	return o.apply(g)
 }
 
-// httpOption is an Option that applies to a Middleware only.
-type httpOption func(m *Middleware) error
+// httpOption is an Option that applies to the middleware only.
+type httpOption func(m *middleware) error
 
-func (f httpOption) applyMiddleware(m *Middleware) error { return f(m) }
+func (f httpOption) applyMiddleware(m *middleware) error { return f(m) }
 
 // minTTL is the shortest lock timeout and retention: every store keeps
 // them at least to the millisecond.
@@ -55,7 +55,7 @@ const minTTL = time.Millisecond
 // sent by two callers names two unrelated operations. f must return a
 // non-empty string; an error (or "") means the caller cannot be
 // identified, and the middleware answers 500 without running the handler,
-// since it runs after authentication. Every Middleware needs a scope.
+// since it runs after authentication. Every middleware needs a scope.
 //
 // To put every caller in one shared scope, return a constant:
 //
@@ -66,7 +66,7 @@ const minTTL = time.Millisecond
 // internal service) or keys cannot be guessed and responses hold nothing
 // private.
 func WithScope(f func(*http.Request) (string, error)) Option {
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		if f == nil {
 			return errors.New("WithScope(nil)")
 		}
@@ -82,14 +82,14 @@ func WithScope(f func(*http.Request) (string, error)) Option {
 // without one (in [Header] or X-Idempotency-Key) is answered 400. By default a
 // request without a key runs unguarded.
 func WithRequired() Option {
-	return httpOption(func(m *Middleware) error { m.required = true; return nil })
+	return httpOption(func(m *middleware) error { m.required = true; return nil })
 }
 
 // WithMethods sets the guarded methods (default POST and PATCH). Requests
 // with other methods pass through untouched, key or not.
 func WithMethods(methods ...string) Option {
 	methods = slices.Clone(methods)
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		if len(methods) == 0 {
 			return errors.New("WithMethods: no method")
 		}
@@ -113,7 +113,7 @@ func WithMethods(methods ...string) Option {
 // operations. Return r.Pattern only if path values never change what a
 // request does.
 func WithRoute(f func(*http.Request) string) Option {
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		if f == nil {
 			return errors.New("WithRoute(nil)")
 		}
@@ -126,7 +126,7 @@ func WithRoute(f func(*http.Request) string) Option {
 // middleware reads the body to fingerprint it, and a larger body is
 // answered 413.
 func WithMaxRequestBody(n int64) Option {
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		if n <= 0 {
 			return fmt.Errorf("WithMaxRequestBody(%d): want > 0", n)
 		}
@@ -141,7 +141,7 @@ func WithMaxRequestBody(n int64) Option {
 // with [BodyOmittedHeader] and an empty body, and the handler does not run
 // again. The same happens when the store has no room for the body.
 func WithMaxResponseBody(n int) Option {
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		if n <= 0 {
 			return fmt.Errorf("WithMaxResponseBody(%d): want > 0", n)
 		}
@@ -208,7 +208,7 @@ func WithStoreTimeout(d time.Duration) GuardOption {
 // so that a retry runs the handler again. Stripe stores 500s too; pass
 // func(code int) bool { return true } for that.
 func WithStoreStatus(f func(code int) bool) Option {
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		if f == nil {
 			return errors.New("WithStoreStatus(nil)")
 		}
@@ -230,7 +230,7 @@ func defaultStoreStatus(code int) bool {
 // error.
 func WithReplayHeaders(names ...string) Option {
 	names = slices.Clone(names)
-	return httpOption(func(m *Middleware) error {
+	return httpOption(func(m *middleware) error {
 		m.replay = m.replay[:0:0]
 		for _, name := range names {
 			c := http.CanonicalHeaderKey(name)

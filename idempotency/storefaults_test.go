@@ -118,7 +118,7 @@ func TestLockLostWhenItsTimeIsGone(t *testing.T) {
 		const lock = time.Minute
 		var lostAfter time.Duration
 		var cause error
-		h := newMiddleware(t, s, idempotency.WithLockTimeout(lock)).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := newMiddleware(t, s, idempotency.WithLockTimeout(lock))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			s.down.Store(true) // every renewal fails from now on
 			<-r.Context().Done()
@@ -139,7 +139,7 @@ func TestReleaseBlip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFaultyStore(t)
 		var runs atomic.Int64
-		h := newMiddleware(t, s).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := newMiddleware(t, s)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) == 1 {
 				w.WriteHeader(http.StatusInternalServerError)
 				s.down.Store(true)
@@ -174,7 +174,7 @@ func TestCanceledClaimReleaseBlip(t *testing.T) {
 			}
 		}
 		var l ledger
-		h := newMiddleware(t, s).Handler(&l)
+		h := newMiddleware(t, s)(&l)
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel) // the client leaves
 		req := call{keys: key("k")}.request().WithContext(ctx)

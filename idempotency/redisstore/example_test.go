@@ -37,7 +37,7 @@ func Example() {
 		panic(err)
 	}
 	charges := 0
-	payments := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	payments := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		charges++
 		w.WriteHeader(http.StatusCreated)
 	}))

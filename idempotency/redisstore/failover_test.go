@@ -158,7 +158,7 @@ func TestClusterLostWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
 				w.WriteHeader(http.StatusCreated)
 				_, _ = w.Write([]byte(idemtest.Charged))
@@ -287,7 +287,7 @@ func clusterHandler(t *testing.T, s store.Store, ledger *idemtest.Ledger, opts .
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &clusterPayments{h: mw.Handler(ledger.Handler("server")), ledger: ledger}
+	return &clusterPayments{h: mw(ledger.Handler("server")), ledger: ledger}
 }
 
 // pay makes payment i with a key of its own, sending it again after a 503

@@ -17,7 +17,7 @@ import (
 const duplicates = 100
 
 // testMiddlewareDuplicates sends duplicates concurrent requests with one key
-// through an idempotency.Middleware on the store: the handler must run
+// through an idempotency middleware (NewMiddleware) on the store: the handler must run
 // exactly once, and every other request gets 409 or the replay.
 func testMiddlewareDuplicates(t *testing.T, f fixture) {
 	mw, err := idempotency.NewMiddleware(f.Store, idempotency.WithScope(func(*http.Request) (string, error) { return "shared", nil }))
@@ -25,7 +25,7 @@ func testMiddlewareDuplicates(t *testing.T, f fixture) {
 		t.Fatalf("idempotency.NewMiddleware: %v", err)
 	}
 	var runs atomic.Int64
-	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)

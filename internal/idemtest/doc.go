@@ -1,5 +1,5 @@
 // Package idemtest is an end-to-end harness for idempotent writes: it
-// checks that a retrying client and the [idempotency.Middleware] together
+// checks that a retrying client and the idempotency middleware ([idempotency.NewMiddleware]) together
 // apply every logical operation exactly once over a network that loses
 // requests and responses.
 //

@@ -208,7 +208,7 @@ func startServers(cfg Config, ledger *Ledger, timedOut, blips *atomic.Int64) ([]
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("idemtest: Run: server %d: %w", i, err)
 		}
-		h := mw.Handler(ledger.HandlerWith("server-"+strconv.Itoa(i), cfg.Handler))
+		h := mw(ledger.HandlerWith("server-"+strconv.Itoa(i), cfg.Handler))
 		if cfg.Timeout > 0 && i%2 == 0 {
 			h = timeoutTap(http.TimeoutHandler(h, cfg.Timeout, timeoutMessage), timedOut)
 		}

@@ -30,7 +30,7 @@ func Serve(tb testing.TB, s store.Store, opts ...idempotency.Option) string {
 	if err != nil {
 		tb.Fatalf("idempotency.NewMiddleware: %v", err)
 	}
-	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, Charged)
 	})))

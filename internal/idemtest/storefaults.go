@@ -114,7 +114,7 @@ func guarded(tb testing.TB, s store.Store, h http.Handler, opts ...idempotency.O
 	if err != nil {
 		tb.Fatalf("idempotency.NewMiddleware: %v", err)
 	}
-	return mw.Handler(h)
+	return mw(h)
 }
 
 // postTo serves a POST with key to h and returns the answer.

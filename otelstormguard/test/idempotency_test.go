@@ -22,7 +22,7 @@ func TestIdempotencyMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	codes := []int{}
 	for _, body := range []string{"a", "a", "b"} {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
