@@ -183,7 +183,7 @@ func releaseSlot(g retry.Guards, p limit.Permit, parent, lctx context.Context, r
 // good reports whether an answer wins a race: a response that is not a
 // retryable status or a 500.
 func good(resp *http.Response, err error) bool {
-	return err == nil && !IsRetryableStatus(resp.StatusCode) && resp.StatusCode != http.StatusInternalServerError
+	return err == nil && !isRetryableStatus(resp.StatusCode) && resp.StatusCode != http.StatusInternalServerError
 }
 
 // first sends attempt n: raced against hedges when the request and its
@@ -434,7 +434,7 @@ func (c *call) hedgeEnd(ctx context.Context, num int, resp *http.Response, err e
 		e.Outcome = "canceled"
 	case good(resp, err):
 		e.Outcome = "success"
-	case err != nil || IsRetryableStatus(resp.StatusCode) || resp.StatusCode == http.StatusInternalServerError:
+	case err != nil || isRetryableStatus(resp.StatusCode) || resp.StatusCode == http.StatusInternalServerError:
 		e.Outcome = "failure"
 		if err == nil {
 			e.Err = &StatusError{Code: resp.StatusCode}
