@@ -102,7 +102,7 @@ func TestDemoText(t *testing.T) {
 			mk("naive (every 1s), 503", 763, 4.912, 0.618),
 			mk("stormguard per client, 503", 214, 1.29, 0.669),
 			mk("stormguard per client, 503 + Retry-After 2s", 116, 1, 0.99996),
-			mk("stormguard gateway (one transport), 503", 105, 0.0123, 1),
+			mk("stormguard gateway (one transport, limit), 503", 105, 0.0123, 1),
 		}},
 		{"twelve runs with long names", func() []*live.Result {
 			var rs []*live.Result

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // errInterrupted is what a command returns when Ctrl-C stopped its work:
@@ -49,8 +50,8 @@ func demoRuns(c demoConfig, opts []httpretry.Option, base, plainBase http.RoundT
 	naive := func(url string, _ int, _ *guardWatch) live.Call {
 		return live.Naive(plain, url, c.NaiveEvery, c.NaiveTries)
 	}
-	transport := func(guards *guardWatch) (*http.Client, error) {
-		t, err := httpretry.NewTransport(base, opts...)
+	transport := func(guards *guardWatch, more ...httpretry.Option) (*http.Client, error) {
+		t, err := httpretry.NewTransport(base, append(opts[:len(opts):len(opts)], more...)...)
 		if err != nil { // checked by prepareDemo
 			return nil, err
 		}
@@ -65,12 +66,15 @@ func demoRuns(c demoConfig, opts []httpretry.Option, base, plainBase http.RoundT
 		return live.Get(client, url)
 	}
 	// The gateway: one transport for the whole fleet, made by the first
-	// client of each run (a run's clients are made one after another).
+	// client of each run (a run's clients are made one after another),
+	// with a limiter per host (package limit): one shared transport is
+	// where a learned concurrency limit binds, and it paces the release of
+	// the calls that waited out the outage by what the provider serves.
 	var shared *http.Client
 	var sharedBy *guardWatch
 	gateway := func(url string, _ int, guards *guardWatch) live.Call {
 		if sharedBy != guards {
-			client, err := transport(guards)
+			client, err := transport(guards, httpretry.WithLimit(&limit.Config{}))
 			if err != nil {
 				return func(context.Context) error { return err }
 			}
@@ -86,7 +90,7 @@ func demoRuns(c demoConfig, opts []httpretry.Option, base, plainBase http.RoundT
 		{fmt.Sprintf("naive (every %v), 503", c.NaiveEvery), pc, naive},
 		{"stormguard per client, 503", pc, perClient},
 		{fmt.Sprintf("stormguard per client, 503 + Retry-After %v", c.RetryAfter), withRA, perClient},
-		{"stormguard gateway (one transport), 503", pc, gateway},
+		{"stormguard gateway (one transport, limit), 503", pc, gateway},
 	}
 }
 

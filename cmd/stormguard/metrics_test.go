@@ -42,7 +42,7 @@ func TestDemoMetrics(t *testing.T) {
 		t.Fatalf("demo --metrics printed no URL: %q", errs.String())
 	}
 	runs := []string{"naive (every 20ms), 503", "stormguard per client, 503", "stormguard per client, 503 + Retry-After 1s",
-		"stormguard gateway (one transport), 503"}
+		"stormguard gateway (one transport, limit), 503"}
 
 	// From the start: the demo's series of every run.
 	first := scrape(t, url)
