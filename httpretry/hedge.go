@@ -327,17 +327,19 @@ func (c *call) launch(rs *raceState, ctx context.Context, num int, hedge bool, s
 	}
 	r := c.legRequest(lctx, num, !hedge)
 	c.sends++
-	go c.runLeg(rs, i, r, ctx, lctx, num, hedge, slot)
+	go runLeg(c.t, c.dest, rs, i, r, ctx, lctx, num, hedge, slot)
 }
 
-// runLeg is one leg's goroutine.
-func (c *call) runLeg(rs *raceState, i int, r *http.Request, ctx, lctx context.Context, num int, hedge bool, slot limit.Permit) {
+// runLeg is one leg's goroutine, a request to dest through t. It takes no
+// *call: a call that a goroutine could reach would be moved to the heap by
+// the compiler, and every RoundTrip would allocate it.
+func runLeg(t *Transport, dest *host, rs *raceState, i int, r *http.Request, ctx, lctx context.Context, num int, hedge bool, slot limit.Permit) {
 	t0 := time.Now()
-	resp, err := c.t.roundTrip(r) // an observer of HTTP requests sees every leg
+	resp, err := t.roundTrip(r) // an observer of HTTP requests sees every leg
 	if hedge {
-		releaseSlot(c.dest.Guards, slot, ctx, lctx, resp, err)
-		if c.t.cfg.observer != nil {
-			c.hedgeEnd(lctx, num, resp, err, t0)
+		releaseSlot(dest.Guards, slot, ctx, lctx, resp, err)
+		if t.cfg.observer != nil {
+			hedgeEnd(t.cfg.observer, dest, lctx, num, resp, err, t0)
 		}
 	}
 	rs.results <- leg{i: i, resp: resp, err: err}
@@ -375,6 +377,7 @@ func (c *call) reap(rs *raceState, pending int, keep int) {
 		c.t.putRace(rs)
 		return
 	}
+	t := c.t // not c: see runLeg
 	go func() {
 		for range pending {
 			l := <-rs.results
@@ -382,7 +385,7 @@ func (c *call) reap(rs *raceState, pending int, keep int) {
 				_ = l.resp.Body.Close()
 			}
 		}
-		c.t.putRace(rs)
+		t.putRace(rs)
 	}()
 }
 
@@ -426,9 +429,9 @@ func (c *call) hedgeStart(ctx context.Context, num int) context.Context {
 	return ctx
 }
 
-// hedgeEnd reports the end of hedge num.
-func (c *call) hedgeEnd(ctx context.Context, num int, resp *http.Response, err error, t0 time.Time) {
-	e := observe.Event{Kind: observe.AttemptEnd, Name: c.dest.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
+// hedgeEnd reports the end of hedge num to dest to o.
+func hedgeEnd(o observe.Observer, dest *host, ctx context.Context, num int, resp *http.Response, err error, t0 time.Time) {
+	e := observe.Event{Kind: observe.AttemptEnd, Name: dest.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
 	switch {
 	case ctx.Err() != nil && !good(resp, err):
 		e.Outcome = "canceled"
@@ -440,5 +443,5 @@ func (c *call) hedgeEnd(ctx context.Context, num int, resp *http.Response, err e
 			e.Err = &StatusError{Code: resp.StatusCode}
 		}
 	}
-	c.t.cfg.observer.Observe(ctx, e)
+	o.Observe(ctx, e)
 }
