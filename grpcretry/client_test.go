@@ -3,9 +3,11 @@ package grpcretry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -95,36 +97,47 @@ func TestHintPastMaximum(t *testing.T) {
 
 // TestDeadlineNeverOverslept: with pushbacks that add up to more than the
 // caller's deadline, the loop stops before a sleep that would end past it.
+// It runs in a synctest bubble over an in-memory connection: attempts take
+// no time and sleeps end exactly when chosen, so every sleep the loop
+// chose must be followed by an attempt the server sees (a sleep into the
+// deadline would leave it none), whatever the load on the machine.
 func TestDeadlineNeverOverslept(t *testing.T) {
 	for _, exact := range []bool{false, true} {
-		srv := &testServer{script: []answer{fail(codes.Unavailable).push("300")}}
-		clock := newTimeline()
-		ropts := []retry.ScheduleOption{retry.WithMaxAttempts(10)}
-		if exact {
-			ropts = append(ropts, retry.WithBackoff(noJitter(0))) // a hint is slept exactly
-		}
-		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(ropts...))
-		client := dial(t, serve(t, srv), c...)
-		const deadline = time.Second
-		ctx, cancel := context.WithTimeout(t.Context(), deadline)
-		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
-		cancel()
-		if !errors.Is(err, retry.Deadline) {
-			t.Errorf("exact=%v: UnaryCall = %v, want reason deadline", exact, err)
-		}
-		var total time.Duration
-		for _, s := range clock.Sleeps() {
-			if s < 300*time.Millisecond {
-				t.Errorf("exact=%v: slept %v, below the 300ms pushback", exact, s)
-			}
-			total += s
-		}
-		if total >= deadline {
-			t.Errorf("exact=%v: slept %v in all (%v), past the %v deadline", exact, total, clock.Sleeps(), deadline)
-		}
-		if len(clock.Sleeps()) == 0 || srv.Calls() != len(clock.Sleeps())+1 {
-			t.Errorf("exact=%v: %d attempts and sleeps %v, want at least one retry", exact, srv.Calls(), clock.Sleeps())
-		}
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &testServer{script: []answer{fail(codes.Unavailable).push("300")}}
+				clock := newTimeline()
+				ropts := []retry.ScheduleOption{retry.WithMaxAttempts(10)}
+				if exact {
+					ropts = append(ropts, retry.WithBackoff(noJitter(0))) // a hint is slept exactly
+				}
+				c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(ropts...))
+				client := serveInMemory(t, srv, c...)
+				const deadline = time.Second
+				ctx, cancel := context.WithTimeout(t.Context(), deadline)
+				_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
+				cancel()
+				if !errors.Is(err, retry.Deadline) {
+					t.Errorf("exact=%v: UnaryCall = %v, want reason deadline", exact, err)
+				}
+				var total time.Duration
+				for _, s := range clock.Sleeps() {
+					if s < 300*time.Millisecond {
+						t.Errorf("exact=%v: slept %v, below the 300ms pushback", exact, s)
+					}
+					total += s
+				}
+				if total >= deadline {
+					t.Errorf("exact=%v: slept %v in all (%v), past the %v deadline", exact, total, clock.Sleeps(), deadline)
+				}
+				if len(clock.Sleeps()) == 0 || srv.Calls() != len(clock.Sleeps())+1 {
+					t.Errorf("exact=%v: %d attempts and sleeps %v, want at least one retry, each after its sleep", exact, srv.Calls(), clock.Sleeps())
+				}
+				if exact && len(clock.Sleeps()) != 3 {
+					t.Errorf("exact=%v: sleeps %v, want the 3 that fit in %v", exact, clock.Sleeps(), deadline)
+				}
+			})
+		})
 	}
 }
 
