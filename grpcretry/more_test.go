@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -86,23 +87,32 @@ func TestCallDeadline(t *testing.T) {
 }
 
 // TestStreamAttemptTimeout: a stream attempt that gets no response within
-// the attempt timeout is cut off and retried.
+// the attempt timeout is cut off and retried. It runs in a synctest bubble
+// over an in-memory connection, so that each stream reaches the server
+// before its 30ms (of fake time) run out, whatever the load on the machine.
 func TestStreamAttemptTimeout(t *testing.T) {
-	hold := make(chan struct{})
-	srv := &testServer{streamMsgs: 1}
-	srv.hold = hold
-	c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithAttemptTimeout(30*time.Millisecond),
-		grpcretry.WithRetry(retry.WithBackoff(quick())))
-	client := dial(t, serve(t, srv), c...)
-	stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = stream.Recv()
-	close(hold)
-	if !errors.Is(err, retry.AttemptsExhausted) || srv.Calls() != 3 {
-		t.Errorf("Recv = %v after %d streams, want attempts exhausted after 3", err, srv.Calls())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		hold := make(chan struct{})
+		srv := &testServer{streamMsgs: 1}
+		srv.hold = hold
+		c := newClient(t, grpcretry.WithIdempotentMethods(outMethod), grpcretry.WithAttemptTimeout(30*time.Millisecond),
+			grpcretry.WithRetry(retry.WithBackoff(quick())))
+		client := serveInMemory(t, srv, c...)
+		start := time.Now() // the bubble's clock
+		stream, err := client.StreamingOutputCall(t.Context(), &testpb.StreamingOutputCallRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		close(hold)
+		if !errors.Is(err, retry.AttemptsExhausted) || srv.Calls() != 3 {
+			t.Errorf("Recv = %v after %d streams, want attempts exhausted after 3", err, srv.Calls())
+		}
+		// 3 attempts of 30ms and 2 sleeps of 2ms at most, on the fake clock.
+		if took := time.Since(start); took > 3*30*time.Millisecond+2*2*time.Millisecond {
+			t.Errorf("the call took %v, want each attempt cut off at 30ms", took)
+		}
+	})
 }
 
 // TestServerStreamEmpty: a stream that ends OK without a message ends with
