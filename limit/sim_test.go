@@ -21,6 +21,10 @@ type dest struct {
 	hung    atomic.Bool
 	slow    atomic.Int64 // service multiplier; 0 means 1
 	served  atomic.Int64
+	// overhead, when set, is the part of an attempt's round trip outside
+	// the servers (the network, the client's own work), spent before
+	// the attempt reaches the queue.
+	overhead func() time.Duration
 }
 
 func newDest(servers int, service time.Duration) *dest {
@@ -33,6 +37,9 @@ func (d *dest) call(timeout time.Duration) (dropped bool) {
 	if d.down.Load() {
 		time.Sleep(100 * time.Microsecond)
 		return true
+	}
+	if d.overhead != nil {
+		time.Sleep(d.overhead())
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()

@@ -29,7 +29,8 @@ type waiter struct {
 // until a release grants it a slot, ctx ends, or it cannot make its
 // deadline any more: when its deadline is less than the baseline latency
 // away (an attempt granted later could not be answered in time), or when
-// the slots expected before its turn, at twice the rate the limit serves,
+// the slots expected before its turn, at twice the rate the destination
+// is served at,
 // come too late.
 func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	dl, ok := ctx.Deadline()
@@ -125,17 +126,19 @@ func (l *Limiter) undoThrottle() {
 }
 
 // gapLocked returns the expected time between two slots at twice the rate
-// the limit serves (limit per smoothed round trip), or 0 when the limit is
-// not settled (slow start, recovery, no latency yet): the estimate of how
-// long the waiters ahead of a call take, optimistic so that a call is
-// refused only when even twice the rate would not serve it in time.
-// Calls with mu held.
+// the destination is served at (the highest of the completions per second
+// measured over the last window, their smoothed rate, and the limit per
+// smoothed round trip), or 0 when the limit is not settled (slow start,
+// recovery, no latency yet): the estimate of how long the waiters ahead
+// of a call take, optimistic so that a call is refused only when even
+// twice the rate would not serve it in time. Calls with mu held.
 func (l *Limiter) gapLocked() time.Duration {
 	c := &l.learn
-	if c.slow || c.recovering || c.srtt == 0 {
+	r := c.served()
+	if c.slow || c.recovering || c.srtt == 0 || r <= 0 {
 		return 0
 	}
-	return c.srtt / time.Duration(2*max(1, l.lim.Load()))
+	return max(1, time.Duration(float64(time.Second)/(2*r)))
 }
 
 // expireLocked fails the first waiters (up to maxWalk) whose turn is

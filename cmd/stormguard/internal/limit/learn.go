@@ -46,8 +46,25 @@ type learner struct {
 	// little is the destination's (slower service, or others' queue), not
 	// the limiter's queue, and shrinking further would not bring it down.
 	ref time.Duration
+	// rate is the attempts acquired per second, smoothed over the windows
+	// (weight 1/4), and last the rate of the last window alone: the rate
+	// the destination was actually served at, for the hopeless checks.
+	rate, last float64
+	// The throughput probe (see probe): peak is the highest rate of a
+	// period in which the limit bound, since the last drop or failed
+	// step or fall; floor the lowest limit clean windows keep, the
+	// in-flight that last raised the destination's throughput; stage 0 when no probe runs, 1 in the window after a
+	// probe's step (its attempts count the step's burst), 2 in the
+	// period that measures it; probeLimit and probeRate the limit and
+	// rate before the step.
+	peak, floor           float64
+	stage                 int8
+	probeLimit, probeRate float64
+	pStart                time.Duration // the current period's start (0: none)
+	pAttempts             int64         // attempts acquired in it
 
 	// The current window.
+	start     time.Duration // when it began
 	end       time.Duration
 	n         int64         // latency samples
 	sum       time.Duration // their sum
@@ -103,6 +120,7 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 		mean = c.sum / time.Duration(c.n)
 	}
 	c.base.window(now, c.min, c.n, drops, attempts)
+	c.measure(now, attempts)
 	b := c.base.value
 	was := c.limit
 	if c.n > 0 && drops == 0 {
@@ -119,9 +137,11 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 	}
 	switch share := float64(drops) / math.Max(1, float64(attempts)); {
 	case share >= outageShare:
+		c.forget()
 		c.recovering, c.slow = true, false
 		c.limit *= 0.5
 	case drops > 0:
+		c.forget()
 		if c.slow {
 			c.limit *= 0.5 // undo the last doubling
 			c.slow = false
@@ -161,7 +181,7 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 			if next > c.limit && !utilized {
 				next = c.limit
 			}
-			c.limit += (next - c.limit) / 2
+			c.limit = c.probe(now, attempts, c.limit+(next-c.limit)/2, mean < 2*ref)
 		}
 		if near && utilized && !restoring {
 			// was carried a round trip near the baseline (the window
@@ -181,6 +201,134 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 	c.end = now + max(minWindow, c.srtt)
 	c.n, c.sum, c.min, c.ceilDrops = 0, 0, 0, 0
 	return c.limit
+}
+
+// measure takes the rate of the window that ends at now, in which
+// attempts were acquired.
+func (c *learner) measure(now time.Duration, attempts int64) {
+	if d := now - c.start; d > 0 && c.start > 0 {
+		c.last = float64(attempts) / d.Seconds()
+		if c.rate == 0 {
+			c.rate = c.last
+		} else {
+			c.rate += (c.last - c.rate) / 4
+		}
+	}
+	c.start = now
+}
+
+// Probe thresholds.
+const (
+	// probeBelow: a clean period whose rate is below this share of the
+	// peak, and in which the gradient would lower the limit, starts a
+	// probe.
+	probeBelow = 0.95
+	// probeGain: a probe's step raised the throughput when the rate grew
+	// by at least this share of the limit's growth.
+	probeGain = 0.5
+	// probeFull: the limit binds when the attempts in flight (rate times
+	// smoothed latency, Little's law) average at least this share of it;
+	// only then does a probe start or a step count.
+	probeFull = 0.8
+	// floorLost: a period whose rate is below this share of the peak
+	// forgets the floor and is the new peak (the destination serves
+	// less: a capacity cut, a slower service).
+	floorLost = 0.5
+	// periodAttempts and periodWindows: a probe's period (over which
+	// the rate is measured) holds at least this many attempts and lasts
+	// at least this many smoothed round trips.
+	periodAttempts = 64
+	periodWindows  = 4
+)
+
+// probe returns the limit of a clean gradient window that ends at now,
+// given next, the gradient's, and attempts, the attempts acquired in the
+// window. Latency above the baseline is not always a queue at the
+// destination: a round trip may spend time outside it (the network, the
+// client's own work on a loaded machine), and the gradient then settles
+// below the in-flight the destination needs for its full throughput. So
+// (calm: the window's mean latency is below twice the reference) the
+// rate served is measured over periods (at least 64 attempts and 4
+// round trips); when a period's rate is below its peak while the limit
+// binds and the gradient would lower the limit, the limit grows by its
+// allowance, and keeps growing period after period as long as each step
+// raises the rate by at least half the step's share (TCP Vegas and BBR
+// probe alike); the last limit that raised it is a floor clean windows
+// do not lower the limit below (the floor never raises it). A step that does not raise it ends the probe (the
+// destination is at its capacity: the rate is the new peak). Drops
+// forget the floor and the peak; a period whose rate is below half the
+// peak forgets the floor and is the new peak.
+func (c *learner) probe(now time.Duration, attempts int64, next float64, calm bool) float64 {
+	c.pAttempts += attempts
+	keep := math.Max(next, math.Min(c.floor, c.limit)) // never raised by the floor
+	if c.stage == 1 {
+		// The window after a step: its attempts count the step's burst.
+		c.stage, c.pStart, c.pAttempts = 2, now, 0
+		return c.limit
+	}
+	d := now - c.pStart
+	if c.pStart == 0 || c.pAttempts < periodAttempts || d < periodWindows*c.srtt {
+		if c.pStart == 0 {
+			c.pStart, c.pAttempts = now, 0
+		}
+		if c.stage == 2 {
+			return c.limit // hold the step until measured
+		}
+		return keep
+	}
+	rate := float64(c.pAttempts) / d.Seconds()
+	c.pStart, c.pAttempts = now, 0
+	full := rate*c.srtt.Seconds() >= probeFull*c.limit
+	if rate < floorLost*c.peak {
+		// The destination serves less (a capacity cut, a slower
+		// service): this rate is its peak, and the floor is lost.
+		c.floor, c.peak = 0, rate
+	}
+	if c.stage == 2 {
+		c.stage = 0
+		if calm && full && rate >= c.probeRate*(1+probeGain*(c.limit/c.probeLimit-1)) {
+			c.floor = c.limit
+			c.peak = math.Max(c.peak, rate)
+			return c.step(rate)
+		}
+		// The destination is at its capacity: this rate is its peak.
+		c.peak = rate
+		return keep
+	}
+	if calm && full && next < c.limit && rate < probeBelow*c.peak && c.limit < c.max {
+		return c.step(rate)
+	}
+	if full {
+		c.peak = math.Max(c.peak, rate)
+	}
+	return keep
+}
+
+// step starts a probe's step from a limit that served rate: the limit
+// grows by its allowance.
+func (c *learner) step(rate float64) float64 {
+	c.stage = 1
+	c.probeLimit, c.probeRate = c.limit, rate
+	return c.limit + allowance(c.limit)
+}
+
+// forget ends a probe and forgets the floor, the peak and the period (a
+// window with drops, or one that is not a settled gradient window).
+func (c *learner) forget() {
+	c.stage, c.floor, c.peak, c.pStart, c.pAttempts = 0, 0, 0, 0, 0
+}
+
+// served returns the rate the destination is served at, in attempts per
+// second, for the hopeless checks: the highest of the smoothed measured
+// rate, the last window's, and limit per smoothed round trip, so that a
+// call is refused as hopeless only when no estimate would serve it in
+// time (0 while nothing is measured).
+func (c *learner) served() float64 {
+	r := math.Max(c.rate, c.last)
+	if c.srtt > 0 {
+		r = math.Max(r, c.limit/c.srtt.Seconds())
+	}
+	return r
 }
 
 // allowance is the queue the limit allows above the capacity it measured

@@ -208,14 +208,16 @@ func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant fu
 	}
 }
 
-// gap is the expected time between two slots at twice the rate the limit
-// serves, 0 while the limit is not settled.
+// gap is the expected time between two slots at twice the rate the
+// destination is served at (learner.served), 0 while the limit is not
+// settled.
 func (s *Stepped[T]) gap() time.Duration {
 	c := &s.learn
-	if c.slow || c.recovering || c.srtt == 0 {
+	r := c.served()
+	if c.slow || c.recovering || c.srtt == 0 || r <= 0 {
 		return 0
 	}
-	return c.srtt / time.Duration(2*max(1, s.lim))
+	return max(1, time.Duration(float64(time.Second)/(2*r)))
 }
 
 // expire fails the first waiters (up to maxWalk) whose turn is expected
