@@ -53,13 +53,15 @@ type learner struct {
 	// The throughput probe (see probe): peak is the highest rate of a
 	// period in which the limit bound, since the last drop or failed
 	// step or fall; floor the lowest limit clean windows keep, the
-	// in-flight that last raised the destination's throughput; stage 0 when no probe runs, 1 in the window after a
-	// probe's step (its attempts count the step's burst), 2 in the
-	// period that measures it; probeLimit and probeRate the limit and
-	// rate before the step.
+	// in-flight that last raised the destination's throughput; stage 0
+	// when no probe runs, 1 in the window after a probe's step (its
+	// attempts count the step's burst), 2 in the period that measures
+	// it; probeLimit, probeRate and probeRTT the limit, rate and
+	// smoothed latency before the step.
 	peak, floor           float64
 	stage                 int8
 	probeLimit, probeRate float64
+	probeRTT              time.Duration
 	pStart                time.Duration // the current period's start (0: none)
 	pAttempts             int64         // attempts acquired in it
 
@@ -226,6 +228,11 @@ const (
 	// probeGain: a probe's step raised the throughput when the rate grew
 	// by at least this share of the limit's growth.
 	probeGain = 0.5
+	// probeQueue: a probe's step counts only when the smoothed latency
+	// grew by at most this share of the limit's growth: a step that
+	// queues at the destination (or takes a share of it from other
+	// clients) raises the latency with the rate.
+	probeQueue = 0.25
 	// probeFull: the limit binds when the attempts in flight (rate times
 	// smoothed latency, Little's law) average at least this share of it;
 	// only then does a probe start or a step count.
@@ -252,8 +259,9 @@ const (
 // round trips); when a period's rate is below its peak while the limit
 // binds and the gradient would lower the limit, the limit grows by its
 // allowance, and keeps growing period after period as long as each step
-// raises the rate by at least half the step's share (TCP Vegas and BBR
-// probe alike); the last limit that raised it is a floor clean windows
+// raises the rate by at least half the step's share without raising the
+// smoothed latency by more than a quarter of it (TCP Vegas and BBR probe
+// alike); the last limit that raised it is a floor clean windows
 // do not lower the limit below (the floor never raises it). A step that does not raise it ends the probe (the
 // destination is at its capacity: the rate is the new peak). Drops
 // forget the floor and the peak; a period whose rate is below half the
@@ -286,7 +294,9 @@ func (c *learner) probe(now time.Duration, attempts int64, next float64, calm bo
 	}
 	if c.stage == 2 {
 		c.stage = 0
-		if calm && full && rate >= c.probeRate*(1+probeGain*(c.limit/c.probeLimit-1)) {
+		grew := c.limit/c.probeLimit - 1
+		if calm && full && rate >= c.probeRate*(1+probeGain*grew) &&
+			c.srtt <= time.Duration(float64(c.probeRTT)*(1+probeQueue*grew)) {
 			c.floor = c.limit
 			c.peak = math.Max(c.peak, rate)
 			return c.step(rate)
@@ -308,7 +318,7 @@ func (c *learner) probe(now time.Duration, attempts int64, next float64, calm bo
 // grows by its allowance.
 func (c *learner) step(rate float64) float64 {
 	c.stage = 1
-	c.probeLimit, c.probeRate = c.limit, rate
+	c.probeLimit, c.probeRate, c.probeRTT = c.limit, rate, c.srtt
 	return c.limit + allowance(c.limit)
 }
 
