@@ -45,6 +45,22 @@
 //     other clients' queue), not this client's queue, so the limit
 //     settles at what the slower destination serves instead of
 //     collapsing to 1.
+//   - Throughput probe: latency above the baseline is not always a queue
+//     at the destination (a round trip also spends time in the network
+//     and in the client's own work, more of it on a loaded machine), and
+//     the gradient alone then settles below the attempts in flight the
+//     destination needs for its full throughput. The rate served
+//     (attempts acquired per second) is measured over periods of at least
+//     64 attempts and 4 round trips. When a period's rate is below 95% of
+//     its peak while the limit binds (rate times latency at least 80% of
+//     it), the mean latency is below twice the reference and the gradient
+//     would lower the limit, the limit grows by sqrt(limit), and again
+//     each period as long as a step raises the rate by at least half the
+//     step's share without raising the smoothed latency by more than a
+//     quarter of it; the last limit that did is a floor clean windows do
+//     not lower the limit below (it never raises it). A step that does not
+//     raise the rate ends the probe. Drops forget the floor and the peak;
+//     a period at less than half the peak forgets the floor.
 //   - Drops: a dropped attempt is never a latency sample. A window with
 //     drops multiplies the limit by max(0.5, 1 − share of drops); one with
 //     half or more drops (an outage, a hang) halves it. Nothing in a
@@ -107,7 +123,10 @@
 // once a latency is known). Calls that cannot make their deadline fail
 // fast with [ErrLimited] and the reason, not at their deadline: at once
 // when more calls wait ahead than twice the limit's measured rate serves
-// before the deadline, and while waiting when the deadline comes within
+// before the deadline (the rate the destination is actually served at:
+// the highest of the attempts acquired per second in the last window,
+// their smoothed rate, and limit per smoothed round trip), and while
+// waiting when the deadline comes within
 // the baseline latency (a slot granted later could not be answered in
 // time) or when, at the end of a round trip, the waiters ahead of it
 // leave it no expected turn. A call whose context ends while it waits

@@ -330,13 +330,13 @@ func (c *learner) forget() {
 
 // served returns the rate the destination is served at, in attempts per
 // second, for the hopeless checks: the highest of the smoothed measured
-// rate, the last window's, and limit per smoothed round trip, so that a
-// call is refused as hopeless only when no estimate would serve it in
-// time (0 while nothing is measured).
-func (c *learner) served() float64 {
+// rate, the last window's, and lim (the limit in force) per smoothed
+// round trip, so that a call is refused as hopeless only when no estimate
+// would serve it in time (0 while nothing is measured).
+func (c *learner) served(lim float64) float64 {
 	r := math.Max(c.rate, c.last)
 	if c.srtt > 0 {
-		r = math.Max(r, c.limit/c.srtt.Seconds())
+		r = math.Max(r, lim/c.srtt.Seconds())
 	}
 	return r
 }

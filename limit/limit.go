@@ -114,7 +114,8 @@ func (l *Limiter) setLimit(f float64) {
 // why: at once when ctx has no deadline, waiting is off, Config.Waiting
 // calls wait already, or the call cannot make its deadline (its deadline
 // is nearer than the destination's fastest answer, or more calls wait
-// ahead of it than twice the limit's measured rate serves before then);
+// ahead of it than twice the rate the destination is served at, measured,
+// serves before then);
 // while waiting, when its deadline comes within the fastest answer (with
 // no latency measured yet: at its deadline), when a release finds it
 // cannot make it any more, or when ctx ends (the error then also wraps

@@ -134,7 +134,7 @@ func (l *Limiter) undoThrottle() {
 // twice the rate would not serve it in time. Calls with mu held.
 func (l *Limiter) gapLocked() time.Duration {
 	c := &l.learn
-	r := c.served()
+	r := c.served(float64(l.lim.Load()))
 	if c.slow || c.recovering || c.srtt == 0 || r <= 0 {
 		return 0
 	}

@@ -213,7 +213,7 @@ func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant fu
 // settled.
 func (s *Stepped[T]) gap() time.Duration {
 	c := &s.learn
-	r := c.served()
+	r := c.served(float64(s.lim))
 	if c.slow || c.recovering || c.srtt == 0 || r <= 0 {
 		return 0
 	}
