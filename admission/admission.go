@@ -123,6 +123,7 @@ type Controller struct {
 	now      func() time.Time // the monotonic clock
 	lim      *limiter         // nil: a fixed limit
 	keys     *keyTable        // idempotency keys seen (HTTP)
+	clients  *clientTable     // per-client windows; nil without Config.Client
 	maxQueue int
 	maxWait  time.Duration
 	ratio    float64 // retries per original, >= 0
@@ -221,6 +222,9 @@ func (c *Controller) setup(eff Config) error {
 		c.lim = newLimiter(eff)
 	}
 	c.keys = newKeyTable(now(), eff.Window)
+	if eff.Client != nil {
+		c.clients = newClientTable(now(), eff.Window, max(eff.RetryRatio, 0), max(eff.MinRetriesPerSecond, 0)*eff.Window.Seconds())
+	}
 	c.maxQueue = max(eff.MaxQueue, 0)
 	c.maxWait = eff.MaxQueueWait
 	c.ratio = max(eff.RetryRatio, 0)
@@ -264,7 +268,7 @@ func (c *Controller) setup(eff Config) error {
 // and allocates nothing; a request that queues allocates its waiter, its
 // place in the queue and a timer (a few hundred bytes).
 func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision) {
-	return c.acquire(ctx, attempt, false, ctxDeadline(ctx))
+	return c.acquire(ctx, attempt, false, ctxDeadline(ctx), nil)
 }
 
 // AcquireProbe is [Controller.Acquire] for a request its client marked as
@@ -287,7 +291,7 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 // every retry as a probe gets past the ratio only onto slots nobody else is
 // using, never through the queue.
 func (c *Controller) AcquireProbe(ctx context.Context, attempt int) (Permit, Decision) {
-	return c.acquire(ctx, attempt, true, ctxDeadline(ctx))
+	return c.acquire(ctx, attempt, true, ctxDeadline(ctx), nil)
 }
 
 // ctxDeadline returns ctx's deadline, zero if it has none (or ctx is nil).
@@ -300,8 +304,9 @@ func ctxDeadline(ctx context.Context) time.Time {
 }
 
 // acquire is Acquire and AcquireProbe; dl is the caller's deadline (zero:
-// none), as read from ctx or the request's fields.
-func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl time.Time) (Permit, Decision) {
+// none), as read from ctx or the request's fields; cl is the bucket of the
+// request's client in c.clients (nil: no per-client accounting).
+func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl time.Time, cl *clientBucket) (Permit, Decision) {
 	c.init()
 	if attempt < 1 {
 		attempt = 1
@@ -319,22 +324,43 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 	switch {
 	case attempt == 1:
 		c.budget.Deposit() // the budget reads c.now, its clock
+		if cl != nil {
+			c.clients.deposit(cl, c.now())
+		}
 	case probe:
 		if c.nwait.Load() == 0 && c.tryInc() {
 			return c.admit(ctx, d) // an idle slot: no allowance spent
 		}
 		d.probe = true
-		if !c.budget.Withdraw() {
+		if !c.withdraw(cl) {
 			return Permit{}, c.refuse(ctx, d, QueueFull)
 		}
 		// Within the ratio: a retry like any other, that may queue.
-	case !c.budget.Withdraw():
+	case !c.withdraw(cl):
 		return Permit{}, c.refuse(ctx, d, RetryRefused)
 	}
 	if c.nwait.Load() == 0 && c.tryInc() {
 		return c.admit(ctx, d)
 	}
 	return c.wait(ctx, d, dl)
+}
+
+// withdraw reports whether a retry is within the ratio, and counts it if
+// so: within its client's own (cl, if not nil) and the global window's.
+// A retry the global window refuses is not counted against its client.
+func (c *Controller) withdraw(cl *clientBucket) bool {
+	if cl == nil {
+		return c.budget.Withdraw()
+	}
+	slice, ok := c.clients.reserve(cl, c.now())
+	if !ok {
+		return false
+	}
+	if !c.budget.Withdraw() {
+		c.clients.unreserve(cl, slice)
+		return false
+	}
+	return true
 }
 
 // tryInc takes a slot if one is free.

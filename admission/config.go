@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"time"
 
 	"github.com/stormguard/stormguard/observe"
@@ -101,6 +102,26 @@ type Config struct {
 	// serialises its calls to a Rand it was given, so the Float64 method of
 	// a seeded generator that is not safe for concurrent use is fine.
 	Rand func() float64
+
+	// Client, if not nil, names the client of an HTTP request (an API key,
+	// a tenant, an address) for [Controller.Wrap], so that one client's
+	// retries cannot use the allowance of others: a retry is then admitted
+	// only if the global window admits it and, over the same window, that
+	// client's admitted retries + 1 <= RetryRatio·its originals + 1 (a
+	// floor of one retry per Window per client, 0 when MinRetriesPerSecond
+	// is negative, so that a quiet client may still retry once in a
+	// while). "" is a client like any other (all requests it returns "" for
+	// share one allowance). Clients are kept in a fixed table of 1,024
+	// buckets (80 KiB per Controller) chosen by a hash of the name: two
+	// clients that share a bucket share one allowance, and the global
+	// window still bounds them, so a collision never admits more than the
+	// global ratio. It is called once per request on the serving
+	// goroutine; it must be safe for concurrent use and should not
+	// allocate (Wrap's admitted path allocates nothing beyond it).
+	// [Controller.Acquire] and AcquireProbe have no request and are
+	// unaffected, and so is package grpcretry's server interceptor. nil
+	// means the global window only.
+	Client func(r *http.Request) string
 
 	// Name is the name of what the Controller protects (a service, a
 	// route), given as Name to the events it reports; "" for none.

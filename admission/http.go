@@ -182,7 +182,11 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 		if key := requestKey(r.Header); key != "" && c.keys.seen(key, c.now()) {
 			attempt = max(attempt, 2) // its key was seen: a retry, whatever it says
 		}
-		p, d := c.acquire(r.Context(), attempt, isProbe(r.Header), c.requestDeadline(r))
+		var cl *clientBucket
+		if c.clients != nil {
+			cl = c.clients.bucket(c.cfg.Client(r))
+		}
+		p, d := c.acquire(r.Context(), attempt, isProbe(r.Header), c.requestDeadline(r), cl)
 		if d.Outcome != Admitted {
 			c.writeRefusal(w, d)
 			return
