@@ -163,10 +163,26 @@
 // Controller), one key per slot: with more distinct keys per window than
 // that, a resend may go unnoticed (it counts as the client says); a new
 // request is taken for a resend only on a 40-bit hash collision in its
-// slot. Not promised: an unkeyed client that lies about its attempts is
-// counted as sending originals, which raises the allowance of every
-// client; there is no per-client accounting (one client's retries can use
-// the allowance of others). A client that marks every retry as a probe
+// slot.
+//
+// With Config.Client, a function that names the client of a request (an
+// API key, a tenant, an address), one client's retries cannot use the
+// allowance of others: over HTTP a retry is admitted only if the global
+// rule admits it and, over the same window, that client's retries + 1 <=
+// RetryRatio·its originals + 1 (a floor of one retry per window per
+// client, so that a quiet client can still retry once in a while). Clients
+// are kept in a fixed table of 1,024 buckets (80 KiB) chosen by a hash of
+// the name; names that share a bucket share one allowance, and the global
+// rule still bounds them, so a collision never admits more than the global
+// ratio. [Controller.Acquire] and AcquireProbe have no request and apply
+// the global rule only, as does package grpcretry's server interceptor.
+//
+// Not promised: an unkeyed client that lies about its attempts is counted
+// as sending originals. With Config.Client that raises its own allowance
+// (and the global one by as much), not the others'; without it, it raises
+// the allowance of every client, and one client's retries can use the
+// allowance of others. A client that changes its name gets a fresh
+// allowance per name, within the global rule. A client that marks every retry as a probe
 // (wire.ProbeHeader) gets past the ratio only onto idle slots, never
 // through the queue. A client that sends a far deadline, or none, is held
 // only as long as the queue's limits allow.
