@@ -108,9 +108,9 @@ type Config struct {
 	// retries cannot use the allowance of others: a retry is then admitted
 	// only if the global window admits it and, over the same window, that
 	// client's admitted retries + 1 <= RetryRatio·its originals + 1 (a
-	// floor of one retry per Window per client, 0 when MinRetriesPerSecond
-	// is negative, so that a quiet client may still retry once in a
-	// while). "" is a client like any other (all requests it returns "" for
+	// floor of one retry per Window per client, so that a quiet client may
+	// still retry once in a while; never more than the global floor
+	// MinRetriesPerSecond·Window.Seconds(), so 0 when that is negative). "" is a client like any other (all requests it returns "" for
 	// share one allowance). Clients are kept in a fixed table of 1,024
 	// buckets (80 KiB per Controller) chosen by a hash of the name: two
 	// clients that share a bucket share one allowance, and the global
