@@ -112,6 +112,6 @@ bench:
 demo-screenshot:
 	cd cmd/stormguard && STORMGUARD_DEMO_SCREENSHOT=$(CURDIR)/docs/demo-live.png go test -count=1 -run '^TestDemoScreenshot$$' -v .
 
-## jitter: the seed's jitter table.
+## jitter: the reference jitter table of docs/backoff.md.
 jitter:
 	go run ./cmd/stormguard sim jitter

@@ -28,7 +28,7 @@ import (
 	"github.com/stormguard/stormguard/limit"
 )
 
-// The live metastability scenario (issue 20, SPEC 15): a payment provider
+// The live metastability scenario (issue 20, docs/metastability.md): a payment provider
 // near its capacity (workers x service time = mu, a queue holding D seconds
 // of work, served even for callers who left), 1000 terminals offering rho
 // of mu with a 1 s attempt timeout and a 20 s deadline per payment, and a

@@ -27,7 +27,7 @@ func prepareJitter(args []string, e *env) (func() error, error) {
 	fs := newFlagSet("sim jitter",
 		"Clients that all failed at t=0 retry ROUNDS times, each sleeping its backoff delay after\n"+
 			"its own previous retry; retries are counted per window. With the defaults this prints\n"+
-			"the seed's table (mulberry32 seeded 42, a fresh generator per strategy).",
+			"the reference table of docs/backoff.md (mulberry32 seeded 42, a fresh generator per strategy).",
 		fmt.Sprintf("clients x rounds at most %d (a few seconds and a few hundred MB at most).", maxJitterRetries), e)
 	fs.intVar(&c.Clients, "clients", 1, maxJitterRetries, "number of clients")
 	fs.intVar(&c.Rounds, "rounds", 1, maxJitterRounds, "retries per client")

@@ -16,7 +16,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-func TestSimJitterPrintsSeedTable(t *testing.T) {
+func TestSimJitterPrintsReferenceTable(t *testing.T) {
 	want, err := os.ReadFile("testdata/jitter.golden")
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func TestSimJitterPrintsSeedTable(t *testing.T) {
 		t.Fatalf("sim jitter: exit %d, stderr %q", code, errs)
 	}
 	if out != string(want) {
-		t.Errorf("sim jitter output differs from testdata/jitter.golden (the seed's table):\n%s", out)
+		t.Errorf("sim jitter output differs from testdata/jitter.golden (the reference table of docs/backoff.md):\n%s", out)
 	}
 }
 

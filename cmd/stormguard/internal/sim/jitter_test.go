@@ -41,7 +41,7 @@ decorrelated
   retry 4: occupied windows=116, peak retries in one window=33
 `
 
-func TestJitterReproducesSeedTable(t *testing.T) {
+func TestJitterReproducesReferenceTable(t *testing.T) {
 	r, err := sim.Jitter(sim.DefaultJitterConfig())
 	if err != nil {
 		t.Fatalf("Jitter(default) = %v", err)
