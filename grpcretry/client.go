@@ -26,6 +26,7 @@ import (
 type client struct {
 	cfg     config
 	targets *targets
+	hedges  *hedging // nil: no hedging
 }
 
 // DialOptions returns the dial options that install a retrying client,
@@ -90,6 +91,7 @@ func newClient(opts ...Option) (*client, error) {
 		return nil, err
 	}
 	c.targets = newTargets(maxTargets, layer.New)
+	c.hedges = newHedging(c.cfg.hedge)
 	return c, nil
 }
 
@@ -228,7 +230,9 @@ type unaryCall struct {
 	opts    []grpc.CallOption
 	strip   bool // the caller's metadata carries a wire.PreviousAttemptsMetadata
 	s       safety
-	hold    *holder // made by the first attempt
+	hold    *holder      // made by the first attempt
+	hh      *hedgeTarget // the target's hedging state; nil: no hedge
+	extra   int          // hedges sent: the wire numbers run this far ahead of the loop's
 }
 
 // holder is the per-call memory the attempts share: the call options (the
@@ -251,6 +255,7 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, u.s.key)
 	}
 	u.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
+	u.hh = c.hedgeState(t, method, reply)
 	err = t.Policy.Do(ctx, u.attempt)
 	if re, ok := err.(*retry.Error); ok {
 		return newError(re, u.s.key)
@@ -258,9 +263,10 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 	return err
 }
 
-// attempt is the loop's operation: one attempt of the call.
+// attempt is the loop's operation: one attempt of the call (with its
+// hedges, if the call is hedged).
 func (u *unaryCall) attempt(ctx context.Context, n int) error {
-	ctx = u.c.attemptContext(ctx, n, u.strip)
+	ctx = u.c.attemptContext(ctx, n+u.extra, u.strip)
 	h := u.hold
 	if h == nil {
 		h = new(holder)
@@ -268,6 +274,22 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 		u.hold = h
 	}
 	h.trailer = nil
+	var e end
+	if u.hh != nil {
+		e = u.first(ctx, n)
+	} else {
+		e = u.send(ctx)
+	}
+	if e.err == nil {
+		return nil
+	}
+	return u.s.judge(e.err, e.trailer, e.timedOut)
+}
+
+// send makes one attempt of the call on ctx, which carries its metadata,
+// reading its trailer into the call's holder.
+func (u *unaryCall) send(ctx context.Context) end {
+	h := u.hold
 	actx := ctx
 	var cancel context.CancelFunc
 	if d := u.c.cfg.attemptTimeout; d > 0 {
@@ -279,10 +301,7 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 		timedOut = err != nil && attemptExpired(actx, err) && ctx.Err() == nil
 		cancel()
 	}
-	if err == nil {
-		return nil
-	}
-	return u.s.judge(err, h.trailer, timedOut)
+	return end{err: err, trailer: h.trailer, timedOut: timedOut}
 }
 
 // previousValues are the wire.PreviousAttemptsMetadata values 1 to 16,

@@ -40,6 +40,7 @@ type config struct {
 	bufferStreams  bool // client-streaming and bidi calls may be retried
 	logger         *slog.Logger
 	observer       observe.Observer
+	hedge          *hedgeConfig // nil: no hedging
 }
 
 // Option configures the client [DialOptions] installs; pass options to

@@ -1,0 +1,496 @@
+package grpcretry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/grpcretry/internal/guards"
+	"github.com/stormguard/stormguard/grpcretry/internal/lathist"
+	"github.com/stormguard/stormguard/limit"
+	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/retry"
+	"github.com/stormguard/stormguard/wire"
+)
+
+// The fixed parameters of hedging (docs/hedging.md), those of httpretry's.
+const (
+	// hedgeWindow is the period of a target's latency windows: the
+	// learned delay reads the good answers of the last 10 to 20 s.
+	hedgeWindow = 10 * time.Second
+	// inflatedFactor: no hedge while the target's recent median latency
+	// is above this many times its baseline median (overload).
+	inflatedFactor = 3
+	// pushbackHold is the least time no hedge goes to a target after it
+	// pushed back; a longer hint holds for as long.
+	pushbackHold = 5 * time.Second
+	// maxHedges bounds WithHedging's max.
+	maxHedges = 8
+)
+
+// WithHedging hedges the unary calls of methods (full method names,
+// "/package.Service/Method"), which the caller declares safe to send twice
+// at the same time: when an attempt has not answered within delay, the
+// client sends up to max (0 means 1; at most 8) further copies of it, delay
+// apart, while it is still in flight; the first good answer (OK, or any
+// code but UNAVAILABLE, RESOURCE_EXHAUSTED, INTERNAL, ABORTED,
+// DEADLINE_EXCEEDED and CANCELLED) wins, and the other copies are canceled.
+// No other method is hedged, and no stream is. Declaring a method here does
+// not make it idempotent for retries ([WithIdempotentMethods]). A hedged
+// call's reply must be a proto.Message (a hedge decodes into a fresh one,
+// merged into the caller's if it wins); other calls go unhedged.
+//
+// delay = 0 learns the delay per target: the quantile q of the time to a
+// good answer of the target's recent calls of these methods (the last 10
+// to 20 s; q = 0 means 0.95); with fewer than 20 such answers, no hedge
+// goes. A positive delay is fixed. A negative delay, q outside [0, 1), max
+// outside [0, 8], no method, or a name that is not a full method name is
+// an error of [DialOptions].
+//
+// A hedge is only sent when the target's retry budget grants it (each hedge
+// is one withdrawal: no budget, no hedge), its breaker is closed, its
+// concurrency limiter ([WithLimit]) has a free slot at once (the hedge
+// holds it until it ends) and is not throttling, the target has not pushed
+// back in the last 5 s (RESOURCE_EXHAUSTED, or a failure with a pushback
+// trailer or a RetryInfo, a don't-retry pushback included; a longer hint
+// holds for as long), and its recent median latency is at most 3 times its
+// baseline. Each hedge is an attempt on the wire: it carries the next
+// "grpc-previous-rpc-attempts" number and the call's idempotency key, if
+// any, and an observer hears its own AttemptStart and AttemptEnd
+// (Event.Hedge set; a canceled loser ends with Outcome "canceled"). The
+// retry loop counts the race as one attempt with the winner's answer; a
+// retry after it carries the number after the hedges'. A later
+// WithHedging replaces the earlier one. Off by default.
+func WithHedging(delay time.Duration, q float64, max int, methods ...string) Option {
+	return option(func(c *config) error {
+		switch {
+		case delay < 0:
+			return invalid("hedge delay %v must not be negative", delay)
+		case q < 0 || q >= 1 || q != q:
+			return invalid("hedge quantile %v must be in [0, 1)", q)
+		case max < 0 || max > maxHedges:
+			return invalid("hedges %d must be in [0, %d]", max, maxHedges)
+		case len(methods) == 0:
+			return invalid("hedging needs at least one method")
+		}
+		m := make(map[string]bool, len(methods))
+		for _, name := range methods {
+			if name == "" || name[0] != '/' {
+				return invalid("hedged method %q is not a full method name (/package.Service/Method)", name)
+			}
+			m[name] = true
+		}
+		if q == 0 {
+			q = 0.95
+		}
+		if max == 0 {
+			max = 1
+		}
+		c.hedge = &hedgeConfig{delay: delay, q: q, max: max, methods: m}
+		return nil
+	})
+}
+
+// hedgeConfig is what WithHedging set.
+type hedgeConfig struct {
+	delay   time.Duration // 0: learned
+	q       float64
+	max     int
+	methods map[string]bool
+}
+
+// hedgeTarget is what hedging keeps per target.
+type hedgeTarget struct {
+	lat      *lathist.Hist
+	base     time.Time    // when the target was first seen: the origin of pushedTo
+	pushedTo atomic.Int64 // no hedge before this time (since base), ns
+}
+
+// hedging is a client's hedging state: its targets' and a pool of race
+// states.
+type hedging struct {
+	targets *guards.Table[*hedgeTarget]
+	races   sync.Pool
+}
+
+// newHedging returns the hedging state of a client configured with cfg,
+// nil without hedging.
+func newHedging(cfg *hedgeConfig) *hedging {
+	if cfg == nil {
+		return nil
+	}
+	q := cfg.q
+	return &hedging{targets: guards.NewTable(maxTargets, func(string) (*hedgeTarget, error) {
+		return &hedgeTarget{lat: lathist.New(hedgeWindow, q), base: time.Now()}, nil
+	})}
+}
+
+// hedgeState returns the hedging state of the target of a call of method
+// with reply, nil if the call is never hedged.
+func (c *client) hedgeState(t *target, method string, reply any) *hedgeTarget {
+	if c.hedges == nil || !c.cfg.hedge.methods[method] {
+		return nil
+	}
+	if _, ok := reply.(proto.Message); !ok {
+		return nil
+	}
+	ht, _ := c.hedges.targets.Get(t.Name)
+	return ht
+}
+
+// pushback notes a failed answer of the target that asks for less load:
+// RESOURCE_EXHAUSTED, or any failure with a server hint (a pushback
+// trailer, a don't-retry one included, or a RetryInfo). No hedge goes to
+// the target for pushbackHold, or the hint if longer.
+func (ht *hedgeTarget) pushback(err error, trailer metadata.MD) {
+	if ht == nil || err == nil {
+		return
+	}
+	st := statusOf(err)
+	h := serverHint(trailer, st)
+	if st.Code() != codes.ResourceExhausted && !h.set && !h.stop {
+		return
+	}
+	to := int64(time.Since(ht.base) + max(h.after, pushbackHold))
+	for {
+		cur := ht.pushedTo.Load()
+		if cur >= to || ht.pushedTo.CompareAndSwap(cur, to) {
+			return
+		}
+	}
+}
+
+// quiet reports whether the target may get a hedge as far as its own
+// answers say: no recent pushback, no inflated latency.
+func (ht *hedgeTarget) quiet() bool {
+	return int64(time.Since(ht.base)) >= ht.pushedTo.Load() && !ht.lat.Inflated(inflatedFactor)
+}
+
+// guardsAllow reports whether g lets a hedge go now, short of spending the
+// budget and taking a slot of the limiter: a budget to pay it and a closed
+// breaker.
+func guardsAllow(g retry.Guards) bool {
+	if g.Budget == nil {
+		return false
+	}
+	return g.Breaker == nil || g.Breaker.State() == breaker.Closed
+}
+
+// hedgeSlot takes a slot of the target's concurrency limiter for a hedge,
+// if it has one: at once or not at all (a limiter at its limit, or
+// throttling, refuses). ok is false on a refusal.
+func hedgeSlot(g retry.Guards) (p limit.Permit, ok bool) {
+	if g.Limiter == nil {
+		return p, true
+	}
+	p, err := g.Limiter.Acquire(context.Background()) // no deadline: no wait
+	return p, err == nil
+}
+
+// good reports whether an attempt's end wins a race: success, or a code
+// that is the target's answer rather than a failure to answer.
+func good(err error) bool {
+	if err == nil {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Internal, codes.Aborted, codes.DeadlineExceeded, codes.Canceled:
+		return false
+	}
+	return true
+}
+
+// end is how an attempt ended: its error, its trailer, and whether its own
+// timeout cut it off while the call still had time.
+type end struct {
+	err      error
+	trailer  metadata.MD
+	timedOut bool
+}
+
+// first sends attempt n (ctx carries its metadata): raced against hedges
+// when the target allows them, else as send does. A good answer counts in
+// the target's latencies, and a pushback holds hedges back.
+func (u *unaryCall) first(ctx context.Context, n int) end {
+	ht := u.hh
+	start := time.Now()
+	delay := u.c.cfg.hedge.delay
+	if delay == 0 {
+		delay = ht.lat.Quantile()
+	}
+	if delay > 0 && guardsAllow(u.t.Guards) && ht.quiet() {
+		e := u.race(ctx, n, delay) // notes each failed copy's pushback
+		if good(e.err) {
+			ht.lat.Record(start)
+		}
+		return e
+	}
+	e := u.send(ctx)
+	if good(e.err) {
+		ht.lat.Record(start)
+	} else {
+		ht.pushback(e.err, e.trailer)
+	}
+	return e
+}
+
+// leg is the end of one copy of a race: i is its index (0: the first
+// copy, which decodes into the caller's reply), hl its own state (nil for
+// the first copy).
+type leg struct {
+	i  int
+	e  end
+	hl *hedgeLeg
+}
+
+// hedgeLeg is what a hedge has of its own: the reply it decodes into, and
+// its call options with the trailer they read into.
+type hedgeLeg struct {
+	reply   proto.Message
+	trailer metadata.MD
+	opts    []grpc.CallOption
+}
+
+// raceState is what one race uses: its legs' results and cancels, and its
+// timer. A client keeps a pool of them: a race takes one and the last of
+// its legs to be received gives it back.
+type raceState struct {
+	results chan leg
+	cancels [1 + maxHedges]context.CancelFunc
+	n       int // legs launched
+	timer   *time.Timer
+}
+
+// getRace returns a race state from the pool, its timer stopped and its
+// channel empty.
+func (h *hedging) getRace() *raceState {
+	if rs, ok := h.races.Get().(*raceState); ok {
+		return rs
+	}
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return &raceState{results: make(chan leg, 1+maxHedges), timer: tm}
+}
+
+// putRace gives rs back to the pool once every leg it launched has been
+// received.
+func (h *hedging) putRace(rs *raceState) {
+	rs.timer.Stop() // no stale tick after Stop (Go 1.23 timers)
+	clear(rs.cancels[:])
+	rs.n = 0
+	h.races.Put(rs)
+}
+
+// race sends attempt n and, each time delay passes without a good answer,
+// a hedge while the guards allow one, up to the configured number; the
+// first good answer wins, and the others are canceled. It never returns
+// while the first copy, which decodes into the caller's reply, still runs:
+// after a hedge won, or the caller's context ended, it cancels that copy
+// and waits for its return (at once, as gRPC ends a call on cancel), so
+// that the reply is the caller's alone.
+//
+//stormguard:long the race's select owns its legs' contexts, results and the timer
+func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
+	cfg := &u.c.cfg
+	rs := u.c.hedges.getRace()
+	u.launch(rs, ctx, n+u.extra, nil, limit.Permit{})
+	pending, hedges := 1, 0
+	var first *leg // the first copy's end, once received
+	rs.timer.Reset(delay)
+	var win leg // the winner, the last failure, or the caller's context's end
+	for {
+		select {
+		case l := <-rs.results:
+			pending--
+			if l.i == 0 {
+				first = &l
+			}
+			if !good(l.e.err) {
+				u.hh.pushback(l.e.err, l.e.trailer)
+				hedges = cfg.hedge.max // a failure: no more hedges in this race
+				if pending > 0 {
+					continue
+				}
+			}
+			win = l
+		case <-rs.timer.C:
+			g := u.t.Guards
+			if hedges >= cfg.hedge.max || !guardsAllow(g) || !u.hh.quiet() || !g.Budget.Withdraw() {
+				continue
+			}
+			slot, ok := hedgeSlot(g) // after the budget: a refused slot wastes a withdrawal, never a sample
+			if !ok {
+				continue
+			}
+			hedges++
+			pending++
+			u.extra++
+			hl := &hedgeLeg{reply: u.reply.(proto.Message).ProtoReflect().New().Interface()}
+			hl.opts = append(append(make([]grpc.CallOption, 0, len(u.opts)+1), u.opts...), grpc.Trailer(&hl.trailer))
+			u.launch(rs, ctx, n+u.extra, hl, slot)
+			if hedges < cfg.hedge.max {
+				rs.timer.Reset(delay)
+			}
+			continue
+		case <-ctx.Done():
+			win = leg{i: -1, e: end{err: status.FromContextError(ctx.Err()).Err()}}
+		}
+		break
+	}
+	for _, cancel := range rs.cancels[:rs.n] {
+		cancel()
+	}
+	for first == nil { // the first copy writes the caller's reply: wait for it
+		if l := <-rs.results; l.i == 0 {
+			first = &l
+		}
+		pending--
+	}
+	u.c.hedges.reap(rs, pending)
+	switch {
+	case win.i <= 0:
+		return win.e // the first copy's end, the caller's context's, or a failure of the first copy
+	case good(first.e.err):
+		return first.e // both answered: the caller's reply holds the first copy's
+	case win.e.err == nil:
+		proto.Reset(u.reply.(proto.Message))
+		proto.Merge(u.reply.(proto.Message), win.hl.reply)
+	}
+	return win.e
+}
+
+// reap receives the ends of rs's pending legs, all canceled, on a
+// goroutine of its own that ends with the last of them, and gives rs back
+// to the pool.
+func (h *hedging) reap(rs *raceState, pending int) {
+	if pending == 0 {
+		h.putRace(rs)
+		return
+	}
+	go func() {
+		for range pending {
+			<-rs.results
+		}
+		h.putRace(rs)
+	}()
+}
+
+// launch sends leg rs.n of a race, numbered num on the wire, on a
+// goroutine of its own that hands its end to rs.results: the first copy
+// (hl nil) with ctx as it is, decoding into the caller's reply, or a hedge
+// with its metadata renumbered and slot its limiter's permit.
+func (u *unaryCall) launch(rs *raceState, ctx context.Context, num int, hl *hedgeLeg, slot limit.Permit) {
+	cfg := &u.c.cfg
+	lctx, cancel := context.WithCancel(ctx)
+	if d := cfg.attemptTimeout; d > 0 {
+		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
+	}
+	i := rs.n
+	rs.cancels[i] = cancel
+	rs.n++
+	reply, opts, trailer := u.reply, u.hold.opts, &u.hold.trailer
+	var o observe.Observer
+	if hl != nil {
+		lctx = hedgeContext(lctx, num)
+		reply, opts, trailer = hl.reply, hl.opts, &hl.trailer
+		if o = cfg.observer; o != nil {
+			lctx = hedgeStart(o, lctx, u.t.Name, num)
+		}
+	}
+	l := legCall{invoker: u.invoker, method: u.method, req: u.req, reply: reply, cc: u.cc, opts: opts, trailer: trailer,
+		timeout: cfg.attemptTimeout > 0, g: u.t.Guards, name: u.t.Name, o: o, num: num}
+	go l.run(rs, i, ctx, lctx, hl, slot)
+}
+
+// legCall is what one leg's goroutine needs to make its call. It holds no
+// *unaryCall: a call that a goroutine could reach would be moved to the
+// heap by the compiler, and every call would allocate it.
+type legCall struct {
+	invoker grpc.UnaryInvoker
+	method  string
+	req     any
+	reply   any
+	cc      *grpc.ClientConn
+	opts    []grpc.CallOption
+	trailer *metadata.MD // what opts read the trailer into
+	timeout bool         // the leg has an attempt timeout
+	g       retry.Guards
+	name    string
+	o       observe.Observer // hears a hedge's end; nil: none
+	num     int
+}
+
+// run is one leg's goroutine: the call on lctx, a child of the attempt's
+// ctx, then, for a hedge (hl not nil), its slot given back and its end
+// reported.
+func (l *legCall) run(rs *raceState, i int, ctx, lctx context.Context, hl *hedgeLeg, slot limit.Permit) {
+	t0 := time.Now()
+	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
+	e := end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
+	if hl != nil {
+		ours := errors.Is(lctx.Err(), context.Canceled) && ctx.Err() == nil // the race canceled it
+		if l.g.Limiter != nil {
+			l.g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
+		}
+		if l.o != nil {
+			hedgeEnd(l.o, lctx, l.name, l.num, err, t0)
+		}
+	}
+	rs.results <- leg{i: i, e: e, hl: hl}
+}
+
+// withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
+// cancel that releases both.
+func withTimeoutCancel(ctx context.Context, cancel context.CancelFunc, d time.Duration) (context.Context, context.CancelFunc) {
+	tctx, tcancel := context.WithTimeout(ctx, d)
+	return tctx, func() { tcancel(); cancel() }
+}
+
+// hedgeContext returns ctx, the context of a race's first copy, with the
+// outgoing metadata of hedge num: grpc-previous-rpc-attempts num-1, and no
+// probe mark (only the first copy may be the breaker's probe).
+func hedgeContext(ctx context.Context, num int) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy
+	if md == nil {
+		md = metadata.MD{}
+	}
+	md[wire.PreviousAttemptsMetadata] = previousAttempts(num - 1)
+	delete(md, probeMetadata)
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// hedgeStart reports the start of hedge num to target name to o and
+// returns its context (tagged by the observer, if it tags).
+func hedgeStart(o observe.Observer, ctx context.Context, name string, num int) context.Context {
+	e := observe.Event{Kind: observe.AttemptStart, Name: name, Attempt: num, Hedge: true}
+	if tg, ok := o.(interface {
+		TagAttempt(context.Context, observe.Event) context.Context
+	}); ok {
+		return tg.TagAttempt(ctx, e)
+	}
+	o.Observe(ctx, e)
+	return ctx
+}
+
+// hedgeEnd reports the end of hedge num to target name to o.
+func hedgeEnd(o observe.Observer, ctx context.Context, name string, num int, err error, t0 time.Time) {
+	e := observe.Event{Kind: observe.AttemptEnd, Name: name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
+	switch {
+	case good(err):
+		e.Outcome = "success"
+	case errors.Is(ctx.Err(), context.Canceled):
+		e.Outcome = "canceled"
+	default:
+		e.Outcome = "failure"
+	}
+	o.Observe(ctx, e)
+}
