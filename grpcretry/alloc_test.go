@@ -3,6 +3,7 @@ package grpcretry_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
@@ -46,4 +47,41 @@ func TestSuccessPathAllocs(t *testing.T) {
 		t.Errorf("a successful call allocates %v objects through the interceptor, %v bare: %v more, want at most 2", g, b, g-b)
 	}
 	t.Logf("allocs per call: bare %v, through grpcretry %v", b, g)
+}
+
+// TestHedgeSuccessPathAllocs: hedging adds no allocation to a successful
+// call that runs no race: a method not declared for hedging, or a
+// declared one whose hedges are held back (here: no budget; or its delay
+// not learned yet, its target pushing back...). A declared call that
+// runs a race its first copy wins (a fixed delay it answers within) costs
+// at most 8 objects more (7 measured): the first copy's own cancelable
+// context (with its cancel func and the Done channel grpc-go waits on) and
+// the goroutine it runs on.
+func TestHedgeSuccessPathAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts over a live connection")
+	}
+	addr := serve(t, &staticServer{resp: &testpb.SimpleResponse{}})
+	req := &testpb.SimpleRequest{}
+	allocs := func(opts ...grpcretry.Option) float64 {
+		c := dial(t, addr, newClient(t, append(opts, grpcretry.WithIdempotentMethods(unaryMethod))...)...)
+		ctx := context.Background()
+		for range 100 { // connect and warm up
+			if _, err := c.UnaryCall(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return testing.AllocsPerRun(1000, func() { _, _ = c.UnaryCall(ctx, req) })
+	}
+	plain := allocs()
+	other := allocs(grpcretry.WithHedging(time.Hour, 0, 1, "/other.Service/Get"))
+	held := allocs(grpcretry.WithHedging(time.Hour, 0, 1, unaryMethod), grpcretry.WithBudget(nil))
+	raced := allocs(grpcretry.WithHedging(time.Hour, 0, 1, unaryMethod))
+	t.Logf("allocs per call: no hedging %v, another method hedged %v, hedges held back %v, raced %v", plain, other, held, raced)
+	if other != plain || held != plain {
+		t.Errorf("a call that runs no race allocates %v (another method hedged) and %v (hedges held back), %v without hedging; want the same", other, held, plain)
+	}
+	if raced-plain > 8 {
+		t.Errorf("a raced call its first copy wins allocates %v, %v more than without hedging; want at most 8", raced, raced-plain)
+	}
 }

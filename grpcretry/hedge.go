@@ -304,7 +304,8 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	rs := u.c.hedges.getRace()
 	u.launch(rs, ctx, n+u.extra, nil, limit.Permit{})
 	pending, hedges := 1, 0
-	var first *leg // the first copy's end, once received
+	var first leg // the first copy's end, once received (firstIn)
+	firstIn := false
 	rs.timer.Reset(delay)
 	var win leg // the winner, the last failure, or the caller's context's end
 	for {
@@ -312,7 +313,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		case l := <-rs.results:
 			pending--
 			if l.i == 0 {
-				first = &l
+				first, firstIn = l, true
 			}
 			if !good(l.e.err) {
 				u.hh.pushback(l.e.err, l.e.trailer)
@@ -349,9 +350,9 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	for _, cancel := range rs.cancels[:rs.n] {
 		cancel()
 	}
-	for first == nil { // the first copy writes the caller's reply: wait for it
+	for !firstIn { // the first copy writes the caller's reply: wait for it
 		if l := <-rs.results; l.i == 0 {
-			first = &l
+			first, firstIn = l, true
 		}
 		pending--
 	}
@@ -408,7 +409,7 @@ func (u *unaryCall) launch(rs *raceState, ctx context.Context, num int, hl *hedg
 	}
 	l := legCall{invoker: u.invoker, method: u.method, req: u.req, reply: reply, cc: u.cc, opts: opts, trailer: trailer,
 		timeout: cfg.attemptTimeout > 0, g: u.t.Guards, name: u.t.Name, o: o, num: num}
-	go l.run(rs, i, ctx, lctx, hl, slot)
+	go runLeg(l, rs, i, ctx, lctx, hl, slot)
 }
 
 // legCall is what one leg's goroutine needs to make its call. It holds no
@@ -429,10 +430,10 @@ type legCall struct {
 	num     int
 }
 
-// run is one leg's goroutine: the call on lctx, a child of the attempt's
-// ctx, then, for a hedge (hl not nil), its slot given back and its end
-// reported.
-func (l *legCall) run(rs *raceState, i int, ctx, lctx context.Context, hl *hedgeLeg, slot limit.Permit) {
+// runLeg is one leg's goroutine: l's call on lctx, a child of the
+// attempt's ctx, then, for a hedge (hl not nil), its slot given back and
+// its end reported.
+func runLeg(l legCall, rs *raceState, i int, ctx, lctx context.Context, hl *hedgeLeg, slot limit.Permit) {
 	t0 := time.Now()
 	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
 	e := end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
