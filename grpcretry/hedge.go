@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -253,11 +254,60 @@ type leg struct {
 }
 
 // hedgeLeg is what a hedge has of its own: the reply it decodes into, and
-// its call options with the trailer they read into.
+// its call options with the header, trailer and peer they read into in
+// place of the caller's (two copies in flight must not write the same
+// variables): the caller's are set from these if the hedge wins.
 type hedgeLeg struct {
 	reply   proto.Message
+	header  metadata.MD
 	trailer metadata.MD
+	peer    peer.Peer
 	opts    []grpc.CallOption
+	outs    []grpc.CallOption // the caller's header, trailer and peer options
+}
+
+// newHedgeLeg returns the state of a hedge of a call with reply (a
+// proto.Message) and the caller's options opts.
+func newHedgeLeg(reply any, opts []grpc.CallOption) *hedgeLeg {
+	hl := &hedgeLeg{reply: reply.(proto.Message).ProtoReflect().New().Interface()}
+	hl.opts = make([]grpc.CallOption, 0, len(opts)+1)
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			hl.outs = append(hl.outs, o)
+			o.HeaderAddr = &hl.header
+			hl.opts = append(hl.opts, o)
+		case grpc.TrailerCallOption:
+			hl.outs = append(hl.outs, o) // read into hl.trailer below
+		case grpc.PeerCallOption:
+			hl.outs = append(hl.outs, o)
+			o.PeerAddr = &hl.peer
+			hl.opts = append(hl.opts, o)
+		default:
+			hl.opts = append(hl.opts, o)
+		}
+	}
+	hl.opts = append(hl.opts, grpc.Trailer(&hl.trailer))
+	return hl
+}
+
+// won sets the caller's reply, header, trailer and peer from the hedge's,
+// once the first copy, which wrote them, has returned.
+func (hl *hedgeLeg) won(reply any, ok bool) {
+	if ok {
+		proto.Reset(reply.(proto.Message))
+		proto.Merge(reply.(proto.Message), hl.reply)
+	}
+	for _, o := range hl.outs {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			*o.HeaderAddr = hl.header
+		case grpc.TrailerCallOption:
+			*o.TrailerAddr = hl.trailer
+		case grpc.PeerCallOption:
+			*o.PeerAddr = hl.peer
+		}
+	}
 }
 
 // raceState is what one race uses: its legs' results and cancels, and its
@@ -335,9 +385,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 			hedges++
 			pending++
 			u.extra++
-			hl := &hedgeLeg{reply: u.reply.(proto.Message).ProtoReflect().New().Interface()}
-			hl.opts = append(append(make([]grpc.CallOption, 0, len(u.opts)+1), u.opts...), grpc.Trailer(&hl.trailer))
-			u.launch(rs, ctx, n+u.extra, hl, slot)
+			u.launch(rs, ctx, n+u.extra, newHedgeLeg(u.reply, u.opts), slot)
 			if hedges < cfg.hedge.max {
 				rs.timer.Reset(delay)
 			}
@@ -362,10 +410,8 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		return win.e // the first copy's end, the caller's context's, or a failure of the first copy
 	case good(first.e.err):
 		return first.e // both answered: the caller's reply holds the first copy's
-	case win.e.err == nil:
-		proto.Reset(u.reply.(proto.Message))
-		proto.Merge(u.reply.(proto.Message), win.hl.reply)
 	}
+	win.hl.won(u.reply, win.e.err == nil)
 	return win.e
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -76,6 +77,8 @@ func (s *legServer) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 		s.mu.Unlock()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("leg", strconv.Itoa(i)))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("leg", strconv.Itoa(i)))
 	if a.pushback != nil {
 		_ = grpc.SetTrailer(ctx, metadata.MD{wire.PushbackMetadata: a.pushback})
 	}
@@ -540,4 +543,34 @@ func TestHedgeTakesALimiterSlot(t *testing.T) {
 			lim.Release(p, false)
 		}
 	})
+}
+
+// TestHedgeCallOptions: the caller's header, trailer and peer options are
+// not shared by copies in flight together; they get the winner's.
+func TestHedgeCallOptions(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ds   []time.Duration
+		want string
+	}{
+		{"hedge wins", []time.Duration{time.Second, 10 * time.Millisecond}, "1"},
+		{"first copy wins", []time.Duration{60 * time.Millisecond, time.Second}, "0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &legServer{answer: delays(tt.ds...)}
+				c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod))...)
+				var header, trailer metadata.MD
+				var p peer.Peer
+				_, err := c.UnaryCall(t.Context(), &testpb.SimpleRequest{}, grpc.Header(&header), grpc.Trailer(&trailer), grpc.Peer(&p))
+				if err != nil || srv.n() != 2 {
+					t.Fatalf("UnaryCall = %v after %d server calls; want success after a hedge", err, srv.n())
+				}
+				if h, tr := strings.Join(header["leg"], ","), strings.Join(trailer["leg"], ","); h != tt.want || tr != tt.want || p.Addr == nil {
+					t.Errorf("header %q, trailer %q, peer %v; want the winner's, %q, and a peer", h, tr, p.Addr, tt.want)
+				}
+				srv.settle(t)
+			})
+		})
+	}
 }
