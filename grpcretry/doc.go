@@ -115,6 +115,15 @@
 // meets an open breaker waits for it when its deadline allows (see
 // retry.WithGuards).
 //
+// # Hedging
+//
+// [WithHedging] sends a copy of a slow unary call of a method the caller
+// declares safe to send twice at the same time, after a fixed delay or the
+// learned quantile of the target's recent answers: paid from the target's
+// retry budget, never while its breaker is not closed, its limiter is
+// full, it pushed back, or its latency is inflated; the first good answer
+// wins and the others are canceled. Streams are never hedged.
+//
 // # Servers
 //
 // [AdmissionServerOptions] puts calls through an admission.Controller: a retry beyond the fleet's
