@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry/internal/guards"
 	"github.com/stormguard/stormguard/grpcretry/internal/lathist"
 	"github.com/stormguard/stormguard/limit"
@@ -177,10 +178,10 @@ func (ht *hedgeTarget) quiet() bool {
 }
 
 // guardsAllow reports whether g lets a hedge go now, short of spending the
-// budget and taking a slot of the limiter: a budget to pay it and a closed
-// breaker.
+// budget and taking a slot of the limiter: a budget to pay it (a nil
+// *budget.Budget is none) and a closed breaker.
 func guardsAllow(g retry.Guards) bool {
-	if g.Budget == nil {
+	if bb, ok := g.Budget.(*budget.Budget); g.Budget == nil || ok && bb == nil {
 		return false
 	}
 	return g.Breaker == nil || g.Breaker.State() == breaker.Closed

@@ -244,6 +244,10 @@ func TestHedgeHeldBack(t *testing.T) {
 			return []grpcretry.Option{grpcretry.WithHedging(50*time.Millisecond, 0, 1, "/other.Service/Get")}
 		}, nil},
 		{"no budget", func(*testing.T) []grpcretry.Option { return []grpcretry.Option{grpcretry.WithBudget(nil)} }, nil},
+		{"a nil *budget.Budget supplied", func(*testing.T) []grpcretry.Option {
+			var none *budget.Budget
+			return []grpcretry.Option{withGuards(retry.Guards{Budget: none})}
+		}, nil},
 		{"budget refuses", func(t *testing.T) []grpcretry.Option {
 			r := &refuser{}
 			t.Cleanup(func() {
