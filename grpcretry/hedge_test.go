@@ -581,3 +581,38 @@ func TestHedgeCallOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestHedgeHeldBackWhenInflated: once the target's recent median latency
+// is over 3 times its baseline, no hedge goes (a tail caused by overload
+// is not helped by more load).
+func TestHedgeHeldBackWhenInflated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: delays(10 * time.Millisecond)}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(200*time.Millisecond, 0, 1, unaryMethod))...)
+		set := func(f func(int) legAnswer) {
+			srv.mu.Lock()
+			srv.answer = f
+			srv.mu.Unlock()
+		}
+		for range 20 { // the baseline: 10ms
+			hedgeCall(t.Context(), c)
+		}
+		time.Sleep(10 * time.Second) // the window ends
+		set(delays(50 * time.Millisecond))
+		for range 32 { // the latest 32 answers: 50ms, 5 times the baseline
+			hedgeCall(t.Context(), c)
+		}
+		time.Sleep(100 * time.Millisecond) // the cached reads refresh
+		n := srv.n()
+		set(func(i int) legAnswer {
+			if i == n {
+				return legAnswer{delay: time.Second}
+			}
+			return legAnswer{delay: 10 * time.Millisecond}
+		})
+		if _, took, err := hedgeCall(t.Context(), c); err != nil || took != time.Second || srv.n() != n+1 {
+			t.Errorf("UnaryCall with latency 5 times the baseline = %v after %v, %d server calls; want the attempt's answer after 1s, no hedge", err, took, srv.n()-n)
+		}
+		srv.settle(t)
+	})
+}
