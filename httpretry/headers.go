@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -49,4 +50,22 @@ var probeValue = []string{"1"}
 // until its deadline: whole milliseconds, rounded down, at least 0.
 func timeoutValue(left time.Duration) []string {
 	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
+}
+
+// attemptHeader returns the header of attempt n of a request with header
+// src and the transport's idempotency key (nil if none): see call.header.
+func attemptHeader(src http.Header, key []string, n int) http.Header {
+	h := make(http.Header, len(src)+2)
+	for k, v := range src {
+		h[k] = v
+	}
+	if n > 1 {
+		h[wire.AttemptHeader] = attemptValue(n)
+	} else {
+		delete(h, wire.AttemptHeader) // a first attempt carries none
+	}
+	if key != nil {
+		h[idempotency.Header] = key
+	}
+	return h
 }

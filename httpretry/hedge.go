@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -210,138 +211,225 @@ func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
 	return c.race(ctx, n, h, delay, start)
 }
 
-// leg is the end of one request of a race.
+// leg is the end of one request of a race: i is 0 for the first copy,
+// the hedge's rank for a hedge.
 type leg struct {
 	i    int
 	resp *http.Response
 	err  error
 }
 
-// raceState is what one race uses: its legs' results and cancels, and
-// its timer. A Transport keeps a pool of them: a race takes one and the
-// last of its legs to be received gives it back, so that a race the first
-// attempt wins allocates none of it.
+// raceState is what one race uses: its copies' cancels, the hedges' ends
+// and the timer that sends them. A Transport keeps a pool of them: a call
+// whose first copy answers before the delay takes one, stops its timer
+// before it fires and gives it back, allocating none of it. A race whose
+// timer fired is never given back: a callback of its timer may still be
+// running.
 type raceState struct {
-	results chan leg
-	cancels [1 + maxHedges]context.CancelFunc
-	n       int // legs launched
-	timer   *time.Timer
+	timer   *time.Timer // time.AfterFunc(fire): sends a hedge; stopped in the pool
+	results chan leg    // the hedges' ends, maxHedges deep: a hedge never waits
+
+	mu      sync.Mutex
+	p       raceParams
+	cancels [1 + maxHedges]context.CancelFunc // 0: the first copy's
+	hedges  int                               // hedges sent
+	over    bool                              // the first copy answered: no more hedges, and none cancels it
+	failed  bool                              // a hedge failed: no more hedges
+	lost    bool                              // a hedge's good answer canceled the first copy
 }
 
-// getRace returns a race state from t's pool, its timer stopped and its
-// channel empty.
+// raceParams is what the hedges of a race are made from: copies of the
+// call's fields (a *call that the timer's goroutine could reach would be
+// moved to the heap by the compiler, and every RoundTrip would allocate
+// it).
+type raceParams struct {
+	t     *Transport
+	dest  *host
+	hh    *hedgeHost
+	ctx   context.Context // the attempt's context: every copy's parent
+	src   *http.Request
+	key   []string
+	num   int // the first copy's wire number; hedge i carries num+i
+	delay time.Duration
+}
+
+// getRace returns a race state from t's pool, its timer stopped.
 func (t *Transport) getRace() *raceState {
 	if rs, ok := t.races.Get().(*raceState); ok {
 		return rs
 	}
-	tm := time.NewTimer(time.Hour)
-	tm.Stop()
-	return &raceState{results: make(chan leg, 1+maxHedges), timer: tm}
+	rs := &raceState{results: make(chan leg, maxHedges)}
+	rs.timer = time.AfterFunc(time.Hour, rs.fire)
+	rs.timer.Stop()
+	return rs
 }
 
-// putRace gives rs back to the pool once every leg it launched has been
-// received.
-func (t *Transport) putRace(rs *raceState) {
-	rs.timer.Stop() // no stale tick after Stop (Go 1.23 timers)
-	clear(rs.cancels[:])
-	rs.n = 0
-	t.races.Put(rs)
-}
-
-// race sends attempt n and, each time delay passes without a good answer,
-// a hedge while the guards allow one, up to the configured number; the
-// first good answer wins, and the others are canceled and closed.
-//
-//stormguard:long the race's select owns its legs' contexts, results and the timer
+// race sends attempt n as its first copy, on the caller's goroutine, and
+// arms rs's timer: each time delay passes without a good answer, the
+// timer's goroutine sends a hedge while the guards allow one, up to the
+// configured number. The first good answer wins; the others are canceled
+// and closed. When the first copy answers before the delay, the race
+// costs only the first copy's context, request copy and the body wrapper
+// that releases the context.
 func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, start time.Time) (*http.Response, error) {
-	cfg := &c.t.cfg
+	lctx, cancel := context.WithCancel(ctx)
+	if d := c.t.cfg.attemptTimeout; d > 0 {
+		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
+	}
+	num := n + c.extra
+	r := c.firstCopy(ctx, lctx, num)
 	rs := c.t.getRace()
-	c.launch(rs, ctx, n+c.extra, false, limit.Permit{})
-	pending, hedges := 1, 0
+	rs.mu.Lock()
+	rs.p = raceParams{t: c.t, dest: h, hh: c.hh, ctx: ctx, src: c.src, key: c.key, num: num, delay: delay}
+	rs.cancels[0] = cancel
 	rs.timer.Reset(delay)
-	held := leg{i: -1} // the latest failure, returned if every leg fails
-	for {
+	rs.mu.Unlock()
+
+	c.sends++
+	resp, err := c.t.roundTrip(r)
+
+	rs.mu.Lock()
+	rs.over = true
+	stopped := rs.timer.Stop()
+	hedges, lost := rs.hedges, rs.lost
+	rs.mu.Unlock()
+	if stopped && hedges == 0 {
+		// The timer never fired: no hedge, and rs is free again.
+		rs.p = raceParams{}
+		rs.cancels[0] = nil
+		rs.over = false
+		c.t.races.Put(rs)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if good(resp, nil) {
+			c.hh.lat.Record(start)
+		}
+		c.cur, c.curCancel = resp, cancel
+		return resp, nil
+	}
+	c.extra += hedges
+	c.sends += hedges
+	return c.settle(rs, ctx, leg{i: 0, resp: resp, err: err}, lost, hedges, start)
+}
+
+// firstCopy returns the request of a race's first copy, on lctx: the
+// caller's request as send would send it when it would go as it is (same
+// header), else a copy numbered num as a hedge's.
+func (c *call) firstCopy(ctx, lctx context.Context, num int) *http.Request {
+	if num == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.t.cfg.attemptTimeout == 0 && ctx == c.req.Context() {
+		return c.req.WithContext(lctx)
+	}
+	return legRequest(c.src, c.key, lctx, num, true)
+}
+
+// settle ends a race whose timer fired, once its first copy answered
+// (first; lost if a hedge's good answer canceled it) and hedges were sent
+// (none starts after that): the first good answer wins, or the last
+// failure if every copy fails.
+func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, hedges int, start time.Time) (*http.Response, error) {
+	legs, pending := 1+hedges, hedges
+	held := leg{i: -1} // the latest failure, returned if every copy fails
+	switch {
+	case lost: // its cancel was called by the hedge that won
+		if first.resp != nil && first.resp.Body != nil {
+			_ = first.resp.Body.Close()
+		}
+	case good(first.resp, first.err):
+		return c.win(rs, first, legs, pending, start)
+	default:
+		if first.resp != nil {
+			c.hh.pushback(first.resp.StatusCode, retryAfterOf(first.resp), first.resp.Header)
+		}
+		held = first
+	}
+	for pending > 0 {
 		select {
 		case l := <-rs.results:
 			pending--
-			if good(l.resp, l.err) {
-				c.hh.lat.Record(start)
-				c.cur, c.curCancel = l.resp, rs.cancels[l.i]
-				c.closeLeg(held, rs)
-				c.reap(rs, pending, l.i)
-				return l.resp, nil
-			}
-			if l.resp != nil {
-				c.hh.pushback(l.resp.StatusCode, retryAfterOf(l.resp), l.resp.Header)
-			}
 			c.closeLeg(held, rs)
+			if good(l.resp, l.err) {
+				return c.win(rs, l, legs, pending, start)
+			}
 			held = l
-			hedges = cfg.hedge.max // a failure: no more hedges in this race
-			if pending > 0 {
-				continue
-			}
-			cancel := rs.cancels[l.i]
-			c.t.putRace(rs)
-			if l.err != nil {
-				cancel()
-				return nil, l.err
-			}
-			c.cur, c.curCancel = l.resp, cancel
-			return l.resp, nil
-		case <-rs.timer.C:
-			if hedges >= cfg.hedge.max || !guardsAllow(h.Guards) || !c.hh.quiet() || !h.Guards.Budget.Withdraw() {
-				continue
-			}
-			slot, ok := hedgeSlot(h.Guards) // after the budget: a refused slot wastes a withdrawal, never a sample
-			if !ok {
-				continue
-			}
-			hedges++
-			pending++
-			c.extra++
-			c.launch(rs, ctx, n+c.extra, true, slot)
-			if hedges < cfg.hedge.max {
-				rs.timer.Reset(delay)
-			}
 		case <-ctx.Done():
 			c.closeLeg(held, rs)
-			c.reap(rs, pending, -1)
+			reap(rs, legs, pending, -1)
 			return nil, ctx.Err()
 		}
 	}
+	cancel := rs.cancels[held.i]
+	if held.err != nil {
+		cancel()
+		return nil, held.err
+	}
+	c.cur, c.curCancel = held.resp, cancel
+	return held.resp, nil
 }
 
-// launch sends leg rs.n of a race, numbered num on the wire, on a
-// goroutine of its own that hands its end to rs.results.
-func (c *call) launch(rs *raceState, ctx context.Context, num int, hedge bool, slot limit.Permit) {
-	cfg := &c.t.cfg
-	lctx, cancel := context.WithCancel(ctx)
+// win hands l, a race's first good answer, to the call, and cancels and
+// closes the other legs.
+func (c *call) win(rs *raceState, l leg, legs, pending int, start time.Time) (*http.Response, error) {
+	c.hh.lat.Record(start)
+	c.cur, c.curCancel = l.resp, rs.cancels[l.i]
+	reap(rs, legs, pending, l.i)
+	return l.resp, nil
+}
+
+// fire is rs's timer's callback: it sends a hedge, if the race still wants
+// one and the guards allow it, and re-arms the timer for the next. The
+// hedge runs on the timer's goroutine; a good answer cancels the first
+// copy, still in flight, so that the race's caller gets the hedge's.
+func (rs *raceState) fire() {
+	rs.mu.Lock()
+	p := rs.p
+	g := p.dest.Guards
+	cfg := &p.t.cfg
+	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
+		rs.mu.Unlock()
+		return
+	}
+	slot, ok := hedgeSlot(g) // after the budget: a refused slot wastes a withdrawal, never a sample
+	if !ok {
+		rs.mu.Unlock()
+		return
+	}
+	rs.hedges++
+	i := rs.hedges
+	lctx, cancel := context.WithCancel(p.ctx)
 	if d := cfg.attemptTimeout; d > 0 {
 		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
 	}
-	i := rs.n
 	rs.cancels[i] = cancel
-	rs.n++
-	if hedge && cfg.observer != nil {
-		lctx = c.hedgeStart(lctx, num)
+	if rs.hedges < cfg.hedge.max {
+		rs.timer.Reset(p.delay)
 	}
-	r := c.legRequest(lctx, num, !hedge)
-	c.sends++
-	go runLeg(c.t, c.dest, rs, i, r, ctx, lctx, num, hedge, slot)
-}
+	rs.mu.Unlock()
 
-// runLeg is one leg's goroutine, a request to dest through t. It takes no
-// *call: a call that a goroutine could reach would be moved to the heap by
-// the compiler, and every RoundTrip would allocate it.
-func runLeg(t *Transport, dest *host, rs *raceState, i int, r *http.Request, ctx, lctx context.Context, num int, hedge bool, slot limit.Permit) {
-	t0 := time.Now()
-	resp, err := t.roundTrip(r) // an observer of HTTP requests sees every leg
-	if hedge {
-		releaseSlot(dest.Guards, slot, ctx, lctx, resp, err)
-		if t.cfg.observer != nil {
-			hedgeEnd(t.cfg.observer, dest, lctx, num, resp, err, t0)
-		}
+	num := p.num + i
+	if cfg.observer != nil {
+		lctx = hedgeStart(cfg.observer, p.dest, lctx, num)
 	}
+	t0 := time.Now()
+	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false)) // an observer of HTTP requests sees every leg
+	releaseSlot(g, slot, p.ctx, lctx, resp, err)
+	if cfg.observer != nil {
+		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0)
+	}
+	won := good(resp, err)
+	if !won && resp != nil {
+		p.hh.pushback(resp.StatusCode, retryAfterOf(resp), resp.Header)
+	}
+	rs.mu.Lock()
+	if won && !rs.over && !rs.lost {
+		rs.lost = true
+		rs.cancels[0]()
+	}
+	if !won {
+		rs.failed = true // a failure: no more hedges in this race
+	}
+	rs.mu.Unlock()
 	rs.results <- leg{i: i, resp: resp, err: err}
 }
 
@@ -364,20 +452,18 @@ func (c *call) closeLeg(l leg, rs *raceState) {
 	rs.cancels[l.i]()
 }
 
-// reap cancels every leg but the winner (keep; -1 for none), closes the
-// answers of the pending ones as they come, on a goroutine of its own that
-// ends with the last of them, and gives rs back to the pool.
-func (c *call) reap(rs *raceState, pending int, keep int) {
-	for i, cancel := range rs.cancels[:rs.n] {
+// reap cancels the first legs of rs but the winner (keep; -1 for none)
+// and closes the answers of the pending ones as they come, on a goroutine
+// of its own that ends with the last of them.
+func reap(rs *raceState, legs, pending int, keep int) {
+	for i, cancel := range rs.cancels[:legs] {
 		if i != keep {
 			cancel()
 		}
 	}
 	if pending == 0 {
-		c.t.putRace(rs)
 		return
 	}
-	t := c.t // not c: see runLeg
 	go func() {
 		for range pending {
 			l := <-rs.results
@@ -385,7 +471,6 @@ func (c *call) reap(rs *raceState, pending int, keep int) {
 				_ = l.resp.Body.Close()
 			}
 		}
-		t.putRace(rs)
 	}()
 }
 
@@ -398,12 +483,13 @@ func retryAfterOf(resp *http.Response) time.Duration {
 	return 0
 }
 
-// legRequest returns the request of one leg of a race: a copy of the source
-// request on ctx, numbered num on the wire, marked as the breaker's probe
-// if the primary is one, with the time its caller waits.
-func (c *call) legRequest(ctx context.Context, num int, primary bool) *http.Request {
-	r := c.src.WithContext(ctx)
-	r.Header = c.header(num)
+// legRequest returns the request of one leg of a race: a copy of src on
+// ctx, numbered num on the wire (with the transport's key, if any), marked
+// as the breaker's probe if it is the primary of one, with the time its
+// caller waits.
+func legRequest(src *http.Request, key []string, ctx context.Context, num int, primary bool) *http.Request {
+	r := src.WithContext(ctx)
+	r.Header = attemptHeader(src.Header, key, num)
 	if primary && retry.IsProbe(ctx) {
 		r.Header[wire.ProbeHeader] = probeValue
 	} else {
@@ -415,11 +501,10 @@ func (c *call) legRequest(ctx context.Context, num int, primary bool) *http.Requ
 	return r
 }
 
-// hedgeStart reports the start of hedge num and returns its context
-// (tagged by the observer, if it tags).
-func (c *call) hedgeStart(ctx context.Context, num int) context.Context {
-	o := c.t.cfg.observer
-	e := observe.Event{Kind: observe.AttemptStart, Name: c.dest.Name, Attempt: num, Hedge: true}
+// hedgeStart reports the start of hedge num to dest to o and returns its
+// context (tagged by the observer, if it tags).
+func hedgeStart(o observe.Observer, dest *host, ctx context.Context, num int) context.Context {
+	e := observe.Event{Kind: observe.AttemptStart, Name: dest.Name, Attempt: num, Hedge: true}
 	if tg, ok := o.(interface {
 		TagAttempt(context.Context, observe.Event) context.Context
 	}); ok {

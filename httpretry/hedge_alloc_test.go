@@ -75,8 +75,7 @@ func BenchmarkHedgeNotNeeded(b *testing.B) {
 		{"race won by the attempt", []httpretry.Option{httpretry.WithHedging(time.Second, 0, 1)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
-			tr, err := httpretry.NewTransport(canned{resp}, bc.opts...)
+			tr, err := httpretry.NewTransport(fresh{}, bc.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

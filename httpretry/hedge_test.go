@@ -31,6 +31,7 @@ import (
 type legBase struct {
 	answer func(i int) (time.Duration, int)
 	deaf   bool
+	watch  bool // a body's reads fail once its request's context ends, as net/http's do
 
 	mu       sync.Mutex
 	reqs     []*http.Request
@@ -63,7 +64,7 @@ func (b *legBase) RoundTrip(r *http.Request) (*http.Response, error) {
 		h.Set("Retry-After", "2")
 	}
 	return &http.Response{StatusCode: code, Header: h, Request: r,
-		Body: &countedBody{Reader: strings.NewReader("leg" + strconv.Itoa(i)), open: &b.open}}, nil
+		Body: &countedBody{Reader: strings.NewReader("leg" + strconv.Itoa(i)), open: &b.open, ctx: b.watched(r)}}, nil
 }
 
 // sent returns the requests the base got.
@@ -82,6 +83,22 @@ type countedBody struct {
 	io.Reader
 	open   *atomic.Int64
 	closed atomic.Bool
+	ctx    context.Context // nil: reads ignore the request's context
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	if b.ctx != nil && b.ctx.Err() != nil {
+		return 0, b.ctx.Err()
+	}
+	return b.Reader.Read(p)
+}
+
+// watched returns the context r's body reads watch, nil if none.
+func (b *legBase) watched(r *http.Request) context.Context {
+	if b.watch {
+		return r.Context()
+	}
+	return nil
 }
 
 func (b *countedBody) Close() error {
@@ -140,7 +157,12 @@ func TestHedgeWinsAtDelay(t *testing.T) {
 		{"attempt answers before the delay", 1, delays(10*time.Millisecond, time.Millisecond), false, "leg0", 10 * time.Millisecond, ""},
 		{"attempt wins against its hedge", 1, delays(80*time.Millisecond, time.Second), false, "leg0", 80 * time.Millisecond, ",2"},
 		{"second hedge wins", 2, delays(time.Second, time.Second, 20*time.Millisecond), false, "leg2", 120 * time.Millisecond, ",2,3"},
-		{"loser answers after the winner (deaf base)", 1, delays(100*time.Millisecond, 40*time.Millisecond), true, "leg1", 90 * time.Millisecond, ",2"},
+		{"hedge answers after the winner (deaf base)", 1, delays(80*time.Millisecond, time.Second), true, "leg0", 80 * time.Millisecond, ",2"},
+		// The first copy runs on the caller's goroutine: the hedge's answer
+		// comes back when the canceled first copy returns, at once over a
+		// base that honours the request's context, when it answers over one
+		// that does not; its answer is then closed.
+		{"first copy answers after the winner (deaf base)", 1, delays(100*time.Millisecond, 40*time.Millisecond), true, "leg1", 100 * time.Millisecond, ",2"},
 		{"failed hedge, attempt still wins", 1, func(i int) (time.Duration, int) {
 			if i == 1 {
 				return time.Millisecond, http.StatusBadGateway
@@ -445,5 +467,39 @@ func TestHedgeTakesALimiterSlot(t *testing.T) {
 		for _, p := range ps {
 			lim.Release(p, false)
 		}
+	})
+}
+
+// TestHedgeBodyOpenAcrossRaces: a response whose first copy answered
+// before the delay stays readable while later races of the same transport
+// (reusing its race state) cancel their first copies, over a base whose
+// bodies fail once their request's context ends.
+func TestHedgeBodyOpenAcrossRaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Request 0 answers in 10 ms; then each race's first copy (odd)
+		// in 1 s, its hedge (even) in 10 ms.
+		base := &legBase{answer: func(i int) (time.Duration, int) {
+			if i%2 == 1 {
+				return time.Second, http.StatusOK
+			}
+			return 10 * time.Millisecond, http.StatusOK
+		}, watch: true}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1))
+		req, _ := http.NewRequest(http.MethodGet, "http://example.test/x", nil)
+		held, err := tr.RoundTrip(req) // leg0, before the delay: no race
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 { // each: the first copy (1 s) loses to its hedge (10 ms)
+			if body, took, err := hedgeGet(t, tr, context.Background()); err != nil || !strings.HasPrefix(body, "leg") || body == "leg0" || took != 60*time.Millisecond {
+				t.Errorf("race = %q after %v, %v; want a hedge's answer after 60ms", body, took, err)
+			}
+		}
+		b, err := io.ReadAll(held.Body)
+		held.Body.Close()
+		if err != nil || string(b) != "leg0" {
+			t.Errorf("body held open across 5 races = %q, %v; want \"leg0\"", b, err)
+		}
+		base.settle(t)
 	})
 }

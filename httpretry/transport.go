@@ -533,20 +533,7 @@ func (c *call) body() (io.ReadCloser, error) {
 // (their values shared, never modified), the attempt number from the second
 // attempt on, and the transport's idempotency key, if any.
 func (c *call) header(n int) http.Header {
-	src := c.src.Header
-	h := make(http.Header, len(src)+2)
-	for k, v := range src {
-		h[k] = v
-	}
-	if n > 1 {
-		h[wire.AttemptHeader] = attemptValue(n)
-	} else {
-		delete(h, wire.AttemptHeader) // a first attempt carries none
-	}
-	if c.key != nil {
-		h[idempotency.Header] = c.key
-	}
-	return h
+	return attemptHeader(c.src.Header, c.key, n)
 }
 
 // refresh calls the 401 hook with a copy of the request that got the 401.
