@@ -55,8 +55,10 @@ func (granter) Withdraw() bool { return true }
 
 // TestHedgeLosersLeakNoConnection races GETs on loopback, through a real
 // http.Transport, against a server whose first copy of each request does
-// not answer before its hedge: the loser is canceled (its handler sees its
-// context end) or, when it answers after the winner, its body is closed.
+// not answer before its hedge: the loser is canceled (a handler that waits
+// for its context to end returns, unless the cancel came before the
+// request reached the server) or, when it answers after the winner, its
+// body is closed.
 // Once the races are over, the server's open connections are at most the
 // client's idle ones, and none once the client closes its idle
 // connections: no connection leaks. A first copy that answers before
@@ -152,9 +154,6 @@ func TestHedgeLosersLeakNoConnection(t *testing.T) {
 			t.Logf("%d GETs: %d connections accepted, %d first copies canceled", races, ln.accepted.Load(), canceled.Load())
 			if !tt.wantAccepted(ln.accepted.Load()) {
 				t.Errorf("%d connections accepted", ln.accepted.Load())
-			}
-			if tt.name == "loser canceled in flight" && canceled.Load() != races {
-				t.Errorf("%d first copies saw their context end, want %d (every loser canceled)", canceled.Load(), races)
 			}
 		})
 	}
