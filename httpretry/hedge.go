@@ -39,7 +39,10 @@ const (
 // within delay: further copies of the attempt, sent while it is still in
 // flight, the first good answer (any response but a retryable status or a
 // 500) winning and the others canceled, their bodies closed. A write is
-// never hedged.
+// never hedged. The first copy runs on the caller's goroutine: a hedge's
+// answer is returned once the canceled first copy's request returns, at
+// once over a base that honours the request's context (as
+// [http.Transport] does).
 //
 // delay = 0 learns the delay per host: the quantile q of the time to a
 // good answer of the host's recent requests (the last 10 to 20 s; q = 0
