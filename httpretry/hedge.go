@@ -289,7 +289,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	rs.mu.Unlock()
 
 	c.sends++
-	resp, err := c.t.roundTrip(r)
+	resp, err := rs.sendFirst(c.t, r)
 
 	rs.mu.Lock()
 	rs.over = true
@@ -315,6 +315,27 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	c.extra += hedges
 	c.sends += hedges
 	return c.settle(rs, ctx, leg{i: 0, resp: resp, err: err}, lost, hedges, start)
+}
+
+// sendFirst sends r, the first copy of rs's race, through t. A panic of
+// the base ends the race before it leaves: no more hedges, those sent
+// canceled and their answers closed.
+func (rs *raceState) sendFirst(t *Transport, r *http.Request) (*http.Response, error) {
+	sent := false
+	defer func() {
+		if sent {
+			return
+		}
+		rs.mu.Lock()
+		rs.over = true
+		rs.timer.Stop()
+		hedges := rs.hedges
+		rs.mu.Unlock()
+		reap(rs, 1+hedges, hedges, -1)
+	}()
+	resp, err := t.roundTrip(r)
+	sent = true
+	return resp, err
 }
 
 // firstCopy returns the request of a race's first copy, on lctx: the

@@ -503,3 +503,44 @@ func TestHedgeBodyOpenAcrossRaces(t *testing.T) {
 		base.settle(t)
 	})
 }
+
+// TestHedgeBasePanics: a base that panics on the first copy ends the race
+// as the panic leaves RoundTrip: no hedge after it, and one already sent
+// is canceled and closed.
+func TestHedgeBasePanics(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		at       time.Duration
+		wantSent int64
+	}{
+		{"before the delay", 10 * time.Millisecond, 1},
+		{"after a hedge went", 100 * time.Millisecond, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &legBase{answer: delays(time.Second)}
+				var n atomic.Int64
+				rt := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+					if n.Add(1) == 1 {
+						time.Sleep(tt.at)
+						panic("base")
+					}
+					return base.RoundTrip(r)
+				})
+				tr, _ := httpretry.NewTransport(rt, httpretry.WithHedging(50*time.Millisecond, 0, 1))
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Error("RoundTrip did not panic")
+						}
+					}()
+					hedgeGet(t, tr, context.Background())
+				}()
+				base.settle(t)
+				if got := n.Load(); got != tt.wantSent {
+					t.Errorf("%d requests sent, want %d", got, tt.wantSent)
+				}
+			})
+		})
+	}
+}
