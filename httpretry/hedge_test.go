@@ -208,6 +208,11 @@ func TestHedgeHeldBack(t *testing.T) {
 		setup func(t *testing.T, tr *httpretry.Transport, base *legBase)
 	}{
 		{"no budget", func(*testing.T) []httpretry.Option { return []httpretry.Option{httpretry.WithBudget(nil)} }, nil},
+		{"supplied nil *budget.Budget", func(*testing.T) []httpretry.Option {
+			return []httpretry.Option{httpretry.WithGuards(func(string) (retry.Guards, error) {
+				return retry.Guards{Budget: (*budget.Budget)(nil)}, nil // a typed nil counts as none, as in retry.WithGuards
+			})}
+		}, nil},
 		{"budget refuses", func(t *testing.T) []httpretry.Option {
 			r := &refuser{}
 			t.Cleanup(func() {

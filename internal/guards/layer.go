@@ -101,8 +101,14 @@ func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
 	var g retry.Guards
 	if l.Supply != nil {
 		var err error
-		if g, err = l.Supply(name); err != nil || g.Limiter != nil {
+		if g, err = l.Supply(name); err != nil {
 			return g, err
+		}
+		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
+			g.Budget = nil // a typed nil is no budget, for the loop and for hedges alike
+		}
+		if g.Limiter != nil {
+			return g, nil
 		}
 		g.Limiter, err = l.limiter()
 		return g, err
