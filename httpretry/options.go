@@ -149,6 +149,15 @@ func WithBreaker(cfg *breaker.Config) Option {
 // whose supplied guards bring no Limiter gets one built from cfg. nil (the
 // default) means no limiter.
 //
+// A limiter the transport built follows the host's capacity hint: a 503
+// or 429 carrying wire.CapacityHeader (an admission's shed answer, "I run
+// n at once") caps its limit at n (0 reads as 1, at most 2^30; a malformed
+// or repeated field is ignored), the latest hint replacing the cap. The
+// cap holds until 1 s after the last hinted answer, then doubles every
+// 200 ms while it still binds, and is removed once the learned limit is
+// below it. A supplied limiter (a fleet's, capped at its share of a
+// fleet-wide limit) is its owner's: hints leave it alone.
+//
 // Use it where the transport sees the traffic to a host: one Transport
 // shared by the process (a gateway, a server calling its dependencies),
 // not one per caller: a limiter only knows the attempts of its own

@@ -377,6 +377,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		return resp, nil // success, or a failure that is the caller's business
 	}
 	c.hh.pushback(code, hint, resp.Header) // no hedge to a host that pushes back
+	capacityHint(c.dest, code, resp.Header)
 	// The attempt's answer, for the loop: the status, and Retry-After on
 	// 429, 503 and 409 (the loop's floor on the next sleep).
 	se := &StatusError{Code: code, After: hint}

@@ -83,7 +83,10 @@ const TimeoutHeader = "Stormguard-Timeout-Ms"
 // per process) should keep fewer attempts than that in flight to it; a
 // client that is one of many gets a share of it, which the server does not
 // know. It is a hint about the server's capacity, not a grant: it says
-// nothing of the other callers' use of it.
+// nothing of the other callers' use of it. Package httpretry, with a
+// limiter it built (its WithLimit), caps that limiter at the hint for a
+// while after each hinted 503 or 429. Over gRPC there is no equivalent
+// yet: grpcretry's server interceptors send none.
 const CapacityHeader = "Stormguard-Capacity"
 
 // PreviousAttemptsMetadata is the gRPC request metadata key that carries how

@@ -52,6 +52,9 @@ type Destination struct {
 	Guards retry.Guards
 	Policy *retry.Policy
 	Logger *slog.Logger // labelled with the destination; nil: silent
+	// Hint caps Guards.Limiter at a server's capacity hint; nil when the
+	// limiter is not the layer's own (supplied, or none).
+	Hint *CapHint
 }
 
 // New builds the destination named name, in one pass down the layers: its
@@ -63,9 +66,11 @@ func (l *Layer) New(name string) (*Destination, error) {
 		d.Logger = l.Logger.With(slog.String(l.Label, name))
 	}
 	var err error
-	if d.Guards, err = l.guards(name, d.Logger); err != nil {
+	var built *limit.Limiter
+	if d.Guards, built, err = l.guards(name, d.Logger); err != nil {
 		return nil, fmt.Errorf("%s: guards for %s %q: %w", l.Component, l.Label, name, err)
 	}
+	d.Hint = newCapHint(built)
 	opts := make([]retry.Option, 0, len(l.Schedule)+4)
 	for _, o := range l.Schedule {
 		opts = append(opts, o)
@@ -96,32 +101,31 @@ func (l *Layer) Check() error {
 // a limiter built from Limit if they bring none), or built from the
 // configurations (nil for those not configured), the
 // breaker's state changes going to its configured callback, a Warn to
-// logger and a BreakerState event to the layer's observer.
-func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
-	var g retry.Guards
+// logger and a BreakerState event to the layer's observer. built is the
+// limiter the layer built, nil if none (or a supplied one).
+func (l *Layer) guards(name string, logger *slog.Logger) (g retry.Guards, built *limit.Limiter, err error) {
 	if l.Supply != nil {
-		var err error
 		if g, err = l.Supply(name); err != nil {
-			return g, err
+			return g, nil, err
 		}
 		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
 			g.Budget = nil // a typed nil is no budget, for the loop and for hedges alike
 		}
 		if g.Limiter != nil {
-			return g, nil
+			return g, nil, nil
 		}
 		g.Limiter, err = l.limiter()
-		return g, err
+		return g, g.Limiter, err
 	}
 	lim, err := l.limiter()
 	if err != nil {
-		return retry.Guards{}, err
+		return retry.Guards{}, nil, err
 	}
 	g.Limiter = lim
 	if l.Budget != nil {
 		b, err := budget.New(*l.Budget)
 		if err != nil {
-			return retry.Guards{}, err
+			return retry.Guards{}, nil, err
 		}
 		g.Budget = b
 	}
@@ -133,11 +137,11 @@ func (l *Layer) guards(name string, logger *slog.Logger) (retry.Guards, error) {
 		}
 		b, err := breaker.New(cfg)
 		if err != nil {
-			return retry.Guards{}, err
+			return retry.Guards{}, nil, err
 		}
 		g.Breaker = b
 	}
-	return g, nil
+	return g, lim, nil
 }
 
 // limiter returns a new limiter built from l.Limit, nil if none is
