@@ -158,6 +158,13 @@ func (b *Breaker) roundDue() {
 	}
 	now := b.now()
 	if b.openIn(now) > 0 || !b.startRound(w, now) {
+		if b.openIn(now) == 0 && b.asking.Load() {
+			// Another goroutine is asking Shared for this round: if it is
+			// refused, it re-arms the round. Re-arming here would find
+			// the period over and fire again at once, in a loop, for as
+			// long as the ask (a round trip) takes.
+			return
+		}
 		b.mu.Lock()
 		b.armRoundLocked(b.now())
 		b.mu.Unlock()
