@@ -89,16 +89,17 @@ const (
 )
 
 // posScenario returns the provider and the fleet of the POS scenario, with
-// the provider sending Retry-After retryAfter during the outage (0: none),
+// the provider sending Retry-After retryAfter during the outage (0: none)
+// and holding queue requests in its queue (posQueue is the scenario's),
 // scaled by scale: the terminals, the provider's workers and its queue
 // (1 is the scenario itself; 0.1 has the same shape with a tenth of the
 // load, for a machine that cannot run a thousand terminals on time).
-func posScenario(retryAfter time.Duration, scale float64) (live.ProviderConfig, live.FleetConfig) {
+func posScenario(retryAfter time.Duration, queue int, scale float64) (live.ProviderConfig, live.FleetConfig) {
 	scaled := func(n int) int { return max(int(math.Round(float64(n)*scale)), 1) }
 	fc := live.FleetConfig{Clients: scaled(posTerminals), Every: posEvery, Duration: posDuration, Deadline: posDeadline, RandomPhase: true, Seed: 42}
 	pc := live.ProviderConfig{
 		FailAt: posFailAt, FailFor: posFailFor, RetryAfter: retryAfter,
-		Capacity: scaled(posWorkers), Queue: scaled(posQueue), Work: posWork,
+		Capacity: scaled(posWorkers), Queue: scaled(queue), Work: posWork,
 		Window: 100 * time.Millisecond, Horizon: fc.Duration + fc.Deadline + 5*time.Second,
 	}
 	return pc, fc
@@ -417,7 +418,9 @@ func TestLivePOSRetries(t *testing.T) {
 // file named by STORMGUARD_LIVE_POS_MD, if set). STORMGUARD_LIVE_POS_ROWS,
 // if set, runs only the rows whose names it contains;
 // STORMGUARD_LIVE_POS_SCALE (in (0, 1], default 1) scales the terminals and
-// the provider.
+// the provider; STORMGUARD_LIVE_POS_QUEUE (a comma list of positive
+// integers, default 1500) runs both scenarios with each provider queue in
+// turn (the queue at scale 1, scaled like the workers).
 //
 //	cd bench && STORMGUARD_LIVE_POS=1 go test -run='^TestLivePOS$' -v -timeout=40m .
 func TestLivePOS(t *testing.T) {
@@ -426,8 +429,10 @@ func TestLivePOS(t *testing.T) {
 	}
 	start := time.Now().UTC()
 	var md strings.Builder
+	fmt.Fprintf(&md, "Command: `cd bench && %s go test -run='^TestLivePOS$' -v -timeout=40m .`\n\n", posEnvLine())
 	fmt.Fprintf(&md, "Run %s on %s/%s, %d CPUs, %s, library at %s; load average before: %s\n\n",
 		start.Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), gitRevision(), loadavg())
+	t.Log(md.String())
 	setups := posSetups()
 	scale := 1.0
 	if v := os.Getenv("STORMGUARD_LIVE_POS_SCALE"); v != "" {
@@ -436,11 +441,26 @@ func TestLivePOS(t *testing.T) {
 			t.Fatalf("STORMGUARD_LIVE_POS_SCALE=%q: want a number in (0, 1]", v)
 		}
 	}
+	queues, err := posQueues(os.Getenv("STORMGUARD_LIVE_POS_QUEUE"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if only := os.Getenv("STORMGUARD_LIVE_POS_ROWS"); only != "" {
 		setups = slices.DeleteFunc(setups, func(s posSetup) bool { return !strings.Contains(only, s.name) })
 	}
-	for _, ra := range []time.Duration{0, 2 * time.Second} {
-		pc, fc := posScenario(ra, scale)
+	type run struct {
+		ra    time.Duration
+		queue int
+	}
+	var runs []run
+	for _, q := range queues {
+		for _, ra := range []time.Duration{0, 2 * time.Second} {
+			runs = append(runs, run{ra, q})
+		}
+	}
+	for _, sc := range runs {
+		ra := sc.ra
+		pc, fc := posScenario(ra, sc.queue, scale)
 		var rows []posRow
 		for _, s := range setups {
 			base := newLiveBase()
@@ -470,6 +490,38 @@ func TestLivePOS(t *testing.T) {
 			t.Errorf("writing %s: %v", f, err)
 		}
 	}
+}
+
+// posEnvLine is the environment of a TestLivePOS run, as a command prefix.
+func posEnvLine() string {
+	parts := []string{"STORMGUARD_LIVE_POS=1"}
+	for _, n := range []string{"ROWS", "SCALE", "QUEUE", "MD"} {
+		if v, ok := os.LookupEnv("STORMGUARD_LIVE_POS_" + n); ok {
+			parts = append(parts, fmt.Sprintf("STORMGUARD_LIVE_POS_%s=%s", n, strconv.Quote(v)))
+		}
+	}
+	if v, ok := os.LookupEnv("STORMGUARD_REDIS_ADDR"); ok {
+		parts = append(parts, "STORMGUARD_REDIS_ADDR="+strconv.Quote(v))
+	}
+	return strings.Join(parts, " ")
+}
+
+// posQueues reads STORMGUARD_LIVE_POS_QUEUE: "" is the scenario's queue
+// (posQueue), otherwise a comma list of positive integers (at most
+// 1,000,000 each), spaces around them allowed.
+func posQueues(v string) ([]int, error) {
+	if strings.TrimSpace(v) == "" {
+		return []int{posQueue}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1_000_000 {
+			return nil, fmt.Errorf("STORMGUARD_LIVE_POS_QUEUE=%q: want a comma list of integers from 1 to 1000000", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // gitRevision describes the checkout the test runs in: the commit, and
