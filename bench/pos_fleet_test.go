@@ -60,12 +60,15 @@ func posFleetSetup(keys *live.Keys, opts ...httpretry.Option) (posSetup, bool) {
 					}
 					errs = append(errs, f.Close())
 				}
+				ps := client.PoolStats()
 				errs = append(errs, client.Close())
 				if err := errors.Join(errs...); err != nil {
 					fmt.Fprintln(os.Stderr, "bench: closing the POS fleets:", err)
 				}
-				return tl.String() + fmt.Sprintf("%d fleets: %d round trips (syncs, leases, probe rounds), %d failed or late; %d in local mode at the end; longest round trip %v",
-					len(fleets), st.RoundTrips, st.Failures, local, st.MaxRoundTrip.Round(time.Millisecond))
+				return tl.String() + fmt.Sprintf("%d fleets: %d round trips (syncs, leases, probe rounds), %d failed or late; %d in local mode at the end; longest round trip %v; "+
+					"the shared go-redis pool: %d connections at most, %d waits for one (%v in all), %d timed out waiting, %d new",
+					len(fleets), st.RoundTrips, st.Failures, local, st.MaxRoundTrip.Round(time.Millisecond),
+					client.Options().PoolSize, ps.WaitCount, time.Duration(ps.WaitDurationNs).Round(time.Millisecond), ps.Timeouts, ps.Misses)
 			}
 			return func(int) live.Call {
 				f, err := fleet.New(client, posFleetConfig(name))
