@@ -117,7 +117,7 @@ func TestCapacityHintCapsSharedTransport(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 			lim := tr.Hosts()["dependency.test"].Limiter
 			r.limitAt500ms = lim.Limit()
-			time.Sleep(grow.Sub(time.Now()))
+			time.Sleep(time.Until(grow))
 			r.arrivedBefore, r.shedBefore, r.peakBefore = p.arrived.Load(), p.shed.Load(), p.peak.Load()
 			time.Sleep(2 * time.Second)
 			r.capAfter = lim.Limit()
