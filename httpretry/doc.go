@@ -82,8 +82,11 @@
 // [WithAttemptTimeout], as recommended, every attempt carries it. A
 // response with the
 // don't-retry signal ("Stormguard-Retry: no", see wire.DontRetry) is never
-// retried, and a handler whose own retries to a dependency stopped sends
-// that signal upward with admission.PushBack:
+// retried. With [WithLimit], a shed answer's capacity hint
+// ("Stormguard-Capacity: 40", wire.CapacityHeader, sent by the host's
+// admission) caps the host's limiter for a while (see WithLimit). A
+// handler whose own retries to a dependency stopped sends the don't-retry
+// signal upward with admission.PushBack:
 //
 //	resp, err := client.Do(req.WithContext(r.Context()))
 //	if admission.PushBack(w, resp, err) { // 503 + Stormguard-Retry: no
