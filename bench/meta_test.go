@@ -203,11 +203,19 @@ func metaSetups() []metaSetup {
 			stormguard: true,
 		},
 	}
-	if fl, ok := posFleetSetup(keys, httpretry.WithAttemptTimeout(metaAttemptTimeout)); ok {
-		// The POS scenario's fleet row (one fleet on Redis per terminal),
-		// with the 1 s attempt timeout.
+	// The POS scenario's fleet row (one fleet on Redis per terminal), with
+	// the 1 s attempt timeout, without and with the fleet-wide limit.
+	for _, lim := range []*limit.Config{nil, {}} {
+		fl, ok := posFleetSetupLimit(keys, lim, httpretry.WithAttemptTimeout(metaAttemptTimeout))
+		if !ok {
+			break
+		}
+		name := "stormguard, per terminal + fleet (Redis)"
+		if lim != nil {
+			name = "stormguard, per terminal + fleet + limit (Redis)"
+		}
 		setups = append(setups, metaSetup{
-			name: "stormguard, per terminal + fleet (Redis)",
+			name: name,
 			how:  fl.how + "; with WithAttemptTimeout(1 s)",
 			withDone: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
 				return fl.prepare(base, url)

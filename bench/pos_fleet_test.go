@@ -16,6 +16,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/fleet"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // posFleetSetup is the row of stormguard per terminal with the budget and
@@ -27,14 +28,24 @@ import (
 // opts are added after those options. Without STORMGUARD_REDIS_ADDR the row
 // is left out.
 func posFleetSetup(keys *live.Keys, opts ...httpretry.Option) (posSetup, bool) {
+	return posFleetSetupLimit(keys, nil, opts...)
+}
+
+// posFleetSetupLimit is posFleetSetup with fleet.Config.Limit set to lim
+// (nil: none): the fleet-wide concurrency limit shared through Redis.
+func posFleetSetupLimit(keys *live.Keys, lim *limit.Config, opts ...httpretry.Option) (posSetup, bool) {
 	addr := os.Getenv("STORMGUARD_REDIS_ADDR")
 	if addr == "" {
 		return posSetup{}, false
 	}
+	name, limited := "stormguard per terminal + fleet (Redis)", ""
+	if lim != nil {
+		name, limited = "stormguard per terminal + fleet + limit (Redis)", "Limit &limit.Config{} (a fleet-wide limit shared through Redis), "
+	}
 	return posSetup{
-		name: "stormguard per terminal + fleet (Redis)",
+		name: name,
 		how: "httpretry.NewTransport(base, options, httpretry.WithGuards(f.Guards)) per terminal, f a fleet.New of its own " +
-			"(posFleetConfig: one fleet name per run, breaker window 2 s, sync every 1 s within 1 s, other fields default: " +
+			"(posFleetConfig: one fleet name per run, breaker window 2 s, sync every 1 s within 1 s, " + limited + "other fields default: " +
 			"one probe call per round, 3 rounds per second for the whole fleet) " +
 			"over one shared go-redis client to " + addr,
 		prepare: func(base http.RoundTripper, url string) (func(int) live.Call, func() string) {
@@ -71,7 +82,9 @@ func posFleetSetup(keys *live.Keys, opts ...httpretry.Option) (posSetup, bool) {
 					client.Options().PoolSize, ps.WaitCount, time.Duration(ps.WaitDurationNs).Round(time.Millisecond), ps.Timeouts, ps.Misses)
 			}
 			return func(int) live.Call {
-				f, err := fleet.New(client, posFleetConfig(name))
+				cfg := posFleetConfig(name)
+				cfg.Limit = lim
+				f, err := fleet.New(client, cfg)
 				if err != nil {
 					return failing(err)
 				}
