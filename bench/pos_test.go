@@ -26,6 +26,7 @@ import (
 	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -249,6 +250,9 @@ func posSetups() []posSetup {
 		},
 	}
 	if fl, ok := posFleetSetup(keys); ok {
+		setups = append(setups, fl)
+	}
+	if fl, ok := posFleetSetupLimit(keys, &limit.Config{}); ok {
 		setups = append(setups, fl)
 	}
 	return setups
