@@ -235,6 +235,12 @@ func posSetups() []posSetup {
 			stormguard: true,
 		},
 		{
+			name:       "stormguard, one shared transport + limiter",
+			how:        "as the row above with WithLimit(&limit.Config{}): the per-host concurrency limit with its defaults",
+			prepare:    shared(append(posStormguardOptions(), httpretry.WithLimit(&limit.Config{}))),
+			stormguard: true,
+		},
+		{
 			name:       "stormguard, one shared transport, library defaults",
 			how:        "as the row above with no options at all (breaker window 10 s): for comparison",
 			prepare:    shared(nil),
