@@ -1,0 +1,431 @@
+package grpcretry_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/grpcretry"
+	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/retry"
+)
+
+// The tests of this file attack WithHedging from outside, against what its
+// documentation (and docs/hedging.md) promises.
+
+// serveConn serves the services reg registers, with the server options
+// sopts, over an in-memory listener, and returns a connection to it made
+// with dopts: as serveInMemory, for any service and server options.
+func serveConn(t testing.TB, reg func(*grpc.Server), sopts []grpc.ServerOption, dopts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	ln := bufconn.Listen(1 << 16)
+	srv := grpc.NewServer(sopts...)
+	reg(srv)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	dialer := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) })
+	conn, err := grpc.NewClient("passthrough:///bufconn", append(dopts, dialer, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// TestAttackHedgeInvokerPanic: an interceptor under the client that panics
+// on a hedge's copy leaves the call with its value, in the caller's
+// goroutine, as it does on an attempt that is not raced (package doc,
+// TestInvokerPanicEndsAttemptAndCall): a panic on the race's own goroutine
+// would end the program, out of the caller's reach.
+func TestAttackHedgeInvokerPanic(t *testing.T) {
+	for _, panicAt := range []int{1, 2} { // the first copy, the hedge
+		t.Run("copy "+strconv.Itoa(panicAt), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &legServer{answer: delays(time.Second, time.Second)}
+				var n atomic.Int64
+				inner := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+					if n.Add(1) == int64(panicAt) {
+						if panicAt == 1 {
+							time.Sleep(100 * time.Millisecond) // after the hedge went
+						}
+						panic("hedge bug")
+					}
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}
+				b := newBudget(t)
+				c := serveInMemory(t, srv, append(newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
+					withGuards(retry.Guards{Budget: b})), grpc.WithChainUnaryInterceptor(inner))...)
+				v := panicking(func() { _, _, _ = hedgeCall(t.Context(), c) })
+				if v != "hedge bug" {
+					t.Errorf("the call panicked with %v, want the interceptor's value", v)
+				}
+				if n.Load() != 2 {
+					t.Errorf("%d copies sent, want 2 (the first and a hedge)", n.Load())
+				}
+				srv.settle(t)
+			})
+		})
+	}
+}
+
+// TestAttackHedgeKeyedInProgress: a keyed call hedged against the
+// package's own idempotency interceptor: every copy carries the same key,
+// the handler runs once (the hedge meets the key in progress), the caller
+// gets the first copy's reply, and the in-progress ABORTED, which says the
+// key is busy rather than that the target is loaded, holds no later hedge
+// back.
+func TestAttackHedgeKeyedInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: delays(time.Second)}
+		mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := idempotency.NewGuard(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ic, err := grpcretry.IdempotencyUnaryServerInterceptor(g, sharedKeyScope, grpcretry.WithKeyPushback(250*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var arrived atomic.Int64 // copies that reached the server, keyed or refused
+		count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			arrived.Add(1)
+			return h(ctx, req)
+		}
+		b := newBudget(t)
+		conn := serveConn(t, func(s *grpc.Server) { testpb.RegisterTestServiceServer(s, srv) },
+			[]grpc.ServerOption{grpc.ChainUnaryInterceptor(count, ic)},
+			newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod), grpcretry.WithAutoIdempotencyKey(),
+				withGuards(retry.Guards{Budget: b}))...)
+		c := testpb.NewTestServiceClient(conn)
+		for call := range 2 {
+			reply, took, err := hedgeCall(t.Context(), c)
+			if err != nil || reply != "call-"+strconv.Itoa(call) || took != time.Second {
+				t.Errorf("call %d = %q after %v, %v; want call-%d after 1s", call, reply, took, err, call)
+			}
+		}
+		if r := b.Stats().Retries; r != 2 {
+			t.Errorf("%d budget withdrawals, want 2 (one hedge per call)", r)
+		}
+		srv.settle(t)
+		if srv.n() != 2 || arrived.Load() != 4 {
+			t.Errorf("%d handler runs for %d copies at the server; want 2 runs of 4 copies (each call hedged once)", srv.n(), arrived.Load())
+		}
+		for i, k := range srv.keys {
+			if k == "" || i > 0 && k == srv.keys[i-1] {
+				t.Errorf("handler runs had keys %q, want one key per call", srv.keys)
+			}
+		}
+	})
+}
+
+// countingBudget is a retry budget that counts the withdrawals it grants.
+type countingBudget struct {
+	*budget.Budget
+	granted atomic.Int64
+}
+
+func (b *countingBudget) Withdraw() bool {
+	ok := b.Budget.Withdraw()
+	if ok {
+		b.granted.Add(1)
+	}
+	return ok
+}
+
+// TestAttackHedgeBudgetConcurrent: 200 callers at once, a fifth of the
+// answers slow, 2 hedges allowed: the hedges on the wire are exactly the
+// budget's grants, within its limit, and no call sends more than 2.
+func TestAttackHedgeBudgetConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: func(i int) legAnswer {
+			if i%5 == 0 {
+				return legAnswer{delay: 300 * time.Millisecond}
+			}
+			return legAnswer{delay: time.Duration(i%3+1) * 10 * time.Millisecond}
+		}}
+		b := &countingBudget{Budget: newBudget(t)}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 2, unaryMethod), withGuards(retry.Guards{Budget: b}))...)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for range 200 {
+			wg.Go(func() {
+				for range 5 {
+					if _, _, err := hedgeCall(t.Context(), c); err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		srv.settle(t)
+		hedges := 0
+		for _, p := range strings.Split(srv.calls(), "|") {
+			switch p {
+			case "":
+			case "1", "2":
+				hedges++
+			default:
+				t.Errorf("a copy numbered %q on the wire; want at most 2 hedges per call", p)
+			}
+		}
+		st := b.Stats()
+		if int64(hedges) != b.granted.Load() || float64(st.Retries) > st.Limit || hedges == 0 {
+			t.Errorf("%d hedges on the wire, %d granted, budget %+v; want as many as granted, some, within the limit", hedges, b.granted.Load(), st)
+		}
+		if failed.Load() != 0 {
+			t.Errorf("%d calls failed, want none", failed.Load())
+		}
+		t.Logf("1000 calls: %d server calls, %d hedges, budget %+v", srv.n(), hedges, st)
+	})
+}
+
+// hintServer answers its first unary call at once with UNAVAILABLE and
+// the given pushback trailer values and RetryInfo delay (nil: none), and
+// every later call OK after a second.
+type hintServer struct {
+	testpb.UnimplementedTestServiceServer
+	push  []string
+	info  *durationpb.Duration
+	calls atomic.Int64
+}
+
+func (s *hintServer) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	if s.calls.Add(1) == 1 {
+		if s.push != nil {
+			_ = grpc.SetTrailer(ctx, metadata.MD{"grpc-retry-pushback-ms": s.push})
+		}
+		st := status.New(codes.Unavailable, "hint")
+		if s.info != nil {
+			st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: s.info})
+		}
+		return nil, st.Err()
+	}
+	select {
+	case <-time.After(time.Second):
+		return &testpb.SimpleResponse{}, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// TestAttackHedgeAbsurdHints: a hint too large to add to a clock holds
+// hedges back for a very long time (saturated), never wraps to "the past";
+// a malformed or negative one holds them 5 s; a RetryInfo that is not
+// valid holds nothing.
+func TestAttackHedgeAbsurdHints(t *testing.T) {
+	tests := []struct {
+		name  string
+		push  []string
+		info  *durationpb.Duration
+		after time.Duration // the wait before the second call
+		hedge bool          // whether the second call is hedged
+	}{
+		{"pushback beyond int64 ms", []string{"99999999999999999999999999"}, nil, 30 * 365 * 24 * time.Hour, false},
+		{"pushback of MaxInt64 ms", []string{strconv.FormatInt(math.MaxInt64, 10)}, nil, 30 * 365 * 24 * time.Hour, false},
+		{"RetryInfo of 10,000 years", nil, &durationpb.Duration{Seconds: 315576000000}, 30 * 365 * 24 * time.Hour, false},
+		{"pushback and RetryInfo both huge", []string{"9223372036854775807"}, &durationpb.Duration{Seconds: 315576000000}, 30 * 365 * 24 * time.Hour, false},
+		{"negative pushback, within 5s", []string{"-9223372036854775808"}, nil, 4 * time.Second, false},
+		{"negative pushback, after 5s", []string{"-1"}, nil, 5 * time.Second, true},
+		{"garbage pushback, after 5s", []string{"1e9"}, nil, 5 * time.Second, true},
+		{"negative RetryInfo (not valid)", nil, &durationpb.Duration{Seconds: -5}, 0, true},
+		{"RetryInfo out of range (not valid)", nil, &durationpb.Duration{Seconds: math.MaxInt64}, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &hintServer{push: tt.push, info: tt.info}
+				c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod), grpcretry.WithBudget(&budget.Config{MinPerSecond: 1000}))...)
+				if _, _, err := hedgeCall(t.Context(), c); status.Code(err) != codes.Unavailable {
+					t.Fatalf("first call: %v, want the UNAVAILABLE", err)
+				}
+				time.Sleep(tt.after)
+				if _, _, err := hedgeCall(t.Context(), c); err != nil {
+					t.Fatalf("second call: %v", err)
+				}
+				if hedged := srv.calls.Load() == 3; hedged != tt.hedge {
+					t.Errorf("%d server calls: hedged %v, want %v", srv.calls.Load(), hedged, tt.hedge)
+				}
+			})
+		})
+	}
+}
+
+// listService is a service with one unary method whose reply has a
+// repeated field: each call answers, after delays[i], the list of three
+// numbers i, and a header "leg: i".
+type listService struct {
+	delays []time.Duration
+	mu     sync.Mutex
+	n      int
+}
+
+const listMethod = "/attack.Lists/Get"
+
+func (s *listService) register(srv *grpc.Server) {
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "attack.Lists",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Get", Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(new(emptypb.Empty)); err != nil {
+				return nil, err
+			}
+			s.mu.Lock()
+			i := s.n
+			s.n++
+			s.mu.Unlock()
+			select {
+			case <-time.After(s.delays[min(i, len(s.delays)-1)]):
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			_ = grpc.SetHeader(ctx, metadata.Pairs("leg", strconv.Itoa(i)))
+			return listOf(i), nil
+		}}},
+	}, s)
+}
+
+func listOf(i int) *structpb.ListValue {
+	v := structpb.NewNumberValue(float64(i))
+	return &structpb.ListValue{Values: []*structpb.Value{v, v, v}}
+}
+
+// TestAttackHedgeReplyRepeated: the caller's reply is the winner's alone,
+// header included, whatever it held before and however close the copies
+// answer: a repeated field is never merged with another copy's, or with
+// what the reply held.
+func TestAttackHedgeReplyRepeated(t *testing.T) {
+	tests := []struct {
+		name   string
+		delays []time.Duration
+		want   []int // the legs the reply may be from
+	}{
+		{"hedge wins", []time.Duration{time.Second, 10 * time.Millisecond}, []int{1}},
+		{"both answer at the same instant", []time.Duration{100 * time.Millisecond, 50 * time.Millisecond}, []int{0, 1}},
+		{"first copy wins", []time.Duration{60 * time.Millisecond, time.Second}, []int{0}},
+		{"second hedge wins, first hedge at the same instant", []time.Duration{time.Second, 100 * time.Millisecond, 50 * time.Millisecond}, []int{1, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &listService{delays: tt.delays}
+				conn := serveConn(t, s.register, nil, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 2, listMethod))...)
+				reply := listOf(99)
+				var header metadata.MD
+				if err := conn.Invoke(t.Context(), listMethod, &emptypb.Empty{}, reply, grpc.Header(&header)); err != nil {
+					t.Fatal(err)
+				}
+				leg, err := strconv.Atoi(strings.Join(header["leg"], ","))
+				if err != nil || !proto.Equal(reply, listOf(leg)) || !containsInt(tt.want, leg) {
+					t.Errorf("reply %v with header leg %q; want the list of one of the legs %v, and its header", reply, header["leg"], tt.want)
+				}
+			})
+		})
+	}
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAttackHedgeDeadline: no copy outlives the caller's deadline, with
+// or without an attempt timeout that would reach past it, and once the
+// call has returned and its copies' ends are collected, no goroutine of
+// the race is left.
+func TestAttackHedgeDeadline(t *testing.T) {
+	for _, attemptTimeout := range []time.Duration{0, 80 * time.Millisecond} {
+		t.Run("attempt timeout "+attemptTimeout.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &legServer{answer: func(i int) legAnswer {
+					if i == 0 {
+						return legAnswer{delay: time.Millisecond}
+					}
+					return legAnswer{delay: time.Hour}
+				}}
+				opts := []grpcretry.Option{grpcretry.WithHedging(30*time.Millisecond, 0, 3, unaryMethod), grpcretry.WithBudget(&budget.Config{MinPerSecond: 100})}
+				if attemptTimeout > 0 {
+					opts = append(opts, grpcretry.WithAttemptTimeout(attemptTimeout))
+				}
+				c := serveInMemory(t, srv, newClient(t, opts...)...)
+				if _, _, err := hedgeCall(t.Context(), c); err != nil { // warm the connection
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				before := runtime.NumGoroutine()
+				ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+				defer cancel()
+				_, took, err := hedgeCall(ctx, c)
+				synctest.Wait() // no fake time passes: what is left now outlives the call
+				if status.Code(err) != codes.DeadlineExceeded || took != 100*time.Millisecond {
+					t.Errorf("call = %v after %v, want DEADLINE_EXCEEDED after 100ms", err, took)
+				}
+				if n := srv.inflight.Load(); n != 0 {
+					t.Errorf("%d copies still run on the server at the caller's deadline", n)
+				}
+				// Hedges at 30, 60 and 90 ms; with the attempt timeout the
+				// first copy fails at 80 ms, and no hedge goes after a
+				// failure in the race.
+				want := 4
+				if attemptTimeout > 0 {
+					want = 3
+				}
+				if got := srv.n() - 1; got != want {
+					t.Errorf("%d copies sent, want %d", got, want)
+				}
+				if after := runtime.NumGoroutine(); after > before {
+					t.Errorf("%d goroutines after the call, %d before", after, before)
+				}
+			})
+		})
+	}
+}
+
+// TestAttackHedgeErrorsIs: a hedged call that fails reads as an *Error
+// whatever copy failed last.
+func TestAttackHedgeErrorsIs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: func(i int) legAnswer {
+			if i == 0 {
+				return legAnswer{delay: 100 * time.Millisecond, code: codes.Unavailable}
+			}
+			return legAnswer{delay: 200 * time.Millisecond, code: codes.Unavailable}
+		}}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod), grpcretry.WithBudget(&budget.Config{MinPerSecond: 100}))...)
+		_, took, err := hedgeCall(t.Context(), c)
+		var ge *grpcretry.Error
+		if !errors.As(err, &ge) || status.Code(err) != codes.Unavailable || took != 250*time.Millisecond {
+			t.Errorf("call = %v after %v; want the hedge's UNAVAILABLE as an *Error after 250ms", err, took)
+		}
+		srv.settle(t)
+	})
+}
