@@ -252,6 +252,7 @@ type leg struct {
 	i  int
 	e  end
 	hl *hedgeLeg
+	p  any // what the copy's invoker panicked with; nil: it returned
 }
 
 // hedgeLeg is what a hedge has of its own: the reply it decodes into, and
@@ -366,7 +367,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 			if l.i == 0 {
 				first, firstIn = l, true
 			}
-			if !good(l.e.err) {
+			if l.p == nil && !good(l.e.err) {
 				u.hh.pushback(l.e.err, l.e.trailer)
 				hedges = cfg.hedge.max // a failure: no more hedges in this race
 				if pending > 0 {
@@ -406,6 +407,12 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		pending--
 	}
 	u.c.hedges.reap(rs, pending)
+	if win.p != nil { // the panic goes on in the caller's goroutine, as without a race
+		panic(win.p)
+	}
+	if first.p != nil {
+		panic(first.p)
+	}
 	switch {
 	case win.i <= 0:
 		return win.e // the first copy's end, the caller's context's, or a failure of the first copy
@@ -482,7 +489,7 @@ type legCall struct {
 // its end reported.
 func runLeg(l legCall, rs *raceState, i int, ctx, lctx context.Context, hl *hedgeLeg, slot limit.Permit) {
 	t0 := time.Now()
-	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
+	err, p := invoke(l, lctx)
 	e := end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
 	if hl != nil {
 		ours := errors.Is(lctx.Err(), context.Canceled) && ctx.Err() == nil // the race canceled it
@@ -493,7 +500,23 @@ func runLeg(l legCall, rs *raceState, i int, ctx, lctx context.Context, hl *hedg
 			hedgeEnd(l.o, lctx, l.name, l.num, err, t0)
 		}
 	}
-	rs.results <- leg{i: i, e: e, hl: hl}
+	rs.results <- leg{i: i, e: e, hl: hl, p: p}
+}
+
+// errPanicked is the end of a copy whose invoker panicked: a failure
+// (its limiter slot is given back as a drop), never a race's winner.
+var errPanicked = status.Error(codes.Internal, "grpcretry: the invoker panicked")
+
+// invoke makes l's call on lctx. A panic of the invoker (an interceptor
+// under the client's) is recovered, for the race to raise it again in the
+// caller's goroutine: on the copy's own it would end the program.
+func invoke(l legCall, lctx context.Context) (err error, p any) {
+	defer func() {
+		if p = recover(); p != nil {
+			err = errPanicked
+		}
+	}()
+	return l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...), nil
 }
 
 // withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
