@@ -62,10 +62,14 @@ const (
 // is one withdrawal: no budget, no hedge), its breaker is closed, its
 // concurrency limiter ([WithLimit]) has a free slot at once (the hedge
 // holds it until it ends) and is not throttling, the target has not pushed
-// back in the last 5 s (RESOURCE_EXHAUSTED, or a failure with a pushback
-// trailer or a RetryInfo, a don't-retry pushback included; a longer hint
-// holds for as long), and its recent median latency is at most 3 times its
-// baseline. Each hedge is an attempt on the wire: it carries the next
+// back in the last 5 s (RESOURCE_EXHAUSTED, or a failure but ABORTED with
+// a pushback trailer or a RetryInfo, a don't-retry pushback included; a
+// longer hint holds for as long, up to about 34 years), and its recent
+// median latency is at most 3 times its baseline. An ABORTED is the
+// answer of an idempotency server to a keyed hedge whose first copy it
+// still runs ([IdempotencyUnaryServerInterceptor]): such a hedge can only
+// win when the first copy never reached the handler, and it holds no
+// other hedge back. Each hedge is an attempt on the wire: it carries the next
 // "grpc-previous-rpc-attempts" number and the call's idempotency key, if
 // any, and an observer hears its own AttemptStart and AttemptEnd
 // (Event.Hedge set; a canceled loser ends with Outcome "canceled"). The
@@ -150,14 +154,19 @@ func (c *client) hedgeState(t *target, method string, reply any) *hedgeTarget {
 }
 
 // pushback notes a failed answer of the target that asks for less load:
-// RESOURCE_EXHAUSTED, or any failure with a server hint (a pushback
-// trailer, a don't-retry one included, or a RetryInfo). No hedge goes to
-// the target for pushbackHold, or the hint if longer.
+// RESOURCE_EXHAUSTED, or any failure but ABORTED with a server hint (a
+// pushback trailer, a don't-retry one included, or a RetryInfo). No hedge
+// goes to the target for pushbackHold, or the hint if longer. An ABORTED
+// says the call met another, not load: a keyed hedge meets its own first
+// copy still running on the server (the idempotency interceptor's answer).
 func (ht *hedgeTarget) pushback(err error, trailer metadata.MD) {
 	if ht == nil || err == nil {
 		return
 	}
 	st := statusOf(err)
+	if st.Code() == codes.Aborted {
+		return
+	}
 	h := serverHint(trailer, st)
 	if st.Code() != codes.ResourceExhausted && !h.set && !h.stop {
 		return
