@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/idempotency"
@@ -247,6 +248,7 @@ func TestAttackHedgeAbsurdHints(t *testing.T) {
 		hedge bool          // whether the second call is hedged
 	}{
 		{"pushback beyond int64 ms", []string{"99999999999999999999999999"}, nil, 30 * 365 * 24 * time.Hour, false},
+		{"pushback beyond int64 ms, after the saturated hold (2^40 ms)", []string{"99999999999999999999999999"}, nil, 35 * 365 * 24 * time.Hour, true},
 		{"pushback of MaxInt64 ms", []string{strconv.FormatInt(math.MaxInt64, 10)}, nil, 30 * 365 * 24 * time.Hour, false},
 		{"RetryInfo of 10,000 years", nil, &durationpb.Duration{Seconds: 315576000000}, 30 * 365 * 24 * time.Hour, false},
 		{"pushback and RetryInfo both huge", []string{"9223372036854775807"}, &durationpb.Duration{Seconds: 315576000000}, 30 * 365 * 24 * time.Hour, false},
@@ -428,4 +430,105 @@ func TestAttackHedgeErrorsIs(t *testing.T) {
 		}
 		srv.settle(t)
 	})
+}
+
+// TestAttackHedgeBreakerTripsMidRace: a breaker that opens while a call's
+// first copy is in flight (another call's failure tripped it) lets no
+// hedge of that call go when it is due.
+func TestAttackHedgeBreakerTripsMidRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: func(i int) legAnswer {
+			if i == 1 {
+				return legAnswer{delay: time.Millisecond, code: codes.Unavailable}
+			}
+			return legAnswer{delay: time.Second}
+		}}
+		b := newBudget(t)
+		br, err := breaker.New(breaker.Config{MinCalls: 1, OpenFor: time.Hour, MaxOpenFor: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
+			withGuards(retry.Guards{Budget: b, Breaker: br}))...)
+		done := make(chan error)
+		go func() {
+			_, _, err := hedgeCall(t.Context(), c)
+			done <- err
+		}()
+		synctest.Wait()
+		time.Sleep(10 * time.Millisecond)
+		if _, _, err := hedgeCall(t.Context(), c); status.Code(err) != codes.Unavailable { // trips the breaker
+			t.Fatalf("second call: %v, want UNAVAILABLE", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("first call: %v", err)
+		}
+		if srv.n() != 2 || b.Stats().Retries != 0 {
+			t.Errorf("%d server calls, %d budget withdrawals; want 2 calls, no hedge", srv.n(), b.Stats().Retries)
+		}
+		srv.settle(t)
+	})
+}
+
+// TestAttackHedgeNotEligible: no hedge for a method named in another case
+// or with a trailing slash, for a reply that is not a proto message, or
+// with a learned delay from 19 good answers among failures; and no panic
+// with guards whose budget is a nil *budget.Budget and no breaker.
+func TestAttackHedgeNotEligible(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   []grpcretry.Option
+		warm   func(t *testing.T, c testpb.TestServiceClient, srv *legServer)
+		invoke func(ctx context.Context, conn *grpc.ClientConn) error
+	}{
+		{name: "method in another case", opts: []grpcretry.Option{grpcretry.WithHedging(50*time.Millisecond, 0, 1, strings.ToLower(unaryMethod))}},
+		{name: "method with a trailing slash", opts: []grpcretry.Option{grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod+"/")}},
+		{name: "reply not a proto message", opts: []grpcretry.Option{grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod)},
+			invoke: func(ctx context.Context, conn *grpc.ClientConn) error {
+				var raw []byte
+				return conn.Invoke(ctx, unaryMethod, &testpb.SimpleRequest{}, &raw, grpc.ForceCodec(rawCodec{}))
+			}},
+		{name: "nil budget in supplied guards", opts: []grpcretry.Option{grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
+			withGuards(retry.Guards{Budget: (*budget.Budget)(nil), Breaker: nil, Limiter: nil})}},
+		{name: "19 good answers among 40 failures", opts: []grpcretry.Option{grpcretry.WithHedging(0, 0.5, 1, unaryMethod), grpcretry.WithBreaker(nil)},
+			warm: func(t *testing.T, c testpb.TestServiceClient, srv *legServer) {
+				srv.mu.Lock()
+				srv.answer = func(i int) legAnswer {
+					if i%3 == 0 && i < 57 {
+						return legAnswer{delay: time.Millisecond} // 19 of them
+					}
+					return legAnswer{delay: time.Millisecond, code: codes.Unavailable}
+				}
+				srv.mu.Unlock()
+				for range 59 {
+					_, _, _ = hedgeCall(t.Context(), c)
+				}
+				time.Sleep(100 * time.Millisecond)
+				srv.mu.Lock()
+				srv.answer = delays(time.Second)
+				srv.mu.Unlock()
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &legServer{answer: delays(time.Second)}
+				conn := serveConn(t, func(s *grpc.Server) { testpb.RegisterTestServiceServer(s, srv) }, nil, newClient(t, tt.opts...)...)
+				c := testpb.NewTestServiceClient(conn)
+				if tt.warm != nil {
+					tt.warm(t, c, srv)
+				}
+				before := srv.n()
+				invoke := tt.invoke
+				if invoke == nil {
+					invoke = func(ctx context.Context, _ *grpc.ClientConn) error { _, _, err := hedgeCall(ctx, c); return err }
+				}
+				start := time.Now()
+				if err := invoke(t.Context(), conn); err != nil || time.Since(start) != time.Second || srv.n()-before != 1 {
+					t.Errorf("call: %v after %v, %d server calls; want the first copy's answer after 1s, no hedge", err, time.Since(start), srv.n()-before)
+				}
+				srv.settle(t)
+			})
+		})
+	}
 }
