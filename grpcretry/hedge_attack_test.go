@@ -31,6 +31,8 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/limit"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -531,4 +533,88 @@ func TestAttackHedgeNotEligible(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAttackHedgeStormAccounting: 20 callers at once with deadlines
+// from 35 to 235 ms, slow and failing answers, up to 3 hedges under a
+// limiter: afterwards every limiter slot is back exactly once (the limit
+// is free, and no more), every hedge the observer heard start it heard
+// end, and no hedge reached the server unheard.
+func TestAttackHedgeStormAccounting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: func(i int) legAnswer {
+			switch {
+			case i%8 == 0:
+				return legAnswer{delay: 80 * time.Millisecond}
+			case i%29 == 0:
+				return legAnswer{delay: 15 * time.Millisecond, code: codes.Unavailable}
+			}
+			return legAnswer{delay: time.Duration(10+i%4*10) * time.Millisecond}
+		}}
+		lim, err := limit.New(limit.Config{Max: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log eventLog
+		b, err := budget.New(budget.Config{MinPerSecond: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(30*time.Millisecond, 0, 3, unaryMethod), grpcretry.WithObserver(&log),
+			withGuards(retry.Guards{Budget: b, Limiter: lim}))...)
+		// The limiter learns its limit down under this load (as it does
+		// without hedging), leaving hedges few slots: storm until some
+		// hedge went, at most 10 times.
+		for round := 0; round < 10 && !strings.Contains(srv.calls(), "1"); round++ {
+			var wg sync.WaitGroup
+			for g := range 20 {
+				wg.Go(func() {
+					for k := range 25 {
+						ctx, cancel := context.WithTimeout(t.Context(), time.Duration(35+(g*37+k*101)%200)*time.Millisecond)
+						_, _, _ = hedgeCall(ctx, c)
+						cancel()
+					}
+				})
+			}
+			wg.Wait()
+			srv.settle(t)
+		}
+		starts, ends := 0, 0
+		for _, e := range log.take() {
+			switch {
+			case !e.Hedge:
+			case e.Kind == observe.AttemptStart:
+				starts++
+			case e.Kind == observe.AttemptEnd:
+				ends++
+			}
+		}
+		wire := 0
+		for _, p := range strings.Split(srv.calls(), "|") {
+			if p != "" {
+				wire++
+			}
+		}
+		// A hedge canceled before its stream reached the server is heard
+		// but never handled there.
+		if starts != ends || wire > starts || wire == 0 {
+			t.Errorf("observer heard %d hedges start and %d end, %d hedges on the wire; want as many ends as starts, no more on the wire, some", starts, ends, wire)
+		}
+		var ps []limit.Permit
+		for range lim.Limit() {
+			p, err := lim.Acquire(context.Background())
+			if err != nil {
+				t.Fatalf("after the storm the limiter refuses a slot within its limit %d: %v", lim.Limit(), err)
+			}
+			ps = append(ps, p)
+		}
+		if p, err := lim.Acquire(context.Background()); err == nil {
+			lim.Release(p, false)
+			t.Errorf("the limiter grants a slot beyond its limit %d: a slot was given back twice", lim.Limit())
+		}
+		for _, p := range ps {
+			lim.Release(p, false)
+		}
+		t.Logf("%d server calls, %d hedges, limit %d", srv.n(), wire, lim.Limit())
+	})
 }
