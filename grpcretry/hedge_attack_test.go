@@ -618,3 +618,33 @@ func TestAttackHedgeStormAccounting(t *testing.T) {
 		t.Logf("%d server calls, %d hedges, limit %d", srv.n(), wire, lim.Limit())
 	})
 }
+
+// TestAttackHedgePushbackFromAHedge: a hedge that meets RESOURCE_EXHAUSTED
+// lets its first copy win, and holds the target's hedges back for 5 s
+// like a pushback on a first copy.
+func TestAttackHedgePushbackFromAHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &legServer{answer: func(i int) legAnswer {
+			switch i {
+			case 0:
+				return legAnswer{delay: 200 * time.Millisecond}
+			case 1:
+				return legAnswer{delay: time.Millisecond, code: codes.ResourceExhausted}
+			}
+			return legAnswer{delay: time.Second}
+		}}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod), grpcretry.WithBudget(&budget.Config{MinPerSecond: 100}))...)
+		if reply, took, err := hedgeCall(t.Context(), c); err != nil || reply != "call-0" || took != 200*time.Millisecond {
+			t.Fatalf("first call = %q after %v, %v; want call-0 after 200ms", reply, took, err)
+		}
+		time.Sleep(4 * time.Second)
+		if _, took, err := hedgeCall(t.Context(), c); err != nil || took != time.Second || srv.n() != 3 {
+			t.Errorf("within 5 s: %v after %v, %d server calls; want no hedge", err, took, srv.n())
+		}
+		time.Sleep(time.Second)
+		if _, took, err := hedgeCall(t.Context(), c); err != nil || took != time.Second || srv.n() != 5 {
+			t.Errorf("after 5 s: %v after %v, %d server calls; want a hedge sent, the first copy's answer after 1s", err, took, srv.n())
+		}
+		srv.settle(t)
+	})
+}
