@@ -64,7 +64,7 @@ const (
 // holds it until it ends) and is not throttling, the target has not pushed
 // back in the last 5 s (RESOURCE_EXHAUSTED, or a failure but ABORTED with
 // a pushback trailer or a RetryInfo, a don't-retry pushback included; a
-// longer hint holds for as long, up to about 34 years), and its recent
+// longer hint holds for as long, up to about 35 years), and its recent
 // median latency is at most 3 times its baseline. An ABORTED is the
 // answer of an idempotency server to a keyed hedge whose first copy it
 // still runs ([IdempotencyUnaryServerInterceptor]): such a hedge can only
@@ -498,7 +498,7 @@ type legCall struct {
 // its end reported.
 func runLeg(l legCall, rs *raceState, i int, ctx, lctx context.Context, hl *hedgeLeg, slot limit.Permit) {
 	t0 := time.Now()
-	err, p := invoke(l, lctx)
+	p, err := invoke(l, lctx)
 	e := end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
 	if hl != nil {
 		ours := errors.Is(lctx.Err(), context.Canceled) && ctx.Err() == nil // the race canceled it
@@ -519,13 +519,13 @@ var errPanicked = status.Error(codes.Internal, "grpcretry: the invoker panicked"
 // invoke makes l's call on lctx. A panic of the invoker (an interceptor
 // under the client's) is recovered, for the race to raise it again in the
 // caller's goroutine: on the copy's own it would end the program.
-func invoke(l legCall, lctx context.Context) (err error, p any) {
+func invoke(l legCall, lctx context.Context) (p any, err error) {
 	defer func() {
 		if p = recover(); p != nil {
 			err = errPanicked
 		}
 	}()
-	return l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...), nil
+	return nil, l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
 }
 
 // withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
