@@ -74,21 +74,29 @@ func TestAttackHedgeInvokerPanic(t *testing.T) {
 						if panicAt == 1 {
 							time.Sleep(100 * time.Millisecond) // after the hedge went
 						}
-						panic("hedge bug")
+						panic("interceptor bug")
 					}
 					return invoker(ctx, method, req, reply, cc, opts...)
 				}
 				b := newBudget(t)
+				var log eventLog
 				c := serveInMemory(t, srv, append(newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
-					withGuards(retry.Guards{Budget: b})), grpc.WithChainUnaryInterceptor(inner))...)
+					withGuards(retry.Guards{Budget: b}), grpcretry.WithObserver(&log)), grpc.WithChainUnaryInterceptor(inner))...)
 				v := panicking(func() { _, _, _ = hedgeCall(t.Context(), c) })
-				if v != "hedge bug" {
+				if v != "interceptor bug" {
 					t.Errorf("the call panicked with %v, want the interceptor's value", v)
 				}
 				if n.Load() != 2 {
 					t.Errorf("%d copies sent, want 2 (the first and a hedge)", n.Load())
 				}
 				srv.settle(t)
+				var loop []observe.Event // the hedge's own events aside
+				for _, e := range log.take() {
+					if !e.Hedge {
+						loop = append(loop, e)
+					}
+				}
+				checkPanicEvents(t, loop, 1) // the race is the loop's attempt 1, and it panicked
 			})
 		})
 	}
