@@ -482,7 +482,8 @@ func TestAttackHedgeBreakerTripsMidRace(t *testing.T) {
 
 // TestAttackHedgeNotEligible: no hedge for a method named in another case
 // or with a trailing slash, for a reply that is not a proto message, or
-// with a learned delay from 19 good answers among failures; and no panic
+// with a learned delay from 19 good answers among failures or from 20
+// answers more than 20 s old (two windows); and no panic
 // with guards whose budget is a nil *budget.Budget and no breaker.
 func TestAttackHedgeNotEligible(t *testing.T) {
 	tests := []struct {
@@ -500,6 +501,19 @@ func TestAttackHedgeNotEligible(t *testing.T) {
 			}},
 		{name: "nil budget in supplied guards", opts: []grpcretry.Option{grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
 			withGuards(retry.Guards{Budget: (*budget.Budget)(nil), Breaker: nil, Limiter: nil})}},
+		{name: "20 good answers more than 20 s ago", opts: []grpcretry.Option{grpcretry.WithHedging(0, 0.5, 1, unaryMethod)},
+			warm: func(t *testing.T, c testpb.TestServiceClient, srv *legServer) {
+				srv.mu.Lock()
+				srv.answer = delays(time.Millisecond)
+				srv.mu.Unlock()
+				for range 20 {
+					_, _, _ = hedgeCall(t.Context(), c)
+				}
+				time.Sleep(20 * time.Second)
+				srv.mu.Lock()
+				srv.answer = delays(time.Second)
+				srv.mu.Unlock()
+			}},
 		{name: "19 good answers among 40 failures", opts: []grpcretry.Option{grpcretry.WithHedging(0, 0.5, 1, unaryMethod), grpcretry.WithBreaker(nil)},
 			warm: func(t *testing.T, c testpb.TestServiceClient, srv *legServer) {
 				srv.mu.Lock()
