@@ -65,12 +65,13 @@ const (
 // back in the last 5 s (RESOURCE_EXHAUSTED, or a failure but ABORTED with
 // a pushback trailer or a RetryInfo, a don't-retry pushback included; a
 // longer hint holds for as long, up to about 35 years), and its recent
-// median latency is at most 3 times its baseline. An ABORTED is the
-// answer of an idempotency server to a keyed hedge whose first copy it
-// still runs ([IdempotencyUnaryServerInterceptor]): such a hedge can only
-// win when the first copy never reached the handler, and it holds no
-// other hedge back. Each hedge is an attempt on the wire: it carries the next
-// "grpc-previous-rpc-attempts" number and the call's idempotency key, if
+// median latency is at most 3 times its baseline. An ABORTED says the
+// call met another, not load: it is what an idempotency server
+// ([IdempotencyUnaryServerInterceptor]) answers a keyed hedge whose first
+// copy it still runs, so such a hedge wins only when the first copy never
+// reached the handler. Each hedge is an attempt on the wire: it carries
+// the next "grpc-previous-rpc-attempts" number and the call's idempotency
+// key, if
 // any, and an observer hears its own AttemptStart and AttemptEnd
 // (Event.Hedge set; a canceled loser ends with Outcome "canceled"). The
 // retry loop counts the race as one attempt with the winner's answer; a
