@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
 )
@@ -279,7 +282,31 @@ func tailSetups() []tailSetup {
 type tailCall struct {
 	start, took, late time.Duration
 	ok                bool
+	why               string // why it failed: tailWhy
 }
+
+// tailWhy names the cause of a failed call.
+func tailWhy(err error) string {
+	var st tailStatus
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &st):
+		return fmt.Sprintf("status %d", int(st))
+	case errors.Is(err, breaker.ErrOpen):
+		return "breaker open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no local port"
+	}
+	return "other"
+}
+
+// tailStatus is the error of a call answered with a status other than 200.
+type tailStatus int
+
+func (s tailStatus) Error() string { return fmt.Sprintf("status %d", int(s)) }
 
 // runTailLoad sends GETs to url through client at Poisson times of the
 // given rate (seeded) for duration from start, each in its own goroutine
@@ -305,8 +332,8 @@ func runTailLoad(client *http.Client, url string, rate float64, duration time.Du
 			began := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), tailDeadline)
 			defer cancel()
-			ok := tailGet(ctx, client, url) == nil
-			c := tailCall{start: at, took: time.Since(began), late: began.Sub(start) - at, ok: ok}
+			err := tailGet(ctx, client, url)
+			c := tailCall{start: at, took: time.Since(began), late: began.Sub(start) - at, ok: err == nil, why: tailWhy(err)}
 			mu.Lock()
 			calls = append(calls, c)
 			mu.Unlock()
@@ -329,7 +356,7 @@ func tailGet(ctx context.Context, client *http.Client, url string) error {
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("status %d", resp.StatusCode)
+		err = tailStatus(resp.StatusCode)
 	}
 	return err
 }
@@ -345,6 +372,56 @@ type tailRow struct {
 	wasted, hedges       int64
 	arrivedSec, hedgeSec []int64
 	loadBefore, load     string
+	causes               map[string]int // failed calls of the whole run by cause
+}
+
+// p95Before is the p95 of the calls started after the warm-up and before
+// p's trigger (of all of them after the warm-up without a trigger).
+func (r tailRow) p95Before(p tailParams) time.Duration {
+	var took []time.Duration
+	for _, c := range r.calls {
+		if c.start >= tailWarmup && (p.triggerFor == 0 || c.start < p.triggerAt) {
+			took = append(took, c.took)
+		}
+	}
+	slices.Sort(took)
+	return quantile(took, 0.95)
+}
+
+// perSecond lists, per second of the load, the calls started, how many
+// failed, their median, and the requests and hedges of that second.
+func (r tailRow) perSecond(p tailParams) string {
+	n := int(p.duration / time.Second)
+	took := make([][]time.Duration, n)
+	failed := make([]int, n)
+	for _, c := range r.calls {
+		if i := int(c.start / time.Second); i < n {
+			took[i] = append(took[i], c.took)
+			if !c.ok {
+				failed[i]++
+			}
+		}
+	}
+	var b strings.Builder
+	for i := range n {
+		slices.Sort(took[i])
+		fmt.Fprintf(&b, "  s%02d calls %d failed %d p50 %s p99 %s requests %d hedges %d\n",
+			i, len(took[i]), failed[i], ms(quantile(took[i], 0.5)), ms(quantile(took[i], 0.99)), r.arrivedSec[i], r.hedgeSec[i])
+	}
+	return b.String()
+}
+
+// causes lists the failed calls by cause, "none" if none failed.
+func (r tailRow) causeText() string {
+	if len(r.causes) == 0 {
+		return "none"
+	}
+	var out []string
+	for why, n := range r.causes {
+		out = append(out, fmt.Sprintf("%s %d", why, n))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // extra is the requests at the provider per call, minus one.
@@ -370,8 +447,12 @@ func runTail(p tailParams, s tailSetup, fixed time.Duration) (tailRow, error) {
 	row.calls = runTailLoad(client, url, p.rate(), p.duration, start)
 	stop()
 	var took, late []time.Duration
+	row.causes = make(map[string]int)
 	for _, c := range row.calls {
 		late = append(late, c.late)
+		if !c.ok {
+			row.causes[c.why]++
+		}
 		if c.start < tailWarmup {
 			continue
 		}
@@ -439,7 +520,7 @@ func TestLiveTail(t *testing.T) {
 	}
 	var md strings.Builder
 	env := []string{"STORMGUARD_LIVE_TAIL=1"}
-	for _, n := range []string{"SCENARIOS", "DURATION", "MD"} {
+	for _, n := range []string{"SCENARIOS", "DURATION", "ROWS", "MD"} {
 		if v, ok := os.LookupEnv("STORMGUARD_LIVE_TAIL_" + n); ok {
 			env = append(env, fmt.Sprintf("STORMGUARD_LIVE_TAIL_%s=%s", n, v))
 		}
@@ -454,16 +535,22 @@ func TestLiveTail(t *testing.T) {
 		var rows []tailRow
 		var fixed time.Duration
 		for _, s := range tailSetups() {
+			if !tailWanted(s.name) {
+				continue
+			}
 			row, err := runTail(p, s, fixed)
 			if err != nil {
 				t.Fatalf("%s, %s: %v", p.name, s.name, err)
 			}
 			if s.stormguard && !s.hedging {
-				fixed = row.p95
+				fixed = row.p95Before(p)
 			}
 			rows = append(rows, row)
-			t.Logf("%s, %s: p50 %v p95 %v p99 %v p99.9 %v, %d calls (%d failed), %d requests (%+.1f%%), %d hedges, load %s",
-				p.name, s.name, ms(row.p50), ms(row.p95), ms(row.p99), ms(row.p999), len(row.calls), row.failed, row.arrived, 100*row.extra(), row.hedges, row.load)
+			if p.triggerFor > 0 {
+				t.Logf("%s, %s, per second:\n%s", p.name, s.name, row.perSecond(p))
+			}
+			t.Logf("%s, %s: p50 %v p95 %v p99 %v p99.9 %v, %d calls (%d failed after the warm-up; all failures: %s), %d requests (%+.1f%%), %d hedges, load %s",
+				p.name, s.name, ms(row.p50), ms(row.p95), ms(row.p99), ms(row.p999), len(row.calls), row.failed, row.causeText(), row.arrived, 100*row.extra(), row.hedges, row.load)
 		}
 		table := tailTable(p, rows)
 		t.Log("\n" + table)
@@ -648,4 +735,19 @@ func tailOverloadHold(rows []tailRow, recs []tailRecovery) string {
 	faster := rh.recovered && (!rn.recovered || rh.after <= rn.after)
 	return fmt.Sprintf("\nMust-hold (issue 23), for %s: hedges <= 1%% of the requests in the trigger: %.2f%%, %s; back to normal no later than %s: %s\n",
 		rows[h].setup.name, 100*share, mark(share <= 0.01), rows[no].setup.name, mark(faster))
+}
+
+// tailWanted reports whether STORMGUARD_LIVE_TAIL_ROWS (|-separated parts
+// of row names; unset: every row) selects the row named name.
+func tailWanted(name string) bool {
+	only := os.Getenv("STORMGUARD_LIVE_TAIL_ROWS")
+	if only == "" {
+		return true
+	}
+	for _, part := range strings.Split(only, "|") {
+		if part != "" && strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }
