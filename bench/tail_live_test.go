@@ -67,6 +67,7 @@ const (
 	tailReplicas     = 100
 	tailConnRequests = 20
 	tailSeed         = 42
+	tailNormalFor    = 3 // seconds in a row that make a recovery
 )
 
 // tailMode is which requests are slow.
@@ -581,8 +582,10 @@ type tailRecovery struct {
 }
 
 // recovery finds when row got back to normal after p's trigger: the first
-// second from which every second until the end of the load had no failed
-// call and a median within 1.5 times the median before the trigger.
+// second after its end that begins tailNormalFor seconds in a row with no
+// failed call and a median within twice the median before the trigger (a
+// later stall of the machine does not undo it; the failures after the
+// trigger are counted apart).
 func recovery(p tailParams, row tailRow) tailRecovery {
 	var rc tailRecovery
 	end := p.triggerAt + p.triggerFor
@@ -615,16 +618,20 @@ func recovery(p tailParams, row tailRow) tailRecovery {
 		rc.hedgesDuring += row.hedgeSec[i]
 		rc.arrDuring += row.arrivedSec[i]
 	}
-	from := -1
-	for i := n - 1; i >= int(end/time.Second); i-- {
+	normal := func(i int) bool {
 		slices.Sort(secs[i])
-		if failed[i] > 0 || len(secs[i]) == 0 || quantile(secs[i], 0.5) > rc.before*3/2 {
+		return failed[i] == 0 && len(secs[i]) > 0 && quantile(secs[i], 0.5) <= 2*rc.before
+	}
+	run := 0
+	for i := int(end / time.Second); i < n; i++ {
+		if !normal(i) {
+			run = 0
+			continue
+		}
+		if run++; run == tailNormalFor {
+			rc.recovered, rc.after = true, time.Duration(i+1-tailNormalFor)*time.Second-end
 			break
 		}
-		from = i
-	}
-	if from >= 0 {
-		rc.recovered, rc.after = true, time.Duration(from)*time.Second-end
 	}
 	return rc
 }
@@ -669,7 +676,7 @@ func tailTable(p tailParams, rows []tailRow) string {
 			rc.hedgesDuring, rc.arrDuring, 100*float64(rc.hedgesDuring)/float64(max(rc.arrDuring, 1)),
 			r.hedges, r.arrived, 100*float64(r.hedges)/float64(max(r.arrived, 1)), 1+r.extra(), r.shed, r.wasted, back, r.loadBefore, r.load)
 	}
-	b.WriteString("\nBack to normal: the first second after the trigger from which every second to the end of the load had no failed call and a median within 1.5x the row's median before the trigger.\n")
+	fmt.Fprintf(&b, "\nBack to normal: the first second after the trigger that begins %d seconds in a row with no failed call and a median within 2x the row's median before the trigger (calls by the second they started in).\n", tailNormalFor)
 	b.WriteString(tailOverloadHold(rows, recs))
 	return b.String()
 }
