@@ -547,9 +547,7 @@ func TestLiveTail(t *testing.T) {
 				fixed = row.p95Before(p)
 			}
 			rows = append(rows, row)
-			if p.triggerFor > 0 {
-				t.Logf("%s, %s, per second:\n%s", p.name, s.name, row.perSecond(p))
-			}
+			t.Logf("%s, %s, per second:\n%s", p.name, s.name, row.perSecond(p))
 			t.Logf("%s, %s: p50 %v p95 %v p99 %v p99.9 %v, %d calls (%d failed after the warm-up; all failures: %s), %d requests (%+.1f%%), %d hedges, load %s",
 				p.name, s.name, ms(row.p50), ms(row.p95), ms(row.p99), ms(row.p999), len(row.calls), row.failed, row.causeText(), row.arrived, 100*row.extra(), row.hedges, row.load)
 		}
