@@ -756,3 +756,77 @@ func tailWanted(name string) bool {
 	}
 	return false
 }
+
+// TestLiveTailSmoke runs every setup through a one-second random scenario
+// at 10% load and checks the accounting only: every scheduled call
+// recorded, no more successful calls, hedges or slow requests than requests
+// at the provider.
+func TestLiveTailSmoke(t *testing.T) {
+	p := tailParams{name: "smoke", mode: tailRandom, rho: 0.1, duration: time.Second}
+	want := 0
+	rng := mrand.New(mrand.NewPCG(tailSeed, 2))
+	for at := time.Duration(0); ; want++ {
+		if at += time.Duration(rng.ExpFloat64() / p.rate() * float64(time.Second)); at >= p.duration {
+			break
+		}
+	}
+	for _, s := range tailSetups() {
+		t.Run(s.name, func(t *testing.T) {
+			row, err := runTail(p, s, 20*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ok int64
+			for _, c := range row.calls {
+				if c.ok {
+					ok++
+				}
+			}
+			if len(row.calls) != want || ok > row.arrived || row.hedges > row.arrived || row.slow > row.arrived || row.arrived == 0 {
+				t.Errorf("%d calls (want %d), %d ok, %d requests, %d hedges, %d slow", len(row.calls), want, ok, row.arrived, row.hedges, row.slow)
+			}
+		})
+	}
+}
+
+// TestTailRecovery checks the overload table's recovery on made-up calls:
+// failures and slow medians after the trigger delay it, a later bad second
+// does not undo it.
+func TestTailRecovery(t *testing.T) {
+	p := tailParams{duration: 12 * time.Second, triggerAt: 3 * time.Second, triggerFor: 2 * time.Second}
+	mk := func(bad map[int]string) tailRow {
+		r := tailRow{arrivedSec: make([]int64, 14), hedgeSec: make([]int64, 14)}
+		for s := range 12 {
+			for i := range 10 {
+				c := tailCall{start: time.Duration(s)*time.Second + time.Duration(i)*time.Millisecond, took: 10 * time.Millisecond, ok: true}
+				switch bad[s] {
+				case "fail":
+					c.ok = i != 0
+				case "slow":
+					c.took = 25 * time.Millisecond
+				}
+				r.calls = append(r.calls, c)
+			}
+			r.arrivedSec[s] = 10
+		}
+		r.hedgeSec[3] = 1
+		return r
+	}
+	for _, tt := range []struct {
+		bad       map[int]string
+		recovered bool
+		after     time.Duration
+	}{
+		{nil, true, 0},
+		{map[int]string{5: "fail"}, true, time.Second},
+		{map[int]string{5: "slow", 7: "slow"}, true, 3 * time.Second},
+		{map[int]string{5: "fail", 10: "fail"}, true, time.Second},
+		{map[int]string{5: "fail", 8: "fail", 11: "slow"}, false, 0},
+	} {
+		rc := recovery(p, mk(tt.bad))
+		if rc.recovered != tt.recovered || rc.after != tt.after || rc.before != 10*time.Millisecond || rc.hedgesDuring != 1 || rc.arrDuring != 20 {
+			t.Errorf("bad seconds %v: recovered %v after %v (want %v after %v), before %v, %d hedges / %d requests in the trigger",
+				tt.bad, rc.recovered, rc.after, tt.recovered, tt.after, rc.before, rc.hedgesDuring, rc.arrDuring)
+		}
+	}
+}
