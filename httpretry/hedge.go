@@ -271,14 +271,15 @@ func (t *Transport) getRace() *raceState {
 // arms rs's timer: each time delay passes without a good answer, the
 // timer's goroutine sends a hedge while the guards allow one, up to the
 // configured number. The first good answer wins; the others are canceled
-// and closed. When the first copy answers before the delay, the race
-// costs only the first copy's context, request copy and the body wrapper
-// that releases the context.
+// and closed. The first copy's context is the one send would make (the
+// attempt timeout's, else a cancelable one), its cancel also what a
+// winning hedge calls, and its answer is released as send's is (c.cur,
+// c.curCancel): with an attempt timeout, a race the first copy wins
+// before the delay costs what the same attempt costs without hedging;
+// without one, the context, its request copy and the body wrapper that
+// releases it.
 func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, start time.Time) (*http.Response, error) {
-	lctx, cancel := context.WithCancel(ctx)
-	if d := c.t.cfg.attemptTimeout; d > 0 {
-		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
-	}
+	lctx, cancel := legContext(ctx, c.t.cfg.attemptTimeout)
 	num := n + c.extra
 	r := c.firstCopy(ctx, lctx, num)
 	rs := c.t.getRace()
@@ -421,10 +422,7 @@ func (rs *raceState) fire() {
 	}
 	rs.hedges++
 	i := rs.hedges
-	lctx, cancel := context.WithCancel(p.ctx)
-	if d := cfg.attemptTimeout; d > 0 {
-		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
-	}
+	lctx, cancel := legContext(p.ctx, cfg.attemptTimeout) // its own attempt timeout, from now
 	rs.cancels[i] = cancel
 	if rs.hedges < cfg.hedge.max {
 		rs.timer.Reset(p.delay)
@@ -457,11 +455,15 @@ func (rs *raceState) fire() {
 	rs.results <- leg{i: i, resp: resp, err: err}
 }
 
-// withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
-// cancel that releases both.
-func withTimeoutCancel(ctx context.Context, cancel context.CancelFunc, d time.Duration) (context.Context, context.CancelFunc) {
-	tctx, tcancel := context.WithTimeout(ctx, d)
-	return tctx, func() { tcancel(); cancel() }
+// legContext returns the context of one copy of a race, on ctx: capped
+// at the attempt timeout d from now as send's attempts are, else only
+// cancelable. Its cancel is the race's way to cancel the copy and the
+// call's to release it.
+func legContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
 }
 
 // closeLeg closes a leg that lost the race after failing; one with i < 0

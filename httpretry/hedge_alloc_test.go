@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
@@ -18,20 +19,27 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 	}
 	cancelable, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	timeout := []httpretry.Option{httpretry.WithAttemptTimeout(time.Minute)}
 	tests := []struct {
 		name   string
 		method string
 		ctx    context.Context
 		opts   []httpretry.Option
-		max    float64
+		race   bool    // the request runs a race (checked: a slow first copy gets a hedge)
+		max    float64 // allocations hedging may add
 	}{
 		// Not eligible, or no hedge possible: the plain path.
-		{"POST with a key", http.MethodPost, context.Background(), nil, 0},
-		{"GET, hedging held back (no budget)", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithBudget(nil)}, 0},
-		{"GET, learned delay still unknown", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithHedging(0, 0, 1)}, 0},
+		{"POST with a key", http.MethodPost, context.Background(), nil, false, 0},
+		{"GET, hedging held back (no budget)", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithBudget(nil)}, false, 0},
+		{"GET, learned delay still unknown", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithHedging(0, 0, 1)}, false, 0},
 		// Eligible: a race that the first copy wins before the delay.
-		{"GET, race won by the first copy", http.MethodGet, context.Background(), nil, maxRaceAllocs},
-		{"GET on a cancelable context, race won by the first copy", http.MethodGet, cancelable, nil, maxRaceAllocs},
+		{"GET, race won by the first copy", http.MethodGet, context.Background(), nil, true, maxRaceAllocs},
+		{"GET on a cancelable context, race won by the first copy", http.MethodGet, cancelable, nil, true, maxRaceAllocs},
+		// With an attempt timeout every attempt has a context of its own,
+		// a request copy and a body that releases the context, hedging or
+		// not: the race's first copy is that attempt, and adds nothing.
+		{"GET with an attempt timeout, race won by the first copy", http.MethodGet, context.Background(), timeout, true, 0},
+		{"GET on a cancelable context with an attempt timeout, race won by the first copy", http.MethodGet, cancelable, timeout, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,13 +60,34 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 			}
 			plain := count(tt.opts...)
 			// A delay no race reaches.
-			hedged := count(append([]httpretry.Option{httpretry.WithHedging(time.Hour, 0, 1)}, tt.opts...)...)
+			hopts := append([]httpretry.Option{httpretry.WithHedging(time.Hour, 0, 1)}, tt.opts...)
+			hedged := count(hopts...)
+			if tt.race {
+				checkRaces(t, hopts)
+			}
 			t.Logf("%s: %v allocs with hedging, %v without: %v added", tt.name, hedged, plain, hedged-plain)
 			if hedged-plain > tt.max {
 				t.Errorf("%s: hedging adds %v allocs, want at most %v", tt.name, hedged-plain, tt.max)
 			}
 		})
 	}
+}
+
+// checkRaces checks that a GET through a transport with opts races: a
+// first copy that answers after two hours gets a hedge.
+func checkRaces(t *testing.T, opts []httpretry.Option) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(2*time.Hour, time.Millisecond)}
+		tr, err := httpretry.NewTransport(base, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, _, err := hedgeGet(t, tr, context.Background()); err != nil || body != "leg1" {
+			t.Errorf("GET with a slow first copy = %q, %v; want the hedge's \"leg1\" (the request does not race)", body, err)
+		}
+		base.settle(t)
+	})
 }
 
 // maxRaceAllocs is what hedging adds to a request it races when the first
