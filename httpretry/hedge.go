@@ -310,6 +310,12 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 		if good(resp, nil) {
 			c.hh.lat.Record(start)
 		}
+		if c.t.cfg.attemptTimeout == 0 && ctx.Done() == nil {
+			// No timer, and a parent that never ends keeps no list of
+			// its children: lctx holds nothing to release, and the
+			// response needs no body wrapper to release it.
+			cancel = nil
+		}
 		c.cur, c.curCancel = resp, cancel
 		return resp, nil
 	}

@@ -34,7 +34,7 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 		{"GET, learned delay still unknown", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithHedging(0, 0, 1)}, false, 0},
 		// Eligible: a race that the first copy wins before the delay.
 		{"GET, race won by the first copy", http.MethodGet, context.Background(), nil, true, maxRaceAllocs},
-		{"GET on a cancelable context, race won by the first copy", http.MethodGet, cancelable, nil, true, maxRaceAllocs},
+		{"GET on a cancelable context, race won by the first copy", http.MethodGet, cancelable, nil, true, maxRaceAllocsCancelable},
 		// With an attempt timeout every attempt has a context of its own,
 		// a request copy and a body that releases the context, hedging or
 		// not: the race's first copy is that attempt, and adds nothing.
@@ -90,23 +90,28 @@ func checkRaces(t *testing.T, opts []httpretry.Option) {
 	})
 }
 
-// maxRaceAllocs is what hedging adds to a request it races when the first
-// copy answers before the delay (4, measured): the first copy's context
-// and its cancel, the copy of the request on it, and the body wrapper
-// that releases the context (the timer and the race's state come from a
-// pool of the transport's; no goroutine), on a cancelable context as on
-// one that is not (the parent's set of children is made once per parent,
-// by its first child, and kept). Not 0: the
-// first copy must be cancelable when a hedge wins, and the caller's
-// request can be sent on another context only as a copy; the base may
-// watch that context until the response body is closed, so it cannot be
-// shared with later requests.
-const maxRaceAllocs = 4
+// What hedging adds, measured, to a request it races when the first
+// copy answers before the delay, without an attempt timeout (with one it
+// adds 0): the first copy's context and its cancel, and the copy of the
+// request on it; on a cancelable context also the body wrapper that
+// releases the first copy's context (else the parent would keep it among
+// its children); on one that never ends the context holds nothing to
+// release. The timer and the race's state come from a pool of the
+// transport's; no goroutine; the parent's set of children is made once
+// per parent, by its first child, and kept. Not 0: the first copy must be
+// cancelable when a hedge wins, and the caller's request can be sent on
+// another context only as a copy; the base may watch that context until
+// the response body is closed, so it cannot be shared with later
+// requests.
+const (
+	maxRaceAllocs           = 3 // on a context that never ends
+	maxRaceAllocsCancelable = 4 // on a cancelable context
+)
 
 // BenchmarkHedgeNotNeeded: a GET that needs no hedge, without hedging and
-// with a race its first copy wins before the delay: over a base that
-// answers from memory (one allocation of its own), and on loopback through
-// a real http.Transport.
+// with a race its first copy wins before the delay, without and with an
+// attempt timeout: over a base that answers from memory (one allocation of
+// its own), and on loopback through a real http.Transport.
 func BenchmarkHedgeNotNeeded(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -114,6 +119,8 @@ func BenchmarkHedgeNotNeeded(b *testing.B) {
 	}{
 		{"no hedging", nil},
 		{"race won by the first copy", []httpretry.Option{httpretry.WithHedging(time.Second, 0, 1)}},
+		{"attempt timeout/no hedging", []httpretry.Option{httpretry.WithAttemptTimeout(time.Minute)}},
+		{"attempt timeout/race won by the first copy", []httpretry.Option{httpretry.WithAttemptTimeout(time.Minute), httpretry.WithHedging(time.Second, 0, 1)}},
 	} {
 		b.Run("memory/"+bc.name, func(b *testing.B) {
 			tr, err := httpretry.NewTransport(fresh{}, bc.opts...)

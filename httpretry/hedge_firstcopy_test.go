@@ -116,3 +116,53 @@ func TestHedgeAttemptTimeoutPerCopy(t *testing.T) {
 		base.settle(t)
 	})
 }
+
+// TestHedgeFirstCopyReleased: the context of a race's first copy that
+// answered before the delay is released when its body is closed (a
+// cancelable parent would otherwise keep it in its list of children, an
+// attempt timeout its timer), except on a parent that never ends and
+// without an attempt timeout, where it holds nothing to release and is
+// left to the collector.
+func TestHedgeFirstCopyReleased(t *testing.T) {
+	tests := []struct {
+		name       string
+		cancelable bool
+		opts       []httpretry.Option
+		want       error // the first copy's context's error once the body is closed
+	}{
+		{"cancelable parent", true, nil, context.Canceled},
+		{"attempt timeout", false, []httpretry.Option{httpretry.WithAttemptTimeout(time.Second)}, context.Canceled},
+		{"parent that never ends", false, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &legBase{answer: delays(10 * time.Millisecond)}
+				tr, err := httpretry.NewTransport(base, append([]httpretry.Option{httpretry.WithHedging(50*time.Millisecond, 0, 1)}, tt.opts...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				if tt.cancelable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/x", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lctx := resp.Request.Context()
+				if lctx == ctx || lctx.Err() != nil {
+					t.Fatalf("first copy on the caller's context, or one already ended (%v): no race", lctx.Err())
+				}
+				resp.Body.Close()
+				if err := lctx.Err(); err != tt.want {
+					t.Errorf("first copy's context after the body's close: %v, want %v", err, tt.want)
+				}
+				base.settle(t)
+			})
+		})
+	}
+}
