@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,9 +113,10 @@ func hedgeTable(c *config) *guards.Table[*hedgeHost] {
 	})
 }
 
-// hedgeState returns the hedging state of the request's host, nil if the
-// request is never hedged.
-func (t *Transport) hedgeState(req *http.Request) *hedgeHost {
+// hedgeState returns the hedging state of the request's host, named name
+// (lower-cased, as the hosts table keys it), nil if the request is never
+// hedged.
+func (t *Transport) hedgeState(req *http.Request, name string) *hedgeHost {
 	if t.hedges == nil {
 		return nil
 	}
@@ -128,7 +128,7 @@ func (t *Transport) hedgeState(req *http.Request) *hedgeHost {
 	if req.Body != nil && req.Body != http.NoBody {
 		return nil
 	}
-	hh, _ := t.hedges.Get(strings.ToLower(req.URL.Host))
+	hh, _ := t.hedges.Get(name)
 	return hh
 }
 

@@ -200,7 +200,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeReqBody(req)
 		return nil, err
 	}
-	c := call{t: t, req: req, src: req, dest: h, hh: t.hedgeState(req)}
+	c := call{t: t, req: req, src: req, dest: h, hh: t.hedgeState(req, h.Name)}
 	return c.run(h)
 }
 
