@@ -304,6 +304,15 @@ func (b *Breaker) Fail(p Permit, retryAfter time.Duration) {
 
 func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time) {
 	w := b.state.Load()
+	if p.bits == 0 {
+		// A closed-state permit without a SlowCall stamp, the hot path:
+		// one comparison finds it current (the generation starts at 1, so
+		// the zero Permit never matches) and the breaker still closed.
+		if w == word(p.gen, Closed) {
+			b.record(p.gen, success, hint, at)
+		}
+		return
+	}
 	if genOf(w) != p.gen || p.gen == 0 {
 		return // stale, or the zero Permit
 	}
