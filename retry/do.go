@@ -179,7 +179,11 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if brk != nil {
 				var oerr error
-				if permit, waited, oerr = p.admit(ctx, brk, hasDL, deadline.Sub(now)); oerr != nil {
+				var left time.Duration // read only with a deadline: Sub of zero Times is slow
+				if hasDL {
+					left = deadline.Sub(now)
+				}
+				if permit, waited, oerr = p.admit(ctx, brk, hasDL, left); oerr != nil {
 					// A call that waited for the breaker until its deadline
 					// stops for the breaker; one canceled meanwhile, for
 					// its caller.
