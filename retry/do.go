@@ -111,7 +111,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 		p = defaultPolicy
 	}
 	var first error
-	if p.attemptTimeout == 0 && p.breaker == nil && p.limiter == nil && p.rateLimit == nil && p.observer == nil {
+	if p.path == pathBare {
 		// The first attempt runs here, in a small frame, and the loop
 		// takes over only if it fails. It runs on ctx itself and needs no
 		// deadline: a parent deadline that has passed shows in ctx.Err().
@@ -125,11 +125,38 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 			return nil
 		}
 	}
-	return p.loop(ctx, op, first)
+	if p.path != pathGuarded {
+		return p.loop(ctx, op, first, nil)
+	}
+	// A breaker, a limiter, an observer or an attempt timeout: if op
+	// panics or calls runtime.Goexit, the deferred function ends the
+	// attempt as the loop would have had op returned, before the panic
+	// goes on (see attempt). The loop itself has too many returns for a
+	// defer of its own to be cheap; here it costs a guarded call one
+	// deferred call that tests a flag.
+	a := attempt{p: p, ctx: ctx}
+	defer func() {
+		if a.running {
+			// recover must be called by the deferred function itself.
+			// Only with an observer is the panic recovered, to name its
+			// value in the events; panicked raises it again.
+			var v any
+			if p.observer != nil {
+				v = recover()
+			}
+			a.panicked(v)
+		}
+	}()
+	return p.loop(ctx, op, first, &a)
 }
 
 // loop is the retry loop proper. first is the error of attempt 1 if run
 // made it, else nil. Attempts run on ctx unless each gets its own context.
+// g, if not nil, is told of each attempt before op runs (see loopGuarded),
+// each field where the loop learns it; nil when the policy has nothing to
+// end for an attempt whose op panics (pathLoop), so that the blocks of the
+// breaker, the limiter, the attempt timeout and the observer, which only a
+// guarded policy runs, write to it without a test.
 //
 // It is one function of about 150 lines on purpose: the attempt, the
 // breaker's admission and report, the deadline checks and the sleep share
@@ -137,7 +164,7 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 // would pass back and forth on the hot path.
 //
 //stormguard:long the attempt, the breaker and the sleep share the locals of the hot path
-func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, first error) error {
+func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, first error, g *attempt) error {
 	deadline, hasDL := ctx.Deadline()
 	needNow := hasDL || p.attemptTimeout > 0 // the loop must read the clock
 	var now time.Time
@@ -203,6 +230,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					brk.Cancel(permit)
 					return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
 				}
+				g.permit = permit // a breaker makes the policy guarded: g is not nil
 			}
 			if lim != nil {
 				var lerr error
@@ -215,6 +243,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				if p.attemptTimeout > 0 {
 					now = time.Now() // the attempt's cap starts now, after any wait
 				}
+				g.slot = slot // as g.permit
 			}
 			var at time.Time // the call's one clock reading, if budget and breaker share it
 			if attempt == 1 && p.budget != nil {
@@ -237,6 +266,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					overallOnly = false
 				}
 				actx, cancel = context.WithDeadline(ctx, adl)
+				g.cancel = cancel // as g.permit
 			}
 			if permit.Probe() || waited {
 				actx = markProbe(actx) // see IsProbe
@@ -244,11 +274,12 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			var started time.Time
 			if p.observer != nil {
 				actx, started = p.attemptStart(actx, attempt)
+				g.actx, g.n, g.started = actx, attempt, started // as g.permit
 			}
-			if lim != nil {
-				err = p.attemptLimited(ctx, actx, cancel, brk, permit, lim, slot, op, attempt, started)
-			} else if brk != nil || p.observer != nil || cancel != nil {
-				err = p.attemptGuarded(ctx, actx, cancel, brk, permit, op, attempt, started)
+			if g != nil {
+				g.running = true
+				err = op(actx, attempt)
+				g.running = false
 			} else {
 				err = op(actx, attempt)
 			}

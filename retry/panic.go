@@ -36,60 +36,47 @@ func isPanic(err error) bool {
 	return ok
 }
 
-// attemptLimited is attemptGuarded for an attempt that holds slot of lim:
-// if op panics or calls runtime.Goexit, the slot is given back too, as a
-// drop, after what attemptGuarded does. A function of its own, so that the
-// path without a limiter stays as it was.
-func (p *Policy) attemptLimited(ctx, actx context.Context, cancel context.CancelFunc, brk *breaker.Breaker, permit breaker.Permit,
-	lim *limit.Limiter, slot limit.Permit, op func(context.Context, int) error, attempt int, started time.Time) error {
-	done := false
-	defer func() {
-		if !done {
-			lim.Release(slot, true)
-		}
-	}()
-	err := p.attemptGuarded(ctx, actx, cancel, brk, permit, op, attempt, started)
-	done = true
-	return err
+// attempt is what the loop knows of the attempt in flight: enough for the
+// function run defers to end it if op never returns. The loop fills in
+// each field as it learns it (a field the policy has no use for stays
+// zero: permit without a breaker, slot without a limiter, cancel without
+// an attempt timeout, actx, n and started without an observer).
+type attempt struct {
+	p       *Policy
+	ctx     context.Context    // the call's
+	actx    context.Context    // the attempt's
+	cancel  context.CancelFunc // releases actx; nil if there is nothing to release
+	permit  breaker.Permit     // the breaker's, if the policy has one
+	slot    limit.Permit       // the limiter's, if the policy has one
+	n       int                // the attempt's number
+	started time.Time          // when it began, for the observer
+	running bool               // op is running: set just before it, cleared when it returns
 }
 
-// attemptGuarded runs op for one attempt on actx, a context of the call's
-// ctx (cancel releases it; nil if there is nothing to release), under
-// brk's permit (brk nil: no breaker); started is when the attempt began,
-// for the observer. If op panics or calls runtime.Goexit, it does what the
-// loop would have done had op returned, before the panic goes on: the
-// attempt is a failure for the breaker (so that a half-open probe never
-// holds its slot forever), the observer hears of the attempt's end and of
-// the call's (so that the attempt's span ends), and actx is released.
-// Only with an observer is the panic recovered, to name its value in the
-// events, and raised again with that value.
-func (p *Policy) attemptGuarded(ctx, actx context.Context, cancel context.CancelFunc, brk *breaker.Breaker, permit breaker.Permit,
-	op func(context.Context, int) error, attempt int, started time.Time) error {
-	done := false
-	defer func() {
-		if done {
-			return
-		}
-		var v any
-		if p.observer != nil {
-			v = recover()
-		}
-		if brk != nil {
-			brk.Done(permit, false)
-		}
-		if p.observer != nil {
-			e := &panicError{value: v}
-			p.attemptEnd(actx, attempt, e, started)
-			p.observer.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: attempt, Reason: "panic", Err: e})
-		}
-		if cancel != nil {
-			cancel()
-		}
-		if v != nil {
-			panic(v)
-		}
-	}()
-	err := op(actx, attempt)
-	done = true
-	return err
+// panicked ends an attempt whose op panicked with v (nil: it called
+// runtime.Goexit, or no observer recovered the panic): the attempt is a
+// failure for the breaker (so that a half-open probe never holds its slot
+// forever), the observer hears of the attempt's end and of the call's (so
+// that the attempt's span ends), the attempt's context is released, and,
+// after all that, the limiter's slot is given back as a drop. Then the
+// panic goes on with v.
+func (a *attempt) panicked(v any) {
+	p := a.p
+	if p.limiter != nil {
+		defer p.limiter.Release(a.slot, true)
+	}
+	if p.breaker != nil {
+		p.breaker.Done(a.permit, false)
+	}
+	if p.observer != nil {
+		e := &panicError{value: v}
+		p.attemptEnd(a.actx, a.n, e, a.started)
+		p.observer.Observe(a.ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: a.n, Reason: "panic", Err: e})
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if v != nil {
+		panic(v)
+	}
 }

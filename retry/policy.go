@@ -57,7 +57,25 @@ type config struct {
 	now       func() time.Time
 	depositAt func(*budget.Budget, time.Time)
 	successAt func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time)
+
+	// path is how run takes a call, decided once by New from the options
+	// above: a test of one field instead of five on every call.
+	path runPath
 }
+
+// runPath is how a policy's calls run (see Policy.run).
+type runPath uint8
+
+const (
+	// pathBare: no breaker, limiter, rate limit, observer or attempt
+	// timeout; the first attempt runs in run's own small frame.
+	pathBare runPath = iota
+	// pathLoop: the loop from the first attempt (a rate limit), no guard.
+	pathLoop
+	// pathGuarded: a breaker, a limiter, an observer or an attempt timeout:
+	// the loop under loopGuarded, which ends an attempt whose op panics.
+	pathGuarded
+)
 
 // attemptTagger is an observer that gives each attempt a context of its
 // own (see observe.Observer).
@@ -137,6 +155,12 @@ func New(opts ...Option) (*Policy, error) {
 		if ok1 && ok2 {
 			c.oneClock, c.now, c.depositAt, c.successAt = bb, clock.Monotonic(), dep, suc
 		}
+	}
+	switch {
+	case c.breaker != nil || c.limiter != nil || c.observer != nil || c.attemptTimeout > 0:
+		c.path = pathGuarded
+	case c.rateLimit != nil:
+		c.path = pathLoop
 	}
 	return &Policy{config: c}, nil
 }
