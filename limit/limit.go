@@ -73,9 +73,20 @@ const (
 // a small value: Acquire allocates nothing for it. The zero Permit holds
 // no slot; releasing it does nothing.
 type Permit struct {
-	start time.Duration // since the limiter's base, when sampled
-	flags uint8
+	// bits holds the permit's flags (permitOK, permitSampled) in its low
+	// two bits and, for a latency sample, when the slot was granted, since
+	// the limiter's base, above them: one word, so that passing a Permit
+	// costs a register.
+	bits int64
 }
+
+// permit returns a Permit with flags, granted at start (for a sample).
+func permit(start time.Duration, flags uint8) Permit {
+	return Permit{bits: int64(start)<<2 | int64(flags)}
+}
+
+func (p Permit) flags() uint8         { return uint8(p.bits & 3) }
+func (p Permit) start() time.Duration { return time.Duration(p.bits >> 2) }
 
 func newLimiter(c Config) *Limiter {
 	l := &Limiter{base: time.Now(), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
@@ -124,6 +135,22 @@ func (l *Limiter) setLimit(f float64) {
 // ctx's error. When a slot is free and nobody waits, Acquire takes no lock
 // and allocates nothing; it is safe for concurrent use.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
+	// The fast path, small enough to be inlined: no throttle, nobody
+	// waiting, the in-flight attempts below half the limit (not a
+	// utilized window) and this attempt not one of the latency samples
+	// (see acquire): one compare-and-swap.
+	if l.throttle == nil && l.nwait.Load() == 0 {
+		s := l.state.Load()
+		if 2*(int64(uint32(s))+1) < l.lim.Load() && uint32(s>>32)&(l.mask.Load()|15) != 0 && l.state.CompareAndSwap(s, s+1<<32+1) {
+			return Permit{bits: permitOK}, nil
+		}
+	}
+	return l.acquire(ctx)
+}
+
+// acquire is Acquire off its fast path: the throttle, a sample, a utilized
+// window, a lost compare-and-swap, the limit reached.
+func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 	var flags uint8 = permitOK
 	var now time.Duration
 	if l.throttle != nil {
@@ -153,7 +180,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 			if flags&permitSampled != 0 && now == 0 {
 				now = l.since()
 			}
-			return Permit{start: now, flags: flags}, nil
+			return permit(now, flags), nil
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -170,21 +197,39 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 // attempts in flight. A zero Permit is ignored. Release is safe for
 // concurrent use and allocates nothing.
 func (l *Limiter) Release(p Permit, dropped bool) {
-	if p.flags&permitOK == 0 {
+	if p.bits == permitOK && !dropped {
+		// The fast path, inlined: not a sample, not a drop.
+		l.state.Add(^uint64(0)) // in-flight − 1
+		if l.nwait.Load() > 0 {
+			l.grant()
+		}
+		return
+	}
+	l.release(p, dropped)
+}
+
+// release is Release off its fast path.
+func (l *Limiter) release(p Permit, dropped bool) {
+	if p.flags()&permitOK == 0 {
 		return
 	}
 	l.state.Add(^uint64(0)) // in-flight − 1
 	if dropped {
 		l.drops.Add(1)
 	}
-	if p.flags&permitSampled != 0 {
+	if p.flags()&permitSampled != 0 {
 		l.sampled(p, dropped)
 	}
 	if l.nwait.Load() > 0 {
-		l.mu.Lock()
-		l.grantLocked()
-		l.mu.Unlock()
+		l.grant()
 	}
+}
+
+// grant hands the free slots to waiting calls.
+func (l *Limiter) grant() {
+	l.mu.Lock()
+	l.grantLocked()
+	l.mu.Unlock()
 }
 
 // sampled records a sampled attempt and ends the window when it is due.
@@ -195,7 +240,7 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 	}
 	l.mu.Lock()
 	if !dropped {
-		l.learn.sample(now - p.start)
+		l.learn.sample(now - p.start())
 	}
 	if l.learn.due(now, l.drops.Load()) {
 		seq := uint32(l.state.Load() >> 32)

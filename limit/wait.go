@@ -94,9 +94,9 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 		return Permit{}, l.leave(n, waitError(ctx))
 	}
 	if flags&permitSampled != 0 || l.sampleWaiter() {
-		return Permit{start: l.since(), flags: flags | permitSampled}, nil
+		return permit(l.since(), flags|permitSampled), nil
 	}
-	return Permit{flags: flags}, nil
+	return permit(0, flags), nil
 }
 
 // leave takes a call that gives up off the list and returns err; a slot it
@@ -112,7 +112,7 @@ func (l *Limiter) leave(n *waitq.Waiter[waiter], err error) error {
 	granted := n.Value.granted
 	l.mu.Unlock()
 	if granted {
-		l.Release(Permit{flags: permitOK}, false)
+		l.Release(permit(0, permitOK), false)
 	}
 	return err
 }
