@@ -240,9 +240,6 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					}
 					return p.limited(ctx, attempt, lastErr, lerr)
 				}
-				if p.attemptTimeout > 0 {
-					now = time.Now() // the attempt's cap starts now, after any wait
-				}
 				g.slot = slot // as g.permit
 			}
 			var at time.Time // the call's one clock reading, if budget and breaker share it
@@ -259,6 +256,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			actx := ctx
 			var cancel context.CancelFunc
 			if p.attemptTimeout > 0 {
+				if lim != nil {
+					now = time.Now() // the attempt's cap starts now, after any wait for a slot
+				}
 				adl := now.Add(p.attemptTimeout)
 				if hasDL && !adl.Before(deadline) {
 					adl = deadline
