@@ -84,15 +84,29 @@ api:
 tidy:
 	@$(MODCHECK) -fix static tidy
 
-## test-race: go test -race in every module, read by scripts/testsum, which
-## prints what go test prints (and the lines as each module starts and ends),
-## then why tests were skipped, then the totals.
+## test-race: go test -race in every module, then go test without -race on
+## the packages of NORACE_PKGS, read by scripts/testsum, which prints what go
+## test prints (and the lines as each module starts and ends), then why tests
+## were skipped, then the totals.
 ## With STORMGUARD_REQUIRE_SERVICES=1, a store test without its service fails.
 test-race:
 	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
 	(cd scripts && GOWORK=off go build -o "$$bin/testsum" ./testsum) || exit 1; \
-	{ $(call EACH,go test -race,go test -race -count=1 -json $(GO_TEST_FLAGS) ./...); } \
+	{ ( $(call EACH,go test -race,go test -race -count=1 -json $(GO_TEST_FLAGS) ./...) ); race=$$?; \
+	  ( $(NORACE) ); exit $$(( race | $$? )); } \
 	| "$$bin/testsum" -trim $(ROOT_MODULE)
+
+# NORACE_PKGS are the packages whose heaviest tests are single-goroutine
+# simulations, in files built only without -race (//go:build !race): the
+# race detector has nothing to watch in them and makes them ten times
+# slower. test-race runs these packages a second time without -race, where
+# those tests run (with the package's other tests, which ran under -race
+# already). Each is module:package, the package as go test names it from
+# the module's folder.
+NORACE_PKGS := cmd/stormguard:./internal/sim
+NORACE = status=0; for mp in $(NORACE_PKGS); do m=$${mp%%:*}; p=$${mp\#*:}; echo "== go test (no -race) $$m $$p"; \
+	start=$(NOW); if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $$p); then r=ok; else r=FAIL; status=1; fi; \
+	echo "== go test (no -race) $$m $$p: $$r in $(call TOOK,$$start)"; done; exit $$status
 
 ## release-tags: annotated tags $(RELEASE_VERSION) (root) and
 ## <folder>/$(RELEASE_VERSION) for every other published module, at HEAD

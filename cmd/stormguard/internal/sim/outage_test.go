@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,179 +90,10 @@ func checkInvariants(t *testing.T, r *sim.OutageResult) {
 	}
 }
 
-// The outage story with a high-volume fleet: naive fixed-interval retries
-// keep the provider down after the trigger (a metastable failure); guarded
-// retries do not, and cost at most 1.1x the offered load during the outage.
-func TestOutageHighVolume(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultOutageConfig()
-	c.Horizon = 30 * time.Second // long enough to see who recovers
-	r := outage(t, c)
-	checkInvariants(t, r)
-	n, g := policy(t, r, naive), policy(t, r, guarded)
-	if n.Peak < 10*g.Peak {
-		t.Errorf("Outage: naive peak %d per window, want at least 10x the guarded fleet's %d", n.Peak, g.Peak)
-	}
-	if limit := 1.1 * float64(g.OutageOffered); float64(g.OutageAttempts) > limit {
-		t.Errorf("Outage: guarded fleet sent %d attempts during the outage for %d offered, want <= 1.1x",
-			g.OutageAttempts, g.OutageOffered)
-	}
-	if n.Recovered || n.AfterGoodput > 0.1 {
-		t.Errorf("Outage: naive fleet recovered=%v, goodput after the trigger %.3f; want a metastable failure (never, < 10%%)",
-			n.Recovered, n.AfterGoodput)
-	}
-	if !g.Recovered || g.RecoverAfter > 10*time.Second || g.AfterGoodput < 0.75 {
-		t.Errorf("Outage: guarded fleet recovered=%v after %v, goodput after the trigger %.3f; want recovery within 10 s, >= 75%%",
-			g.Recovered, g.RecoverAfter, g.AfterGoodput)
-	}
-	// The budget alone holds a high-volume client near the SRE book's 1.1x,
-	// and even tames the naive loop.
-	for _, name := range []string{"full+budget", "fixed-1s+budget"} {
-		p := policy(t, r, name)
-		if p.OutageAmplification > 1.15 || !p.Recovered || p.RecoverAfter != 0 {
-			t.Errorf("Outage %s: %.3fx during the outage, recovered=%v after %v; want <= 1.15x and recovery at once",
-				name, p.OutageAmplification, p.Recovered, p.RecoverAfter)
-		}
-	}
-	// Without a budget, three attempts cost about 3x during the outage.
-	if p := policy(t, r, "full"); p.OutageAmplification < 2.5 {
-		t.Errorf("Outage full: %.3fx during the outage, want about 3x", p.OutageAmplification)
-	}
-}
-
-// The same load from 8000 POS terminals: each terminal's budget floor
-// admits all its retries, so the fleet is not held to 10%; what the budget
-// still buys is a cap of Clients·MinPerSecond retries per second on a naive
-// loop.
-func TestOutageLowVolume(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultLowVolumeOutageConfig()
-	c.Horizon = 22 * time.Second
-	c.Policies = policies(t, naive, "fixed-1s+budget", "full", "full+budget", "full+budget+breaker")
-	r := outage(t, c)
-	checkInvariants(t, r)
-	full, budgeted := policy(t, r, "full"), policy(t, r, "full+budget")
-	if budgeted.OutageAmplification < 2.5 {
-		t.Errorf("Outage(low volume) full+budget: %.3fx during the outage, want about 3x: the floor admits the retries",
-			budgeted.OutageAmplification)
-	}
-	if d := math.Abs(budgeted.OutageAmplification - full.OutageAmplification); d > 0.05 {
-		t.Errorf("Outage(low volume): full+budget %.3fx vs full %.3fx during the outage, want nearly equal",
-			budgeted.OutageAmplification, full.OutageAmplification)
-	}
-	if budgeted.BudgetDenied*100 > budgeted.Retries {
-		t.Errorf("Outage(low volume) full+budget: budget denied %d of %d retries, want under 1%%", budgeted.BudgetDenied, budgeted.Retries)
-	}
-	// A terminal's breaker never sees MinCalls calls in its window.
-	if b := policy(t, r, "full+budget+breaker"); b.BreakerRejected != 0 {
-		t.Errorf("Outage(low volume) full+budget+breaker: %d rejections, want 0: a terminal's breaker never trips", b.BreakerRejected)
-	}
-	n, nb := policy(t, r, naive), policy(t, r, "fixed-1s+budget")
-	if 3*nb.Peak > 2*n.Peak || nb.Recovered {
-		t.Errorf("Outage(low volume): naive peak %d, naive+budget peak %d recovered=%v; want the budget to cut the peak by a third or more but not save the provider",
-			n.Peak, nb.Peak, nb.Recovered)
-	}
-	floor := float64(c.Clients) * c.Budget.MinPerSecond * c.Window.Seconds()
-	newLoad := float64(c.Clients) * c.RatePerClient * c.Window.Seconds()
-	if limit := 1.5 * (floor + newLoad); float64(nb.Peak) > limit {
-		t.Errorf("Outage(low volume) naive+budget: peak %d per window, want at most about clients x floor + offered = %.0f", nb.Peak, limit/1.5)
-	}
-}
-
 const (
 	patient = "full+budget+breaker+retry-after+wait"
 	fleet   = "fleet+retry-after+wait"
 )
-
-// The story's POS terminals with one budget and one breaker for the whole
-// fleet: the fleet is held to about 1.1x the offered load during the
-// outage, where per-terminal guards let every retry through. With a
-// provider that has room for the backlog (3x the offered load, as in the
-// live POS scenario) every request that waited is served after the
-// outage and the provider recovers at once; the requests that fail are
-// those the budget refused before the breaker tripped.
-func TestOutageFleet(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultLowVolumeOutageConfig()
-	c.Horizon = c.TriggerEnd + time.Second // the outage is what counts here
-	c.Policies = policies(t, patient, fleet)
-	r := outage(t, c)
-	checkInvariants(t, r)
-	f, own := policy(t, r, fleet), policy(t, r, patient)
-	if f.OutageAmplification > 1.1 || f.Waited == 0 {
-		t.Errorf("Outage(8000 terminals) fleet: %.3fx the offered load during the outage, %d waits; want <= 1.1x, and waits", f.OutageAmplification, f.Waited)
-	}
-	if own.OutageAmplification < 1.3 || own.Waited != 0 {
-		t.Errorf("Outage(8000 terminals) per-terminal guards: %.3fx during the outage, %d waits; want > 1.3x and none (a terminal's breaker never trips)",
-			own.OutageAmplification, own.Waited)
-	}
-
-	// The horizon leaves the pacer time to release the backlog: about
-	// 9600 waiting calls at the pace the fleet's breaker saw before it
-	// tripped (some 700 a second, after a slow start), from its close at
-	// about 16.6 s; a call still waiting at the horizon counts as failed.
-	c.Capacity = 2400
-	c.Horizon = 40 * time.Second
-	c.Policies = policies(t, fleet)
-	r = outage(t, c)
-	checkInvariants(t, r)
-	f = r.Policies[0]
-	if f.OutageAmplification > 1.1 {
-		t.Errorf("Outage(8000 terminals, capacity %g) fleet: %.3fx the offered load during the outage, want <= 1.1x", c.Capacity, f.OutageAmplification)
-	}
-	// Nearly every request that waited is served, and the provider is
-	// back for good within a few seconds (its first probe round after the
-	// outage comes no sooner than the 5 s Retry-After of the last failed
-	// probe).
-	if 100*f.BreakerRejected > f.Waited || f.DeadlineExceeded != 0 || f.AfterGoodput < 0.95 || !f.Recovered || f.RecoverAfter > 5*time.Second {
-		t.Errorf("Outage(8000 terminals, capacity %g) fleet: %d of %d waiting requests gave up, %d past their deadline, goodput after the outage %.4f, recovered %v after %v; "+
-			"want nearly every waiting request served and recovery within 5 s", c.Capacity, f.BreakerRejected, f.Waited, f.DeadlineExceeded, f.AfterGoodput, f.Recovered, f.RecoverAfter)
-	}
-	// What the fleet loses of the outage's requests is lost before its
-	// breaker trips (failed calls that the fleet's 10% budget does not
-	// retry fail at once: only an open breaker makes a call wait) or by a
-	// wait that ran out.
-	if lost := f.OutageOffered - f.OutageSucceeded; f.OutageGoodput < 0.5 || lost > f.BudgetDenied+f.BreakerRejected {
-		t.Errorf("Outage(8000 terminals, capacity %g) fleet: %.3f of the requests made during the outage succeeded, %d lost, %d refused by the budget, %d gave up waiting; "+
-			"want most served and every loss one of those", c.Capacity, f.OutageGoodput, lost, f.BudgetDenied, f.BreakerRejected)
-	}
-}
-
-// While the breaker is open a waiting fleet sends nothing but its probes:
-// Probes calls per round, a round about every OpenFor.
-func TestOutageWaitingSendsOnlyProbes(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultLowVolumeOutageConfig()
-	c.Clients, c.RatePerClient = 800, 1
-	c.TriggerStart, c.TriggerEnd, c.Horizon = time.Second, 21*time.Second, 25*time.Second
-	c.RetryAfter = 0 // rounds every OpenFor ±20%
-	c.Policies = policies(t, fleet, patient)
-	r := outage(t, c)
-	checkInvariants(t, r)
-	for _, name := range []string{fleet, patient} {
-		p := policy(t, r, name)
-		perSecond := int(time.Second / c.Window)
-		// The breaker has tripped well before the trigger's last 5 s.
-		for s := 16; s < 21; s++ {
-			n := 0
-			for _, x := range p.Load[s*perSecond : (s+1)*perSecond] {
-				n += x
-			}
-			// At most two rounds start in one second (0.8 s apart at
-			// least); each admits Probes calls per breaker.
-			limit := 2 * c.Breaker.Probes
-			if name == patient {
-				limit *= c.Clients
-			}
-			if n > limit {
-				t.Errorf("Outage %s: %d attempts in second %d of an open breaker, want at most %d (probes only)", name, n, s, limit)
-			}
-		}
-		if p.Waited == 0 {
-			t.Errorf("Outage %s: nothing waited", name)
-		}
-	}
-}
 
 // Patience helps only once the breaker is open: a fleet whose breaker has
 // a 2 s window trips sooner in a total outage and serves no fewer of the
@@ -366,37 +196,6 @@ func TestOutageNoTrigger(t *testing.T) {
 	}
 }
 
-func TestOutageDeterministic(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultOutageConfig()
-	c.Horizon = 20 * time.Second
-	c.Policies = policies(t, "full", guarded, patient)
-	a, b := outage(t, c), outage(t, c)
-	if !reflect.DeepEqual(a, b) {
-		t.Errorf("Outage(seed %d) differs between two runs", c.Seed)
-	}
-	c.Seed++
-	if d := outage(t, c); reflect.DeepEqual(a.Policies, d.Policies) {
-		t.Errorf("Outage(seed %d) = Outage(seed %d); the seed has no effect", c.Seed, c.Seed-1)
-	}
-}
-
-func TestOutageDefaults(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultOutageConfig()
-	c.Horizon, c.TriggerEnd, c.Policies = 16*time.Second, 6*time.Second, nil
-	r := outage(t, c)
-	if got, want := len(r.Policies), len(sim.DefaultOutagePolicies()); got != want {
-		t.Errorf("Outage(no policies) ran %d policies, want %d", got, want)
-	}
-	// Attempts 0 counts as 1.
-	c.Policies = []sim.OutagePolicy{{Name: "zero"}, {Name: "one", Attempts: 1}}
-	r = outage(t, c)
-	if z, o := r.Policies[0], r.Policies[1]; z.Attempts != o.Attempts || z.Retries != 0 {
-		t.Errorf("Outage(attempts 0) = %d attempts, %d retries; want %d and 0 as with attempts 1", z.Attempts, z.Retries, o.Attempts)
-	}
-}
-
 func TestOutageInvalidConfig(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -446,23 +245,6 @@ func TestOutageInvalidConfig(t *testing.T) {
 		r, err := sim.Outage(c)
 		if !errors.Is(err, sim.ErrInvalidConfig) || r != nil {
 			t.Errorf("Outage(%s) = %v, %v; want nil, error wrapping ErrInvalidConfig", tt.name, r, err)
-		}
-	}
-}
-
-func TestOutageWriteText(t *testing.T) {
-	t.Parallel()
-	c := sim.DefaultOutageConfig()
-	c.Horizon = 20 * time.Second
-	c.Policies = policies(t, naive, "full+budget", guarded)
-	var buf bytes.Buffer
-	if err := outage(t, c).WriteText(&buf); err != nil {
-		t.Fatalf("WriteText = %v", err)
-	}
-	out := buf.String()
-	for _, want := range []string{"8 clients x 100 req/s", "\nfixed-1s ", "never", guarded + " ", "+0s"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("WriteText output lacks %q:\n%s", want, out)
 		}
 	}
 }
