@@ -96,17 +96,22 @@ test-race:
 	  ( $(NORACE) ); exit $$(( race | $$? )); } \
 	| "$$bin/testsum" -trim $(ROOT_MODULE)
 
-# NORACE_PKGS are the packages whose heaviest tests are single-goroutine
-# simulations, in files built only without -race (//go:build !race): the
-# race detector has nothing to watch in them and makes them ten times
-# slower. test-race runs these packages a second time without -race, where
-# those tests run (with the package's other tests, which ran under -race
-# already). Each is module:package, the package as go test names it from
-# the module's folder.
-NORACE_PKGS := cmd/stormguard:./internal/sim
-NORACE = status=0; for mp in $(NORACE_PKGS); do m=$${mp%%:*}; p=$${mp\#*:}; echo "== go test (no -race) $$m $$p"; \
-	start=$(NOW); if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $$p); then r=ok; else r=FAIL; status=1; fi; \
-	echo "== go test (no -race) $$m $$p: $$r in $(call TOOK,$$start)"; done; exit $$status
+# NORACE_PKGS are tests that test-race runs a second time without -race,
+# each as module:package[:regexp] (the package as go test names it from the
+# module's folder; the tests that match the regexp, or all). The race
+# detector makes them three to ten times slower:
+#  - the heaviest simulations of internal/sim, single-goroutine models in
+#    files built only without -race (//go:build !race), where the detector
+#    has nothing to watch; smaller runs of the same models stay under -race;
+#  - the end-to-end idempotency runs, 1,000 payments under -race
+#    (idemtest.RacePayments: the same code paths and faults) and the full
+#    10,000 (idemtest.DefaultPayments) here.
+NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
+	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd
+NORACE = status=0; for mpr in $(NORACE_PKGS); do m=$${mpr%%:*}; pr=$${mpr\#*:}; p=$${pr%%:*}; r=; \
+	case $$pr in *:*) r=$${pr\#*:};; esac; echo "== go test (no -race) $$m $$p $$r"; \
+	start=$(NOW); if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $${r:+-run "$$r"} $$p); then ok=ok; else ok=FAIL; status=1; fi; \
+	echo "== go test (no -race) $$m $$p $$r: $$ok in $(call TOOK,$$start)"; done; exit $$status
 
 ## release-tags: annotated tags $(RELEASE_VERSION) (root) and
 ## <folder>/$(RELEASE_VERSION) for every other published module, at HEAD

@@ -405,7 +405,7 @@ func TestPayments(t *testing.T) {
 		env  string
 		want int
 	}{
-		{"", idemtest.DefaultPayments},
+		{"", idemtest.DefaultPaymentsHere},
 		{"250", 250},
 	}
 	for _, tt := range tests {

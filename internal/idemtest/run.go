@@ -21,7 +21,14 @@ import (
 
 // Defaults of a [Config].
 const (
-	DefaultPayments    = 10000
+	DefaultPayments = 10000
+	// RacePayments is the number of payments [Payments] returns under the
+	// race detector, a tenth of the CPU: the detector watches the same
+	// code paths at any size, and each kind of fault still happens ten
+	// times or more. make test runs the end-to-end tests at
+	// [DefaultPayments] again without the race detector (NORACE_PKGS in
+	// the Makefile).
+	RacePayments       = 1000
 	DefaultWorkers     = 16
 	DefaultResetRate   = 0.10
 	DefaultDropRate    = 0.20
@@ -282,10 +289,14 @@ func RunTest(tb testing.TB, cfg Config) *Result {
 }
 
 // Payments returns the number of payments for an end-to-end test:
-// [DefaultPayments], or the positive integer in the [PaymentsEnv]
-// environment variable. A bad value fails tb.
+// [DefaultPayments] ([RacePayments] under the race detector), or the
+// positive integer in the [PaymentsEnv] environment variable. A bad value
+// fails tb.
 func Payments(tb testing.TB) int {
 	tb.Helper()
+	if raceDetector {
+		return PaymentsOr(tb, RacePayments)
+	}
 	return PaymentsOr(tb, DefaultPayments)
 }
 
