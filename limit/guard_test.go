@@ -172,10 +172,14 @@ func TestLatencyAtTimeoutIsDrop(t *testing.T) {
 
 // Under steady load for 3 minutes (three times the baseline's history)
 // the baseline does not creep up with the limiter's own queue. (A
-// destination of 20 servers, 10 ms each, to keep the test short.)
+// destination of 20 servers, 40 ms each, to keep the test short: the
+// limiter's rules compare latencies with each other and count windows in
+// round trips, so a 40 ms service behaves as a 10 ms one, queue included
+// (limit 25 either way), with a quarter of the calls; each 10 s bucket of
+// the baseline still holds about 250 round trips.)
 func TestBaselineSteady(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := newDest(20, 10*time.Millisecond)
+		d := newDest(20, 40*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
 		stop := make(chan struct{})
 		wg := load(l, d, 100, 2*time.Second, time.Second, stop)
