@@ -23,11 +23,12 @@ import (
 const (
 	DefaultPayments = 10000
 	// RacePayments is the number of payments [Payments] returns under the
-	// race detector, a tenth of the CPU: the detector watches the same
-	// code paths at any size, and each kind of fault still happens ten
-	// times or more. make test runs the end-to-end tests at
-	// [DefaultPayments] again without the race detector (NORACE_PKGS in
-	// the Makefile).
+	// race detector, for a tenth of the CPU: the detector watches the
+	// same code paths at any size, and every kind of fault still occurs
+	// (in Hostile runs under -race on a loaded machine, the rarest, the
+	// aborted handlers, 409s and store blips, 12 to 25 times each). make
+	// test runs the end-to-end tests at [DefaultPayments] again without
+	// the race detector (NORACE_PKGS in the Makefile).
 	RacePayments       = 1000
 	DefaultWorkers     = 16
 	DefaultResetRate   = 0.10
