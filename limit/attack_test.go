@@ -183,7 +183,9 @@ func TestAttackEDFOrder(t *testing.T) {
 			ctx  func() (context.Context, context.CancelFunc)
 		}
 		at := func(d time.Duration) func() (context.Context, context.CancelFunc) {
-			return func() (context.Context, context.CancelFunc) { return context.WithDeadline(context.Background(), now.Add(d)) }
+			return func() (context.Context, context.CancelFunc) {
+				return context.WithDeadline(context.Background(), now.Add(d))
+			}
 		}
 		// In the order of their deadlines.
 		want := []w{

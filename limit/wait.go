@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
@@ -44,9 +45,11 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	n := &waitq.Waiter[waiter]{Value: waiter{ch: make(chan struct{}, 1)}}
 	l.mu.Lock()
 	now := l.since()
-	left := dl.Sub(l.base) - now
+	// Saturating: a deadline far in the past (a context's zero time)
+	// must not wrap around to one far in the future.
+	left := sat.Add(dl.Sub(l.base), -now)
 	b := l.learn.base.value
-	if b > 0 && left <= b {
+	if left <= b { // within the fastest answer, or passed (no latency yet)
 		l.mu.Unlock()
 		l.undoThrottle()
 		return Permit{}, errTooClose
