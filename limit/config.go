@@ -53,7 +53,7 @@ type Config struct {
 // start). It returns an error naming the field when Max is negative or
 // above 2^30, Timeout is negative, or Throttle is NaN, infinite, negative
 // or in (0, 1). Every Waiting is valid. A Limiter that was built never
-// fails or panics later.
+// fails or panics later (used as documented: see [Limiter.Release]).
 func New(c Config) (*Limiter, error) {
 	switch {
 	case c.Max < 0 || c.Max > maxMax:

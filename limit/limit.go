@@ -194,8 +194,11 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 // response): such an attempt is never a latency sample, and drops lower
 // the limit. Release each Permit once, to the Limiter that gave it: a
 // second Release, or one to another Limiter, corrupts its count of
-// attempts in flight. A zero Permit is ignored. Release is safe for
-// concurrent use and allocates nothing.
+// attempts in flight, undetected: while others are in flight one more
+// attempt than the limit may then run; with none in flight the count
+// wraps below zero and the Limiter refuses every call from then on. A
+// zero Permit is ignored. Release is safe for concurrent use and
+// allocates nothing.
 func (l *Limiter) Release(p Permit, dropped bool) {
 	if p.bits == permitOK && !dropped {
 		// The fast path, inlined: not a sample, not a drop.
