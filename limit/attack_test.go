@@ -583,3 +583,78 @@ func TestAttackDoubleRelease(t *testing.T) {
 		t.Logf("after a double Release: %d in flight", in)
 	})
 }
+
+// TestAttackThrottleAtOneOverK: Config.Throttle's doc: "a destination that
+// accepts at least 1/K of the attempts sees no rejection". K = 2 and a
+// destination that accepts every other attempt (exactly 1/K), then 3 of
+// 4 (more than 1/K), at 10 callers, 10 ms an attempt.
+func TestAttackThrottleAtOneOverK(t *testing.T) {
+	for _, every := range []int{2, 4} {
+		t.Run(fmt.Sprintf("accept_%d_of_%d", every-1, every), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLimiter(t, limit.Config{Throttle: 2})
+				var n, throttled, calls atomic.Int64
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range 10 {
+					wg.Go(func() {
+						for time.Since(start) < 10*time.Second {
+							calls.Add(1)
+							ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+							p, err := l.Acquire(ctx)
+							cancel()
+							if err != nil {
+								if strings.Contains(err.Error(), "throttled") {
+									throttled.Add(1)
+								}
+								time.Sleep(10 * time.Millisecond)
+								continue
+							}
+							time.Sleep(10 * time.Millisecond)
+							l.Release(p, n.Add(1)%int64(every) == 0)
+						}
+					})
+				}
+				wg.Wait()
+				t.Logf("accepting %d of %d: %d of %d calls throttled", every-1, every, throttled.Load(), calls.Load())
+				if throttled.Load() > 0 {
+					t.Errorf("accepting %d of %d attempts with K = 2: %d of %d calls throttled, want none", every-1, every, throttled.Load(), calls.Load())
+				}
+			})
+		})
+	}
+}
+
+// TestAttackThrottleBurstAfterIdle: a destination that has accepted
+// every attempt, idle for a second, then a burst of 100 calls at once
+// (each would wait for a slot within 1 s): the doc says a destination
+// that accepts at least 1/K of the attempts sees no rejection.
+func TestAttackThrottleBurstAfterIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLimiter(t, limit.Config{Throttle: 2})
+		drive(l, 10, time.Second, fixed(10*time.Millisecond), never)
+		time.Sleep(time.Second)
+		var throttled atomic.Int64
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				p, err := l.Acquire(ctx)
+				if err != nil {
+					if strings.Contains(err.Error(), "throttled") {
+						throttled.Add(1)
+					}
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+				l.Release(p, false)
+			})
+		}
+		wg.Wait()
+		t.Logf("%d of a burst of 100 throttled after 1 s idle", throttled.Load())
+		if throttled.Load() > 0 {
+			t.Errorf("%d of a burst of 100 calls throttled, on a destination that accepted every attempt", throttled.Load())
+		}
+	})
+}
