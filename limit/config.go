@@ -34,9 +34,12 @@ type Config struct {
 	// "Handling Overload"): Acquire rejects locally a share
 	// max(0, (requests − K·accepts) / (requests + 1)) of the calls, counted
 	// over the last 500 ms (in 50 ms buckets), where requests counts the
-	// calls to Acquire (less those the limit then refused) and accepts the
-	// permits released as not dropped. A destination that accepts at least
-	// 1/K of the attempts sees no rejection; one that accepts less gets
+	// calls it rejected and the permits released (an attempt counts when
+	// it ends, not while in flight), and accepts the permits released as
+	// not dropped. A destination that accepts more than 1/K of the
+	// attempts sees no rejection (at exactly 1/K, a rare one), nor does a
+	// burst of calls after an idle spell or at a cold start; one that
+	// accepts less gets
 	// fewer and fewer attempts, about one per 500 ms when it accepts
 	// none. The short history lets healthy traffic through again about
 	// 2.5 s after a recovery (measured at 1,000 and 10,000 calls per

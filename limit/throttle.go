@@ -52,33 +52,38 @@ func (t *throttle) share() float64 {
 	return math.Max(0, (float64(r)-t.k*float64(a))/float64(r+1))
 }
 
-// admit counts a request at now and reports whether it may go.
+// admit reports whether a call may go at now, by the share of the
+// history; a rejected call counts as a request at once, an admitted one
+// when its outcome is known (done): an attempt still in flight is neither
+// a request nor an accept yet, so that a burst of calls to a destination
+// that accepts them all (after an idle spell, at a cold start) is not
+// rejected for the answers it has not had time to give.
 func (t *throttle) admit(now time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := t.advance(now)
-	t.requests[i]++
 	p := t.share()
-	return p <= 0 || t.float() >= p
-}
-
-// undo takes back a request counted at now that the limiter refused: it
-// never reached the destination, so it says nothing of its accepts.
-func (t *throttle) undo(now time.Duration) {
-	t.mu.Lock()
-	if i := t.advance(now); t.requests[i] > 0 {
-		t.requests[i]--
+	if p <= 0 || t.float() >= p {
+		return true
 	}
-	t.mu.Unlock()
+	t.requests[i]++
+	return false
 }
 
-// done counts an outcome at now: accepted unless dropped.
+// undo takes back an admitted call that the limiter refused: it never
+// reached the destination, so it counts for nothing (an admitted call is
+// counted by done only).
+func (t *throttle) undo(time.Duration) {}
+
+// done counts the outcome of an admitted call at now: a request, and an
+// accept unless dropped.
 func (t *throttle) done(now time.Duration, accepted bool) {
-	if !accepted {
-		return
-	}
 	t.mu.Lock()
-	t.accepts[t.advance(now)]++
+	i := t.advance(now)
+	t.requests[i]++
+	if accepted {
+		t.accepts[i]++
+	}
 	t.mu.Unlock()
 }
 
