@@ -349,3 +349,43 @@ func TestCapacityHintAttackHedgeLoses(t *testing.T) {
 		}
 	})
 }
+
+// TestCapacityHintAttackRaiseGrants: a higher hint raises the cap at once
+// for the requests waiting under a lower one: after a hint of 1, six
+// requests at once go out one at a time; the one in flight is answered
+// 429 with a hint of 4, and four of the five waiting go out at once.
+func TestCapacityHintAttackRaiseGrants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n, inFlight, peak atomic.Int64
+		gate := make(chan struct{})
+		tr := hintTransport(t, answerFunc(func(*http.Request) (int, []string) {
+			switch n.Add(1) {
+			case 1:
+				return 503, []string{"1"}
+			case 2:
+				<-gate
+				return 429, []string{"4"}
+			}
+			in := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for v := peak.Load(); in > v && !peak.CompareAndSwap(v, in); v = peak.Load() {
+			}
+			time.Sleep(10 * time.Millisecond)
+			return 200, nil
+		}))
+		send(t, tr, "http://p.test/")
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() { send(t, tr, "http://p.test/") })
+		}
+		synctest.Wait()
+		if got := n.Load(); got != 2 {
+			t.Fatalf("%d requests reached the provider under the hint of 1, want 2 (the hinted one, then one)", got)
+		}
+		close(gate)
+		wg.Wait()
+		if got := peak.Load(); got != 4 {
+			t.Errorf("after the hint of 4: %d requests in flight at once, want 4", got)
+		}
+	})
+}
