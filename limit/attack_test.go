@@ -288,15 +288,16 @@ func TestAttackCancelWhileWaiting(t *testing.T) {
 }
 
 // TestAttackWaitingBound: 100,000 callers at once on a full limiter: at
-// most Config.Waiting (default 10,000; 100 set) wait, the others fail at
-// once with ErrLimited; releases serve the waiters.
+// most Config.Waiting (default 10,000) wait, the others fail at once with
+// ErrLimited; releases serve the waiters. The same with Waiting 100 and
+// 1,000 callers.
 func TestAttackWaitingBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 goroutines")
 	}
 	for _, tt := range []struct {
-		waiting, want int
-	}{{0, 10_000}, {100, 100}} {
+		waiting, callers, want int
+	}{{0, 100_000, 10_000}, {100, 1000, 100}} {
 		synctest.Test(t, func(t *testing.T) {
 			l := newLimiter(t, limit.Config{Max: 1, Waiting: tt.waiting})
 			p, err := l.Acquire(context.Background())
@@ -305,7 +306,7 @@ func TestAttackWaitingBound(t *testing.T) {
 			}
 			var refused, served atomic.Int64
 			var wg sync.WaitGroup
-			for range 100_000 {
+			for range tt.callers {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 					defer cancel()
@@ -323,8 +324,8 @@ func TestAttackWaitingBound(t *testing.T) {
 			}
 			synctest.Wait()
 			_, waiting := counts(l, -1)
-			if waiting != tt.want || refused.Load() != int64(100_000-tt.want) {
-				t.Errorf("Waiting %d: %d wait, %d refused at once; want %d, %d", tt.waiting, waiting, refused.Load(), tt.want, 100_000-tt.want)
+			if waiting != tt.want || refused.Load() != int64(tt.callers-tt.want) {
+				t.Errorf("Waiting %d: %d wait, %d refused at once; want %d, %d", tt.waiting, waiting, refused.Load(), tt.want, tt.callers-tt.want)
 			}
 			l.Release(p, false)
 			wg.Wait()
