@@ -326,11 +326,9 @@ func TestCapacityHintAttackConcurrent(t *testing.T) {
 // hinted 503 while the first copy of the attempt wins with a 200: the
 // provider shed a request and said how many it runs, so the docs' "a 503
 // or 429 carrying the field caps the limiter's limit at n at once" asks
-// for the cap. The race's losing answers pass through the pushback of
-// hedge.go, not capacityHint: the hint is lost.
+// for the cap, whichever copy of the race carried it (a losing answer's
+// hint used to be lost: only the winner's answer reached capacityHint).
 func TestCapacityHintAttackHedgeLoses(t *testing.T) {
-	t.Skip("defect reported to the lead: a race's losing leg (hedge or first copy) answered 503/429 with " +
-		"Stormguard-Capacity is not applied; the fix belongs in httpretry/hedge.go beside each pushback call")
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int64
 		tr := hintTransport(t, answerFunc(func(*http.Request) (int, []string) {

@@ -376,6 +376,7 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 	default:
 		if first.resp != nil {
 			c.hh.pushback(first.resp.StatusCode, retryAfterOf(first.resp), first.resp.Header)
+			capacityHint(c.dest, first.resp.StatusCode, first.resp.Header) // a losing copy's hint counts too
 		}
 		held = first
 	}
@@ -452,6 +453,7 @@ func (rs *raceState) fire() {
 	won := good(resp, err)
 	if !won && resp != nil {
 		p.hh.pushback(resp.StatusCode, retryAfterOf(resp), resp.Header)
+		capacityHint(p.dest, resp.StatusCode, resp.Header) // a losing hedge's hint counts too
 	}
 	rs.mu.Lock()
 	if won && !rs.over && !rs.lost {
