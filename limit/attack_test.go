@@ -556,30 +556,43 @@ func TestAttackThrottleCanceledCallers(t *testing.T) {
 	})
 }
 
-// TestAttackDoubleRelease: the doc says a second Release of a Permit
-// corrupts the count in flight, and, with none in flight, wraps it so
-// that the Limiter refuses every call from then on. It must not panic, and
-// must do what the doc says (no worse: no hang of a call with a deadline).
+// TestAttackDoubleRelease: the doc says a second Release of a Permit with
+// none in flight is ignored (the count never goes below zero), on the fast
+// path (a plain Permit) and off it (a dropped attempt): the Limiter goes on
+// granting up to its limit, and no more.
 func TestAttackDoubleRelease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newLimiter(t, limit.Config{})
-		p, err := l.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Release(p, false)
-		l.Release(p, false)
-		in, _ := counts(l, -1)
-		if _, err = l.Acquire(context.Background()); !errors.Is(err, limit.ErrLimited) {
-			t.Errorf("after a double Release with none in flight: Acquire = %v, want ErrLimited (the doc's refusal)", err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if _, err = l.Acquire(ctx); !errors.Is(err, limit.ErrLimited) {
-			t.Errorf("after a double Release: Acquire with a deadline = %v, want ErrLimited", err)
-		}
-		t.Logf("after a double Release: %d in flight", in)
-	})
+	for _, dropped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dropped=%v", dropped), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLimiter(t, limit.Config{Max: 2})
+				p, err := l.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.Release(p, dropped)
+				l.Release(p, dropped)
+				l.Release(p, dropped)
+				if in, _ := counts(l, -1); in != 0 {
+					t.Errorf("after extra Releases with none in flight: %d in flight, want 0", in)
+				}
+				lim := l.Limit()
+				var held []limit.Permit
+				for range lim {
+					p, err := l.Acquire(context.Background())
+					if err != nil {
+						t.Fatalf("after extra Releases: Acquire %d of the limit %d = %v", len(held)+1, lim, err)
+					}
+					held = append(held, p)
+				}
+				if _, err := l.Acquire(context.Background()); !errors.Is(err, limit.ErrLimited) {
+					t.Errorf("Acquire beyond the limit %d after extra Releases = %v, want ErrLimited", lim, err)
+				}
+				for _, p := range held {
+					l.Release(p, false)
+				}
+			})
+		})
+	}
 }
 
 // TestAttackThrottleAtOneOverK: Config.Throttle's doc: "a destination that

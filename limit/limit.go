@@ -194,15 +194,17 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 // response): such an attempt is never a latency sample, and drops lower
 // the limit. Release each Permit once, to the Limiter that gave it: a
 // second Release, or one to another Limiter, corrupts its count of
-// attempts in flight, undetected: while others are in flight one more
-// attempt than the limit may then run; with none in flight the count
-// wraps below zero and the Limiter refuses every call from then on. A
-// zero Permit is ignored. Release is safe for concurrent use and
+// attempts in flight: while others are in flight, undetected, one more
+// attempt than the limit may then run; with none in flight it is ignored
+// (the count never goes below zero). A zero Permit is ignored. Release is safe for concurrent use and
 // allocates nothing.
 func (l *Limiter) Release(p Permit, dropped bool) {
 	if p.bits == permitOK && !dropped {
 		// The fast path, inlined: not a sample, not a drop.
-		l.state.Add(^uint64(0)) // in-flight − 1
+		if uint32(l.state.Add(^uint64(0))) == math.MaxUint32 { // in-flight − 1
+			l.state.Add(1) // a Release with none in flight: undone
+			return
+		}
 		if l.nwait.Load() > 0 {
 			l.grant()
 		}
@@ -216,7 +218,10 @@ func (l *Limiter) release(p Permit, dropped bool) {
 	if p.flags()&permitOK == 0 {
 		return
 	}
-	l.state.Add(^uint64(0)) // in-flight − 1
+	if uint32(l.state.Add(^uint64(0))) == math.MaxUint32 { // in-flight − 1
+		l.state.Add(1) // a Release with none in flight: undone
+		return
+	}
 	if dropped {
 		l.drops.Add(1)
 	}
