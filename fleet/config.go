@@ -92,7 +92,11 @@ type Config struct {
 	// each process's limiter and also the fleet-wide limit (the whole
 	// fleet's attempts in flight to the host); the fleet's limit starts at
 	// min(Max, 10). In local mode the cap is lifted and each process's
-	// limiter decides alone. Nil (the default) means no limiter; an
+	// limiter decides alone. Slots change hands at syncs only: for many
+	// processes that each need far less than a slot per SyncEvery (a
+	// terminal with one call in flight) the fleet's limit starves them,
+	// then grows past what the host takes (see the package documentation,
+	// Many small processes). Nil (the default) means no limiter; an
 	// invalid Limit is an error of New naming the field. New copies it:
 	// changing it afterwards changes nothing.
 	Limit *limit.Config

@@ -149,6 +149,29 @@
 // limit (at most Limit.Max, never unlimited); the next sync that succeeds
 // caps them again, and Close lifts them.
 //
+// Many small processes. Slots change hands only at syncs, and a slot is
+// held for its grant and the next sync, so however short the attempts, a
+// slot serves one process for about two sync intervals. A fleet of N
+// processes that each need much less than a slot per interval starts
+// the calls of about L/2 processes per interval, and each call waits for
+// its process's turn, about 2N/L intervals. The waiting calls keep the
+// fleet's demand above L/2, and L learns from failures (the breaker's),
+// not from latency: every clean window doubles it, up to Limit.Max,
+// whether or not the host can take that many, and once it no longer binds
+// the calls that waited go out together. In TestScriptFleetLimitLowVolume
+// (1000 processes, a call every 2.2 intervals each, attempts far shorter
+// than an interval, no failure) L goes from 10 to 1000 in 10 windows; in
+// the first 8 the fleet starts at most 47 calls per interval of the 455
+// offered, in the 10th 2262. Against a host that serves 10 attempts at a
+// time that burst is a queue of seconds and its attempts time out. In
+// bench's TestLiveMeta (STORMGUARD_LIVE_META_ROWS='fleet + limit': 1000
+// terminals with a fleet each, SyncEvery 1 s, a 1 s attempt timeout, a
+// host of 10 workers at rho 0.9), L reached 1000 at about 11 s and the
+// fleet's breaker opened at about 13 s, before the trigger at 15 s; with
+// a 10 s trigger, 36.8% of the payments started before it were served,
+// 100% without Config.Limit. For such a fleet no L both binds the host's
+// concurrency and lets the calls through in time; leave Limit nil.
+//
 // # No lock
 //
 // Nothing is held across a caller's call. A distributed breaker that takes
