@@ -15,14 +15,19 @@ type httpObserver interface {
 // or the error of an answer that is not one (see baseResult). An observer
 // of HTTP requests sees each, with the time it took.
 func (t *Transport) roundTrip(r *http.Request) (*http.Response, error) {
-	h := t.httpObs
-	if h == nil {
-		resp, err := t.base.RoundTrip(r)
-		if err != nil || resp == nil {
-			return nil, baseResult(resp, err)
-		}
-		return resp, nil
+	if t.httpObs != nil {
+		return t.observedRoundTrip(r)
 	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp == nil {
+		return nil, baseResult(resp, err)
+	}
+	return resp, nil
+}
+
+// observedRoundTrip is roundTrip with an observer of HTTP requests.
+func (t *Transport) observedRoundTrip(r *http.Request) (*http.Response, error) {
+	h := t.httpObs
 	start := time.Now()
 	resp, err := t.base.RoundTrip(r)
 	if err != nil || resp == nil {

@@ -200,7 +200,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeReqBody(req)
 		return nil, err
 	}
-	c := call{t: t, req: req, src: req, dest: h, hh: t.hedgeState(req, h.Name)}
+	c := call{t: t, req: req, src: req, dest: h}
+	if t.hedges != nil { // no hedging state to look up without WithHedging
+		c.hh = t.hedgeState(req, h.Name)
+	}
 	return c.run(h)
 }
 
@@ -266,16 +269,26 @@ func (c *call) run(h *host) (*http.Response, error) {
 	if cfg.timeout > 0 {
 		ctx, c.cancel = context.WithTimeout(ctx, cfg.timeout)
 	}
-	if sr := c.staleAtOnce(h); sr != nil {
-		return sr, nil
+	sc := c.t.stale // nil without WithStaleCache: none of its work is done
+	if sc != nil {
+		if sr := c.staleAtOnce(h); sr != nil {
+			return sr, nil
+		}
 	}
 	resp, err := retry.DoValue(ctx, h.Policy, c.attempt)
 	re, _ := err.(*retry.Error)
-	stale := c.t.stale.serve(req, re, resp) // the stale cache's answer to a give-up, if any
+	var stale *http.Response
+	if sc != nil && err != nil {
+		stale = sc.serve(req, re, resp) // the stale cache's answer to a give-up, if any
+	}
 	if resp != nil && resp == c.cur {
 		switch {
 		case err == nil:
-			return c.t.stale.keep(req, c.giveBack(resp, nil)), nil
+			resp = c.giveBack(resp, nil)
+			if sc != nil {
+				resp = sc.keep(req, resp)
+			}
+			return resp, nil
 		case re != nil && re.Reason != retry.Canceled && stale == nil:
 			if cfg.fallback == nil || !fallsBack(re.Reason) {
 				return c.giveBack(resp, re), nil
@@ -345,7 +358,13 @@ func (c *call) discardCur() {
 // resend with refreshed credentials).
 func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	c.discardCur()
-	resp, err := c.first(ctx, n)
+	var resp *http.Response
+	var err error
+	if c.hh != nil { // the host's hedging state: this attempt may race
+		resp, err = c.first(ctx, n)
+	} else {
+		resp, err = c.send(ctx, n)
+	}
 	if err != nil {
 		return nil, c.sendError(err)
 	}
@@ -476,7 +495,14 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 		}
 	}
 	c.sends++
-	resp, err := c.t.roundTrip(r)
+	var resp *http.Response
+	if c.t.httpObs == nil { // roundTrip without an observer, written out: one call less per send
+		if resp, err = c.t.base.RoundTrip(r); err != nil || resp == nil {
+			resp, err = nil, baseResult(resp, err)
+		}
+	} else {
+		resp, err = c.t.observedRoundTrip(r)
+	}
 	if err != nil {
 		if cancel != nil {
 			cancel()
