@@ -91,6 +91,8 @@ func TestInProgress409(t *testing.T) {
 		{"keyed POST, Retry-After as a date", nil, "POST", "k-1", "date", 2},
 		{"auto-keyed POST, Retry-After", []httpretry.Option{httpretry.WithAutoIdempotencyKey()}, "POST", "", "3", 2},
 		{"keyed PUT, Retry-After", nil, "PUT", "k-1", "3", 2},
+		{"keyed GET, Retry-After", nil, "GET", "k-1", "3", 2},
+		{"blank-keyed GET, Retry-After", nil, "GET", " ", "3", 1},
 		{"keyed POST, no Retry-After", nil, "POST", "k-1", "", 1},
 		// A Retry-After that does not parse is ignored, as if absent
 		// (ParseRetryAfter): the 409 is then the caller's.

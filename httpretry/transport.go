@@ -214,7 +214,7 @@ type call struct {
 	src *http.Request // what attempts copy: req, or the request refresh returned
 
 	key        []string // Idempotency-Key value made by the transport; nil if none
-	hasKey     bool     // the request carries a key, its own or the transport's
+	hasKey     bool     // the request carries a key, its own or the transport's (set for a method that is not idempotent; see keyed)
 	idempotent bool     // the method is idempotent: a 500 may be retried once
 	retryable  bool     // failures may be retried at all
 	replayable bool     // the body can be sent again
@@ -238,10 +238,12 @@ type call struct {
 func (c *call) run(h *host) (*http.Response, error) {
 	req, cfg := c.req, &c.t.cfg
 	c.idempotent = idempotentMethod(req.Method)
-	c.hasKey = requestKey(req.Header) != ""
-	if !c.idempotent && !c.hasKey && cfg.autoKey {
-		c.key = []string{idempotency.NewKey()}
-		c.hasKey = true
+	if !c.idempotent { // an idempotent request's key matters only at a 409 (see keyed)
+		c.hasKey = requestKey(req.Header) != ""
+		if !c.hasKey && cfg.autoKey {
+			c.key = []string{idempotency.NewKey()}
+			c.hasKey = true
+		}
 	}
 	c.replayable = true
 	if req.Body != nil && req.Body != http.NoBody {
@@ -312,6 +314,15 @@ func (c *call) run(h *host) (*http.Response, error) {
 		return nil, &keyError{err: err, key: c.key[0]}
 	}
 	return nil, err
+}
+
+// keyed reports whether the request carries an idempotency key, its own or
+// the transport's. run reads the header only for a method that is not
+// idempotent (whether a failure may be retried depends on it); an
+// idempotent request's key matters only for an in-progress 409, and is read
+// here, off the success path.
+func (c *call) keyed() bool {
+	return c.hasKey || c.idempotent && requestKey(c.req.Header) != ""
 }
 
 // giveBack hands resp, the last attempt's response, to the caller: marked
@@ -391,7 +402,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusConflict) {
 		hint, hasHint = ParseRetryAfter(v[0], time.Now())
 	}
-	inProgress := code == http.StatusConflict && c.hasKey && hasHint
+	inProgress := code == http.StatusConflict && hasHint && c.keyed()
 	if !isRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
