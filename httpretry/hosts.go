@@ -2,6 +2,7 @@ package httpretry
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/stormguard/stormguard/internal/guards"
 )
@@ -21,7 +22,19 @@ func newHosts(max int, mk func(string) (*host, error)) *hosts {
 // get returns the state of the host named name (case-insensitively),
 // creating it if needed.
 func (h *hosts) get(name string) (*host, error) {
-	return h.t.Get(strings.ToLower(name)) // no allocation when already lower case
+	return h.t.Get(lowerHost(name))
+}
+
+// lowerHost returns name lower-cased as strings.ToLower does: name itself
+// when it is ASCII without an upper-case letter (the usual host name, checked
+// in one short pass), else strings.ToLower's result.
+func lowerHost(name string) string {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c-'A' < 26 || c >= utf8.RuneSelf {
+			return strings.ToLower(name)
+		}
+	}
+	return name
 }
 
 // len returns the number of hosts held.

@@ -1,6 +1,9 @@
 package httpretry
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The table itself is tested in internal/guards; here, what httpretry adds:
 // hosts are case-insensitive.
@@ -14,4 +17,33 @@ func TestHostsCaseInsensitive(t *testing.T) {
 	if made != 1 || h.len() != 1 || len(h.all()) != 1 {
 		t.Errorf("made %d states, len %d; want 1 each", made, h.len())
 	}
+}
+
+// lowerHost is strings.ToLower with a short pass for a name already in
+// lower case; the edges of the upper-case range and non-ASCII names go the
+// long way.
+func TestLowerHost(t *testing.T) {
+	for _, name := range []string{
+		"", "example.test", "example.test:8080", "[::1]:443", "@[`{", "A", "Z", "EXAMPLE.test",
+		"example.tesT", "exämple.test", "EXÄMPLE.TEST", "\xff", "İ.example", "a\x80b",
+	} {
+		if got, want := lowerHost(name), strings.ToLower(name); got != want {
+			t.Errorf("lowerHost(%q) = %q, want %q", name, got, want)
+		}
+	}
+	name := strings.Repeat("example.", 4) + "test"
+	if allocs := testing.AllocsPerRun(100, func() { _ = lowerHost(name) }); allocs != 0 {
+		t.Errorf("lowerHost of a lower-case name: %v allocations, want 0", allocs)
+	}
+}
+
+func FuzzLowerHost(f *testing.F) {
+	for _, s := range []string{"example.test", "EXAMPLE.test", "exämple", "@[`{"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := lowerHost(name), strings.ToLower(name); got != want {
+			t.Errorf("lowerHost(%q) = %q, want %q", name, got, want)
+		}
+	})
 }
