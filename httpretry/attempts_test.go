@@ -107,6 +107,10 @@ func TestAttemptHeaderAndCallerRequest(t *testing.T) {
 			header: http.Header{wire.AttemptHeader: {"7"}}, fails: 2, wantHdr: wantAttemptHeaders(3)},
 		{name: "caller's attempt header, as is", method: "GET",
 			header: http.Header{wire.AttemptHeader: {"7"}}, fails: 2, asIs: true, wantHdr: []string{"7", "2", "3"}},
+		// A probe mark of the caller's: no copy carries it (none of these
+		// attempts is the breaker's probe).
+		{name: "caller's probe mark, copied", opts: []httpretry.Option{httpretry.WithTimeout(time.Minute)}, method: "GET",
+			header: http.Header{wire.ProbeHeader: {"1"}, wire.AttemptHeader: {"7"}}, fails: 2, wantHdr: wantAttemptHeaders(3)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,6 +156,9 @@ func TestAttemptHeaderAndCallerRequest(t *testing.T) {
 			for i, r := range sent {
 				if i > 0 && r == req {
 					t.Errorf("attempt %d is the caller's request itself; a retry must be a copy", i+1)
+				}
+				if _, ok := r.Header[wire.ProbeHeader]; ok && r != req {
+					t.Errorf("attempt %d, a copy, carries a probe mark %q; it is no probe", i+1, r.Header[wire.ProbeHeader])
 				}
 				if got := r.Header.Values("X-Caller"); !slices.Equal(got, []string{"a", "b"}) {
 					t.Errorf("attempt %d X-Caller = %q, want the caller's [a b]", i+1, got)

@@ -54,15 +54,19 @@ func timeoutValue(left time.Duration) []string {
 
 // attemptHeader returns the header of attempt n of a request with header
 // src and the transport's idempotency key (nil if none): see call.header.
+// src's wire.AttemptHeader and wire.ProbeHeader are not copied (skipped
+// rather than deleted after: a delete from a map costs a lookup): the
+// attempt number is set here from the second attempt on, and the probe mark
+// by the caller, on a probe only.
 func attemptHeader(src http.Header, key []string, n int) http.Header {
 	h := make(http.Header, len(src)+2)
 	for k, v := range src {
-		h[k] = v
+		if k != wire.AttemptHeader && k != wire.ProbeHeader {
+			h[k] = v
+		}
 	}
 	if n > 1 {
 		h[wire.AttemptHeader] = attemptValue(n)
-	} else {
-		delete(h, wire.AttemptHeader) // a first attempt carries none
 	}
 	if key != nil {
 		h[idempotency.Header] = key

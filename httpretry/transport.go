@@ -492,10 +492,8 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	if !asIs {
 		r = c.src.WithContext(ctx) // the shallow copy this attempt may change
 		r.Header = c.header(n + c.extra)
-		if retry.IsProbe(ctx) {
+		if retry.IsProbe(ctx) { // the header has no probe mark of src's (attemptHeader)
 			r.Header[wire.ProbeHeader] = probeValue
-		} else {
-			delete(r.Header, wire.ProbeHeader)
 		}
 		if dl, ok := ctx.Deadline(); ok {
 			r.Header[wire.TimeoutHeader] = timeoutValue(time.Until(dl))
@@ -568,8 +566,9 @@ func (c *call) body() (io.ReadCloser, error) {
 }
 
 // header returns the header of attempt n: the source request's fields
-// (their values shared, never modified), the attempt number from the second
-// attempt on, and the transport's idempotency key, if any.
+// (their values shared, never modified) but its attempt number and probe
+// mark, the attempt number from the second attempt on, and the transport's
+// idempotency key, if any.
 func (c *call) header(n int) http.Header {
 	return attemptHeader(c.src.Header, c.key, n)
 }
