@@ -3,6 +3,7 @@ package httpretry
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
@@ -50,6 +51,28 @@ var probeValue = []string{"1"}
 // until its deadline: whole milliseconds, rounded down, at least 0.
 func timeoutValue(left time.Duration) []string {
 	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
+}
+
+// timeoutValues keeps recent wire.TimeoutHeader values for reuse, by their
+// number of milliseconds modulo its size: with an attempt timeout, most
+// attempts of a transport send the same few values (the timeout less a
+// millisecond), which then cost no allocation. A value is shared by the
+// requests that send it and never modified. Safe for concurrent use.
+type timeoutValues [64]atomic.Pointer[[1]string]
+
+// get returns timeoutValue(left), reused when the same value was made
+// last for its slot.
+func (tv *timeoutValues) get(left time.Duration) []string {
+	ms := max(int64(left/time.Millisecond), 0)
+	var buf [20]byte
+	b := strconv.AppendInt(buf[:0], ms, 10)
+	slot := &tv[ms&int64(len(tv)-1)]
+	if v := slot.Load(); v != nil && v[0] == string(b) {
+		return v[:]
+	}
+	v := &[1]string{string(b)}
+	slot.Store(v)
+	return v[:]
 }
 
 // attemptHeader returns the header of attempt n of a request with header

@@ -1,6 +1,8 @@
 package httpretry
 
 import (
+	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,4 +21,38 @@ func TestGiveUpValueParses(t *testing.T) {
 			t.Errorf("ParseGiveUp(giveUpValue(%v) = %q) = %+v, %v; want %q, 2 attempts, 2s", r, v, g, ok, giveUpTokens[r])
 		}
 	}
+}
+
+// TestTimeoutValuesReuse: timeoutValues.get returns what timeoutValue
+// returns, for values that share a slot as well (0 and 64 ms, 1 s and
+// 1.064 s), reuses the value last made for a slot without allocating, and
+// is safe under concurrent use (-race).
+func TestTimeoutValuesReuse(t *testing.T) {
+	var tv timeoutValues
+	for _, left := range []time.Duration{-time.Second, 0, 999 * time.Microsecond, time.Millisecond,
+		64 * time.Millisecond, 999 * time.Millisecond, time.Second, 1064 * time.Millisecond, time.Second,
+		time.Duration(math.MaxInt64)} {
+		for range 2 {
+			if got, want := tv.get(left), timeoutValue(left); len(got) != 1 || got[0] != want[0] {
+				t.Errorf("get(%v) = %q, want %q", left, got, want)
+			}
+		}
+	}
+	tv.get(time.Second)
+	if n := testing.AllocsPerRun(100, func() { tv.get(time.Second + 500*time.Microsecond) }); n != 0 {
+		t.Errorf("get of the value last made for its slot: %v allocations, want 0", n)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				left := time.Duration(g*1000+i%100) * time.Millisecond
+				if got, want := tv.get(left), timeoutValue(left); got[0] != want[0] {
+					t.Errorf("concurrent get(%v) = %q, want %q", left, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

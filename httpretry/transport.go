@@ -43,6 +43,8 @@ type Transport struct {
 	stale   *staleCache               // nil: none (WithStaleCache)
 	hedges  *guards.Table[*hedgeHost] // nil: no hedging
 	races   sync.Pool                 // of *raceState
+	// timeouts are the wire.TimeoutHeader values sent lately.
+	timeouts timeoutValues
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -463,7 +465,7 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 			r.Header[wire.ProbeHeader] = probeValue
 		}
 		if dl, ok := ctx.Deadline(); ok {
-			r.Header[wire.TimeoutHeader] = timeoutValue(time.Until(dl))
+			r.Header[wire.TimeoutHeader] = c.t.timeouts.get(time.Until(dl))
 		}
 		r.Body = b
 		if data := c.data; data != nil {
