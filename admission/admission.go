@@ -268,6 +268,7 @@ func (c *Controller) setup(eff Config) error {
 // and allocates nothing; a request that queues allocates its waiter, its
 // place in the queue and a timer (a few hundred bytes).
 func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision) {
+	c.init()
 	return c.acquire(ctx, attempt, false, ctxDeadline(ctx), nil)
 }
 
@@ -291,6 +292,7 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 // every retry as a probe gets past the ratio only onto slots nobody else is
 // using, never through the queue.
 func (c *Controller) AcquireProbe(ctx context.Context, attempt int) (Permit, Decision) {
+	c.init()
 	return c.acquire(ctx, attempt, true, ctxDeadline(ctx), nil)
 }
 
@@ -305,9 +307,9 @@ func ctxDeadline(ctx context.Context) time.Time {
 
 // acquire is Acquire and AcquireProbe; dl is the caller's deadline (zero:
 // none), as read from ctx or the request's fields; cl is the bucket of the
-// request's client in c.clients (nil: no per-client accounting).
+// request's client in c.clients (nil: no per-client accounting). c must
+// have been built (c.init).
 func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl time.Time, cl *clientBucket) (Permit, Decision) {
-	c.init()
 	if attempt < 1 {
 		attempt = 1
 	}

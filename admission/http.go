@@ -97,30 +97,34 @@ const farTimeout = 100 * 365 * 24 * time.Hour
 // requestDeadline returns the deadline of r's caller: the earliest of r's
 // context's deadline and now plus each timeout field r carries
 // (wire.TimeoutHeader, then Envoy's); zero if there is none. A malformed
-// field is ignored. Header fields are read from the map directly, so that
-// nothing is canonicalised or allocated.
+// field is ignored. Header fields are read from the map directly, one
+// lookup per name, so that nothing is canonicalised or allocated; the
+// clock is read only if a field is there.
 func (c *Controller) requestDeadline(r *http.Request) time.Time {
 	dl, _ := r.Context().Deadline()
-	var now time.Time
-	for _, name := range [...]string{wire.TimeoutHeader, envoyTimeoutHeader} {
-		vs := r.Header[name]
-		if len(vs) == 0 {
-			continue
-		}
-		left, ok := parseMillis(vs[0])
-		if !ok {
-			continue
-		}
-		if now.IsZero() {
-			now = c.now()
-		}
-		if left >= farTimeout {
-			continue // no deadline worth keeping (and no overflow)
-		}
-		at := now.Add(left)
-		if dl.IsZero() || at.Before(dl) {
-			dl = at
-		}
+	own := r.Header[wire.TimeoutHeader]
+	envoy := r.Header[envoyTimeoutHeader]
+	if len(own) == 0 && len(envoy) == 0 {
+		return dl
+	}
+	now := c.now()
+	dl = earlierField(dl, now, own)
+	return earlierField(dl, now, envoy)
+}
+
+// earlierField returns the earlier of dl (zero: none) and now plus the
+// milliseconds of a timeout field's values vs; dl if vs is empty,
+// malformed or 100 years or more.
+func earlierField(dl, now time.Time, vs []string) time.Time {
+	if len(vs) == 0 {
+		return dl
+	}
+	left, ok := parseMillis(vs[0])
+	if !ok || left >= farTimeout { // >= farTimeout: no deadline worth keeping (and no overflow)
+		return dl
+	}
+	if at := now.Add(left); dl.IsZero() || at.Before(dl) {
+		return at
 	}
 	return dl
 }
@@ -168,8 +172,8 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 	if next == nil {
 		next = http.NotFoundHandler()
 	}
+	c.init() // here, so that the handler need not
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.init()
 		// Without a valid attempt header: an original, or a client that does
 		// not count. (The map is read directly: Header.Get would
 		// canonicalise the name on every request.)
@@ -182,11 +186,14 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 		if key := requestKey(r.Header); key != "" && c.keys.seen(key, c.now()) {
 			attempt = max(attempt, 2) // its key was seen: a retry, whatever it says
 		}
+		// The probe mark matters for a retry only: an original is an
+		// original, marked or not.
+		probe := attempt >= 2 && isProbe(r.Header)
 		var cl *clientBucket
 		if c.clients != nil {
 			cl = c.clients.bucket(c.cfg.Client(r))
 		}
-		p, d := c.acquire(r.Context(), attempt, isProbe(r.Header), c.requestDeadline(r), cl)
+		p, d := c.acquire(r.Context(), attempt, probe, c.requestDeadline(r), cl)
 		if d.Outcome != Admitted {
 			c.writeRefusal(w, d)
 			return

@@ -61,12 +61,19 @@ func (t *keyTable) seen(key string, now time.Time) bool {
 // Idempotency-Key or the older X-Idempotency-Key, as package idempotency
 // names them), "" if none or blank. It reads the map directly.
 func requestKey(h http.Header) string {
-	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
-		if vs := h[name]; len(vs) > 0 {
-			if v := strings.TrimSpace(vs[0]); v != "" {
-				return v
-			}
+	if vs := h[idempotencyKeyHeader]; len(vs) > 0 {
+		if v := strings.TrimSpace(vs[0]); v != "" {
+			return v
 		}
+	}
+	if vs := h[xIdempotencyKeyHeader]; len(vs) > 0 {
+		return strings.TrimSpace(vs[0])
 	}
 	return ""
 }
+
+// The idempotency key's fields, in canonical form.
+const (
+	idempotencyKeyHeader  = "Idempotency-Key"
+	xIdempotencyKeyHeader = "X-Idempotency-Key"
+)
