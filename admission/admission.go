@@ -331,7 +331,7 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 		}
 	case probe:
 		if c.nwait.Load() == 0 && c.tryInc() {
-			return c.admit(ctx, d) // an idle slot: no allowance spent
+			return c.admit(ctx, &d) // an idle slot: no allowance spent
 		}
 		d.probe = true
 		if !c.withdraw(cl) {
@@ -342,7 +342,11 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 		return Permit{}, c.refuse(ctx, d, RetryRefused)
 	}
 	if c.nwait.Load() == 0 && c.tryInc() {
-		return c.admit(ctx, d)
+		if c.obs == nil && c.lim == nil { // nothing to report or time
+			c.outcomes[Admitted].Add(1)
+			return Permit{c: c}, Decision{}
+		}
+		return c.admit(ctx, &d)
 	}
 	return c.wait(ctx, d, dl)
 }
@@ -390,10 +394,10 @@ type decision struct {
 }
 
 // admit returns a granted decision; the caller took the slot.
-func (c *Controller) admit(ctx context.Context, d decision) (Permit, Decision) {
+func (c *Controller) admit(ctx context.Context, d *decision) (Permit, Decision) {
 	c.outcomes[Admitted].Add(1)
 	if c.obs != nil {
-		c.report(ctx, d, "admitted")
+		c.report(ctx, *d, "admitted")
 	}
 	if c.lim != nil {
 		return Permit{c: c, start: c.now(), dl: d.dl, ctx: ctx}, d.Decision

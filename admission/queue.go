@@ -38,7 +38,7 @@ func (c *Controller) queueTimeout(now time.Time) time.Duration {
 func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit, Decision) {
 	if c.maxQueue == 0 {
 		if c.tryInc() {
-			return c.admit(ctx, d)
+			return c.admit(ctx, &d)
 		}
 		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
@@ -51,7 +51,7 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		c.nwait.Add(-1)
 		c.lastEmpty = start
 		c.mu.Unlock()
-		return c.admit(ctx, d)
+		return c.admit(ctx, &d)
 	}
 	if c.qlen.Load() >= int64(c.maxQueue) {
 		c.nwait.Add(-1)
@@ -118,7 +118,7 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 	d.waited = max(c.now().Sub(start), 0)
 	if o == Admitted {
 		d.deadline = false
-		return c.admit(ctx, d)
+		return c.admit(ctx, &d)
 	}
 	return Permit{}, c.refuse(ctx, d, o)
 }
