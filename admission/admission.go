@@ -82,10 +82,12 @@ type Decision struct {
 // Permit (what a refusal returns) holds nothing.
 type Permit struct {
 	c *Controller
-	// With an adaptive limit only: when the request got its slot, its
-	// caller's deadline (zero: none) and its context (nil: none).
-	start time.Time
-	dl    time.Time
+	// With an adaptive limit only: when the request got its slot and its
+	// caller's deadline (0: none), in nanoseconds since c.epoch (small, so
+	// that a Permit and a Decision are returned in registers), and its
+	// context (nil: none).
+	start int64
+	dl    int64
 	ctx   context.Context
 }
 
@@ -100,7 +102,11 @@ func (p *Permit) Release() {
 	}
 	p.c = nil
 	if c.lim != nil {
-		n := c.lim.sample(p.ctx, c.now(), p.start, p.dl, c.inFlight.Load())
+		var dl time.Time
+		if p.dl != 0 {
+			dl = c.epoch.Add(time.Duration(p.dl))
+		}
+		n := c.lim.sample(p.ctx, c.now(), c.epoch.Add(time.Duration(p.start)), dl, c.inFlight.Load())
 		c.maxInFlight.Store(n)
 	}
 	c.inFlight.Add(-1)
@@ -121,6 +127,7 @@ type Controller struct {
 	cfg      Config
 	budget   *budget.Budget
 	now      func() time.Time // the monotonic clock
+	epoch    time.Time        // now() when built: what Permit's times count from
 	lim      *limiter         // nil: a fixed limit
 	keys     *keyTable        // idempotency keys seen (HTTP)
 	clients  *clientTable     // per-client windows; nil without Config.Client
@@ -214,6 +221,7 @@ func (c *Controller) setup(eff Config) error {
 	c.cfg = eff
 	c.budget = b
 	c.now = now
+	c.epoch = now()
 	c.maxInFlight.Store(math.MaxInt64)
 	if eff.MaxInFlight > 0 {
 		c.maxInFlight.Store(int64(eff.MaxInFlight))
@@ -400,7 +408,13 @@ func (c *Controller) admit(ctx context.Context, d *decision) (Permit, Decision) 
 		c.report(ctx, *d, "admitted")
 	}
 	if c.lim != nil {
-		return Permit{c: c, start: c.now(), dl: d.dl, ctx: ctx}, d.Decision
+		p := Permit{c: c, start: int64(c.now().Sub(c.epoch)), ctx: ctx}
+		if !d.dl.IsZero() {
+			// Admitted, so after c.epoch: never 0. A Sub that saturates
+			// (a deadline centuries away) still orders after any now.
+			p.dl = max(int64(d.dl.Sub(c.epoch)), 1)
+		}
+		return p, d.Decision
 	}
 	return Permit{c: c}, d.Decision
 }
