@@ -321,16 +321,17 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 	if attempt < 1 {
 		attempt = 1
 	}
-	d := decision{attempt: attempt, dl: dl}
 	if attempt == 1 {
 		c.originals.Add(1)
 	} else {
 		c.retries.Add(1)
 	}
+	// The decision in the making is built only off the plain admitted path.
 	if !dl.IsZero() && !c.now().Before(dl) {
-		d.deadline = true // the caller has left: do nothing for it
-		return Permit{}, c.refuse(ctx, d, Canceled)
+		// The caller has left: do nothing for it.
+		return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl, deadline: true}, Canceled)
 	}
+	marked := false // a marked probe that found no idle slot
 	switch {
 	case attempt == 1:
 		c.budget.Deposit() // the budget reads c.now, its clock
@@ -339,24 +340,24 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 		}
 	case probe:
 		if c.nwait.Load() == 0 && c.tryInc() {
-			return c.admit(ctx, &d) // an idle slot: no allowance spent
+			return c.admit(ctx, &decision{attempt: attempt, dl: dl}) // an idle slot: no allowance spent
 		}
-		d.probe = true
+		marked = true
 		if !c.withdraw(cl) {
-			return Permit{}, c.refuse(ctx, d, QueueFull)
+			return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl, probe: true}, QueueFull)
 		}
 		// Within the ratio: a retry like any other, that may queue.
 	case !c.withdraw(cl):
-		return Permit{}, c.refuse(ctx, d, RetryRefused)
+		return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl}, RetryRefused)
 	}
 	if c.nwait.Load() == 0 && c.tryInc() {
 		if c.obs == nil && c.lim == nil { // nothing to report or time
 			c.outcomes[Admitted].Add(1)
 			return Permit{c: c}, Decision{}
 		}
-		return c.admit(ctx, &d)
+		return c.admit(ctx, &decision{attempt: attempt, dl: dl, probe: marked})
 	}
-	return c.wait(ctx, d, dl)
+	return c.wait(ctx, decision{attempt: attempt, dl: dl, probe: marked}, dl)
 }
 
 // withdraw reports whether a retry is within the ratio, and counts it if

@@ -94,19 +94,11 @@ func parseMillis(value string) (d time.Duration, ok bool) {
 // farTimeout is where a timeout field stops meaning a deadline: 100 years.
 const farTimeout = 100 * 365 * 24 * time.Hour
 
-// requestDeadline returns the deadline of r's caller: the earliest of r's
-// context's deadline and now plus each timeout field r carries
-// (wire.TimeoutHeader, then Envoy's); zero if there is none. A malformed
-// field is ignored. Header fields are read from the map directly, one
-// lookup per name, so that nothing is canonicalised or allocated; the
-// clock is read only if a field is there.
-func (c *Controller) requestDeadline(r *http.Request) time.Time {
-	dl, _ := r.Context().Deadline()
-	own := r.Header[wire.TimeoutHeader]
-	envoy := r.Header[envoyTimeoutHeader]
-	if len(own) == 0 && len(envoy) == 0 {
-		return dl
-	}
+// fieldDeadline returns the earlier of dl (the context's deadline; zero:
+// none) and now plus each of the timeout fields own (wire.TimeoutHeader)
+// and envoy (Envoy's), read now; zero if there is none. A malformed field
+// is ignored.
+func (c *Controller) fieldDeadline(dl time.Time, own, envoy []string) time.Time {
 	now := c.now()
 	dl = earlierField(dl, now, own)
 	return earlierField(dl, now, envoy)
@@ -183,17 +175,28 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 				attempt = n
 			}
 		}
-		if key := requestKey(r.Header); key != "" && c.keys.seen(key, c.now()) {
-			attempt = max(attempt, 2) // its key was seen: a retry, whatever it says
+		// Every other field is read from the map directly too, one lookup
+		// per name; the work on a field's value is done only if it is there.
+		h := r.Header
+		if k, xk := h[idempotencyKeyHeader], h[xIdempotencyKeyHeader]; len(k)+len(xk) > 0 {
+			if key := requestKey(k, xk); key != "" && c.keys.seen(key, c.now()) {
+				attempt = max(attempt, 2) // its key was seen: a retry, whatever it says
+			}
 		}
 		// The probe mark matters for a retry only: an original is an
 		// original, marked or not.
-		probe := attempt >= 2 && isProbe(r.Header)
+		probe := attempt >= 2 && isProbe(h)
+		// The caller's deadline: the context's, and the timeout fields'.
+		ctx := r.Context()
+		dl, _ := ctx.Deadline()
+		if own, envoy := h[wire.TimeoutHeader], h[envoyTimeoutHeader]; len(own)+len(envoy) > 0 {
+			dl = c.fieldDeadline(dl, own, envoy)
+		}
 		var cl *clientBucket
 		if c.clients != nil {
 			cl = c.clients.bucket(c.cfg.Client(r))
 		}
-		p, d := c.acquire(r.Context(), attempt, probe, c.requestDeadline(r), cl)
+		p, d := c.acquire(ctx, attempt, probe, dl, cl)
 		if d.Outcome != Admitted {
 			c.writeRefusal(w, d)
 			return

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"hash/maphash"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,17 +56,18 @@ func (t *keyTable) seen(key string, now time.Time) bool {
 	return (cur-old)&sliceMask < slices
 }
 
-// requestKey returns the idempotency key h carries (the draft's
-// Idempotency-Key or the older X-Idempotency-Key, as package idempotency
-// names them), "" if none or blank. It reads the map directly.
-func requestKey(h http.Header) string {
-	if vs := h[idempotencyKeyHeader]; len(vs) > 0 {
-		if v := strings.TrimSpace(vs[0]); v != "" {
+// requestKey returns the idempotency key of a request whose
+// Idempotency-Key field (the draft's name, as package idempotency names it)
+// has the values k and X-Idempotency-Key (the older name) xk: the first
+// that is not blank, "" if none.
+func requestKey(k, xk []string) string {
+	if len(k) > 0 {
+		if v := strings.TrimSpace(k[0]); v != "" {
 			return v
 		}
 	}
-	if vs := h[xIdempotencyKeyHeader]; len(vs) > 0 {
-		return strings.TrimSpace(vs[0])
+	if len(xk) > 0 {
+		return strings.TrimSpace(xk[0])
 	}
 	return ""
 }
