@@ -121,11 +121,64 @@ func earlierField(dl, now time.Time, vs []string) time.Time {
 	return dl
 }
 
-// isProbe reports whether r carries the probe mark, wire.ProbeHeader with
-// the value "1".
-func isProbe(h http.Header) bool {
-	vs := h[wire.ProbeHeader]
+// isProbe reports whether vs, the values of a request's wire.ProbeHeader,
+// are the probe mark "1".
+func isProbe(vs []string) bool {
 	return len(vs) > 0 && strings.Trim(vs[0], " \t") == "1"
+}
+
+// fields are the values of the header fields Wrap reads, nil for a field
+// that is absent.
+type fields struct {
+	attempt, key, xkey, probe, timeout, envoy []string
+	probeRead                                 bool // probe was read
+}
+
+// rangeFieldsMax is the most fields a request may have for Wrap to read
+// its fields in one pass over the map: up to about 6 fields that is
+// cheaper than a lookup per name, and much cheaper for a few (callgrind,
+// Go 1.25 on amd64: the handler's five names read from a map of 0, 2, 6,
+// 8, 12 fields cost 71, 462, 755, 901, 1,679 instructions in one pass,
+// 123, 789, 808, 839, 600 by lookups).
+const rangeFieldsMax = 4
+
+// read fills f from h, reading the map directly by the canonical names
+// (Header.Get would canonicalise the name on every request). The probe
+// mark is read only if f.probeRead, and may be read later with
+// [fields.isProbe].
+func (f *fields) read(h http.Header) {
+	if len(h) > rangeFieldsMax {
+		f.attempt = h[wire.AttemptHeader]
+		f.key, f.xkey = h[idempotencyKeyHeader], h[xIdempotencyKeyHeader]
+		f.timeout, f.envoy = h[wire.TimeoutHeader], h[envoyTimeoutHeader]
+		return
+	}
+	f.probeRead = true
+	for name, vs := range h {
+		switch name {
+		case wire.AttemptHeader:
+			f.attempt = vs
+		case idempotencyKeyHeader:
+			f.key = vs
+		case xIdempotencyKeyHeader:
+			f.xkey = vs
+		case wire.ProbeHeader:
+			f.probe = vs
+		case wire.TimeoutHeader:
+			f.timeout = vs
+		case envoyTimeoutHeader:
+			f.envoy = vs
+		}
+	}
+}
+
+// isProbe reports whether h, the header f was read from, carries the probe
+// mark, wire.ProbeHeader with the value "1".
+func (f *fields) isProbe(h http.Header) bool {
+	if !f.probeRead {
+		f.probe, f.probeRead = h[wire.ProbeHeader], true
+	}
+	return isProbe(f.probe)
 }
 
 // Wrap returns next behind c: net/http middleware for a server or the
@@ -166,31 +219,30 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 	}
 	c.init() // here, so that the handler need not
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var f fields
+		f.read(r.Header)
 		// Without a valid attempt header: an original, or a client that does
-		// not count. (The map is read directly: Header.Get would
-		// canonicalise the name on every request.)
+		// not count.
 		attempt := 1
-		if vs := r.Header[wire.AttemptHeader]; len(vs) > 0 {
-			if n, ok := wire.ParseAttempt(vs[0]); ok {
+		if len(f.attempt) > 0 {
+			if n, ok := wire.ParseAttempt(f.attempt[0]); ok {
 				attempt = n
 			}
 		}
-		// Every other field is read from the map directly too, one lookup
-		// per name; the work on a field's value is done only if it is there.
-		h := r.Header
-		if k, xk := h[idempotencyKeyHeader], h[xIdempotencyKeyHeader]; len(k)+len(xk) > 0 {
-			if key := requestKey(k, xk); key != "" && c.keys.seen(key, c.now()) {
+		// The work on a field's value is done only if it is there.
+		if len(f.key)+len(f.xkey) > 0 {
+			if key := requestKey(f.key, f.xkey); key != "" && c.keys.seen(key, c.now()) {
 				attempt = max(attempt, 2) // its key was seen: a retry, whatever it says
 			}
 		}
 		// The probe mark matters for a retry only: an original is an
 		// original, marked or not.
-		probe := attempt >= 2 && isProbe(h)
+		probe := attempt >= 2 && f.isProbe(r.Header)
 		// The caller's deadline: the context's, and the timeout fields'.
 		ctx := r.Context()
 		dl, _ := ctx.Deadline()
-		if own, envoy := h[wire.TimeoutHeader], h[envoyTimeoutHeader]; len(own)+len(envoy) > 0 {
-			dl = c.fieldDeadline(dl, own, envoy)
+		if len(f.timeout)+len(f.envoy) > 0 {
+			dl = c.fieldDeadline(dl, f.timeout, f.envoy)
 		}
 		var cl *clientBucket
 		if c.clients != nil {
