@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -272,4 +273,60 @@ func TestWrapQueueWaitBounded(t *testing.T) {
 			t.Errorf("Stats() = %+v, want 2 timed out, 2 admitted", s)
 		}
 	})
+}
+
+// TestWrapFieldsAmongMany: the handler finds each field it reads whether
+// the request has few other fields or many (the map is read in one pass
+// for a few fields, by a lookup per name for more).
+func TestWrapFieldsAmongMany(t *testing.T) {
+	tests := []struct {
+		name     string
+		fields   map[string]string
+		twice    bool // send it twice: the second is judged
+		want     int  // status
+		attempt  int  // the attempt the observer sees (want 200 only)
+		dontRetr bool
+	}{
+		{"none", nil, false, 200, 1, false},
+		{"attempt", map[string]string{wire.AttemptHeader: "2"}, false, 503, 0, true},
+		{"probe", map[string]string{wire.AttemptHeader: "2", wire.ProbeHeader: "1"}, false, 200, 2, false},
+		{"timeout", map[string]string{wire.TimeoutHeader: "0"}, false, 503, 0, true},
+		{"envoy timeout", map[string]string{"X-Envoy-Expected-Rq-Timeout-Ms": "0"}, false, 503, 0, true},
+		{"far timeout", map[string]string{wire.TimeoutHeader: "60000"}, false, 200, 1, false},
+		{"key", map[string]string{"Idempotency-Key": "k"}, true, 503, 0, true},
+		{"older key", map[string]string{"X-Idempotency-Key": "k"}, true, 503, 0, true},
+		{"blank key, older key", map[string]string{"Idempotency-Key": " ", "X-Idempotency-Key": "k"}, true, 503, 0, true},
+	}
+	for _, others := range []int{0, 3, 12} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/%d_others", tt.name, others), func(t *testing.T) {
+				var got observe.Event
+				ctl := newController(t, admission.Config{RetryRatio: -1, MinRetriesPerSecond: -1,
+					Observer: observe.Func(func(_ context.Context, e observe.Event) { got = e })})
+				h := ctl.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+				var rec *httptest.ResponseRecorder
+				sends := 1
+				if tt.twice {
+					sends = 2
+				}
+				for range sends {
+					r := request(0)
+					for i := range others {
+						r.Header.Set("X-Other-"+strconv.Itoa(i), "v")
+					}
+					for k, v := range tt.fields {
+						r.Header.Set(k, v)
+					}
+					rec = httptest.NewRecorder()
+					h.ServeHTTP(rec, r)
+				}
+				if rec.Code != tt.want || wire.DontRetry(rec.Header()) != tt.dontRetr {
+					t.Errorf("%v among %d others: %d, don't-retry %v; want %d, %v", tt.fields, others, rec.Code, wire.DontRetry(rec.Header()), tt.want, tt.dontRetr)
+				}
+				if tt.want == 200 && got.Attempt != tt.attempt {
+					t.Errorf("%v among %d others: attempt %d, want %d", tt.fields, others, got.Attempt, tt.attempt)
+				}
+			})
+		}
+	}
 }
