@@ -154,6 +154,9 @@ func (f *fields) read(h http.Header) {
 		return
 	}
 	f.probeRead = true
+	if len(h) == 0 {
+		return // none to read (and a pass over an empty map is not free)
+	}
 	for name, vs := range h {
 		switch name {
 		case wire.AttemptHeader:
