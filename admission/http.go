@@ -154,9 +154,6 @@ func (f *fields) read(h http.Header) {
 		return
 	}
 	f.probeRead = true
-	if len(h) == 0 {
-		return // none to read (and a pass over an empty map is not free)
-	}
 	for name, vs := range h {
 		switch name {
 		case wire.AttemptHeader:
@@ -223,7 +220,11 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 	c.init() // here, so that the handler need not
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f fields
-		f.read(r.Header)
+		if len(r.Header) > 0 {
+			f.read(r.Header)
+		} else {
+			f.probeRead = true // none to read: all nil
+		}
 		// Without a valid attempt header: an original, or a client that does
 		// not count.
 		attempt := 1
