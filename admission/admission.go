@@ -406,7 +406,7 @@ type decision struct {
 func (c *Controller) admit(ctx context.Context, d *decision) (Permit, Decision) {
 	c.outcomes[Admitted].Add(1)
 	if c.obs != nil {
-		c.report(ctx, *d, "admitted")
+		c.report(ctx, d, "admitted")
 	}
 	if c.lim != nil {
 		p := Permit{c: c, start: int64(c.now().Sub(c.epoch)), ctx: ctx}
@@ -436,14 +436,14 @@ func (c *Controller) refuse(ctx context.Context, d decision, o Outcome) Decision
 		if o == RetryRefused {
 			outcome = "shed-retry"
 		}
-		c.report(ctx, d, outcome)
+		c.report(ctx, &d, outcome)
 	}
 	return d.Decision
 }
 
 // report tells the observer of a decision; requires c.obs != nil. A
 // refusal's own outcome name is the event's Reason.
-func (c *Controller) report(ctx context.Context, d decision, outcome string) {
+func (c *Controller) report(ctx context.Context, d *decision, outcome string) {
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -78,7 +78,7 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 	c.qlen.Add(1)
 	c.mu.Unlock()
 	if c.obs != nil {
-		c.report(ctx, d, "queued")
+		c.report(ctx, &d, "queued")
 	}
 
 	var done <-chan struct{}
