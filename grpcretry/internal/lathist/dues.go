@@ -1,0 +1,90 @@
+package lathist
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Dues counts, for one destination, the races that start and those whose
+// first copy is still unanswered at its hedge delay ("due"), counted when
+// the delay passes, not when the copy ends: a stall in which nothing ends
+// shows in it at once. If the delay is the q quantile of the answers'
+// latency, about 1-q of the races reach it; a much larger share in the last
+// second is not a tail but a stall or an overload, and more copies would
+// only add to it.
+//
+// The counts are kept per period in two slots, each one atomic word (the
+// period's number and both counts), and read over a sliding period: the
+// current one's counts plus the previous one's weighted by the part of it
+// still within a period of now. Counts saturate at about a million per
+// period. It takes no lock and allocates nothing. It is safe for concurrent
+// use.
+type Dues struct {
+	base   time.Time
+	period time.Duration
+	w      [2]atomic.Uint64 // epoch<<epochShift | due<<countBits | started
+}
+
+const (
+	countBits  = 20
+	countMax   = 1<<countBits - 1
+	epochShift = 2 * countBits
+	epochMask  = 1<<(64-epochShift) - 1
+)
+
+// NewDues returns a counter over periods of period (at least 1 ms).
+func NewDues(period time.Duration) *Dues {
+	if period < time.Millisecond {
+		period = time.Millisecond
+	}
+	return &Dues{base: time.Now(), period: period} // a slot of zeros is a period with no race
+}
+
+// Start counts a race that starts now.
+func (d *Dues) Start() { d.add(time.Now(), 1, 0) }
+
+// Due counts a race whose first copy reached its delay now, and reports
+// whether the races that did so within the last period, this one
+// included, are at most share of the races started within it, or at most
+// floor.
+func (d *Dues) Due(share, floor float64) bool {
+	started, due := d.add(time.Now(), 0, 1)
+	return due <= max(floor, share*started)
+}
+
+// Allows reports, without counting a race, whether the races that reached
+// their delay within the last period are at most share of those started
+// within it, or at most floor.
+func (d *Dues) Allows(share, floor float64) bool {
+	started, due := d.add(time.Now(), 0, 0)
+	return due <= max(floor, share*started)
+}
+
+// add counts started and due races at now and returns the counts over the
+// sliding period that ends at now.
+func (d *Dues) add(now time.Time, started, due uint64) (float64, float64) {
+	since := now.Sub(d.base)
+	ep := uint64(since/d.period) & epochMask
+	slot := &d.w[ep&1]
+	var s, u uint64
+	for {
+		old := slot.Load()
+		s, u = 0, 0
+		if old>>epochShift == ep {
+			s, u = old&countMax, old>>countBits&countMax
+		}
+		s, u = min(s+started, countMax), min(u+due, countMax)
+		if started == 0 && due == 0 {
+			break
+		}
+		if slot.CompareAndSwap(old, ep<<epochShift|u<<countBits|s) {
+			break
+		}
+	}
+	prev := d.w[(ep-1)&1].Load()
+	if prev>>epochShift != (ep-1)&epochMask {
+		return float64(s), float64(u)
+	}
+	left := 1 - float64(since%d.period)/float64(d.period) // the previous period's part still within one period of now
+	return float64(s) + left*float64(prev&countMax), float64(u) + left*float64(prev>>countBits&countMax)
+}

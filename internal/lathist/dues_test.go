@@ -1,0 +1,117 @@
+package lathist
+
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestDues: at 500 races a second with 5% of them reaching their delay,
+// every due race is allowed by a bound of 15%; when every race reaches it
+// (a stall), the due races are allowed only until they are 15% of the last
+// second's races; once the stall is over, within about a second, they are
+// allowed again.
+func TestDues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDues(time.Second)
+		const share, floor = 0.15, 5
+		tick := 2 * time.Millisecond
+		refused := 0
+		for i := range 5000 { // 10 s, 5% due
+			d.Start()
+			if i%20 == 0 && !d.Due(share, floor) {
+				refused++
+			}
+			time.Sleep(tick)
+		}
+		if refused != 0 {
+			t.Errorf("5%% of races due: %d refused, want 0", refused)
+		}
+		allowed := 0
+		for range 500 { // 1 s, every race due
+			d.Start()
+			if d.Due(share, floor) {
+				allowed++
+			}
+			time.Sleep(tick)
+		}
+		if allowed == 0 || allowed > 75 {
+			t.Errorf("every race due for 1 s at 500/s: %d allowed, want 1 to 75 (15%% of 500)", allowed)
+		}
+		back := time.Duration(-1)
+		for i := range 1000 { // 2 s, 5% due again
+			d.Start()
+			if i%20 == 0 && d.Allows(share, floor) && back < 0 {
+				back = time.Duration(i) * tick
+			}
+			time.Sleep(tick)
+		}
+		if back < 0 || back > 1100*time.Millisecond {
+			t.Errorf("after the stall, due races allowed again after %v, want within 1.1 s", back)
+		}
+	})
+}
+
+// TestDuesFloor: with few races, up to floor due races a period are
+// allowed whatever their share.
+func TestDuesFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDues(time.Second)
+		allowed := 0
+		for range 10 {
+			d.Start()
+			if d.Due(0.15, 5) {
+				allowed++
+			}
+		}
+		if allowed != 5 {
+			t.Errorf("10 races, all due: %d allowed, want the floor 5", allowed)
+		}
+		time.Sleep(2 * time.Second) // both periods gone
+		if !d.Due(0.15, 1) {
+			t.Error("2 s later, the only due race of its period refused with a floor of 1; want the older periods forgotten")
+		}
+	})
+}
+
+// TestDuesSaturates: the counts stop at their maximum instead of wrapping.
+func TestDuesSaturates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDues(time.Hour)
+		for range countMax + 10 {
+			d.add(time.Now(), 1, 1)
+		}
+		if s, u := d.add(time.Now(), 0, 0); s != countMax || u != countMax {
+			t.Errorf("counts %v and %v after %d of each, want both %d", s, u, countMax+10, countMax)
+		}
+	})
+}
+
+// TestDuesConcurrent: counts from many goroutines are all kept (run with
+// -race).
+func TestDuesConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDues(time.Hour)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 1000 {
+					d.Start()
+					d.Due(1, 0)
+				}
+			})
+		}
+		wg.Wait()
+		if s, u := d.add(time.Now(), 0, 0); s != 8000 || u != 8000 {
+			t.Errorf("counts %v started, %v due; want 8000 and 8000", s, u)
+		}
+	})
+}
+
+func TestDuesAllocs(t *testing.T) {
+	d := NewDues(time.Second)
+	if n := testing.AllocsPerRun(1000, func() { d.Start(); d.Due(0.15, 5) }); n != 0 {
+		t.Errorf("Start and Due allocate %v times, want 0", n)
+	}
+}
