@@ -56,7 +56,14 @@ const (
 // has not pushed back in the last 5 s (429, 503, a Retry-After or a
 // don't-retry mark; a longer Retry-After holds for as long), and its recent
 // median latency is at most 3 times its baseline (a tail caused by overload
-// is not helped by more load). Each hedge is an attempt on the wire: it
+// is not helped by more load). Nor does a hedge go while more of the
+// host's races reached their delay in the last second (counted as the
+// delay passes, answered or not) than 5 and than 3(1-q) of the races
+// started in it (at most halfway between 1-q and all of them): that is a
+// stall or an overload, not a tail. With a fixed delay, q (0 meaning 0.95)
+// is the share of answers the delay is expected to cover, for this bound
+// only. The time of a race held back by this bound does not count in the
+// learned delay. Each hedge is an attempt on the wire: it
 // carries the next wire.AttemptHeader number, and an observer hears its
 // own AttemptStart and AttemptEnd (Event.Hedge set; a canceled loser ends
 // with Outcome "canceled"). The retry loop counts the race as one attempt
@@ -82,7 +89,7 @@ func WithHedging(delay time.Duration, q float64, max int) Option {
 		if max == 0 {
 			max = 1
 		}
-		c.hedge = &hedgeConfig{delay: delay, q: q, max: max}
+		c.hedge = &hedgeConfig{delay: delay, q: q, max: max, share: dueShare(q)}
 		return nil
 	})
 }
@@ -92,6 +99,7 @@ type hedgeConfig struct {
 	delay time.Duration // 0: learned
 	q     float64
 	max   int
+	share float64 // dueShare(q)
 }
 
 // hedgeHost is what hedging keeps per destination host.
@@ -99,6 +107,8 @@ type hedgeHost struct {
 	lat      *lathist.Hist
 	base     time.Time    // when the host was first seen: the origin of pushedTo
 	pushedTo atomic.Int64 // no hedge before this time (since base), ns
+	// dues counts the host's races, and those that reached their delay, per second.
+	dues *lathist.Dues
 }
 
 // hedgeTable returns the table of the hosts' hedging state, nil without
@@ -109,7 +119,7 @@ func hedgeTable(c *config) *guards.Table[*hedgeHost] {
 	}
 	q := c.hedge.q
 	return guards.NewTable(c.maxHosts, func(string) (*hedgeHost, error) {
-		return &hedgeHost{lat: lathist.New(hedgeWindow, q), base: time.Now()}, nil
+		return &hedgeHost{lat: lathist.New(hedgeWindow, q), dues: newDues(), base: time.Now()}, nil
 	})
 }
 
@@ -215,6 +225,7 @@ func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
 		}
 		return resp, err
 	}
+	hh.raceStarts()
 	return c.race(ctx, n, h, delay, start)
 }
 
@@ -243,6 +254,7 @@ type raceState struct {
 	over    bool                              // the first copy answered: no more hedges, and none cancels it
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
+	held    bool                              // the due-share bound refused its first hedge: its time is not learned
 }
 
 // raceParams is what the hedges of a race are made from: copies of the
@@ -407,7 +419,9 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 // win hands l, a race's first good answer, to the call, and cancels and
 // closes the other legs.
 func (c *call) win(rs *raceState, l leg, legs, pending int, start time.Time) (*http.Response, error) {
-	c.hh.lat.Record(start)
+	if !rs.held {
+		c.hh.lat.Record(start)
+	}
 	c.cur, c.curCancel = l.resp, rs.cancels[l.i]
 	reap(rs, legs, pending, l.i)
 	return l.resp, nil
@@ -422,7 +436,7 @@ func (rs *raceState) fire() {
 	p := rs.p
 	g := p.dest.Guards
 	cfg := &p.t.cfg
-	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
+	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !rs.dueAllows(p.hh, cfg.hedge.share) || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
 		rs.mu.Unlock()
 		return
 	}

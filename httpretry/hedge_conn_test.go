@@ -120,11 +120,6 @@ func TestHedgeLosersLeakNoConnection(t *testing.T) {
 			if !tt.hedged {
 				delay = time.Hour
 			}
-			tr, err := httpretry.NewTransport(base, httpretry.WithHedging(delay, 0, 1),
-				httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Budget: granter{}}, nil }))
-			if err != nil {
-				t.Fatal(err)
-			}
 			want := "first"
 			if tt.hedged {
 				want = "hedge"
@@ -135,6 +130,15 @@ func TestHedgeLosersLeakNoConnection(t *testing.T) {
 			for i := range races {
 				ch := make(chan struct{}, 1)
 				release.Store(&ch)
+				// A transport of its own per race, over the one base (whose
+				// connections are counted): every race here reaches its
+				// delay, which a transport's hedging counts as a stall
+				// after 5 in a second, sending no more hedges.
+				tr, err := httpretry.NewTransport(base, httpretry.WithHedging(delay, 0, 1),
+					httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Budget: granter{}}, nil }))
+				if err != nil {
+					t.Fatal(err)
+				}
 				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL, nil)
 				resp, err := tr.RoundTrip(req)
 				if err != nil {

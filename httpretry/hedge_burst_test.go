@@ -1,0 +1,121 @@
+package httpretry_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/wire"
+)
+
+// stallBase is a simulated provider that stalls: each request takes its
+// latency (seeded: 99% uniform in [8, 12] ms, 1% 100 ms) unless canceled
+// first, but no answer ends during [stallFrom, stallTo): one due then
+// comes at stallTo. It records when each request and each hedge was sent.
+type stallBase struct {
+	start              time.Time
+	stallFrom, stallTo time.Duration
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	sent   []time.Duration // since start
+	hedges []time.Duration // since start
+}
+
+func (b *stallBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	now := time.Since(b.start)
+	b.mu.Lock()
+	b.sent = append(b.sent, now)
+	if r.Header.Get(wire.AttemptHeader) != "" {
+		b.hedges = append(b.hedges, now)
+	}
+	d := time.Duration(8e6 + b.rng.Float64()*4e6)
+	if b.rng.IntN(100) == 0 {
+		d = 100 * time.Millisecond
+	}
+	b.mu.Unlock()
+	if end := now + d; end >= b.stallFrom && end < b.stallTo {
+		d = b.stallTo - now
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+}
+
+// in counts the times of ts within [from, to).
+func in(ts []time.Duration, from, to time.Duration) int {
+	n := 0
+	for _, x := range ts {
+		if x >= from && x < to {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHedgeStall: 500 GETs a second with the learned p95 delay and one
+// hedge, and a stall of the provider for 1 s in which no answer ends: the
+// races that reach their delay in the stall are not a tail, and hedges
+// stop once those of the last second are above 3 times 5% of its races (75
+// at 500 a second), where without the bound every race would get one
+// (within the budget). From a second after the stall on, the 1% tail gets
+// its hedges again at the learned delay: the stall's answers do not count in
+// it.
+func TestHedgeStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	const rate = 500 // calls a second
+	synctest.Test(t, func(t *testing.T) {
+		base := &stallBase{start: time.Now(), rng: rand.New(rand.NewPCG(2, 3)), stallFrom: 10 * time.Second, stallTo: 11 * time.Second}
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var slowAfter []time.Duration // the calls that took 100 ms or more, started after the stall, by start
+		var wg sync.WaitGroup
+		for range 16 * rate {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://stall.test/", nil)
+				start := time.Since(base.start)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Errorf("GET: %v", err)
+					return
+				}
+				resp.Body.Close()
+				if took := time.Since(base.start) - start; took >= 100*time.Millisecond && start >= base.stallTo {
+					mu.Lock()
+					slowAfter = append(slowAfter, start)
+					mu.Unlock()
+				}
+			})
+			time.Sleep(time.Second / rate)
+		}
+		wg.Wait()
+		for s := time.Duration(0); s < 16*time.Second; s += time.Second {
+			t.Logf("second %2d: %3d requests, %3d hedges, %d calls of 100 ms or more", s/time.Second,
+				in(base.sent, s, s+time.Second), in(base.hedges, s, s+time.Second), in(slowAfter, s, s+time.Second))
+		}
+		bound := 3 * (1 - 0.95) * rate
+		if n := in(base.hedges, base.stallFrom, base.stallTo); float64(n) > bound {
+			t.Errorf("%d hedges in the 1 s stall, want at most %.0f", n, bound)
+		}
+		// 1% of the requests take 100 ms: from a second after the stall
+		// on, every one of those is hedged at the learned delay again.
+		if n := in(slowAfter, 12*time.Second, 16*time.Second); n != 0 {
+			t.Errorf("%d calls started from 1 s after the stall took 100 ms or more, want 0 (hedged)", n)
+		}
+	})
+}
