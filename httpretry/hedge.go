@@ -225,7 +225,7 @@ func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
 		}
 		return resp, err
 	}
-	hh.raceStarts()
+	hh.raceStarts(start)
 	return c.race(ctx, n, h, delay, start)
 }
 

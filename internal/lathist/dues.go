@@ -40,8 +40,9 @@ func NewDues(period time.Duration) *Dues {
 	return &Dues{base: time.Now(), period: period} // a slot of zeros is a period with no race
 }
 
-// Start counts a race that starts now.
-func (d *Dues) Start() { d.add(time.Now(), 1, 0) }
+// Start counts a race that starts at now (the caller's reading of the
+// clock, so that a race costs no second one).
+func (d *Dues) Start(now time.Time) { d.add(now, 1, 0) }
 
 // Due counts a race whose first copy reached its delay now, and reports
 // whether the races that did so within the last period, this one

@@ -19,7 +19,7 @@ func TestDues(t *testing.T) {
 		tick := 2 * time.Millisecond
 		refused := 0
 		for i := range 5000 { // 10 s, 5% due
-			d.Start()
+			d.Start(time.Now())
 			if i%20 == 0 && !d.Due(share, floor) {
 				refused++
 			}
@@ -30,7 +30,7 @@ func TestDues(t *testing.T) {
 		}
 		allowed := 0
 		for range 500 { // 1 s, every race due
-			d.Start()
+			d.Start(time.Now())
 			if d.Due(share, floor) {
 				allowed++
 			}
@@ -41,7 +41,7 @@ func TestDues(t *testing.T) {
 		}
 		back := time.Duration(-1)
 		for i := range 1000 { // 2 s, 5% due again
-			d.Start()
+			d.Start(time.Now())
 			if i%20 == 0 && d.Allows(share, floor) && back < 0 {
 				back = time.Duration(i) * tick
 			}
@@ -60,7 +60,7 @@ func TestDuesFloor(t *testing.T) {
 		d := NewDues(time.Second)
 		allowed := 0
 		for range 10 {
-			d.Start()
+			d.Start(time.Now())
 			if d.Due(0.15, 5) {
 				allowed++
 			}
@@ -97,7 +97,7 @@ func TestDuesConcurrent(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for range 1000 {
-					d.Start()
+					d.Start(time.Now())
 					d.Due(1, 0)
 				}
 			})
@@ -111,7 +111,7 @@ func TestDuesConcurrent(t *testing.T) {
 
 func TestDuesAllocs(t *testing.T) {
 	d := NewDues(time.Second)
-	if n := testing.AllocsPerRun(1000, func() { d.Start(); d.Due(0.15, 5) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { d.Start(time.Now()); d.Due(0.15, 5) }); n != 0 {
 		t.Errorf("Start and Due allocate %v times, want 0", n)
 	}
 }
