@@ -233,6 +233,7 @@ type unaryCall struct {
 	hold    *holder      // made by the first attempt
 	hh      *hedgeTarget // the target's hedging state; nil: no hedge
 	extra   int          // hedges sent: the wire numbers run this far ahead of the loop's
+	held    bool         // the due-share bound refused the current race's first hedge
 }
 
 // holder is the per-call memory the attempts share: the call options (the

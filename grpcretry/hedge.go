@@ -65,7 +65,14 @@ const (
 // back in the last 5 s (RESOURCE_EXHAUSTED, or a failure but ABORTED with
 // a pushback trailer or a RetryInfo, a don't-retry pushback included; a
 // longer hint holds for as long, up to about 35 years), and its recent
-// median latency is at most 3 times its baseline. An ABORTED says the
+// median latency is at most 3 times its baseline. Nor does a hedge go
+// while more of the target's races reached their delay in the last second
+// (counted as the delay passes, answered or not) than 5 and than 3(1-q) of
+// the races started in it (at most halfway between 1-q and all of them):
+// that is a stall or an overload, not a tail. With a fixed delay, q (0
+// meaning 0.95) is the share of answers the delay is expected to cover,
+// for this bound only. The time of a race held back by this bound does not
+// count in the learned delay. An ABORTED says the
 // call met another, not load: it is what an idempotency server
 // ([IdempotencyUnaryServerInterceptor]) answers a keyed hedge whose first
 // copy it still runs, so such a hedge wins only when the first copy never
@@ -102,7 +109,7 @@ func WithHedging(delay time.Duration, q float64, max int, methods ...string) Opt
 		if max == 0 {
 			max = 1
 		}
-		c.hedge = &hedgeConfig{delay: delay, q: q, max: max, methods: m}
+		c.hedge = &hedgeConfig{delay: delay, q: q, max: max, methods: m, share: dueShare(q)}
 		return nil
 	})
 }
@@ -113,6 +120,7 @@ type hedgeConfig struct {
 	q       float64
 	max     int
 	methods map[string]bool
+	share   float64 // dueShare(q)
 }
 
 // hedgeTarget is what hedging keeps per target.
@@ -120,6 +128,8 @@ type hedgeTarget struct {
 	lat      *lathist.Hist
 	base     time.Time    // when the target was first seen: the origin of pushedTo
 	pushedTo atomic.Int64 // no hedge before this time (since base), ns
+	// dues counts the target's races, and those that reached their delay, per second.
+	dues *lathist.Dues
 }
 
 // hedging is a client's hedging state: its targets' and a pool of race
@@ -137,7 +147,7 @@ func newHedging(cfg *hedgeConfig) *hedging {
 	}
 	q := cfg.q
 	return &hedging{targets: guards.NewTable(maxTargets, func(string) (*hedgeTarget, error) {
-		return &hedgeTarget{lat: lathist.New(hedgeWindow, q), base: time.Now()}, nil
+		return &hedgeTarget{lat: lathist.New(hedgeWindow, q), dues: newDues(), base: time.Now()}, nil
 	})}
 }
 
@@ -240,8 +250,10 @@ func (u *unaryCall) first(ctx context.Context, n int) end {
 		delay = ht.lat.Quantile()
 	}
 	if delay > 0 && guardsAllow(u.t.Guards) && ht.quiet() {
+		u.held = false
+		ht.dues.Start(start)
 		e := u.race(ctx, n, delay) // notes each failed copy's pushback
-		if good(e.err) {
+		if good(e.err) && !u.held {
 			ht.lat.Record(start)
 		}
 		return e
@@ -387,7 +399,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 			win = l
 		case <-rs.timer.C:
 			g := u.t.Guards
-			if hedges >= cfg.hedge.max || !guardsAllow(g) || !u.hh.quiet() || !g.Budget.Withdraw() {
+			if hedges >= cfg.hedge.max || !u.dueAllows(hedges) || !guardsAllow(g) || !u.hh.quiet() || !g.Budget.Withdraw() {
 				continue
 			}
 			slot, ok := hedgeSlot(g) // after the budget: a refused slot wastes a withdrawal, never a sample

@@ -1,0 +1,84 @@
+package grpcretry_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/grpcretry"
+)
+
+// TestHedgeStall: 200 calls a second with the learned p95 delay and one
+// hedge, and a stall of the server for 1 s in which no answer ends (one
+// due then comes at its end): hedges stop once the races that reached
+// their delay in the last second are above 3 times 5% of its races (30 at
+// 200 a second), where without the bound every race would get one (within
+// the budget). From a second after the stall on, the 1% tail gets its
+// hedges again at the learned delay: the stall's answers do not count in
+// it.
+func TestHedgeStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	const rate = 200 // calls a second
+	const from, to, end = 6 * time.Second, 7 * time.Second, 10 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var mu sync.Mutex
+		var sentAt []time.Duration // of each server call, since start
+		srv := &legServer{answer: func(i int) legAnswer {
+			now := time.Since(start)
+			sentAt = append(sentAt, now) // under srv.mu
+			d := 8*time.Millisecond + time.Duration(i%5)*time.Millisecond
+			if i%100 == 50 {
+				d = 100 * time.Millisecond
+			}
+			if e := now + d; e >= from && e < to {
+				d = to - now
+			}
+			return legAnswer{delay: d}
+		}}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod))...)
+		var slowAfter int // calls started from 1 s after the stall that took 100 ms or more
+		var wg sync.WaitGroup
+		for range int(end/time.Second) * rate {
+			wg.Go(func() {
+				at := time.Since(start)
+				_, took, err := hedgeCall(context.Background(), c)
+				if err != nil {
+					t.Errorf("call: %v", err)
+				}
+				if at >= to+time.Second && took >= 100*time.Millisecond {
+					mu.Lock()
+					slowAfter++
+					mu.Unlock()
+				}
+			})
+			time.Sleep(time.Second / rate)
+		}
+		wg.Wait()
+		srv.settle(t)
+		srv.mu.Lock()
+		perSecond := make([]int, end/time.Second+1)
+		inStall := 0
+		for i, p := range srv.prev {
+			if p == "" {
+				continue // a first copy
+			}
+			perSecond[sentAt[i]/time.Second]++
+			if sentAt[i] >= from && sentAt[i] < to {
+				inStall++
+			}
+		}
+		srv.mu.Unlock()
+		t.Logf("hedges per second: %v; %d in the stall; %d calls started from 1 s after it took 100 ms or more", perSecond, inStall, slowAfter)
+		if bound := 3 * (1 - 0.95) * rate; float64(inStall) > bound {
+			t.Errorf("%d hedges in the 1 s stall, want at most %.0f", inStall, bound)
+		}
+		if slowAfter != 0 {
+			t.Errorf("%d calls started from 1 s after the stall took 100 ms or more, want 0 (hedged)", slowAfter)
+		}
+	})
+}

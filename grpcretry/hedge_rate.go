@@ -1,0 +1,51 @@
+package grpcretry
+
+import (
+	"time"
+
+	"github.com/stormguard/stormguard/grpcretry/internal/lathist"
+)
+
+// The bound on the share of races that reach their hedge delay, as
+// httpretry's (docs/hedging.md): if the delay is the q quantile of the
+// answers' latency, about 1-q of the races reach it. When, over the last
+// second, those that did (counted as the delay passes, answered or not)
+// are more than dueFactor times 1-q of the races started, and more than
+// dueFloor, the slow answers are not a tail but a stall or an overload,
+// which more copies only feed: no hedge goes until the share falls back.
+const (
+	dueWindow = time.Second
+	dueFactor = 3
+	dueFloor  = 5
+)
+
+// dueShare returns the largest share of races that may reach their delay
+// within dueWindow with hedges still going, for the quantile q: dueFactor
+// times 1-q, at most halfway between 1-q and every race.
+func dueShare(q float64) float64 {
+	return min(dueFactor*(1-q), (1+(1-q))/2)
+}
+
+// newDues returns a target's count of races and of those that reached
+// their delay.
+func newDues() *lathist.Dues { return lathist.NewDues(dueWindow) }
+
+// dueAllows reports whether a hedge of u's race that is due, after hedges
+// hedges of it, may go as far as the share of the target's races that
+// reached their delay in the last second allows. The first hedge counts
+// the race among those; a later one only reads the share. A race whose
+// first hedge is refused is marked held (u.held): its answer's time is a
+// stall's or an overload's, not the target's tail, and does not count in
+// the learned delay. The races the bound lets through still count, so a
+// lasting change of the target's latency is learned.
+func (u *unaryCall) dueAllows(hedges int) bool {
+	share := u.c.cfg.hedge.share
+	if hedges > 0 {
+		return u.hh.dues.Allows(share, dueFloor)
+	}
+	if u.hh.dues.Due(share, dueFloor) {
+		return true
+	}
+	u.held = true
+	return false
+}
