@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
 
@@ -117,5 +118,44 @@ func TestHedgeStall(t *testing.T) {
 		if n := in(slowAfter, 12*time.Second, 16*time.Second); n != 0 {
 			t.Errorf("%d calls started from 1 s after the stall took 100 ms or more, want 0 (hedged)", n)
 		}
+	})
+}
+
+// TestHedgeDueFloor: with a fixed delay (q defaulting to 0.95) and a budget
+// that grants every hedge, 10 GETs at once whose copies all take 1 s: at
+// low traffic the bound lets 5 races a second reach the delay with their
+// hedge, then holds the others; once those seconds are past, 5 hedges go
+// again.
+func TestHedgeDueFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(time.Second)}
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1),
+			httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Budget: granter{}}, nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 {
+			before := len(base.sent())
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Go(func() {
+					if _, _, err := hedgeGet(t, tr, context.Background()); err != nil {
+						t.Errorf("GET: %v", err)
+					}
+				})
+			}
+			wg.Wait()
+			hedges := 0
+			for _, h := range attemptHeaders(base.sent()[before:]) {
+				if h != "" {
+					hedges++
+				}
+			}
+			if hedges != 5 {
+				t.Errorf("round %d: %d hedges for 10 GETs, want 5 (the floor)", round, hedges)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		base.settle(t)
 	})
 }
