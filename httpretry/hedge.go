@@ -225,7 +225,7 @@ func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
 		}
 		return resp, err
 	}
-	hh.raceStarts(start)
+	hh.dues.Start(start) // counted for the due-share bound
 	return c.race(ctx, n, h, delay, start)
 }
 

@@ -30,9 +30,6 @@ func dueShare(q float64) float64 {
 // delay.
 func newDues() *lathist.Dues { return lathist.NewDues(dueWindow) }
 
-// raceStarts counts a race to the host that starts at now.
-func (hh *hedgeHost) raceStarts(now time.Time) { hh.dues.Start(now) }
-
 // dueAllows reports, with rs.mu held, whether a hedge of rs that is due
 // may go as far as the share of hh's races that reached their delay in the
 // last second allows. The first hedge counts the race among those; a later

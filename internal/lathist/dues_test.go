@@ -80,9 +80,10 @@ func TestDuesSaturates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := NewDues(time.Hour)
 		for range countMax + 10 {
-			d.add(time.Now(), 1, 1)
+			d.Start(time.Now())
+			d.read(time.Now(), 1)
 		}
-		if s, u := d.add(time.Now(), 0, 0); s != countMax || u != countMax {
+		if s, u := d.read(time.Now(), 0); s != countMax || u != countMax {
 			t.Errorf("counts %v and %v after %d of each, want both %d", s, u, countMax+10, countMax)
 		}
 	})
@@ -103,7 +104,7 @@ func TestDuesConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if s, u := d.add(time.Now(), 0, 0); s != 8000 || u != 8000 {
+		if s, u := d.read(time.Now(), 0); s != 8000 || u != 8000 {
 			t.Errorf("counts %v started, %v due; want 8000 and 8000", s, u)
 		}
 	})

@@ -42,14 +42,18 @@ func NewDues(period time.Duration) *Dues {
 
 // Start counts a race that starts at now (the caller's reading of the
 // clock, so that a race costs no second one).
-func (d *Dues) Start(now time.Time) { d.add(now, 1, 0) }
+func (d *Dues) Start(now time.Time) {
+	since := now.Sub(d.base)
+	ep := uint64(since/d.period) & epochMask
+	d.count(&d.w[ep&1], ep, 1, 0)
+}
 
 // Due counts a race whose first copy reached its delay now, and reports
 // whether the races that did so within the last period, this one
 // included, are at most share of the races started within it, or at most
 // floor.
 func (d *Dues) Due(share, floor float64) bool {
-	started, due := d.add(time.Now(), 0, 1)
+	started, due := d.read(time.Now(), 1)
 	return due <= max(floor, share*started)
 }
 
@@ -57,31 +61,35 @@ func (d *Dues) Due(share, floor float64) bool {
 // their delay within the last period are at most share of those started
 // within it, or at most floor.
 func (d *Dues) Allows(share, floor float64) bool {
-	started, due := d.add(time.Now(), 0, 0)
+	started, due := d.read(time.Now(), 0)
 	return due <= max(floor, share*started)
 }
 
-// add counts started and due races at now and returns the counts over the
-// sliding period that ends at now.
-func (d *Dues) add(now time.Time, started, due uint64) (float64, float64) {
-	since := now.Sub(d.base)
-	ep := uint64(since/d.period) & epochMask
-	slot := &d.w[ep&1]
-	var s, u uint64
+// count adds started and due races to slot, the slot of period ep, and
+// returns its counts after.
+func (d *Dues) count(slot *atomic.Uint64, ep, started, due uint64) (s, u uint64) {
 	for {
 		old := slot.Load()
 		s, u = 0, 0
 		if old>>epochShift == ep {
 			s, u = old&countMax, old>>countBits&countMax
 		}
-		s, u = min(s+started, countMax), min(u+due, countMax)
 		if started == 0 && due == 0 {
-			break
+			return s, u
 		}
+		s, u = min(s+started, countMax), min(u+due, countMax)
 		if slot.CompareAndSwap(old, ep<<epochShift|u<<countBits|s) {
-			break
+			return s, u
 		}
 	}
+}
+
+// read counts due races at now and returns the counts over the sliding
+// period that ends at now.
+func (d *Dues) read(now time.Time, due uint64) (float64, float64) {
+	since := now.Sub(d.base)
+	ep := uint64(since/d.period) & epochMask
+	s, u := d.count(&d.w[ep&1], ep, 0, due)
 	prev := d.w[(ep-1)&1].Load()
 	if prev>>epochShift != (ep-1)&epochMask {
 		return float64(s), float64(u)
