@@ -368,7 +368,7 @@ func (c *call) firstCopy(ctx, lctx context.Context, num int) *http.Request {
 	if num == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.t.cfg.attemptTimeout == 0 && ctx == c.req.Context() {
 		return c.req.WithContext(lctx)
 	}
-	return legRequest(c.src, c.key, lctx, num, true)
+	return legRequest(c.src, c.key, lctx, num, true, &c.t.timeouts)
 }
 
 // settle ends a race whose timer fired, once its first copy answered
@@ -459,7 +459,7 @@ func (rs *raceState) fire() {
 		lctx = hedgeStart(cfg.observer, p.dest, lctx, num)
 	}
 	t0 := time.Now()
-	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false)) // an observer of HTTP requests sees every leg
+	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
 	releaseSlot(g, slot, p.ctx, lctx, resp, err)
 	if cfg.observer != nil {
 		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0)
@@ -537,18 +537,17 @@ func retryAfterOf(resp *http.Response) time.Duration {
 
 // legRequest returns the request of one leg of a race: a copy of src on
 // ctx, numbered num on the wire (with the transport's key, if any), marked
-// as the breaker's probe if it is the primary of one, with the time its
-// caller waits.
-func legRequest(src *http.Request, key []string, ctx context.Context, num int, primary bool) *http.Request {
+// as the breaker's probe if it is the primary of one (attemptHeader copies
+// no probe mark of src's), with the time its caller waits (a value from
+// tv, as an unhedged attempt's).
+func legRequest(src *http.Request, key []string, ctx context.Context, num int, primary bool, tv *timeoutValues) *http.Request {
 	r := src.WithContext(ctx)
 	r.Header = attemptHeader(src.Header, key, num)
 	if primary && retry.IsProbe(ctx) {
 		r.Header[wire.ProbeHeader] = probeValue
-	} else {
-		delete(r.Header, wire.ProbeHeader)
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		r.Header[wire.TimeoutHeader] = timeoutValue(time.Until(dl))
+		r.Header[wire.TimeoutHeader] = tv.get(time.Until(dl))
 	}
 	return r
 }
