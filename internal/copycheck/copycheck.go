@@ -2,8 +2,8 @@
 // the repository. A published module may not import another module's
 // internal package, so the few it needs (cmd/stormguard's simulator steps
 // the breaker's own wait order and pacer) are copied into an internal folder
-// of its own, and a test of the original package calls [Compare] so that the
-// copy cannot drift.
+// of its own, and TestRepositoryCopies (this package's test, one row per
+// copy, with why it exists) calls [Compare] so that no copy can drift.
 //
 // The copy holds the original's shipped (non-test) .go files, file for file.
 // Each must equal the original byte for byte, except that an import path

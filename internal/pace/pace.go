@@ -18,7 +18,7 @@
 // to a concurrency limit learned from the dependency's latency.
 //
 // Module cmd/stormguard may not import this package and holds a copy of
-// it, cmd/stormguard/internal/pace, for its simulator; TestCopiesMatch keeps the
+// it, cmd/stormguard/internal/pace, for its simulator; internal/copycheck's TestRepositoryCopies keeps the
 // copy equal (only its import paths differ): change this folder, then
 // bring the copy over with the command the test prints.
 package pace

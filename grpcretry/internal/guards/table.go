@@ -5,7 +5,7 @@
 //
 // The package is kept in two copies, internal/guards of the root module and
 // grpcretry/internal/guards, equal byte for byte (the root module's
-// TestCopiesMatch checks): a module must not import another module's
+// internal/copycheck's TestRepositoryCopies checks): a module must not import another module's
 // internal package, whose changes would break its released versions.
 package guards
 

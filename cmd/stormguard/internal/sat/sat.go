@@ -6,7 +6,7 @@
 // never a time in the past.
 //
 // Module cmd/stormguard may not import this package and holds a copy of
-// it, cmd/stormguard/internal/sat, for its copy of waitq; TestCopiesMatch keeps the
+// it, cmd/stormguard/internal/sat, for its copy of waitq; internal/copycheck's TestRepositoryCopies keeps the
 // copy equal (only its import paths differ): change this folder, then
 // bring the copy over with the command the test prints.
 package sat

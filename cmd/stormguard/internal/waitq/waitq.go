@@ -14,7 +14,7 @@
 // list; a waiting call holds no goroutine and no timer of the list's.
 //
 // Module cmd/stormguard may not import this package and holds a copy of
-// it, cmd/stormguard/internal/waitq, for its simulator; TestCopiesMatch keeps the
+// it, cmd/stormguard/internal/waitq, for its simulator; internal/copycheck's TestRepositoryCopies keeps the
 // copy equal (only its import paths differ): change this folder, then
 // bring the copy over with the command the test prints.
 package waitq
