@@ -104,8 +104,11 @@ func (c *learner) sample(rtt time.Duration) {
 // minWindow) and holds at least min(4, limit/2) outcomes, so that one
 // early answer does not decide for a whole round trip.
 func (c *learner) due(now time.Duration, drops int64) bool {
+	if now < c.end {
+		return false // the common case, tested first: most samples come within a window
+	}
 	need := int64(math.Min(4, math.Ceil(c.limit/2)))
-	return now >= c.end && c.n+c.ceilDrops+drops >= need
+	return c.n+c.ceilDrops+drops >= need
 }
 
 // window ends the current window at now. attempts is the number of
