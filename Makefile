@@ -105,9 +105,12 @@ test-race:
 #    has nothing to watch; smaller runs of the same models stay under -race;
 #  - the end-to-end idempotency runs, 1,000 payments under -race
 #    (idemtest.RacePayments: the same code paths and faults) and the full
-#    10,000 (idemtest.DefaultPayments) here.
+#    10,000 (idemtest.DefaultPayments) here;
+#  - the allocation tests of httpretry and grpcretry, which skip under -race
+#    (sync.Pool drops items there), so that their promises are checked.
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
-	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd
+	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
+	.:./httpretry:Allocs grpcretry:.:Allocs
 NORACE = status=0; for mpr in $(NORACE_PKGS); do m=$${mpr%%:*}; pr=$${mpr\#*:}; p=$${pr%%:*}; r=; \
 	case $$pr in *:*) r=$${pr\#*:};; esac; echo "== go test (no -race) $$m $$p $$r"; \
 	start=$(NOW); if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $${r:+-run "$$r"} $$p); then ok=ok; else ok=FAIL; status=1; fi; \
