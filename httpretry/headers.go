@@ -47,12 +47,6 @@ func dontRetry(h http.Header) bool {
 // probeValue is the wire.ProbeHeader value, shared and never modified.
 var probeValue = []string{"1"}
 
-// timeoutValue returns the wire.TimeoutHeader value of an attempt with left
-// until its deadline: whole milliseconds, rounded down, at least 0.
-func timeoutValue(left time.Duration) []string {
-	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
-}
-
 // timeoutValues keeps recent wire.TimeoutHeader values for reuse, by their
 // number of milliseconds modulo its size: with an attempt timeout, most
 // attempts of a transport send the same few values (the timeout less a
@@ -60,8 +54,9 @@ func timeoutValue(left time.Duration) []string {
 // requests that send it and never modified. Safe for concurrent use.
 type timeoutValues [64]atomic.Pointer[[1]string]
 
-// get returns timeoutValue(left), reused when the same value was made
-// last for its slot.
+// get returns the wire.TimeoutHeader value of an attempt with left until
+// its deadline (whole milliseconds, rounded down, at least 0), reused when
+// the same value was made last for its slot.
 func (tv *timeoutValues) get(left time.Duration) []string {
 	ms := max(int64(left/time.Millisecond), 0)
 	var buf [20]byte

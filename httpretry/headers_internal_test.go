@@ -2,6 +2,7 @@ package httpretry
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,13 @@ func TestGiveUpValueParses(t *testing.T) {
 			t.Errorf("ParseGiveUp(giveUpValue(%v) = %q) = %+v, %v; want %q, 2 attempts, 2s", r, v, g, ok, giveUpTokens[r])
 		}
 	}
+}
+
+// timeoutValue is the wire.TimeoutHeader value of an attempt with left
+// until its deadline, made afresh: whole milliseconds, rounded down, at
+// least 0.
+func timeoutValue(left time.Duration) []string {
+	return []string{strconv.FormatInt(max(int64(left/time.Millisecond), 0), 10)}
 }
 
 // TestTimeoutValuesReuse: timeoutValues.get returns what timeoutValue
