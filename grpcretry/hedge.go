@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -290,10 +291,11 @@ type hedgeLeg struct {
 	outs    []grpc.CallOption // the caller's header, trailer and peer options
 }
 
-// newHedgeLeg returns the state of a hedge of a call with reply (a
-// proto.Message) and the caller's options opts.
-func newHedgeLeg(reply any, opts []grpc.CallOption) *hedgeLeg {
-	hl := &hedgeLeg{reply: reply.(proto.Message).ProtoReflect().New().Interface()}
+// newHedgeLeg returns the state of a hedge of a call whose reply has type
+// mt, with the caller's options opts. It takes the type, not the reply: the
+// first copy may be decoding into the reply meanwhile.
+func newHedgeLeg(mt protoreflect.MessageType, opts []grpc.CallOption) *hedgeLeg {
+	hl := &hedgeLeg{reply: mt.New().Interface()}
 	hl.opts = make([]grpc.CallOption, 0, len(opts)+1)
 	for _, o := range opts {
 		switch o := o.(type) {
@@ -376,6 +378,8 @@ func (h *hedging) putRace(rs *raceState) {
 func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	cfg := &u.c.cfg
 	rs := u.c.hedges.getRace()
+	// The reply's type, read before the first copy may decode into it.
+	mt := u.reply.(proto.Message).ProtoReflect().Type()
 	u.launch(rs, ctx, n+u.extra, nil, limit.Permit{})
 	pending, hedges := 1, 0
 	var first leg // the first copy's end, once received (firstIn)
@@ -409,7 +413,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 			hedges++
 			pending++
 			u.extra++
-			u.launch(rs, ctx, n+u.extra, newHedgeLeg(u.reply, u.opts), slot)
+			u.launch(rs, ctx, n+u.extra, newHedgeLeg(mt, u.opts), slot)
 			if hedges < cfg.hedge.max {
 				rs.timer.Reset(delay)
 			}

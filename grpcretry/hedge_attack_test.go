@@ -557,8 +557,8 @@ func TestAttackHedgeNotEligible(t *testing.T) {
 	}
 }
 
-// TestAttackHedgeStormAccounting: 20 callers at once with deadlines
-// from 35 to 235 ms, slow and failing answers, up to 3 hedges under a
+// TestAttackHedgeStormAccounting: 20 callers at once (2 in every other
+// round) with deadlines from 35 to 235 ms, slow and failing answers, up to 3 hedges under a
 // limiter: afterwards every limiter slot is back exactly once (the limit
 // is free, and no more), every hedge the observer heard start it heard
 // end, and no hedge reached the server unheard.
@@ -585,11 +585,17 @@ func TestAttackHedgeStormAccounting(t *testing.T) {
 		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(30*time.Millisecond, 0, 3, unaryMethod), grpcretry.WithObserver(&log),
 			withGuards(retry.Guards{Budget: b, Limiter: lim}))...)
 		// The limiter learns its limit down under this load (as it does
-		// without hedging), leaving hedges few slots: storm until some
-		// hedge went, at most 10 times.
+		// without hedging), leaving hedges few slots, none at all when the
+		// callers fill it from the start: storm until some hedge went, at
+		// most 10 times, every other round with 2 callers instead of 20
+		// (fewer callers than the limit leave hedges a slot).
 		for round := 0; round < 10 && !strings.Contains(srv.calls(), "1"); round++ {
+			callers := 20
+			if round%2 == 1 {
+				callers = 2
+			}
 			var wg sync.WaitGroup
-			for g := range 20 {
+			for g := range callers {
 				wg.Go(func() {
 					for k := range 25 {
 						ctx, cancel := context.WithTimeout(t.Context(), time.Duration(35+(g*37+k*101)%200)*time.Millisecond)
@@ -669,4 +675,37 @@ func TestAttackHedgePushbackFromAHedge(t *testing.T) {
 		}
 		srv.settle(t)
 	})
+}
+
+// TestAttackHedgeWhileFirstCopyDecodes: the first copy writes into the
+// caller's reply (as gRPC does when it decodes an answer) while the hedge
+// goes out. The race must not read the caller's reply to make the hedge's
+// own (it did, to learn the reply's type: a data race the race detector
+// reports). Real time, not a bubble: the first copy writes without
+// blocking until the hedge is sent, so the two run side by side.
+func TestAttackHedgeWhileFirstCopyDecodes(t *testing.T) {
+	srv := &legServer{answer: delays(0)}
+	var n atomic.Int64
+	var hedged atomic.Bool
+	inner := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if n.Add(1) == 1 {
+			for !hedged.Load() && ctx.Err() == nil {
+				reply.(*testpb.SimpleResponse).Reset() // what decoding an answer does first
+				runtime.Gosched()
+			}
+		} else {
+			hedged.Store(true)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c := serveInMemory(t, srv, append(newClient(t, grpcretry.WithHedging(5*time.Millisecond, 0, 1, unaryMethod),
+		withGuards(retry.Guards{Budget: newBudget(t)})), grpc.WithChainUnaryInterceptor(inner))...)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if reply, _, err := hedgeCall(ctx, c); err != nil || !strings.HasPrefix(reply, "call-") {
+		t.Errorf("call = %q, %v; want a copy's answer", reply, err)
+	}
+	if !hedged.Load() {
+		t.Errorf("no hedge went: the attack did not run")
+	}
 }
