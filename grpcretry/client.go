@@ -229,6 +229,7 @@ type unaryCall struct {
 	invoker grpc.UnaryInvoker
 	opts    []grpc.CallOption
 	strip   bool // the caller's metadata carries a wire.PreviousAttemptsMetadata
+	finish  bool // opts hold a grpc.OnFinish: run once by the call, never by an attempt
 	s       safety
 	hold    *holder      // made by the first attempt
 	hh      *hedgeTarget // the target's hedging state; nil: no hedge
@@ -251,6 +252,7 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 		return err
 	}
 	u := unaryCall{c: c, t: t, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+	u.finish = hasOnFinish(opts)
 	u.s = c.classify(ctx, method)
 	if u.s.key != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, u.s.key)
@@ -259,9 +261,48 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 	u.hh = c.hedgeState(t, method, reply)
 	err = t.Policy.Do(ctx, u.attempt)
 	if re, ok := err.(*retry.Error); ok {
-		return newError(re, u.s.key)
+		err = newError(re, u.s.key)
+	}
+	if u.finish {
+		onFinish(opts, err)
 	}
 	return err
+}
+
+// hasOnFinish reports whether opts hold a grpc.OnFinish option.
+func hasOnFinish(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		if _, ok := o.(grpc.OnFinishCallOption); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// onFinish runs the grpc.OnFinish callbacks of opts with err, the call's
+// end: once per call, as gRPC runs them, where every attempt and every
+// hedge would each run them once (a losing hedge's after the call
+// returned). The attempts are sent without them (callOptions).
+func onFinish(opts []grpc.CallOption, err error) {
+	for _, o := range opts {
+		if f, ok := o.(grpc.OnFinishCallOption); ok && f.OnFinish != nil {
+			f.OnFinish(err)
+		}
+	}
+}
+
+// callOptions appends opts to dst, but the grpc.OnFinish options if
+// finish (the call runs them itself, once: onFinish).
+func callOptions(dst, opts []grpc.CallOption, finish bool) []grpc.CallOption {
+	if !finish {
+		return append(dst, opts...)
+	}
+	for _, o := range opts {
+		if _, ok := o.(grpc.OnFinishCallOption); !ok {
+			dst = append(dst, o)
+		}
+	}
+	return dst
 }
 
 // attempt is the loop's operation: one attempt of the call (with its
@@ -271,7 +312,7 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 	h := u.hold
 	if h == nil {
 		h = new(holder)
-		h.opts = append(append(h.buf[:0], u.opts...), grpc.Trailer(&h.trailer))
+		h.opts = append(callOptions(h.buf[:0], u.opts, u.finish), grpc.Trailer(&h.trailer))
 		u.hold = h
 	}
 	h.trailer = nil

@@ -41,6 +41,11 @@
 // wrong). Failures of calls that may not be repeated count too. A call
 // canceled by its caller counts neither way.
 //
+// The call options of a unary call go to each of its attempts and hedges,
+// but for grpc.OnFinish: its callbacks run once per call, when the call
+// returns, with the error it returns (as gRPC runs them), never once per
+// attempt or per copy. (A stream's attempts each run them.)
+//
 // # Delays and server hints
 //
 // Full-jitter backoff by default (package backoff, through

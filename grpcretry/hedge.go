@@ -309,6 +309,7 @@ func newHedgeLeg(mt protoreflect.MessageType, opts []grpc.CallOption) *hedgeLeg 
 			hl.outs = append(hl.outs, o)
 			o.PeerAddr = &hl.peer
 			hl.opts = append(hl.opts, o)
+		case grpc.OnFinishCallOption: // run once by the call (onFinish)
 		default:
 			hl.opts = append(hl.opts, o)
 		}
