@@ -283,6 +283,41 @@ func TestHedgeHeldBack(t *testing.T) {
 	}
 }
 
+// strictBudget is a caller's Budget type whose methods read their
+// receiver: a nil one panics in them.
+type strictBudget struct{ n int }
+
+func (b *strictBudget) Deposit()       { b.n++ }
+func (b *strictBudget) Withdraw() bool { b.n--; return true }
+
+// TestHedgeTypedNilBudgetOfAnotherType: a supplied nil pointer of a type
+// other than *budget.Budget is a budget like any value (its methods are
+// called, as retry.Guards says): one that reads its receiver panics on the
+// caller's goroutine at the call's deposit, before any copy is sent, never
+// on a goroutine of the transport's.
+func TestHedgeTypedNilBudgetOfAnotherType(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &legBase{answer: delays(time.Second, 10*time.Millisecond)}
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1),
+			httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Budget: (*strictBudget)(nil)}, nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("RoundTrip with a nil *strictBudget did not panic")
+				}
+			}()
+			hedgeGet(t, tr, context.Background())
+		}()
+		if n := len(base.sent()); n != 0 {
+			t.Errorf("%d requests sent before the panic, want 0", n)
+		}
+		base.settle(t)
+	})
+}
+
 // TestHedgeAfterPushbackHold: 5 s after a 503, hedges go again.
 func TestHedgeAfterPushbackHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -54,7 +54,13 @@ type Guards struct {
 	// withdrawal is spent even if the retry then does not run (the caller
 	// cancels during the sleep, or the breaker rejects the attempt after
 	// it); the budget is asked first so that a refused call fails fast
-	// instead of sleeping. A nil *budget.Budget counts as none.
+	// instead of sleeping. A nil *budget.Budget counts as none. A nil
+	// pointer of any other type is a Budget like any other value (no
+	// check tells it apart without reflection): its methods are called,
+	// by hedges too (packages httpretry and grpcretry). One whose
+	// methods read their receiver panics on the call's goroutine, at
+	// the call's first deposit, before anything is sent; a nil of the
+	// caller's own type is the caller's to avoid (or to make work).
 	Budget Budget
 	// Breaker is the circuit breaker: every attempt asks it first (see
 	// [WithGuards] for how an open one is waited for and how outcomes are

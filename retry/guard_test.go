@@ -631,3 +631,48 @@ func TestBudgetWithin(t *testing.T) {
 		}
 	})
 }
+
+// strictBudget is a caller's Budget type whose methods read their
+// receiver: a nil one panics in them.
+type strictBudget struct{ deposits, withdrawals int }
+
+func (b *strictBudget) Deposit()       { b.deposits++ }
+func (b *strictBudget) Withdraw() bool { b.withdrawals++; return true }
+
+// nilSafeBudget is a caller's Budget type whose nil value works: it
+// grants every retry.
+type nilSafeBudget struct{}
+
+var nilSafeAsked atomic.Int64
+
+func (*nilSafeBudget) Deposit()       {}
+func (*nilSafeBudget) Withdraw() bool { nilSafeAsked.Add(1); return true }
+
+// TestTypedNilBudgetOfAnotherType: a nil pointer of a type other than
+// *budget.Budget is a budget like any other value (no reflection tells it
+// apart): its methods are called. One that reads its receiver panics on
+// the caller's goroutine at the call's first deposit, before the operation
+// runs; one whose nil value works is used.
+func TestTypedNilBudgetOfAnotherType(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.WithGuards(retry.Guards{Budget: (*strictBudget)(nil)}))
+		calls := 0
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("Do with a nil *strictBudget did not panic")
+				}
+			}()
+			_ = p.Do(context.Background(), script(&calls, err503))
+		}()
+		if calls != 0 {
+			t.Errorf("the operation ran %d times before the panic, want 0 (the deposit comes first)", calls)
+		}
+
+		p = mustNew(t, retry.WithGuards(retry.Guards{Budget: (*nilSafeBudget)(nil)}))
+		nilSafeAsked.Store(0)
+		if err := p.Do(context.Background(), script(&calls, err503)); err != nil || nilSafeAsked.Load() != 1 {
+			t.Errorf("Do with a nil *nilSafeBudget = %v after %d withdrawals, want nil after 1 (its methods are called)", err, nilSafeAsked.Load())
+		}
+	})
+}
