@@ -337,165 +337,259 @@ func (hl *hedgeLeg) won(reply any, ok bool) {
 	}
 }
 
-// raceState is what one race uses: its legs' results and cancels, and its
-// timer. A client keeps a pool of them: a race takes one and the last of
-// its legs to be received gives it back.
+// raceState is what one race uses: its copies' cancels, the hedges' ends
+// and the timer that sends them. A client keeps a pool of them: a call
+// whose first copy answers before the delay takes one, stops its timer
+// before it fires and gives it back, allocating none of it. A race whose
+// timer fired is never given back: a callback of its timer may still be
+// running.
 type raceState struct {
-	results chan leg
-	cancels [1 + maxHedges]context.CancelFunc
-	n       int // legs launched
-	timer   *time.Timer
+	timer   *time.Timer // time.AfterFunc(fire): sends a hedge; stopped in the pool
+	results chan leg    // the hedges' ends, maxHedges deep: a hedge never waits
+
+	mu      sync.Mutex
+	p       raceParams
+	cancels [1 + maxHedges]context.CancelFunc // 0: the first copy's
+	hedges  int                               // hedges sent
+	over    bool                              // the first copy returned: no more hedges, and none cancels it
+	failed  bool                              // a hedge failed: no more hedges
+	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
+	held    bool                              // the due-share bound refused its first hedge: its time is not learned
 }
 
-// getRace returns a race state from the pool, its timer stopped and its
-// channel empty.
+// raceParams is what the hedges of a race are made from: copies of the
+// call's fields (a *unaryCall that the timer's goroutine could reach would
+// be moved to the heap by the compiler, and every call would allocate it).
+type raceParams struct {
+	cfg     *config
+	t       *target
+	hh      *hedgeTarget
+	ctx     context.Context // the attempt's context: every copy's parent
+	num     int             // the first copy's wire number; hedge i carries num+i
+	delay   time.Duration
+	mt      protoreflect.MessageType // the reply's type, read before the first copy went
+	invoker grpc.UnaryInvoker
+	method  string
+	req     any
+	cc      *grpc.ClientConn
+	opts    []grpc.CallOption // the caller's
+}
+
+// getRace returns a race state from the pool, its timer stopped.
 func (h *hedging) getRace() *raceState {
 	if rs, ok := h.races.Get().(*raceState); ok {
 		return rs
 	}
-	tm := time.NewTimer(time.Hour)
-	tm.Stop()
-	return &raceState{results: make(chan leg, 1+maxHedges), timer: tm}
+	rs := &raceState{results: make(chan leg, maxHedges)}
+	rs.timer = time.AfterFunc(time.Hour, rs.fire)
+	rs.timer.Stop()
+	return rs
 }
 
-// putRace gives rs back to the pool once every leg it launched has been
-// received.
-func (h *hedging) putRace(rs *raceState) {
-	rs.timer.Stop() // no stale tick after Stop (Go 1.23 timers)
-	clear(rs.cancels[:])
-	rs.n = 0
-	h.races.Put(rs)
-}
-
-// race sends attempt n and, each time delay passes without a good answer,
-// a hedge while the guards allow one, up to the configured number; the
-// first good answer wins, and the others are canceled. It never returns
-// while the first copy, which decodes into the caller's reply, still runs:
-// after a hedge won, or the caller's context ended, it cancels that copy
-// and waits for its return (at once, as gRPC ends a call on cancel), so
-// that the reply is the caller's alone.
-//
-//stormguard:long the race's select owns its legs' contexts, results and the timer
+// race sends attempt n as its first copy, on the caller's goroutine,
+// decoding into the caller's reply, and arms rs's timer: each time delay
+// passes without a good answer, the timer's goroutine sends a hedge while
+// the guards allow one, up to the configured number, each decoding into a
+// reply of its own. The first good answer wins; the others are canceled. A
+// hedge's good answer cancels the first copy, which returns at once (gRPC
+// ends a call on cancel), so that the reply is the caller's alone when
+// the hedge's is merged into it. A race the first copy wins before the
+// delay costs the first copy's cancelable context over the same attempt
+// without hedging: no goroutine, and its state comes from a pool.
 func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	cfg := &u.c.cfg
-	rs := u.c.hedges.getRace()
+	h := u.c.hedges
 	// The reply's type, read before the first copy may decode into it.
 	mt := u.reply.(proto.Message).ProtoReflect().Type()
-	u.launch(rs, ctx, n+u.extra, nil, limit.Permit{})
-	pending, hedges := 1, 0
-	var first leg // the first copy's end, once received (firstIn)
-	firstIn := false
+	lctx, cancel := legContext(ctx, cfg.attemptTimeout)
+	rs := h.getRace()
+	rs.mu.Lock()
+	rs.p = raceParams{cfg: cfg, t: u.t, hh: u.hh, ctx: ctx, num: n + u.extra, delay: delay, mt: mt,
+		invoker: u.invoker, method: u.method, req: u.req, cc: u.cc, opts: u.opts}
+	rs.cancels[0] = cancel
 	rs.timer.Reset(delay)
-	var win leg // the winner, the last failure, or the caller's context's end
-	for {
+	rs.mu.Unlock()
+
+	first := rs.sendFirst(legCall{invoker: u.invoker, method: u.method, req: u.req, reply: u.reply, cc: u.cc,
+		opts: u.hold.opts, trailer: &u.hold.trailer, timeout: cfg.attemptTimeout > 0}, ctx, lctx)
+
+	rs.mu.Lock()
+	rs.over = true
+	stopped := rs.timer.Stop()
+	hedges, lost, held := rs.hedges, rs.lost, rs.held
+	rs.mu.Unlock()
+	u.held = held
+	if stopped && hedges == 0 {
+		// The timer never fired: no hedge, and rs is free again.
+		rs.p = raceParams{}
+		rs.cancels[0] = nil
+		rs.over = false
+		h.races.Put(rs)
+		cancel()
+		if !good(first.err) {
+			u.hh.pushback(first.err, first.trailer)
+		}
+		return first
+	}
+	u.extra += hedges
+	return u.settle(rs, ctx, first, lost, hedges)
+}
+
+// sendFirst makes l's call, the first copy of rs's race, on lctx, a child
+// of the attempt's ctx. A panic of the invoker ends the race before it
+// goes on in the caller's goroutine: no more hedges, those sent canceled.
+func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
+	sent := false
+	defer func() {
+		if sent {
+			return
+		}
+		rs.mu.Lock()
+		rs.over = true
+		rs.timer.Stop()
+		hedges := rs.hedges
+		rs.mu.Unlock()
+		reap(rs, 1+hedges, hedges)
+	}()
+	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
+	sent = true
+	return end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
+}
+
+// settle ends a race whose timer fired, once its first copy returned
+// (first; lost if a hedge's good answer or panic canceled it) and hedges
+// were sent (none starts after that): the first good answer wins, the
+// first copy's if it has one (the caller's reply holds it), or the last
+// failure if every copy fails. A hedge's panic goes on in the caller's
+// goroutine unless a good answer came first.
+func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost bool, hedges int) end {
+	legs, pending := 1+hedges, hedges
+	if good(first.err) {
+		reap(rs, legs, pending)
+		return first
+	}
+	if !lost {
+		u.hh.pushback(first.err, first.trailer)
+	}
+	last := leg{i: 0, e: first} // the latest failure, returned if every copy fails
+	for pending > 0 {
 		select {
 		case l := <-rs.results:
 			pending--
-			if l.i == 0 {
-				first, firstIn = l, true
+			switch {
+			case l.p != nil:
+				reap(rs, legs, pending)
+				panic(l.p)
+			case good(l.e.err):
+				reap(rs, legs, pending)
+				l.hl.won(u.reply, l.e.err == nil)
+				return l.e
 			}
-			if l.p == nil && !good(l.e.err) {
-				u.hh.pushback(l.e.err, l.e.trailer)
-				hedges = cfg.hedge.max // a failure: no more hedges in this race
-				if pending > 0 {
-					continue
-				}
-			}
-			win = l
-		case <-rs.timer.C:
-			g := u.t.Guards
-			if hedges >= cfg.hedge.max || !u.dueAllows(hedges) || !guardsAllow(g) || !u.hh.quiet() || !g.Budget.Withdraw() {
-				continue
-			}
-			slot, ok := hedgeSlot(g) // after the budget: a refused slot wastes a withdrawal, never a sample
-			if !ok {
-				continue
-			}
-			hedges++
-			pending++
-			u.extra++
-			u.launch(rs, ctx, n+u.extra, newHedgeLeg(mt, u.opts), slot)
-			if hedges < cfg.hedge.max {
-				rs.timer.Reset(delay)
-			}
-			continue
+			last = l
 		case <-ctx.Done():
-			win = leg{i: -1, e: end{err: status.FromContextError(ctx.Err()).Err()}}
+			reap(rs, legs, pending)
+			return end{err: status.FromContextError(ctx.Err()).Err()}
 		}
-		break
 	}
-	for _, cancel := range rs.cancels[:rs.n] {
-		cancel()
+	reap(rs, legs, 0)
+	if last.hl != nil {
+		last.hl.won(u.reply, false) // the caller's header, trailer and peer are the failure's
 	}
-	for !firstIn { // the first copy writes the caller's reply: wait for it
-		if l := <-rs.results; l.i == 0 {
-			first, firstIn = l, true
-		}
-		pending--
-	}
-	u.c.hedges.reap(rs, pending)
-	if win.p != nil { // the panic goes on in the caller's goroutine, as without a race
-		panic(win.p)
-	}
-	if first.p != nil {
-		panic(first.p)
-	}
-	switch {
-	case win.i <= 0:
-		return win.e // the first copy's end, the caller's context's, or a failure of the first copy
-	case good(first.e.err):
-		return first.e // both answered: the caller's reply holds the first copy's
-	}
-	win.hl.won(u.reply, win.e.err == nil)
-	return win.e
+	return last.e
 }
 
-// reap receives the ends of rs's pending legs, all canceled, on a
-// goroutine of its own that ends with the last of them, and gives rs back
-// to the pool.
-func (h *hedging) reap(rs *raceState, pending int) {
+// reap cancels the first legs of rs, releasing their contexts (their
+// calls, all ended or canceled, are over), and receives the ends of the
+// pending ones on a goroutine of its own that ends with the last of them.
+func reap(rs *raceState, legs, pending int) {
+	for _, cancel := range rs.cancels[:legs] {
+		cancel()
+	}
 	if pending == 0 {
-		h.putRace(rs)
 		return
 	}
 	go func() {
 		for range pending {
 			<-rs.results
 		}
-		h.putRace(rs)
 	}()
 }
 
-// launch sends leg rs.n of a race, numbered num on the wire, on a
-// goroutine of its own that hands its end to rs.results: the first copy
-// (hl nil) with ctx as it is, decoding into the caller's reply, or a hedge
-// with its metadata renumbered and slot its limiter's permit.
-func (u *unaryCall) launch(rs *raceState, ctx context.Context, num int, hl *hedgeLeg, slot limit.Permit) {
-	cfg := &u.c.cfg
-	lctx, cancel := context.WithCancel(ctx)
-	if d := cfg.attemptTimeout; d > 0 {
-		lctx, cancel = withTimeoutCancel(lctx, cancel, d)
+// fire is rs's timer's callback: it sends a hedge, if the race still wants
+// one and the guards allow it, and re-arms the timer for the next. The
+// hedge runs on the timer's goroutine, decoding into a reply of its own; a
+// good answer (or a panic of its invoker) cancels the first copy, still in
+// flight, so that the race's caller gets the hedge's.
+func (rs *raceState) fire() {
+	rs.mu.Lock()
+	p := rs.p
+	cfg := p.cfg
+	g := p.t.Guards
+	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !rs.dueAllows(p.hh, cfg.hedge.share) || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
+		rs.mu.Unlock()
+		return
 	}
-	i := rs.n
+	slot, ok := hedgeSlot(g) // after the budget: a refused slot wastes a withdrawal, never a sample
+	if !ok {
+		rs.mu.Unlock()
+		return
+	}
+	rs.hedges++
+	i := rs.hedges
+	lctx, cancel := legContext(p.ctx, cfg.attemptTimeout) // its own attempt timeout, from now
 	rs.cancels[i] = cancel
-	rs.n++
-	reply, opts, trailer := u.reply, u.hold.opts, &u.hold.trailer
-	var o observe.Observer
-	if hl != nil {
-		lctx = hedgeContext(lctx, num)
-		reply, opts, trailer = hl.reply, hl.opts, &hl.trailer
-		if o = cfg.observer; o != nil {
-			lctx = hedgeStart(o, lctx, u.t.Name, num)
-		}
+	if rs.hedges < cfg.hedge.max {
+		rs.timer.Reset(p.delay)
 	}
-	l := legCall{invoker: u.invoker, method: u.method, req: u.req, reply: reply, cc: u.cc, opts: opts, trailer: trailer,
-		timeout: cfg.attemptTimeout > 0, g: u.t.Guards, name: u.t.Name, o: o, num: num}
-	go runLeg(l, rs, i, ctx, lctx, hl, slot)
+	rs.mu.Unlock()
+
+	num := p.num + i
+	hl := newHedgeLeg(p.mt, p.opts)
+	lctx = hedgeContext(lctx, num)
+	o := cfg.observer
+	if o != nil {
+		lctx = hedgeStart(o, lctx, p.t.Name, num)
+	}
+	l := legCall{invoker: p.invoker, method: p.method, req: p.req, reply: hl.reply, cc: p.cc, opts: hl.opts, trailer: &hl.trailer,
+		timeout: cfg.attemptTimeout > 0}
+	t0 := time.Now()
+	pv, err := invoke(l, lctx)
+	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && p.ctx.Err() == nil}
+	ours := errors.Is(lctx.Err(), context.Canceled) && p.ctx.Err() == nil // the race canceled it
+	if g.Limiter != nil {
+		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
+	}
+	if o != nil {
+		hedgeEnd(o, lctx, p.t.Name, num, err, t0)
+	}
+	won := pv == nil && good(err)
+	if !won && pv == nil {
+		p.hh.pushback(err, e.trailer)
+	}
+	rs.mu.Lock()
+	if (won || pv != nil) && !rs.over && !rs.lost {
+		rs.lost = true
+		rs.cancels[0]()
+	}
+	if !won {
+		rs.failed = true // a failure: no more hedges in this race
+	}
+	rs.mu.Unlock()
+	rs.results <- leg{i: i, e: e, hl: hl, p: pv}
 }
 
-// legCall is what one leg's goroutine needs to make its call. It holds no
-// *unaryCall: a call that a goroutine could reach would be moved to the
-// heap by the compiler, and every call would allocate it.
+// legContext returns the context of one copy of a race, on ctx: only
+// cancelable, and capped at the attempt timeout d from now as send's
+// attempts are if d > 0. Its cancel is the race's way to cancel the copy
+// and to release it.
+func legContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
+}
+
+// legCall is what one copy needs to make its call.
 type legCall struct {
 	invoker grpc.UnaryInvoker
 	method  string
@@ -505,29 +599,6 @@ type legCall struct {
 	opts    []grpc.CallOption
 	trailer *metadata.MD // what opts read the trailer into
 	timeout bool         // the leg has an attempt timeout
-	g       retry.Guards
-	name    string
-	o       observe.Observer // hears a hedge's end; nil: none
-	num     int
-}
-
-// runLeg is one leg's goroutine: l's call on lctx, a child of the
-// attempt's ctx, then, for a hedge (hl not nil), its slot given back and
-// its end reported.
-func runLeg(l legCall, rs *raceState, i int, ctx, lctx context.Context, hl *hedgeLeg, slot limit.Permit) {
-	t0 := time.Now()
-	p, err := invoke(l, lctx)
-	e := end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
-	if hl != nil {
-		ours := errors.Is(lctx.Err(), context.Canceled) && ctx.Err() == nil // the race canceled it
-		if l.g.Limiter != nil {
-			l.g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
-		}
-		if l.o != nil {
-			hedgeEnd(l.o, lctx, l.name, l.num, err, t0)
-		}
-	}
-	rs.results <- leg{i: i, e: e, hl: hl, p: p}
 }
 
 // errPanicked is the end of a copy whose invoker panicked: a failure
@@ -544,13 +615,6 @@ func invoke(l legCall, lctx context.Context) (p any, err error) {
 		}
 	}()
 	return nil, l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
-}
-
-// withTimeoutCancel caps ctx (whose cancel is cancel) at d, returning a
-// cancel that releases both.
-func withTimeoutCancel(ctx context.Context, cancel context.CancelFunc, d time.Duration) (context.Context, context.CancelFunc) {
-	tctx, tcancel := context.WithTimeout(ctx, d)
-	return tctx, func() { tcancel(); cancel() }
 }
 
 // hedgeContext returns ctx, the context of a race's first copy, with the

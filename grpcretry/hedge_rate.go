@@ -30,22 +30,21 @@ func dueShare(q float64) float64 {
 // their delay.
 func newDues() *lathist.Dues { return lathist.NewDues(dueWindow) }
 
-// dueAllows reports whether a hedge of u's race that is due, after hedges
-// hedges of it, may go as far as the share of the target's races that
-// reached their delay in the last second allows. The first hedge counts
-// the race among those; a later one only reads the share. A race whose
-// first hedge is refused is marked held (u.held): its answer's time is a
-// stall's or an overload's, not the target's tail, and does not count in
-// the learned delay. The races the bound lets through still count, so a
-// lasting change of the target's latency is learned.
-func (u *unaryCall) dueAllows(hedges int) bool {
-	share := u.c.cfg.hedge.share
-	if hedges > 0 {
-		return u.hh.dues.Allows(share, dueFloor)
+// dueAllows reports, with rs.mu held, whether a hedge of rs that is due
+// may go as far as the share of ht's races that reached their delay in the
+// last second allows. The first hedge counts the race among those; a later
+// one only reads the share. A race whose first hedge is refused is marked
+// held: its answer's time is a stall's or an overload's, not the target's
+// tail, and does not count in the learned delay. The races the bound lets
+// through still count, so a lasting change of the target's latency is
+// learned.
+func (rs *raceState) dueAllows(ht *hedgeTarget, share float64) bool {
+	if rs.hedges > 0 {
+		return ht.dues.Allows(share, dueFloor)
 	}
-	if u.hh.dues.Due(share, dueFloor) {
+	if ht.dues.Due(share, dueFloor) {
 		return true
 	}
-	u.held = true
+	rs.held = true
 	return false
 }
