@@ -55,7 +55,8 @@ func TestSuccessPathAllocs(t *testing.T) {
 // not learned yet, its target pushing back...). A declared call that
 // runs a race its first copy wins (a fixed delay it answers within) costs
 // maxRaceAllocs more, on a context that never ends and on a cancelable
-// one: the first copy's own cancelable context (by a memory profile: the
+// one (none on a context whose deadline comes before the delay: no hedge
+// could go, so no race runs): the first copy's own cancelable context (by a memory profile: the
 // context, its cancel func, the Done channel grpc-go waits on, and the
 // table in which grpc-go's own context registers under it). The race's
 // state and timer come from a pool, and the first copy runs on the
@@ -71,7 +72,9 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 	req := &testpb.SimpleRequest{}
 	cancelable, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, ctx := range []context.Context{context.Background(), cancelable} {
+	short, cancelShort := context.WithTimeout(context.Background(), 30*time.Minute) // before the delay of an hour
+	defer cancelShort()
+	for _, ctx := range []context.Context{context.Background(), cancelable, short} {
 		allocs := func(opts ...grpcretry.Option) float64 {
 			c := dial(t, addr, newClient(t, append(opts, grpcretry.WithIdempotentMethods(unaryMethod))...)...)
 			for range 100 { // connect and warm up
@@ -88,6 +91,9 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 		t.Logf("on %v: allocs per call: no hedging %v, another method hedged %v, hedges held back %v, raced %v", ctx, plain, other, held, raced)
 		if other != plain || held != plain {
 			t.Errorf("on %v: a call that runs no race allocates %v (another method hedged) and %v (hedges held back), %v without hedging; want the same", ctx, other, held, plain)
+		}
+		if ctx == short && raced != plain { // no hedge could go before the deadline: no race
+			t.Errorf("on %v: a call whose deadline comes before the delay allocates %v, %v without hedging; want the same", ctx, raced, plain)
 		}
 		if raced-plain > maxRaceAllocs {
 			t.Errorf("on %v: a raced call its first copy wins allocates %v, %v more than without hedging; want at most %v", ctx, raced, raced-plain, maxRaceAllocs)

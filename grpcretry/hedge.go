@@ -83,8 +83,12 @@ const (
 // any, and an observer hears its own AttemptStart and AttemptEnd
 // (Event.Hedge set; a canceled loser ends with Outcome "canceled"). The
 // retry loop counts the race as one attempt with the winner's answer; a
-// retry after it carries the number after the hedges'. A later
-// WithHedging replaces the earlier one. Off by default.
+// retry after it carries the number after the hedges'. A race its first
+// copy wins before the delay costs its first copy's cancelable context
+// (5 allocations over the same call without hedging); an attempt that
+// ends before the delay could pass (the call's deadline, or an attempt
+// timeout, comes first) runs no race, and costs what it costs without
+// hedging. A later WithHedging replaces the earlier one. Off by default.
 func WithHedging(delay time.Duration, q float64, max int, methods ...string) Option {
 	return option(func(c *config) error {
 		switch {
@@ -250,7 +254,7 @@ func (u *unaryCall) first(ctx context.Context, n int) end {
 	if delay == 0 {
 		delay = ht.lat.Quantile()
 	}
-	if delay > 0 && guardsAllow(u.t.Guards) && ht.quiet() {
+	if delay > 0 && guardsAllow(u.t.Guards) && ht.quiet() && !endsBefore(ctx, start, delay, u.c.cfg.attemptTimeout) {
 		u.held = false
 		ht.dues.Start(start)
 		e := u.race(ctx, n, delay) // notes each failed copy's pushback
@@ -266,6 +270,17 @@ func (u *unaryCall) first(ctx context.Context, n int) end {
 		ht.pushback(e.err, e.trailer)
 	}
 	return e
+}
+
+// endsBefore reports whether an attempt that starts at start on ctx, with
+// the attempt timeout d (0: none), ends before delay has passed: by ctx's
+// deadline or by d. Its hedge could never go, so it runs no race.
+func endsBefore(ctx context.Context, start time.Time, delay, d time.Duration) bool {
+	if d > 0 && d <= delay {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && dl.Sub(start) <= delay
 }
 
 // leg is the end of one copy of a race: i is its index (0: the first

@@ -72,7 +72,9 @@ const (
 // allocates nothing beyond the same attempt without hedging when
 // [WithAttemptTimeout] is set (the first copy is that attempt: same
 // context, header and deadline); without it, 3 allocations more (4 on a
-// cancelable request context). Off by default.
+// cancelable request context). An attempt that ends before the delay
+// could pass (the request's deadline, or an attempt timeout, comes first)
+// runs no race, and costs what it costs without hedging. Off by default.
 func WithHedging(delay time.Duration, q float64, max int) Option {
 	return option(func(c *config) error {
 		switch {
@@ -218,7 +220,7 @@ func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
 	if delay == 0 {
 		delay = hh.lat.Quantile()
 	}
-	if delay <= 0 || !guardsAllow(h.Guards) || !hh.quiet() {
+	if delay <= 0 || !guardsAllow(h.Guards) || !hh.quiet() || endsBefore(ctx, start, delay, c.t.cfg.attemptTimeout) {
 		resp, err := c.send(ctx, n)
 		if good(resp, err) {
 			hh.lat.Record(start)
@@ -227,6 +229,17 @@ func (c *call) first(ctx context.Context, n int) (*http.Response, error) {
 	}
 	hh.dues.Start(start) // counted for the due-share bound
 	return c.race(ctx, n, h, delay, start)
+}
+
+// endsBefore reports whether an attempt that starts at start on ctx, with
+// the attempt timeout d (0: none), ends before delay has passed: by ctx's
+// deadline or by d. Its hedge could never go, so it runs no race.
+func endsBefore(ctx context.Context, start time.Time, delay, d time.Duration) bool {
+	if d > 0 && d <= delay {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && dl.Sub(start) <= delay
 }
 
 // leg is the end of one request of a race: i is 0 for the first copy,

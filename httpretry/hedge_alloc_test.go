@@ -19,7 +19,9 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 	}
 	cancelable, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	timeout := []httpretry.Option{httpretry.WithAttemptTimeout(time.Minute)}
+	short, cancelShort := context.WithTimeout(context.Background(), 30*time.Minute) // before the delay of an hour
+	defer cancelShort()
+	timeout := []httpretry.Option{httpretry.WithAttemptTimeout(2 * time.Hour)} // longer than the delay
 	tests := []struct {
 		name   string
 		method string
@@ -32,6 +34,9 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 		{"POST with a key", http.MethodPost, context.Background(), nil, false, 0},
 		{"GET, hedging held back (no budget)", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithBudget(nil)}, false, 0},
 		{"GET, learned delay still unknown", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithHedging(0, 0, 1)}, false, 0},
+		// An attempt that ends before the delay: no hedge could go, no race.
+		{"GET whose deadline comes before the delay", http.MethodGet, short, nil, false, 0},
+		{"GET whose attempt timeout is shorter than the delay", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithAttemptTimeout(time.Minute)}, false, 0},
 		// Eligible: a race that the first copy wins before the delay.
 		{"GET, race won by the first copy", http.MethodGet, context.Background(), nil, true, maxRaceAllocs},
 		{"GET on a cancelable context, race won by the first copy", http.MethodGet, cancelable, nil, true, maxRaceAllocsCancelable},
