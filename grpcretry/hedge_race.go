@@ -1,0 +1,295 @@
+package grpcretry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// raceState is what one race uses: its copies' cancels, the hedges' ends
+// and the timer that sends them. A client keeps a pool of them: a call
+// whose first copy answers before the delay takes one, stops its timer
+// before it fires and gives it back, allocating none of it. A race whose
+// timer fired is never given back: a callback of its timer may still be
+// running.
+type raceState struct {
+	timer   *time.Timer // time.AfterFunc(fire): sends a hedge; stopped in the pool
+	results chan leg    // the hedges' ends, maxHedges deep: a hedge never waits
+
+	mu      sync.Mutex
+	p       raceParams
+	cancels [1 + maxHedges]context.CancelFunc // 0: the first copy's
+	hedges  int                               // hedges sent
+	over    bool                              // the first copy returned: no more hedges, and none cancels it
+	failed  bool                              // a hedge failed: no more hedges
+	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
+	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+}
+
+// raceParams is what the hedges of a race are made from: copies of the
+// call's fields (a *unaryCall that the timer's goroutine could reach would
+// be moved to the heap by the compiler, and every call would allocate it).
+type raceParams struct {
+	cfg     *config
+	t       *target
+	hh      *hedgeTarget
+	ctx     context.Context // the attempt's context: every copy's parent
+	num     int             // the first copy's wire number; hedge i carries num+i
+	delay   time.Duration
+	mt      protoreflect.MessageType // the reply's type, read before the first copy went
+	invoker grpc.UnaryInvoker
+	method  string
+	req     any
+	cc      *grpc.ClientConn
+	opts    []grpc.CallOption // the caller's
+}
+
+// getRace returns a race state from the pool, its timer stopped.
+func (h *hedging) getRace() *raceState {
+	if rs, ok := h.races.Get().(*raceState); ok {
+		return rs
+	}
+	rs := &raceState{results: make(chan leg, maxHedges)}
+	rs.timer = time.AfterFunc(time.Hour, rs.fire)
+	rs.timer.Stop()
+	return rs
+}
+
+// race sends attempt n as its first copy, on the caller's goroutine,
+// decoding into the caller's reply, and arms rs's timer: each time delay
+// passes without a good answer, the timer's goroutine sends a hedge while
+// the guards allow one, up to the configured number, each decoding into a
+// reply of its own. The first good answer wins; the others are canceled. A
+// hedge's good answer cancels the first copy, which returns at once (gRPC
+// ends a call on cancel), so that the reply is the caller's alone when
+// the hedge's is merged into it. A race the first copy wins before the
+// delay costs the first copy's cancelable context over the same attempt
+// without hedging: no goroutine, and its state comes from a pool.
+func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
+	cfg := &u.c.cfg
+	h := u.c.hedges
+	// The reply's type, read before the first copy may decode into it.
+	mt := u.reply.(proto.Message).ProtoReflect().Type()
+	lctx, cancel := legContext(ctx, cfg.attemptTimeout)
+	rs := h.getRace()
+	rs.mu.Lock()
+	rs.p = raceParams{cfg: cfg, t: u.t, hh: u.hh, ctx: ctx, num: n + u.extra, delay: delay, mt: mt,
+		invoker: u.invoker, method: u.method, req: u.req, cc: u.cc, opts: u.opts}
+	rs.cancels[0] = cancel
+	rs.timer.Reset(delay)
+	rs.mu.Unlock()
+
+	first := rs.sendFirst(legCall{invoker: u.invoker, method: u.method, req: u.req, reply: u.reply, cc: u.cc,
+		opts: u.hold.opts, trailer: &u.hold.trailer, timeout: cfg.attemptTimeout > 0}, ctx, lctx)
+
+	rs.mu.Lock()
+	rs.over = true
+	stopped := rs.timer.Stop()
+	hedges, lost, held := rs.hedges, rs.lost, rs.held
+	rs.mu.Unlock()
+	u.held = held
+	if stopped && hedges == 0 {
+		// The timer never fired: no hedge, and rs is free again.
+		rs.p = raceParams{}
+		rs.cancels[0] = nil
+		rs.over = false
+		h.races.Put(rs)
+		cancel()
+		if !good(first.err) {
+			u.hh.pushback(first.err, first.trailer)
+		}
+		return first
+	}
+	u.extra += hedges
+	return u.settle(rs, ctx, first, lost, hedges)
+}
+
+// sendFirst makes l's call, the first copy of rs's race, on lctx, a child
+// of the attempt's ctx. A panic of the invoker ends the race before it
+// goes on in the caller's goroutine: no more hedges, those sent canceled.
+func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
+	sent := false
+	defer func() {
+		if sent {
+			return
+		}
+		rs.mu.Lock()
+		rs.over = true
+		rs.timer.Stop()
+		hedges := rs.hedges
+		rs.mu.Unlock()
+		reap(rs, 1+hedges, hedges)
+	}()
+	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
+	sent = true
+	return end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
+}
+
+// settle ends a race whose timer fired, once its first copy returned
+// (first; lost if a hedge's good answer or panic canceled it) and hedges
+// were sent (none starts after that): the first good answer wins, the
+// first copy's if it has one (the caller's reply holds it), or the last
+// failure if every copy fails. A hedge's panic goes on in the caller's
+// goroutine unless a good answer came first.
+func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost bool, hedges int) end {
+	legs, pending := 1+hedges, hedges
+	if good(first.err) {
+		reap(rs, legs, pending)
+		return first
+	}
+	if !lost {
+		u.hh.pushback(first.err, first.trailer)
+	}
+	last := leg{i: 0, e: first} // the latest failure, returned if every copy fails
+	for pending > 0 {
+		select {
+		case l := <-rs.results:
+			pending--
+			switch {
+			case l.p != nil:
+				reap(rs, legs, pending)
+				panic(l.p)
+			case good(l.e.err):
+				reap(rs, legs, pending)
+				l.hl.won(u.reply, l.e.err == nil)
+				return l.e
+			}
+			last = l
+		case <-ctx.Done():
+			reap(rs, legs, pending)
+			return end{err: status.FromContextError(ctx.Err()).Err()}
+		}
+	}
+	reap(rs, legs, 0)
+	if last.hl != nil {
+		last.hl.won(u.reply, false) // the caller's header, trailer and peer are the failure's
+	}
+	return last.e
+}
+
+// reap cancels the first legs of rs, releasing their contexts (their
+// calls, all ended or canceled, are over), and receives the ends of the
+// pending ones on a goroutine of its own that ends with the last of them.
+func reap(rs *raceState, legs, pending int) {
+	for _, cancel := range rs.cancels[:legs] {
+		cancel()
+	}
+	if pending == 0 {
+		return
+	}
+	go func() {
+		for range pending {
+			<-rs.results
+		}
+	}()
+}
+
+// fire is rs's timer's callback: it sends a hedge, if the race still wants
+// one and the guards allow it, and re-arms the timer for the next. The
+// hedge runs on the timer's goroutine, decoding into a reply of its own; a
+// good answer (or a panic of its invoker) cancels the first copy, still in
+// flight, so that the race's caller gets the hedge's.
+func (rs *raceState) fire() {
+	rs.mu.Lock()
+	p := rs.p
+	cfg := p.cfg
+	g := p.t.Guards
+	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !rs.dueAllows(p.hh, cfg.hedge.share) || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
+		rs.mu.Unlock()
+		return
+	}
+	slot, ok := hedgeSlot(g) // after the budget: a refused slot wastes a withdrawal, never a sample
+	if !ok {
+		rs.mu.Unlock()
+		return
+	}
+	rs.hedges++
+	i := rs.hedges
+	lctx, cancel := legContext(p.ctx, cfg.attemptTimeout) // its own attempt timeout, from now
+	rs.cancels[i] = cancel
+	if rs.hedges < cfg.hedge.max {
+		rs.timer.Reset(p.delay)
+	}
+	rs.mu.Unlock()
+
+	num := p.num + i
+	hl := newHedgeLeg(p.mt, p.opts)
+	lctx = hedgeContext(lctx, num)
+	o := cfg.observer
+	if o != nil {
+		lctx = hedgeStart(o, lctx, p.t.Name, num)
+	}
+	l := legCall{invoker: p.invoker, method: p.method, req: p.req, reply: hl.reply, cc: p.cc, opts: hl.opts, trailer: &hl.trailer,
+		timeout: cfg.attemptTimeout > 0}
+	t0 := time.Now()
+	pv, err := invoke(l, lctx)
+	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && p.ctx.Err() == nil}
+	ours := errors.Is(lctx.Err(), context.Canceled) && p.ctx.Err() == nil // the race canceled it
+	if g.Limiter != nil {
+		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
+	}
+	if o != nil {
+		hedgeEnd(o, lctx, p.t.Name, num, err, t0)
+	}
+	won := pv == nil && good(err)
+	if !won && pv == nil {
+		p.hh.pushback(err, e.trailer)
+	}
+	rs.mu.Lock()
+	if (won || pv != nil) && !rs.over && !rs.lost {
+		rs.lost = true
+		rs.cancels[0]()
+	}
+	if !won {
+		rs.failed = true // a failure: no more hedges in this race
+	}
+	rs.mu.Unlock()
+	rs.results <- leg{i: i, e: e, hl: hl, p: pv}
+}
+
+// legContext returns the context of one copy of a race, on ctx: only
+// cancelable, and capped at the attempt timeout d from now as send's
+// attempts are if d > 0. Its cancel is the race's way to cancel the copy
+// and to release it.
+func legContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
+}
+
+// legCall is what one copy needs to make its call.
+type legCall struct {
+	invoker grpc.UnaryInvoker
+	method  string
+	req     any
+	reply   any
+	cc      *grpc.ClientConn
+	opts    []grpc.CallOption
+	trailer *metadata.MD // what opts read the trailer into
+	timeout bool         // the leg has an attempt timeout
+}
+
+// errPanicked is the end of a copy whose invoker panicked: a failure
+// (its limiter slot is given back as a drop), never a race's winner.
+var errPanicked = status.Error(codes.Internal, "grpcretry: the invoker panicked")
+
+// invoke makes l's call on lctx. A panic of the invoker (an interceptor
+// under the client's) is recovered, for the race to raise it again in the
+// caller's goroutine: on the copy's own it would end the program.
+func invoke(l legCall, lctx context.Context) (p any, err error) {
+	defer func() {
+		if p = recover(); p != nil {
+			err = errPanicked
+		}
+	}()
+	return nil, l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
+}
