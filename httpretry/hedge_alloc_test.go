@@ -107,7 +107,11 @@ func checkRaces(t *testing.T, opts []httpretry.Option) {
 // cancelable when a hedge wins, and the caller's request can be sent on
 // another context only as a copy; the base may watch that context until
 // the response body is closed, so it cannot be shared with later
-// requests.
+// requests; nor handed to a later one once the body is closed: its Value
+// must answer for each request's own context, and a context may be kept
+// past its request (docs/hedging.md). Over a real http.Transport a race
+// adds 6 (BenchmarkHedgeNotNeeded, loopback): the transport also asks the
+// first copy's context for its Done channel and registers under it.
 const (
 	maxRaceAllocs           = 3 // on a context that never ends
 	maxRaceAllocsCancelable = 4 // on a cancelable context
