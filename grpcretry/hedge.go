@@ -219,9 +219,18 @@ func hedgeSlot(g retry.Guards) (p limit.Permit, ok bool) {
 	if g.Limiter == nil {
 		return p, true
 	}
-	p, err := g.Limiter.Acquire(context.Background()) // no deadline: no wait
+	p, err := g.Limiter.Acquire(noWait) // a free slot or none: never waits
 	return p, err == nil
 }
+
+// noWait is a context that is already canceled: a limiter's Acquire with
+// it takes a free slot or refuses at once (a call without a deadline would
+// wait for one). It is never modified.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // good reports whether an attempt's end wins a race: success, or a code
 // that is the target's answer rather than a failure to answer.

@@ -186,7 +186,7 @@ func hedgeSlot(g retry.Guards) (p limit.Permit, ok bool) {
 	if g.Limiter == nil {
 		return p, true
 	}
-	p, err := g.Limiter.Acquire(context.Background()) // no deadline: no wait
+	p, err := g.Limiter.Acquire(noWait) // a free slot or none: never waits
 	return p, err == nil
 }
 

@@ -1,6 +1,7 @@
 package httpretry
 
 import (
+	"context"
 	"strings"
 	"unicode/utf8"
 
@@ -49,3 +50,12 @@ func (h *hosts) all() []*host {
 	}
 	return out
 }
+
+// noWait is a context that is already canceled: a limiter's Acquire with
+// it takes a free slot or refuses at once (a call without a deadline would
+// wait for one). It is never modified.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

@@ -46,9 +46,10 @@ type Config struct {
 	// second). 2 is the usual value, lower rejects more; it must be 0
 	// (off, the default) or at least 1.
 	Throttle float64
-	// Waiting bounds the calls that may wait at once for a slot; beyond it
-	// Acquire fails at once. 0 means 10,000; a negative value turns
-	// waiting off (a call over the limit fails at once).
+	// Waiting bounds the calls that may wait at once for a slot, with
+	// and without a deadline together; beyond it Acquire fails at once.
+	// 0 means 10,000; a negative value turns waiting off (a call over the
+	// limit fails at once).
 	Waiting int
 }
 

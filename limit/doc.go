@@ -117,21 +117,29 @@
 // # Waiting
 //
 // A call that finds the limit reached (or calls already waiting) waits for
-// a slot within its context's deadline, earliest deadline first, in a list
-// bounded by Config.Waiting; a release hands its slot to the first
-// waiter. A waiting call holds no lock and starts no goroutine (one timer,
-// once a latency is known). Calls that cannot make their deadline fail
-// fast with [ErrLimited] and the reason, not at their deadline: at once
-// when more calls wait ahead than twice the limit's measured rate serves
-// before the deadline (the rate the destination is actually served at:
-// the highest of the attempts acquired per second in the last window,
-// their smoothed rate, and limit per smoothed round trip), and while
-// waiting when the deadline comes within
-// the baseline latency (a slot granted later could not be answered in
-// time) or when, at the end of a round trip, the waiters ahead of it
-// leave it no expected turn. A call whose context ends while it waits
-// leaves then, with an error wrapping ErrLimited and the context's error.
-// A call without a deadline, or beyond Config.Waiting, fails at once.
+// a slot, in a list bounded by Config.Waiting; a release hands its slot to
+// the first waiter. Calls with a deadline come first, earliest deadline
+// first; calls without one wait behind them, first come first served,
+// except that while both kinds wait one slot in 8 goes to the oldest call
+// without a deadline: deadline calls that keep coming cannot starve it,
+// and it takes at most an eighth of the slots from them. A waiting call
+// holds no lock and starts no goroutine (one timer, for a call with a
+// deadline once a latency is known). Calls that cannot make their
+// deadline fail fast with [ErrLimited] and the reason, not at their
+// deadline: at once when more calls with a deadline wait ahead than twice
+// the limit's measured rate serves before the deadline (the rate the
+// destination is actually served at: the highest of the attempts
+// acquired per second in the last window, their smoothed rate, and limit
+// per smoothed round trip), and while waiting when the deadline comes
+// within the baseline latency (a slot granted later could not be answered
+// in time) or when, at the end of a round trip, the waiters ahead of it
+// leave it no expected turn. A call without a deadline is never hopeless:
+// it waits until it gets a slot or its context ends. A call whose context
+// ends while it waits leaves then, with an error wrapping ErrLimited and
+// the context's error. A call beyond Config.Waiting, or any call over the
+// limit with waiting off, fails at once; so does one whose context is
+// already done (with the context's error): pass a done context to take a
+// slot only if one is free now.
 //
 // # Throttling
 //

@@ -22,26 +22,35 @@ func Example() {
 	a, _ := l.Acquire(ctx)
 	b, _ := l.Acquire(ctx)
 
-	// The limit is reached: a call without a deadline cannot wait.
-	_, err = l.Acquire(ctx)
-	fmt.Println(errors.Is(err, limit.ErrLimited), err)
+	// The limit is reached. A done context takes a slot only if one is
+	// free: it is refused at once with the context's error.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.Acquire(done)
+	fmt.Println(err)
 
-	// With a deadline it waits, earliest deadline first, and leaves at
-	// its deadline if no slot comes.
+	// With a deadline a call waits, earliest deadline first, and leaves
+	// at its deadline if no slot comes.
 	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
 	_, err = l.Acquire(short)
 	fmt.Println(errors.Is(err, limit.ErrLimited), errors.Is(err, context.DeadlineExceeded))
 
-	// Give the slots back with the outcome: b timed out (a drop).
+	// Without a deadline it waits until a slot is given back (or its
+	// context ends).
+	got := make(chan error, 1)
+	go func() {
+		p, err := l.Acquire(ctx)
+		got <- err
+		l.Release(p, false)
+	}()
 	l.Release(a, false)
+	fmt.Println(<-got)
+	// Give the slots back with the outcome: b timed out (a drop).
 	l.Release(b, true)
-	p, err := l.Acquire(ctx)
-	fmt.Println(err)
-	l.Release(p, false)
 	// Output:
 	// cold limit: 2
-	// true limit: refused: limit reached and the call has no deadline to wait within
+	// context canceled
 	// true true
 	// <nil>
 }

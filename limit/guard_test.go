@@ -214,8 +214,10 @@ func TestHopelessFailsFast(t *testing.T) {
 		done()
 		b, lim := baselineOf(l), l.Limit()
 		var held []Permit
+		full, cancel := context.WithCancel(context.Background())
+		cancel() // a free slot or none: no wait
 		for {
-			p, err := l.Acquire(context.Background())
+			p, err := l.Acquire(full)
 			if err != nil {
 				break
 			}

@@ -13,19 +13,18 @@ import (
 )
 
 // ErrLimited matches (with errors.Is) every refusal of [Limiter.Acquire]:
-// the limit is reached and the call cannot wait (no deadline, waiting off
-// or full), its deadline passed or its context ended while it waited, or
-// the throttle rejected it. The error wraps ErrLimited with the reason
+// the limit is reached and the call cannot wait (waiting off or full, or
+// its deadline too near to be met), its deadline passed or its context
+// ended while it waited, or the throttle rejected it. The error wraps ErrLimited with the reason
 // (and the context's error when the context ended).
 var ErrLimited = errors.New("limit: refused")
 
 // The refusals that need no context: prebuilt, so that failing fast
 // allocates nothing.
 var (
-	errNoDeadline = fmt.Errorf("%w: limit reached and the call has no deadline to wait within", ErrLimited)
-	errNoWaiting  = fmt.Errorf("%w: limit reached and waiting is off", ErrLimited)
-	errTooMany    = fmt.Errorf("%w: limit reached and too many calls are waiting", ErrLimited)
-	errThrottled  = fmt.Errorf("%w: throttled, the destination accepts too few requests", ErrLimited)
+	errNoWaiting = fmt.Errorf("%w: limit reached and waiting is off", ErrLimited)
+	errTooMany   = fmt.Errorf("%w: limit reached and too many calls are waiting", ErrLimited)
+	errThrottled = fmt.Errorf("%w: throttled, the destination accepts too few requests", ErrLimited)
 )
 
 // waitError returns the refusal of a call whose context ended while it
@@ -58,10 +57,17 @@ type Limiter struct {
 	waiting  bool
 	capped   atomic.Int64 // the cap set by SetCap; negative: none
 
-	mu      sync.Mutex
-	learn   learner // guarded by mu
-	seq0    uint32  // the sequence number at the window's start
-	waiters waitq.List[waiter]
+	maxWait int // Config.Waiting: the calls that may wait, both lists together
+
+	mu    sync.Mutex
+	learn learner // guarded by mu
+	seq0  uint32  // the sequence number at the window's start
+	// waiters are the calls with a deadline, earliest first; open the
+	// calls without one, in arrival order; contested counts the grants
+	// made to waiters while calls waited in both (see grantLocked).
+	waiters   waitq.List[waiter]
+	open      waitq.List[waiter]
+	contested int
 }
 
 const (
@@ -90,7 +96,7 @@ func (p Permit) start() time.Duration { return time.Duration(p.bits >> 2) }
 
 func newLimiter(c Config) *Limiter {
 	l := &Limiter{base: time.Now(), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
-	l.waiters.Max = c.Waiting
+	l.maxWait = c.Waiting
 	l.capped.Store(-1)
 	if c.Throttle > 0 {
 		l.throttle = newThrottle(c.Throttle, uint64(time.Now().UnixNano()))
@@ -120,20 +126,25 @@ func (l *Limiter) setLimit(f float64) {
 
 // Acquire returns a slot for one attempt, to give back with
 // [Limiter.Release] when the attempt ends. When the limit is reached (or
-// calls are waiting already), the call waits for a slot, earliest deadline
-// first, within ctx's deadline. Every refusal wraps [ErrLimited] and says
-// why: at once when ctx has no deadline, waiting is off, Config.Waiting
-// calls wait already, or the call cannot make its deadline (its deadline
+// calls are waiting already), the call waits for a slot: calls with a
+// deadline earliest deadline first, then calls without one in arrival
+// order, except that while both wait one slot in 8 goes to the oldest call
+// without a deadline (so that it is not starved by deadline calls that
+// keep coming). Every refusal wraps [ErrLimited] and says why: at once
+// when waiting is off, Config.Waiting calls wait already (with and
+// without a deadline), or the call cannot make its deadline (its deadline
 // is nearer than the destination's fastest answer, or more calls wait
 // ahead of it than twice the rate the destination is served at, measured,
-// serves before then);
-// while waiting, when its deadline comes within the fastest answer (with
-// no latency measured yet: at its deadline), when a release finds it
-// cannot make it any more, or when ctx ends (the error then also wraps
-// ctx's error). With Config.Throttle set, it may first reject the call
-// locally ("throttled"). A call that would wait with ctx already done gets
-// ctx's error. When a slot is free and nobody waits, Acquire takes no lock
-// and allocates nothing; it is safe for concurrent use.
+// serves before then); while waiting, when its deadline comes within the
+// fastest answer (with no latency measured yet: at its deadline), when a
+// release finds it cannot make it any more, or when ctx ends (the error
+// then also wraps ctx's error). A call without a deadline is never
+// refused as hopeless: it waits until a slot comes or ctx ends. With
+// Config.Throttle set, it may first reject the call locally
+// ("throttled"). A call that would wait with ctx already done gets ctx's
+// error (at once: a done context asks for a slot only if one is free).
+// When a slot is free and nobody waits, Acquire takes no lock and
+// allocates nothing; it is safe for concurrent use.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 	// The fast path, small enough to be inlined: no throttle, nobody
 	// waiting, the in-flight attempts below half the limit (not a
@@ -184,6 +195,7 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	if err := ctx.Err(); err != nil {
+		l.undoThrottle()
 		return Permit{}, err
 	}
 	return l.wait(ctx, flags)
@@ -288,7 +300,7 @@ func (l *Limiter) SetCap(n int) (inFlight, waiting int) {
 		l.setLimit(l.learn.limit)
 		l.grantLocked()
 	}
-	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()
+	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len()
 	l.mu.Unlock()
 	return inFlight, waiting
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,38 +47,168 @@ func TestDefaults(t *testing.T) {
 	if l := mustNew(t, Config{Max: 3}); l.Limit() != 3 {
 		t.Errorf("cold Limit() with Max 3 = %d, want 3", l.Limit())
 	}
-	if l.waiters.Max != defaultWaiting || l.learn.max != defaultMax {
-		t.Errorf("defaults: waiting %d, max %v", l.waiters.Max, l.learn.max)
+	if l.maxWait != defaultWaiting || l.learn.max != defaultMax {
+		t.Errorf("defaults: waiting %d, max %v", l.maxWait, l.learn.max)
 	}
 }
 
-// Over the limit: a call without a deadline, or with waiting off, fails
-// at once; a zero Permit releases nothing.
+// Over the limit: a call with waiting off, or with its context done,
+// fails at once; a zero Permit releases nothing.
 func TestFailFast(t *testing.T) {
 	l := mustNew(t, Config{Max: 1})
 	p, err := l.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.Acquire(context.Background())
-	if !errors.Is(err, ErrLimited) || !strings.Contains(err.Error(), "no deadline") {
-		t.Errorf("Acquire over the limit without a deadline: %v, want ErrLimited (no deadline)", err)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err = l.Acquire(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire over the limit with a done context: %v, want context.Canceled", err)
 	}
 	l.Release(Permit{}, false)
-	if _, err := l.Acquire(context.Background()); err == nil {
+	if _, err := l.Acquire(done); err == nil {
 		t.Error("a zero Permit's Release freed a slot")
 	}
 	l.Release(p, false)
-	if _, err = l.Acquire(context.Background()); err != nil {
-		t.Fatalf("after Release: %v", err)
+	if _, err = l.Acquire(done); err != nil {
+		t.Fatalf("after Release: %v (a done context takes a free slot)", err)
 	}
 	off := mustNew(t, Config{Max: 1, Waiting: -1})
 	off.Acquire(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	if _, err := off.Acquire(ctx); !errors.Is(err, ErrLimited) || !strings.Contains(err.Error(), "waiting is off") {
-		t.Errorf("Acquire with waiting off: %v", err)
+	for _, ctx := range []context.Context{context.Background(), t.Context()} {
+		hour, cancel := context.WithTimeout(ctx, time.Hour)
+		if _, err := off.Acquire(ctx); !errors.Is(err, ErrLimited) || !strings.Contains(err.Error(), "waiting is off") {
+			t.Errorf("Acquire without a deadline, waiting off: %v", err)
+		}
+		if _, err := off.Acquire(hour); !errors.Is(err, ErrLimited) || !strings.Contains(err.Error(), "waiting is off") {
+			t.Errorf("Acquire with a deadline, waiting off: %v", err)
+		}
+		cancel()
 	}
+}
+
+// A call without a deadline over the limit waits: behind every call with
+// a deadline (earliest first), first come first served among themselves,
+// until a slot comes or its context ends (then ErrLimited and the
+// context's error); Config.Waiting bounds both kinds together.
+func TestWaitWithoutDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Max: 1, Waiting: 5})
+		held, _ := l.Acquire(context.Background())
+		var mu sync.Mutex
+		var order []string
+		var wg sync.WaitGroup
+		arrive := func(name string, ctx context.Context) {
+			wg.Go(func() {
+				p, err := l.Acquire(ctx)
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+					return
+				}
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				l.Release(p, false)
+			})
+			synctest.Wait()
+		}
+		arrive("open1", context.Background())
+		dl, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		arrive("open2", context.Background())
+		arrive("dl", dl)
+		gone, leave := context.WithCancel(context.Background())
+		left := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(gone)
+			left <- err
+		}()
+		synctest.Wait()
+		arrive("open3", context.Background())
+		// Five wait: the sixth is refused at once, with or without a deadline.
+		if _, err := l.Acquire(context.Background()); !errors.Is(err, ErrLimited) || !strings.Contains(err.Error(), "too many") {
+			t.Errorf("a sixth waiter without a deadline: %v, want too many", err)
+		}
+		if _, err := l.Acquire(dl); !errors.Is(err, ErrLimited) || !strings.Contains(err.Error(), "too many") {
+			t.Errorf("a sixth waiter with a deadline: %v, want too many", err)
+		}
+		leave()
+		if err := <-left; !errors.Is(err, ErrLimited) || !errors.Is(err, context.Canceled) {
+			t.Errorf("a waiter without a deadline whose context ends: %v, want ErrLimited and context.Canceled", err)
+		}
+		if _, waiting := l.SetCap(-1); waiting != 4 {
+			t.Errorf("%d waiting, want 4", waiting)
+		}
+		l.Release(held, false)
+		wg.Wait()
+		if want := []string{"dl", "open1", "open2", "open3"}; !slices.Equal(order, want) {
+			t.Errorf("granted in the order %v, want %v", order, want)
+		}
+		if in, waiting := l.SetCap(-1); in != 0 || waiting != 0 {
+			t.Errorf("after: %d in flight, %d waiting; want 0, 0", in, waiting)
+		}
+	})
+}
+
+// Calls without a deadline are not starved by calls with a deadline that
+// keep coming: while both wait, one slot in openShare goes to the oldest
+// call without a deadline.
+func TestWaitWithoutDeadlineNotStarved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Max: 1})
+		held, _ := l.Acquire(context.Background())
+		var open atomic.Int64
+		var wg sync.WaitGroup
+		const nOpen = 3
+		for range nOpen {
+			wg.Go(func() {
+				p, err := l.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				open.Add(1)
+				l.Release(p, false)
+			})
+		}
+		synctest.Wait()
+		// Deadline calls, always two waiting: each holds its slot 1 ms
+		// and a new one comes for every one granted.
+		dl, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		var deadlined atomic.Int64
+		var stop atomic.Bool
+		var call func()
+		call = func() {
+			p, err := l.Acquire(dl)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !stop.Load() {
+				wg.Go(call)
+			}
+			deadlined.Add(1)
+			time.Sleep(time.Millisecond)
+			l.Release(p, false)
+		}
+		wg.Go(call)
+		wg.Go(call)
+		synctest.Wait()
+		l.Release(held, false)
+		for open.Load() < nOpen && deadlined.Load() < 1000 {
+			time.Sleep(time.Millisecond)
+		}
+		stop.Store(true)
+		wg.Wait()
+		// The open calls got one slot in openShare while deadline calls
+		// waited: all three within about 3·openShare grants (without the
+		// share, none before the 1000th deadline call).
+		if got, d := open.Load(), deadlined.Load(); got != nOpen || d > (nOpen+1)*openShare {
+			t.Errorf("%d of %d calls without a deadline served after %d deadline calls, want all within %d", got, nOpen, d, (nOpen+1)*openShare)
+		}
+	})
 }
 
 // Waiters get the slots earliest deadline first.

@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/stormguard/stormguard/internal/sat"
@@ -26,24 +27,41 @@ type waiter struct {
 	hopeless bool          // the call cannot make its deadline: it fails
 }
 
-// wait parks a call over the limit in the earliest-deadline-first list
-// until a release grants it a slot, ctx ends, or it cannot make its
-// deadline any more: when its deadline is less than the baseline latency
-// away (an attempt granted later could not be answered in time), or when
-// the slots expected before its turn, at twice the rate the destination
-// is served at,
-// come too late.
+// openShare is the share of the slots that calls without a deadline get
+// while calls with a deadline wait too: one grant in openShare goes to the
+// oldest call without a deadline, so that deadline calls that keep coming
+// cannot starve it.
+const openShare = 8
+
+// wait parks a call over the limit until a release grants it a slot, ctx
+// ends, or it cannot make its deadline any more. A call with a deadline
+// waits in the earliest-deadline-first list and fails fast when its
+// deadline is less than the baseline latency away (an attempt granted
+// later could not be answered in time), or when the slots expected before
+// its turn, at twice the rate the destination is served at, come too
+// late. A call without a deadline waits in the open list, first in first
+// out, behind every call with a deadline but for one grant in openShare;
+// it is never hopeless and leaves only when granted or when ctx ends.
 func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
-	dl, ok := ctx.Deadline()
-	if !l.waiting || !ok {
+	if !l.waiting {
 		l.undoThrottle()
-		if !ok {
-			return Permit{}, errNoDeadline
-		}
 		return Permit{}, errNoWaiting
 	}
+	dl, ok := ctx.Deadline()
 	n := &waitq.Waiter[waiter]{Value: waiter{ch: make(chan struct{}, 1)}}
 	l.mu.Lock()
+	if !ok {
+		if l.fullLocked() {
+			l.mu.Unlock()
+			l.undoThrottle()
+			return Permit{}, errTooMany
+		}
+		l.open.Push(n, math.MaxInt64) // the largest deadline: arrival order
+		l.nwait.Add(1)
+		l.grantLocked()
+		l.mu.Unlock()
+		return l.await(ctx, n, nil, flags)
+	}
 	now := l.since()
 	// Saturating: a deadline far in the past (a context's zero time)
 	// must not wrap around to one far in the future.
@@ -54,11 +72,12 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 		l.undoThrottle()
 		return Permit{}, errTooClose
 	}
-	if !l.waiters.Push(n, waitq.Deadline(now, left)) {
+	if l.fullLocked() {
 		l.mu.Unlock()
 		l.undoThrottle()
 		return Permit{}, errTooMany
 	}
+	l.waiters.Push(n, waitq.Deadline(now, left))
 	l.nwait.Add(1)
 	if gap := l.gapLocked(); gap > 0 {
 		behind := 0
@@ -85,6 +104,18 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 		defer t.Stop()
 		tooClose = t.C
 	}
+	return l.await(ctx, n, tooClose, flags)
+}
+
+// fullLocked reports whether Config.Waiting calls wait already, with and
+// without a deadline. Calls with mu held.
+func (l *Limiter) fullLocked() bool {
+	return l.waiters.Len()+l.open.Len() >= l.maxWait
+}
+
+// await waits for n's wake-up (a slot, or hopeless), for tooClose (nil:
+// none) or for ctx to end.
+func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose <-chan time.Time, flags uint8) (Permit, error) {
 	select {
 	case <-n.Value.ch:
 		if n.Value.hopeless {
@@ -107,7 +138,7 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 func (l *Limiter) leave(n *waitq.Waiter[waiter], err error) error {
 	l.undoThrottle()
 	l.mu.Lock()
-	if l.waiters.Remove(n) {
+	if l.waiters.Remove(n) || l.open.Remove(n) {
 		l.nwait.Add(-1)
 		l.mu.Unlock()
 		return err
@@ -173,10 +204,20 @@ func (l *Limiter) sampleWaiter() bool {
 	return uint32(l.state.Load()>>32)&l.mask.Load() == 0
 }
 
-// grantLocked hands free slots to the waiters, earliest deadline first.
-// Calls with mu held.
+// grantLocked hands free slots to the waiters: earliest deadline first,
+// then the calls without a deadline in arrival order, except that while
+// both wait, one grant in openShare goes to the oldest call without a
+// deadline. Calls with mu held.
 func (l *Limiter) grantLocked() {
-	for w := l.waiters.Front(); w != nil; w = l.waiters.Front() {
+	for {
+		d, o := l.waiters.Front(), l.open.Front()
+		w, list := d, &l.waiters
+		if o != nil && (d == nil || l.contested >= openShare-1) {
+			w, list = o, &l.open
+		}
+		if w == nil {
+			return
+		}
 		s := l.state.Load()
 		if int64(uint32(s)) >= l.lim.Load() {
 			return
@@ -187,7 +228,14 @@ func (l *Limiter) grantLocked() {
 		if !l.utilized.Load() {
 			l.utilized.Store(true)
 		}
-		l.waiters.Remove(w)
+		if d != nil && o != nil {
+			if list == &l.open {
+				l.contested = 0
+			} else {
+				l.contested++
+			}
+		}
+		list.Remove(w)
 		l.nwait.Add(-1)
 		w.Value.granted = true
 		w.Value.ch <- struct{}{}

@@ -48,8 +48,8 @@ const (
 	CircuitOpen
 	// Limited: the concurrency limiter ([Guards].Limiter) refused the next
 	// attempt: the destination's limit was reached and the call could not
-	// wait for a slot (no deadline, its turn would come after the
-	// deadline, too many calls waiting), or it waited until its deadline.
+	// wait for a slot (its turn would come after the deadline, too many
+	// calls waiting, waiting off), or it waited until its deadline.
 	// On the first attempt the error's Err is the limiter's error; later,
 	// Err is the operation's last error and the limiter's error is
 	// reachable with errors.Is and errors.As. Either way errors.Is(err,

@@ -69,9 +69,11 @@ type Guards struct {
 	// Limiter bounds the attempts in flight to the dependency by the limit
 	// it learns (see package limit); nil means none. Every attempt
 	// acquires a slot after the breaker admits it and before it runs: at
-	// once, or by waiting earliest deadline first within the call's
-	// deadline. A refusal (the limit is reached and the call has no
-	// deadline, its turn comes too late, too many calls wait) sends
+	// once, or by waiting, earliest deadline first within the call's
+	// deadline (a call without a deadline waits behind those with one,
+	// until a slot comes or it is canceled). A refusal (the limit is
+	// reached and its turn comes too late, too many calls wait, or
+	// waiting is off) sends
 	// nothing, gives the breaker's permit back with
 	// [breaker.Breaker.Cancel], deposits nothing, and ends the call with
 	// Reason [Limited]; a call canceled while it waits ends with Reason

@@ -67,11 +67,12 @@ func TestLimiterSlotReleased(t *testing.T) {
 	}
 }
 
-// TestLimiterFullFailsFast: a call without a deadline that meets a full
-// limit sends nothing, deposits nothing, leaves no outcome with the
-// breaker, and stops with Reason Limited (the limiter's error as Err).
+// TestLimiterFullFailsFast: a call that meets a full limit and cannot
+// wait (waiting off) sends nothing, deposits nothing, leaves no outcome
+// with the breaker, and stops with Reason Limited (the limiter's error as
+// Err).
 func TestLimiterFullFailsFast(t *testing.T) {
-	lim := mustLimiter(t, limit.Config{Max: 1})
+	lim := mustLimiter(t, limit.Config{Max: 1, Waiting: -1})
 	brk, err := breaker.New(breaker.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -101,13 +102,13 @@ func TestLimiterFullFailsFast(t *testing.T) {
 }
 
 // TestLimiterWaits: a call with a deadline waits for a slot within it (on
-// synctest's clock), and its attempt timeout starts when it gets one; it
-// stops with Reason Limited when its deadline passes first, Canceled when
-// its caller cancels.
+// synctest's clock), a call without one until a slot comes, and its
+// attempt timeout starts when it gets one; it stops with Reason Limited
+// when its deadline passes first, Canceled when its caller cancels.
 func TestLimiterWaits(t *testing.T) {
 	tests := []struct {
 		name     string
-		deadline time.Duration
+		deadline time.Duration // 0: none
 		cancelAt time.Duration // 0: never
 		want     retry.Reason  // 0: success
 		wantAt   time.Duration // when Do returns
@@ -115,6 +116,8 @@ func TestLimiterWaits(t *testing.T) {
 		{"slot before the deadline", 5 * time.Second, 0, 0, time.Second + 100*time.Millisecond},
 		{"deadline before the slot", 500 * time.Millisecond, 0, retry.Limited, 500 * time.Millisecond},
 		{"canceled while waiting", 5 * time.Second, 200 * time.Millisecond, retry.Canceled, 200 * time.Millisecond},
+		{"no deadline: slot", 0, 0, 0, time.Second + 100*time.Millisecond},
+		{"no deadline: canceled while waiting", 0, 200 * time.Millisecond, retry.Canceled, 200 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,7 +129,10 @@ func TestLimiterWaits(t *testing.T) {
 					t.Fatal(err)
 				}
 				time.AfterFunc(time.Second, func() { lim.Release(held, false) })
-				ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
+				ctx, cancel := context.WithCancel(context.Background())
+				if tt.deadline > 0 {
+					ctx, cancel = context.WithTimeout(context.Background(), tt.deadline)
+				}
 				defer cancel()
 				if tt.cancelAt > 0 {
 					time.AfterFunc(tt.cancelAt, cancel)
@@ -160,12 +166,12 @@ func TestLimiterWaits(t *testing.T) {
 	}
 }
 
-// TestLimiterRefusesRetry: a retry the limiter refuses ends the call with
-// Reason Limited, the operation's last error as Err and the limiter's
-// refusal reachable with errors.Is.
+// TestLimiterRefusesRetry: a retry the limiter refuses (waiting off, the
+// slot taken) ends the call with Reason Limited, the operation's last
+// error as Err and the limiter's refusal reachable with errors.Is.
 func TestLimiterRefusesRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim := mustLimiter(t, limit.Config{Max: 1})
+		lim := mustLimiter(t, limit.Config{Max: 1, Waiting: -1})
 		p := mustNew(t, retry.WithGuards(retry.Guards{Limiter: lim}),
 			retry.WithBackoff(mustBackoff(t, 0, 10*time.Millisecond, 10*time.Millisecond, 0.5)))
 		grabbed := make(chan limit.Permit, 1)
