@@ -15,6 +15,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/grpcretry/internal/guards"
 	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -74,6 +75,7 @@ func newClient(opts ...Option) (*client, error) {
 	c := &client{cfg: config{
 		budget:       &budget.Config{},
 		breaker:      &breaker.Config{},
+		limit:        &limit.Config{Max: defaultLimitMax},
 		streamBuffer: defaultStreamBuffer,
 	}}
 	for _, o := range opts {

@@ -1,6 +1,7 @@
 // Package grpcretry applies stormguard's retry rules to gRPC: client
 // interceptors that retry what is worth retrying, per target, behind a
-// retry budget and a circuit breaker, honouring the server's pushback; and
+// retry budget, a circuit breaker and a concurrency limiter, honouring the
+// server's pushback; and
 // server interceptors for admission control and idempotency keys.
 //
 //	opts, err := grpcretry.DialOptions(grpcretry.WithIdempotentMethods("/shop.Catalog/GetItem"))
@@ -114,11 +115,16 @@
 // caller that serves a reply from elsewhere (cached data) when the target's
 // failure defeated the call tests those reasons.
 //
-// Each target (grpc.ClientConn.Target) gets its own retry budget and
-// circuit breaker ([WithBudget], [WithBreaker]), kept in a table of at most
-// 1024 targets; [WithGuards] supplies shared ones (a fleet's). A call that
-// meets an open breaker waits for it when its deadline allows (see
-// retry.WithGuards).
+// Each target (grpc.ClientConn.Target) gets its own retry budget, circuit
+// breaker and concurrency limiter (package limit; [WithBudget],
+// [WithBreaker], [WithLimit], each on by default, nil for off), kept in a
+// table of at most 1024 targets; [WithGuards] supplies shared ones (a
+// fleet's). A call that meets an open breaker waits for it when its
+// deadline allows (see retry.WithGuards). The limiter bounds the attempts
+// in flight to the target by a limit it learns from the target's latency
+// and drops (a cold one starts at 10 and doubles per round trip while the
+// target keeps up); an attempt over it waits for a slot, earliest deadline
+// first, calls without a deadline after those with one.
 //
 // # Hedging
 //

@@ -181,7 +181,11 @@ func TestAttackHedgeBudgetConcurrent(t *testing.T) {
 			return legAnswer{delay: time.Duration(i%3+1) * 10 * time.Millisecond}
 		}}
 		b := &countingBudget{Budget: newBudget(t)}
-		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 2, unaryMethod), withGuards(retry.Guards{Budget: b}))...)
+		// No limiter (WithLimit(nil)): the subject is the budget's
+		// accounting. With the default limiter (cold: 10 slots) the 200
+		// callers hold every slot, and a hedge the budget granted finds
+		// none (a refused slot wastes its withdrawal, by design).
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 2, unaryMethod), grpcretry.WithLimit(nil), withGuards(retry.Guards{Budget: b}))...)
 		var wg sync.WaitGroup
 		var failed atomic.Int64
 		for range 200 {
@@ -659,7 +663,9 @@ func TestAttackHedgeStormAccounting(t *testing.T) {
 			}
 			ps = append(ps, p)
 		}
-		if p, err := lim.Acquire(context.Background()); err == nil {
+		done, cancel := context.WithCancel(context.Background())
+		cancel() // a free slot or none: no wait
+		if p, err := lim.Acquire(done); err == nil {
 			lim.Release(p, false)
 			t.Errorf("the limiter grants a slot beyond its limit %d: a slot was given back twice", lim.Limit())
 		}

@@ -21,6 +21,12 @@ const (
 	defaultStreamBuffer = 1 << 20
 )
 
+// defaultLimitMax is the Max of the limiter a client builds per target
+// when [WithLimit] is not given: the largest limit.Config allows, so that
+// the default never caps a target's attempts in flight below what its
+// latency says it takes (see WithLimit).
+const defaultLimitMax = 1 << 30
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("grpcretry: invalid option: "+format, args...)
 }
@@ -32,7 +38,7 @@ type config struct {
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
-	limit          *limit.Config   // nil: no limiter
+	limit          *limit.Config   // nil: no limiter (WithLimit(nil)); the default is Config{Max: defaultLimitMax}
 	guards         func(target string) (retry.Guards, error)
 	idempotent     map[string]bool
 	autoKey        bool
@@ -121,25 +127,40 @@ func WithBreaker(cfg *breaker.Config) Option {
 	})
 }
 
-// WithLimit gives each target a concurrency limiter built from cfg (see
-// package limit; a zero cfg.Timeout takes [WithAttemptTimeout]): the
-// attempts in flight to the target are bounded by a limit learned from its
-// latency and drops, and an attempt over the limit waits for a slot,
-// earliest deadline first, within the call's deadline, or fails fast (no
-// deadline, its turn too late) with retry.Limited and UNAVAILABLE; see
-// retry.Guards for what counts as a drop. A unary attempt holds its slot
-// until it returns, a stream's until the stream is committed (its first
-// response). A breaker the client builds ([WithBreaker]) with ReleaseRate
-// 0 then releases the calls that waited through an outage at once and lets
-// the limiter's slots pace them, instead of the rate seen before the trip
-// (cfg.ReleaseRate reads -1). With [WithGuards], a target whose supplied
-// guards bring no Limiter gets one built from cfg. nil (the default) means
-// no limiter.
+// WithLimit sets the configuration of the concurrency limiter each
+// target gets (see package limit; a zero cfg.Timeout takes
+// [WithAttemptTimeout]); nil turns the limiter off. The default is a
+// limiter built from limit.Config{Max: 1 << 30}: the attempts in flight to
+// the target are bounded by a limit learned from its latency and drops,
+// starting at 10 and doubling every round trip in which half of it is
+// used and the latency stays near its floor, with no cap of its own (a healthy target that takes
+// thousands of attempts at once is never held below them; a cfg of your
+// own with Max 0 means package limit's 1000). An attempt over the limit
+// waits for a slot: calls with a deadline first, earliest deadline first,
+// failing fast (retry.Limited and UNAVAILABLE) once their turn would come
+// too late; calls without one after them, in arrival order (one slot in 8
+// goes to them while both wait), until a slot comes or the call is
+// canceled; up to cfg.Waiting (10,000) waiting in all, beyond which a
+// call fails at once with retry.Limited and UNAVAILABLE. See retry.Guards
+// for what counts as a drop. A unary attempt holds its slot until it
+// returns, a stream's until the stream is committed (its first response).
+// A breaker the client builds ([WithBreaker]) with ReleaseRate 0 then
+// releases the calls that waited through an outage at once and lets the
+// limiter's slots pace them, instead of the rate seen before the trip
+// (cfg.ReleaseRate reads -1; with WithLimit(nil) it paces them at that
+// rate itself). With [WithGuards], a target whose supplied guards bring
+// no Limiter gets one built from cfg (the default one unless
+// WithLimit(nil)): package fleet's guards bring one only with
+// fleet.Config.Limit, so without it each process limits its own attempts
+// to the target, and the fleet's breaker still paces its release.
 //
-// Use it where the client sees the traffic to a target: one set of
-// [DialOptions] shared by the process, not one per caller: a limiter only knows the attempts of
-// its own client, and one that carries a single call at a time never
-// binds.
+// The limiter works where the client sees the traffic to a target: one
+// set of [DialOptions] shared by the process, not one per caller: a
+// limiter only knows the attempts of its own client, and one that carries
+// a single call at a time never binds (it costs little: one
+// compare-and-swap per attempt). Set [WithAttemptTimeout] too: a hung
+// attempt without one holds its slot until the call's own deadline, if
+// any.
 func WithLimit(cfg *limit.Config) Option {
 	return option(func(c *config) error {
 		if cfg != nil {

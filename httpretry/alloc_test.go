@@ -31,7 +31,8 @@ func TestSuccessPathAllocs(t *testing.T) {
 		name string
 		opts []httpretry.Option
 	}{
-		{"defaults (budget and breaker on)", nil},
+		{"defaults (budget, breaker and limiter on)", nil},
+		{"no limiter", []httpretry.Option{httpretry.WithLimit(nil)}},
 		{"no budget, no breaker", []httpretry.Option{httpretry.WithBudget(nil), httpretry.WithBreaker(nil)}},
 		{"caller's idempotency key on a POST", nil},
 	}
@@ -168,7 +169,9 @@ func (fresh) RoundTrip(*http.Request) (*http.Response, error) {
 
 // BenchmarkRoundTripOverhead measures the Transport's own cost per
 // successful request over a base that answers from memory ("base alone"
-// is that base's own cost, one allocation).
+// is that base's own cost, one allocation). "defaults" has the budget,
+// the breaker and the limiter; "no limiter" is the defaults with
+// WithLimit(nil), the default before the limiter was.
 func BenchmarkRoundTripOverhead(b *testing.B) {
 	setups := []struct {
 		name string
@@ -176,6 +179,7 @@ func BenchmarkRoundTripOverhead(b *testing.B) {
 	}{
 		{"base alone", nil},
 		{"defaults", nil},
+		{"no limiter", []httpretry.Option{httpretry.WithLimit(nil)}},
 		{"no budget", []httpretry.Option{httpretry.WithBudget(nil)}},
 		{"no breaker", []httpretry.Option{httpretry.WithBreaker(nil)}},
 		{"no budget, no breaker", []httpretry.Option{httpretry.WithBudget(nil), httpretry.WithBreaker(nil)}},

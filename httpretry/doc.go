@@ -1,8 +1,8 @@
 // Package httpretry applies stormguard's retry rules to HTTP: a
 // [Transport] (an [http.RoundTripper]) and [NewClient] that retry what is
-// worth retrying, per destination host, behind a retry budget and a
-// circuit breaker, keeping retries to one layer with the header fields of
-// package wire.
+// worth retrying, per destination host, behind a retry budget, a circuit
+// breaker and a concurrency limiter, keeping retries to one layer with the
+// header fields of package wire.
 //
 //	client, err := httpretry.NewClient(httpretry.WithTimeout(10 * time.Second))
 //	...
@@ -57,12 +57,19 @@
 // (up to 64 KiB, for at most 50 ms) and closed so their connections are
 // reused; the connection pool is never closed.
 //
-// Each destination host (URL.Host) gets its own retry budget and circuit
-// breaker, kept in a bounded table ([WithMaxHosts]); [Transport.Hosts]
-// reads their state. A request that meets an open breaker waits for it when
-// its deadline allows (see retry.WithGuards): nothing is sent while the
-// breaker is open but a few probes, and the calls that waited are released
-// at a pace the host can serve once it is back.
+// Each destination host (URL.Host) gets its own retry budget, circuit
+// breaker and concurrency limiter (package limit; [WithBudget],
+// [WithBreaker], [WithLimit], each on by default, nil for off), kept in a
+// bounded table ([WithMaxHosts]); [Transport.Hosts] reads their state. A
+// request that meets an open breaker waits for it when its deadline allows
+// (see retry.WithGuards): nothing is sent while the breaker is open but a
+// few probes. The limiter bounds the attempts in flight to the host by a
+// limit it learns from the host's latency and drops (a cold one starts at
+// 10 and doubles per round trip while the host keeps up); an attempt over
+// it waits for a slot, earliest deadline first, requests without a
+// deadline after those with one. After an outage, the requests that waited
+// and the new ones go out as fast as the limiter finds the host takes
+// them, not at a rate remembered from before.
 //
 // One layer retries: every retry carries wire.AttemptHeader
 // ("Stormguard-Attempt: 2", 3, ...; a request without it is a first
@@ -82,9 +89,9 @@
 // [WithAttemptTimeout], as recommended, every attempt carries it. A
 // response with the
 // don't-retry signal ("Stormguard-Retry: no", see wire.DontRetry) is never
-// retried. With [WithLimit], a shed answer's capacity hint
-// ("Stormguard-Capacity: 40", wire.CapacityHeader, sent by the host's
-// admission) caps the host's limiter for a while (see WithLimit). A
+// retried. A shed answer's capacity hint ("Stormguard-Capacity: 40",
+// wire.CapacityHeader, sent by the host's admission) caps the host's
+// limiter for a while (see WithLimit). A
 // handler whose own retries to a dependency stopped sends the don't-retry
 // signal upward with admission.PushBack:
 //

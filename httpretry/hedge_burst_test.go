@@ -129,7 +129,10 @@ func TestHedgeStall(t *testing.T) {
 func TestHedgeDueFloor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := &legBase{answer: delays(time.Second)}
-		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1),
+		// No limiter (WithLimit(nil)): the subject is the hedge floor. A
+		// cold default limiter (10 slots, all held by the 10 GETs) would
+		// leave no free slot for any hedge.
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithLimit(nil),
 			httpretry.WithGuards(func(string) (retry.Guards, error) { return retry.Guards{Budget: granter{}}, nil }))
 		if err != nil {
 			t.Fatal(err)

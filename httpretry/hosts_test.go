@@ -93,12 +93,20 @@ func TestHosts(t *testing.T) {
 			}
 		}
 	})
-	t.Run("without budget and breaker", func(t *testing.T) {
-		tr, _ := newTransport(t, nil, httpretry.WithBudget(nil), httpretry.WithBreaker(nil))
+	t.Run("without budget, breaker and limiter", func(t *testing.T) {
+		tr, _ := newTransport(t, nil, httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithLimit(nil))
 		_, _ = getClose(t, tr, good.URL)
 		hs := tr.Hosts()
 		if g, ok := hs[hostOf(t, good.URL)]; len(hs) != 1 || !ok || g != (retry.Guards{}) {
-			t.Errorf("Hosts() = %+v, want the host without budget or breaker", hs)
+			t.Errorf("Hosts() = %+v, want the host without budget, breaker or limiter", hs)
+		}
+	})
+	t.Run("default limiter", func(t *testing.T) {
+		tr, _ := newTransport(t, nil, httpretry.WithBudget(nil), httpretry.WithBreaker(nil))
+		_, _ = getClose(t, tr, good.URL)
+		g := tr.Hosts()[hostOf(t, good.URL)]
+		if g.Limiter == nil || g.Budget != nil || g.Breaker != nil {
+			t.Errorf("Hosts() holds %+v, want the default limiter alone", g)
 		}
 	})
 	t.Run("bounded", func(t *testing.T) {

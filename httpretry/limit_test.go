@@ -149,8 +149,8 @@ func TestColdStartAfterOutage(t *testing.T) {
 	}
 }
 
-// TestWithLimitRefusal: with a limit of one attempt in flight, a request
-// without a deadline made while another holds the slot sends nothing and
+// TestWithLimitRefusal: with a limit of one attempt in flight and waiting
+// off, a request made while another holds the slot sends nothing and
 // fails at once with Reason Limited (limit.ErrLimited reachable), gets the
 // fallback, and is one a handler pushes back; a bad limit configuration is
 // an error of NewTransport naming the field. Run on synctest's clock.
@@ -161,7 +161,7 @@ func TestWithLimitRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		host := newCapacityHost(time.Now(), 1, time.Second)
 		var fellBack *retry.Error
-		tr, err := httpretry.NewTransport(host, httpretry.WithLimit(&limit.Config{Max: 1}),
+		tr, err := httpretry.NewTransport(host, httpretry.WithLimit(&limit.Config{Max: 1, Waiting: -1}),
 			httpretry.WithFallback(func(r *http.Request, re *retry.Error) (*http.Response, error) {
 				fellBack = re
 				return nil, re

@@ -17,6 +17,12 @@ import (
 // whose guards a Transport keeps; see WithMaxHosts.
 const defaultMaxHosts = 1024
 
+// defaultLimitMax is the Max of the limiter a transport builds per host
+// when [WithLimit] is not given: the largest limit.Config allows, so that
+// the default never caps a host's attempts in flight below what its
+// latency says it takes (see WithLimit).
+const defaultLimitMax = 1 << 30
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("httpretry: invalid option: "+format, args...)
 }
@@ -29,7 +35,7 @@ type config struct {
 	attemptTimeout time.Duration
 	budget         *budget.Config  // nil: no budget
 	breaker        *breaker.Config // nil: no breaker
-	limit          *limit.Config   // nil: no limiter
+	limit          *limit.Config   // nil: no limiter (WithLimit(nil)); the default is Config{Max: defaultLimitMax}
 	guards         func(host string) (retry.Guards, error)
 	autoKey        bool
 	bufferBodies   int64 // 0: do not buffer
@@ -135,19 +141,31 @@ func WithBreaker(cfg *breaker.Config) Option {
 	})
 }
 
-// WithLimit gives each destination host a concurrency limiter built from
-// cfg (see package limit; a zero cfg.Timeout takes [WithAttemptTimeout]):
-// the attempts in flight to the host are bounded by a limit learned from
-// its latency and drops, and an attempt over the limit waits for a slot,
-// earliest deadline first, within its request's deadline, or fails fast
-// (no deadline, its turn too late) with retry.Limited; see retry.Guards
-// for what counts as a drop. An attempt holds its slot until its response
-// headers arrive. A breaker the transport builds ([WithBreaker]) with
-// ReleaseRate 0 then releases the requests that waited through an outage
-// at once and lets the limiter's slots pace them, instead of the rate seen
-// before the trip (cfg.ReleaseRate reads -1). With [WithGuards], a host
-// whose supplied guards bring no Limiter gets one built from cfg. nil (the
-// default) means no limiter.
+// WithLimit sets the configuration of the concurrency limiter each
+// destination host gets (see package limit; a zero cfg.Timeout takes
+// [WithAttemptTimeout]); nil turns the limiter off. The default is a
+// limiter built from limit.Config{Max: 1 << 30}: the attempts in flight to
+// the host are bounded by a limit learned from its latency and drops,
+// starting at 10 and doubling every round trip in which half of it is
+// used and the latency stays near its floor, with no cap of its own (a healthy host that takes
+// thousands of attempts at once is never held below them; a cfg of your
+// own with Max 0 means package limit's 1000). An attempt over the limit
+// waits for a slot: requests with a deadline first, earliest deadline
+// first, failing fast (with retry.Limited) once their turn would come too
+// late; requests without one after them, in arrival order (one slot in 8
+// goes to them while both wait), until a slot comes or the request is
+// canceled; up to cfg.Waiting (10,000) waiting in all, beyond which a
+// request fails at once with retry.Limited. See retry.Guards for what
+// counts as a drop. An attempt holds its slot until its response headers
+// arrive. A breaker the transport builds ([WithBreaker]) with ReleaseRate
+// 0 then releases the requests that waited through an outage at once and
+// lets the limiter's slots pace them, instead of the rate seen before the
+// trip (cfg.ReleaseRate reads -1; with WithLimit(nil) it paces them at
+// that rate itself). With [WithGuards], a host whose supplied guards bring
+// no Limiter gets one built from cfg (the default one unless
+// WithLimit(nil)): package fleet's guards bring one only with
+// fleet.Config.Limit, so without it each process limits its own attempts
+// to the host, and the fleet's breaker still paces its release.
 //
 // A limiter the transport built follows the host's capacity hint: a 503
 // or 429 carrying wire.CapacityHeader (an admission's shed answer, "I run
@@ -158,10 +176,13 @@ func WithBreaker(cfg *breaker.Config) Option {
 // below it. A supplied limiter (a fleet's, capped at its share of a
 // fleet-wide limit) is its owner's: hints leave it alone.
 //
-// Use it where the transport sees the traffic to a host: one Transport
-// shared by the process (a gateway, a server calling its dependencies),
-// not one per caller: a limiter only knows the attempts of its own
-// transport, and one that carries a single request at a time never binds.
+// The limiter works where the transport sees the traffic to a host: one
+// Transport shared by the process (a gateway, a server calling its
+// dependencies), not one per caller: a limiter only knows the attempts of
+// its own transport, and one that carries a single request at a time
+// never binds (it costs little: one compare-and-swap per attempt). Set
+// [WithAttemptTimeout] too: a hung attempt without one holds its slot
+// until the request's own deadline, if any.
 func WithLimit(cfg *limit.Config) Option {
 	return option(func(c *config) error {
 		if cfg != nil {

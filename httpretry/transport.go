@@ -15,6 +15,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/internal/guards"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -79,7 +80,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, maxHosts: defaultMaxHosts}
+	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, limit: &limit.Config{Max: defaultLimitMax}, maxHosts: defaultMaxHosts}
 	for _, o := range opts {
 		if o == nil {
 			continue
