@@ -96,7 +96,9 @@ type Config struct {
 	// processes that each need far less than a slot per SyncEvery (a
 	// terminal with one call in flight) the fleet's limit starves them,
 	// then grows past what the host takes (see the package documentation,
-	// Many small processes). Nil (the default) means no limiter; an
+	// Many small processes). Nil (the default) means no limiter in
+	// [Fleet.Guards] (httpretry and grpcretry then give the host their own
+	// per-process limiter, their default, unless told WithLimit(nil)); an
 	// invalid Limit is an error of New naming the field. New copies it:
 	// changing it afterwards changes nothing.
 	Limit *limit.Config

@@ -13,9 +13,11 @@
 // latency samples (every attempt while the limit is under 64 and at least
 // half of it is in flight; about 32 to 64 per round trip above; one in 16
 // when less than half is in flight), when a window ends and what it is
-// told, the earliest-deadline-first wait list bounded by Config.Waiting, a
-// release that hands its slot to the first waiter, and the fail-fast rules
-// of a call that cannot make its deadline. It leaves out the throttle
+// told, the earliest-deadline-first wait list and the first-come list of
+// calls without a deadline behind it (one grant in 8 to the latter while
+// both wait), bounded together by Config.Waiting, a release that hands its
+// slot to the first waiter, and the fail-fast rules of a call that cannot
+// make its deadline. It leaves out the throttle
 // (Config.Throttle, off by default) and the races of concurrent callers.
 package limit
 
@@ -30,11 +32,10 @@ import (
 // Refusals of [Stepped.Wait] and of a waiting call, as package limit words
 // them.
 var (
-	ErrNoDeadline = errors.New("limit: refused: limit reached and the call has no deadline to wait within")
-	ErrNoWaiting  = errors.New("limit: refused: limit reached and waiting is off")
-	ErrTooMany    = errors.New("limit: refused: limit reached and too many calls are waiting")
-	ErrTooClose   = errors.New("limit: refused: the deadline leaves less than the destination's fastest answer")
-	ErrNoTurn     = errors.New("limit: refused: no slot expected before the deadline")
+	ErrNoWaiting = errors.New("limit: refused: limit reached and waiting is off")
+	ErrTooMany   = errors.New("limit: refused: limit reached and too many calls are waiting")
+	ErrTooClose  = errors.New("limit: refused: the deadline leaves less than the destination's fastest answer")
+	ErrNoTurn    = errors.New("limit: refused: no slot expected before the deadline")
 )
 
 // Defaults of package limit's Config.
@@ -43,6 +44,9 @@ const (
 	DefaultWaiting = 10_000
 	// maxWalk bounds the waiters the hopeless checks walk at a time.
 	maxWalk = 4096
+	// openShare: while calls with and without a deadline wait, one grant
+	// in openShare goes to the oldest call without one.
+	openShare = 8
 )
 
 // Permit is one attempt's slot, as package limit's: when it was taken, if
@@ -68,7 +72,12 @@ type Stepped[T any] struct {
 	drops    int64  // permits released as dropped in this window
 	utilized bool   // in-flight reached half the limit in this window
 	waiting  bool
-	waiters  waitq.List[T]
+	maxWait  int
+	waiters  waitq.List[T] // calls with a deadline, earliest first
+	open     waitq.List[T] // calls without one, in arrival order
+	// contested counts the grants to waiters with a deadline while calls
+	// without one waited too.
+	contested int
 }
 
 // New returns a cold limiter of package limit's Config{Max: max, Timeout:
@@ -82,8 +91,7 @@ func New[T any](max int, timeout time.Duration, waiting int) *Stepped[T] {
 	if waiting == 0 {
 		waiting = DefaultWaiting
 	}
-	s := &Stepped[T]{learn: newLearner(max, timeout), waiting: waiting > 0}
-	s.waiters.Max = waiting
+	s := &Stepped[T]{learn: newLearner(max, timeout), waiting: waiting > 0, maxWait: waiting}
 	s.setLimit(s.learn.limit)
 	return s
 }
@@ -106,7 +114,7 @@ func (s *Stepped[T]) Limit() int { return int(s.lim) }
 func (s *Stepped[T]) InFlight() int { return int(s.inflight) }
 
 // Waiting returns the number of waiting calls.
-func (s *Stepped[T]) Waiting() int { return s.waiters.Len() }
+func (s *Stepped[T]) Waiting() int { return s.waiters.Len() + s.open.Len() }
 
 // Baseline returns the learned no-load latency (0: none yet).
 func (s *Stepped[T]) Baseline() time.Duration { return s.learn.base.value }
@@ -114,7 +122,7 @@ func (s *Stepped[T]) Baseline() time.Duration { return s.learn.base.value }
 // TryAcquire is Acquire's fast path at now: a slot if one is free and no
 // call waits.
 func (s *Stepped[T]) TryAcquire(now time.Duration) (Permit, bool) {
-	if s.waiters.Len() > 0 || s.inflight >= s.lim {
+	if s.Waiting() > 0 || s.inflight >= s.lim {
 		return Permit{}, false
 	}
 	s.inflight++
@@ -135,27 +143,34 @@ func (s *Stepped[T]) TryAcquire(now time.Duration) (Permit, bool) {
 
 // Wait parks w (the caller's node, its Value set) at now for a slot within
 // deadline (0: none), as Acquire does when the limit is reached: it
-// refuses at once when the call has no deadline, waiting is off or full,
-// the deadline is within the baseline latency, or more calls wait ahead
-// than twice the limit's measured rate serves in time. Otherwise it
-// returns the time at which the call gives up if still waiting (its
-// deadline less the baseline; the deadline with no baseline yet), and
+// refuses at once when waiting is off or full, the deadline is within the
+// baseline latency, or more calls with a deadline wait ahead than twice
+// the limit's measured rate serves in time. Otherwise it returns the time
+// at which the call gives up if still waiting (its deadline less the
+// baseline; the deadline with no baseline yet; math.MaxInt64, never, for
+// a call without a deadline, which waits behind the calls with one), and
 // grant hands out what is free now (possibly to w).
 func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant func(T, Permit)) (time.Duration, error) {
 	if !s.waiting {
 		return 0, ErrNoWaiting
 	}
 	if deadline == 0 {
-		return 0, ErrNoDeadline
+		if s.Waiting() >= s.maxWait {
+			return 0, ErrTooMany
+		}
+		s.open.Push(w, math.MaxInt64)
+		s.grant(now, grant)
+		return math.MaxInt64, nil
 	}
 	left := deadline - now
 	b := s.learn.base.value
 	if b > 0 && left <= b {
 		return 0, ErrTooClose
 	}
-	if !s.waiters.Push(w, waitq.Deadline(now, left)) {
+	if s.Waiting() >= s.maxWait {
 		return 0, ErrTooMany
 	}
+	s.waiters.Push(w, waitq.Deadline(now, left))
 	if gap := s.gap(); gap > 0 {
 		behind := 0
 		for n := w.Next(); n != nil && behind <= maxWalk; n = n.Next() {
@@ -173,7 +188,7 @@ func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant
 
 // Leave takes waiting call w off the list (its give-up time came) and
 // reports whether it was on it.
-func (s *Stepped[T]) Leave(w *waitq.Waiter[T]) bool { return s.waiters.Remove(w) }
+func (s *Stepped[T]) Leave(w *waitq.Waiter[T]) bool { return s.waiters.Remove(w) || s.open.Remove(w) }
 
 // Release gives p back at now, dropped or a latency sample, as package
 // limit's Release does: it may end the learning window, and it hands free
@@ -203,7 +218,7 @@ func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant fu
 			s.expire(now, hopeless)
 		}
 	}
-	if s.waiters.Len() > 0 {
+	if s.Waiting() > 0 {
 		s.grant(now, grant)
 	}
 }
@@ -241,14 +256,31 @@ func (s *Stepped[T]) expire(now time.Duration, hopeless func(T)) {
 	}
 }
 
-// grant hands free slots to the waiters, earliest deadline first; a
-// waiter's permit is sampled as the loaded fast path's.
+// grant hands free slots to the waiters, earliest deadline first, then
+// the calls without a deadline in arrival order (one grant in openShare
+// to them while both wait); a waiter's permit is sampled as the loaded
+// fast path's.
 func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit)) {
-	for w := s.waiters.Front(); w != nil && s.inflight < s.lim; w = s.waiters.Front() {
+	for s.inflight < s.lim {
+		d, o := s.waiters.Front(), s.open.Front()
+		w, list := d, &s.waiters
+		if o != nil && (d == nil || s.contested >= openShare-1) {
+			w, list = o, &s.open
+		}
+		if w == nil {
+			return
+		}
+		if d != nil && o != nil {
+			if list == &s.open {
+				s.contested = 0
+			} else {
+				s.contested++
+			}
+		}
 		s.inflight++
 		s.seq++
 		s.utilized = true
-		s.waiters.Remove(w)
+		list.Remove(w)
 		p := Permit{ok: true, sampled: s.seq&s.mask == 0}
 		if p.sampled {
 			p.start = now

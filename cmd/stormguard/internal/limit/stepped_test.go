@@ -3,6 +3,7 @@ package limit
 import (
 	"container/heap"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -108,7 +109,7 @@ func TestSteppedLearns(t *testing.T) {
 // TestSteppedWaits: over the limit, calls wait earliest deadline first and
 // are granted as slots come back; the refusals are package limit's.
 func TestSteppedWaits(t *testing.T) {
-	s := New[int](1, time.Second, 2)
+	s := New[int](1, time.Second, 3)
 	p, ok := s.TryAcquire(0)
 	if !ok {
 		t.Fatal("a cold limiter of Max 1 refused its first permit")
@@ -116,11 +117,12 @@ func TestSteppedWaits(t *testing.T) {
 	if _, ok := s.TryAcquire(0); ok {
 		t.Fatal("a second permit over the limit of 1")
 	}
-	if _, err := s.Wait(0, 0, &waitq.Waiter[int]{Value: 9}, nil); !errors.Is(err, ErrNoDeadline) {
-		t.Errorf("Wait without a deadline = %v, want ErrNoDeadline", err)
-	}
 	var granted []int
 	grant := func(v int, _ Permit) { granted = append(granted, v) }
+	open := &waitq.Waiter[int]{Value: 9}
+	if at, err := s.Wait(0, 0, open, grant); err != nil || at != math.MaxInt64 {
+		t.Errorf("Wait without a deadline = %v, %v; want it waiting, never giving up", at, err)
+	}
 	late, early := &waitq.Waiter[int]{Value: 1}, &waitq.Waiter[int]{Value: 2}
 	if at, err := s.Wait(0, 5*time.Second, late, grant); err != nil || at != 5*time.Second {
 		t.Fatalf("Wait(deadline 5s) = %v, %v; want to give up at 5s (no baseline yet)", at, err)
@@ -129,18 +131,28 @@ func TestSteppedWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.Wait(0, 4*time.Second, &waitq.Waiter[int]{Value: 3}, grant); !errors.Is(err, ErrTooMany) {
-		t.Errorf("a third waiter beyond Waiting 2 = %v, want ErrTooMany", err)
+		t.Errorf("a fourth waiter beyond Waiting 3 = %v, want ErrTooMany", err)
+	}
+	if _, err := s.Wait(0, 0, &waitq.Waiter[int]{Value: 4}, grant); !errors.Is(err, ErrTooMany) {
+		t.Errorf("a fourth waiter, without a deadline, beyond Waiting 3 = %v, want ErrTooMany", err)
 	}
 	s.Release(10*time.Millisecond, p, false, grant, nil)
-	if len(granted) != 1 || granted[0] != 2 || s.Waiting() != 1 || s.InFlight() != 1 {
-		t.Errorf("after a release: granted %v, %d waiting, %d in flight; want the earliest deadline (2), 1, 1", granted, s.Waiting(), s.InFlight())
+	if len(granted) != 1 || granted[0] != 2 || s.Waiting() != 2 || s.InFlight() != 1 {
+		t.Errorf("after a release: granted %v, %d waiting, %d in flight; want the earliest deadline (2), 2, 1", granted, s.Waiting(), s.InFlight())
 	}
 	if !s.Leave(late) || s.Leave(late) {
 		t.Error("Leave: want true for a waiter, then false")
+	}
+	s.Release(20*time.Millisecond, Permit{ok: true}, false, grant, nil)
+	if len(granted) != 2 || granted[1] != 9 || s.Waiting() != 0 {
+		t.Errorf("after a second release: granted %v, %d waiting; want the call without a deadline (9) next, none waiting", granted, s.Waiting())
 	}
 	off := New[int](1, 0, -1)
 	off.TryAcquire(0)
 	if _, err := off.Wait(0, time.Second, &waitq.Waiter[int]{}, grant); !errors.Is(err, ErrNoWaiting) {
 		t.Errorf("Wait with waiting off = %v, want ErrNoWaiting", err)
+	}
+	if _, err := off.Wait(0, 0, &waitq.Waiter[int]{}, grant); !errors.Is(err, ErrNoWaiting) {
+		t.Errorf("Wait without a deadline, waiting off = %v, want ErrNoWaiting", err)
 	}
 }

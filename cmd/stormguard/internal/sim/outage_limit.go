@@ -42,7 +42,7 @@ func (r *outRun) send(id int32) {
 	req.lwait, req.state = w, reqLimWait
 	var deadline = req.deadline
 	if r.c.Deadline == 0 {
-		deadline = 0 // none: the limiter refuses at once
+		deadline = 0 // none: it waits behind the calls with one, never giving up (at is math.MaxInt64, past the horizon)
 	}
 	at, err := lim.Wait(r.now, deadline, w, r.limGrant)
 	if err != nil {
