@@ -183,8 +183,16 @@ func metaSetups() []metaSetup {
 			stormguard: true,
 		},
 		{
+			name: "stormguard, one shared transport + limiter",
+			how: "as the row above with WithLimit(&limit.Config{}): a limiter asked for (Max 1000), so the breaker the transport " +
+				"builds releases its waiting calls at once and the limiter's slots pace them (ReleaseRate -1); " +
+				"the default limiter leaves the breaker's release paced by the rate before the trip",
+			prepare:    shared(httpretry.WithAttemptTimeout(metaAttemptTimeout), httpretry.WithLimit(&limit.Config{})),
+			stormguard: true,
+		},
+		{
 			name:       "stormguard, one shared transport, WithLimit(nil)",
-			how:        "as the row above with WithLimit(nil): no limiter, the default before the limiter was",
+			how:        "as the first shared row with WithLimit(nil): no limiter, the default before the limiter was",
 			prepare:    shared(httpretry.WithAttemptTimeout(metaAttemptTimeout), httpretry.WithLimit(nil)),
 			stormguard: true,
 		},
@@ -230,16 +238,12 @@ func metaSetups() []metaSetup {
 // (STORMGUARD_LIVE_META_ROWS) asks for: one of its |-separated parts is
 // the name of a row of setups and is name itself, or names no row and is
 // part of name. "stormguard, one shared transport" thus runs that row
-// alone, not its ", WithLimit(nil)" twin; "one shared transport" both. A
-// part ending in "shared transport + limiter" (that row's name before the
-// limiter was the default) reads as the default row's name.
+// alone, not its " + limiter" and ", WithLimit(nil)" twins; "one shared
+// transport" all three.
 func metaWanted(only, name string, setups []metaSetup) bool {
 	for _, part := range strings.Split(only, "|") {
 		if part == "" {
 			continue
-		}
-		if strings.HasSuffix(part, "shared transport + limiter") {
-			part = "stormguard, one shared transport"
 		}
 		if slices.ContainsFunc(setups, func(s metaSetup) bool { return s.name == part }) {
 			if part == name {

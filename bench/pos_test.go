@@ -236,8 +236,15 @@ func posSetups() []posSetup {
 			stormguard: true,
 		},
 		{
+			name: "stormguard, one shared transport + limiter",
+			how: "as the row above with WithLimit(&limit.Config{}): a limiter asked for (Max 1000), so the breaker the transport " +
+				"builds releases its waiting calls at once and the limiter's slots pace them (ReleaseRate -1)",
+			prepare:    shared(append(posStormguardOptions(), httpretry.WithLimit(&limit.Config{}))),
+			stormguard: true,
+		},
+		{
 			name:       "stormguard, one shared transport, WithLimit(nil)",
-			how:        "as the row above with WithLimit(nil): no limiter, the default before the limiter was",
+			how:        "as the first shared row with WithLimit(nil): no limiter, the default before the limiter was",
 			prepare:    shared(append(posStormguardOptions(), httpretry.WithLimit(nil))),
 			stormguard: true,
 		},
@@ -270,7 +277,7 @@ func posSetups() []posSetup {
 // the name of a row of setups and is name itself, or names no row and
 // contains name. "stormguard, one shared transport, WithLimit(nil)" thus
 // runs that row alone, and "stormguard, one shared transport + limiter"
-// (the row's name before the limiter was the default) the default row.
+// that row alone.
 func posWanted(only, name string, setups []posSetup) bool {
 	for _, part := range strings.Split(only, "|") {
 		if part == "" {

@@ -6,9 +6,8 @@ import (
 )
 
 // TestRowFilters: the row filters of the live scenarios select the rows
-// their docs say, the default shared transport apart from its
-// WithLimit(nil) twin, and the old name of the limiter row the default
-// row.
+// their docs say: the default shared transport apart from its
+// " + limiter" and WithLimit(nil) twins.
 func TestRowFilters(t *testing.T) {
 	meta := metaSetups()
 	pos := posSetups()
@@ -30,7 +29,7 @@ func TestRowFilters(t *testing.T) {
 		}
 		return out
 	}
-	const def, off = "stormguard, one shared transport", "stormguard, one shared transport, WithLimit(nil)"
+	const def, lim, off = "stormguard, one shared transport", "stormguard, one shared transport + limiter", "stormguard, one shared transport, WithLimit(nil)"
 	for _, tt := range []struct {
 		scenario, only string
 		rows           func(string) []string
@@ -38,12 +37,13 @@ func TestRowFilters(t *testing.T) {
 	}{
 		{"meta", def, metaRows, []string{def}},
 		{"meta", off, metaRows, []string{off}},
-		{"meta", "shared transport + limiter", metaRows, []string{def}},
-		{"meta", "one shared transport", metaRows, []string{def, off}},
+		{"meta", lim, metaRows, []string{lim}},
+		{"meta", "shared transport + limiter", metaRows, []string{lim}},
+		{"meta", "one shared transport", metaRows, []string{def, lim, off}},
 		{"meta", def + "|" + off, metaRows, []string{def, off}},
 		{"pos", def, posRows, []string{def}},
 		{"pos", off, posRows, []string{off}},
-		{"pos", "stormguard, one shared transport + limiter", posRows, []string{def}},
+		{"pos", lim, posRows, []string{lim}},
 		{"pos", def + "|" + off, posRows, []string{def, off}},
 	} {
 		if got := tt.rows(tt.only); !slices.Equal(got, tt.want) {

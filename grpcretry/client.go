@@ -72,10 +72,11 @@ func DialOptions(opts ...Option) ([]grpc.DialOption, error) {
 
 // newClient returns a client configured by opts (see DialOptions).
 func newClient(opts ...Option) (*client, error) {
+	def := &limit.Config{Max: defaultLimitMax}
 	c := &client{cfg: config{
 		budget:       &budget.Config{},
 		breaker:      &breaker.Config{},
-		limit:        &limit.Config{Max: defaultLimitMax},
+		limit:        def,
 		streamBuffer: defaultStreamBuffer,
 	}}
 	for _, o := range opts {
@@ -88,7 +89,7 @@ func newClient(opts ...Option) (*client, error) {
 	}
 	layer := &guards.Layer{Component: "grpcretry", Label: "target", Schedule: c.cfg.schedule, Classify: retryable,
 		Budget: c.cfg.budget, Breaker: c.cfg.breaker, Supply: c.cfg.guards, Logger: c.cfg.logger, Observer: c.cfg.observer,
-		Limit: c.cfg.limit, AttemptTimeout: c.cfg.attemptTimeout}
+		Limit: c.cfg.limit, LimitPaces: c.cfg.limit != def, AttemptTimeout: c.cfg.attemptTimeout}
 	if err := layer.Check(); err != nil { // reported here, never by a call
 		return nil, err
 	}

@@ -144,11 +144,14 @@ func WithBreaker(cfg *breaker.Config) Option {
 // call fails at once with retry.Limited and UNAVAILABLE. See retry.Guards
 // for what counts as a drop. A unary attempt holds its slot until it
 // returns, a stream's until the stream is committed (its first response).
-// A breaker the client builds ([WithBreaker]) with ReleaseRate 0 then
-// releases the calls that waited through an outage at once and lets the
-// limiter's slots pace them, instead of the rate seen before the trip
-// (cfg.ReleaseRate reads -1; with WithLimit(nil) it paces them at that
-// rate itself). With [WithGuards], a target whose supplied guards bring
+// With a cfg of your own (not the default), a breaker the client builds
+// ([WithBreaker]) with ReleaseRate 0 releases the calls that waited
+// through an outage at once and lets the limiter's slots pace them,
+// instead of the rate seen before the trip (cfg.ReleaseRate reads -1).
+// The default limiter leaves that breaker's paced release as it is: a
+// client per caller never reaches its limiter, and releasing every
+// caller's backlog at once would send a fleet of them back together.
+// With [WithGuards], a target whose supplied guards bring
 // no Limiter gets one built from cfg (the default one unless
 // WithLimit(nil)): package fleet's guards bring one only with
 // fleet.Config.Limit, so without it each process limits its own attempts

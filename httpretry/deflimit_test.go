@@ -9,7 +9,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // slowBase answers 200 from memory after 10 ms, counting the requests in
@@ -81,6 +83,47 @@ func TestDefaultLimiter(t *testing.T) {
 					t.Errorf("the host saw %d at once, want all 50 without a limiter", peak)
 				}
 			})
+		})
+	}
+}
+
+// TestDefaultLimiterKeepsPacedRelease: the default limiter leaves the
+// breaker the transport builds with its release paced by the rate before
+// the trip (ReleaseRate 0), so that transports of one caller each do not
+// all release their backlogs at once; a limiter asked for with WithLimit
+// makes that breaker release at once for the limiter to pace
+// (ReleaseRate -1); a ReleaseRate of the caller's is kept either way.
+func TestDefaultLimiterKeepsPacedRelease(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []httpretry.Option
+		want float64
+	}{
+		{"default limiter", nil, 0},
+		{"limiter asked for", []httpretry.Option{httpretry.WithLimit(&limit.Config{})}, -1},
+		{"no limiter", []httpretry.Option{httpretry.WithLimit(nil)}, 0},
+		{"limiter asked for, release rate set", []httpretry.Option{httpretry.WithLimit(&limit.Config{}), httpretry.WithBreaker(&breaker.Config{ReleaseRate: 50})}, 50},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := httpretry.NewTransport(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+			}), tt.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := (&http.Client{Transport: tr}).Get("http://example.test/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			g, ok := tr.Hosts()["example.test"]
+			if !ok || g.Breaker == nil {
+				t.Fatalf("Hosts() = %v, want the host's guards with a breaker", tr.Hosts())
+			}
+			if got := g.Breaker.Config().ReleaseRate; got != tt.want {
+				t.Errorf("breaker's ReleaseRate = %v, want %v", got, tt.want)
+			}
 		})
 	}
 }

@@ -157,11 +157,15 @@ func WithBreaker(cfg *breaker.Config) Option {
 // canceled; up to cfg.Waiting (10,000) waiting in all, beyond which a
 // request fails at once with retry.Limited. See retry.Guards for what
 // counts as a drop. An attempt holds its slot until its response headers
-// arrive. A breaker the transport builds ([WithBreaker]) with ReleaseRate
-// 0 then releases the requests that waited through an outage at once and
-// lets the limiter's slots pace them, instead of the rate seen before the
-// trip (cfg.ReleaseRate reads -1; with WithLimit(nil) it paces them at
-// that rate itself). With [WithGuards], a host whose supplied guards bring
+// arrive. With a cfg of your own (not the default), a breaker the
+// transport builds ([WithBreaker]) with ReleaseRate 0 releases the
+// requests that waited through an outage at once and lets the limiter's
+// slots pace them, instead of the rate seen before the trip
+// (cfg.ReleaseRate reads -1): what a shared transport, or one that starts
+// during an outage and saw no rate before it, wants. The default limiter
+// leaves that breaker's paced release as it is: a transport per caller
+// never reaches its limiter, and releasing every caller's backlog at once
+// would send a fleet of them back together. With [WithGuards], a host whose supplied guards bring
 // no Limiter gets one built from cfg (the default one unless
 // WithLimit(nil)): package fleet's guards bring one only with
 // fleet.Config.Limit, so without it each process limits its own attempts

@@ -80,7 +80,8 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, limit: &limit.Config{Max: defaultLimitMax}, maxHosts: defaultMaxHosts}
+	def := &limit.Config{Max: defaultLimitMax}
+	c := config{budget: &budget.Config{}, breaker: &breaker.Config{}, limit: def, maxHosts: defaultMaxHosts}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -92,7 +93,7 @@ func (t *Transport) init(base http.RoundTripper, opts []Option) error {
 	t.httpObs, _ = c.observer.(httpObserver)
 	layer := &guards.Layer{Component: "httpretry", Label: "host", Schedule: c.schedule, Classify: classify,
 		Budget: c.budget, Breaker: c.breaker, Supply: c.guards, Logger: c.logger, Observer: c.observer,
-		Limit: c.limit, AttemptTimeout: c.attemptTimeout}
+		Limit: c.limit, LimitPaces: c.limit != def, AttemptTimeout: c.attemptTimeout}
 	t.base, t.cfg = base, c
 	t.hosts = newHosts(c.maxHosts, layer.New)
 	t.stale = newStaleCache(c.stale)

@@ -221,8 +221,9 @@ func zeroDelays(t *testing.T) *backoff.Backoff {
 
 // TestLayerLimiter: with Limit, each destination gets a limiter of its
 // own, supplied guards without one get one too, and a breaker the layer
-// builds releases its waiting calls at once (the limiter paces them)
-// unless its ReleaseRate is set; a bad Limit is an error naming the field.
+// builds releases its waiting calls at once (the limiter paces them) when
+// LimitPaces says so, unless its ReleaseRate is set; a bad Limit is an
+// error naming the field.
 func TestLayerLimiter(t *testing.T) {
 	own, err := limit.New(limit.Config{})
 	if err != nil {
@@ -236,8 +237,9 @@ func TestLayerLimiter(t *testing.T) {
 		wantRelease float64 // the breaker's ReleaseRate (NaN: no breaker)
 	}{
 		{"no limit", guards.Layer{Breaker: &breaker.Config{}}, false, false, 0},
-		{"limit and breaker", guards.Layer{Limit: &limit.Config{}, Breaker: &breaker.Config{}}, true, false, -1},
-		{"limit and breaker with a release rate", guards.Layer{Limit: &limit.Config{}, Breaker: &breaker.Config{ReleaseRate: 50}}, true, false, 50},
+		{"limit that paces and breaker", guards.Layer{Limit: &limit.Config{}, LimitPaces: true, Breaker: &breaker.Config{}}, true, false, -1},
+		{"limit that does not pace and breaker", guards.Layer{Limit: &limit.Config{}, Breaker: &breaker.Config{}}, true, false, 0},
+		{"limit that paces and breaker with a release rate", guards.Layer{Limit: &limit.Config{}, LimitPaces: true, Breaker: &breaker.Config{ReleaseRate: 50}}, true, false, 50},
 		{"limit alone", guards.Layer{Limit: &limit.Config{}}, true, false, math.NaN()},
 		{"supplied without a limiter", guards.Layer{Limit: &limit.Config{},
 			Supply: func(string) (retry.Guards, error) { return retry.Guards{}, nil }}, true, false, math.NaN()},

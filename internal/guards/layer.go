@@ -33,11 +33,15 @@ type Layer struct {
 	// Limit is the configuration each destination's concurrency limiter
 	// is built from (nil: none), its zero Timeout taking AttemptTimeout,
 	// the layer's cap on one attempt (0: none). It applies to supplied
-	// guards too, when they bring no limiter of their own. A breaker the
-	// layer builds beside a limiter, with ReleaseRate 0, releases its
-	// waiting calls at once (ReleaseRate -1): the limiter's slots pace
-	// them, not the rate seen before the trip.
+	// guards too, when they bring no limiter of their own. With
+	// LimitPaces, a breaker the layer builds beside the limiter, with
+	// ReleaseRate 0, releases its waiting calls at once (ReleaseRate -1):
+	// the limiter's slots pace them, not the rate seen before the trip.
+	// Without it (the adapters' default limiter, which a client that
+	// carries one call at a time never reaches) the breaker keeps its own
+	// paced release.
 	Limit          *limit.Config
+	LimitPaces     bool
 	AttemptTimeout time.Duration
 	// Logger (not yet labelled) and Observer are the layer's; nil means
 	// silent.
@@ -132,7 +136,7 @@ func (l *Layer) guards(name string, logger *slog.Logger) (g retry.Guards, built 
 	if l.Breaker != nil {
 		cfg := *l.Breaker
 		cfg.OnStateChange = l.stateChange(name, logger, cfg.OnStateChange)
-		if lim != nil && cfg.ReleaseRate == 0 {
+		if lim != nil && l.LimitPaces && cfg.ReleaseRate == 0 {
 			cfg.ReleaseRate = -1 // the limiter paces the release
 		}
 		b, err := breaker.New(cfg)
