@@ -14,6 +14,7 @@ import (
 
 	"github.com/stormguard/stormguard/cmd/stormguard/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // errInterrupted is what a command returns when Ctrl-C stopped its work:
@@ -66,16 +67,17 @@ func demoRuns(c demoConfig, opts []httpretry.Option, base, plainBase http.RoundT
 	}
 	// The gateway: one transport for the whole fleet, made by the first
 	// client of each run (a run's clients are made one after another),
-	// with httpretry's default limiter per host (package limit): one
-	// shared transport is where a learned concurrency limit binds, and it
-	// paces the release of the calls that waited out the outage by what
-	// the provider serves. (The per-client transports have one each too;
-	// with one request in flight each, it never binds.)
+	// with a limiter per host asked for (package limit): one shared
+	// transport is where a learned concurrency limit binds, and, asked
+	// for, it paces the release of the calls that waited out the outage by
+	// what the provider serves. (The per-client transports have the
+	// default limiter each; with one request in flight each, it never
+	// binds, and their breakers keep their paced release.)
 	var shared *http.Client
 	var sharedBy *guardWatch
 	gateway := func(url string, _ int, guards *guardWatch) live.Call {
 		if sharedBy != guards {
-			client, err := transport(guards)
+			client, err := transport(guards, httpretry.WithLimit(&limit.Config{}))
 			if err != nil {
 				return func(context.Context) error { return err }
 			}
