@@ -105,8 +105,8 @@
 // could take (down to where the low-limit reference takes over). One
 // limiter sees one process's attempts: many small clients of one
 // destination each learn a limit, and none binds the sum (package fleet's
-// Config.Limit caps each one, with [Limiter.SetCap], at its share of a
-// fleet-wide limit).
+// Config.Limit gates each one, with [Limiter.SetRate], at its share of a
+// fleet-wide rate).
 //
 // Latency is measured on a sample of the attempts, so that the common
 // path reads no clock: every attempt while the limit is under 64 and at
@@ -140,6 +140,18 @@
 // limit with waiting off, fails at once; so does one whose context is
 // already done (with the context's error): pass a done context to take a
 // slot only if one is free now.
+//
+// # Rate gate
+//
+// [Limiter.SetRate] adds a token bucket to the limit (off by default): an
+// attempt then needs a token as well as a slot. With a token due, Acquire
+// takes it by one compare-and-swap (no lock, no allocation); a call that
+// finds none waits in the same earliest-deadline-first list, and one
+// timer per Limiter wakes the list when the front waiter's token is due.
+// A call whose turn (the next token, plus one token per call waiting ahead
+// of it) comes after its deadline less the baseline latency fails fast
+// with ErrLimited ("no token"), on arrival or as soon as a lowered rate
+// makes it so.
 //
 // # Throttling
 //

@@ -56,6 +56,11 @@ type Limiter struct {
 	base     time.Time
 	waiting  bool
 	capped   atomic.Int64 // the cap set by SetCap; negative: none
+	gated    atomic.Bool  // the throttle or the rate gate is on: Acquire skips its inlined fast path
+
+	// The rate gate (SetRate, rate.go): time per token in ns (0: off),
+	// tolerance, the next token's theoretical arrival (ns since base).
+	riv, rtau, rtat atomic.Int64
 
 	maxWait int // Config.Waiting: the calls that may wait, both lists together
 
@@ -68,6 +73,10 @@ type Limiter struct {
 	waiters   waitq.List[waiter]
 	open      waitq.List[waiter]
 	contested int
+	rtimer    *time.Timer   // guarded by mu: the rate gate's one timer (nil until needed)
+	rarmed    time.Duration // guarded by mu: when rtimer fires (0: not armed)
+	repSum    time.Duration // guarded by mu: latency samples since the last SetRate
+	repN      int64         // guarded by mu
 }
 
 const (
@@ -100,6 +109,7 @@ func newLimiter(c Config) *Limiter {
 	l.capped.Store(-1)
 	if c.Throttle > 0 {
 		l.throttle = newThrottle(c.Throttle, uint64(time.Now().UnixNano()))
+		l.gated.Store(true)
 	}
 	l.setLimit(l.learn.limit)
 	return l
@@ -146,11 +156,11 @@ func (l *Limiter) setLimit(f float64) {
 // When a slot is free and nobody waits, Acquire takes no lock and
 // allocates nothing; it is safe for concurrent use.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
-	// The fast path, small enough to be inlined: no throttle, nobody
-	// waiting, the in-flight attempts below half the limit (not a
+	// The fast path, small enough to be inlined: no throttle nor rate
+	// gate, nobody waiting, the in-flight attempts below half the limit (not a
 	// utilized window) and this attempt not one of the latency samples
 	// (see acquire): one compare-and-swap.
-	if l.throttle == nil && l.nwait.Load() == 0 {
+	if !l.gated.Load() && l.nwait.Load() == 0 {
 		s := l.state.Load()
 		if 2*(int64(uint32(s))+1) < l.lim.Load() && uint32(s>>32)&(l.mask.Load()|15) != 0 && l.state.CompareAndSwap(s, s+1<<32+1) {
 			return Permit{bits: permitOK}, nil
@@ -159,8 +169,8 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 	return l.acquire(ctx)
 }
 
-// acquire is Acquire off its fast path: the throttle, a sample, a utilized
-// window, a lost compare-and-swap, the limit reached.
+// acquire is Acquire off its fast path: the throttle, the rate gate, a
+// sample, a utilized window, a lost compare-and-swap, the limit reached.
 func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 	var flags uint8 = permitOK
 	var now time.Duration
@@ -172,6 +182,10 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 		flags |= permitSampled
 	}
 	if l.nwait.Load() == 0 {
+		iv := l.riv.Load()
+		if iv > 0 && !l.takeToken(l.since(), iv) {
+			return l.waitFor(ctx, flags)
+		}
 		lim := l.lim.Load()
 		for s := l.state.Load(); int64(uint32(s)) < lim; s = l.state.Load() {
 			if !l.state.CompareAndSwap(s, s+1<<32+1) {
@@ -193,7 +207,15 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 			}
 			return permit(now, flags), nil
 		}
+		if iv > 0 {
+			l.giveToken(iv) // no slot: the token goes back
+		}
 	}
+	return l.waitFor(ctx, flags)
+}
+
+// waitFor is the slow end of acquire: a call that must wait.
+func (l *Limiter) waitFor(ctx context.Context, flags uint8) (Permit, error) {
 	if err := ctx.Err(); err != nil {
 		l.undoThrottle()
 		return Permit{}, err
@@ -261,6 +283,8 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 	l.mu.Lock()
 	if !dropped {
 		l.learn.sample(now - p.start())
+		l.repSum += now - p.start()
+		l.repN++
 	}
 	if l.learn.due(now, l.drops.Load()) {
 		seq := uint32(l.state.Load() >> 32)

@@ -25,6 +25,7 @@ type waiter struct {
 	ch       chan struct{} // a buffered wake-up: granted or hopeless
 	granted  bool          // a slot is the call's
 	hopeless bool          // the call cannot make its deadline: it fails
+	noToken  bool          // hopeless for want of a token (the rate gate)
 }
 
 // openShare is the share of the slots that calls without a deadline get
@@ -79,18 +80,26 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	}
 	l.waiters.Push(n, waitq.Deadline(now, left))
 	l.nwait.Add(1)
-	if gap := l.gapLocked(); gap > 0 {
+	if gap, iv := l.gapLocked(), l.riv.Load(); gap > 0 || iv > 0 {
 		behind := 0
 		for w := n.Next(); w != nil && behind <= maxWalk; w = w.Next() {
 			behind++
 		}
 		ahead := l.waiters.Len() - 1 - behind
-		if behind <= maxWalk && time.Duration(ahead+1)*gap+b >= left {
+		var err error
+		switch {
+		case behind > maxWalk:
+		case gap > 0 && time.Duration(ahead+1)*gap+b >= left:
+			err = errNoTurn
+		case !l.rateTurnLocked(now, now+left, ahead):
+			err = errNoToken
+		}
+		if err != nil {
 			l.waiters.Remove(n)
 			l.nwait.Add(-1)
 			l.mu.Unlock()
 			l.undoThrottle()
-			return Permit{}, errNoTurn
+			return Permit{}, err
 		}
 	}
 	// A release that ran between the failed fast path and the Push did not
@@ -120,6 +129,9 @@ func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose <
 	case <-n.Value.ch:
 		if n.Value.hopeless {
 			l.undoThrottle()
+			if n.Value.noToken {
+				return Permit{}, errNoToken
+			}
 			return Permit{}, errNoTurn
 		}
 	case <-tooClose:
@@ -207,8 +219,15 @@ func (l *Limiter) sampleWaiter() bool {
 // grantLocked hands free slots to the waiters: earliest deadline first,
 // then the calls without a deadline in arrival order, except that while
 // both wait, one grant in openShare goes to the oldest call without a
-// deadline. Calls with mu held.
+// deadline; each with a token when the rate gate is on (the gate's timer
+// is armed for the next token when the waiter next in turn finds none).
+// Calls with mu held.
 func (l *Limiter) grantLocked() {
+	iv := l.riv.Load()
+	var now time.Duration
+	if iv > 0 && (l.waiters.Len() > 0 || l.open.Len() > 0) {
+		now = l.since()
+	}
 	for {
 		d, o := l.waiters.Front(), l.open.Front()
 		w, list := d, &l.waiters
@@ -222,7 +241,14 @@ func (l *Limiter) grantLocked() {
 		if int64(uint32(s)) >= l.lim.Load() {
 			return
 		}
+		if iv > 0 && !l.takeToken(now, iv) {
+			l.armLocked(now, l.nextToken(now))
+			return
+		}
 		if !l.state.CompareAndSwap(s, s+1<<32+1) {
+			if iv > 0 {
+				l.giveToken(iv)
+			}
 			continue
 		}
 		if !l.utilized.Load() {

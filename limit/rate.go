@@ -1,0 +1,166 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// errNoToken refuses a waiting call whose token, at the rate set by
+// SetRate, comes after its deadline (less the destination's fastest
+// answer).
+var errNoToken = fmt.Errorf("%w: no token at the rate in force before the deadline", ErrLimited)
+
+// The rate gate is a token bucket kept as GCRA (the generic cell rate
+// algorithm): rtat is the theoretical arrival time of the next token (ns
+// since base), riv the time per token (0: no gate), rtau the tolerance,
+// (burst−1)·riv. A call takes a token when rtat ≤ now+rtau, moving rtat
+// to max(rtat, now)+riv: one compare-and-swap, no lock.
+const (
+	maxRateInterval = int64(100 * 365 * 24 * time.Hour) // a token a century: the slowest rate
+	maxRateTau      = int64(24 * time.Hour)             // the largest burst's tolerance
+)
+
+// takeToken takes a token at now if one is due, with interval iv (> 0).
+func (l *Limiter) takeToken(now time.Duration, iv int64) bool {
+	n := int64(now)
+	for {
+		t := l.rtat.Load()
+		if t > n+l.rtau.Load() {
+			return false
+		}
+		if l.rtat.CompareAndSwap(t, max(t, n)+iv) {
+			return true
+		}
+	}
+}
+
+// giveToken gives back a token taken by a call that then found no slot.
+func (l *Limiter) giveToken(iv int64) { l.rtat.Add(-iv) }
+
+// nextToken returns when the next token is due (never before now).
+func (l *Limiter) nextToken(now time.Duration) time.Duration {
+	return max(now, time.Duration(l.rtat.Load()-l.rtau.Load()))
+}
+
+// SetRate gates the starts of attempts by a token bucket of perSecond
+// tokens per second holding up to burst tokens (a fleet's share of a
+// fleet-wide rate, see package fleet), on top of the limit of attempts in
+// flight: Acquire then needs a token as well as a slot. A token is taken
+// without a lock when one is due; a call that finds none waits, as over
+// the limit (earliest deadline first, within its deadline, no goroutine
+// per waiter; one timer per Limiter wakes the front waiter when its
+// token is due), and fails fast with [ErrLimited] ("no token") when its
+// turn, the next token plus one token per call waiting ahead of it, comes
+// after its deadline less the destination's fastest answer. burst is at
+// least 1 (below 1, or NaN, means 1): a gate that was idle lets burst
+// calls go at once. perSecond <= 0 or +Inf turns the gate off (the
+// default); NaN leaves the gate as it is. A new rate keeps the bucket's
+// debt in tokens; a lowered one fails the waiters whose turn then comes
+// too late, a raised one (or off) grants waiters at once.
+//
+// SetRate also returns what a fleet's sync reads: the attempts in flight
+// and the calls waiting now, and the sum and number of latency samples
+// (sampled attempts released not dropped, the limiter's own sample of
+// about one in 16 calls, or of 32 to 64 per round trip when loaded)
+// taken since the previous SetRate call. It takes the Limiter's lock and
+// is safe for concurrent use.
+func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting int, latency time.Duration, samples int) {
+	var iv, tau int64
+	if perSecond > 0 && !math.IsInf(perSecond, 1) {
+		iv = int64(math.Min(float64(time.Second)/perSecond, float64(maxRateInterval)))
+		iv = max(iv, 1)
+		if !(burst >= 1) {
+			burst = 1
+		}
+		tau = int64(math.Min((burst-1)*float64(iv), float64(maxRateTau)))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !math.IsNaN(perSecond) && (iv != l.riv.Load() || tau != l.rtau.Load()) {
+		now := l.since()
+		if old := l.riv.Load(); old > 0 && iv > 0 {
+			// Keep the debt, in tokens, at the new rate.
+			for {
+				t := l.rtat.Load()
+				debt := float64(t-int64(now)) / float64(old)
+				nt := int64(now) + int64(math.Min(debt*float64(iv), float64(tau+iv)))
+				if debt <= 0 {
+					nt = t
+				}
+				if l.rtat.CompareAndSwap(t, nt) {
+					break
+				}
+			}
+		} else if iv > 0 {
+			l.rtat.Store(int64(now) - tau) // a new gate holds burst tokens
+		}
+		l.rtau.Store(tau)
+		l.riv.Store(iv)
+		l.gated.Store(l.throttle != nil || iv > 0)
+		l.expireRateLocked(now)
+		l.grantLocked()
+	}
+	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len()
+	latency, samples = l.repSum, int(l.repN)
+	l.repSum, l.repN = 0, 0
+	return inFlight, waiting, latency, samples
+}
+
+// armLocked makes the rate timer fire at at (or sooner, if it is armed
+// to). Calls with mu held.
+func (l *Limiter) armLocked(now, at time.Duration) {
+	if l.rarmed != 0 && l.rarmed <= at {
+		return
+	}
+	l.rarmed = at
+	d := max(at-now, 1)
+	if l.rtimer == nil {
+		l.rtimer = time.AfterFunc(d, l.tick)
+		return
+	}
+	l.rtimer.Reset(d)
+}
+
+// tick is the rate timer: a token is due for the front waiter.
+func (l *Limiter) tick() {
+	l.mu.Lock()
+	l.rarmed = 0
+	l.expireRateLocked(l.since())
+	l.grantLocked()
+	l.mu.Unlock()
+}
+
+// rateTurnLocked reports whether a call with ahead waiters ahead of it
+// gets its token, at the rate in force, before deadline less the
+// fastest answer (always, with no gate). Calls with mu held.
+func (l *Limiter) rateTurnLocked(now, deadline time.Duration, ahead int) bool {
+	iv := l.riv.Load()
+	if iv == 0 {
+		return true
+	}
+	turn := float64(l.nextToken(now)) + float64(ahead)*float64(iv) + float64(l.learn.base.value)
+	return turn < float64(deadline)
+}
+
+// expireRateLocked fails the first waiters (up to maxWalk) whose token,
+// at the rate in force, comes after their deadline less the fastest
+// answer. Calls with mu held.
+func (l *Limiter) expireRateLocked(now time.Duration) {
+	if l.riv.Load() == 0 {
+		return
+	}
+	i := 0
+	for w := l.waiters.Front(); w != nil && i < maxWalk; {
+		next := w.Next()
+		if !l.rateTurnLocked(now, w.Deadline(), i) {
+			l.waiters.Remove(w)
+			l.nwait.Add(-1)
+			w.Value.hopeless, w.Value.noToken = true, true
+			w.Value.ch <- struct{}{}
+		} else {
+			i++
+		}
+		w = next
+	}
+}

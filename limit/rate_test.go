@@ -1,0 +1,320 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func newRateLimiter(t *testing.T, c Config) *Limiter {
+	t.Helper()
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// acquireAt runs one Acquire with a deadline d away on a goroutine and
+// sends when it returned (since start) and its error.
+type acquired struct {
+	at  time.Duration
+	err error
+	tag int
+}
+
+func acquireAt(l *Limiter, start time.Time, d time.Duration, tag int, out chan<- acquired) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		p, err := l.Acquire(ctx)
+		if err == nil {
+			l.Release(p, false)
+		}
+		out <- acquired{time.Since(start), err, tag}
+	}()
+}
+
+// TestRateGateBurstAndSpacing: a gate of 10 per second holding 3 tokens
+// lets 3 calls go at once, then one every 100 ms; an idle gate fills up
+// to its burst again, not beyond.
+func TestRateGateBurstAndSpacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{})
+		l.SetRate(10, 3)
+		start := time.Now()
+		out := make(chan acquired, 10)
+		for i := range 6 {
+			acquireAt(l, start, 10*time.Second, i, out)
+			synctest.Wait()
+		}
+		var got []time.Duration
+		for range 6 {
+			got = append(got, (<-out).at)
+		}
+		want := []time.Duration{0, 0, 0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("starts %v, want %v", got, want)
+			}
+		}
+		time.Sleep(10 * time.Second) // idle: the bucket fills to 3
+		start = time.Now()
+		for i := range 4 {
+			acquireAt(l, start, 10*time.Second, i, out)
+			synctest.Wait()
+		}
+		got = got[:0]
+		for range 4 {
+			got = append(got, (<-out).at)
+		}
+		if got[2] != 0 || got[3] != 100*time.Millisecond {
+			t.Fatalf("after an idle spell: starts %v, want 3 at once then 100ms", got)
+		}
+	})
+}
+
+// TestRateGateEarliestDeadlineFirst: calls waiting for tokens get them
+// earliest deadline first, whatever their arrival order.
+func TestRateGateEarliestDeadlineFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{})
+		l.SetRate(10, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p, err := l.Acquire(ctx) // takes the one token
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(p, false)
+		start := time.Now()
+		out := make(chan acquired, 4)
+		for i, d := range []time.Duration{4 * time.Second, 2 * time.Second, 3 * time.Second, 5 * time.Second} {
+			acquireAt(l, start, d, i, out)
+			synctest.Wait()
+		}
+		var order []int
+		for range 4 {
+			a := <-out
+			if a.err != nil {
+				t.Fatalf("call %d: %v", a.tag, a.err)
+			}
+			order = append(order, a.tag)
+		}
+		if order[0] != 1 || order[1] != 2 || order[2] != 0 || order[3] != 3 {
+			t.Fatalf("token order %v, want earliest deadline first [1 2 0 3]", order)
+		}
+	})
+}
+
+// TestRateGateHopelessFailsFast: a call whose token comes after its
+// deadline fails at once with ErrLimited, not at its deadline; a lowered
+// rate fails the waiters it makes hopeless at once.
+func TestRateGateHopelessFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{})
+		l.SetRate(1, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if p, err := l.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		} else {
+			l.Release(p, false)
+		}
+		start := time.Now()
+		out := make(chan acquired, 8)
+		// Tokens at 1 s, 2 s, 3 s: with 2.5 s deadlines, two calls can
+		// make it, the third cannot.
+		for i := range 3 {
+			acquireAt(l, start, 2500*time.Millisecond, i, out)
+			synctest.Wait()
+		}
+		a := <-out
+		if a.tag != 2 || a.at != 0 || !errors.Is(a.err, ErrLimited) || !errors.Is(a.err, errNoToken) {
+			t.Fatalf("the third call: %+v, want an immediate no-token refusal", a)
+		}
+		// Lowered to one token per 10 s (the debt of 0.9 token kept: the
+		// next token at 9.1 s): both waiters are hopeless now, at once.
+		time.Sleep(100 * time.Millisecond)
+		l.SetRate(0.1, 1)
+		for range 2 {
+			a := <-out
+			if !errors.Is(a.err, errNoToken) || a.at != 100*time.Millisecond {
+				t.Fatalf("after the rate fell: %+v, want a no-token refusal at 100ms", a)
+			}
+		}
+		if _, w, _, _ := l.SetRate(math.NaN(), 5); w != 0 {
+			t.Fatalf("%d waiting, want 0", w)
+		}
+	})
+}
+
+// TestRateGateOffAndBadValues: 0, a negative rate and +Inf turn the gate
+// off and grant the waiters at once; NaN leaves it as it was; a burst
+// below 1 or NaN is 1.
+func TestRateGateOffAndBadValues(t *testing.T) {
+	for _, off := range []float64{0, -3, math.Inf(1), math.Inf(-1)} {
+		synctest.Test(t, func(t *testing.T) {
+			l := newRateLimiter(t, Config{})
+			l.SetRate(0.5, math.NaN())
+			start := time.Now()
+			out := make(chan acquired, 2)
+			acquireAt(l, start, 5*time.Second, 0, out)
+			acquireAt(l, start, 5*time.Second, 1, out)
+			synctest.Wait()
+			if a := <-out; a.err != nil || a.at != 0 {
+				t.Fatalf("the burst of 1: %+v", a)
+			}
+			l.SetRate(math.NaN(), 100) // ignored: still waiting
+			synctest.Wait()
+			if _, w, _, _ := l.SetRate(math.NaN(), 0); w != 1 {
+				t.Fatalf("NaN: %d waiting, want 1 (the gate unchanged)", w)
+			}
+			time.Sleep(time.Second)
+			l.SetRate(off, -1)
+			if a := <-out; a.err != nil || a.at != time.Second {
+				t.Fatalf("SetRate(%v): %+v, want granted at once (1s)", off, a)
+			}
+			if l.gated.Load() {
+				t.Fatalf("SetRate(%v): still gated", off)
+			}
+		})
+	}
+}
+
+// TestRateGateManyWaitersBounded: 100,000 calls arriving at once on a
+// gate of 1000 per second with 2 s deadlines: about 2000 are served in
+// token order, every other call fails fast (at once), and the waiting
+// list never holds more than the calls that can make it.
+func TestRateGateManyWaitersBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const calls = 100_000
+		l := newRateLimiter(t, Config{Waiting: 2 * calls})
+		l.SetRate(1000, 1)
+		var served, fast, late atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range calls {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				p, err := l.Acquire(ctx)
+				switch {
+				case err == nil:
+					served.Add(1)
+					l.Release(p, false)
+				case time.Since(start) == 0:
+					fast.Add(1)
+				default:
+					late.Add(1)
+				}
+			})
+		}
+		synctest.Wait()
+		_, w, _, _ := l.SetRate(math.NaN(), 1)
+		if w > 2000 {
+			t.Errorf("%d calls waiting, want at most the 2000 that can make it", w)
+		}
+		wg.Wait()
+		t.Logf("served %d, failed fast %d, failed later %d; at most %d waiting", served.Load(), fast.Load(), late.Load(), w)
+		if s := served.Load(); s < 1990 || s > 2001 {
+			t.Errorf("served %d, want about 2000 (2 s at 1000/s)", s)
+		}
+		if late.Load() > 10 {
+			t.Errorf("%d calls failed after waiting, want them failed fast", late.Load())
+		}
+	})
+}
+
+// TestRateGateConcurrent: calls, releases and rate changes from many
+// goroutines (run with -race): nothing is lost, every call ends.
+func TestRateGateConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{Max: 8})
+		var wg sync.WaitGroup
+		var ok, refused atomic.Int64
+		stop := make(chan struct{})
+		wg.Go(func() {
+			rates := []float64{50, 0, 500, 5, math.Inf(1), 1000}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					l.SetRate(0, 0)
+					return
+				case <-time.After(37 * time.Millisecond):
+				}
+				l.SetRate(rates[i%len(rates)], float64(1+i%4))
+			}
+		})
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range 200 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+g*i%300)*time.Millisecond)
+					p, err := l.Acquire(ctx)
+					cancel()
+					if err != nil {
+						refused.Add(1)
+						continue
+					}
+					time.Sleep(time.Millisecond)
+					l.Release(p, i%7 == 0)
+					ok.Add(1)
+				}
+			})
+		}
+		time.Sleep(20 * time.Second)
+		close(stop)
+		wg.Wait()
+		if in, w, _, _ := l.SetRate(0, 0); in != 0 || w != 0 {
+			t.Fatalf("after all calls ended: %d in flight, %d waiting", in, w)
+		}
+		t.Logf("%d served, %d refused", ok.Load(), refused.Load())
+		if ok.Load() == 0 {
+			t.Fatal("nothing served")
+		}
+	})
+}
+
+// TestSetRateReportsLatency: SetRate returns the latency samples taken
+// since its last call, then starts over.
+func TestSetRateReportsLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{})
+		ctx := context.Background()
+		p, err := l.Acquire(ctx) // the first permit is a sample
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		l.Release(p, false)
+		in, w, lat, n := l.SetRate(0, 0)
+		if in != 0 || w != 0 || lat != 30*time.Millisecond || n != 1 {
+			t.Fatalf("SetRate = %d, %d, %v, %d; want 0, 0, 30ms, 1", in, w, lat, n)
+		}
+		if _, _, lat, n := l.SetRate(0, 0); lat != 0 || n != 0 {
+			t.Fatalf("second read: %v, %d; want nothing", lat, n)
+		}
+	})
+}
+
+// TestRateGateAllocs: with a token due, Acquire and Release allocate
+// nothing and take no lock (no waiter, the token by compare-and-swap).
+func TestRateGateAllocs(t *testing.T) {
+	l := newRateLimiter(t, Config{})
+	l.SetRate(1e9, 1e9)
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() {
+		p, err := l.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(p, false)
+	}); n != 0 {
+		t.Fatalf("%v allocs per Acquire+Release through the rate gate, want 0", n)
+	}
+}
