@@ -25,7 +25,7 @@ const (
 	maxLease           = 8    // the most retries one lease request asks for
 	maxSlices          = 1000 // slices of the budget window, buckets of the breaker's: the script reads them all
 	defaultLimitMax    = 1000 // limit.Config's default Max, the fleet-wide limit's bound
-	defaultLimitInit   = 10   // the fleet-wide limit of a new fleet, as a cold limit.Limiter's
+	defaultLimitInit   = 10   // the least fleet-wide rate of a new fleet, in starts per second
 )
 
 // Config is the plain-data description of a fleet. Only Name is required;

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -65,6 +66,7 @@ type Fleet struct {
 	set       settings
 	keyPrefix string    // "stormguard:fleet:{Name}:"
 	pid       string    // this Fleet's id in the fleet's limit registry (random)
+	phase     float64   // in (0, 1), from the id: this process's phase in a release (host.spread)
 	base      time.Time // f's clock starts here (monotonic)
 	logger    *slog.Logger
 	obs       observe.Observer
@@ -144,7 +146,8 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	f := &Fleet{cfg: c, be: be, set: s, keyPrefix: keyPrefix + "{" + c.Name + "}:", pid: hex.EncodeToString(id[:]),
-		base: time.Now(), logger: c.Logger, obs: c.Observer,
+		phase: (float64(binary.BigEndian.Uint32(id[:4])) + 1) / (1<<32 + 2),
+		base:  time.Now(), logger: c.Logger, obs: c.Observer,
 		hosts: map[string]*host{}}
 	f.list.Store(&[]*host{})
 	f.mode.Store(uint32(ModeFleet))
@@ -190,7 +193,7 @@ func (f *Fleet) host(name string) (*host, error) {
 // Guards returns the budget and breaker of host, and its limiter with
 // Config.Limit: pass f.Guards to httpretry.WithGuards to give every
 // destination host of a transport a fleet budget and a fleet breaker (and
-// a limiter capped at this process's share of the fleet's limit). The transport's logger and observer do
+// a limiter gated at this process's share of the fleet's rate). The transport's logger and observer do
 // not hear of these breakers' state changes: set Config.Observer (or
 // Breaker.OnStateChange) for that.
 func (f *Fleet) Guards(host string) (retry.Guards, error) {
@@ -229,7 +232,7 @@ func (f *Fleet) Close() error {
 		f.closed.Store(true)
 		f.cancel()
 		f.wg.Wait()
-		f.uncap()
+		f.ungate()
 	})
 	return f.closeErr
 }

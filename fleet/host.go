@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -52,8 +53,9 @@ type host struct {
 	fleetCalls, fleetFailures   atomic.Int64
 	granted, used, returnedN    atomic.Int64
 	probeRounds                 atomic.Int64
-	capped                      atomic.Int64 // lim's cap: the last grant, or -1 (none, local mode)
-	fleetLimit                  atomic.Int64 // the fleet-wide limit at the last reply
+	rate                        atomic.Uint64 // lim's rate gate, float64 bits: this process's share (0: off)
+	latUS, latN                 atomic.Int64  // latency samples read from lim outside a sync, for the next report
+	fleetRate                   atomic.Int64  // the fleet-wide rate at the last reply, thousandths per second
 }
 
 func newHost(f *Fleet, name string) (*host, error) {
@@ -70,43 +72,59 @@ func newHost(f *Fleet, name string) (*host, error) {
 	if h.brk, err = breaker.New(bc); err != nil {
 		return nil, err
 	}
-	h.capped.Store(-1)
 	if f.cfg.Limit != nil {
+		// No gate until the first sync's share (the caller of host kicks
+		// it): a new host's first calls go at once.
 		if h.lim, err = limit.New(*f.cfg.Limit); err != nil {
 			return nil, err
-		}
-		if f.fleetMode() {
-			// No share yet: calls wait for the first sync (the caller of
-			// host kicks it).
-			h.setCap(0)
 		}
 	}
 	return h, nil
 }
 
-// setCap caps h's limiter at n (n < 0: no cap) and returns its attempts
-// in flight and its waiting calls.
-func (h *host) setCap(n int64) (inFlight, waiting int) {
-	h.capped.Store(n)
-	return h.lim.SetCap(int(n))
+// setRate gates h's limiter at perSecond (0: off), with a burst of one
+// sync interval's tokens, at least one, and returns what the limiter
+// reports (see limit.Limiter.SetRate).
+func (h *host) setRate(perSecond float64) (inFlight, waiting int, latency time.Duration, samples int) {
+	h.rate.Store(math.Float64bits(perSecond))
+	return h.lim.SetRate(perSecond, max(1, perSecond*h.f.cfg.SyncEvery.Seconds()))
 }
 
-// limitReport returns h's report to the fleet's limit (nil without a
-// limiter): its attempts in flight and demand now, or, final, that the
-// process leaves (demand -1: its slots go back).
+// limitReport returns h's report to the fleet's rate (nil without a
+// limiter): its calls waiting now and its latency samples since the last
+// report, or, final, that the process leaves.
 func (h *host) limitReport(final bool) *limitReport {
 	if h.lim == nil {
 		return nil
 	}
 	s := &h.f.set
-	r := &limitReport{pid: h.f.pid, windowUS: s.limitWindowUS, max: s.limitMax, initLimit: s.limitInit}
+	r := &limitReport{pid: h.f.pid, windowUS: s.limitWindowUS, max: s.limitMax, initRate: s.limitInit}
 	if final {
-		r.demand = -1
+		r.waiting = -1
 		return r
 	}
-	in, w := h.lim.SetCap(int(h.capped.Load()))
-	r.inFlight, r.demand = int64(in), int64(in+w)
+	_, w, lat, n := h.setRate(math.Float64frombits(h.rate.Load()))
+	r.waiting = int64(w)
+	r.latUS = lat.Microseconds() + h.latUS.Swap(0)
+	r.latN = int64(n) + h.latN.Swap(0)
 	return r
+}
+
+// spread pushes the next token of h's gate out by this process's phase
+// (a fraction of a token's time, fixed per process at New), when the
+// breaker closes after an outage: every process of the fleet has a call
+// waiting and a token then, and without it the fleet would start one
+// call per process at once, whatever its rate; with it, their first
+// calls are spread over a token's time (see the package documentation).
+func (h *host) spread() {
+	if h.lim == nil {
+		return
+	}
+	if r := math.Float64frombits(h.rate.Load()); r > 0 {
+		_, _, lat, n := h.lim.SetRate(r, 1-h.f.phase)
+		h.latUS.Add(lat.Microseconds())
+		h.latN.Add(int64(n))
+	}
 }
 
 // collect takes what the next sync sends for h: the counts since the last
@@ -154,8 +172,8 @@ func (h *host) synced(s syncHost, w hostWindow) {
 	h.fleetFailures.Store(w.failures)
 	h.denied.Store(h.f.set.available(w.requests, w.retries) <= 0)
 	if s.limit != nil && !h.f.closing.Load() {
-		h.fleetLimit.Store(w.limit)
-		h.setCap(w.grant)
+		h.fleetRate.Store(w.fleetRate)
+		h.setRate(float64(w.rate) / 1000)
 	}
 	h.steer(w.state, w.epoch)
 }
@@ -187,6 +205,7 @@ func (h *host) steer(state, epoch int64) {
 	case state == fleetOpen && local == breaker.Closed:
 		h.brk.Trip(0)
 	case state == fleetClosed && local != breaker.Closed:
+		h.spread() // before the breaker releases its waiting calls
 		h.brk.Reset()
 	}
 }
@@ -284,6 +303,7 @@ func (h *host) ProbeRound() bool {
 // once.
 func (h *host) StateChanged(from, to breaker.State) {
 	if from == breaker.HalfOpen && to == breaker.Closed {
+		h.spread()
 		h.closes.Add(1)
 		h.f.kickSync()
 	}

@@ -2,136 +2,433 @@ package fleet
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// lowVolumeRun is what lowVolume measured, window by window.
-type lowVolumeRun struct {
-	limit    []int64 // the fleet's limit read at each window's syncs
-	served   []int   // attempts started in each window
-	flushed  []int   // of them, started at a sync that granted a slot to a waiting call
-	waits    []float64
-	gaveUp   int // calls that waited out their deadline
-	arrivals int
+// rateModel runs the script's fleet-wide rate (on a real Redis, explicit
+// clock) for n processes that each start a call every `every` seconds
+// (random phases, seeded; a sync interval, the rate's window, is 1 s),
+// against a model host. It models bench's per terminal + fleet + limit
+// row: 1000 terminals, each with a fleet and a limiter of its own, one
+// call at a time.
+//
+// Time runs in ticks of 10 ms. Each process syncs once per second (the n
+// syncs spread over it), reporting its successes, drops, latency samples
+// (every success: the limiter samples fewer) and calls waiting, and sets
+// its gate to its share as limit.Limiter.SetRate does: a token bucket of
+// max(1, share·1 s) tokens keeping its debt when the rate changes; calls
+// wait in deadline order and fail fast when their turn (the next token
+// plus one per call ahead, plus the host's base latency) comes after
+// their deadline, on arrival or when the rate falls.
+//
+// The host serves `capacity` attempts per second: each start adds
+// 1/capacity s of work to its backlog, which drains at 1 s per second,
+// and an attempt's latency is base + the backlog when it starts (a queue
+// in front of busy workers). An attempt at or above the 1 s timeout is a
+// drop and its call waits again. During an outage [outageAt, +outageFor)
+// every attempt fails at once (a 503); from 1 s into it (the fleet's
+// breaker open) until 0.3 s after it (a probe closes it), calls are held
+// by the breakers (no attempt, no outcome), then join their limiters'
+// queues all at once, each process's next token pushed out by its phase
+// as host.spread does.
+type rateModel struct {
+	n                   int
+	every, deadline     float64 // s
+	capacity, base      float64 // attempts per s; s
+	cutAt, cutTo        float64 // from cutAt s (0: never), the host serves cutTo per s
+	outageAt, outageFor float64 // s (outageFor 0: none)
+	windows             int
+	max                 int64 // Limit.Max
 }
 
-// lowVolume runs the script's fleet limit (on a real Redis, explicit
-// clock) for n processes that each start a call every `every` sync
-// intervals (phases spread evenly), with attempts much shorter than a
-// sync interval and no failure: a process whose grant is at least 1
-// starts its waiting calls at that sync and the new ones as they come,
-// one whose grant is 0 keeps them waiting, for at most `deadline`
-// intervals. Each process syncs once per interval, the n syncs spread
-// over it. It models 1000 terminals each with a fleet of its own and one
-// call in flight at most (bench's per terminal + fleet + limit row).
-func lowVolume(t *testing.T, n, windows int, every, deadline float64, max int64) lowVolumeRun {
-	s := newLimitScript(t, max)
-	type proc struct {
-		pid   string
-		next  float64   // the next call's arrival, in intervals
-		queue []float64 // arrivals waiting for a slot
-		cap   int64
-		done  int // attempts started at the last sync: outcomes of the next
-	}
-	ps := make([]*proc, n)
+const modelTick, modelTimeout = 0.01, 1.0
+
+type modelCall struct{ arrival, deadline float64 }
+
+type modelProc struct {
+	pid            string
+	next           float64
+	queue          []modelCall // waiting in the limiter, deadline order
+	rate           float64     // share per s; 0: no gate
+	iv, tau, tat   float64
+	ok, bad        uint64
+	latSum         float64
+	latN           int64
+	lastR          float64
+	syncTick, inIt int
+	phase          float64 // in (0, 1): Fleet.phase
+}
+
+// rateRun is what a rateModel run measured, per window (second).
+type rateRun struct {
+	rate                        []float64 // the fleet's rate at the window's last sync
+	starts, served, drops       []int
+	hopeless, expired           []int     // failed fast (turn after deadline) / waited out their deadline
+	latency                     []float64 // mean latency of the window's attempts, s
+	waiting                     []int     // calls waiting in limiters at the window's end
+	arrivals                    int
+	fastLeft                    []float64 // time left to the deadline of each call failed fast, s
+	outageCalls, outageServed   int       // calls that arrived during the outage, and of them served
+	lateCalls, lateServed       int       // calls that arrived from 5 s after the outage's end, and of them served
+	beforeCalls, beforeServed   int       // calls that arrived before the outage (or the whole run)
+	servedArrival, servedStart  []float64 // of each served call
+	totalHopeless, totalExpired int
+	maxBacklog                  float64
+	backlog                     []float64 // the host's largest backlog in each window, s
+}
+
+func (m rateModel) run(t *testing.T) rateRun {
+	s := newLimitScript(t, m.max)
+	ticks := int(math.Round(1 / modelTick))
+	ps := make([]*modelProc, m.n)
+	rng := rand.New(rand.NewPCG(42, 1))
 	for i := range ps {
-		ps[i] = &proc{pid: fmt.Sprint("p", i), next: every * float64(i) / float64(n)}
+		ps[i] = &modelProc{pid: fmt.Sprint("p", i), next: m.every * rng.Float64(), syncTick: i * ticks / m.n, phase: rng.Float64()}
 	}
-	r := lowVolumeRun{}
-	for w := range windows {
-		r.limit = append(r.limit, 0)
-		r.served = append(r.served, 0)
-		r.flushed = append(r.flushed, 0)
-		for i, p := range ps {
-			at := float64(w) + float64(i)/float64(n) // this sync, in intervals
-			ok, now := p.done, 0                     // outcomes to report; calls started since the last sync
-			p.done = 0
-			// Since the last sync, under the last grant: arrivals start at
-			// once with a slot, else wait.
-			for ; p.next <= at; p.next += every {
-				r.arrivals++
-				if p.cap >= 1 {
-					ok++
-					now++
-					r.waits = append(r.waits, 0)
-				} else {
-					p.queue = append(p.queue, p.next)
-				}
+	r := rateRun{}
+	var backlog float64
+	type held struct {
+		p *modelProc
+		c modelCall
+	}
+	var holding []held
+	var retries []modelCall
+	outageEnd := m.outageAt + m.outageFor
+	served := func(c modelCall, at float64) {
+		r.servedArrival = append(r.servedArrival, c.arrival)
+		r.servedStart = append(r.servedStart, at)
+		switch {
+		case m.outageFor > 0 && c.arrival >= m.outageAt && c.arrival < outageEnd:
+			r.outageServed++
+		case m.outageFor > 0 && c.arrival >= outageEnd+5 && c.arrival < outageEnd+15:
+			r.lateServed++
+		case m.outageFor == 0 || c.arrival < m.outageAt:
+			r.beforeServed++
+		}
+	}
+	// enqueue puts c in p's queue in deadline order, or fails it fast.
+	var w int
+	enqueue := func(p *modelProc, c modelCall, now float64) {
+		i, _ := slices.BinarySearchFunc(p.queue, c.deadline, func(a modelCall, d float64) int {
+			if a.deadline <= d {
+				return -1
 			}
-			kept := p.queue[:0]
-			for _, a := range p.queue {
-				if at-a >= deadline {
-					r.gaveUp++
-				} else {
-					kept = append(kept, a)
-				}
+			return 1
+		})
+		if p.rate > 0 && math.Max(now, p.tat-p.tau)+float64(i)*p.iv+m.base >= c.deadline {
+			r.hopeless[w]++
+			r.fastLeft = append(r.fastLeft, c.deadline-now)
+			return
+		}
+		p.queue = slices.Insert(p.queue, i, c)
+	}
+	for w = range m.windows {
+		r.rate = append(r.rate, 0)
+		r.starts, r.served, r.drops = append(r.starts, 0), append(r.served, 0), append(r.drops, 0)
+		r.hopeless, r.expired, r.waiting = append(r.hopeless, 0), append(r.expired, 0), append(r.waiting, 0)
+		r.backlog = append(r.backlog, 0)
+		var latSum float64
+		for j := range ticks {
+			now := float64(w) + float64(j)*modelTick
+			backlog = math.Max(0, backlog-modelTick)
+			capacity := m.capacity
+			if m.cutAt > 0 && now >= m.cutAt {
+				capacity = m.cutTo
 			}
-			p.queue = kept
-			g, l := s.report(int64(t0+w*1_000_000+i*(1_000_000/n)+1), p.pid, 0, int64(len(p.queue)), uint64(ok), 0)
-			r.served[w] += now
-			r.limit[w] = l
-			p.cap = g
-			if g >= 1 && len(p.queue) > 0 {
-				// The waiting calls start now, one after the other on
-				// one slot (each far shorter than an interval).
-				for _, a := range p.queue {
-					r.waits = append(r.waits, at-a)
+			failing := m.outageFor > 0 && now >= m.outageAt && now < outageEnd
+			open := m.outageFor > 0 && now >= m.outageAt+1 && now < outageEnd+0.3
+			if !open && len(holding) > 0 {
+				// The breakers close: each process's next token is pushed
+				// out by its phase (host.spread), then the held calls
+				// join their limiters' queues.
+				for _, p := range ps {
+					if p.rate > 0 {
+						p.tat = math.Max(p.tat, now+p.phase*p.iv)
+					}
 				}
-				p.done = len(p.queue)
-				r.served[w] += len(p.queue)
-				r.flushed[w] += len(p.queue)
-				p.queue = p.queue[:0]
+				for _, h := range holding {
+					if h.c.deadline <= now {
+						r.expired[w]++
+						continue
+					}
+					enqueue(h.p, h.c, now)
+				}
+				holding = holding[:0]
+			}
+			for _, p := range ps {
+				if p.syncTick == j {
+					m.sync(s, p, int64(t0+now*1e6+1), now, &r, w)
+				}
+				for ; p.next < now+modelTick; p.next += m.every {
+					c := modelCall{arrival: p.next, deadline: p.next + m.deadline}
+					r.arrivals++
+					switch {
+					case m.outageFor > 0 && c.arrival >= m.outageAt && c.arrival < outageEnd:
+						r.outageCalls++
+					case m.outageFor > 0 && c.arrival >= outageEnd+5 && c.arrival < outageEnd+15:
+						r.lateCalls++
+					case m.outageFor == 0 || c.arrival < m.outageAt:
+						r.beforeCalls++
+					}
+					if open {
+						holding = append(holding, held{p, c})
+					} else {
+						enqueue(p, c, now)
+					}
+				}
+				kept := p.queue[:0]
+				for _, c := range p.queue {
+					if c.deadline <= now {
+						r.expired[w]++
+					} else {
+						kept = append(kept, c)
+					}
+				}
+				p.queue = kept
+				for len(p.queue) > 0 {
+					if p.rate > 0 {
+						if p.tat > now+p.tau {
+							break
+						}
+						p.tat = math.Max(p.tat, now) + p.iv
+					}
+					c := p.queue[0]
+					p.queue = p.queue[1:]
+					r.starts[w]++
+					if failing {
+						p.bad++
+						r.drops[w]++
+						retries = append(retries, c)
+						continue
+					}
+					lat := m.base + backlog
+					backlog += 1 / capacity
+					r.maxBacklog = math.Max(r.maxBacklog, backlog)
+					r.backlog[w] = math.Max(r.backlog[w], backlog)
+					latSum += lat
+					if lat >= modelTimeout {
+						p.bad++
+						r.drops[w]++
+						retries = append(retries, c)
+						continue
+					}
+					p.ok++
+					p.latSum += lat
+					p.latN++
+					r.served[w]++
+					served(c, now)
+				}
+				// A failed attempt's call tries again from the next tick
+				// (behind the breaker while it is open).
+				for _, c := range retries {
+					if open {
+						holding = append(holding, held{p, c})
+					} else {
+						enqueue(p, c, now)
+					}
+				}
+				retries = retries[:0]
 			}
 		}
+		for _, p := range ps {
+			r.waiting[w] += len(p.queue)
+		}
+		if r.starts[w] > 0 {
+			r.latency = append(r.latency, latSum/float64(r.starts[w]))
+		} else {
+			r.latency = append(r.latency, 0)
+		}
+		r.totalHopeless += r.hopeless[w]
+		r.totalExpired += r.expired[w]
 	}
 	return r
 }
 
-// TestScriptFleetLimitLowVolume measures the fleet's limit for a fleet of
-// many processes that each need far less than one slot per sync interval
-// (bench's per terminal + fleet + limit row: 1000 terminals, a payment
-// every 2.2 s each, attempts of 20 ms, a sync every second): a slot is
-// handed over at syncs only and held for its grant and the next sync, so
-// a slot serves one process for two intervals however short its attempts
-// are, and a call waits for its process's turn, about 2n/L intervals;
-// while the calls wait, the fleet's demand (the waiting calls) stays
-// above L/2 and every clean window doubles L, up to Limit.Max: the limit
-// grows until it no longer binds, and the backlog that built up while it
-// did goes out at once (a burst of several times the offered rate).
+// sync is p's sync at now: its report, and its gate set to its share.
+func (m rateModel) sync(s *limitScript, p *modelProc, us int64, now float64, r *rateRun, w int) {
+	rate, R := s.report(us, p.pid, int64(len(p.queue)), p.ok, p.bad, int64(p.latSum*1e6), p.latN)
+	p.ok, p.bad, p.latSum, p.latN = 0, 0, 0, 0
+	r.rate[w] = R
+	if rate <= 0 {
+		p.rate = 0
+		return
+	}
+	iv := 1 / rate
+	tau := (math.Max(1, rate*1) - 1) * iv
+	switch {
+	case p.rate > 0:
+		if debt := (p.tat - now) / p.iv; debt > 0 {
+			p.tat = now + math.Min(debt*iv, tau+iv)
+		}
+	default:
+		p.tat = now - tau
+	}
+	p.rate, p.iv, p.tau = rate, iv, tau
+	kept := p.queue[:0]
+	for i, c := range p.queue {
+		if math.Max(now, p.tat-p.tau)+float64(len(kept))*p.iv+m.base >= c.deadline {
+			r.hopeless[w]++
+			r.fastLeft = append(r.fastLeft, c.deadline-now)
+			continue
+		}
+		_ = i
+		kept = append(kept, c)
+	}
+	p.queue = kept
+}
+
+func (r rateRun) table() string {
+	var b strings.Builder
+	for w := range r.rate {
+		fmt.Fprintf(&b, "\n  %2d R %6.1f starts %4d served %4d drops %4d hopeless %4d expired %4d waiting %4d latency %6.1fms backlog %4.0fms",
+			w, r.rate[w], r.starts[w], r.served[w], r.drops[w], r.hopeless[w], r.expired[w], r.waiting[w], 1000*r.latency[w], 1000*r.backlog[w])
+	}
+	return b.String()
+}
+
+func meanOf(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func ints(xs []int) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// TestScriptFleetLimitLowVolume: 1000 processes, a call every 2.2 s each
+// (455 per second offered), 20 s deadlines, a host that serves 500 per
+// second at 20 ms: once the fleet's rate is learned (a few windows) the
+// fleet starts about the offered calls every second, nothing waits out
+// its deadline, and the rate stays within a few tenths of the offered
+// load (it grows only while the fleet's demand reaches 3/4 of it), far
+// from what Limit.Max would allow (1000 in flight at 20 ms: 50,000/s).
 func TestScriptFleetLimitLowVolume(t *testing.T) {
-	const n, windows, every, deadline = 1000, 16, 2.2, 20
-	r := lowVolume(t, n, windows, every, deadline, 1000)
-	offered := float64(n) / every
-	var line strings.Builder
-	for w := range r.limit {
-		fmt.Fprintf(&line, " %d:L%d/%d(%d)", w, r.limit[w], r.served[w], r.flushed[w])
+	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 500, base: 0.02, windows: 30, max: 1000}
+	r := m.run(t)
+	offered := float64(m.n) / m.every
+	t.Logf("offered %.0f per second, host capacity %.0f:%s", offered, m.capacity, r.table())
+	t.Logf("%d calls: %d served, %d failed fast, %d waited out their deadline; largest host backlog %.0fms",
+		r.arrivals, len(r.servedArrival), r.totalHopeless, r.totalExpired, 1000*r.maxBacklog)
+	if r.totalExpired != 0 {
+		t.Errorf("%d calls waited out their deadline", r.totalExpired)
 	}
-	t.Logf("window:Llimit/started(of which waiting calls released at a grant), offered %.0f per window:%s", offered, line.String())
-	var sum float64
-	for _, x := range r.waits {
-		sum += x
+	if r.totalHopeless > r.arrivals/100 {
+		t.Errorf("%d of %d calls failed fast", r.totalHopeless, r.arrivals)
 	}
-	t.Logf("%d calls, %d started (mean wait %.2f intervals), %d waited out their deadline",
-		r.arrivals, len(r.waits), sum/float64(len(r.waits)), r.gaveUp)
-	// The limit doubles in every window while the waiting calls keep the
-	// demand above L/2, whatever the attempts in flight: Max in 8 windows.
-	if got := r.limit[windows-1]; got != 1000 {
-		t.Errorf("the fleet's limit after %d clean windows: %d, want Limit.Max (1000)", windows, got)
-	}
-	// While L is small the fleet starts about L calls per interval (a
-	// slot serves one process per sync), far below the offered load.
-	for w := 1; w < windows; w++ {
-		if r.limit[w-1] <= 40 && float64(r.served[w]) > 3*float64(r.limit[w-1])+offered*0.2 {
-			t.Errorf("window %d: %d calls started under a limit of %d", w, r.served[w], r.limit[w-1])
+	const warm = 5
+	for w := warm; w < m.windows; w++ {
+		if float64(r.starts[w]) < 0.9*offered || r.hopeless[w] > 0 {
+			t.Errorf("window %d (learned): %d calls started, %d failed fast, offered %.0f", w, r.starts[w], r.hopeless[w], offered)
+		}
+		if r.rate[w] > 2*offered {
+			t.Errorf("window %d: fleet rate %.0f, offered %.0f", w, r.rate[w], offered)
 		}
 	}
-	peak := 0
-	for _, x := range r.served {
-		peak = max(peak, x)
+	if g := meanOf(ints(r.starts[warm:])); g < 0.97*offered || g > 1.03*offered {
+		t.Errorf("%.1f calls started per second once learned, offered %.0f", g, offered)
 	}
-	if float64(peak) < 2*offered {
-		t.Errorf("the backlog went out in at most %d calls per interval, offered %.0f: no burst", peak, offered)
+}
+
+// TestScriptFleetRateFullHost: the same fleet against a host that
+// serves 600 per second, cut to 300 at 10 s (below the offered load):
+// latency and drops say the host is full, and the fleet's rate comes down
+// to about its new capacity instead of growing; the host's queue, 2.4 s
+// while the rate reacts (two windows late: the outcomes of a window are
+// reported in the next one), stays below the attempt timeout once it
+// has; the calls beyond its capacity fail fast (their turn is after
+// their deadline), none waits out its deadline. It under-uses the host
+// (see the package documentation, The fleet's rate).
+func TestScriptFleetRateFullHost(t *testing.T) {
+	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 600, base: 0.02, windows: 45, max: 1000,
+		cutAt: 10, cutTo: 300}
+	r := m.run(t)
+	t.Logf("offered %.0f per second, host capacity %.0f, %.0f from %.0f s:%s", float64(m.n)/m.every, m.capacity, m.cutTo, m.cutAt, r.table())
+	settled := r.rate[20:]
+	t.Logf("%d calls: %d served, %d failed fast, %d waited out their deadline; largest host backlog %.0fms; "+
+		"windows 20-44: fleet rate %.0f on average (%.2f of capacity), at most %.0f, host served %.0f per second (%.2f), largest backlog %.0fms",
+		r.arrivals, len(r.servedArrival), r.totalHopeless, r.totalExpired, 1000*r.maxBacklog,
+		meanOf(settled), meanOf(settled)/m.cutTo, slices.Max(settled), meanOf(ints(r.served[20:])), meanOf(ints(r.served[20:]))/m.cutTo,
+		1000*slices.Max(r.backlog[27:]))
+	if g := meanOf(settled); g < 0.5*m.cutTo || g > 1.25*m.cutTo {
+		t.Errorf("the fleet's rate over windows 20-44 averages %.0f, host capacity %.0f", g, m.cutTo)
 	}
-	t.Logf("peak %d calls started in one interval (%.1fx the offered rate)", peak, float64(peak)/offered)
+	if g := slices.Max(r.rate[12:]); g > 1.6*m.cutTo {
+		t.Errorf("the fleet's rate reached %.0f after the cut, host capacity %.0f", g, m.cutTo)
+	}
+	if g := meanOf(ints(r.served[20:])); g < 0.5*m.cutTo {
+		t.Errorf("the host served %.0f per second, capacity %.0f", g, m.cutTo)
+	}
+	if b := slices.Max(r.backlog[27:]); b >= modelTimeout {
+		t.Errorf("the host's backlog reached %.0fms after the rate reacted", 1000*b)
+	}
+	if r.totalExpired > r.totalHopeless/20 {
+		t.Errorf("%d calls waited out their deadline, %d failed fast", r.totalExpired, r.totalHopeless)
+	}
+}
+
+// TestScriptFleetRateOutage: the low-volume fleet of
+// TestScriptFleetLimitLowVolume, with every attempt failing for 10 s from
+// 15 s. The fleet's rate falls while attempts fail (then holds: the
+// breakers hold the calls, nothing is reported), then restarts from the
+// last healthy rate (the rate served before the outage): the backlog and
+// the new calls go out at about the fleet's rate, never in one burst (each
+// process's first token after the close pushed out by its phase); the
+// backlog's calls that cannot make their deadline fail fast, none waits
+// out its deadline, and the calls that come after the backlog are all
+// served.
+func TestScriptFleetRateOutage(t *testing.T) {
+	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 500, base: 0.02, windows: 62, max: 1000,
+		outageAt: 15, outageFor: 10}
+	r := m.run(t)
+	offered := float64(m.n) / m.every
+	t.Logf("offered %.0f per second, host capacity %.0f, outage 15-25 s:%s", offered, m.capacity, r.table())
+	rho := offered / m.capacity
+	bound := math.Min(1, (1-rho)*m.deadline/(rho*m.outageFor))
+	fast := 0
+	for _, left := range r.fastLeft {
+		if left > 1 {
+			fast++
+		}
+	}
+	healthy := meanOf(ints(r.served[10:15]))
+	first := slices.IndexFunc(r.rate[26:], func(x float64) bool { return x >= 0.8*healthy })
+	t.Logf("%d calls: before the outage %d/%d served; during it %d/%d served (%.1f%%, physical bound %.1f%%); "+
+		"5 to 15 s after it %d/%d; %d failed fast (%d with more than 1 s left), %d waited out their deadline; "+
+		"largest host backlog %.0fms; the rate back to 80%% of the last healthy rate (%.0f) in window %d; windows 26-40: %.0f started per second",
+		r.arrivals, r.beforeServed, r.beforeCalls, r.outageServed, r.outageCalls, 100*float64(r.outageServed)/float64(r.outageCalls), 100*bound,
+		r.lateServed, r.lateCalls, r.totalHopeless, fast, r.totalExpired, 1000*r.maxBacklog, healthy, 26+first, meanOf(ints(r.starts[26:41])))
+	if first < 0 || first > 5 {
+		t.Errorf("the fleet's rate not back to 80%% of the last healthy rate %.0f within 5 windows of the close", healthy)
+	}
+	for w := 25; w < m.windows; w++ {
+		if float64(r.starts[w]) > 1.3*m.capacity {
+			t.Errorf("window %d: %d attempts started, host capacity %.0f: a burst", w, r.starts[w], m.capacity)
+		}
+	}
+	if g := meanOf(ints(r.starts[26:41])); g < 0.8*offered {
+		t.Errorf("after the outage the fleet started %.0f per second, offered %.0f", g, offered)
+	}
+	if r.maxBacklog >= modelTimeout/2 {
+		t.Errorf("the host's backlog reached %.0fms", 1000*r.maxBacklog)
+	}
+	if r.lateServed < r.lateCalls*99/100 {
+		t.Errorf("5 to 15 s after the outage, %d of %d new calls served", r.lateServed, r.lateCalls)
+	}
+	if r.totalExpired > r.totalHopeless/20 || fast < len(r.fastLeft)*95/100 {
+		t.Errorf("%d calls waited out their deadline, %d failed fast (%d with more than 1 s left)", r.totalExpired, r.totalHopeless, fast)
+	}
+	if float64(r.outageServed) < 0.9*bound*float64(r.outageCalls) {
+		t.Errorf("%d of the %d calls of the outage served, below 90%% of the physical bound %.1f%%", r.outageServed, r.outageCalls, 100*bound)
+	}
 }

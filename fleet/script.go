@@ -28,8 +28,11 @@ import (
 //     breaker is open; a probe interval has ProbeRounds slots, one round
 //     each, so that the rounds are spread over it.
 //
-// A missing field reads as 0. Numbers are written with %.0f: every value is
-// an integer below 2^53, which a Lua number holds exactly.
+// With Config.Limit, the fields of the fleet-wide rate (see rate_share).
+//
+// A missing field reads as 0. Numbers are written with %.17g: integers
+// below 2^53 (every count, every time in µs) print as integers and read
+// back exactly, and the rate's fractions read back exactly too.
 const scriptSource = `
 local mode = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -59,7 +62,7 @@ local function save(key)
   local args = {}
   for f in pairs(dirty) do
     args[#args + 1] = f
-    args[#args + 1] = string.format('%.0f', h[f])
+    args[#args + 1] = string.format('%.17g', h[f])
   end
   if #args > 0 then redis.call('HSET', key, unpack(args)) end
   redis.call('PEXPIRE', key, ttl)
@@ -103,92 +106,175 @@ local function flip(st)
   end
 end
 
--- limit_share runs the fleet-wide limit of the host loaded in h for one
--- process's sync (see the package documentation, The fleet's limit). The
--- first sync of a window (gen, one per sync interval) updates the limit
--- from the last window's outcomes and forgets the processes not heard of
--- for more than 10 windows. The process's report (attempts in flight
--- inf, demand dem: in flight plus waiting; dem < 0: it leaves) replaces
--- its last one in the registry reg (fields <pid>:g window, :h slots held,
--- :r last grant, :d demand, :c credit, :b refused); its grant is its share of the
--- limit, within the slots the others hold. Held slots are the most of the
--- grant, the last grant and the attempts in flight, so that the slots a
--- process may still use are never granted to another. Main hash fields:
--- lm limit, ls slow-start threshold, lg window, lo/lf outcomes of the
--- window, lu window used (demand >= limit/2), lc last window clean, lh
--- slots held, ld demand, ln processes, lq processes refused their share
--- (registry :b). Returns the grant and the limit.
-local function limit_share(reg, pid, inf, dem, ds, df, gen, lmax, linit)
-  local L = get('lm')
-  if L <= 0 then
-    L = math.min(linit, lmax)
-    set('lm', L); set('ls', lmax); set('lg', gen)
-  end
-  if gen > get('lg') then
-    local o, fl = get('lo'), get('lf')
-    if fl > 0 then
-      L = math.max(1, math.floor(L * math.max(0.5, 1 - fl / (o + fl))))
-      if get('lc') == 1 then set('ls', L) end
-      set('lc', 0)
-    elseif o > 0 then
-      if get('lu') == 1 then
-        if L < get('ls') then L = math.min(2 * L, get('ls'))
-        else L = L + math.max(1, math.floor(math.sqrt(L))) end
-        L = math.min(L, lmax)
-      end
-      set('lc', 1)
-    end
-    set('lm', L); set('lg', gen); set('lo', 0); set('lf', 0); set('lu', 0)
-    local raw = redis.call('HGETALL', reg)
-    local e = {}
-    for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
-    for f, v in pairs(e) do
-      if string.sub(f, -2) == ':g' and tonumber(v) < gen - 10 then
-        local p = string.sub(f, 1, -3)
-        set('lh', math.max(0, get('lh') - (tonumber(e[p .. ':h']) or 0)))
-        set('ld', math.max(0, get('ld') - (tonumber(e[p .. ':d']) or 0)))
-        set('ln', math.max(0, get('ln') - 1))
-        set('lq', math.max(0, get('lq') - (tonumber(e[p .. ':b']) or 0)))
-        redis.call('HDEL', reg, f, p .. ':h', p .. ':r', p .. ':d', p .. ':c', p .. ':b')
-      end
-    end
-  end
-  set('lo', get('lo') + ds); set('lf', get('lf') + df)
-  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c', pid .. ':b')
-  local eh, er = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  local ed, ec, eb = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
-  local others = get('lh') - eh
-  if dem < 0 then
-    if v[1] then
-      set('lh', math.max(0, others)); set('ld', math.max(0, get('ld') - ed)); set('ln', math.max(0, get('ln') - 1))
-      set('lq', math.max(0, get('lq') - eb))
-      redis.call('HDEL', reg, pid .. ':g', pid .. ':h', pid .. ':r', pid .. ':d', pid .. ':c', pid .. ':b')
-    end
-    return 0, L
-  end
-  if not v[1] then set('ln', get('ln') + 1) end
-  local D, N = get('ld') - ed + dem, math.max(get('ln'), 1)
-  local share
-  if D <= L then share = dem + (L - D) / N else share = L * dem / D end
-  local want = share + ec
-  -- Slots go first to the processes that were refused their share for
-  -- want of free slots (lq of them, flag b) and hold none since: the
-  -- others leave one free slot for each, so that a freed slot goes to
-  -- the next such process to sync, not back to the one that freed it.
-  local free = L - others
-  if eb == 0 or eh > 0 then free = free - (get('lq') - eb) end
-  local g = math.max(0, math.min(math.floor(want), free))
+-- The fleet-wide rate of the host loaded in h (see the package
+-- documentation, The fleet's rate). Main hash fields: rr the rate R
+-- (attempt starts per second, 0 while cold), rs the slow-start
+-- threshold (0: none), rh the last healthy rate, rv recovering (an
+-- outage window since the last clean one), rc the last window was clean,
+-- rg the current window, rb the last known baseline (µs), rx the last
+-- window that refreshed it, qt<i>/qv<i> the baseline's ring (6 buckets of
+-- 10 windows: the lowest clean window mean of each), wo/wf/wl/wk/wd the
+-- current window's successes, drops, latency sum (µs) and samples, and
+-- demand (attempts done plus calls waiting), ld the sum of the processes'
+-- demands (each at least the floor), ln the processes. The registry reg
+-- holds per process <pid>:g its last window, :d its demand (starts per
+-- second, smoothed), :t its last sync (µs).
+
+local function rate_baseline(id)
   local b = 0
-  if g < math.floor(want) then b = 1 end
-  set('lq', math.max(0, get('lq') + b - eb))
-  ec = math.min(math.max(want - g, 0), 1)
-  local held = math.max(g, er, inf)
-  set('lh', others + held); set('ld', D)
-  if D >= L / 2 then set('lu', 1) end
-  redis.call('HSET', reg, pid .. ':g', gen, pid .. ':h', held, pid .. ':r', g, pid .. ':d', dem,
-    pid .. ':c', string.format('%.6f', ec), pid .. ':b', b)
+  for i = 0, 5 do
+    local tag, v = get('qt' .. i), get('qv' .. i)
+    if tag > id - 6 and tag <= id and v > 0 and (b == 0 or v < b) then b = v end
+  end
+  if b > 0 then set('rb', b) else b = get('rb') end
+  return b
+end
+
+-- rate_close ends the window rg at the first sync of a later one (gen):
+-- it learns R from the window's outcomes and latency, updates the
+-- baseline, and forgets the processes not heard of for 10 windows.
+local function rate_close(reg, gen, win, lmax, rinit, dfloor)
+  local cg = get('rg')
+  local R = get('rr')
+  local o, fl, lsum, lk, dem = get('wo'), get('wf'), get('wl'), get('wk'), get('wd')
+  local id = math.floor(cg / 10)
+  local base = rate_baseline(id)
+  local mean = 0
+  if lk > 0 then mean = lsum / lk end
+  local served = o / win
+  local R0 = R
+  if R <= 0 then
+    -- Cold: the first window's demand, at least rinit, then slow start.
+    if dem > 0 then R = math.max(rinit, dem / win); set('rs', 0); set('rc', 1) end
+  elseif fl > 0 then
+    -- Drops: down by their share, at most halving; not again in the
+    -- window after a cut, whose outcomes still show the last rate's.
+    local share = fl / (o + fl)
+    if get('rc') == 1 then set('rs', R) end
+    if cg > get('rk') + 1 then
+      R = R * math.max(0.5, 1 - share)
+      set('rk', cg)
+      if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
+    end
+    if share >= 0.5 then set('rv', 1) end
+    set('rc', 0)
+  elseif lk > 0 and base > 0 and mean > math.max(2 * base, 1000) then
+    -- The host queues: down to the rate it served (the higher of this
+    -- window's and the last one's) less 5%, by 10% to 30%; not again in
+    -- the next window.
+    if cg > get('rk') + 1 then
+      R = math.max(R * 0.7, math.min(R * 0.9, 0.95 * math.max(served, get('rp'))))
+      set('rk', cg)
+      if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
+    end
+    set('rs', R); set('rc', 0)
+  elseif o > 0 or lk > 0 then
+    local near = base == 0 or lk == 0 or mean <= math.max(1.5 * base, 1000)
+    local restoring = get('rv') == 1 and near
+    if restoring then
+      -- Restart from the last healthy rate; a cut before a clean window
+      -- confirms it halves it (the host takes less than it did).
+      if get('rh') > R then R = get('rh'); set('ro', cg) end
+      set('rv', 0)
+    elseif near and get('ro') > 0 and cg >= get('ro') + 2 and dem >= 0.5 * R * win then
+      set('ro', 0) -- a window run at the restored rate, clean: confirmed
+    end
+    if near and not restoring and dem >= 0.75 * R * win then
+      local rs = get('rs')
+      if rs <= 0 or R < rs then
+        R = math.max(R + math.sqrt(R), math.min(2 * R, 1.5 * dem / win))
+        if rs > 0 then R = math.min(R, rs) end
+      else
+        R = R + math.max(1, math.sqrt(R))
+      end
+    end
+    if near and not restoring and served >= 0.5 * R0 and R0 >= 0.5 * get('rh') then set('rh', served) end
+    set('rc', 1)
+  end
+  if R > 0 then
+    if base > 0 then R = math.min(R, lmax * 1e6 / base) end
+    R = math.min(math.max(R, 1 / win), 1e9)
+  end
+  -- The baseline: the lowest mean of clean windows (no drops, within 2x
+  -- of it), over the last 6 buckets; 300 windows without one reset it to
+  -- the next window without drops.
+  if fl == 0 and lk > 0 then
+    local reset = get('rx') > 0 and cg - get('rx') > 300
+    if reset then
+      for i = 0, 5 do set('qt' .. i, 0) end
+    end
+    if base == 0 or reset or mean <= math.max(2 * base, 1000) then
+      local i = id % 6
+      if get('qt' .. i) ~= id or get('qv' .. i) <= 0 or mean < get('qv' .. i) then
+        set('qt' .. i, id); set('qv' .. i, mean)
+      end
+      set('rx', cg)
+      if reset then set('rb', mean) end
+    end
+  end
+  set('rr', R); set('rg', gen); set('rp', served)
+  set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wd', 0)
+  local raw = redis.call('HGETALL', reg)
+  local e = {}
+  for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
+  local sum, n = 0, 0
+  for f, v in pairs(e) do
+    if string.sub(f, -2) == ':g' then
+      local p = string.sub(f, 1, -3)
+      if tonumber(v) < gen - 10 then
+        redis.call('HDEL', reg, f, p .. ':d', p .. ':t')
+      else
+        sum = sum + math.max(tonumber(e[p .. ':d']) or 0, dfloor)
+        n = n + 1
+      end
+    end
+  end
+  set('ld', sum); set('ln', n); set('lz', sum)
+end
+
+-- rate_share takes one process's report (waiting < 0: it leaves) and
+-- returns its share of R and R, both per second.
+local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax, rinit)
+  local win = win_us / 1e6
+  local dfloor = 0.1 / win
+  if get('rg') == 0 then set('rg', gen)
+  elseif gen > get('rg') then rate_close(reg, gen, win, lmax, rinit, dfloor) end
+  local R = get('rr')
+  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':d', pid .. ':t')
+  local od, ot = tonumber(v[2]), tonumber(v[3])
+  if waiting < 0 then
+    if v[1] then
+      set('ld', math.max(0, get('ld') - math.max(od or 0, dfloor))); set('ln', math.max(0, get('ln') - 1))
+      set('lz', math.max(0, get('lz') - math.max(od or 0, dfloor)))
+      redis.call('HDEL', reg, pid .. ':g', pid .. ':d', pid .. ':t')
+    end
+    return 0, R
+  end
+  set('wo', get('wo') + ds); set('wf', get('wf') + df)
+  set('wl', get('wl') + lsum); set('wk', get('wk') + lk)
+  set('wd', get('wd') + ds + df + waiting)
+  local d
+  local x = ds + df + waiting
+  if od and ot then
+    -- Up at once, down smoothed over about 4 windows.
+    local el = math.max((now - ot) / 1e6, 0)
+    local xr = x / math.max(el, win)
+    if xr >= od then d = xr else d = od + (xr - od) * math.min(1, el / (4 * win)) end
+  else
+    d = x / win
+    set('ln', get('ln') + 1)
+  end
+  local D = get('ld') - math.max(od or 0, dfloor) + math.max(d, dfloor)
+  if not od then D = get('ld') + math.max(d, dfloor) end
+  set('ld', D)
+  redis.call('HSET', reg, pid .. ':g', gen, pid .. ':d', string.format('%.6f', d), pid .. ':t', string.format('%.0f', now))
   redis.call('PEXPIRE', reg, ttl)
-  return g, L
+  -- Shared by the larger of the demand now and at the window's start:
+  -- demand that rises during a window (the processes report one after
+  -- the other) must not hand out more than R to those that report first.
+  local r = 0
+  if R > 0 then r = R * math.max(d, dfloor) / math.max(D, get('lz'), dfloor) end
+  return r, R
 end
 
 local out = {}
@@ -212,12 +298,15 @@ if mode == 's' then
         set('br' .. i, math.max(0, get('br' .. i) - n))
       end
     end
-    local lgrant, llimit = 0, 0
+    local lrate, lfleet = 0, 0
     if ARGV[a] == '1' then
-      local win = tonumber(ARGV[a + 4])
-      lgrant, llimit = limit_share(KEYS[k] .. ':l', ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-        ds, df, math.floor(now / win), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
-      a = a + 7
+      local win = tonumber(ARGV[a + 5])
+      local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), ds, df,
+        tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]))
+      if R > 0 then
+        lrate, lfleet = math.max(1, math.floor(r * 1000 + 0.5)), math.max(1, math.floor(R * 1000 + 0.5))
+      end
+      a = a + 8
     else
       a = a + 1
     end
@@ -236,7 +325,7 @@ if mode == 's' then
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)
     save(KEYS[k])
-    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lgrant, llimit}) do
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet}) do
       out[#out + 1] = v
     end
   end
@@ -297,7 +386,7 @@ type hostWindow struct {
 	requests, retries int64
 	state, epoch      int64
 	calls, failures   int64
-	grant, limit      int64 // this process's share and the fleet's limit (0, 0 without a limit)
+	rate, fleetRate   int64 // this process's share of the fleet's rate and the rate, in thousandths per second (0, 0: no rate yet, or no limiter)
 }
 
 // syncReply is the decoded reply of a sync.
@@ -351,8 +440,8 @@ func decodeSync(v []int64, n int) (syncReply, error) {
 	for i := range r.hosts {
 		x := v[1+8*i : 9+8*i]
 		w := hostWindow{requests: x[0], retries: x[1], state: x[2], epoch: x[3], calls: x[4], failures: x[5],
-			grant: x[6], limit: x[7]}
-		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.grant, w.limit); err != nil {
+			rate: x[6], fleetRate: x[7]}
+		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.rate, w.fleetRate); err != nil {
 			return syncReply{}, err
 		}
 		if err := checkState(w.state, w.epoch); err != nil {
@@ -410,7 +499,8 @@ type settings struct {
 	probeUS  int64   // the probe interval
 	rounds   int64   // probe rounds per probe interval, fleet-wide
 
-	// The fleet-wide limit (Config.Limit): limitMax is 0 without one.
+	// The fleet-wide rate (Config.Limit): limitMax is 0 without one.
+	// limitInit is the cold rate's floor, in starts per second.
 	limitWindowUS, limitMax, limitInit int64
 }
 
@@ -438,14 +528,14 @@ type syncHost struct {
 	limit                         *limitReport // nil: the host has no limiter
 }
 
-// limitReport is a process's report to the fleet's limit of a host: its
-// id, its attempts in flight and its demand (in flight plus waiting), and
-// the fleet's settings of the limit (window in microseconds, Max, the
-// initial limit).
+// limitReport is a process's report to the fleet's rate of a host: its
+// id, its calls waiting in its limiter (-1: it leaves), the sum (µs) and
+// number of its latency samples since its last report, and the fleet's
+// settings (window in microseconds, Limit.Max, the cold rate's floor).
 type limitReport struct {
-	pid                      string
-	inFlight, demand         int64
-	windowUS, max, initLimit int64
+	pid                     string
+	waiting, latUS, latN    int64
+	windowUS, max, initRate int64
 }
 
 // appendSync appends a host's ARGV of a sync to args.
@@ -460,7 +550,7 @@ func appendSync(args []string, h syncHost) []string {
 		args = append(args, itoa(r.slice), itoa(r.n))
 	}
 	if l := h.limit; l != nil {
-		return append(args, "1", l.pid, itoa(l.inFlight), itoa(l.demand), itoa(l.windowUS), itoa(l.max), itoa(l.initLimit))
+		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate))
 	}
 	return append(args, "0")
 }

@@ -181,19 +181,19 @@ func (f *Fleet) sync(final bool) error {
 	}
 	f.syncFailures.Add(1)
 	f.failed(fmt.Errorf("fleet: sync: %w", err))
-	f.uncap()
+	f.ungate()
 	if r, ok := f.be.(interface{ reload() }); ok {
 		r.reload()
 	}
 	return err
 }
 
-// uncap lifts the fleet's caps of the hosts' limiters: in local mode each
-// limiter decides alone.
-func (f *Fleet) uncap() {
+// ungate lifts the fleet's rate gates of the hosts' limiters: in local
+// mode each limiter decides alone.
+func (f *Fleet) ungate() {
 	for _, h := range *f.list.Load() {
-		if h.lim != nil && h.capped.Load() >= 0 {
-			h.setCap(-1)
+		if h.lim != nil && h.rate.Load() != 0 {
+			h.setRate(0)
 		}
 	}
 }

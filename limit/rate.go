@@ -52,9 +52,12 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // per waiter; one timer per Limiter wakes the front waiter when its
 // token is due), and fails fast with [ErrLimited] ("no token") when its
 // turn, the next token plus one token per call waiting ahead of it, comes
-// after its deadline less the destination's fastest answer. burst is at
-// least 1 (below 1, or NaN, means 1): a gate that was idle lets burst
-// calls go at once. perSecond <= 0 or +Inf turns the gate off (the
+// after its deadline less the destination's fastest answer. A gate that
+// was idle lets burst calls go at once; burst in (0, 1) means 1, and
+// also pushes the next token out to (1 − burst)/perSecond from now at
+// the earliest (a phase: a fleet spreads its processes' first calls after
+// an outage over a token's time); burst <= 0 or NaN means 1.
+// perSecond <= 0 or +Inf turns the gate off (the
 // default); NaN leaves the gate as it is. A new rate keeps the bucket's
 // debt in tokens; a lowered one fails the waiters whose turn then comes
 // too late, a raised one (or off) grants waiters at once.
@@ -67,9 +70,13 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // is safe for concurrent use.
 func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting int, latency time.Duration, samples int) {
 	var iv, tau int64
+	var phase float64 // burst in (0, 1): the next token's delay, in tokens
 	if perSecond > 0 && !math.IsInf(perSecond, 1) {
 		iv = int64(math.Min(float64(time.Second)/perSecond, float64(maxRateInterval)))
 		iv = max(iv, 1)
+		if burst > 0 && burst < 1 {
+			phase = 1 - burst
+		}
 		if !(burst >= 1) {
 			burst = 1
 		}
@@ -77,7 +84,26 @@ func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting int, late
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !math.IsNaN(perSecond) && (iv != l.riv.Load() || tau != l.rtau.Load()) {
+	if iv > 0 && phase > 0 && !math.IsNaN(perSecond) {
+		// Apply the rate first, then push the next token out.
+		l.setRateLocked(iv, tau)
+		now := int64(l.since())
+		floor := now + int64(phase*float64(iv))
+		for t := l.rtat.Load(); t < floor && !l.rtat.CompareAndSwap(t, floor); t = l.rtat.Load() {
+		}
+	} else if !math.IsNaN(perSecond) {
+		l.setRateLocked(iv, tau)
+	}
+	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len()
+	latency, samples = l.repSum, int(l.repN)
+	l.repSum, l.repN = 0, 0
+	return inFlight, waiting, latency, samples
+}
+
+// setRateLocked sets the gate's interval and tolerance (iv 0: off),
+// keeping the bucket's debt in tokens. Calls with mu held.
+func (l *Limiter) setRateLocked(iv, tau int64) {
+	if iv != l.riv.Load() || tau != l.rtau.Load() {
 		now := l.since()
 		if old := l.riv.Load(); old > 0 && iv > 0 {
 			// Keep the debt, in tokens, at the new rate.
@@ -101,10 +127,6 @@ func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting int, late
 		l.expireRateLocked(now)
 		l.grantLocked()
 	}
-	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len()
-	latency, samples = l.repSum, int(l.repN)
-	l.repSum, l.repN = 0, 0
-	return inFlight, waiting, latency, samples
 }
 
 // armLocked makes the rate timer fire at at (or sooner, if it is armed

@@ -318,3 +318,21 @@ func TestRateGateAllocs(t *testing.T) {
 		t.Fatalf("%v allocs per Acquire+Release through the rate gate, want 0", n)
 	}
 }
+
+// TestRateGatePhase: a burst in (0, 1) pushes the next token out by
+// (1 − burst) of a token's time, also on an idle gate that holds tokens.
+func TestRateGatePhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{})
+		l.SetRate(10, 5) // idle: 5 tokens
+		l.SetRate(10, 0.25)
+		start := time.Now()
+		out := make(chan acquired, 2)
+		acquireAt(l, start, time.Second, 0, out)
+		acquireAt(l, start, time.Second, 1, out)
+		a, b := <-out, <-out
+		if a.err != nil || b.err != nil || a.at != 75*time.Millisecond || b.at != 175*time.Millisecond {
+			t.Fatalf("after a phase of 0.75 token at 10/s: %+v, %+v; want 75ms and 175ms", a, b)
+		}
+	})
+}
