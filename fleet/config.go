@@ -85,22 +85,18 @@ type Config struct {
 	// the fleet's.
 	ProbeRounds int
 	// Limit, if not nil, gives each host a [limit.Limiter] built from it
-	// ([Fleet.Guards] hands it out), capped at this process's share of a
-	// fleet-wide limit of attempts in flight to the host, which the fleet
-	// learns from its outcomes in windows of SyncEvery (see the package
-	// documentation, The fleet's limit). Limit.Max (0 means 1000) bounds
-	// each process's limiter and also the fleet-wide limit (the whole
-	// fleet's attempts in flight to the host); the fleet's limit starts at
-	// min(Max, 10). In local mode the cap is lifted and each process's
-	// limiter decides alone. Slots change hands at syncs only: for many
-	// processes that each need far less than a slot per SyncEvery (a
-	// terminal with one call in flight) the fleet's limit starves them,
-	// then grows past what the host takes (see the package documentation,
-	// Many small processes). Nil (the default) means no limiter in
-	// [Fleet.Guards] (httpretry and grpcretry then give the host their own
-	// per-process limiter, their default, unless told WithLimit(nil)); an
-	// invalid Limit is an error of New naming the field. New copies it:
-	// changing it afterwards changes nothing.
+	// ([Fleet.Guards] hands it out), gated ([limit.Limiter.SetRate]) at
+	// this process's share of a fleet-wide rate of attempt starts per
+	// second to the host, which the fleet learns from its outcomes and
+	// the limiters' latency in windows of SyncEvery (see the package
+	// documentation, The fleet's rate). Limit.Max (0 means 1000) bounds
+	// each process's attempts in flight, and the fleet's rate at Max per
+	// baseline latency. In local mode the gate is lifted and each
+	// process's limiter decides alone. Nil (the default) means no limiter
+	// in [Fleet.Guards] (httpretry and grpcretry then give the host their
+	// own per-process limiter, their default, unless told WithLimit(nil));
+	// an invalid Limit is an error of New naming the field. New copies
+	// it: changing it afterwards changes nothing.
 	Limit *limit.Config
 	// MaxHosts bounds the destination hosts the Fleet tracks; 0 means
 	// 1024. Beyond it, [Fleet.Guards] returns [ErrTooManyHosts].

@@ -90,87 +90,120 @@
 // backlog at the number of processes per second, faster than its
 // pre-outage rate.
 //
-// # The fleet's limit
+// # The fleet's rate
 //
 // With Config.Limit, each host also gets a [limit.Limiter] (in the
-// retry.Guards of [Fleet.Guards]) that learns as package limit says,
-// capped ([limit.Limiter.SetCap]) at this process's share of a fleet-wide
-// limit L of attempts in flight to the host. One limiter per process does
-// not bind a fleet of small clients (a terminal with one call in flight
-// never reaches a limit of 10); the fleet's limit does. Each sync carries,
-// per host, the limiter's attempts in flight and its demand (in flight
-// plus waiting), read when the sync starts; the breaker's outcomes it
-// already carries are the fleet's successes and drops (what the breaker
-// counts as a failure). The script, on the server's clock:
+// retry.Guards of [Fleet.Guards]) that learns its own limit of attempts
+// in flight as package limit says, and is gated ([limit.Limiter.SetRate])
+// at this process's share of a fleet-wide rate R of attempt starts per
+// second to the host. One limiter per process does not bind a fleet of
+// small clients (a terminal with one call in flight never reaches a limit
+// of 10), and slots of a fleet-wide limit of attempts in flight, handed
+// over at syncs, starve them (a slot serves one process per sync
+// interval, however short its attempts): a rate does neither, since a
+// share of 0.4 calls a second is a token every 2.5 s. Each sync carries,
+// per host, the limiter's calls waiting and the sum and number of its
+// latency samples since the last sync (sampled attempts that ended not
+// dropped: about one in 16 calls per process, more when loaded); the
+// breaker's outcomes it already carries are the fleet's successes and
+// drops (what the breaker counts as a failure: timeouts, cancels, 503s).
+// The script, on the server's clock, in windows of SyncEvery:
 //
-//   - Learns L in windows of SyncEvery, at the first sync of each window,
-//     from the previous window's outcomes of the whole fleet. Failures
-//     multiply L by max(0.5, 1 − their share), down to 1; the first such
-//     window after a clean one also sets the slow-start threshold to the
-//     lowered L. A clean window in which the fleet's demand reached L/2
-//     doubles L up to the threshold (slow start), then adds ⌊√L⌋. A window
-//     without outcomes, or one the fleet did not use, leaves L alone. L
-//     starts at min(Limit.Max, 10) with the threshold at Limit.Max, and
-//     stays within 1 to Limit.Max (the bound of the whole fleet, not of
-//     each process).
-//   - Shares L: with the fleet's demand D (the sum of the processes' last
-//     reports) and N processes, a process's share is its demand plus
-//     (L − D)/N when D <= L, and L·demand/D otherwise, plus the fraction
-//     it was not granted before (at most 1): a process whose share is 0.3
-//     gets a slot about one sync in three. Its grant is the whole part,
-//     within the slots no other process holds; a process refused its
-//     share for want of free slots, and holding none, gets the slots that
-//     are freed first (the others leave one free slot for each such
-//     process), so none is stuck behind the others.
-//   - Counts a process as holding the most of its grant, its previous
-//     grant and its attempts in flight: slots it may still be using
-//     (started under its previous grant while this sync was in flight, or
-//     still running) are never granted to another.
+//   - Learns R at the first sync of each window, from the last window's
+//     reports of the whole fleet (which describe mostly the attempts of
+//     the window before it: a report comes at the next sync). Cold (no
+//     R yet: no gate), R becomes the first window's demand per second
+//     (attempts done plus calls waiting), at least 10. Drops cut R by
+//     their share, at most halving; a window with a majority of drops is
+//     an outage. A window whose mean latency is above both twice the
+//     baseline and 1 ms (the host queues) brings R down to the lower of
+//     90% of R and 95% of the rate served (the higher of this window's
+//     and the last one's: a full host serves its capacity), by at most
+//     30%. Neither cuts again in the window right after a cut, whose
+//     reports still show the old rate's attempts. A clean window whose
+//     fleet's demand reached 3/4 of R raises it: below the slow-start
+//     threshold (R when the last incident began; none while cold) to the
+//     higher of R+√R and min(2R, 1.5 × demand), above it by √R. The first
+//     clean window near the baseline (mean at most 1.5x it, or 1 ms)
+//     after an outage restarts R from the last healthy rate (the rate
+//     served in the last clean window near the baseline that used at
+//     least half of R); a cut before a window run at that rate confirms
+//     it halves the healthy rate (the host takes less than it did). R
+//     stays within 1 per window and Limit.Max per baseline latency (the
+//     most in flight the fleet may have, by Little's law).
+//   - Keeps the baseline: the lowest mean latency of the windows without
+//     drops whose mean is within twice it (or 1 ms), over the last 6
+//     buckets of 10 windows. Windows with drops or a queue do not count,
+//     so it cannot drift up during an incident: with no clean window in
+//     the horizon it keeps its last value; after 300 windows without one,
+//     the next window without drops sets it afresh (a slower normal).
+//   - Shares R by demand: each process's demand is its attempts done plus
+//     calls waiting per second since its last sync, taken at once when it
+//     rises and smoothed over about 4 windows when it falls, at least a
+//     tenth of a call per window; its share is R·demand/D, D the sum of
+//     the demands (the larger of the sum now and at the window's start).
+//     A process not heard of for 10 windows is forgotten; one that closes
+//     leaves at once.
 //
-// The bound: in fleet mode, a grant never brings the slots held by the
-// fleet above L, and every attempt in flight is in a slot held, so the
-// attempts in flight of the whole fleet never exceed L (when L falls, the
-// attempts above it end normally and no slot is granted until they have).
-// It does not cover processes in local mode, nor a process that stops
-// syncing without failing (a stalled loop) for 10 windows: the fleet
-// forgets a process not heard of for 10 windows and its slots go back. A
-// process that closes gives its slots back at once.
+// Each process sets its limiter's gate to its share, with a burst of
+// max(1, share × SyncEvery) tokens: a terminal that was idle sends its
+// next call at once. A call that finds no token waits for one, earliest
+// deadline first, and fails fast with [limit.ErrLimited] when its turn
+// comes after its deadline. When the breaker closes after an outage
+// (the fleet's close, or its own probes), every process has calls waiting
+// and a token; each then pushes its next token out by a phase of its own
+// (a fraction of a token's time, fixed at New from its random id), so
+// that the fleet's first calls are spread over a token's time instead of
+// one per process at once.
 //
-// What it costs: a call that finds its process's share in use waits, as
-// over any limit (earliest deadline first, within its deadline), for a
-// sync that grants a slot: up to a sync interval, more while the fleet's
-// demand is above L. A new host has no share until its first sync, which
-// starts at once. A slot is given back one sync after its grant falls, so
-// while processes take turns part of L is held and idle. The success path
-// does not change (the cap is set by the sync); each sync carries seven
-// more arguments per host, and the script reads the host's registry of
-// processes once per window. In local mode (a failed sync) the caps are
-// lifted and each process's limiter decides alone, by its own learned
-// limit (at most Limit.Max, never unlimited); the next sync that succeeds
-// caps them again, and Close lifts them.
+// The bound: in fleet mode, the fleet's attempts in any span T are at
+// most about R·T plus the bursts, Σ max(1, share × SyncEvery): R·SyncEvery
+// plus one call per process whose share is below one call per interval.
+// It is a rate, not a concurrency bound: attempts in flight are bounded
+// per process by each limiter's own limit (at most Limit.Max), and for
+// the fleet only through R and latency (Little's law). Shares sum to R
+// only at the window's start; a process whose demand rises meanwhile may
+// take more until the next window. It does not cover processes in local
+// mode, nor those not yet synced (a new host has no gate until the first
+// sync's reply: its first calls go at once), nor the window before the
+// first R (cold). Latency is the attempts' as the limiters measure it,
+// including any time spent in the client (a loaded machine, a
+// contended scheduler): a process that is itself the bottleneck makes the
+// fleet's rate fall. In local mode (a failed sync) the gates are lifted
+// and each process's limiter decides alone, by its own learned limit (at
+// most Limit.Max, never unlimited); the next sync that succeeds gates
+// them again, and Close lifts them.
 //
-// Many small processes. Slots change hands only at syncs, and a slot is
-// held for its grant and the next sync, so however short the attempts, a
-// slot serves one process for about two sync intervals. A fleet of N
-// processes that each need much less than a slot per interval starts
-// the calls of about L/2 processes per interval, and each call waits for
-// its process's turn, about 2N/L intervals. The waiting calls keep the
-// fleet's demand above L/2, and L learns from failures (the breaker's),
-// not from latency: every clean window doubles it, up to Limit.Max,
-// whether or not the host can take that many, and once it no longer binds
-// the calls that waited go out together. In TestScriptFleetLimitLowVolume
-// (1000 processes, a call every 2.2 intervals each, attempts far shorter
-// than an interval, no failure) L goes from 10 to 1000 in 10 windows; in
-// the first 8 the fleet starts at most 47 calls per interval of the 455
-// offered, in the 10th 2262. Against a host that serves 10 attempts at a
-// time that burst is a queue of seconds and its attempts time out. In
-// bench's TestLiveMeta (STORMGUARD_LIVE_META_ROWS='fleet + limit': 1000
-// terminals with a fleet each, SyncEvery 1 s, a 1 s attempt timeout, a
-// host of 10 workers at rho 0.9), L reached 1000 at about 11 s and the
-// fleet's breaker opened at about 13 s, before the trigger at 15 s; with
-// a 10 s trigger, 36.8% of the payments started before it were served,
-// 100% without Config.Limit. For such a fleet no L both binds the host's
-// concurrency and lets the calls through in time; leave Limit nil.
+// What it costs: the success path with a token due is one more
+// compare-and-swap (no lock, no allocation); each sync carries eight more
+// arguments per host, and the script reads the host's registry of
+// processes once per window.
+//
+// Many small processes. The model tests drive the real script with an
+// explicit clock: 1000 processes, each a call every 2.2 s (455 a second
+// offered), 20 s deadlines, a host that serves 500 a second at 20 ms
+// (TestScriptFleetLimitLowVolume): every one of 13,619 calls served,
+// none failed, the host's queue at most 72 ms; R settles at 685 a second
+// in 4 windows, 1.5x the offered load (the demand stays below 3/4 of it)
+// and above the host's capacity: the host is not full, its latency stays
+// near the baseline, so nothing tells the fleet where its capacity is.
+// (Slots of a fleet-wide limit started at most 47 of the 455 calls a
+// second in the first 8 windows, then released the backlog at once.)
+// The same fleet
+// against a host cut from 600 to 300 a second at 10 s
+// (TestScriptFleetRateFullHost): R comes down to 0.72 of the new capacity
+// on average and the host serves 0.65 of it: latency above twice the
+// baseline cuts R while the calls waiting keep coming in bursts, so it
+// under-uses a full host; its queue reached 2.4 s while R reacted (two
+// windows), at most 0.86 s after; the calls beyond the capacity fail
+// fast. With every attempt failing for 10 s (TestScriptFleetRateOutage):
+// R back to 80% of the last healthy rate 4 windows after the close, 376
+// attempts a second in the 15 s after it (455 offered: the rest of the
+// capacity goes to the backlog, earliest deadline first), no window above
+// 1.3x the capacity, the host's queue at most 210 ms, 53% of the calls
+// started during the outage served and the rest failed fast, every call
+// made 5 to 15 s after the close served. Those are models: the live rows
+// are bench's (docs/metastability.md), on a loaded machine.
 //
 // # No lock
 //
@@ -212,7 +245,7 @@
 // "stormguard:fleet:{" + Name + "}:" + host, that expires when no process
 // has synced it for twice the longest window plus 10 s; with
 // Config.Limit, the host's registry of processes is a second hash, the
-// host's key + ":l", with the same expiry.
+// host's key + ":r", with the same expiry.
 //
 // On Redis Cluster, every key of a fleet is in the one slot of its hash
 // tag, served by one master. While that slot has no master (a master

@@ -310,9 +310,9 @@ func ints(xs []int) []float64 {
 // (455 per second offered), 20 s deadlines, a host that serves 500 per
 // second at 20 ms: once the fleet's rate is learned (a few windows) the
 // fleet starts about the offered calls every second, nothing waits out
-// its deadline, and the rate stays within a few tenths of the offered
-// load (it grows only while the fleet's demand reaches 3/4 of it), far
-// from what Limit.Max would allow (1000 in flight at 20 ms: 50,000/s).
+// its deadline, and the rate stays within twice the offered load (it
+// grows only while the fleet's demand reaches 3/4 of it), far from what
+// Limit.Max would allow (1000 in flight at 20 ms: 50,000/s).
 func TestScriptFleetLimitLowVolume(t *testing.T) {
 	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 500, base: 0.02, windows: 30, max: 1000}
 	r := m.run(t)
