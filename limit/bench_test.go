@@ -66,3 +66,19 @@ func BenchmarkAcquireReleaseLoaded(b *testing.B) {
 		l.Release(p, false)
 	}
 }
+
+// The same through the rate gate (SetRate) with a token always due: the
+// clock read and one more compare-and-swap.
+func BenchmarkAcquireReleaseRate(b *testing.B) {
+	l := mustNew(b, Config{Timeout: time.Second})
+	l.SetRate(1e12, 1e12)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := l.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(p, false)
+	}
+}
