@@ -27,7 +27,8 @@ const (
 	// don't-retry signal.
 	RetryRefused
 	// QueueFull means MaxInFlight requests were in progress and the queue
-	// was full (or there is none).
+	// was full (or there is none), or that a queued retry gave its place
+	// to an original that found the queue full.
 	QueueFull
 	// QueueTimeout means the request waited its time in the queue
 	// (MaxQueueWait, or less under a standing queue: see the package
@@ -153,12 +154,14 @@ type Controller struct {
 	maxInFlight atomic.Int64
 	_           [40]byte
 
-	// The queue: waiters, oldest first. qlen mirrors queue.Len() for Stats.
+	// The queue, one list per class (originals, retries: see queue.go),
+	// each oldest first. qlen is the two lists' length, for Stats and the
+	// bound MaxQueue.
 	mu        sync.Mutex
-	queue     list.List // of *waiter; guarded by mu
-	lastEmpty time.Time // when the queue was last seen empty; guarded by mu
+	queues    [classes]list.List // of *waiter; guarded by mu
+	lastEmpty [classes]time.Time // when each list was last seen empty; guarded by mu
 	qlen      atomic.Int64
-	sojourn   atomic.Int64 // how long the last waiter given a slot waited, ns
+	sojourn   [classes]atomic.Int64 // how long the last waiter of each class given a slot waited, ns
 
 	// Counters for Stats, off the queue's cache line.
 	_         [64]byte
@@ -169,11 +172,21 @@ type Controller struct {
 
 // waiter is a request in the queue.
 type waiter struct {
-	elem    *list.Element // its place in the queue; guarded by Controller.mu
-	ready   chan struct{} // receives once the waiter is granted a slot
-	since   time.Time     // when it joined the queue
-	granted bool          // guarded by Controller.mu
+	elem  *list.Element // its place in the queue; guarded by Controller.mu
+	ready chan struct{} // receives once the waiter is granted a slot or evicted
+	since time.Time     // when it joined the queue
+	class uint8         // classOriginal or classRetry
+	state waiterState   // guarded by Controller.mu; final once ready receives
 }
+
+// waiterState is what became of a waiter.
+type waiterState uint8
+
+const (
+	waiting waiterState = iota
+	granted             // given a slot
+	evicted             // a retry whose place an original took (the queue was full)
+)
 
 // New validates c and returns a Controller whose window begins now. Zero
 // fields take the defaults (see [Config]). It returns an error that says
@@ -256,13 +269,15 @@ func (c *Controller) setup(eff Config) error {
 // admitted by the window only while retries + 1 <= RetryRatio·originals +
 // MinRetriesPerSecond·Window.Seconds() over the window (the rule of package
 // budget); otherwise it is refused at once with [RetryRefused]. A request
-// that passed that check runs if fewer than MaxInFlight are in progress;
-// otherwise it waits in the queue, first come first served, until a slot
+// that passed that check runs if fewer than MaxInFlight are in progress
+// (and, for a retry, nobody is queued; for an original, no original is);
+// otherwise it waits in the queue, originals before retries and first come
+// first served within each (see the package documentation), until a slot
 // frees ([Admitted]), its time in the queue is over ([QueueTimeout]: see
 // the package documentation for the queue's delay control) or ctx ends or
 // its deadline comes ([Canceled]); if the queue is full it is refused at
 // once ([QueueFull]). A request with a deadline that leaves it less time
-// than the last request given a slot from the queue waited there is
+// than the last request of its class given a slot from the queue waited is
 // dropped at once ([Canceled], with the don't-retry signal): it would be
 // answered after its caller left.
 //

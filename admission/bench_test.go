@@ -127,3 +127,24 @@ func BenchmarkWrapOriginalFields(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWrapKeyed is a keyed original (a new idempotency key each time,
+// from a cycle of 65,536 that the key table cannot hold, so that every
+// request looks its key up and records it): the key table's cost.
+func BenchmarkWrapKeyed(b *testing.B) {
+	ctl := newController(b, admission.Config{MinRetriesPerSecond: 1e9})
+	h := ctl.Wrap(okHandler)
+	keys := make([][]string, 1<<16)
+	for i := range keys {
+		keys[i] = []string{"pay-" + strconv.Itoa(i)}
+	}
+	r := request(0)
+	w := &nopWriter{h: http.Header{}}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.Header["Idempotency-Key"] = keys[i&(len(keys)-1)]
+		i++
+		h.ServeHTTP(w, r)
+	}
+}

@@ -13,16 +13,24 @@ import (
 //
 // The table is a fixed array of keysSize words, each the fingerprint of a
 // key (its hash's upper 40 bits) above the 24-bit number of the window
-// slice in which it was last seen; a key's slot is its hash's low bits.
-// A key counts as seen when its slot holds its fingerprint from a slice
-// less than a window ago. Memory is bounded (keysSize·8 bytes per
-// Controller): a slot is overwritten by the next key that hashes to it, so
-// under more distinct keys per window than slots a retry may go unnoticed
-// (counted as the client says); a new request is taken for a retry only if
-// two keys share 40 bits of hash and a slot.
+// slice in which it was last seen. It is set-associative: a key's hash's
+// low bits choose a bucket of keysWays words (64 bytes, a cache line's
+// worth), and the key may sit in any of them; a new key takes the bucket's
+// empty word, or else the one seen longest ago. A key counts as seen when
+// a word of its bucket holds its fingerprint from a slice less than a
+// window ago. Memory is bounded (keysSize·8 bytes per Controller). With one
+// word per key, a key lost its word to the next key of the same hash bits,
+// and two live keys that shared a word both looked new at every resend:
+// with 9,000 keys resending at once (450 payments a second resent for 20 s)
+// 58% of the resends were recognised, and the rest passed for originals;
+// with buckets of 8, 98% (TestKeyTableManyLiveKeys). Under more distinct
+// keys per window than that, a retry may go unnoticed (counted as the
+// client says); a new request is taken for a retry only if two keys share
+// 40 bits of hash and a bucket.
 const (
 	keysBits   = 14
 	keysSize   = 1 << keysBits
+	keysWays   = 8
 	sliceBits  = 24
 	sliceMask  = 1<<sliceBits - 1
 	fingerMask = ^uint64(sliceMask)
@@ -44,16 +52,34 @@ func newKeyTable(now time.Time, window time.Duration) *keyTable {
 
 // seen records key as seen now and reports whether it was already seen less
 // than a window ago. It is safe for concurrent use, takes no lock and
-// allocates nothing.
+// allocates nothing. Two new keys that race for one bucket may take the
+// same word: one of them is then forgotten (its next resend counts as the
+// client says).
 func (t *keyTable) seen(key string, now time.Time) bool {
 	h := maphash.String(t.seed, key)
+	fp := h & fingerMask
 	cur := uint64(now.Sub(t.epoch)/t.slice+1) & sliceMask // +1: slice 0 means never
-	w := &t.words[h&(keysSize-1)]
-	old := w.Swap(h&fingerMask | cur)
-	if old&fingerMask != h&fingerMask || old&sliceMask == 0 {
-		return false
+	i := (h & (keysSize/keysWays - 1)) * keysWays
+	b := t.words[i : i+keysWays : i+keysWays]
+	victim, oldest := 0, uint64(0)
+	for j := range b {
+		old := b[j].Load()
+		age := (cur - old) & sliceMask
+		if old&sliceMask == 0 {
+			age = sliceMask // empty: the best place for a new key
+		}
+		if old&fingerMask == fp && age < slices {
+			if age != 0 {
+				b[j].Store(fp | cur)
+			}
+			return true
+		}
+		if age > oldest {
+			victim, oldest = j, age
+		}
 	}
-	return (cur-old)&sliceMask < slices
+	b[victim].Store(fp | cur)
+	return false
 }
 
 // requestKey returns the idempotency key of a request whose

@@ -18,17 +18,52 @@ const (
 	codelTargetDiv   = 100
 )
 
-// queueTimeout returns how long a request that joins the queue now may wait
-// in it (CoDel, see above), and records an empty queue. It requires mu held.
-func (c *Controller) queueTimeout(now time.Time) time.Duration {
-	if c.queue.Len() == 0 {
-		c.lastEmpty = now
+// Two classes share the queue: originals and retries (an attempt number of
+// 2 or more, from the attempt header, the idempotency key seen or the
+// caller). A freed slot goes to the oldest original; to the oldest retry
+// only while no original waits. An original that finds the queue full
+// takes the place of the oldest queued retry, which is refused
+// ([QueueFull], with the don't-retry signal). Each class's list has its own
+// delay control: a list of retries that stands (they wait for the gaps the
+// originals leave) does not shorten the originals' wait, and originals
+// that stand do not keep the retries' list from absorbing a burst. See the
+// package documentation, "Originals before retries", for why.
+const (
+	classOriginal = iota
+	classRetry
+	classes
+)
+
+// classOf returns the queue class of an attempt number.
+func classOf(attempt int) int {
+	if attempt >= 2 {
+		return classRetry
+	}
+	return classOriginal
+}
+
+// queueTimeout returns how long a request of class cls that joins the queue
+// now may wait in it (CoDel, see above, on its class's list), and records
+// an empty list. It requires mu held.
+func (c *Controller) queueTimeout(now time.Time, cls int) time.Duration {
+	if c.queues[cls].Len() == 0 {
+		c.lastEmpty[cls] = now
 		return c.maxWait
 	}
-	if now.Sub(c.lastEmpty) > c.maxWait/codelIntervalDiv {
+	if now.Sub(c.lastEmpty[cls]) > c.maxWait/codelIntervalDiv {
 		return c.maxWait / codelTargetDiv
 	}
 	return c.maxWait
+}
+
+// ahead reports whether a request of class cls has someone queued ahead of
+// it: an original, for an original; anyone, for a retry. It requires mu
+// held.
+func (c *Controller) ahead(cls int) bool {
+	if cls == classOriginal {
+		return c.queues[classOriginal].Len() > 0
+	}
+	return c.qlen.Load() > 0
 }
 
 // wait is the slow path of acquire: no slot was free at first sight, or
@@ -42,28 +77,39 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		}
 		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
+	cls := classOf(d.attempt)
 	start := c.now()
 	c.mu.Lock()
 	// Announce this request before looking for a slot: a Release that frees
 	// one after the look below then sees nwait > 0 and hands the slot over.
 	c.nwait.Add(1)
-	if c.queue.Len() == 0 && c.tryInc() {
+	if !c.ahead(cls) && c.tryInc() {
 		c.nwait.Add(-1)
-		c.lastEmpty = start
+		if c.queues[cls].Len() == 0 {
+			c.lastEmpty[cls] = start
+		}
 		c.mu.Unlock()
 		return c.admit(ctx, &d)
 	}
 	if c.qlen.Load() >= int64(c.maxQueue) {
-		c.nwait.Add(-1)
-		c.mu.Unlock()
-		return Permit{}, c.refuse(ctx, d, QueueFull)
+		if cls == classRetry || c.queues[classRetry].Len() == 0 {
+			c.nwait.Add(-1)
+			c.mu.Unlock()
+			return Permit{}, c.refuse(ctx, d, QueueFull)
+		}
+		// An original takes the place of the oldest retry.
+		v := c.queues[classRetry].Front().Value.(*waiter)
+		c.unlink(v)
+		v.state = evicted
+		v.ready <- struct{}{} // buffered: never blocks
 	}
-	limit := c.queueTimeout(start)
+	limit := c.queueTimeout(start, cls)
 	if !dl.IsZero() {
 		// The caller leaves at dl: a request that would wait past it, as
-		// long as the last one that got a slot waited, is dropped now.
+		// long as the last one of its class that got a slot waited, is
+		// dropped now.
 		left := dl.Sub(start)
-		if left <= time.Duration(c.sojourn.Load()) {
+		if left <= time.Duration(c.sojourn[cls].Load()) {
 			c.nwait.Add(-1)
 			c.mu.Unlock()
 			d.deadline = true
@@ -73,8 +119,8 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 			limit, d.deadline = left, true
 		}
 	}
-	w := &waiter{ready: make(chan struct{}, 1), since: start}
-	w.elem = c.queue.PushBack(w)
+	w := &waiter{ready: make(chan struct{}, 1), since: start, class: uint8(cls)}
+	w.elem = c.queues[cls].PushBack(w)
 	c.qlen.Add(1)
 	c.mu.Unlock()
 	if c.obs != nil {
@@ -89,6 +135,9 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 	o := Admitted
 	select {
 	case <-w.ready:
+		if w.state == evicted {
+			o = QueueFull
+		}
 	case <-timer.C:
 		o = QueueTimeout
 		if d.deadline {
@@ -103,14 +152,17 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		d.deadline = d.deadline && !c.now().Before(dl)
 	}
 	timer.Stop()
-	if o != Admitted {
+	if o == QueueTimeout || o == Canceled {
 		c.mu.Lock()
-		if w.granted {
+		switch w.state {
+		case granted:
 			o = Admitted // a slot came at the same moment: take it
-		} else {
+		case evicted:
+			o, d.deadline = QueueFull, false // so did an original that took its place
+		default:
 			c.unlink(w)
-			if c.queue.Len() == 0 {
-				c.lastEmpty = c.now()
+			if c.queues[cls].Len() == 0 {
+				c.lastEmpty[cls] = c.now()
 			}
 		}
 		c.mu.Unlock()
@@ -120,34 +172,43 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		d.deadline = false
 		return c.admit(ctx, &d)
 	}
+	if o == QueueFull {
+		d.deadline = false
+	}
 	return Permit{}, c.refuse(ctx, d, o)
 }
 
 // unlink removes w from the queue. It requires mu held.
 func (c *Controller) unlink(w *waiter) {
-	c.queue.Remove(w.elem)
+	c.queues[w.class].Remove(w.elem)
 	w.elem = nil
 	c.qlen.Add(-1)
 	c.nwait.Add(-1)
 }
 
-// handOff gives free slots to the oldest waiters, and records how long the
-// last one waited (the estimate of the queue's delay) and when the queue
-// became empty.
+// handOff gives free slots to the oldest waiters, originals first, and
+// records how long the last one of each class waited (the estimate of its
+// list's delay) and when each list became empty.
 func (c *Controller) handOff() {
 	c.mu.Lock()
-	if c.queue.Len() > 0 {
+	if c.qlen.Load() > 0 {
 		now := c.now()
-		for c.queue.Len() > 0 && c.tryInc() {
-			w := c.queue.Front().Value.(*waiter)
+		for c.qlen.Load() > 0 && c.tryInc() {
+			cls := classOriginal
+			if c.queues[classOriginal].Len() == 0 {
+				cls = classRetry
+			}
+			w := c.queues[cls].Front().Value.(*waiter)
 			c.unlink(w)
-			w.granted = true
-			c.sojourn.Store(int64(max(now.Sub(w.since), 0)))
+			w.state = granted
+			c.sojourn[cls].Store(int64(max(now.Sub(w.since), 0)))
 			w.ready <- struct{}{} // buffered: never blocks
 		}
-		if c.queue.Len() == 0 {
-			c.lastEmpty = now
-			c.sojourn.Store(0)
+		for cls := range c.queues {
+			if c.queues[cls].Len() == 0 {
+				c.lastEmpty[cls] = now
+				c.sojourn[cls].Store(0)
+			}
 		}
 	}
 	c.mu.Unlock()

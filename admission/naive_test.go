@@ -1,0 +1,155 @@
+package admission_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/idempotency"
+)
+
+// naiveRun is the outcome of runNaive: per second of the run, the payments
+// started in it and those of them that succeeded before their deadline.
+type naiveRun struct {
+	started, ok []int
+}
+
+// goodput returns the share of the payments started in second s that
+// succeeded (1 if none started).
+func (r *naiveRun) goodput(s int) float64 {
+	if r.started[s] == 0 {
+		return 1
+	}
+	return float64(r.ok[s]) / float64(r.started[s])
+}
+
+// runNaive runs, in a synctest bubble, a population of naive clients
+// against a provider of `workers` workers whose service time is `work`,
+// five times that from cutAt for cutFor (its capacity cut by 80%), behind
+// ctl. Payments start at rate/s (Poisson, seeded) for `run`; each has a
+// new idempotency key and a deadline of 20 s, and its client is the fixed
+// loop of a user who knows no protocol: POST with the key and no attempt
+// header and no deadline field, give up on the attempt after 1 s (the
+// request's context is canceled, as a client that hangs up, with no
+// deadline the server could read), sleep 1 s after any failure and POST
+// again with the same key, until the deadline. The provider serves the
+// work it admitted even after its caller left.
+func runNaive(t *testing.T, ctl *admission.Controller, workers int, work time.Duration, rate float64, cutAt, cutFor, run time.Duration) *naiveRun {
+	t.Helper()
+	const (
+		attemptTimeout = time.Second
+		pause          = time.Second
+		deadline       = 20 * time.Second
+	)
+	start := time.Now()
+	slots := make(chan struct{}, workers) // the provider's workers
+	h := ctl.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slots <- struct{}{}
+		d := work
+		if at := time.Since(start); at >= cutAt && at < cutAt+cutFor {
+			d *= 5
+		}
+		time.Sleep(d)
+		<-slots
+	}))
+	secs := int(run / time.Second)
+	res := &naiveRun{started: make([]int, secs), ok: make([]int, secs)}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	rnd := rand.New(rand.NewPCG(20, 5))
+	for n := 0; ; n++ {
+		time.Sleep(time.Duration(rnd.ExpFloat64() / rate * float64(time.Second)))
+		at := time.Since(start)
+		if at >= run {
+			break
+		}
+		key := "pay-" + strconv.Itoa(n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			end := time.Now().Add(deadline)
+			ok := false
+			for !ok && time.Now().Before(end) {
+				ctx, cancel := context.WithCancel(context.Background())
+				timer := time.AfterFunc(attemptTimeout, cancel)
+				r := httptest.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/pay", nil)
+				r.Header.Set(idempotency.Header, key)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				// The answer counts if it came within the attempt's timeout.
+				ok = rec.Code == http.StatusOK && ctx.Err() == nil && time.Now().Before(end)
+				timer.Stop()
+				cancel()
+				if !ok {
+					time.Sleep(pause)
+				}
+			}
+			mu.Lock()
+			s := int(at / time.Second)
+			res.started[s]++
+			if ok {
+				res.ok[s]++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// TestNaiveClientsRecover: with admission in front of a provider near its
+// capacity (rho 0.9), a capacity cut of 10 s leaves a backlog of payments
+// whose naive clients (no attempt header, no deadline field, a resend
+// every second until their 20 s deadline) keep resending after the cut
+// ends. The payments started from 2 s after its end must succeed as if
+// nothing had happened (>= 95% of those started in each second): the
+// backlog's resends are retries (their keys were seen), and a retry never
+// takes a slot or a place in the queue from an original.
+func TestNaiveClientsRecover(t *testing.T) {
+	const (
+		workers = 10
+		work    = 20 * time.Millisecond // capacity 500/s, 100/s during the cut
+		rate    = 450.0                 // rho 0.9
+		cutAt   = 5 * time.Second
+		cutFor  = 10 * time.Second
+		run     = 35 * time.Second
+	)
+	synctest.Test(t, func(t *testing.T) {
+		ctl := newController(t, admission.Config{MaxInFlight: workers, MaxQueue: 1000, LatencyCeiling: time.Second, Rand: seeded(7)})
+		res := runNaive(t, ctl, workers, work, rate, cutAt, cutFor, run)
+		var during, duringOK int
+		for s := int(cutAt / time.Second); s < int((cutAt+cutFor)/time.Second); s++ {
+			during += res.started[s]
+			duringOK += res.ok[s]
+		}
+		// During the cut the provider serves 20/s: at least 90% of that
+		// must be payments (the clients' work, not abandoned attempts).
+		if min := 0.9 * 100 * cutFor.Seconds(); float64(duringOK) < min {
+			t.Errorf("payments started during the cut that succeeded: %d of %d, want >= %.0f (90%% of the reduced capacity)", duringOK, during, min)
+		}
+		first := int((cutAt+cutFor)/time.Second) + 2
+		for s := first; s < int(run/time.Second); s++ {
+			if g := res.goodput(s); g < 0.95 {
+				t.Errorf("second %d (%v after the cut's end): goodput %.1f%% (%d of %d), want >= 95%%",
+					s, time.Duration(s)*time.Second-cutAt-cutFor, 100*g, res.ok[s], res.started[s])
+			}
+		}
+		t.Logf("goodput per second: %v", res.perSecond())
+	})
+}
+
+// perSecond returns the goodput of each second, in percent.
+func (r *naiveRun) perSecond() []int {
+	out := make([]int, len(r.started))
+	for s := range out {
+		out[s] = int(100 * r.goodput(s))
+	}
+	return out
+}
