@@ -242,7 +242,7 @@ func (c *Controller) setup(eff Config) error {
 	if eff.LatencyCeiling > 0 {
 		c.lim = newLimiter(eff)
 	}
-	c.keys = newKeyTable(now(), eff.Window)
+	c.keys = newKeyTable(now(), eff.Window, eff.RetryAfterBase+max(eff.RetryAfterSpread, 0))
 	if eff.Client != nil {
 		c.clients = newClientTable(now(), eff.Window, max(eff.RetryRatio, 0), max(eff.MinRetriesPerSecond, 0)*eff.Window.Seconds())
 	}

@@ -87,10 +87,13 @@
 // allowance, and the server stays in that state until the backlog's
 // deadlines pass and longer (the resends of the new payments it shed
 // sustain it). TestNaiveClientsRecover shows it in a synctest bubble: 450
-// payments a second on 500/s of capacity, cut to 100/s for 10 s, clients
-// resending every second for 20 s: with one queue the payments started 2
-// to 19 s after the cut succeed at 78-99% a second; with originals first
-// (and the key table below) at 100% from 1 s after. Originals first
+// payments a second on 500/s of capacity, cut to 100/s for 10 s. With
+// clients resending every second for 20 s, the payments started 2 to 19 s
+// after the cut succeed at 75-99% a second with one queue, at 100% with
+// originals first (and the key table below); with go-retryablehttp's
+// policy (4 retries, Retry-After honoured), at 86-97% and 95-100%. The
+// rest is a payment whose original was shed at once after the cut and
+// whose few retries then lost to the backlog's at the ratio. Originals first
 // costs the backlog nothing it could have had: it is served from the
 // capacity the originals leave, as before; and nothing on the admitted
 // path, which does not queue. What it does not do: it cannot tell an
@@ -191,9 +194,14 @@
 // # What a lying client can and cannot do
 //
 // The attempt header is the client's word. Over HTTP, a request with an
-// idempotency key (Idempotency-Key or X-Idempotency-Key) that was seen
-// less than a Window ago counts as a retry whatever its attempt header
-// says, so a keyed client that sends no attempt header (every client not
+// idempotency key (Idempotency-Key or X-Idempotency-Key) that was last
+// seen less than a Window ago, or less than the longest Retry-After the
+// Controller sends plus a slice of the window if that is longer (13 s
+// with the defaults), counts as a retry whatever its attempt header says
+// (a client that honoured a 10 s Retry-After and resends is still
+// resending: with the window alone such resends passed for originals, 10%
+// of the load after a trigger in TestNaiveClientsRecover's go-retryablehttp
+// row), so a keyed client that sends no attempt header (every client not
 // built on stormguard) or always says 1 meets the ratio with its resends,
 // and queues behind the originals. The keys are kept in a fixed table of
 // 16,384 slots (128 KiB per Controller) in buckets of 8 (a key may sit in
@@ -202,7 +210,7 @@
 // 20 s) 98% of the resends are recognised (TestKeyTableManyLiveKeys; 58%
 // with one slot per key, as before, when two live keys that shared a slot
 // both looked new at every resend, and the backlog's resends passed as
-// originals). With more distinct keys per window than that, a resend may
+// originals). With more distinct keys at once than that, a resend may
 // go unnoticed (it counts as the client says); a new request is taken for
 // a resend only on a 40-bit hash collision in its bucket.
 //

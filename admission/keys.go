@@ -17,14 +17,15 @@ import (
 // low bits choose a bucket of keysWays words (64 bytes, a cache line's
 // worth), and the key may sit in any of them; a new key takes the bucket's
 // empty word, or else the one seen longest ago. A key counts as seen when
-// a word of its bucket holds its fingerprint from a slice less than a
-// window ago. Memory is bounded (keysSize·8 bytes per Controller). With one
+// a word of its bucket holds its fingerprint from a slice less than its
+// span ago: the window, or the longest Retry-After the Controller sends and
+// a slice more if that is longer (see newKeyTable). Memory is bounded (keysSize·8 bytes per Controller). With one
 // word per key, a key lost its word to the next key of the same hash bits,
 // and two live keys that shared a word both looked new at every resend:
 // with 9,000 keys resending at once (450 payments a second resent for 20 s)
 // 58% of the resends were recognised, and the rest passed for originals;
 // with buckets of 8, 98% (TestKeyTableManyLiveKeys). Under more distinct
-// keys per window than that, a retry may go unnoticed (counted as the
+// keys at once than that, a retry may go unnoticed (counted as the
 // client says); a new request is taken for a retry only if two keys share
 // 40 bits of hash and a bucket.
 const (
@@ -42,16 +43,26 @@ type keyTable struct {
 	seed  maphash.Seed
 	epoch time.Time
 	slice time.Duration // Window/slices
+	span  uint64        // how many slices a key is remembered for: at least slices
 	words [keysSize]atomic.Uint64
 }
 
-// newKeyTable returns an empty table whose slices are window/slices long.
-func newKeyTable(now time.Time, window time.Duration) *keyTable {
-	return &keyTable{seed: maphash.MakeSeed(), epoch: now, slice: max(window/slices, 1)}
+// newKeyTable returns an empty table whose slices are window/slices long
+// and that remembers a key for the window or, if longer, for the longest
+// Retry-After the Controller sends (longest) and one slice more: a client
+// that honours a Retry-After of 10 s and resends with the same key after
+// it is still resending.
+func newKeyTable(now time.Time, window, longest time.Duration) *keyTable {
+	slice := max(window/slices, 1)
+	span := uint64(slices)
+	if n := uint64(longest/slice) + 2; n > span {
+		span = min(n, sliceMask/2)
+	}
+	return &keyTable{seed: maphash.MakeSeed(), epoch: now, slice: slice, span: span}
 }
 
 // seen records key as seen now and reports whether it was already seen less
-// than a window ago. It is safe for concurrent use, takes no lock and
+// than the table's span ago. It is safe for concurrent use, takes no lock and
 // allocates nothing. Two new keys that race for one bucket may take the
 // same word: one of them is then forgotten (its next resend counts as the
 // client says).
@@ -68,7 +79,7 @@ func (t *keyTable) seen(key string, now time.Time) bool {
 		if old&sliceMask == 0 {
 			age = sliceMask // empty: the best place for a new key
 		}
-		if old&fingerMask == fp && age < slices {
+		if old&fingerMask == fp && age < t.span {
 			if age != 0 {
 				b[j].Store(fp | cur)
 			}

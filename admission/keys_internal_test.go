@@ -14,7 +14,7 @@ import (
 func TestKeyTableManyLiveKeys(t *testing.T) {
 	const n = 9000
 	now := time.Unix(1000, 0)
-	tab := newKeyTable(now, 10*time.Second)
+	tab := newKeyTable(now, 10*time.Second, 0)
 	for i := range n {
 		tab.seen("pay-"+strconv.Itoa(i), now)
 	}

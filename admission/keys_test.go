@@ -17,7 +17,8 @@ import (
 // header (or always says 1) but resends a request with the same
 // idempotency key within the window is counted as retrying: its resends
 // meet the retry ratio. Distinct keys are originals; a key seen more than
-// a window ago is new again.
+// a window ago, and longer ago than the longest Retry-After the controller
+// sends, is new again.
 func TestKeyedRetryWithoutAttemptHeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctl := newController(t, admission.Config{RetryRatio: -1, MinRetriesPerSecond: -1, Window: 10 * time.Second})
@@ -48,9 +49,15 @@ func TestKeyedRetryWithoutAttemptHeader(t *testing.T) {
 		if s := ctl.Stats(); s.Originals != 5 || s.Retries != 2 || ran != 5 {
 			t.Errorf("Stats %+v, handler ran %d; want 5 originals, 2 retries, 5 runs", s, ran)
 		}
+		// A client that honours the longest Retry-After (1 s + 10 s of
+		// spread, sent as 10 s) and resends is still resending.
 		time.Sleep(11 * time.Second)
+		if code := send(idempotency.Header, "k-2", ""); code != 503 {
+			t.Errorf("resend of k-2 11 s later (after the longest Retry-After): %d, want 503 (a retry)", code)
+		}
+		time.Sleep(14 * time.Second)
 		if code := send(idempotency.Header, "k-1", ""); code != 200 {
-			t.Errorf("k-1 a window later: %d, want 200 (an original again)", code)
+			t.Errorf("k-1 25 s later: %d, want 200 (an original again)", code)
 		}
 	})
 }
