@@ -91,9 +91,8 @@
 // clients resending every second for 20 s, the payments started 2 to 19 s
 // after the cut succeed at 75-99% a second with one queue, at 100% with
 // originals first (and the key table below); with go-retryablehttp's
-// policy (4 retries, Retry-After honoured), at 86-97% and 95-100%. The
-// rest is a payment whose original was shed at once after the cut and
-// whose few retries then lost to the backlog's at the ratio. Originals first
+// policy (4 retries, Retry-After honoured), at 86-97% and 96-100% (with
+// the key table's memory of a Retry-After, below). Originals first
 // costs the backlog nothing it could have had: it is served from the
 // capacity the originals leave, as before; and nothing on the admitted
 // path, which does not queue. What it does not do: it cannot tell an
