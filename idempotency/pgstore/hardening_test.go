@@ -32,7 +32,15 @@ func proxiedPool(t *testing.T) (*pgxpool.Pool, *idemtest.TCPProxy) {
 	if err != nil {
 		t.Fatalf("pgxpool.New: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	// The proxy closes first, with every connection through it: closing
+	// the pool then finds them broken and returns at once. The other way
+	// round, pgxpool gives each connection up to 15 s to say goodbye,
+	// which a black hole never lets it do (15 s per run of
+	// TestBlackholedServerAnswers503).
+	t.Cleanup(func() {
+		p.Close()
+		pool.Close()
+	})
 	return pool, p
 }
 
