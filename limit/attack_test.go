@@ -292,6 +292,7 @@ func TestAttackCancelWhileWaiting(t *testing.T) {
 // ErrLimited; releases serve the waiters. The same with Waiting 100 and
 // 1,000 callers.
 func TestAttackWaitingBound(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("100,000 goroutines")
 	}
@@ -404,6 +405,7 @@ func fastest(t *testing.T, l *limit.Limiter) time.Duration {
 // the fastest answer the limiter knows stays 10 ms, read from outside by
 // when a waiting call is refused.
 func TestAttackBaselineHolds(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		lat  func() time.Duration
@@ -431,6 +433,7 @@ func TestAttackBaselineHolds(t *testing.T) {
 // (timed out), never raise the limit, window after window, and bring it
 // down; on a limiter that learned 10 ms first.
 func TestAttackSlowNeverRaises(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		lat  func() time.Duration
@@ -480,6 +483,7 @@ func TestAttackSlowNeverRaises(t *testing.T) {
 // the throttle rejects during the outage, and stops rejecting within
 // seconds of the recovery (the doc: about 2.5 s).
 func TestAttackThrottleRecovers(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, limit.Config{Throttle: 2})
 		var down atomic.Bool

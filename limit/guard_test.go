@@ -26,6 +26,7 @@ func warm(t *testing.T, l *Limiter, d *dest) (stop chan struct{}, done func(), t
 // when the hang ends, slow start brings the limit back to the capacity in
 // a few round trips.
 func TestHangLowersLimit(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
@@ -70,6 +71,7 @@ func TestHangLowersLimit(t *testing.T) {
 // floor; after it, slow start from the last healthy limit finds the
 // capacity within a few round trips.
 func TestOutageRecovery(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
@@ -111,6 +113,7 @@ func TestOutageRecovery(t *testing.T) {
 // its own queue), so it keeps serving the slower destination's capacity;
 // after the incident the limit is back at once.
 func TestBaselineHoldsDuringIncident(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
@@ -150,6 +153,7 @@ func TestBaselineHoldsDuringIncident(t *testing.T) {
 // concurrency-limits#137) counts as drops: the limit falls to its floor
 // and never rises.
 func TestLatencyAtTimeoutIsDrop(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
@@ -178,6 +182,7 @@ func TestLatencyAtTimeoutIsDrop(t *testing.T) {
 // (limit 25 either way), with a quarter of the calls; each 10 s bucket of
 // the baseline still holds about 250 round trips.)
 func TestBaselineSteady(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(20, 40*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
@@ -207,6 +212,7 @@ func TestBaselineSteady(t *testing.T) {
 // behind more waiters than the limit can serve before its deadline (at
 // twice its measured rate) is refused at once.
 func TestHopelessFailsFast(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})
@@ -329,6 +335,7 @@ func TestColdStartDuringOutage(t *testing.T) {
 // the remaining capacity, without timeouts; when the capacity comes back
 // the limit grows back.
 func TestCapacityCut(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := newDest(50, 10*time.Millisecond)
 		l := mustNew(t, Config{Timeout: time.Second})

@@ -14,6 +14,7 @@ import (
 // trips, and then serves near capacity without a standing queue of more
 // than a round trip.
 func TestColdStartFindsCapacity(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const rtt = 10 * time.Millisecond
 		d := newDest(50, rtt)
@@ -42,6 +43,7 @@ func TestColdStartFindsCapacity(t *testing.T) {
 }
 
 func TestSlowStartRounds(t *testing.T) {
+	t.Parallel()
 	for _, capacity := range []int{50, 200, 1000} {
 		t.Run(fmt.Sprint(capacity), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

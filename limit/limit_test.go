@@ -285,6 +285,14 @@ func equal(a, b []int) bool {
 // 100,000 calls over the limit: at most Config.Waiting wait, the rest fail
 // at once; every waiter is served in the end and the in-flight count never
 // exceeds the limit.
+//
+// Parallel tests: the long simulations of this package (synctest bubbles,
+// whose clock is fake, or explicit simulated time) call t.Parallel, so that
+// under make test they use both cores instead of running one after the
+// other at the end of the root module (about 30 CPU-s under -race); CPU
+// contention changes none of their results. This test stays sequential:
+// it counts the goroutines of the whole process, so it runs before the
+// parallel ones start.
 func TestManyWaitersBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := mustNew(t, Config{Max: 4, Waiting: 10_000})

@@ -44,6 +44,7 @@ var overheads = []struct {
 // at least 95% of its capacity (the live metastability scenario found a
 // limit of 5 to 14 and a provider serving 24-486 of its 500/s).
 func TestOverheadFullThroughput(t *testing.T) {
+	t.Parallel()
 	for i, tc := range overheads {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -73,6 +74,7 @@ func TestOverheadFullThroughput(t *testing.T) {
 // deadline, at a destination that serves 500) is never refused as
 // hopeless: the calls that wait are served long before their deadline.
 func TestNoHopelessNearCapacity(t *testing.T) {
+	t.Parallel()
 	for i, tc := range overheads {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 // p = (R − K·A)/(R + 1) the attempts sent settle at K times the accepts,
 // so a destination that accepts a share a < 1/K is sent fewer and fewer.
 func TestThrottleShare(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		k, accept float64 // accept: the share of attempts the destination accepts
 		lo, hi    float64 // bounds of the rejected share over the last 3 s
@@ -60,6 +61,7 @@ func TestThrottleShare(t *testing.T) {
 // rejecting within seconds (its history is 500 ms; the accepts, weighted
 // K, outgrow the requests exponentially).
 func TestThrottleRecovers(t *testing.T) {
+	t.Parallel()
 	for _, step := range []time.Duration{time.Millisecond, 100 * time.Microsecond} {
 		t.Run(step.String(), func(t *testing.T) { throttleRecovers(t, step) })
 	}
