@@ -15,6 +15,7 @@ import (
 // the accounting and the output's shape, not the figures, which depend on
 // the machine.
 func TestDemoSmall(t *testing.T) {
+	t.Parallel() // see TestMain
 	args := []string{"demo", "--clients", "10", "--every", "50ms", "--duration", "300ms", "--fail-at", "100ms",
 		"--fail-for", "100ms", "--retry-after", "1s", "--deadline", "2s", "--window", "10ms", "--naive-every", "20ms", "--naive-tries", "3"}
 	code, out, errs := runCLI(t, append(args, "--json")...)

@@ -51,6 +51,14 @@ func buildStormguard(t *testing.T) string {
 	return built.bin
 }
 
+// TestMain removes the binary buildStormguard built.
+//
+// The tests that run the demo for real (TestDemoSmall, TestDemoMetrics,
+// TestLivePage, TestInterruptExits130: 40 s together under -race, mostly
+// waiting for the demo's runs and the browser, about half a core) call
+// t.Parallel, so that they overlap instead of leaving the second core idle
+// at the end of this module's tests. Each runs its own demo on its own
+// ports and buffers, and checks counts and outputs, not timings.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if built.bin != "" {
@@ -68,6 +76,7 @@ var interruptArgs = []string{"demo", "--clients", "20", "--every", "50ms", "--du
 // stdout and nothing on stderr but what it printed before (what it runs),
 // which is what it prints when its context ends before the runs.
 func TestInterruptExits130(t *testing.T) {
+	t.Parallel() // see TestMain
 	// In-process, with the context already over: no run, exit 130, no error.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -32,6 +32,7 @@ var metricsURLLine = regexp.MustCompile(`serving metrics at (http://\S+/metrics)
 // sending would be missed by requests sent late, and a breaker that never
 // changes state exports no series (docs/metrics.md).
 func TestDemoMetrics(t *testing.T) {
+	t.Parallel() // see TestMain
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errs lockedBuffer

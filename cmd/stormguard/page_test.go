@@ -176,6 +176,7 @@ const readPage = `Array.from(document.querySelectorAll("figure.run")).map((fig) 
 // Chromium: the page loads without an error, draws one series of attempts
 // per run, and once the runs are over shows the figures of /data.json.
 func TestLivePage(t *testing.T) {
+	t.Parallel() // see TestMain
 	ctx, pageErrors := browser(t)
 	url, _ := serveDemo(t, "--quiet", "--clients", "20", "--every", "50ms", "--duration", "1s", "--fail-at", "300ms",
 		"--fail-for", "300ms", "--deadline", "2s", "--window", "20ms", "--naive-every", "100ms", "--retry-after", "1s")
