@@ -102,11 +102,13 @@ func WithAttemptTimeout(d time.Duration) Option {
 // default is the zero budget.Config: 10% plus 1 per second over 10 s.
 func WithBudget(cfg *budget.Config) Option {
 	return option(func(c *config) error {
+		// A copy per config, into a variable of its own: an Option may
+		// be applied by several transports at once.
+		c.budget = nil
 		if cfg != nil {
 			cp := *cfg
-			cfg = &cp
+			c.budget = &cp
 		}
-		c.budget = cfg
 		return nil
 	})
 }
@@ -118,11 +120,13 @@ func WithBudget(cfg *budget.Config) Option {
 // changes, with the target, besides cfg.OnStateChange.
 func WithBreaker(cfg *breaker.Config) Option {
 	return option(func(c *config) error {
+		// A copy per config, into a variable of its own: an Option may
+		// be applied by several transports at once.
+		c.breaker = nil
 		if cfg != nil {
 			cp := *cfg
-			cfg = &cp
+			c.breaker = &cp
 		}
-		c.breaker = cfg
 		return nil
 	})
 }
@@ -166,11 +170,13 @@ func WithBreaker(cfg *breaker.Config) Option {
 // any.
 func WithLimit(cfg *limit.Config) Option {
 	return option(func(c *config) error {
+		// A copy per config, into a variable of its own: an Option may
+		// be applied by several transports at once.
+		c.limit = nil
 		if cfg != nil {
 			cp := *cfg
-			cfg = &cp
+			c.limit = &cp
 		}
-		c.limit = cfg
 		return nil
 	})
 }

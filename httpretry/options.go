@@ -115,11 +115,13 @@ func WithAttemptTimeout(d time.Duration) Option {
 // over 10 s.
 func WithBudget(cfg *budget.Config) Option {
 	return option(func(c *config) error {
+		// A copy per config, into a variable of its own: an Option may
+		// be applied by several transports at once.
+		c.budget = nil
 		if cfg != nil {
 			cp := *cfg
-			cfg = &cp
+			c.budget = &cp
 		}
-		c.budget = cfg
 		return nil
 	})
 }
@@ -132,11 +134,13 @@ func WithBudget(cfg *budget.Config) Option {
 // cfg.OnStateChange.
 func WithBreaker(cfg *breaker.Config) Option {
 	return option(func(c *config) error {
+		// A copy per config, into a variable of its own: an Option may
+		// be applied by several transports at once.
+		c.breaker = nil
 		if cfg != nil {
 			cp := *cfg
-			cfg = &cp
+			c.breaker = &cp
 		}
-		c.breaker = cfg
 		return nil
 	})
 }
@@ -189,11 +193,13 @@ func WithBreaker(cfg *breaker.Config) Option {
 // until the request's own deadline, if any.
 func WithLimit(cfg *limit.Config) Option {
 	return option(func(c *config) error {
+		// A copy per config, into a variable of its own: an Option may
+		// be applied by several transports at once.
+		c.limit = nil
 		if cfg != nil {
 			cp := *cfg
-			cfg = &cp
+			c.limit = &cp
 		}
-		c.limit = cfg
 		return nil
 	})
 }

@@ -1,0 +1,36 @@
+package httpretry_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/httpretry"
+	"github.com/stormguard/stormguard/limit"
+)
+
+// TestOptionsSharedByTransports: "an Option is a value: it may be passed to
+// any number of constructors", also at once. WithBudget, WithBreaker and
+// WithLimit used to store their copy of the configuration in the variable
+// the option captured, a write that -race reports when two transports are
+// built from the same options concurrently (the bench's live POS smoke
+// test found it with its setups run 6 at a time). Each transport still
+// gets a configuration of its own.
+func TestOptionsSharedByTransports(t *testing.T) {
+	opts := []httpretry.Option{
+		httpretry.WithBudget(&budget.Config{Ratio: 0.2}),
+		httpretry.WithBreaker(&breaker.Config{MinCalls: 5}),
+		httpretry.WithLimit(&limit.Config{Max: 8}),
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := httpretry.NewTransport(http.DefaultTransport, opts...); err != nil {
+				t.Errorf("NewTransport: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+}
