@@ -109,8 +109,9 @@ test-race:
 # bench stays under -race: its setups drive stormguard's transports, guards
 # and limiters under live load, and its race-only build costs little once
 # the other modules are built (18 CPU-s, about what a build without -race
-# would cost it).
-RACE_PARALLEL := ./bench:6
+# would cost it). cmd/stormguard: the four tests that run the demo for real
+# (see its TestMain), 40 s together, a core between them, counts checked.
+RACE_PARALLEL := ./bench:6 ./cmd/stormguard:4
 # MODULE_FLAGS is the shell word list of extra go test flags for module $$m.
 MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && echo "-parallel $${mp\#*:}"; done)
 
