@@ -32,6 +32,7 @@ import (
 // (in progress: a claim made whose answer was lost with the killed master
 // holds the key until the lock timeout, 5 s here).
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // see e2eStores
 	c := startCluster(t, 3)
 	prefix := "stormguard-cluster:" + rand.Text() + ":"
 	s, err := redisstore.New(c.client(), redisstore.Config{Prefix: prefix, Replicas: 1})
@@ -136,6 +137,7 @@ func TestClusterFailover(t *testing.T) {
 // it, the handler does not run, and the retry on the new master runs it
 // once.
 func TestClusterLostWrite(t *testing.T) {
+	t.Parallel() // see e2eStores
 	c := startCluster(t, 3)
 	cc := c.client()
 	for _, tc := range []struct {
