@@ -13,8 +13,11 @@ import (
 // requests before forwarding and drops 20% of the answers after the
 // handler ran, against two servers sharing one MemoryStore: every one of
 // idemtest.Payments (10,000 by default, 1,000 under -race; make test runs both) is applied exactly once by the
-// handlers' ledger, and every call ends in success.
+// handlers' ledger, and every call ends in success. It and
+// TestEndToEndHostile run in parallel (each with a store of its own), as
+// make test's no-race pass runs them at 10,000 payments.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 	if err != nil {
 		t.Fatalf("NewMemoryStore: %v", err)
@@ -33,6 +36,7 @@ func TestEndToEnd(t *testing.T) {
 // once, and every answer and replay is the whole answer the handler
 // produced.
 func TestEndToEndHostile(t *testing.T) {
+	t.Parallel()
 	// Room for every answer: 10,000 of 16 KiB in one scope (the harness's
 	// shared scope), which may take half the store.
 	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxBytes: 1 << 30})

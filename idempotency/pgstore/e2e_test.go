@@ -14,6 +14,7 @@ import (
 // pgstore.Store over its own pool, sharing one table: every one of
 // idemtest.Payments (10,000 by default, 1,000 under -race; make test runs both) is applied exactly once.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel() // see e2eStores
 	idemtest.RunTest(t, idemtest.Config{Stores: e2eStores(t), Payments: idemtest.Payments(t)})
 }
 
@@ -22,11 +23,17 @@ func TestEndToEnd(t *testing.T) {
 // one server, slow handlers): every payment applied once, and every answer
 // and replay the whole answer the handler produced.
 func TestEndToEndHostile(t *testing.T) {
+	t.Parallel() // see e2eStores
 	idemtest.RunTest(t, idemtest.Hostile(idemtest.Config{Stores: e2eStores(t), Payments: idemtest.Payments(t)}))
 }
 
 // e2eStores returns two stores, each over its own pool, sharing one new
 // table (dropped at cleanup).
+//
+// The two end-to-end runs call t.Parallel: each has a table of its own and
+// checks what was applied and answered, not how fast, and they wait on the
+// proxy's faults and lock timeouts more than they compute; the no-race
+// pass of make test runs them at 10,000 payments each.
 func e2eStores(t *testing.T) []store.Store {
 	t.Helper()
 	const conns = 16 // per server
