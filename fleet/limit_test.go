@@ -339,15 +339,6 @@ func TestFleetLimitRedisCut(t *testing.T) {
 	t.Logf("served %v, refused %d", servedCounts(w), w.refused.Load())
 }
 
-func slicesIndex(fs []*Fleet, f *Fleet) int {
-	for i := range fs {
-		if fs[i] == f {
-			return i
-		}
-	}
-	return -1
-}
-
 // TestFleetLimitFallsAndRecovers: through retry policies on the fleet's
 // guards, the fleet's rate grows by slow start while the callers use it,
 // falls while the destination fails (the breakers' outcomes are the

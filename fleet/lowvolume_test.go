@@ -50,17 +50,16 @@ const modelTick, modelTimeout = 0.01, 1.0
 type modelCall struct{ arrival, deadline float64 }
 
 type modelProc struct {
-	pid            string
-	next           float64
-	queue          []modelCall // waiting in the limiter, deadline order
-	rate           float64     // share per s; 0: no gate
-	iv, tau, tat   float64
-	ok, bad        uint64
-	latSum         float64
-	latN           int64
-	lastR          float64
-	syncTick, inIt int
-	phase          float64 // in (0, 1): Fleet.phase
+	pid          string
+	next         float64
+	queue        []modelCall // waiting in the limiter, deadline order
+	rate         float64     // share per s; 0: no gate
+	iv, tau, tat float64
+	ok, bad      uint64
+	latSum       float64
+	latN         int64
+	syncTick     int
+	phase        float64 // in (0, 1): Fleet.phase
 }
 
 // rateRun is what a rateModel run measured, per window (second).
