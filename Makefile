@@ -131,7 +131,7 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 #    Redis from one goroutine (fleet/lowvolume_test.go, //go:build !race).
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
 	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
-	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet(Rate|LimitLowVolume)
+	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet
 NORACE = status=0; for mpr in $(NORACE_PKGS); do m=$${mpr%%:*}; pr=$${mpr\#*:}; p=$${pr%%:*}; r=; \
 	case $$pr in *:*) r=$${pr\#*:};; esac; echo "== go test (no -race) $$m $$p $$r"; \
 	start=$(NOW); if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $${r:+-run "$$r"} $$p); then ok=ok; else ok=FAIL; status=1; fi; \
