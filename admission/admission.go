@@ -157,11 +157,19 @@ type Controller struct {
 	// The queue, one list per class (originals, retries: see queue.go),
 	// each oldest first. qlen is the two lists' length, for Stats and the
 	// bound MaxQueue.
-	mu        sync.Mutex
-	queues    [classes]list.List // of *waiter; guarded by mu
-	lastEmpty [classes]time.Time // when each list was last seen empty; guarded by mu
-	qlen      atomic.Int64
-	sojourn   [classes]atomic.Int64 // how long the last waiter of each class given a slot waited, ns
+	mu     sync.Mutex
+	queues [classes]list.List // of *waiter; guarded by mu
+	// lastGood is when each list was last seen empty or last gave a slot
+	// to a request that had waited no longer than the delay control's
+	// target (queue.go); guarded by mu.
+	lastGood [classes]time.Time
+	// grants counts the slots the queue handed over, and turn is the mean
+	// time between two of them while requests waited (queue.go's turn);
+	// guarded by mu.
+	grants  uint64
+	turn    time.Duration
+	qlen    atomic.Int64
+	sojourn [classes]atomic.Int64 // how long the last waiter of each class given a slot waited, ns
 
 	// Counters for Stats, off the queue's cache line.
 	_         [64]byte
@@ -175,6 +183,7 @@ type waiter struct {
 	elem  *list.Element // its place in the queue; guarded by Controller.mu
 	ready chan struct{} // receives once the waiter is granted a slot or evicted
 	since time.Time     // when it joined the queue
+	at    uint64        // Controller.grants when it joined
 	class uint8         // classOriginal or classRetry
 	state waiterState   // guarded by Controller.mu; final once ready receives
 }

@@ -65,9 +65,11 @@ type Config struct {
 	// overload a request that waited half a second is better answered with
 	// a Retry-After that spreads it out than kept waiting longer. It also
 	// sets the queue's delay control (see the package documentation): a
-	// request that joins a queue that has not been empty for
-	// MaxQueueWait/5 waits at most MaxQueueWait/100; and no request waits
-	// past its caller's deadline.
+	// request that joins a standing queue (one whose requests all waited
+	// longer than MaxQueueWait/100 for the last MaxQueueWait/5) waits at
+	// most 25 turns of the queue (the mean time between two slots it hands
+	// over), within [MaxQueueWait/100, MaxQueueWait/5]; and no request
+	// waits past its caller's deadline.
 	MaxQueueWait time.Duration
 
 	// RetryRatio is the number of retries admitted per original request

@@ -64,9 +64,10 @@ func TestDeadlineDrops(t *testing.T) {
 	})
 }
 
-// TestStandingQueue: a queue that has not been empty for MaxQueueWait/5
-// is a standing queue; a request that joins it waits at most
-// MaxQueueWait/100 (CoDel's target), one that joins a queue just formed
+// TestStandingQueue: a queue that has not been empty (nor given a slot)
+// for MaxQueueWait/5 is a standing queue; a request that joins it waits at
+// most MaxQueueWait/100 (CoDel's target: the queue has handed over no slot,
+// so it has no turn to wait 25 of), one that joins a queue just formed
 // waits up to MaxQueueWait.
 func TestStandingQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -47,10 +47,22 @@ func (r *naiveRun) goodput(s int) float64 {
 	return float64(r.ok[s]) / float64(r.started[s])
 }
 
+// naiveTrigger is what the provider of runNaive does from cutAt for cutFor.
+type naiveTrigger int
+
+const (
+	// slowdown multiplies the service time by 5 (the capacity cut by 80%)
+	// for the requests that get a worker during the trigger.
+	slowdown naiveTrigger = iota
+	// hang stalls the workers: a request that gets one during the trigger
+	// is served (its work begins) only when the trigger ends.
+	hang
+)
+
 // runNaive runs, in a synctest bubble, a population of naive clients
 // against a provider of `workers` workers whose service time is `work`,
-// five times that from cutAt for cutFor (its capacity cut by 80%), behind
-// ctl. Payments start at rate/s (Poisson, seeded) for `run`; each has a
+// changed from cutAt for cutFor by the trigger (five times the service
+// time, its capacity cut by 80%, or a hang), behind ctl. Payments start at rate/s (Poisson, seeded) for `run`; each has a
 // new idempotency key and a deadline of 20 s, and its client is the fixed
 // loop of a user who knows no protocol: POST with the key and no attempt
 // header and no deadline field, give up on the attempt after 1 s (the
@@ -58,7 +70,7 @@ func (r *naiveRun) goodput(s int) float64 {
 // deadline the server could read), sleep 1 s after any failure and POST
 // again with the same key, until the deadline. The provider serves the
 // work it admitted even after its caller left.
-func runNaive(t *testing.T, ctl *admission.Controller, workers int, work time.Duration, rate float64, cutAt, cutFor, run time.Duration, backoff naiveBackoff) *naiveRun {
+func runNaive(t *testing.T, ctl *admission.Controller, workers int, work time.Duration, rate float64, trigger naiveTrigger, cutAt, cutFor, run time.Duration, backoff naiveBackoff) *naiveRun {
 	t.Helper()
 	const (
 		attemptTimeout = time.Second
@@ -70,7 +82,12 @@ func runNaive(t *testing.T, ctl *admission.Controller, workers int, work time.Du
 		slots <- struct{}{}
 		d := work
 		if at := time.Since(start); at >= cutAt && at < cutAt+cutFor {
-			d *= 5
+			switch trigger {
+			case slowdown:
+				d *= 5
+			case hang:
+				d += cutAt + cutFor - at
+			}
 		}
 		time.Sleep(d)
 		<-slots
@@ -156,7 +173,7 @@ func TestNaiveClientsRecover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctl := newController(t, admission.Config{MaxInFlight: workers, MaxQueue: 1000, LatencyCeiling: time.Second, Rand: seeded(7)})
-				res := runNaive(t, ctl, workers, work, rate, cutAt, cutFor, run, tc.backoff)
+				res := runNaive(t, ctl, workers, work, rate, slowdown, cutAt, cutFor, run, tc.backoff)
 				var during, duringOK int
 				for s := int(cutAt / time.Second); s < int((cutAt+cutFor)/time.Second); s++ {
 					during += res.started[s]
