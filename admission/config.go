@@ -46,10 +46,12 @@ type Config struct {
 	// learned from the time the admitted requests take to run (from their
 	// slot to Release), between 1 and MaxInFlight, which is then its
 	// ceiling and its start and must be positive. A request that runs for
-	// LatencyCeiling or longer, past its caller's deadline, or whose
-	// context ends (its caller left) counts as a drop and cuts the limit;
-	// one that runs longer than LatencyCeiling/2 shrinks it, a faster one
-	// grows it while it is in use (see the package documentation). Set it
+	// LatencyCeiling or longer, or longer than LatencyCeiling/2 and past
+	// its caller's deadline or its context's end (its caller left), counts
+	// as a drop and cuts the limit; one that runs longer than
+	// LatencyCeiling/2 shrinks it, a faster one grows it while it is in use
+	// unless its caller left (then it is no sample: see the package
+	// documentation). Set it
 	// to the longest a caller usefully waits for an answer, such as the
 	// clients' attempt timeout. 0 means a fixed limit of MaxInFlight.
 	// Release takes a lock while the limit is adaptive.

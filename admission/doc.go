@@ -143,11 +143,19 @@
 // its ceiling, and moves between 1 and it by the time the admitted
 // requests take to run (from their slot to Release):
 //
-//   - a request that ran for LatencyCeiling or longer, past its caller's
-//     deadline, or whose context ended is a drop, never a latency sample:
-//     the limit is cut by a tenth, at most once per LatencyCeiling/10 (a
-//     hang, whose requests all end as drops, lowers it and never raises
-//     it);
+//   - a request that ran for LatencyCeiling or longer is a drop, never a
+//     latency sample, and so is one that ran longer than the reference
+//     (below) and ended past its caller's deadline or with its context
+//     ended: the limit is cut by a tenth, at most once per
+//     LatencyCeiling/10 (a hang, whose requests all end as drops, lowers
+//     it and never raises it);
+//   - a request whose caller left but that ran within the reference is no
+//     sample: it neither grows the limit nor cuts it. Its caller's time
+//     went before its slot (the queue, the network, a lagging client),
+//     which fewer slots only make worse: as drops, such requests cut the
+//     limit, the waits grew, more callers left, and the limit fell to 1
+//     and stayed there after a hang, every request it admitted being for a
+//     caller who left;
 //   - a request that ran longer than the reference, LatencyCeiling/2,
 //     shrinks the limit by a fifth of its excess, limit·(1 - (1 -
 //     ref/latency)/5); a faster one grows it by 1/√limit while the limit is

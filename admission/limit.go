@@ -12,12 +12,23 @@ import (
 // It keeps the time requests take to run under what their callers wait,
 // by the latency of the requests that complete, with the guardrails that
 // latency-only limiters lack:
-//   - a request that ran for LatencyCeiling or longer, past its caller's
-//     deadline, or whose context ended (its caller left) is a drop, never a
-//     latency sample: the limit is cut by a tenth, at most once per
-//     LatencyCeiling/10 (so that one slow burst does not collapse it, and a
-//     hang, whose requests all end as drops, lowers the limit and never
-//     raises it);
+//   - a request that ran for LatencyCeiling or longer is a drop, never a
+//     latency sample, and so is one that ran longer than the reference
+//     (below) and ended past its caller's deadline or with its context
+//     ended (its caller left): the limit is cut by a tenth, at most once
+//     per LatencyCeiling/10 (so that one slow burst does not collapse it,
+//     and a hang, whose requests all end as drops, lowers the limit and
+//     never raises it);
+//   - a request whose caller left but that ran within the reference is no
+//     sample at all: it neither grows the limit (a limiter must not grow
+//     on work for callers who left) nor cuts it. Its caller's time went
+//     before it got its slot (in the queue, the network, a lagging
+//     client), which fewer slots would only make worse: counted as a
+//     drop, such requests cut the limit, the queue's wait grew, more
+//     callers left before their answer, and the limit fell to 1 and stayed
+//     there (live, after a hang: every request admitted at limit 1 was for
+//     a caller who left, so every sample was a drop; see
+//     TestLimiterCallerGoneFastIsNoSample);
 //   - the reference latency is fixed, LatencyCeiling/2, not learned: a
 //     request that ran faster than that is fast, and grows the limit by
 //     1/√limit (about √limit per limit's worth of requests) while the
@@ -60,16 +71,18 @@ func newLimiter(eff Config) *limiter {
 // its caller's deadline (zero: none).
 func (l *limiter) sample(ctx context.Context, now, start, dl time.Time, inFlight int64) int64 {
 	lat := now.Sub(start)
-	drop := lat >= l.ceiling || (!dl.IsZero() && now.After(dl)) || (ctx != nil && ctx.Err() != nil)
 	ref := l.ceiling / 2
+	gone := (!dl.IsZero() && now.After(dl)) || (ctx != nil && ctx.Err() != nil)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case drop:
+	case lat >= l.ceiling || (gone && lat > ref):
 		if l.lastCut.IsZero() || now.Sub(l.lastCut) >= l.ceiling/cutInterval {
 			l.limit = max(1, l.limit*limitCut)
 			l.lastCut = now
 		}
+	case gone:
+		// Fast, for a caller who left: no sample (see above).
 	case lat <= ref:
 		if float64(inFlight) >= l.limit/2 {
 			l.limit = min(l.top, l.limit+1/math.Sqrt(l.limit))

@@ -39,7 +39,8 @@ func TestLimiterHangLowersOnly(t *testing.T) {
 }
 
 // A request whose caller left (context ended, or past its deadline) is a
-// drop even when it was fast.
+// drop when it ran longer than the reference (ceiling/2), and no sample at
+// all when it ran within it: neither a cut nor growth.
 func TestLimiterCallerGoneIsDrop(t *testing.T) {
 	start := time.Unix(1000, 0)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,9 +54,39 @@ func TestLimiterCallerGoneIsDrop(t *testing.T) {
 		{"past its deadline", context.Background(), start.Add(5 * time.Millisecond)},
 	} {
 		l := newTestLimiter(100, time.Second)
-		if n := l.sample(tt.ctx, start.Add(10*time.Millisecond), start, tt.dl, 100); n != 90 {
-			t.Errorf("%s: limit %d, want 90 (a drop)", tt.name, n)
+		if n := l.sample(tt.ctx, start.Add(600*time.Millisecond), start, tt.dl, 100); n != 90 {
+			t.Errorf("%s, slow: limit %d, want 90 (a drop)", tt.name, n)
 		}
+		l = newTestLimiter(100, time.Second)
+		l.limit = 50
+		for i := range 100 {
+			now := start.Add(time.Duration(i) * 200 * time.Millisecond)
+			if n := l.sample(tt.ctx, now.Add(10*time.Millisecond), now, tt.dl, 50); n != 50 {
+				t.Fatalf("%s, fast, sample %d: limit %d, want 50 (no sample: neither grown nor cut)", tt.name, i, n)
+			}
+		}
+	}
+}
+
+// TestLimiterCallerGoneFastIsNoSample: callers whose time goes before their
+// requests get a slot (a queue, the network, a client that lags) leave
+// during fast requests. Taken for drops, 10 s of them cut the limit from 10
+// to 1, where a server of 10 slots serves a tenth of its capacity, waits
+// grow, and every request is again for a caller who leaves: live, after a
+// hang, the limit fell to 1 and stayed there to the end of the run, all
+// its work wasted. They are no sample: the limit stays.
+func TestLimiterCallerGoneFastIsNoSample(t *testing.T) {
+	l := newTestLimiter(10, time.Second)
+	start := time.Unix(1000, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n := int64(10)
+	for i := range 5000 { // 10 s, a request every 2 ms, 20 ms each, its caller gone
+		now := start.Add(time.Duration(i) * 2 * time.Millisecond)
+		n = l.sample(ctx, now, now.Add(-20*time.Millisecond), time.Time{}, n)
+	}
+	if n != 10 {
+		t.Errorf("after 10 s of fast requests whose callers left: limit %d, want 10", n)
 	}
 }
 
