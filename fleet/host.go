@@ -82,17 +82,25 @@ func newHost(f *Fleet, name string) (*host, error) {
 	return h, nil
 }
 
+// maxBurst bounds the span of tokens a gate may hold (see setRate).
+const maxBurst = 100 * time.Millisecond
+
 // setRate gates h's limiter at perSecond (0: off), with a burst of one
-// sync interval's tokens, at least one, and returns what the limiter
-// reports (see limit.Limiter.SetRate).
+// sync interval's tokens, at most 100 ms worth, at least one, and returns
+// what the limiter reports (see limit.Limiter.SetRate): a process with a
+// large share and a long interval must not send a second of its share at
+// once into a host that may be full.
 func (h *host) setRate(perSecond float64) (inFlight, waiting int, latency time.Duration, samples int) {
 	h.rate.Store(math.Float64bits(perSecond))
-	return h.lim.SetRate(perSecond, max(1, perSecond*h.f.cfg.SyncEvery.Seconds()))
+	return h.lim.SetRate(perSecond, max(1, perSecond*min(h.f.cfg.SyncEvery, maxBurst).Seconds()))
 }
 
 // limitReport returns h's report to the fleet's rate (nil without a
-// limiter): its calls waiting now and its latency samples since the last
-// report, or, final, that the process leaves.
+// limiter): its calls waiting now (in its limiter, and behind its breaker:
+// calls an outage holds are demand too, or the process's share would fall
+// to the floor during the outage and refuse them as hopeless when it
+// closes) and its latency samples since the last report, or, final, that
+// the process leaves.
 func (h *host) limitReport(final bool) *limitReport {
 	if h.lim == nil {
 		return nil
@@ -104,7 +112,7 @@ func (h *host) limitReport(final bool) *limitReport {
 		return r
 	}
 	_, w, lat, n := h.setRate(math.Float64frombits(h.rate.Load()))
-	r.waiting = int64(w)
+	r.waiting = int64(w + h.brk.Snapshot().Waiters)
 	r.latUS = lat.Microseconds() + h.latUS.Swap(0)
 	r.latN = int64(n) + h.latN.Swap(0)
 	return r
