@@ -63,16 +63,20 @@ func (s *limitScript) report(now int64, pid string, waiting int64, ok, failed ui
 
 const t0 = 1_700_000_000_000_000 // µs, the start of a window
 
-// TestScriptFleetRateLearns: one process reporting once per window. The
-// cold fleet takes the first window's demand as its rate, doubles in
-// clean windows whose demand reaches 3/4 of it, falls by the share of
-// drops (at most halving) and remembers the rate before the incident as
-// its slow-start threshold; after an outage it restarts from the last
-// healthy rate (the rate served in the last clean window near the
-// baseline that used at least half of R) and doubles back to the
-// threshold, then grows by sqrt(R); a window whose mean latency is above
-// twice the baseline brings it to the lower of 90% of R and 95% of the
-// rate served; a window the fleet did not use leaves it alone.
+// TestScriptFleetRateLearns: one process reporting once per window (a
+// window's outcomes set the rate returned at the next window's first
+// report). The cold fleet takes the first window's demand as its rate and
+// doubles in clean windows whose demand reaches 3/4 of it until the first
+// window whose demand the rate met (slow start); from then on a clean
+// window never leaves the rate above what the host has proven it serves
+// (the highest two-window mean served, at most the rate in force, near
+// the baseline) plus a margin of 1/16, or 8% while calls wait for it.
+// Drops cut it by their share, at most halving, to 10% above the rate
+// served; after an outage it restarts from the last healthy rate; a
+// window whose latency shows a queue brings it to what the host served
+// less 3% and less the share that drains the queue in two windows, and
+// what the host served then is the only evidence left of its capacity; a
+// window the fleet did not use leaves it alone.
 func TestScriptFleetRateLearns(t *testing.T) {
 	s := newLimitScript(t, 1000)
 	type window struct {
@@ -81,20 +85,20 @@ func TestScriptFleetRateLearns(t *testing.T) {
 		want    float64
 	}
 	steps := []window{
-		{ok: 100, lat: 20_000, want: 0},       // cold: no rate yet
-		{ok: 100, lat: 20_000, want: 100},     // the first window's demand
-		{ok: 200, lat: 20_000, want: 150},     // slow start: max(R+√R, min(2R, 1.5·demand))
-		{ok: 100, lat: 20_000, want: 300},     //
-		{ok: 400, lat: 20_000, want: 300},     // used less than 3/4: held
-		{bad: 100, want: 600},                 //
-		{bad: 100, want: 300},                 // all dropped: halved; threshold 600; an outage
-		{ok: 50, bad: 50, want: 300},          // not cut again in the window after a cut
-		{ok: 100, lat: 20_000, want: 150},     // halved again
-		{ok: 400, lat: 20_000, want: 400},     // clean: restarts from the last healthy rate (400 served)
-		{ok: 800, lat: 20_000, want: 600},     // slow start to the threshold
-		{ok: 828, lat: 50_000, want: 624.495}, // then + √R
-		{ok: 10, lat: 20_000, want: 562.045},  // latency 2.5x the baseline: min(0.9 R, 0.95·served)
-		{want: 562.045},                       // a window the fleet hardly used: held
+		{ok: 100, lat: 20_000, want: 0},         // cold: no rate yet
+		{ok: 100, lat: 20_000, want: 100},       // the first window's demand
+		{ok: 200, lat: 20_000, want: 150},       // slow start: max(R+√R, min(2R, 1.5·demand))
+		{ok: 100, lat: 20_000, want: 300},       // 2x what the host proved (150, the rate in force)
+		{ok: 400, lat: 20_000, want: 159.375},   // demand met (warm): 1/16 above the proven 150
+		{bad: 100, want: 172.125},               // calls waited: 8% above the proven 159.375
+		{bad: 100, want: 86.0625},               // all dropped: halved; an outage
+		{ok: 50, bad: 50, want: 86.0625},        // not cut again in the window after a cut
+		{ok: 100, lat: 20_000, want: 43.03125},  // half dropped: halved again
+		{ok: 400, lat: 20_000, want: 159.375},   // clean: restarts from the last healthy rate
+		{ok: 170, lat: 150_000, want: 172.125},  // 8% above what the host proved
+		{ok: 10, lat: 20_000, want: 156.10877},  // a queue: 0.97 · (1 − 0.13 s / 2 s) · 172.125 served
+		{ok: 400, lat: 20_000, want: 156.10877}, // a window the fleet hardly used: held
+		{want: 185.895},                         // 8% above 172.125, served when it queued
 	}
 	for i, w := range steps {
 		now := int64(t0 + i*1_000_000 + 1)

@@ -32,11 +32,17 @@ import (
 // plus one per call ahead, plus the host's base latency) comes after
 // their deadline, on arrival or when the rate falls.
 //
-// The host serves `capacity` attempts per second: each start adds
-// 1/capacity s of work to its backlog, which drains at 1 s per second,
-// and an attempt's latency is base + the backlog when it starts (a queue
-// in front of busy workers). An attempt at or above the 1 s timeout is a
-// drop and its call waits again. During an outage [outageAt, +outageFor)
+// The host serves `capacity` attempts per second: each start adds one
+// attempt's work to its backlog, which drains at the capacity in force,
+// and an attempt's latency is base + the backlog's time to drain when it
+// starts (a queue in front of busy workers); with queue > 0, an attempt
+// that finds that many in the backlog is shed at once (a 503). An
+// attempt at or above the 1 s timeout is a drop, known 1 s after its
+// start, and its call waits again; the host still does its work later
+// (wasted: its caller left). A success is known (reported at the next
+// sync) when it ends, its latency after its start.
+// During a slowdown [slowAt, +slowFor) every attempt takes slowBy times
+// as long (the capacity divided by slowBy, the base latency multiplied). During an outage [outageAt, +outageFor)
 // every attempt fails at once (a 503); from 1 s into it (the fleet's
 // breaker open) until 0.3 s after it (a probe closes it), calls are held
 // by the breakers (no attempt, no outcome), then join their limiters'
@@ -48,6 +54,9 @@ type rateModel struct {
 	capacity, base      float64 // attempts per s; s
 	cutAt, cutTo        float64 // from cutAt s (0: never), the host serves cutTo per s
 	outageAt, outageFor float64 // s (outageFor 0: none)
+	slowAt, slowFor     float64 // s (slowFor 0: none)
+	slowBy              float64 // the slowdown's factor on service time
+	queue               float64 // the host's queue, attempts (0: unbounded)
 	windows             int
 	max                 int64 // Limit.Max
 }
@@ -66,7 +75,17 @@ type modelProc struct {
 	latSum       float64
 	latN         int64
 	syncTick     int
-	phase        float64 // in (0, 1): Fleet.phase
+	phase        float64        // in (0, 1): Fleet.phase
+	pending      []modelOutcome // attempts in flight, by when their outcome is known
+	held         int            // calls held by the breaker (reported as waiting, as host.limitReport does)
+}
+
+// modelOutcome is an attempt in flight: its outcome is known at due (its
+// latency after its start, or the timeout's), as a limiter's Release.
+type modelOutcome struct {
+	due, lat float64
+	ok       bool
+	c        modelCall
 }
 
 // rateRun is what a rateModel run measured, per window (second).
@@ -85,6 +104,7 @@ type rateRun struct {
 	totalHopeless, totalExpired int
 	maxBacklog                  float64
 	backlog                     []float64 // the host's largest backlog in each window, s
+	wasted                      []int     // attempts started in the window that the host served after their caller left
 }
 
 func (m rateModel) run(t *testing.T) rateRun {
@@ -96,7 +116,7 @@ func (m rateModel) run(t *testing.T) rateRun {
 		ps[i] = &modelProc{pid: fmt.Sprint("p", i), next: m.every * rng.Float64(), syncTick: i * ticks / m.n, phase: rng.Float64()}
 	}
 	r := rateRun{}
-	var backlog float64
+	var backlog float64 // attempts
 	type held struct {
 		p *modelProc
 		c modelCall
@@ -104,13 +124,17 @@ func (m rateModel) run(t *testing.T) rateRun {
 	var holding []held
 	var retries []modelCall
 	outageEnd := m.outageAt + m.outageFor
+	trigEnd := outageEnd
+	if m.slowFor > 0 {
+		trigEnd = m.slowAt + m.slowFor
+	}
 	served := func(c modelCall, at float64) {
 		r.servedArrival = append(r.servedArrival, c.arrival)
 		r.servedStart = append(r.servedStart, at)
 		switch {
 		case m.outageFor > 0 && c.arrival >= m.outageAt && c.arrival < outageEnd:
 			r.outageServed++
-		case m.outageFor > 0 && c.arrival >= outageEnd+5 && c.arrival < outageEnd+15:
+		case trigEnd > 0 && c.arrival >= trigEnd+5 && c.arrival < trigEnd+15:
 			r.lateServed++
 		case m.outageFor == 0 || c.arrival < m.outageAt:
 			r.beforeServed++
@@ -136,15 +160,18 @@ func (m rateModel) run(t *testing.T) rateRun {
 		r.rate = append(r.rate, 0)
 		r.starts, r.served, r.drops = append(r.starts, 0), append(r.served, 0), append(r.drops, 0)
 		r.hopeless, r.expired, r.waiting = append(r.hopeless, 0), append(r.expired, 0), append(r.waiting, 0)
-		r.backlog = append(r.backlog, 0)
+		r.backlog, r.wasted = append(r.backlog, 0), append(r.wasted, 0)
 		var latSum float64
 		for j := range ticks {
 			now := float64(w) + float64(j)*modelTick
-			backlog = math.Max(0, backlog-modelTick)
-			capacity := m.capacity
+			capacity, base := m.capacity, m.base
 			if m.cutAt > 0 && now >= m.cutAt {
 				capacity = m.cutTo
 			}
+			if m.slowFor > 0 && now >= m.slowAt && now < m.slowAt+m.slowFor {
+				capacity, base = capacity/m.slowBy, base*m.slowBy
+			}
+			backlog = math.Max(0, backlog-capacity*modelTick)
 			failing := m.outageFor > 0 && now >= m.outageAt && now < outageEnd
 			open := m.outageFor > 0 && now >= m.outageAt+1 && now < outageEnd+0.3
 			if !open && len(holding) > 0 {
@@ -157,6 +184,7 @@ func (m rateModel) run(t *testing.T) rateRun {
 					}
 				}
 				for _, h := range holding {
+					h.p.held = 0
 					if h.c.deadline <= now {
 						r.expired[w]++
 						continue
@@ -166,6 +194,23 @@ func (m rateModel) run(t *testing.T) rateRun {
 				holding = holding[:0]
 			}
 			for _, p := range ps {
+				// The outcomes known by now: a success with its latency, a
+				// timeout (its call tries again).
+				inFlight := p.pending[:0]
+				for _, o := range p.pending {
+					switch {
+					case o.due > now+modelTick/2:
+						inFlight = append(inFlight, o)
+					case o.ok:
+						p.ok++
+						p.latSum += o.lat
+						p.latN++
+					default:
+						p.bad++
+						retries = append(retries, o.c)
+					}
+				}
+				p.pending = inFlight
 				if p.syncTick == j {
 					m.sync(s, p, int64(t0+now*1e6+1), now, &r, w)
 				}
@@ -175,13 +220,14 @@ func (m rateModel) run(t *testing.T) rateRun {
 					switch {
 					case m.outageFor > 0 && c.arrival >= m.outageAt && c.arrival < outageEnd:
 						r.outageCalls++
-					case m.outageFor > 0 && c.arrival >= outageEnd+5 && c.arrival < outageEnd+15:
+					case trigEnd > 0 && c.arrival >= trigEnd+5 && c.arrival < trigEnd+15:
 						r.lateCalls++
 					case m.outageFor == 0 || c.arrival < m.outageAt:
 						r.beforeCalls++
 					}
 					if open {
 						holding = append(holding, held{p, c})
+						p.held++
 					} else {
 						enqueue(p, c, now)
 					}
@@ -211,20 +257,24 @@ func (m rateModel) run(t *testing.T) rateRun {
 						retries = append(retries, c)
 						continue
 					}
-					lat := m.base + backlog
-					backlog += 1 / capacity
-					r.maxBacklog = math.Max(r.maxBacklog, backlog)
-					r.backlog[w] = math.Max(r.backlog[w], backlog)
-					latSum += lat
-					if lat >= modelTimeout {
-						p.bad++
+					if m.queue > 0 && backlog >= m.queue {
+						p.bad++ // shed
 						r.drops[w]++
 						retries = append(retries, c)
 						continue
 					}
-					p.ok++
-					p.latSum += lat
-					p.latN++
+					lat := base + backlog/capacity
+					backlog++
+					r.maxBacklog = math.Max(r.maxBacklog, backlog/capacity)
+					r.backlog[w] = math.Max(r.backlog[w], backlog/capacity)
+					latSum += lat
+					if lat >= modelTimeout {
+						r.drops[w]++
+						r.wasted[w]++
+						p.pending = append(p.pending, modelOutcome{due: now + modelTimeout, c: c})
+						continue
+					}
+					p.pending = append(p.pending, modelOutcome{due: now + lat, lat: lat, ok: true})
 					r.served[w]++
 					served(c, now)
 				}
@@ -233,6 +283,7 @@ func (m rateModel) run(t *testing.T) rateRun {
 				for _, c := range retries {
 					if open {
 						holding = append(holding, held{p, c})
+						p.held++
 					} else {
 						enqueue(p, c, now)
 					}
@@ -256,7 +307,7 @@ func (m rateModel) run(t *testing.T) rateRun {
 
 // sync is p's sync at now: its report, and its gate set to its share.
 func (m rateModel) sync(s *limitScript, p *modelProc, us int64, now float64, r *rateRun, w int) {
-	rate, R := s.report(us, p.pid, int64(len(p.queue)), p.ok, p.bad, int64(p.latSum*1e6), p.latN)
+	rate, R := s.report(us, p.pid, int64(len(p.queue)+p.held), p.ok, p.bad, int64(p.latSum*1e6), p.latN)
 	p.ok, p.bad, p.latSum, p.latN = 0, 0, 0, 0
 	r.rate[w] = R
 	if rate <= 0 {
@@ -290,8 +341,8 @@ func (m rateModel) sync(s *limitScript, p *modelProc, us int64, now float64, r *
 func (r rateRun) table() string {
 	var b strings.Builder
 	for w := range r.rate {
-		fmt.Fprintf(&b, "\n  %2d R %6.1f starts %4d served %4d drops %4d hopeless %4d expired %4d waiting %4d latency %6.1fms backlog %4.0fms",
-			w, r.rate[w], r.starts[w], r.served[w], r.drops[w], r.hopeless[w], r.expired[w], r.waiting[w], 1000*r.latency[w], 1000*r.backlog[w])
+		fmt.Fprintf(&b, "\n  %2d R %6.1f starts %4d served %4d drops %4d wasted %4d hopeless %4d expired %4d waiting %4d latency %6.1fms backlog %4.0fms",
+			w, r.rate[w], r.starts[w], r.served[w], r.drops[w], r.wasted[w], r.hopeless[w], r.expired[w], r.waiting[w], 1000*r.latency[w], 1000*r.backlog[w])
 	}
 	return b.String()
 }
@@ -337,8 +388,8 @@ func TestScriptFleetLimitLowVolume(t *testing.T) {
 		if float64(r.starts[w]) < 0.9*offered || r.hopeless[w] > 0 {
 			t.Errorf("window %d (learned): %d calls started, %d failed fast, offered %.0f", w, r.starts[w], r.hopeless[w], offered)
 		}
-		if r.rate[w] > 2*offered {
-			t.Errorf("window %d: fleet rate %.0f, offered %.0f", w, r.rate[w], offered)
+		if r.rate[w] > 1.1*m.capacity {
+			t.Errorf("window %d: fleet rate %.0f, host capacity %.0f, offered %.0f", w, r.rate[w], m.capacity, offered)
 		}
 	}
 	if g := meanOf(ints(r.starts[warm:])); g < 0.97*offered || g > 1.03*offered {
@@ -436,5 +487,57 @@ func TestScriptFleetRateOutage(t *testing.T) {
 	}
 	if float64(r.outageServed) < 0.9*bound*float64(r.outageCalls) {
 		t.Errorf("%d of the %d calls of the outage served, below 90%% of the physical bound %.1f%%", r.outageServed, r.outageCalls, 100*bound)
+	}
+}
+
+// TestScriptFleetRateSlowdown: the low-volume fleet of
+// TestScriptFleetLimitLowVolume (0.91 of the host's capacity offered)
+// against a host whose queue holds 2 s of work, slowed down 5x for 10 s
+// from 15 s (bench's metastability scenario, x5 trigger, without the
+// breakers: the rate alone). The fleet's rate must track what the host
+// can serve: during the slowdown the fleet starts at most 1.1x the calls
+// offered; from 5 s after it the rate stays within 1.1x the host's
+// capacity, nothing is dropped and the host's queue stays short; the
+// work the host does after the slowdown for callers who left (attempts
+// that timed out in its queue) is at most 1% of what it serves then, and
+// the calls made 5 to 15 s after it are all served.
+func TestScriptFleetRateSlowdown(t *testing.T) {
+	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 500, base: 0.02, windows: 60, max: 1000,
+		slowAt: 15, slowFor: 10, slowBy: 5, queue: 1000}
+	r := m.run(t)
+	offered := float64(m.n) / m.every
+	t.Logf("offered %.0f per second, host capacity %.0f, 5x slower 15-25 s:%s", offered, m.capacity, r.table())
+	end := int(m.slowAt + m.slowFor)
+	var wasted, served, startsDuring int
+	for w := end; w < m.windows; w++ {
+		wasted += r.wasted[w]
+		served += r.served[w] + r.wasted[w]
+	}
+	for w := int(m.slowAt); w < end; w++ {
+		startsDuring += r.starts[w]
+	}
+	t.Logf("%d calls: %d served, %d failed fast, %d waited out their deadline; during the slowdown %d attempts (%.2f per call offered); "+
+		"after it %d of %d attempts the host served wasted (%.1f%%); 5 to 15 s after it %d/%d served; rate from %d s at most %.0f (%.2f of capacity)",
+		r.arrivals, len(r.servedArrival), r.totalHopeless, r.totalExpired, startsDuring, float64(startsDuring)/(offered*m.slowFor),
+		wasted, served, 100*float64(wasted)/float64(served), r.lateServed, r.lateCalls, end+5, slices.Max(r.rate[end+5:]), slices.Max(r.rate[end+5:])/m.capacity)
+	if float64(startsDuring) > 1.1*offered*m.slowFor {
+		t.Errorf("during the slowdown the fleet started %d attempts, %.0f calls offered", startsDuring, offered*m.slowFor)
+	}
+	for w := end + 5; w < m.windows; w++ {
+		if r.rate[w] > 1.1*m.capacity {
+			t.Errorf("window %d: fleet rate %.0f, host capacity %.0f", w, r.rate[w], m.capacity)
+		}
+		if r.drops[w] > 0 {
+			t.Errorf("window %d: %d attempts dropped", w, r.drops[w])
+		}
+		if r.backlog[w] >= modelTimeout/2 {
+			t.Errorf("window %d: the host's backlog reached %.0fms", w, 1000*r.backlog[w])
+		}
+	}
+	if wasted*100 > served {
+		t.Errorf("after the slowdown %d of the %d attempts the host served were for callers who left", wasted, served)
+	}
+	if r.lateServed < r.lateCalls*99/100 {
+		t.Errorf("5 to 15 s after the slowdown, %d of %d new calls served", r.lateServed, r.lateCalls)
 	}
 }

@@ -133,6 +133,32 @@ end
 -- rate_close ends the window rg at the first sync of a later one (gen):
 -- it learns R from the window's outcomes and latency, updates the
 -- baseline, and forgets the processes not heard of for 10 windows.
+-- rate_proven returns the most the host has served in the last 6
+-- buckets of 10 windows (0: no evidence): the mean rate of two
+-- successive windows (a report late for one window lands in the next),
+-- the later one clean and near the baseline; with the window id's own
+-- evidence ev (0: none) counted first.
+local function rate_proven(id, ev)
+  if ev > 0 then
+    local i = id % 6
+    if get('mt' .. i) ~= id or get('mv' .. i) < ev then set('mt' .. i, id); set('mv' .. i, ev) end
+  end
+  local m = 0
+  for i = 0, 5 do
+    local tag, v = get('mt' .. i), get('mv' .. i)
+    if tag > id - 6 and tag <= id and v > m then m = v end
+  end
+  return m
+end
+
+-- rate_full records that the host was full in window id (it queued, or
+-- dropped some attempts: not an outage) while serving seen a second:
+-- evidence of its ceiling, so the evidence of more before is forgotten.
+local function rate_full(id, seen)
+  for i = 0, 5 do set('mt' .. i, 0) end
+  if seen > 0 then set('mt' .. (id % 6), id); set('mv' .. (id % 6), seen) end
+end
+
 local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local cg = get('rg')
   local R = get('rr')
@@ -142,34 +168,65 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local mean = 0
   if lk > 0 then mean = lsum / lk end
   local served = o / win
+  local seen = math.max(served, get('rp')) -- the higher of this window's and the last one's
   local R0 = R
+  -- Near the baseline: within 1.5x it, or 5% of a window above it (a
+  -- queue that short is within the rate's resolution); queueing: above
+  -- both twice it and 10% of a window above it.
+  local near = fl == 0 and (o > 0 or lk > 0) and (base == 0 or lk == 0 or mean <= math.max(1.5 * base, base + 0.05 * win * 1e6, 1000))
+  -- What two windows served, at most the rate in force (reports that
+  -- come late make one window's count jitter around it).
+  local pair = served
+  if get('rc') == 1 then pair = (served + get('rp')) / 2 end
+  pair = math.min(pair, R)
+  local ev = 0
+  if near and get('rc') == 1 then ev = pair end
+  -- The ceiling of a raise: what the host has proven it serves with its
+  -- latency near the baseline (or, with no such window in the horizon,
+  -- the last healthy rate), plus a probe margin of 10% (at least 2 calls
+  -- a window): the rate never runs ahead of the host's capacity by more.
+  local proven = rate_proven(id, ev)
+  if proven <= 0 then proven = get('rh') end
+  -- The margin: 1/16 while the fleet's demand is met; 1/8 while calls
+  -- wait for the rate; 2x (slow start) until the first window whose
+  -- demand the rate met or the first incident (rw: warm).
+  local binding = dem >= R * win
+  if R > 0 and (fl > 0 or not binding) then set('rw', 1) end
+  local margin = 1.0625
+  if binding then
+    if get('rw') == 1 then margin = 1.08 else margin = 2 end
+  end
+  local ceil = 0
+  if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
   if R <= 0 then
     -- Cold: the first window's demand, at least rinit, then slow start.
-    if dem > 0 then R = math.max(rinit, dem / win); set('rs', 0); set('rc', 1) end
+    if dem > 0 then R = math.max(rinit, dem / win); set('rc', 1) end
   elseif fl > 0 then
     -- Drops: down by their share, at most halving; not again in the
     -- window after a cut, whose outcomes still show the last rate's.
     local share = fl / (o + fl)
-    if get('rc') == 1 then set('rs', R) end
     if cg > get('rk') + 1 then
-      R = R * math.max(0.5, 1 - share)
+      -- ... and to 10% above the rate served, at most halving.
+      R = math.max(0.5 * R, math.min(R * (1 - share), 1.1 * seen))
       set('rk', cg)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
-    if share >= 0.5 then set('rv', 1) end
+    if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') then rate_full(id, pair) end
     set('rc', 0)
-  elseif lk > 0 and base > 0 and mean > math.max(2 * base, 1000) then
-    -- The host queues: down to the rate it served (the higher of this
-    -- window's and the last one's) less 5%, by 10% to 30%; not again in
-    -- the next window.
+  elseif lk > 0 and base > 0 and mean > math.max(2 * base, base + 0.1 * win * 1e6, 1000) then
+    -- The host queues: down to the rate it served (two windows' mean, at
+    -- most R) less 3%, and less the share of it that drains its queue
+    -- (mean - baseline of waiting) in two windows, at most halving; not
+    -- again in the next window.
     if cg > get('rk') + 1 then
-      R = math.max(R * 0.7, math.min(R * 0.9, 0.95 * math.max(served, get('rp'))))
+      local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
+      R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))
       set('rk', cg)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
-    set('rs', R); set('rc', 0)
+    if R0 >= 0.5 * get('rh') then rate_full(id, pair) end
+    set('rc', 0)
   elseif o > 0 or lk > 0 then
-    local near = base == 0 or lk == 0 or mean <= math.max(1.5 * base, 1000)
     local restoring = get('rv') == 1 and near
     if restoring then
       -- Restart from the last healthy rate; a cut before a clean window
@@ -180,15 +237,12 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
       set('ro', 0) -- a window run at the restored rate, clean: confirmed
     end
     if near and not restoring and dem >= 0.75 * R * win then
-      local rs = get('rs')
-      if rs <= 0 or R < rs then
-        R = math.max(R + math.sqrt(R), math.min(2 * R, 1.5 * dem / win))
-        if rs > 0 then R = math.min(R, rs) end
-      else
-        R = R + math.max(1, math.sqrt(R))
-      end
+      R = math.max(R + math.sqrt(R), math.min(2 * R, 1.5 * dem / win))
     end
-    if near and not restoring and served >= 0.5 * R0 and R0 >= 0.5 * get('rh') then set('rh', served) end
+    -- A clean window never leaves the rate above the ceiling: the host
+    -- has not shown it serves more (the calls under it go at once).
+    if near and not restoring and ceil > 0 then R = math.min(R, ceil) end
+    if near and not restoring and served >= 0.5 * R0 and R0 >= 0.5 * get('rh') then set('rh', math.min(served, R0)) end
     set('rc', 1)
   end
   if R > 0 then
