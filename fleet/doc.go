@@ -107,30 +107,47 @@
 // dropped: about one in 16 calls per process, more when loaded); the
 // breaker's outcomes it already carries are the fleet's successes and
 // drops (what the breaker counts as a failure: timeouts, cancels, 503s).
-// The script, on the server's clock, in windows of SyncEvery:
+// The calls waiting include those its breaker holds: during an outage
+// they are still demand (without them a process's share falls to the
+// floor, and the calls it held are refused as hopeless when the breaker
+// closes). The script, on the server's clock, in windows of SyncEvery:
 //
 //   - Learns R at the first sync of each window, from the last window's
 //     reports of the whole fleet (which describe mostly the attempts of
 //     the window before it: a report comes at the next sync). Cold (no
 //     R yet: no gate), R becomes the first window's demand per second
-//     (attempts done plus calls waiting), at least 10. Drops cut R by
-//     their share, at most halving; a window with a majority of drops is
-//     an outage. A window whose mean latency is above both twice the
-//     baseline and 1 ms (the host queues) brings R down to the lower of
-//     90% of R and 95% of the rate served (the higher of this window's
-//     and the last one's: a full host serves its capacity), by at most
-//     30%. Neither cuts again in the window right after a cut, whose
-//     reports still show the old rate's attempts. A clean window whose
-//     fleet's demand reached 3/4 of R raises it: below the slow-start
-//     threshold (R when the last incident began; none while cold) to the
-//     higher of R+√R and min(2R, 1.5 × demand), above it by √R. The first
-//     clean window near the baseline (mean at most 1.5x it, or 1 ms)
-//     after an outage restarts R from the last healthy rate (the rate
-//     served in the last clean window near the baseline that used at
-//     least half of R); a cut before a window run at that rate confirms
-//     it halves the healthy rate (the host takes less than it did). R
-//     stays within 1 per window and Limit.Max per baseline latency (the
-//     most in flight the fleet may have, by Little's law).
+//     (attempts done plus calls waiting), at least 10. R never runs
+//     ahead of what the host has shown it serves: a clean window (no
+//     drops, mean latency at most 1.5x the baseline or 5% of a window
+//     above it) never leaves R above the ceiling, the highest rate
+//     served near the baseline in the last 6 buckets of 10 windows
+//     (each the mean of two successive windows, which cancels a report
+//     that comes a window late, at most the R in force) plus 1/16, or
+//     8% while calls wait for the rate (the fleet's demand reached R);
+//     with no such window in the horizon, the last healthy rate. Cold,
+//     until the first window whose demand R met or the first incident,
+//     the margin is 2x (slow start). A clean window whose fleet's
+//     demand reached 3/4 of R raises it to the higher of R+√R and
+//     min(2R, 1.5 × demand), within the ceiling. Drops cut R by their
+//     share, to at most 1.1x the rate served (the higher of this
+//     window's and the last one's), at most halving; a window with a
+//     majority of drops is an outage. A window whose mean latency is
+//     above twice the baseline, 10% of a window above it and 1 ms (the
+//     host queues) brings R to 97% of the rate served (two windows'
+//     mean, at most R) less the share that drains the queue (the mean
+//     less the baseline) in two windows, at most halving. A window
+//     where the host queued or dropped some attempts while R was at
+//     least half the healthy rate is evidence of its ceiling: the
+//     rate served then replaces the evidence of more. Neither cuts
+//     again in the window right after a cut, whose reports still show
+//     the old rate's attempts. The first clean window near the
+//     baseline after an outage restarts R from the last healthy rate
+//     (the rate served, at most R, in the last clean window near the
+//     baseline that used at least half of R); a cut before a window
+//     run at that rate confirms it halves the healthy rate (the host
+//     takes less than it did). R stays within 1 per window and
+//     Limit.Max per baseline latency (the most in flight the fleet may
+//     have, by Little's law).
 //   - Keeps the baseline: the lowest mean latency of the windows without
 //     drops whose mean is within twice it (or 1 ms), over the last 6
 //     buckets of 10 windows. Windows with drops or a queue do not count,
@@ -146,8 +163,9 @@
 //     leaves at once.
 //
 // Each process sets its limiter's gate to its share, with a burst of
-// max(1, share × SyncEvery) tokens: a terminal that was idle sends its
-// next call at once. A call that finds no token waits for one, earliest
+// max(1, share × min(SyncEvery, 100 ms)) tokens: a terminal that was idle
+// sends its next call at once, and a process with a large share does not
+// send a whole interval's worth at once. A call that finds no token waits for one, earliest
 // deadline first, and fails fast with [limit.ErrLimited] when its turn
 // comes after its deadline. When the breaker closes after an outage
 // (the fleet's close, or its own probes), every process has calls waiting
@@ -157,8 +175,9 @@
 // one per process at once.
 //
 // The bound: in fleet mode, the fleet's attempts in any span T are at
-// most about R·T plus the bursts, Σ max(1, share × SyncEvery): R·SyncEvery
-// plus one call per process whose share is below one call per interval.
+// most about R·T plus the bursts, Σ max(1, share × min(SyncEvery, 100 ms)):
+// R·min(SyncEvery, 100 ms) plus one call per process whose share is below
+// one call per 100 ms.
 // It is a rate, not a concurrency bound: attempts in flight are bounded
 // per process by each limiter's own limit (at most Limit.Max), and for
 // the fleet only through R and latency (Little's law). Shares sum to R
@@ -181,29 +200,28 @@
 //
 // Many small processes. The model tests drive the real script with an
 // explicit clock: 1000 processes, each a call every 2.2 s (455 a second
-// offered), 20 s deadlines, a host that serves 500 a second at 20 ms
-// (TestScriptFleetLimitLowVolume): every one of 13,619 calls served,
-// none failed, the host's queue at most 72 ms; R settles at 685 a second
-// in 4 windows, 1.5x the offered load (the demand stays below 3/4 of it)
-// and above the host's capacity: the host is not full, its latency stays
-// near the baseline, so nothing tells the fleet where its capacity is.
-// (Slots of a fleet-wide limit started at most 47 of the 455 calls a
-// second in the first 8 windows, then released the backlog at once.)
-// The same fleet
-// against a host cut from 600 to 300 a second at 10 s
-// (TestScriptFleetRateFullHost): R comes down to 0.72 of the new capacity
-// on average and the host serves 0.65 of it: latency above twice the
-// baseline cuts R while the calls waiting keep coming in bursts, so it
-// under-uses a full host; its queue reached 2.4 s while R reacted (two
-// windows), at most 0.86 s after; the calls beyond the capacity fail
-// fast. With every attempt failing for 10 s (TestScriptFleetRateOutage):
-// R back to 80% of the last healthy rate 4 windows after the close, 376
-// attempts a second in the 15 s after it (455 offered: the rest of the
-// capacity goes to the backlog, earliest deadline first), no window above
-// 1.3x the capacity, the host's queue at most 210 ms, 53% of the calls
-// started during the outage served and the rest failed fast, every call
-// made 5 to 15 s after the close served. Those are models: the live rows
-// are bench's (docs/metastability.md), on a loaded machine.
+// offered), 20 s deadlines, a host that serves 500 a second at 20 ms,
+// each outcome reported when its attempt ends
+// (TestScriptFleetLimitLowVolume): 13,617 of 13,619 calls served (2 in
+// flight at the end), none failed, the host's queue at most 102 ms; R
+// settles at 493 a second from window 8 (0.99 of the capacity; 684 in
+// the cold slow start's third window). The same fleet against a host
+// cut from 600 to 300 a second at 10 s (TestScriptFleetRateFullHost):
+// R comes down to 0.74 of the new capacity on average, at most 325 a
+// second after the cut, and the host serves 0.75 of it; its queue
+// reached 1.6 s while R reacted, at most 0.65 s after; the calls beyond
+// the capacity fail fast. With every attempt failing for 10 s
+// (TestScriptFleetRateOutage): R back to 80% of the last healthy rate
+// one window after the close, 19.6% of the calls started during the
+// outage served (the physical bound is 20%) and the rest failed fast
+// with more than 1 s left, every call made 5 to 15 s after the close
+// served, the host's queue at most 196 ms. With the host 5x slower for
+// 10 s and a queue of 2 s of work (TestScriptFleetRateSlowdown): 0.47
+// attempts per call offered during it, R at most 1.03x the capacity
+// from 5 s after it, 0.3% of the host's work after it done for callers
+// who left, every call made 5 to 15 s after it served. Those are
+// models: the live rows are bench's (docs/metastability.md), on a
+// loaded machine.
 //
 // # No lock
 //
