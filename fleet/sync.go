@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -229,4 +230,44 @@ func (f *Fleet) setMode(to Mode, err error) {
 		f.obs.Observe(context.Background(), observe.Event{Kind: observe.FleetMode, Name: f.cfg.Name,
 			From: from.String(), To: to.String(), Err: err})
 	}
+}
+
+// returned is a number of leased retries given back unused, and the slice
+// they were counted in.
+type returned struct{ slice, n int64 }
+
+// syncHost is one host's part of a sync.
+type syncHost struct {
+	requests, successes, failures uint64
+	seen                          int64
+	close                         bool
+	returns                       []returned
+	limit                         *limitReport // nil: the host has no limiter
+}
+
+// limitReport is a process's report to the fleet's rate of a host: its
+// id, its calls waiting in its limiter (-1: it leaves), the sum (µs) and
+// number of its latency samples since its last report, and the fleet's
+// settings (window in microseconds, Limit.Max, the cold rate's floor).
+type limitReport struct {
+	pid                     string
+	waiting, latUS, latN    int64
+	windowUS, max, initRate int64
+}
+
+// appendSync appends a host's ARGV of a sync to args.
+func appendSync(args []string, h syncHost) []string {
+	cl := "0"
+	if h.close {
+		cl = "1"
+	}
+	args = append(args, strconv.FormatUint(h.requests, 10), strconv.FormatUint(h.successes, 10),
+		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))))
+	for _, r := range h.returns {
+		args = append(args, itoa(r.slice), itoa(r.n))
+	}
+	if l := h.limit; l != nil {
+		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate))
+	}
+	return append(args, "0")
 }
