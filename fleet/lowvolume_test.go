@@ -2,6 +2,10 @@
 // detector has nothing to watch in them and makes them several times
 // slower (45 s of the package's 80 s under -race). make test runs them in
 // its pass without -race (NORACE_PKGS in the Makefile).
+//
+// Each model waits on Redis for most of its time (a script call per
+// process per second of model time, on its own keys, with an explicit
+// clock), so the three run in parallel: their results do not depend on it.
 
 //go:build !race
 
@@ -371,6 +375,7 @@ func ints(xs []int) []float64 {
 // grows only while the fleet's demand reaches 3/4 of it), far from what
 // Limit.Max would allow (1000 in flight at 20 ms: 50,000/s).
 func TestScriptFleetLimitLowVolume(t *testing.T) {
+	t.Parallel()
 	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 500, base: 0.02, windows: 30, max: 1000}
 	r := m.run(t)
 	offered := float64(m.n) / m.every
@@ -407,6 +412,7 @@ func TestScriptFleetLimitLowVolume(t *testing.T) {
 // their deadline), none waits out its deadline. It under-uses the host
 // (see the package documentation, The fleet's rate).
 func TestScriptFleetRateFullHost(t *testing.T) {
+	t.Parallel()
 	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 600, base: 0.02, windows: 45, max: 1000,
 		cutAt: 10, cutTo: 300}
 	r := m.run(t)
@@ -445,6 +451,7 @@ func TestScriptFleetRateFullHost(t *testing.T) {
 // out its deadline, and the calls that come after the backlog are all
 // served.
 func TestScriptFleetRateOutage(t *testing.T) {
+	t.Parallel()
 	m := rateModel{n: 1000, every: 2.2, deadline: 20, capacity: 500, base: 0.02, windows: 62, max: 1000,
 		outageAt: 15, outageFor: 10}
 	r := m.run(t)
