@@ -99,7 +99,8 @@ tidy:
 
 ## test-race: go test -race in every module (with -parallel from
 ## RACE_PARALLEL for the modules it lists), then go test without -race on
-## the packages of NORACE_PKGS, read by scripts/testsum, which prints what go
+## the packages of NORACE_PKGS (NORACE_JOBS runs at a time, their outputs
+## in list order), read by scripts/testsum, which prints what go
 ## test prints (and the lines as each module starts and ends), then why tests
 ## were skipped, then the totals.
 ## With STORMGUARD_REQUIRE_SERVICES=1, a store test without its service fails.
@@ -145,10 +146,25 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
 	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
 	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet
-NORACE = status=0; for mpr in $(NORACE_PKGS); do m=$${mpr%%:*}; pr=$${mpr\#*:}; p=$${pr%%:*}; r=; \
-	case $$pr in *:*) r=$${pr\#*:};; esac; echo "== go test (no -race) $$m $$p $$r"; \
-	start=$(NOW); if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $${r:+-run "$$r"} $$p); then ok=ok; else ok=FAIL; status=1; fi; \
-	echo "== go test (no -race) $$m $$p $$r: $$ok in $(call TOOK,$$start)"; done; exit $$status
+# NORACE_JOBS is how many NORACE_PKGS runs go at once. Several of them
+# wait more than they compute (the stores' end-to-end runs on PostgreSQL
+# and Redis, fleet's models on Redis), so they overlap with those that
+# compute (the simulations, the builds). No run checks a timing. Each run's output waits in a file and is printed, in
+# NORACE_PKGS order, once the run and those before it in the list are over.
+NORACE_JOBS ?= 3
+# $(NORACE) runs the NORACE_PKGS runs, NORACE_JOBS at a time, each with a
+# line as it starts and one as it ends (with ok or FAIL and its time); it
+# fails if any run failed. NORACE_FLUSH prints the outputs that are ready.
+NORACE_FLUSH = while [ $$next -lt $$n ] && [ -e "$$out/$$next.done" ]; do cat "$$out/$$next"; \
+	[ -e "$$out/$$next.failed" ] && status=1; next=$$((next + 1)); done
+NORACE = status=0; out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; n=0; next=0; \
+	for mpr in $(NORACE_PKGS); do m=$${mpr%%:*}; pr=$${mpr\#*:}; p=$${pr%%:*}; r=; \
+	case $$pr in *:*) r=$${pr\#*:};; esac; \
+	while [ $$(jobs -rp | wc -l) -ge $(NORACE_JOBS) ]; do wait -n; $(NORACE_FLUSH); done; \
+	( echo "== go test (no -race) $$m $$p $$r"; start=$(NOW); \
+	  if (cd $$m && go test -count=1 -json $(GO_TEST_FLAGS) $${r:+-run "$$r"} $$p); then ok=ok; else ok=FAIL; touch "$$out/$$n.failed"; fi; \
+	  echo "== go test (no -race) $$m $$p $$r: $$ok in $(call TOOK,$$start)"; touch "$$out/$$n.done" ) > "$$out/$$n" 2>&1 & \
+	n=$$((n + 1)); done; wait; $(NORACE_FLUSH); exit $$status
 
 ## release-tags: annotated tags $(RELEASE_VERSION) (root) and
 ## <folder>/$(RELEASE_VERSION) for every other published module, at HEAD

@@ -10,6 +10,7 @@ import (
 )
 
 func TestSimLayers(t *testing.T) {
+	t.Parallel() // see TestMain
 	code, out, errs := runCLI(t, "sim", "layers")
 	if code != 0 {
 		t.Fatalf("sim layers: exit %d: %s", code, errs)
@@ -25,6 +26,7 @@ func TestSimLayers(t *testing.T) {
 }
 
 func TestSimOutageAndContentionJSON(t *testing.T) {
+	t.Parallel() // see TestMain
 	tests := []struct {
 		args []string
 		key  string
@@ -76,6 +78,7 @@ func TestSimContentionSameAsLibrary(t *testing.T) {
 }
 
 func TestStormCharts(t *testing.T) {
+	t.Parallel() // see TestMain
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"sim", "layers"},
