@@ -55,6 +55,7 @@ type host struct {
 	probeRounds                 atomic.Int64
 	rate                        atomic.Uint64 // lim's rate gate, float64 bits: this process's share (0: off)
 	latUS, latN                 atomic.Int64  // latency samples read from lim outside a sync, for the next report
+	refused                     atomic.Int64  // lim's calls refused for want of a token, read outside a sync, for the next report
 	fleetRate                   atomic.Int64  // the fleet-wide rate at the last reply, thousandths per second
 }
 
@@ -90,7 +91,7 @@ const maxBurst = 100 * time.Millisecond
 // what the limiter reports (see limit.Limiter.SetRate): a process with a
 // large share and a long interval must not send a second of its share at
 // once into a host that may be full.
-func (h *host) setRate(perSecond float64) (inFlight, waiting int, latency time.Duration, samples int) {
+func (h *host) setRate(perSecond float64) (inFlight, waiting, refused int, latency time.Duration, samples int) {
 	h.rate.Store(math.Float64bits(perSecond))
 	return h.lim.SetRate(perSecond, max(1, perSecond*min(h.f.cfg.SyncEvery, maxBurst).Seconds()))
 }
@@ -99,8 +100,11 @@ func (h *host) setRate(perSecond float64) (inFlight, waiting int, latency time.D
 // limiter): its calls waiting now (in its limiter, and behind its breaker:
 // calls an outage holds are demand too, or the process's share would fall
 // to the floor during the outage and refuse them as hopeless when it
-// closes) and its latency samples since the last report, or, final, that
-// the process leaves.
+// closes) and the calls its limiter refused for want of a token since the
+// last report (demand its share did not serve: without them, a process
+// whose share is too small for its calls' deadlines refuses them all and
+// reports no demand, and its share never grows), and its latency samples
+// since the last report, or, final, that the process leaves.
 func (h *host) limitReport(final bool) *limitReport {
 	if h.lim == nil {
 		return nil
@@ -111,8 +115,8 @@ func (h *host) limitReport(final bool) *limitReport {
 		r.waiting = -1
 		return r
 	}
-	_, w, lat, n := h.setRate(math.Float64frombits(h.rate.Load()))
-	r.waiting = int64(w + h.brk.Snapshot().Waiters)
+	_, w, refused, lat, n := h.setRate(math.Float64frombits(h.rate.Load()))
+	r.waiting = int64(w+refused+h.brk.Snapshot().Waiters) + h.refused.Swap(0)
 	r.latUS = lat.Microseconds() + h.latUS.Swap(0)
 	r.latN = int64(n) + h.latN.Swap(0)
 	return r
@@ -129,7 +133,8 @@ func (h *host) spread() {
 		return
 	}
 	if r := math.Float64frombits(h.rate.Load()); r > 0 {
-		_, _, lat, n := h.lim.SetRate(r, 1-h.f.phase)
+		_, _, refused, lat, n := h.lim.SetRate(r, 1-h.f.phase)
+		h.refused.Add(int64(refused))
 		h.latUS.Add(lat.Microseconds())
 		h.latN.Add(int64(n))
 	}
@@ -181,7 +186,12 @@ func (h *host) synced(s syncHost, w hostWindow) {
 	h.denied.Store(h.f.set.available(w.requests, w.retries) <= 0)
 	if s.limit != nil && !h.f.closing.Load() {
 		h.fleetRate.Store(w.fleetRate)
-		h.setRate(float64(w.rate) / 1000)
+		// A lowered share may refuse waiters at once: they, and the
+		// samples taken since the report, go in the next report.
+		_, _, refused, lat, n := h.setRate(float64(w.rate) / 1000)
+		h.refused.Add(int64(refused))
+		h.latUS.Add(lat.Microseconds())
+		h.latN.Add(int64(n))
 	}
 	h.steer(w.state, w.epoch)
 }

@@ -246,9 +246,11 @@ type syncHost struct {
 }
 
 // limitReport is a process's report to the fleet's rate of a host: its
-// id, its calls waiting in its limiter (-1: it leaves), the sum (µs) and
-// number of its latency samples since its last report, and the fleet's
-// settings (window in microseconds, Limit.Max, the cold rate's floor).
+// id; its demand not served (waiting; -1: it leaves): the calls waiting
+// in its limiter and behind its breaker, and those its limiter refused
+// for want of a token since the last report; the sum (µs) and number of
+// its latency samples since its last report; and the fleet's settings
+// (window in microseconds, Limit.Max, the cold rate's floor).
 type limitReport struct {
 	pid                     string
 	waiting, latUS, latN    int64

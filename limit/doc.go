@@ -151,7 +151,8 @@
 // A call whose turn (the next token, plus one token per call waiting ahead
 // of it) comes after its deadline less the baseline latency fails fast
 // with ErrLimited ("no token"), on arrival or as soon as a lowered rate
-// makes it so.
+// makes it so; SetRate reports how many did since its last call (a
+// fleet counts them in its process's demand for the fleet-wide rate).
 //
 // # Throttling
 //

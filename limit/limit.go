@@ -77,6 +77,7 @@ type Limiter struct {
 	rarmed    time.Duration // guarded by mu: when rtimer fires (0: not armed)
 	repSum    time.Duration // guarded by mu: latency samples since the last SetRate
 	repN      int64         // guarded by mu
+	repNoTok  int           // guarded by mu: calls refused for want of a token since the last SetRate
 }
 
 const (

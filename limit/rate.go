@@ -63,12 +63,14 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // too late, a raised one (or off) grants waiters at once.
 //
 // SetRate also returns what a fleet's sync reads: the attempts in flight
-// and the calls waiting now, and the sum and number of latency samples
+// and the calls waiting now; the calls refused ("no token", on arrival
+// or while waiting) since the previous SetRate call, demand the rate in
+// force did not serve; and the sum and number of latency samples
 // (sampled attempts released not dropped, the limiter's own sample of
 // about one in 16 calls, or of 32 to 64 per round trip when loaded)
 // taken since the previous SetRate call. It takes the Limiter's lock and
 // is safe for concurrent use.
-func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting int, latency time.Duration, samples int) {
+func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting, refused int, latency time.Duration, samples int) {
 	var iv, tau int64
 	var phase float64 // burst in (0, 1): the next token's delay, in tokens
 	if perSecond > 0 && !math.IsInf(perSecond, 1) {
@@ -94,10 +96,10 @@ func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting int, late
 	} else if !math.IsNaN(perSecond) {
 		l.setRateLocked(iv, tau)
 	}
-	inFlight, waiting = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len()
+	inFlight, waiting, refused = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len(), l.repNoTok
 	latency, samples = l.repSum, int(l.repN)
-	l.repSum, l.repN = 0, 0
-	return inFlight, waiting, latency, samples
+	l.repSum, l.repN, l.repNoTok = 0, 0, 0
+	return inFlight, waiting, refused, latency, samples
 }
 
 // setRateLocked sets the gate's interval and tolerance (iv 0: off),
@@ -179,6 +181,7 @@ func (l *Limiter) expireRateLocked(now time.Duration) {
 			l.waiters.Remove(w)
 			l.nwait.Add(-1)
 			w.Value.hopeless, w.Value.noToken = true, true
+			l.repNoTok++
 			w.Value.ch <- struct{}{}
 		} else {
 			i++

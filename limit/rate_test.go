@@ -114,7 +114,8 @@ func TestRateGateEarliestDeadlineFirst(t *testing.T) {
 
 // TestRateGateHopelessFailsFast: a call whose token comes after its
 // deadline fails at once with ErrLimited, not at its deadline; a lowered
-// rate fails the waiters it makes hopeless at once.
+// rate fails the waiters it makes hopeless at once; SetRate counts both
+// kinds of refusal.
 func TestRateGateHopelessFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{})
@@ -141,15 +142,19 @@ func TestRateGateHopelessFailsFast(t *testing.T) {
 		// Lowered to one token per 10 s (the debt of 0.9 token kept: the
 		// next token at 9.1 s): both waiters are hopeless now, at once.
 		time.Sleep(100 * time.Millisecond)
-		l.SetRate(0.1, 1)
+		// SetRate reports the refusals since its last call (demand the
+		// rate did not serve): the one on arrival and the two it makes.
+		if _, _, refused, _, _ := l.SetRate(0.1, 1); refused != 3 {
+			t.Fatalf("%d refused for want of a token, want 3", refused)
+		}
 		for range 2 {
 			a := <-out
 			if !errors.Is(a.err, errNoToken) || a.at != 100*time.Millisecond {
 				t.Fatalf("after the rate fell: %+v, want a no-token refusal at 100ms", a)
 			}
 		}
-		if _, w, _, _ := l.SetRate(math.NaN(), 5); w != 0 {
-			t.Fatalf("%d waiting, want 0", w)
+		if _, w, refused, _, _ := l.SetRate(math.NaN(), 5); w != 0 || refused != 0 {
+			t.Fatalf("%d waiting, %d refused since the last read; want 0, 0", w, refused)
 		}
 	})
 }
@@ -172,7 +177,7 @@ func TestRateGateOffAndBadValues(t *testing.T) {
 			}
 			l.SetRate(math.NaN(), 100) // ignored: still waiting
 			synctest.Wait()
-			if _, w, _, _ := l.SetRate(math.NaN(), 0); w != 1 {
+			if _, w, _, _, _ := l.SetRate(math.NaN(), 0); w != 1 {
 				t.Fatalf("NaN: %d waiting, want 1 (the gate unchanged)", w)
 			}
 			time.Sleep(time.Second)
@@ -216,7 +221,7 @@ func TestRateGateManyWaitersBounded(t *testing.T) {
 			})
 		}
 		synctest.Wait()
-		_, w, _, _ := l.SetRate(math.NaN(), 1)
+		_, w, _, _, _ := l.SetRate(math.NaN(), 1)
 		if w > 2000 {
 			t.Errorf("%d calls waiting, want at most the 2000 that can make it", w)
 		}
@@ -270,7 +275,7 @@ func TestRateGateConcurrent(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		close(stop)
 		wg.Wait()
-		if in, w, _, _ := l.SetRate(0, 0); in != 0 || w != 0 {
+		if in, w, _, _, _ := l.SetRate(0, 0); in != 0 || w != 0 {
 			t.Fatalf("after all calls ended: %d in flight, %d waiting", in, w)
 		}
 		t.Logf("%d served, %d refused", ok.Load(), refused.Load())
@@ -292,11 +297,11 @@ func TestSetRateReportsLatency(t *testing.T) {
 		}
 		time.Sleep(30 * time.Millisecond)
 		l.Release(p, false)
-		in, w, lat, n := l.SetRate(0, 0)
+		in, w, _, lat, n := l.SetRate(0, 0)
 		if in != 0 || w != 0 || lat != 30*time.Millisecond || n != 1 {
 			t.Fatalf("SetRate = %d, %d, %v, %d; want 0, 0, 30ms, 1", in, w, lat, n)
 		}
-		if _, _, lat, n := l.SetRate(0, 0); lat != 0 || n != 0 {
+		if _, _, _, lat, n := l.SetRate(0, 0); lat != 0 || n != 0 {
 			t.Fatalf("second read: %v, %d; want nothing", lat, n)
 		}
 	})

@@ -93,6 +93,7 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 			err = errNoTurn
 		case !l.rateTurnLocked(now, now+left, ahead):
 			err = errNoToken
+			l.repNoTok++
 		}
 		if err != nil {
 			l.waiters.Remove(n)
