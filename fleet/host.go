@@ -116,7 +116,8 @@ func (h *host) limitReport(final bool) *limitReport {
 		return r
 	}
 	_, w, refused, lat, n := h.setRate(math.Float64frombits(h.rate.Load()))
-	r.waiting = int64(w+refused+h.brk.Snapshot().Waiters) + h.refused.Swap(0)
+	r.waiting = int64(w + h.brk.Snapshot().Waiters)
+	r.refused = int64(refused) + h.refused.Swap(0)
 	r.latUS = lat.Microseconds() + h.latUS.Swap(0)
 	r.latN = int64(n) + h.latN.Swap(0)
 	return r

@@ -42,9 +42,15 @@ func newLimitScript(t *testing.T, max int64) *limitScript {
 // and number of its latency samples. It returns the process's share of
 // the fleet's rate and the rate, per second (0, 0 while cold).
 func (s *limitScript) report(now int64, pid string, waiting int64, ok, failed uint64, latUS, latN int64) (rate, fleetRate float64) {
+	return s.reportRefused(now, pid, waiting, 0, ok, failed, latUS, latN)
+}
+
+// reportRefused is report with the calls the process refused for want of
+// a token since its last sync.
+func (s *limitScript) reportRefused(now int64, pid string, waiting, refused int64, ok, failed uint64, latUS, latN int64) (rate, fleetRate float64) {
 	s.t.Helper()
 	args := appendSync(s.set.args("s", now), syncHost{successes: ok, failures: failed,
-		limit: &limitReport{pid: pid, waiting: waiting, latUS: latUS, latN: latN,
+		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN,
 			windowUS: s.set.limitWindowUS, max: s.set.limitMax, initRate: s.set.limitInit}})
 	a := make([]any, len(args))
 	for i := range args {
@@ -110,10 +116,11 @@ func TestScriptFleetRateLearns(t *testing.T) {
 	}
 }
 
-// TestScriptFleetRateShares: shares are proportional to the processes'
-// smoothed demand (starts per second, at least a tenth of a call per
-// window), sum to the fleet's rate, and follow a process that leaves
-// (at once) or stops reporting (after 10 windows).
+// TestScriptFleetRateShares: each process's share is its smoothed
+// demand (starts per second, at least a tenth of a call per window) up to
+// a fair floor (R / 2n for n processes), plus the rest of R in
+// proportion to the demands; shares sum to the fleet's rate, and follow
+// a process that leaves (at once) or stops reporting (after 10 windows).
 func TestScriptFleetRateShares(t *testing.T) {
 	s := newLimitScript(t, 1000)
 	// Cold window: a reports 30 calls, b 10, c none.
@@ -124,8 +131,15 @@ func TestScriptFleetRateShares(t *testing.T) {
 	rb, _ := s.report(t0+1_000_002, "b", 0, 10, 0, 0, 0)
 	rc, _ := s.report(t0+1_000_003, "c", 0, 0, 0, 0, 0)
 	t.Logf("R %.1f: shares a %.2f, b %.2f, c %.2f", R, ra, rb, rc)
-	if R != 40 || math.Abs(ra-R*30/40.1) > 0.1 || math.Abs(rb-R*10/40.1) > 0.1 || math.Abs(rc-R*0.1/40.1) > 0.01 {
-		t.Fatalf("R %.2f, shares %.3f %.3f %.3f; want 40 and 40·(30, 10, 0.1)/40.1", R, ra, rb, rc)
+	// Each its demand up to the fair floor R/(2·3), and the rest of R in
+	// proportion to the demands (c's at least the floor demand, 0.1).
+	q := R / 6
+	share := func(d float64) float64 {
+		return min(d, q) + (R-min(30, q)-min(10, q)-min(0.1, q))*d/40.1
+	}
+	if R != 40 || math.Abs(ra-share(30)) > 0.01 || math.Abs(rb-share(10)) > 0.01 || math.Abs(rc-share(0.1)) > 0.01 ||
+		math.Abs(ra+rb+rc-R) > 0.01 {
+		t.Fatalf("R %.2f, shares %.3f %.3f %.3f; want 40 and %.3f %.3f %.3f", R, ra, rb, rc, share(30), share(10), share(0.1))
 	}
 	s.report(t0+1_000_004, "a", -1, 0, 0, 0, 0) // a leaves
 	if rb, R := s.report(t0+1_000_005, "b", 0, 0, 0, 0, 0); rb < 0.98*R {

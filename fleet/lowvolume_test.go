@@ -45,6 +45,13 @@ import (
 // start, and its call waits again; the host still does its work later
 // (wasted: its caller left). A success is known (reported at the next
 // sync) when it ends, its latency after its start.
+// With busy > 0, the first busy processes start a call every busyEvery
+// seconds instead, and during an outage only their calls are held by the
+// breakers: the others' calls that come while the breakers are open fail
+// at once (callers that do not wait), so that those processes come out
+// of the outage with no demand while the busy ones hold a backlog.
+// A process reports the calls it failed fast since its last sync, as
+// host.limitReport does (the limiter's "no token" refusals).
 // During a slowdown [slowAt, +slowFor) every attempt takes slowBy times
 // as long (the capacity divided by slowBy, the base latency multiplied). During an outage [outageAt, +outageFor)
 // every attempt fails at once (a 503); from 1 s into it (the fleet's
@@ -62,12 +69,17 @@ type rateModel struct {
 	slowBy              float64 // the slowdown's factor on service time
 	queue               float64 // the host's queue, attempts (0: unbounded)
 	windows             int
-	max                 int64 // Limit.Max
+	max                 int64   // Limit.Max
+	busy                int     // the first busy processes...
+	busyEvery           float64 // ... start a call every busyEvery s
 }
 
 const modelTick, modelTimeout = 0.01, 1.0
 
-type modelCall struct{ arrival, deadline float64 }
+type modelCall struct {
+	arrival, deadline float64
+	quiet             bool // on a process that is not busy (rateModel.busy)
+}
 
 type modelProc struct {
 	pid          string
@@ -82,6 +94,9 @@ type modelProc struct {
 	phase        float64        // in (0, 1): Fleet.phase
 	pending      []modelOutcome // attempts in flight, by when their outcome is known
 	held         int            // calls held by the breaker (reported as waiting, as host.limitReport does)
+	refused      int            // calls failed fast since the last sync (reported, as host.limitReport does)
+	every        float64        // s between calls
+	busy         bool           // one of rateModel.busy
 }
 
 // modelOutcome is an attempt in flight: its outcome is known at due (its
@@ -109,6 +124,10 @@ type rateRun struct {
 	maxBacklog                  float64
 	backlog                     []float64 // the host's largest backlog in each window, s
 	wasted                      []int     // attempts started in the window that the host served after their caller left
+	// Calls on the processes that are not busy, arrived from 3 s after
+	// the outage's end, and of them served and failed fast.
+	quietCalls, quietServed, quietHopeless int
+	quietDropped                           int // calls on the processes that are not busy that came while the breakers were open
 }
 
 func (m rateModel) run(t *testing.T) rateRun {
@@ -117,8 +136,14 @@ func (m rateModel) run(t *testing.T) rateRun {
 	ps := make([]*modelProc, m.n)
 	rng := rand.New(rand.NewPCG(42, 1))
 	for i := range ps {
-		ps[i] = &modelProc{pid: fmt.Sprint("p", i), next: m.every * rng.Float64(), syncTick: i * ticks / m.n, phase: rng.Float64()}
+		every := m.every
+		if i < m.busy {
+			every = m.busyEvery
+		}
+		ps[i] = &modelProc{pid: fmt.Sprint("p", i), next: every * rng.Float64(), syncTick: i * ticks / m.n, phase: rng.Float64(),
+			every: every, busy: i < m.busy}
 	}
+	quietAfter := m.quietAfter
 	r := rateRun{}
 	var backlog float64 // attempts
 	type held struct {
@@ -135,6 +160,9 @@ func (m rateModel) run(t *testing.T) rateRun {
 	served := func(c modelCall, at float64) {
 		r.servedArrival = append(r.servedArrival, c.arrival)
 		r.servedStart = append(r.servedStart, at)
+		if quietAfter(c) {
+			r.quietServed++
+		}
 		switch {
 		case m.outageFor > 0 && c.arrival >= m.outageAt && c.arrival < outageEnd:
 			r.outageServed++
@@ -156,6 +184,10 @@ func (m rateModel) run(t *testing.T) rateRun {
 		if p.rate > 0 && math.Max(now, p.tat-p.tau)+float64(i)*p.iv+m.base >= c.deadline {
 			r.hopeless[w]++
 			r.fastLeft = append(r.fastLeft, c.deadline-now)
+			p.refused++
+			if quietAfter(c) {
+				r.quietHopeless++
+			}
 			return
 		}
 		p.queue = slices.Insert(p.queue, i, c)
@@ -218,9 +250,12 @@ func (m rateModel) run(t *testing.T) rateRun {
 				if p.syncTick == j {
 					m.sync(s, p, int64(t0+now*1e6+1), now, &r, w)
 				}
-				for ; p.next < now+modelTick; p.next += m.every {
-					c := modelCall{arrival: p.next, deadline: p.next + m.deadline}
+				for ; p.next < now+modelTick; p.next += p.every {
+					c := modelCall{arrival: p.next, deadline: p.next + m.deadline, quiet: !p.busy}
 					r.arrivals++
+					if quietAfter(c) {
+						r.quietCalls++
+					}
 					switch {
 					case m.outageFor > 0 && c.arrival >= m.outageAt && c.arrival < outageEnd:
 						r.outageCalls++
@@ -229,10 +264,13 @@ func (m rateModel) run(t *testing.T) rateRun {
 					case m.outageFor == 0 || c.arrival < m.outageAt:
 						r.beforeCalls++
 					}
-					if open {
+					switch {
+					case open && m.busy > 0 && !p.busy:
+						r.quietDropped++
+					case open:
 						holding = append(holding, held{p, c})
 						p.held++
-					} else {
+					default:
 						enqueue(p, c, now)
 					}
 				}
@@ -309,10 +347,17 @@ func (m rateModel) run(t *testing.T) rateRun {
 	return r
 }
 
+// quietAfter reports whether c is a call on a process that is not busy,
+// arrived from 3 s after the outage's end (with busy processes and an
+// outage).
+func (m rateModel) quietAfter(c modelCall) bool {
+	return m.busy > 0 && c.quiet && m.outageFor > 0 && c.arrival >= m.outageAt+m.outageFor+3
+}
+
 // sync is p's sync at now: its report, and its gate set to its share.
 func (m rateModel) sync(s *limitScript, p *modelProc, us int64, now float64, r *rateRun, w int) {
-	rate, R := s.report(us, p.pid, int64(len(p.queue)+p.held), p.ok, p.bad, int64(p.latSum*1e6), p.latN)
-	p.ok, p.bad, p.latSum, p.latN = 0, 0, 0, 0
+	rate, R := s.reportRefused(us, p.pid, int64(len(p.queue)+p.held), int64(p.refused), p.ok, p.bad, int64(p.latSum*1e6), p.latN)
+	p.ok, p.bad, p.latSum, p.latN, p.refused = 0, 0, 0, 0, 0
 	r.rate[w] = R
 	if rate <= 0 {
 		p.rate = 0
@@ -334,6 +379,10 @@ func (m rateModel) sync(s *limitScript, p *modelProc, us int64, now float64, r *
 		if math.Max(now, p.tat-p.tau)+float64(len(kept))*p.iv+m.base >= c.deadline {
 			r.hopeless[w]++
 			r.fastLeft = append(r.fastLeft, c.deadline-now)
+			p.refused++ // read by the next report (host.synced keeps SetRate's refusals)
+			if m.quietAfter(c) {
+				r.quietHopeless++
+			}
 			continue
 		}
 		_ = i
@@ -546,5 +595,29 @@ func TestScriptFleetRateSlowdown(t *testing.T) {
 	}
 	if r.lateServed < r.lateCalls*99/100 {
 		t.Errorf("5 to 15 s after the slowdown, %d of %d new calls served", r.lateServed, r.lateCalls)
+	}
+}
+
+// TestScriptFleetRateOutageBacklog: after an outage, some processes hold
+// a backlog and the others none: 100 busy processes (a call every 0.5 s
+// each, 200 per second) whose calls the breakers hold during a 10 s
+// outage from 15 s, and 900 quiet ones (a call every 4 s each, 225 per
+// second) whose calls that come while the breakers are open fail at once
+// (no demand left from the outage); 20 s deadlines, a host that serves
+// 500 per second. The quiet processes' new calls, from 3 s after the
+// outage, must all be served and none refused as hopeless: each process
+// with demand gets at least its demand or a fair fraction of the
+// fleet's rate, whatever backlog the others hold, and a call it refused
+// counts as demand.
+func TestScriptFleetRateOutageBacklog(t *testing.T) {
+	m := rateModel{n: 1000, every: 4, busy: 100, busyEvery: 0.5, deadline: 20, capacity: 500, base: 0.02, windows: 50, max: 1000,
+		outageAt: 15, outageFor: 10}
+	r := m.run(t)
+	t.Logf("offered %.0f per second, host capacity %.0f, outage 15-25 s:%s", float64(m.busy)/m.busyEvery+float64(m.n-m.busy)/m.every, m.capacity, r.table())
+	t.Logf("%d calls: %d served, %d failed fast, %d waited out their deadline; quiet processes: %d calls failed in the outage, "+
+		"from 3 s after it %d calls, %d served, %d failed fast; largest host backlog %.0fms",
+		r.arrivals, len(r.servedArrival), r.totalHopeless, r.totalExpired, r.quietDropped, r.quietCalls, r.quietServed, r.quietHopeless, 1000*r.maxBacklog)
+	if r.quietHopeless > 0 || r.quietServed < r.quietCalls {
+		t.Errorf("quiet processes, from 3 s after the outage: %d calls, %d served, %d failed fast", r.quietCalls, r.quietServed, r.quietHopeless)
 	}
 }

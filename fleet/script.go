@@ -115,8 +115,11 @@ end
 -- window that refreshed it, qt<i>/qv<i> the baseline's ring (6 buckets of
 -- 10 windows: the lowest clean window mean of each), wo/wf/wl/wk/wd the
 -- current window's successes, drops, latency sum (µs) and samples, and
--- demand (attempts done plus calls waiting), ld the sum of the processes'
--- demands (each at least the floor), ln the processes. The registry reg
+-- demand (attempts done plus calls waiting or refused), ld the sum of
+-- the processes' demands (each at least the floor), ln the processes,
+-- lz ld at the window's start, lq the fair floor (R / 2·ln at the
+-- window's start), lf the sum of the processes' floors (each its demand,
+-- at most lq), ly lf at the window's start. The registry reg
 -- holds per process <pid>:g its last window, :d its demand (starts per
 -- second, smoothed), :t its last sync (µs).
 
@@ -271,35 +274,49 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local raw = redis.call('HGETALL', reg)
   local e = {}
   for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
-  local sum, n = 0, 0
+  local sum, n, ds = 0, 0, {}
   for f, v in pairs(e) do
     if string.sub(f, -2) == ':g' then
       local p = string.sub(f, 1, -3)
       if tonumber(v) < gen - 10 then
         redis.call('HDEL', reg, f, p .. ':d', p .. ':t')
       else
-        sum = sum + math.max(tonumber(e[p .. ':d']) or 0, dfloor)
+        local d = math.max(tonumber(e[p .. ':d']) or 0, dfloor)
+        sum = sum + d
         n = n + 1
+        ds[n] = d
       end
     end
   end
   set('ld', sum); set('ln', n); set('lz', sum)
+  -- The fair floor of the window: R / 2n for n processes.
+  local q, fs = 0, 0
+  if R > 0 and n > 0 then q = R / (2 * n) end
+  for i = 1, n do fs = fs + math.min(ds[i], q) end
+  set('lq', q); set('lf', fs); set('ly', fs)
 end
 
--- rate_share takes one process's report (waiting < 0: it leaves) and
--- returns its share of R and R, both per second.
-local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax, rinit)
+-- rate_share takes one process's report (waiting < 0: it leaves; refused:
+-- its calls refused for want of a token since its last report, demand of
+-- the process but not of the host's rate) and returns its share of R and
+-- R, both per second: its fair floor (its demand, at most R / 2n for n
+-- processes), and the rest of R (at least half of it) in proportion to
+-- the demands.
+local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax, rinit, refused)
   local win = win_us / 1e6
   local dfloor = 0.1 / win
   if get('rg') == 0 then set('rg', gen)
   elseif gen > get('rg') then rate_close(reg, gen, win, lmax, rinit, dfloor) end
   local R = get('rr')
+  local q = get('lq')
   local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':d', pid .. ':t')
   local od, ot = tonumber(v[2]), tonumber(v[3])
+  local ow = math.max(od or 0, dfloor)
   if waiting < 0 then
     if v[1] then
-      set('ld', math.max(0, get('ld') - math.max(od or 0, dfloor))); set('ln', math.max(0, get('ln') - 1))
-      set('lz', math.max(0, get('lz') - math.max(od or 0, dfloor)))
+      set('ld', math.max(0, get('ld') - ow)); set('ln', math.max(0, get('ln') - 1))
+      set('lz', math.max(0, get('lz') - ow))
+      set('lf', math.max(0, get('lf') - math.min(ow, q))); set('ly', math.max(0, get('ly') - math.min(ow, q)))
       redis.call('HDEL', reg, pid .. ':g', pid .. ':d', pid .. ':t')
     end
     return 0, R
@@ -308,7 +325,7 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
   set('wl', get('wl') + lsum); set('wk', get('wk') + lk)
   set('wd', get('wd') + ds + df + waiting)
   local d
-  local x = ds + df + waiting
+  local x = ds + df + waiting + refused
   if od and ot then
     -- Up at once, down smoothed over about 4 windows.
     local el = math.max((now - ot) / 1e6, 0)
@@ -318,16 +335,20 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
     d = x / win
     set('ln', get('ln') + 1)
   end
-  local D = get('ld') - math.max(od or 0, dfloor) + math.max(d, dfloor)
-  if not od then D = get('ld') + math.max(d, dfloor) end
-  set('ld', D)
+  local w = math.max(d, dfloor)
+  local D, F = get('ld') + w, get('lf') + math.min(w, q)
+  if od then D, F = D - ow, F - math.min(ow, q) end
+  set('ld', D); set('lf', F)
   redis.call('HSET', reg, pid .. ':g', gen, pid .. ':d', string.format('%.6f', d), pid .. ':t', string.format('%.0f', now))
   redis.call('PEXPIRE', reg, ttl)
-  -- Shared by the larger of the demand now and at the window's start:
-  -- demand that rises during a window (the processes report one after
-  -- the other) must not hand out more than R to those that report first.
+  -- The rest shared by the larger of the demand now and at the window's
+  -- start (and of the floors): demand that rises during a window (the
+  -- processes report one after the other) must not hand out more than R
+  -- to those that report first.
   local r = 0
-  if R > 0 then r = R * math.max(d, dfloor) / math.max(D, get('lz'), dfloor) end
+  if R > 0 then
+    r = math.min(w, q) + math.max(0, R - math.max(F, get('ly'))) * w / math.max(D, get('lz'), dfloor)
+  end
   return r, R
 end
 
@@ -356,11 +377,12 @@ if mode == 's' then
     if ARGV[a] == '1' then
       local win = tonumber(ARGV[a + 5])
       local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), ds, df,
-        tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]))
+        tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
+        tonumber(ARGV[a + 8]))
       if R > 0 then
         lrate, lfleet = math.max(1, math.floor(r * 1000 + 0.5)), math.max(1, math.floor(R * 1000 + 0.5))
       end
-      a = a + 8
+      a = a + 9
     else
       a = a + 1
     end
