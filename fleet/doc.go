@@ -110,7 +110,11 @@
 // The calls waiting include those its breaker holds: during an outage
 // they are still demand (without them a process's share falls to the
 // floor, and the calls it held are refused as hopeless when the breaker
-// closes). The script, on the server's clock, in windows of SyncEvery:
+// closes). Each sync also carries the calls the limiter refused for want
+// of a token since the last one: demand the process's share did not
+// serve (without them, a process whose share is too small for its calls'
+// deadlines refuses them all, reports no demand, and its share never
+// grows). The script, on the server's clock, in windows of SyncEvery:
 //
 //   - Learns R at the first sync of each window, from the last window's
 //     reports of the whole fleet (which describe mostly the attempts of
@@ -154,13 +158,21 @@
 //     so it cannot drift up during an incident: with no clean window in
 //     the horizon it keeps its last value; after 300 windows without one,
 //     the next window without drops sets it afresh (a slower normal).
-//   - Shares R by demand: each process's demand is its attempts done plus
-//     calls waiting per second since its last sync, taken at once when it
-//     rises and smoothed over about 4 windows when it falls, at least a
-//     tenth of a call per window; its share is R·demand/D, D the sum of
-//     the demands (the larger of the sum now and at the window's start).
-//     A process not heard of for 10 windows is forgotten; one that closes
-//     leaves at once.
+//   - Shares R by demand, with a fair floor: each process's demand is
+//     its attempts done, calls waiting and calls refused for want of a
+//     token per second since its last sync, taken at once when it rises
+//     and smoothed over about 4 windows when it falls, at least a tenth
+//     of a call per window. Its share is its floor, min(demand, R/2n) for
+//     the n processes known at the window's start, plus the rest of R
+//     (R less the sum of the floors, at least R/2) in proportion to the
+//     demands (D, their sum, the larger of the sums now and at the
+//     window's start; the floors' sum likewise). No process gets less
+//     than min(its demand, R/2n), whatever backlog the others hold; the
+//     processes with more demand share at least half of R by it.
+//     Refused calls count in a process's demand, not in the fleet's
+//     demand that R grows on (they say the share is too small, not that
+//     the host takes more). A process not heard of for 10 windows is
+//     forgotten; one that closes leaves at once.
 //
 // Each process sets its limiter's gate to its share, with a burst of
 // max(1, share × min(SyncEvery, 100 ms)) tokens: a terminal that was idle
@@ -194,7 +206,7 @@
 // them again, and Close lifts them.
 //
 // What it costs: the success path with a token due is one more
-// compare-and-swap (no lock, no allocation); each sync carries eight more
+// compare-and-swap (no lock, no allocation); each sync carries nine more
 // arguments per host, and the script reads the host's registry of
 // processes once per window.
 //
