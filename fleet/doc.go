@@ -162,13 +162,15 @@
 //     its attempts done, calls waiting and calls refused for want of a
 //     token per second since its last sync, taken at once when it rises
 //     and smoothed over about 4 windows when it falls, at least a tenth
-//     of a call per window. Its share is its floor, min(demand, R/2n) for
+//     of a call per window. Its share is its floor, min(demand, R/4n) for
 //     the n processes known at the window's start, plus the rest of R
-//     (R less the sum of the floors, at least R/2) in proportion to the
+//     (R less the sum of the floors, at least 3R/4) in proportion to the
 //     demands (D, their sum, the larger of the sums now and at the
 //     window's start; the floors' sum likewise). No process gets less
-//     than min(its demand, R/2n), whatever backlog the others hold; the
-//     processes with more demand share at least half of R by it.
+//     than min(its demand, R/4n), whatever backlog the others hold; the
+//     processes with more demand share at least 3/4 of R by it (a
+//     larger floor holds more of R for processes that do not use it:
+//     the rate served falls, and R with it).
 //     Refused calls count in a process's demand, not in the fleet's
 //     demand that R grows on (they say the share is too small, not that
 //     the host takes more). A process not heard of for 10 windows is

@@ -118,7 +118,7 @@ func TestScriptFleetRateLearns(t *testing.T) {
 
 // TestScriptFleetRateShares: each process's share is its smoothed
 // demand (starts per second, at least a tenth of a call per window) up to
-// a fair floor (R / 2n for n processes), plus the rest of R in
+// a fair floor (R / 4n for n processes), plus the rest of R in
 // proportion to the demands; shares sum to the fleet's rate, and follow
 // a process that leaves (at once) or stops reporting (after 10 windows).
 func TestScriptFleetRateShares(t *testing.T) {
@@ -131,9 +131,9 @@ func TestScriptFleetRateShares(t *testing.T) {
 	rb, _ := s.report(t0+1_000_002, "b", 0, 10, 0, 0, 0)
 	rc, _ := s.report(t0+1_000_003, "c", 0, 0, 0, 0, 0)
 	t.Logf("R %.1f: shares a %.2f, b %.2f, c %.2f", R, ra, rb, rc)
-	// Each its demand up to the fair floor R/(2·3), and the rest of R in
+	// Each its demand up to the fair floor R/(4·3), and the rest of R in
 	// proportion to the demands (c's at least the floor demand, 0.1).
-	q := R / 6
+	q := R / 12
 	share := func(d float64) float64 {
 		return min(d, q) + (R-min(30, q)-min(10, q)-min(0.1, q))*d/40.1
 	}

@@ -117,7 +117,7 @@ end
 -- current window's successes, drops, latency sum (µs) and samples, and
 -- demand (attempts done plus calls waiting or refused), ld the sum of
 -- the processes' demands (each at least the floor), ln the processes,
--- lz ld at the window's start, lq the fair floor (R / 2·ln at the
+-- lz ld at the window's start, lq the fair floor (R / 4·ln at the
 -- window's start), lf the sum of the processes' floors (each its demand,
 -- at most lq), ly lf at the window's start. The registry reg
 -- holds per process <pid>:g its last window, :d its demand (starts per
@@ -289,9 +289,11 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     end
   end
   set('ld', sum); set('ln', n); set('lz', sum)
-  -- The fair floor of the window: R / 2n for n processes.
+  -- The fair floor of the window: R / 4n for n processes (a larger one
+  -- holds more of R for processes that do not use it: the rate served,
+  -- and so R, falls).
   local q, fs = 0, 0
-  if R > 0 and n > 0 then q = R / (2 * n) end
+  if R > 0 and n > 0 then q = R / (4 * n) end
   for i = 1, n do fs = fs + math.min(ds[i], q) end
   set('lq', q); set('lf', fs); set('ly', fs)
 end
@@ -299,8 +301,8 @@ end
 -- rate_share takes one process's report (waiting < 0: it leaves; refused:
 -- its calls refused for want of a token since its last report, demand of
 -- the process but not of the host's rate) and returns its share of R and
--- R, both per second: its fair floor (its demand, at most R / 2n for n
--- processes), and the rest of R (at least half of it) in proportion to
+-- R, both per second: its fair floor (its demand, at most R / 4n for n
+-- processes), and the rest of R (at least 3/4 of it) in proportion to
 -- the demands.
 local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax, rinit, refused)
   local win = win_us / 1e6
