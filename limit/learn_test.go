@@ -100,7 +100,7 @@ func TestLearnerProperties(t *testing.T) {
 			}
 			hadDrops := drops+c.ceilDrops > 0
 			low := before <= math.Max(2, c.healthy/8)
-			after := c.window(now, attempts, drops, rng.IntN(2) == 0)
+			after := c.window(now, attempts, 0, drops, rng.IntN(2) == 0)
 			if hadDrops && after > before {
 				t.Fatalf("run %d: a window with drops raised the limit %v → %v", run, before, after)
 			}
@@ -126,7 +126,7 @@ func TestRecoveryRemembersHealthy(t *testing.T) {
 		for range n {
 			c.sample(rtt)
 		}
-		return c.window(now, int64(n)+drops, drops, true)
+		return c.window(now, int64(n)+drops, 0, drops, true)
 	}
 	outage := func() {
 		for range 10 {

@@ -288,10 +288,11 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 		l.repN++
 	}
 	if l.learn.due(now, l.drops.Load()) {
-		seq := uint32(l.state.Load() >> 32)
+		st := l.state.Load()
+		seq := uint32(st >> 32)
 		attempts := int64(seq - l.seq0)
 		l.seq0 = seq
-		f := l.learn.window(now, attempts, l.drops.Swap(0), l.utilized.Swap(false))
+		f := l.learn.window(now, attempts, int64(uint32(st)), l.drops.Swap(0), l.utilized.Swap(false))
 		l.setLimit(f)
 		l.grantLocked()
 		l.expireLocked(now)

@@ -64,6 +64,12 @@ type learner struct {
 	probeRTT              time.Duration
 	pStart                time.Duration // the current period's start (0: none)
 	pAttempts             int64         // attempts acquired in it
+	pIn                   int64         // attempts in flight at its start
+	pLimit                float64       // the limit at its start
+	// prevDone and prevD: the attempts completed in the previous period
+	// and its length (0: none, or not at the same limit), for the reading.
+	prevDone int64
+	prevD    time.Duration
 
 	// The current window.
 	start     time.Duration // when it began
@@ -112,10 +118,11 @@ func (c *learner) due(now time.Duration, drops int64) bool {
 }
 
 // window ends the current window at now. attempts is the number of
-// attempts the window saw (acquired in it), drops the attempts released
-// as dropped in it, utilized whether the in-flight attempts reached half
-// the limit. It returns the new limit.
-func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool) float64 {
+// attempts the window saw (acquired in it), inflight the attempts in
+// flight at its end, drops the attempts released as dropped in it,
+// utilized whether the in-flight attempts reached half the limit. It
+// returns the new limit.
+func (c *learner) window(now time.Duration, attempts, inflight, drops int64, utilized bool) float64 {
 	drops += c.ceilDrops
 	if attempts < drops+c.n {
 		attempts = drops + c.n
@@ -186,7 +193,7 @@ func (c *learner) window(now time.Duration, attempts, drops int64, utilized bool
 			if next > c.limit && !utilized {
 				next = c.limit
 			}
-			c.limit = c.probe(now, attempts, c.limit+(next-c.limit)/2, mean < 2*ref)
+			c.limit = c.probe(now, attempts, inflight, c.limit+(next-c.limit)/2, mean < 2*ref)
 		}
 		if near && utilized && !restoring {
 			// was carried a round trip near the baseline (the window
@@ -269,27 +276,45 @@ const (
 // destination is at its capacity: the rate is the new peak). Drops
 // forget the floor and the peak; a period whose rate is below half the
 // peak forgets the floor and is the new peak.
-func (c *learner) probe(now time.Duration, attempts int64, next float64, calm bool) float64 {
+func (c *learner) probe(now time.Duration, attempts, inflight int64, next float64, calm bool) float64 {
 	c.pAttempts += attempts
 	keep := math.Max(next, math.Min(c.floor, c.limit)) // never raised by the floor
 	if c.stage == 1 {
 		// The window after a step: its attempts count the step's burst.
-		c.stage, c.pStart, c.pAttempts = 2, now, 0
+		c.stage = 2
+		c.newPeriod(now, inflight)
 		return c.limit
 	}
 	d := now - c.pStart
 	if c.pStart == 0 || c.pAttempts < periodAttempts || d < periodWindows*c.srtt {
 		if c.pStart == 0 {
-			c.pStart, c.pAttempts = now, 0
+			c.newPeriod(now, inflight)
 		}
 		if c.stage == 2 {
 			return c.limit // hold the step until measured
 		}
 		return keep
 	}
-	rate := float64(c.pAttempts) / d.Seconds()
-	c.pStart, c.pAttempts = now, 0
+	// The rate counts the attempts completed in the period: those
+	// acquired less the growth of the attempts in flight (while the
+	// limit climbs, more are acquired than the destination answers).
+	done := max(0, c.pAttempts-(inflight-c.pIn))
+	rate := float64(done) / d.Seconds()
 	full := rate*c.srtt.Seconds() >= probeFull*c.limit
+	// The reading that starts a step or sets the peak: the rate over
+	// this period and the previous one when both ran at the same limit
+	// (it moved by less than half a step over each). Answers that come
+	// in bursts fall on one side of a boundary or the other; over two
+	// periods the boundary between them cancels.
+	reading := rate
+	same := math.Abs(c.limit-c.pLimit) < allowance(c.limit)/2
+	if same && c.prevD > 0 {
+		reading = float64(done+c.prevDone) / (d + c.prevD).Seconds()
+	}
+	c.newPeriod(now, inflight)
+	if same {
+		c.prevDone, c.prevD = done, d
+	}
 	if rate < floorLost*c.peak {
 		// The destination serves less (a capacity cut, a slower
 		// service): this rate is its peak, and the floor is lost.
@@ -308,13 +333,20 @@ func (c *learner) probe(now time.Duration, attempts int64, next float64, calm bo
 		c.peak = rate
 		return keep
 	}
-	if calm && full && next < c.limit && rate < probeBelow*c.peak && c.limit < c.max {
-		return c.step(rate)
+	if calm && full && next < c.limit && reading < probeBelow*c.peak && c.limit < c.max {
+		return c.step(reading)
 	}
 	if full {
-		c.peak = math.Max(c.peak, rate)
+		c.peak = math.Max(c.peak, reading)
 	}
 	return keep
+}
+
+// newPeriod starts a probe's period at now, with inflight attempts in
+// flight, and forgets the previous one.
+func (c *learner) newPeriod(now time.Duration, inflight int64) {
+	c.pStart, c.pAttempts, c.pIn, c.pLimit = now, 0, inflight, c.limit
+	c.prevDone, c.prevD = 0, 0
 }
 
 // step starts a probe's step from a limit that served rate: the limit
@@ -329,6 +361,7 @@ func (c *learner) step(rate float64) float64 {
 // window with drops, or one that is not a settled gradient window).
 func (c *learner) forget() {
 	c.stage, c.floor, c.peak, c.pStart, c.pAttempts = 0, 0, 0, 0, 0
+	c.prevDone, c.prevD = 0, 0
 }
 
 // served returns the rate the destination is served at, in attempts per

@@ -213,7 +213,7 @@ func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant fu
 			s.drops = 0
 			utilized := s.utilized
 			s.utilized = false
-			s.setLimit(s.learn.window(now, attempts, drops, utilized))
+			s.setLimit(s.learn.window(now, attempts, s.inflight, drops, utilized))
 			s.grant(now, grant)
 			s.expire(now, hopeless)
 		}
