@@ -50,17 +50,23 @@
 //     and in the client's own work, more of it on a loaded machine), and
 //     the gradient alone then settles below the attempts in flight the
 //     destination needs for its full throughput. The rate served
-//     (attempts acquired per second) is measured over periods of at least
-//     64 attempts and 4 round trips. When a period's rate is below 95% of
-//     its peak while the limit binds (rate times latency at least 80% of
-//     it), the mean latency is below twice the reference and the gradient
-//     would lower the limit, the limit grows by sqrt(limit), and again
-//     each period as long as a step raises the rate by at least half the
-//     step's share without raising the smoothed latency by more than a
-//     quarter of it; the last limit that did is a floor clean windows do
-//     not lower the limit below (it never raises it). A step that does not
-//     raise the rate ends the probe. Drops forget the floor and the peak;
-//     a period at less than half the peak forgets the floor.
+//     (attempts completed per second: acquired, less the growth of the
+//     attempts in flight, so that a climbing limit does not read more
+//     than the destination answers) is measured over periods of at least
+//     64 attempts and 4 round trips; the reading that starts a step and
+//     sets the peak is the rate over the period and the one before it
+//     when the limit moved by less than half a step over both (answers
+//     that come in bursts then do not swing it by where a boundary
+//     falls). When the reading is below 95% of its peak while the limit
+//     binds (rate times latency at least 80% of it), the mean latency is
+//     below twice the reference and the gradient would lower the limit,
+//     the limit grows by sqrt(limit), and again each period as long as a
+//     step raises the period's rate by at least half the step's share
+//     without raising the smoothed latency by more than a quarter of it;
+//     the last limit that did is a floor clean windows do not lower the
+//     limit below (it never raises it). A step that does not raise the
+//     rate ends the probe. Drops forget the floor and the peak; a period
+//     at less than half the peak forgets the floor.
 //   - Drops: a dropped attempt is never a latency sample. A window with
 //     drops multiplies the limit by max(0.5, 1 − share of drops); one with
 //     half or more drops (an outage, a hang) halves it. Nothing in a

@@ -231,9 +231,9 @@ func (c *learner) measure(now time.Duration, attempts int64) {
 
 // Probe thresholds.
 const (
-	// probeBelow: a clean period whose rate is below this share of the
-	// peak, and in which the gradient would lower the limit, starts a
-	// probe.
+	// probeBelow: a clean period whose reading (see probe) is below
+	// this share of the peak, and in which the gradient would lower the
+	// limit, starts a probe.
 	probeBelow = 0.95
 	// probeGain: a probe's step raised the throughput when the rate grew
 	// by at least this share of the limit's growth.
@@ -259,21 +259,28 @@ const (
 )
 
 // probe returns the limit of a clean gradient window that ends at now,
-// given next, the gradient's, and attempts, the attempts acquired in the
-// window. Latency above the baseline is not always a queue at the
-// destination: a round trip may spend time outside it (the network, the
-// client's own work on a loaded machine), and the gradient then settles
-// below the in-flight the destination needs for its full throughput. So
-// (calm: the window's mean latency is below twice the reference) the
-// rate served is measured over periods (at least 64 attempts and 4
-// round trips); when a period's rate is below its peak while the limit
-// binds and the gradient would lower the limit, the limit grows by its
-// allowance, and keeps growing period after period as long as each step
-// raises the rate by at least half the step's share without raising the
-// smoothed latency by more than a quarter of it (TCP Vegas and BBR probe
-// alike); the last limit that raised it is a floor clean windows
-// do not lower the limit below (the floor never raises it). A step that does not raise it ends the probe (the
-// destination is at its capacity: the rate is the new peak). Drops
+// given next, the gradient's, attempts, the attempts acquired in the
+// window, and inflight, the attempts in flight at its end. Latency above
+// the baseline is not always a queue at the destination: a round trip
+// may spend time outside it (the network, the client's own work on a
+// loaded machine), and the gradient then settles below the in-flight the
+// destination needs for its full throughput. So (calm: the window's mean
+// latency is below twice the reference) the rate served is measured over
+// periods (at least 64 attempts and 4 round trips), counting the
+// attempts completed in the period (acquired, less the growth of the
+// attempts in flight: a climbing limit acquires more than the
+// destination answers, and would set the peak above its rate). The
+// reading is the rate of the period, over it and the period before when
+// the limit stayed within half a step over both (a burst of answers
+// split at one boundary then cancels). When the reading is below 95% of
+// the peak while the limit binds and the gradient would lower the limit,
+// the limit grows by its allowance, and keeps growing period after
+// period as long as each step raises the period's rate by at least half
+// the step's share without raising the smoothed latency by more than a
+// quarter of it (TCP Vegas and BBR probe alike); the last limit that
+// raised it is a floor clean windows do not lower the limit below (the
+// floor never raises it). A step that does not raise it ends the probe
+// (the destination is at its capacity: the rate is the new peak). Drops
 // forget the floor and the peak; a period whose rate is below half the
 // peak forgets the floor and is the new peak.
 func (c *learner) probe(now time.Duration, attempts, inflight int64, next float64, calm bool) float64 {
