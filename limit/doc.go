@@ -53,14 +53,15 @@
 //     (attempts completed per second: acquired, less the growth of the
 //     attempts in flight, so that a climbing limit does not read more
 //     than the destination answers) is measured over periods of at least
-//     64 attempts and 4 round trips; the reading that starts a step and
-//     sets the peak is the rate over the period and the one before it
-//     when the limit moved by less than half a step over both (answers
-//     that come in bursts then do not swing it by where a boundary
-//     falls). When the reading is below 95% of its peak while the limit
-//     binds (rate times latency at least 80% of it), the mean latency is
-//     below twice the reference and the gradient would lower the limit,
-//     the limit grows by sqrt(limit), and again each period as long as a
+//     64 attempts and 4 round trips; the reading that starts a step is
+//     the rate over the period and the one before it when the limit moved
+//     by less than half a step over both (answers that come in bursts
+//     then do not swing it by where a boundary falls), and only such a
+//     reading raises the peak. When the reading is below 95% of its peak
+//     while the limit binds (rate times latency at least 80% of it), the
+//     mean latency is below twice the reference and the gradient would
+//     lower the limit, the limit grows by sqrt(limit), and again each
+//     period as long as a
 //     step raises the period's rate by at least half the step's share
 //     without raising the smoothed latency by more than a quarter of it;
 //     the last limit that did is a floor clean windows do not lower the

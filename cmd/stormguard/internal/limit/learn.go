@@ -124,6 +124,7 @@ func (c *learner) due(now time.Duration, drops int64) bool {
 // returns the new limit.
 func (c *learner) window(now time.Duration, attempts, inflight, drops int64, utilized bool) float64 {
 	drops += c.ceilDrops
+	acquired := attempts // the probe's count: not raised to the outcomes below
 	if attempts < drops+c.n {
 		attempts = drops + c.n
 	}
@@ -193,7 +194,7 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 			if next > c.limit && !utilized {
 				next = c.limit
 			}
-			c.limit = c.probe(now, attempts, inflight, c.limit+(next-c.limit)/2, mean < 2*ref)
+			c.limit = c.probe(now, acquired, inflight, c.limit+(next-c.limit)/2, mean < 2*ref)
 		}
 		if near && utilized && !restoring {
 			// was carried a round trip near the baseline (the window
@@ -271,13 +272,14 @@ const (
 // attempts in flight: a climbing limit acquires more than the
 // destination answers, and would set the peak above its rate). The
 // reading is the rate of the period, over it and the period before when
-// the limit stayed within half a step over both (a burst of answers
-// split at one boundary then cancels). When the reading is below 95% of
-// the peak while the limit binds and the gradient would lower the limit,
-// the limit grows by its allowance, and keeps growing period after
-// period as long as each step raises the period's rate by at least half
-// the step's share without raising the smoothed latency by more than a
-// quarter of it (TCP Vegas and BBR probe alike); the last limit that
+// the limit stayed within half a step over both (settled: a burst of
+// answers split at one boundary then cancels); only a settled reading
+// raises the peak (or the first reading sets it). When the reading is
+// below 95% of the peak while the limit binds and the gradient would
+// lower the limit, the limit grows by its allowance, and keeps growing
+// period after period as long as each step raises the period's rate by
+// at least half the step's share without raising the smoothed latency by
+// more than a quarter of it (TCP Vegas and BBR probe alike); the last limit that
 // raised it is a floor clean windows do not lower the limit below (the
 // floor never raises it). A step that does not raise it ends the probe
 // (the destination is at its capacity: the rate is the new peak). Drops
@@ -308,14 +310,16 @@ func (c *learner) probe(now time.Duration, attempts, inflight int64, next float6
 	done := max(0, c.pAttempts-(inflight-c.pIn))
 	rate := float64(done) / d.Seconds()
 	full := rate*c.srtt.Seconds() >= probeFull*c.limit
-	// The reading that starts a step or sets the peak: the rate over
-	// this period and the previous one when both ran at the same limit
-	// (it moved by less than half a step over each). Answers that come
-	// in bursts fall on one side of a boundary or the other; over two
-	// periods the boundary between them cancels.
+	// The reading that starts a step: the rate over this period and the
+	// previous one when both ran at the same limit (it moved by less than
+	// half a step over each: settled), else this period's. Answers that
+	// come in bursts fall on one side of a boundary or the other; over
+	// two periods the boundary between them cancels. Only a settled
+	// reading raises the peak (a lone period's reading sets the first).
 	reading := rate
 	same := math.Abs(c.limit-c.pLimit) < allowance(c.limit)/2
-	if same && c.prevD > 0 {
+	settled := same && c.prevD > 0
+	if settled {
 		reading = float64(done+c.prevDone) / (d + c.prevD).Seconds()
 	}
 	c.newPeriod(now, inflight)
@@ -343,7 +347,7 @@ func (c *learner) probe(now time.Duration, attempts, inflight int64, next float6
 	if calm && full && next < c.limit && reading < probeBelow*c.peak && c.limit < c.max {
 		return c.step(reading)
 	}
-	if full {
+	if full && (settled || c.peak == 0) {
 		c.peak = math.Max(c.peak, reading)
 	}
 	return keep
