@@ -152,3 +152,34 @@ func TestRecoveryRemembersHealthy(t *testing.T) {
 		t.Errorf("limit %v after the second outage's first clean window, want %v (half the memory, doubled)", got, healthy)
 	}
 }
+
+// The probe's rate counts completed attempts: while the limit climbs, a
+// destination that serves 1000 attempts per second sees more acquired
+// (the attempts in flight grow), and counting those would set the peak
+// above what it serves, so that steady periods after the climb read below
+// 95% of it and start a step at a destination already at its capacity.
+func TestProbePeakIsTheServedRate(t *testing.T) {
+	c := newLearner(1000, time.Second)
+	c.slow, c.srtt = false, 50*time.Millisecond
+	const served = 50 // completions per 50 ms window: 1000 per second
+	now, inflight := time.Second, int64(20)
+	win := func(grow int64) {
+		now += 50 * time.Millisecond
+		inflight += grow
+		c.limit += float64(grow)
+		lim := c.probe(now, served+grow, inflight, c.limit-0.5, true)
+		if c.stage != 0 {
+			t.Fatalf("at %v (limit %v, peak %.0f/s): a step started (to %v) at a destination at its capacity", now, c.limit, c.peak, lim)
+		}
+	}
+	c.limit = float64(inflight)
+	for range 12 { // the climb: 20 → 56 in flight
+		win(3)
+	}
+	for range 40 { // steady at 56 in flight
+		win(0)
+	}
+	if c.peak < 990 || c.peak > 1010 {
+		t.Errorf("peak %.0f/s, want the served rate (1000/s)", c.peak)
+	}
+}
