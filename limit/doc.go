@@ -54,16 +54,16 @@
 //     attempts in flight, so that a climbing limit does not read more
 //     than the destination answers) is measured over periods of at least
 //     64 attempts and 4 round trips; the reading that starts a step is
-//     the rate over the period and the one before it when the limit moved
-//     by less than half a step over both (answers that come in bursts
-//     then do not swing it by where a boundary falls), and only such a
-//     reading raises the peak. When the reading is below 95% of its peak
-//     while the limit binds (rate times latency at least 80% of it), the
-//     mean latency is below twice the reference and the gradient would
-//     lower the limit, the limit grows by sqrt(limit), and again each
-//     period as long as a
-//     step raises the period's rate by at least half the step's share
-//     without raising the smoothed latency by more than a quarter of it;
+//     the rate over the period and up to 3 before it while the limit
+//     moved by less than half a step over each (answers that come in
+//     bursts then swing it less by where a boundary falls), and only a
+//     reading over 4 periods raises the peak. When the reading is below
+//     95% of its peak while the limit binds (rate times latency at least
+//     80% of it), the mean latency is below twice the reference and the
+//     gradient would lower the limit, the limit grows by sqrt(limit), and
+//     again each period as long as a step raises the period's rate by at
+//     least half the step's share without raising the smoothed latency by
+//     more than a quarter of it;
 //     the last limit that did is a floor clean windows do not lower the
 //     limit below (it never raises it). A step that does not raise the
 //     rate ends the probe. Drops forget the floor and the peak; a period

@@ -66,10 +66,12 @@ type learner struct {
 	pAttempts             int64         // attempts acquired in it
 	pIn                   int64         // attempts in flight at its start
 	pLimit                float64       // the limit at its start
-	// prevDone and prevD: the attempts completed in the previous period
-	// and its length (0: none, or not at the same limit), for the reading.
-	prevDone int64
-	prevD    time.Duration
+	// prevDone and prevD: the attempts completed in the periods before
+	// the current one at the same limit, and their lengths, newest first
+	// (prevN of them), for the reading.
+	prevDone [readPeriods - 1]int64
+	prevD    [readPeriods - 1]time.Duration
+	prevN    int
 
 	// The current window.
 	start     time.Duration // when it began
@@ -257,6 +259,9 @@ const (
 	// at least this many smoothed round trips.
 	periodAttempts = 64
 	periodWindows  = 4
+	// readPeriods: a reading spans at most this many periods at one
+	// limit; only a reading over all of them raises the peak.
+	readPeriods = 4
 )
 
 // probe returns the limit of a clean gradient window that ends at now,
@@ -271,9 +276,9 @@ const (
 // attempts completed in the period (acquired, less the growth of the
 // attempts in flight: a climbing limit acquires more than the
 // destination answers, and would set the peak above its rate). The
-// reading is the rate of the period, over it and the period before when
-// the limit stayed within half a step over both (settled: a burst of
-// answers split at one boundary then cancels); only a settled reading
+// reading is the rate over the period and up to 3 before it while the
+// limit stayed within half a step over each (a burst of answers split at
+// a boundary between them then cancels); only a reading over 4 periods
 // raises the peak (or the first reading sets it). When the reading is
 // below 95% of the peak while the limit binds and the gradient would
 // lower the limit, the limit grows by its allowance, and keeps growing
@@ -310,21 +315,30 @@ func (c *learner) probe(now time.Duration, attempts, inflight int64, next float6
 	done := max(0, c.pAttempts-(inflight-c.pIn))
 	rate := float64(done) / d.Seconds()
 	full := rate*c.srtt.Seconds() >= probeFull*c.limit
-	// The reading that starts a step: the rate over this period and the
-	// previous one when both ran at the same limit (it moved by less than
-	// half a step over each: settled), else this period's. Answers that
+	// The reading that starts a step: the rate over this period and up
+	// to 3 before it, as long as they ran at the same limit (it moved by
+	// less than half a step over each), else this period's. Answers that
 	// come in bursts fall on one side of a boundary or the other; over
-	// two periods the boundary between them cancels. Only a settled
-	// reading raises the peak (a lone period's reading sets the first).
-	reading := rate
+	// consecutive periods the boundaries between them cancel. Only a
+	// reading over 4 periods (settled) raises the peak (a lone period's
+	// reading sets the first).
 	same := math.Abs(c.limit-c.pLimit) < allowance(c.limit)/2
-	settled := same && c.prevD > 0
-	if settled {
-		reading = float64(done+c.prevDone) / (d + c.prevD).Seconds()
+	sumDone, sumD, n := done, d, 0
+	if same {
+		n = c.prevN
 	}
+	for i := range n {
+		sumDone += c.prevDone[i]
+		sumD += c.prevD[i]
+	}
+	reading := float64(sumDone) / sumD.Seconds()
+	settled := n == readPeriods-1
 	c.newPeriod(now, inflight)
 	if same {
-		c.prevDone, c.prevD = done, d
+		copy(c.prevDone[1:], c.prevDone[:])
+		copy(c.prevD[1:], c.prevD[:])
+		c.prevDone[0], c.prevD[0] = done, d
+		c.prevN = min(n+1, readPeriods-1)
 	}
 	if rate < floorLost*c.peak {
 		// The destination serves less (a capacity cut, a slower
@@ -357,7 +371,7 @@ func (c *learner) probe(now time.Duration, attempts, inflight int64, next float6
 // flight, and forgets the previous one.
 func (c *learner) newPeriod(now time.Duration, inflight int64) {
 	c.pStart, c.pAttempts, c.pIn, c.pLimit = now, 0, inflight, c.limit
-	c.prevDone, c.prevD = 0, 0
+	c.prevN = 0
 }
 
 // step starts a probe's step from a limit that served rate: the limit
@@ -371,8 +385,7 @@ func (c *learner) step(rate float64) float64 {
 // forget ends a probe and forgets the floor, the peak and the period (a
 // window with drops, or one that is not a settled gradient window).
 func (c *learner) forget() {
-	c.stage, c.floor, c.peak, c.pStart, c.pAttempts = 0, 0, 0, 0, 0
-	c.prevDone, c.prevD = 0, 0
+	c.stage, c.floor, c.peak, c.pStart, c.pAttempts, c.prevN = 0, 0, 0, 0, 0, 0
 }
 
 // served returns the rate the destination is served at, in attempts per
