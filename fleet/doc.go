@@ -142,7 +142,9 @@
 //     less the baseline) in two windows, at most halving. A window
 //     where the host queued or dropped some attempts while R was at
 //     least half the healthy rate is evidence of its ceiling: the
-//     rate served then replaces the evidence of more. Neither cuts
+//     rate served then replaces the evidence of more, unless the next
+//     window is an outage (that window was the outage's first, partial
+//     one: the evidence before it stands). Neither cuts
 //     again in the window right after a cut, whose reports still show
 //     the old rate's attempts. The first clean window near the
 //     baseline after an outage restarts R from the last healthy rate
@@ -220,15 +222,15 @@
 // failed, the host's queue at most 78 ms; R settles at 491 a second from
 // window 8 (0.98 of the capacity; 684 in the cold slow start's third
 // window). The same fleet against a host cut from 600 to 300 a second at
-// 10 s (TestScriptFleetRateFullHost): R comes down to 0.83 of the new
-// capacity on average over windows 20-44, at most 302 a second, and the
-// host serves 0.85 of it; its queue reached 1.56 s while R reacted, at
-// most 0.51 s after; the calls beyond the capacity fail fast. With every
+// 10 s (TestScriptFleetRateFullHost): R comes down to 0.79 of the new
+// capacity on average over windows 20-44, at most 380 a second, and the
+// host serves 0.79 of it; its queue reached 1.56 s while R reacted, at
+// most 0.39 s after; the calls beyond the capacity fail fast. With every
 // attempt failing for 10 s (TestScriptFleetRateOutage): R back to 80% of
 // the last healthy rate one window after the close, 26.5% of the calls
 // started during the outage served (the test's physical bound is 20%)
 // and the rest failed fast with more than 1 s left, every call made 5 to 15 s after the close served, the
-// host's queue at most 216 ms. With the host 5x slower for 10 s and a
+// host's queue at most 262 ms. With the host 5x slower for 10 s and a
 // queue of 2 s of work (TestScriptFleetRateSlowdown): 0.46 attempts per
 // call offered during it, R at most 1.04x the capacity from 5 s after
 // it, 0.2% of the host's work after it done for callers who left, every

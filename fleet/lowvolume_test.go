@@ -525,6 +525,12 @@ func TestScriptFleetRateOutage(t *testing.T) {
 	if first < 0 || first > 5 {
 		t.Errorf("the fleet's rate not back to 80%% of the last healthy rate %.0f within 5 windows of the close", healthy)
 	}
+	// The restart from the last healthy rate holds: the ceiling of the
+	// clean windows after it (the evidence of what the host serves) does
+	// not take it back to what the outage's first, partial window served.
+	if g := slices.Min(r.rate[27:31]); g < 0.95*healthy {
+		t.Errorf("windows 27-30: the fleet's rate fell to %.0f after its restart, last healthy rate %.0f", g, healthy)
+	}
 	for w := 25; w < m.windows; w++ {
 		if float64(r.starts[w]) > 1.3*m.capacity {
 			t.Errorf("window %d: %d attempts started, host capacity %.0f: a burst", w, r.starts[w], m.capacity)
