@@ -156,7 +156,8 @@ end
 
 -- rate_full records that the host was full in window id (it queued, or
 -- dropped some attempts: not an outage) while serving seen a second:
--- evidence of its ceiling, so the evidence of more before is forgotten.
+-- evidence of its ceiling, so the evidence of more before is forgotten
+-- (kept in mp, with the window cg in mk, in case an outage follows).
 local function rate_full(id, seen, cg)
   set('mp', rate_proven(id, 0)); set('mk', cg)
   for i = 0, 5 do set('mt' .. i, 0) end
@@ -215,13 +216,10 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
       set('rk', cg)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
-    if share >= 0.5 then
-      -- An outage: if the last window took the host for full, it was
-      -- the outage's first, partial window: what it served is no
-      -- evidence of the host's ceiling; the evidence before it stands.
-      if get('mk') == cg - 1 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
-      set('rv', 1)
-    elseif R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
+    -- An outage: a last window taken for a full host was its first,
+    -- partial one, no evidence of the ceiling: the evidence before stands.
+    if share >= 0.5 and get('mk') == cg - 1 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
+    if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
     set('rc', 0)
   elseif lk > 0 and base > 0 and mean > math.max(2 * base, base + 0.1 * win * 1e6, 1000) then
     -- The host queues: down to the rate it served (two windows' mean, at
