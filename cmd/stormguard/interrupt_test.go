@@ -58,12 +58,7 @@ func buildStormguard(t *testing.T) string {
 // waiting for the demo's runs and the browser, about half a core) call
 // t.Parallel, so that they overlap instead of leaving the second core idle
 // at the end of this module's tests. Each runs its own demo on its own
-// ports and buffers, and checks counts and outputs, not timings. The
-// in-process simulations that take seconds (TestSimJitterCharts,
-// TestSimMetaText, TestSimLayers, TestSimOutageAndContentionJSON,
-// TestStormCharts: deterministic models, own buffers and temporary
-// folders) and TestVersion (which builds the command) call it too, so that
-// they compute beside those demos instead of before them.
+// ports and buffers, and checks counts and outputs, not timings.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if built.bin != "" {
@@ -130,7 +125,6 @@ func TestInterruptExits130(t *testing.T) {
 // TestVersion checks that `stormguard version` prints the main module's
 // version as the build recorded it (go version -m), in-process and built.
 func TestVersion(t *testing.T) {
-	t.Parallel() // see TestMain
 	code, out, errs := runCLI(t, "version")
 	if code != 0 || errs != "" || out != versionLine()+"\n" || !strings.HasPrefix(out, "stormguard ") {
 		t.Errorf("version: exit %d, stdout %q, stderr %q; want %q", code, out, errs, versionLine())

@@ -57,7 +57,6 @@ func TestSimJitterJSON(t *testing.T) {
 }
 
 func TestSimJitterCharts(t *testing.T) {
-	t.Parallel() // see TestMain
 	dir := t.TempDir()
 	for _, tt := range []struct{ name, magic string }{
 		{"j.png", "\x89PNG\r\n\x1a\n"},

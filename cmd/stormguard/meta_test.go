@@ -16,7 +16,6 @@ var metaArgs = []string{"sim", "meta", "--quiet", "--capacity", "200", "--worker
 // TestSimMetaText: the table fits 100 columns, has a block per trigger and
 // a row per setup in each; --wide adds columns.
 func TestSimMetaText(t *testing.T) {
-	t.Parallel() // see TestMain
 	code, out, errs := runCLI(t, metaArgs...)
 	if code != 0 {
 		t.Fatalf("sim meta: exit %d: %s", code, errs)

@@ -10,7 +10,6 @@ import (
 )
 
 func TestSimLayers(t *testing.T) {
-	t.Parallel() // see TestMain
 	code, out, errs := runCLI(t, "sim", "layers")
 	if code != 0 {
 		t.Fatalf("sim layers: exit %d: %s", code, errs)
@@ -26,7 +25,6 @@ func TestSimLayers(t *testing.T) {
 }
 
 func TestSimOutageAndContentionJSON(t *testing.T) {
-	t.Parallel() // see TestMain
 	tests := []struct {
 		args []string
 		key  string
@@ -78,7 +76,6 @@ func TestSimContentionSameAsLibrary(t *testing.T) {
 }
 
 func TestStormCharts(t *testing.T) {
-	t.Parallel() // see TestMain
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"sim", "layers"},
