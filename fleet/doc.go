@@ -127,7 +127,7 @@
 //     served near the baseline in the last 6 buckets of 10 windows
 //     (each the mean of two successive windows, which cancels a report
 //     that comes a window late, at most the R in force) plus 1/16, or
-//     8% while calls wait for the rate (the fleet's demand reached R);
+//     4% while calls wait for the rate (the fleet's demand reached R);
 //     with no such window in the horizon, the last healthy rate. Cold,
 //     until the first window whose demand R met or the first incident,
 //     the margin is 2x (slow start). A clean window whose fleet's
@@ -146,7 +146,10 @@
 //     window is an outage (that window was the outage's first, partial
 //     one: the evidence before it stands). Neither cuts
 //     again in the window right after a cut, whose reports still show
-//     the old rate's attempts. The first clean window near the
+//     the old rate's attempts, and a queue does not cut again in the
+//     three windows after a cut for a queue unless R rose since: the
+//     queue the cut drains still shows in their latency, and a second
+//     cut would take R well below the host's capacity. The first clean window near the
 //     baseline after an outage restarts R from the last healthy rate
 //     (the rate served, at most R, in the last clean window near the
 //     baseline that used at least half of R); a cut before a window

@@ -199,7 +199,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   if R > 0 and (fl > 0 or not binding) then set('rw', 1) end
   local margin = 1.0625
   if binding then
-    if get('rw') == 1 then margin = 1.08 else margin = 2 end
+    if get('rw') == 1 then margin = 1.04 else margin = 2 end
   end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
@@ -225,11 +225,13 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     -- The host queues: down to the rate it served (two windows' mean, at
     -- most R) less 3%, and less the share of it that drains its queue
     -- (mean - baseline of waiting) in two windows, at most halving; not
-    -- again in the next window.
-    if cg > get('rk') + 1 then
+    -- again in the next window, nor in the three after a cut for a queue
+    -- unless the rate rose since (outcomes reach the script a window
+    -- late, and the queue the cut drains still shows in the next ones).
+    if cg > get('rk') + 1 and cg > get('rq') + 3 then
       local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
       R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))
-      set('rk', cg)
+      set('rk', cg); set('rq', cg)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
     if R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
@@ -250,6 +252,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     -- A clean window never leaves the rate above the ceiling: the host
     -- has not shown it serves more (the calls under it go at once).
     if near and not restoring and ceil > 0 then R = math.min(R, ceil) end
+    if R > R0 then set('rq', 0) end
     if near and not restoring and served >= 0.5 * R0 and R0 >= 0.5 * get('rh') then set('rh', math.min(served, R0)) end
     set('rc', 1)
   end
