@@ -142,10 +142,14 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 #  - the allocation tests of httpretry and grpcretry, which skip under -race
 #    (sync.Pool drops items there), so that their promises are checked;
 #  - fleet's models of its fleet-wide rate, which drive the real script on
-#    Redis from one goroutine (fleet/lowvolume_test.go, //go:build !race).
+#    Redis from one goroutine (fleet/lowvolume_test.go, //go:build !race);
+#  - limit's Baseline tests at full length (minutes of model time: 14
+#    CPU-s under -race, 2.4 without); under -race they run 10-30 s
+#    (raceEnabled in limit/race_test.go), the same code for the detector.
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
 	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
-	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet
+	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet \
+	.:./limit:Baseline
 # NORACE_JOBS is how many NORACE_PKGS runs go at once. Several of them
 # wait more than they compute (the stores' end-to-end runs on PostgreSQL
 # and Redis, fleet's models on Redis), so they overlap with those that
