@@ -144,10 +144,11 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 #  - fleet's models of its fleet-wide rate, which drive the real script on
 #    Redis from one goroutine (fleet/lowvolume_test.go, //go:build !race);
 #  - package limit, whose tests run at full size here: the Baseline tests'
-#    minutes of model time (14 CPU-s under -race, 2.4 without) and the
+#    minutes of model time (14 CPU-s under -race, 2.4 without), the
 #    100,000 callers of the bound tests (issue 20; 26 CPU-s under -race,
-#    2.8 without); under -race 10-30 s and 20,000 callers (raceEnabled in
-#    limit/race_test.go), the same code for the detector; 9 CPU-s here;
+#    2.8 without), the other long load runs; under -race shorter runs and
+#    20,000 callers (raceEnabled in limit/race_test.go), the same code for
+#    the detector (63 -> 29 CPU-s); 9 CPU-s here;
 #  - admission's naive-client simulations at full length (a 10 s trigger,
 #    30-35 s, a goroutine per payment: 27 CPU-s under -race, 6 without);
 #    under -race a 4 s trigger, 12-14 s (admission/race_test.go).
