@@ -149,14 +149,14 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 #    2.8 without), the other long load runs; under -race shorter runs and
 #    20,000 callers (raceEnabled in limit/race_test.go), the same code for
 #    the detector (63 -> 29 CPU-s); 9 CPU-s here;
-#  - admission's naive-client simulations at full length (a 10 s trigger,
-#    30-35 s, a goroutine per payment: 27 CPU-s under -race, 6 without);
-#    under -race a 4 s trigger, 12-14 s (admission/race_test.go).
+#  - package admission, whose simulations run at full length here (the
+#    naive clients: a 10 s trigger, 30-35 s, a goroutine per payment, 27
+#    CPU-s under -race, 6 without; the adaptive limit, 10 s); under -race
+#    a 4 s trigger, 12-14 s, and 4 s (admission/race_test.go); 9 CPU-s here.
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
 	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
 	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet \
-	.:./limit .:./admission:^TestNoShedAtNormalLoad \
-	.:./admission:^TestNaiveClientsRecover
+	.:./limit .:./admission
 # NORACE_JOBS is how many NORACE_PKGS runs go at once. Several of them
 # wait more than they compute (the stores' end-to-end runs on PostgreSQL
 # and Redis, fleet's models on Redis), so they overlap with those that
