@@ -108,20 +108,20 @@ end
 
 -- The fleet-wide rate of the host loaded in h (see the package
 -- documentation, The fleet's rate). Main hash fields: rr the rate R
--- (attempt starts per second, 0 while cold), rs the slow-start
--- threshold (0: none), rh the last healthy rate, rv recovering (an
--- outage window since the last clean one), rc the last window was clean,
--- rg the current window, rb the last known baseline (µs), rx the last
--- window that refreshed it, qt<i>/qv<i> the baseline's ring (6 buckets of
--- 10 windows: the lowest clean window mean of each), wo/wf/wl/wk/wd the
--- current window's successes, drops, latency sum (µs) and samples, and
--- demand (attempts done plus calls waiting or refused), ld the sum of
--- the processes' demands (each at least the floor), ln the processes,
--- lz ld at the window's start, lq the fair floor (R / 4·ln at the
--- window's start), lf the sum of the processes' floors (each its demand,
--- at most lq), ly lf at the window's start. The registry reg
--- holds per process <pid>:g its last window, :d its demand (starts per
--- second, smoothed), :t its last sync (µs).
+-- (attempt starts per second, 0 while cold), rk/rq the windows of the last
+-- cut and of the last cut for a queue, rh the last healthy rate, rv
+-- recovering (an outage window since the last clean one), rc the last
+-- window was clean, rg the current window, rb the last known baseline
+-- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
+-- ring (6 buckets of 10 windows: the lowest clean window mean of each),
+-- wo/wf/wl/wk/wd the current window's successes, drops, latency sum (µs)
+-- and samples, and demand (attempts done plus calls waiting or refused),
+-- ld the sum of the processes' demands (each at least the floor), ln the
+-- processes, lz ld at the window's start, lq the fair floor (R / 4·ln at
+-- the window's start), lf the sum of the processes' floors (each its
+-- demand, at most lq), ly lf at the window's start. The registry reg holds
+-- per process <pid>:g its last window, :d its demand (starts per second,
+-- smoothed), :t its last sync (µs).
 
 local function rate_baseline(id)
   local b = 0
@@ -133,14 +133,13 @@ local function rate_baseline(id)
   return b
 end
 
--- rate_close ends the window rg at the first sync of a later one (gen):
--- it learns R from the window's outcomes and latency, updates the
--- baseline, and forgets the processes not heard of for 10 windows.
--- rate_proven returns the most the host has served in the last 6
--- buckets of 10 windows (0: no evidence): the mean rate of two
--- successive windows (a report late for one window lands in the next),
--- the later one clean and near the baseline; with the window id's own
--- evidence ev (0: none) counted first.
+-- rate_close ends the window rg at the first sync of a later one (gen): it
+-- learns R from the window's outcomes and latency, updates the baseline,
+-- and forgets the processes not heard of for 10 windows. rate_proven
+-- returns the most the host has served in the last 6 buckets of 10 windows
+-- (0: no evidence): the mean rate of two successive windows (a report late
+-- for one window lands in the next), the later one clean and near the
+-- baseline; with the window id's own evidence ev (0: none) counted first.
 local function rate_proven(id, ev)
   if ev > 0 then
     local i = id % 6
@@ -222,12 +221,11 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
     set('rc', 0)
   elseif lk > 0 and base > 0 and mean > math.max(2 * base, base + 0.1 * win * 1e6, 1000) then
-    -- The host queues: down to the rate it served (two windows' mean, at
-    -- most R) less 3%, and less the share of it that drains its queue
-    -- (mean - baseline of waiting) in two windows, at most halving; not
-    -- again in the next window, nor in the three after a cut for a queue
-    -- unless the rate rose since (outcomes reach the script a window
-    -- late, and the queue the cut drains still shows in the next ones).
+    -- The host queues: down to the rate it served (two windows' mean, at most
+    -- R) less 3%, and less the share of it that drains its queue (mean -
+    -- baseline of waiting) in two windows, at most halving; not again in the
+    -- next window, nor in the three after a cut for a queue unless R rose
+    -- since (the drained queue still shows in them).
     if cg > get('rk') + 1 and cg > get('rq') + 3 then
       local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
       R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))

@@ -336,9 +336,12 @@ func TestManyWaitersBounded(t *testing.T) {
 			t.Errorf("%d waiting, want 10000 (Config.Waiting)", n)
 		}
 		// No goroutine per waiter: only the 10,000 waiting callers' own
-		// (NumGoroutine counts the process: others may have ended).
-		if g := runtime.NumGoroutine() - g0; g > 10_000 {
-			t.Errorf("%d goroutines more while 10000 calls wait, want at most 10000", g)
+		// (NumGoroutine counts the process: others may have ended, or a
+		// few started, as the runtime's and the test runner's do: 10,001
+		// was seen once under -race; a goroutine per waiter would be
+		// 10,000 more).
+		if g := runtime.NumGoroutine() - g0; g > 10_000+64 {
+			t.Errorf("%d goroutines more while 10000 calls wait, want at most 10000 (+64 for the process's others)", g)
 		}
 		for _, p := range held {
 			l.Release(p, false)
