@@ -102,6 +102,7 @@ type Proxy struct {
 	mu    sync.Mutex // guards rng
 	rng   *rand.Rand
 	conns connSet
+	bufs  sync.Pool // of *connBufs, reused from one client connection to the next
 
 	requests, resets, forwarded, upstreamErrors atomic.Int64
 	drops, droppedOriginals                     atomic.Int64
@@ -114,6 +115,16 @@ type upstream struct {
 	addr string // host:port
 	idle chan *upConn
 	sent atomic.Int64
+}
+
+// connBufs are the buffers of one client connection: its reader and
+// writer and the buffer that holds each upstream answer before it is
+// relayed (16 KiB answers in hostile runs: pooled, they are not allocated,
+// grown and collected again for every request).
+type connBufs struct {
+	r    *bufio.Reader
+	w    *bufio.Writer
+	body bytes.Buffer
 }
 
 // upConn is a keep-alive connection to an upstream.
@@ -229,8 +240,19 @@ func (p *Proxy) draw() fault {
 // serve handles the requests of one client connection until it is
 // closed or reset.
 func (p *Proxy) serve(c net.Conn) {
-	r := bufio.NewReader(c)
-	w := bufio.NewWriter(c)
+	b, _ := p.bufs.Get().(*connBufs)
+	if b == nil {
+		b = &connBufs{r: bufio.NewReader(c), w: bufio.NewWriter(c)}
+	} else {
+		b.r.Reset(c)
+		b.w.Reset(c)
+	}
+	defer func() {
+		b.r.Reset(nil)
+		b.w.Reset(nil)
+		p.bufs.Put(b)
+	}()
+	r, w := b.r, b.w
 	for {
 		req, err := http.ReadRequest(r)
 		if err != nil {
@@ -255,7 +277,9 @@ func (p *Proxy) serve(c net.Conn) {
 			reset(c)
 			return
 		}
-		resp, respBody, err := p.forward(u, req, body)
+		b.body.Reset()
+		resp, err := p.forward(u, req, body, &b.body)
+		respBody := b.body.Bytes()
 		if err != nil {
 			p.upstreamErrors.Add(1)
 			msg := "idemtest proxy: upstream: " + err.Error()
@@ -294,15 +318,15 @@ func (p *Proxy) serve(c net.Conn) {
 }
 
 // forward sends req with body to u over an idle or new connection and
-// reads the whole response.
-func (p *Proxy) forward(u *upstream, req *http.Request, body []byte) (*http.Response, []byte, error) {
+// reads the whole response, its body into respBody.
+func (p *Proxy) forward(u *upstream, req *http.Request, body []byte, respBody *bytes.Buffer) (*http.Response, error) {
 	var uc *upConn
 	select {
 	case uc = <-u.idle:
 	default:
 		conn, err := net.Dial("tcp", u.addr)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		uc = &upConn{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
 	}
@@ -315,14 +339,13 @@ func (p *Proxy) forward(u *upstream, req *http.Request, body []byte) (*http.Resp
 	if err == nil {
 		resp, err = http.ReadResponse(uc.r, out)
 	}
-	var respBody []byte
 	if err == nil {
-		respBody, err = io.ReadAll(resp.Body)
+		_, err = respBody.ReadFrom(resp.Body)
 		_ = resp.Body.Close()
 	}
 	if err != nil {
 		_ = uc.conn.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	if resp.Close {
 		_ = uc.conn.Close()
@@ -333,7 +356,7 @@ func (p *Proxy) forward(u *upstream, req *http.Request, body []byte) (*http.Resp
 			_ = uc.conn.Close()
 		}
 	}
-	return resp, respBody, nil
+	return resp, nil
 }
 
 // cut sends req with body to u on a new connection, reads the response
