@@ -183,9 +183,14 @@ type HandlerConfig struct {
 	// that payment, so the choice is reproducible and a retry may be fast.
 	// Half of the slow runs wait Pause before applying the payment and
 	// give up without a word if their request is canceled meanwhile; the
-	// other half wait Pause before each chunk after the first, whatever
-	// happens to the request (the payment is applied: the answer must be
-	// finished).
+	// other half wait Pause in all while they write the answer, in equal
+	// parts before each chunk after the first (Pause/(Chunks-1) each),
+	// whatever happens to the request (the payment is applied: the answer
+	// must be finished). A Pause in all, not one per chunk: it already
+	// overruns a timeout shorter than Pause, and a run that lasted Pause
+	// per chunk kept its key locked that many times longer, each
+	// re-drive meanwhile one more 409 round trip (five times the 409s,
+	// a sixth more attempts in hostile runs, for no other fault).
 	SlowRate float64
 	// Pause is the wait of a slow run.
 	Pause time.Duration
@@ -240,9 +245,10 @@ func (l *Ledger) HandlerWith(server string, cfg HandlerConfig) http.Handler {
 		w.WriteHeader(http.StatusCreated)
 		size := (len(out) + max(cfg.Chunks, 1) - 1) / max(cfg.Chunks, 1)
 		rc := http.NewResponseController(w)
+		part := cfg.Pause / time.Duration(max(cfg.Chunks-1, 1))
 		for i := 0; i < len(out); i += size {
 			if i > 0 && slowDuring {
-				time.Sleep(cfg.Pause)
+				time.Sleep(part)
 			}
 			if _, err := w.Write(out[i:min(i+size, len(out))]); err != nil {
 				return
@@ -253,7 +259,7 @@ func (l *Ledger) HandlerWith(server string, cfg HandlerConfig) http.Handler {
 }
 
 // slow reports whether run n of payment id waits before applying it, or
-// before each chunk of its answer.
+// between the chunks of its answer.
 func (cfg HandlerConfig) slow(id string, n int) (before, during bool) {
 	if cfg.SlowRate <= 0 {
 		return false, false

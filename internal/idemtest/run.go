@@ -266,7 +266,7 @@ func withDefaults(cfg Config) Config {
 // an http.TimeoutHandler of [HostileTimeout] in front of the middleware,
 // the handlers write answers of [HostileAnswerBytes] in [HostileChunks]
 // flushed parts, [HostileSlowRate] of their runs pausing [HostilePause]
-// (before applying the payment, or before each part), and each server's
+// (before applying the payment, or in all between the parts), and each server's
 // link to its store blips at [HostileBlipRate] of its completions.
 func Hostile(cfg Config) Config {
 	cfg.CutRate = HostileCutRate
