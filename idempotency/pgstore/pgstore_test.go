@@ -58,8 +58,9 @@ func (c countingConn) Write(p []byte) (int, error) {
 
 // pool connects to the server named by STORMGUARD_POSTGRES_URL. Without the
 // variable it skips t, unless STORMGUARD_REQUIRE_SERVICES=1; with it, an
-// unreachable server fails t.
-func pool(t testing.TB, maxConns int32) (*pgxpool.Pool, *roundTrips) {
+// unreachable server fails t. Each of configure, if any, changes the
+// pool's configuration last.
+func pool(t testing.TB, maxConns int32, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, *roundTrips) {
 	t.Helper()
 	url := storetest.ServiceAddress(t, urlEnv, "PostgreSQL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	cfg, err := pgxpool.ParseConfig(url)
@@ -80,6 +81,9 @@ func pool(t testing.TB, maxConns int32) (*pgxpool.Pool, *roundTrips) {
 			return nil, err
 		}
 		return countingConn{c, &rt.writes}, nil
+	}
+	for _, f := range configure {
+		f(cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
