@@ -127,7 +127,7 @@
 //     served near the baseline in the last 6 buckets of 10 windows
 //     (each the mean of two successive windows, which cancels a report
 //     that comes a window late, at most the R in force) plus 1/16, or
-//     4% while calls wait for the rate (the fleet's demand reached R);
+//     8% while calls wait for the rate (the fleet's demand reached R);
 //     with no such window in the horizon, the last healthy rate. Cold,
 //     until the first window whose demand R met or the first incident,
 //     the margin is 2x (slow start). A clean window whose fleet's

@@ -76,7 +76,7 @@ const t0 = 1_700_000_000_000_000 // µs, the start of a window
 // window whose demand the rate met (slow start); from then on a clean
 // window never leaves the rate above what the host has proven it serves
 // (the highest two-window mean served, at most the rate in force, near
-// the baseline) plus a margin of 1/16, or 4% while calls wait for it.
+// the baseline) plus a margin of 1/16, or 8% while calls wait for it.
 // Drops cut it by their share, at most halving, to 10% above the rate
 // served; after an outage it restarts from the last healthy rate; a
 // window whose latency shows a queue brings it to what the host served
@@ -98,16 +98,16 @@ func TestScriptFleetRateLearns(t *testing.T) {
 		{ok: 200, lat: 20_000, want: 150},        // slow start: max(R+√R, min(2R, 1.5·demand))
 		{ok: 100, lat: 20_000, want: 300},        // 2x what the host proved (150, the rate in force)
 		{ok: 400, lat: 20_000, want: 159.375},    // demand met (warm): 1/16 above the proven 150
-		{bad: 100, want: 165.75},                 // calls waited: 4% above the proven 159.375
-		{bad: 100, want: 82.875},                 // all dropped: halved; an outage
-		{ok: 50, bad: 50, want: 82.875},          // not cut again in the window after a cut
-		{ok: 100, lat: 20_000, want: 41.4375},    // half dropped: halved again
+		{bad: 100, want: 172.125},                // calls waited: 8% above the proven 159.375
+		{bad: 100, want: 86.0625},                // all dropped: halved; an outage
+		{ok: 50, bad: 50, want: 86.0625},         // not cut again in the window after a cut
+		{ok: 100, lat: 20_000, want: 43.03125},   // half dropped: halved again
 		{ok: 400, lat: 20_000, want: 159.375},    // clean: restarts from the last healthy rate
-		{ok: 170, lat: 150_000, want: 165.75},    // 4% above what the host proved
-		{ok: 150, lat: 100_000, want: 150.32696}, // a queue: 0.97 · (1 − 0.13 s / 2 s) · 165.75 served
-		{ok: 160, lat: 150_000, want: 150.32696}, // latency above near the baseline, below a queue: held
-		{ok: 400, lat: 20_000, want: 150.32696},  // a queue again 2 windows after a cut for a queue: held
-		{want: 156.34004},                        // 4% above what the host served when it last queued (150.327)
+		{ok: 170, lat: 150_000, want: 172.125},   // 8% above what the host proved
+		{ok: 150, lat: 100_000, want: 156.10877}, // a queue: 0.97 · (1 − 0.13 s / 2 s) · 172.125 served
+		{ok: 160, lat: 150_000, want: 156.10877}, // latency above near the baseline, below a queue: held
+		{ok: 400, lat: 20_000, want: 156.10877},  // a queue again 2 windows after a cut for a queue: held
+		{want: 167.4},                            // 8% above what the host served when it last queued (155: two windows, at most R)
 	}
 	for i, w := range steps {
 		now := int64(t0 + i*1_000_000 + 1)

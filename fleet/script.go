@@ -198,7 +198,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   if R > 0 and (fl > 0 or not binding) then set('rw', 1) end
   local margin = 1.0625
   if binding then
-    if get('rw') == 1 then margin = 1.04 else margin = 2 end
+    if get('rw') == 1 then margin = 1.08 else margin = 2 end
   end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
