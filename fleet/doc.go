@@ -149,7 +149,12 @@
 //     the old rate's attempts, and a queue does not cut again in the
 //     three windows after a cut for a queue unless R rose since: the
 //     queue the cut drains still shows in their latency, and a second
-//     cut would take R well below the host's capacity. The first clean window near the
+//     cut would take R well below the host's capacity. A window that
+//     closes with the fleet's breaker open is an outage whatever its
+//     few outcomes (the breaker holds the calls; its probes are no
+//     evidence of capacity): no cut, and a window taken for a full
+//     host in the two before it was its first, partial one. The first
+//     clean window near the
 //     baseline after an outage restarts R from the last healthy rate
 //     (the rate served, at most R, in the last clean window near the
 //     baseline that used at least half of R); a cut before a window

@@ -119,6 +119,56 @@ func TestScriptFleetRateLearns(t *testing.T) {
 	}
 }
 
+// TestScriptFleetRateOutageBehindBreaker: an outage the fleet's breaker
+// hides from the rate: a window with a few drops among its successes
+// opens the breaker, which then holds the calls (no outcomes) until
+// probes, a handful of calls, close it. A window that closes with the
+// breaker open is an outage (no cut, no evidence of capacity), and the
+// first clean window after it restarts R from at least the last healthy
+// rate. On the script before, the drops' window cut R and took the host
+// for full (the evidence of capacity became what that window served), no
+// window counted as an outage, and R then stayed under 1.08x that
+// evidence (live, a fleet restarted at 47/s after a 503 outage).
+func TestScriptFleetRateOutageBehindBreaker(t *testing.T) {
+	s := newLimitScript(t, 1000)
+	breaker := func(open bool) {
+		st := 0
+		if open {
+			st = 1
+		}
+		if err := s.rc.HSet(context.Background(), s.key, "st", st).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type window struct {
+		ok, bad uint64
+		waiting int64
+		open    bool // the breaker's state after the window's report
+		want    float64
+	}
+	steps := []window{
+		{ok: 300},            // cold
+		{ok: 300, want: 300}, // the first window's demand
+		{ok: 300, want: 450}, // slow start
+		// Demand met: 1/16 above the proven 300 (the last healthy rate);
+		// then a few drops (1 in 11) open the breaker.
+		{ok: 200, bad: 20, open: true, want: 318.75},
+		{waiting: 300, open: true, want: 318.75}, // the drops' window closed with the breaker open: an outage, no cut
+		{ok: 3, waiting: 300, want: 318.75},      // held: no outcomes; then the probes close the breaker
+		{ok: 300, want: 318.75},                  // the probes' window: no evidence of capacity
+		{ok: 300, want: 318.75},                  // clean, after the outage: at least the last healthy rate
+	}
+	for i, w := range steps {
+		now := int64(t0 + i*1_000_000 + 1)
+		n := int64(w.ok)
+		_, r := s.report(now, "p1", w.waiting, w.ok, w.bad, 20_000*n, n)
+		breaker(w.open)
+		if math.Abs(r-w.want) > 0.002 {
+			t.Fatalf("window %d: fleet rate %.3f, want %.3f", i, r, w.want)
+		}
+	}
+}
+
 // TestScriptFleetRateShares: each process's share is its smoothed
 // demand (starts per second, at least a tenth of a call per window) up to
 // a fair floor (R / 4n for n processes), plus the rest of R in

@@ -153,10 +153,9 @@ local function rate_proven(id, ev)
   return m
 end
 
--- rate_full records that the host was full in window id (it queued, or
--- dropped some attempts: not an outage) while serving seen a second:
--- evidence of its ceiling, so the evidence of more before is forgotten
--- (kept in mp, with the window cg in mk, in case an outage follows).
+-- rate_full records that the host was full in window id (it queued or
+-- dropped some attempts) serving seen a second: evidence of its ceiling
+-- that replaces more (kept in mp, window cg in mk, in case of an outage).
 local function rate_full(id, seen, cg)
   set('mp', rate_proven(id, 0)); set('mk', cg)
   for i = 0, 5 do set('mt' .. i, 0) end
@@ -184,16 +183,13 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   if get('rc') == 1 then pair = (served + get('rp')) / 2 end
   pair = math.min(pair, R)
   local ev = 0
-  if near and get('rc') == 1 then ev = pair end
-  -- The ceiling of a raise: what the host has proven it serves with its
-  -- latency near the baseline (or, with no such window in the horizon,
-  -- the last healthy rate), plus a probe margin of 10% (at least 2 calls
-  -- a window): the rate never runs ahead of the host's capacity by more.
+  if near and get('rc') == 1 and get('st') == 0 then ev = pair end
+  -- The ceiling of a raise: what the host has proven it serves near the
+  -- baseline (none in the horizon: the last healthy rate) plus a margin
+  -- (at least 2 calls a window): 1/16 while the demand is met, 8% while
+  -- calls wait, 2x (slow start) until warm (rw: a met window or an incident).
   local proven = rate_proven(id, ev)
   if proven <= 0 then proven = get('rh') end
-  -- The margin: 1/16 while the fleet's demand is met; 1/8 while calls
-  -- wait for the rate; 2x (slow start) until the first window whose
-  -- demand the rate met or the first incident (rw: warm).
   local binding = dem >= R * win
   if R > 0 and (fl > 0 or not binding) then set('rw', 1) end
   local margin = 1.0625
@@ -202,7 +198,12 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
-  if R <= 0 then
+  if R > 0 and get('st') == 1 then
+    -- The fleet's breaker open: an outage (its probes prove nothing); a
+    -- full host taken just before was its first window. R restarts after.
+    if get('mk') > 0 and get('mk') >= cg - 2 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
+    set('rv', 1); set('rc', 0)
+  elseif R <= 0 then
     -- Cold: the first window's demand, at least rinit, then slow start.
     if dem > 0 then R = math.max(rinit, dem / win); set('rc', 1) end
   elseif fl > 0 then
@@ -215,8 +216,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
       set('rk', cg)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
-    -- An outage: a last window taken for a full host was its first,
-    -- partial one, no evidence of the ceiling: the evidence before stands.
+    -- An outage: a full host taken just before was its first window.
     if share >= 0.5 and get('mk') == cg - 1 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
     if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
     set('rc', 0)
