@@ -32,6 +32,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+	won     bool                              // a copy's end (a good answer, a panic) ended the race: it canceled the others
 }
 
 // raceParams is what the hedges of a race are made from: copies of the
@@ -126,7 +127,7 @@ func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
 		rs.timer.Stop()
 		hedges := rs.hedges
 		rs.mu.Unlock()
-		reap(rs, 1+hedges, hedges)
+		reap(rs, 1+hedges, hedges, true) // the panic ends the race: its hedges are no drops
 	}()
 	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
 	sent = true
@@ -142,7 +143,7 @@ func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
 func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost bool, hedges int) end {
 	legs, pending := 1+hedges, hedges
 	if good(first.err) {
-		reap(rs, legs, pending)
+		reap(rs, legs, pending, true)
 		return first
 	}
 	if !lost {
@@ -155,20 +156,20 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 			pending--
 			switch {
 			case l.p != nil:
-				reap(rs, legs, pending)
+				reap(rs, legs, pending, true)
 				panic(l.p)
 			case good(l.e.err):
-				reap(rs, legs, pending)
+				reap(rs, legs, pending, true)
 				l.hl.won(u.reply, l.e.err == nil)
 				return l.e
 			}
 			last = l
 		case <-ctx.Done():
-			reap(rs, legs, pending)
+			reap(rs, legs, pending, false)
 			return end{err: status.FromContextError(ctx.Err()).Err()}
 		}
 	}
-	reap(rs, legs, 0)
+	reap(rs, legs, 0, false)
 	if last.hl != nil {
 		last.hl.won(u.reply, false) // the caller's header, trailer and peer are the failure's
 	}
@@ -178,7 +179,14 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 // reap cancels the first legs of rs, releasing their contexts (their
 // calls, all ended or canceled, are over), and receives the ends of the
 // pending ones on a goroutine of its own that ends with the last of them.
-func reap(rs *raceState, legs, pending int) {
+// won: a copy's end decided the race, so the copies it cancels are its
+// losers (no drops for the limiter), not calls whose caller left.
+func reap(rs *raceState, legs, pending int, won bool) {
+	if won {
+		rs.mu.Lock()
+		rs.won = true // before the cancels: a loser that sees its cancel sees it
+		rs.mu.Unlock()
+	}
 	for _, cancel := range rs.cancels[:legs] {
 		cancel()
 	}
@@ -232,7 +240,10 @@ func (rs *raceState) fire() {
 	t0 := time.Now()
 	pv, err := invoke(l, lctx)
 	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && p.ctx.Err() == nil}
-	ours := errors.Is(lctx.Err(), context.Canceled) && p.ctx.Err() == nil // the race canceled it
+	rs.mu.Lock()
+	raceWon := rs.won
+	rs.mu.Unlock()
+	ours := errors.Is(lctx.Err(), context.Canceled) && (raceWon || p.ctx.Err() == nil) // the race canceled it
 	if g.Limiter != nil {
 		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
 	}

@@ -616,3 +616,53 @@ func TestHedgeHeldBackWhenInflated(t *testing.T) {
 		srv.settle(t)
 	})
 }
+
+// TestHedgeLoserIsNoDrop: a hedge that loses the race is released to the
+// target's limiter as no drop, also when its cancellation lands after the
+// caller has gone (the caller cancels its context as it returns); on the
+// code before, each such loser counted as a drop and cut the limit.
+func TestHedgeLoserIsNoDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := limit.New(limit.Config{Max: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &legServer{}
+		srv.answer = func(i int) legAnswer { // called with srv.mu held
+			if srv.prev[i] != "" { // a hedge: it would answer after the first copy
+				return legAnswer{delay: time.Second}
+			}
+			return legAnswer{delay: 60 * time.Millisecond}
+		}
+		// A canceled copy's invoker returns a millisecond late, as a
+		// connection's goodbye takes a moment: after the caller has gone.
+		slow := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if status.Code(err) == codes.Canceled {
+				time.Sleep(time.Millisecond)
+			}
+			return err
+		}
+		c := serveInMemory(t, srv, append(newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
+			withGuards(retry.Guards{Budget: newBudget(t), Limiter: lim})), grpc.WithChainUnaryInterceptor(slow))...)
+		for i := range 40 {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			_, took, err := hedgeCall(ctx, c)
+			cancel()
+			if err != nil || took != 60*time.Millisecond {
+				t.Fatalf("call %d after %v, %v; want the first copy's answer after 60ms", i, took, err)
+			}
+			time.Sleep(10 * time.Millisecond) // the hedge's cancellation lands
+		}
+		if got := lim.Limit(); got < 10 {
+			t.Errorf("after 40 races whose hedges lost, the limit is %d, below the cold limit of 10: losers counted as drops", got)
+		}
+		srv.mu.Lock()
+		calls := len(srv.prev)
+		srv.mu.Unlock()
+		if calls < 45 {
+			t.Errorf("%d calls reached the server, want at least 45: 40 first copies and 5 hedges (the due-share bound's floor)", calls)
+		}
+		srv.settle(t)
+	})
+}

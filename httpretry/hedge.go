@@ -191,12 +191,13 @@ func hedgeSlot(g retry.Guards) (p limit.Permit, ok bool) {
 }
 
 // releaseSlot gives back a hedge's slot: as a drop when it failed or timed
-// out, not when the race canceled it (a loser is no sign of overload).
-func releaseSlot(g retry.Guards, p limit.Permit, parent, lctx context.Context, resp *http.Response, err error) {
+// out, not when the race canceled it (won: a good answer won the race; a
+// loser is no sign of overload, even if its caller has left since).
+func releaseSlot(g retry.Guards, p limit.Permit, parent, lctx context.Context, won bool, resp *http.Response, err error) {
 	if g.Limiter == nil {
 		return
 	}
-	ours := errors.Is(lctx.Err(), context.Canceled) && parent.Err() == nil
+	ours := errors.Is(lctx.Err(), context.Canceled) && (won || parent.Err() == nil)
 	g.Limiter.Release(p, !good(resp, err) && !ours)
 }
 
@@ -268,6 +269,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+	won     bool                              // a good answer won: the race canceled the other copies
 }
 
 // raceParams is what the hedges of a race are made from: copies of the
@@ -436,6 +438,9 @@ func (c *call) win(rs *raceState, l leg, legs, pending int, start time.Time) (*h
 		c.hh.lat.Record(start)
 	}
 	c.cur, c.curCancel = l.resp, rs.cancels[l.i]
+	rs.mu.Lock()
+	rs.won = true // before the cancels: a loser that sees its cancel sees it
+	rs.mu.Unlock()
 	reap(rs, legs, pending, l.i)
 	return l.resp, nil
 }
@@ -473,7 +478,10 @@ func (rs *raceState) fire() {
 	}
 	t0 := time.Now()
 	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
-	releaseSlot(g, slot, p.ctx, lctx, resp, err)
+	rs.mu.Lock()
+	raceWon := rs.won
+	rs.mu.Unlock()
+	releaseSlot(g, slot, p.ctx, lctx, raceWon, resp, err)
 	if cfg.observer != nil {
 		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0)
 	}

@@ -584,3 +584,61 @@ func TestHedgeBasePanics(t *testing.T) {
 		})
 	}
 }
+
+// hedgeSlowBase answers a race's first copy in 60 ms and its hedge (the
+// request numbered 2 on the wire) in 1 s; a canceled request takes a
+// millisecond to return, as a transport closing a connection does.
+type hedgeSlowBase struct {
+	sent, inflight atomic.Int64
+}
+
+func (b *hedgeSlowBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.sent.Add(1)
+	b.inflight.Add(1)
+	defer b.inflight.Add(-1)
+	d := 60 * time.Millisecond
+	if r.Header.Get(wire.AttemptHeader) == "2" {
+		d = time.Second
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		time.Sleep(time.Millisecond)
+		return nil, r.Context().Err()
+	}
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Request: r, Body: io.NopCloser(strings.NewReader("first"))}, nil
+}
+
+// TestHedgeLoserIsNoDrop: a hedge that loses the race is released to the
+// destination's limiter as no drop, also when its cancellation lands after
+// the caller has gone (the caller cancels its context as it returns, as
+// callers with a deadline do). On the code before, such a loser counted as
+// a drop, and each one cut a hedging client's limit: live, in the tail
+// scenario at 50% load, the limit fell to 5 and requests to half the
+// offered rate for seconds.
+func TestHedgeLoserIsNoDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &hedgeSlowBase{}
+		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithLimit(&limit.Config{Max: 100}))
+		for i := range 40 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			body, took, err := hedgeGet(t, tr, ctx)
+			cancel()
+			if err != nil || body != "first" || took != 60*time.Millisecond {
+				t.Fatalf("race %d = %q after %v, %v; want the first copy's answer after 60ms", i, body, took, err)
+			}
+			time.Sleep(10 * time.Millisecond) // the hedge's cancellation lands
+		}
+		if got := tr.Hosts()["example.test"].Limiter.Limit(); got < 10 {
+			t.Errorf("after 40 races whose hedges lost, the limit is %d, below the cold limit of 10: losers counted as drops", got)
+		}
+		if n := base.sent.Load(); n < 45 {
+			t.Errorf("%d requests sent, want at least 45: 40 first copies and 5 hedges (the due-share bound's floor)", n)
+		}
+		if n := base.inflight.Load(); n != 0 {
+			t.Errorf("%d requests still in flight", n)
+		}
+	})
+}
