@@ -153,7 +153,12 @@ func (l *Limiter) setLimit(f float64) {
 // refused as hopeless: it waits until a slot comes or ctx ends. With
 // Config.Throttle set, it may first reject the call locally
 // ("throttled"). A call that would wait with ctx already done gets ctx's
-// error (at once: a done context asks for a slot only if one is free).
+// error (at once: a done context asks for a slot only if one is free), and
+// the slot a done context gets is no latency sample (nor, with
+// Config.Throttle, a request of the throttle's count): the way to take a
+// slot for a copy that its caller may cancel early, such as a hedge, whose
+// time says nothing of the destination (a hedge canceled 1 ms after it
+// went would otherwise set the baseline latency to 1 ms).
 // When a slot is free and nobody waits, Acquire takes no lock and
 // allocates nothing; it is safe for concurrent use.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
@@ -202,6 +207,9 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 				}
 			} else if seq&(l.mask.Load()|15) == 0 {
 				flags |= permitSampled
+			}
+			if flags&permitSampled != 0 && ctx.Err() != nil {
+				flags &^= permitSampled // a done context's slot: no sample (see Acquire)
 			}
 			if flags&permitSampled != 0 && now == 0 {
 				now = l.since()

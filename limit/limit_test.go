@@ -436,3 +436,39 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Acquire+Release with the throttle: %v allocs, want 0", n)
 	}
 }
+
+// TestDoneContextSlotIsNoSample: slots taken with a context already done
+// (a hedge's, which its race may cancel a millisecond after it went) are
+// no latency samples. 8 callers keep the limiter busy with 10 ms attempts;
+// beside each attempt a done context's slot is taken and given back at
+// once. On the code before, those instant releases were samples, the
+// baseline latency fell to 0 and every 10 ms attempt read as a queue:
+// the limit fell from 10 to 1.
+func TestDoneContextSlotIsNoSample(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Max: 100})
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 500 {
+					p, err := l.Acquire(context.Background())
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					if h, err := l.Acquire(done); err == nil {
+						l.Release(h, false) // a hedge canceled at once: not a drop
+					}
+					time.Sleep(10 * time.Millisecond)
+					l.Release(p, false)
+				}
+			})
+		}
+		wg.Wait()
+		if got := l.Limit(); got < 10 {
+			t.Errorf("limit %d after 4,000 attempts of 10 ms beside instant done-context slots, want at least the cold 10", got)
+		}
+	})
+}
