@@ -269,7 +269,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
-	won     bool                              // a good answer won: the race canceled the other copies
+	won     atomic.Bool                       // a good answer won: the race canceled the other copies
 }
 
 // raceParams is what the hedges of a race are made from: copies of the
@@ -438,9 +438,7 @@ func (c *call) win(rs *raceState, l leg, legs, pending int, start time.Time) (*h
 		c.hh.lat.Record(start)
 	}
 	c.cur, c.curCancel = l.resp, rs.cancels[l.i]
-	rs.mu.Lock()
-	rs.won = true // before the cancels: a loser that sees its cancel sees it
-	rs.mu.Unlock()
+	rs.won.Store(true) // before the cancels: a loser that sees its cancel sees it
 	reap(rs, legs, pending, l.i)
 	return l.resp, nil
 }
@@ -478,10 +476,7 @@ func (rs *raceState) fire() {
 	}
 	t0 := time.Now()
 	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
-	rs.mu.Lock()
-	raceWon := rs.won
-	rs.mu.Unlock()
-	releaseSlot(g, slot, p.ctx, lctx, raceWon, resp, err)
+	releaseSlot(g, slot, p.ctx, lctx, rs.won.Load(), resp, err)
 	if cfg.observer != nil {
 		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0)
 	}
