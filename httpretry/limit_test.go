@@ -63,7 +63,14 @@ func coldStart(t *testing.T, n int, outage time.Duration, opts ...httpretry.Opti
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
+		if i > 0 {
+			// One start per millisecond (200 ms for 200): requests that
+			// all start in one instant all pass the breaker before any
+			// answer trips it, or not, as the scheduler runs them (170
+			// of 200 refused a retry by the budget in one loaded run).
+			time.Sleep(time.Millisecond)
+		}
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
