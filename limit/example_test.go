@@ -23,11 +23,11 @@ func Example() {
 	b, _ := l.Acquire(ctx)
 
 	// The limit is reached. A done context takes a slot only if one is
-	// free: it is refused at once with the context's error.
+	// free: it is refused at once (ErrLimited, with the context's error).
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = l.Acquire(done)
-	fmt.Println(err)
+	fmt.Println(errors.Is(err, limit.ErrLimited), errors.Is(err, context.Canceled))
 
 	// With a deadline a call waits, earliest deadline first, and leaves
 	// at its deadline if no slot comes.
@@ -50,7 +50,7 @@ func Example() {
 	l.Release(b, true)
 	// Output:
 	// cold limit: 2
-	// context canceled
+	// true true
 	// true true
 	// <nil>
 }

@@ -25,6 +25,9 @@ var (
 	errNoWaiting = fmt.Errorf("%w: limit reached and waiting is off", ErrLimited)
 	errTooMany   = fmt.Errorf("%w: limit reached and too many calls are waiting", ErrLimited)
 	errThrottled = fmt.Errorf("%w: throttled, the destination accepts too few requests", ErrLimited)
+	// A call that would wait with its context already done.
+	errDoneCanceled = fmt.Errorf("%w: limit reached and the context was canceled: %w", ErrLimited, context.Canceled)
+	errDoneDeadline = fmt.Errorf("%w: limit reached and the context's deadline had passed: %w", ErrLimited, context.DeadlineExceeded)
 )
 
 // waitError returns the refusal of a call whose context ended while it
@@ -152,8 +155,9 @@ func (l *Limiter) setLimit(f float64) {
 // then also wraps ctx's error). A call without a deadline is never
 // refused as hopeless: it waits until a slot comes or ctx ends. With
 // Config.Throttle set, it may first reject the call locally
-// ("throttled"). A call that would wait with ctx already done gets ctx's
-// error (at once: a done context asks for a slot only if one is free), and
+// ("throttled"). A call that would wait with ctx already done is refused
+// at once, with an error wrapping ErrLimited and ctx's error (a done
+// context asks for a slot only if one is free: no allocation), and
 // the slot a done context gets is no latency sample (nor, with
 // Config.Throttle, a request of the throttle's count): the way to take a
 // slot for a copy that its caller may cancel early, such as a hedge, whose
@@ -227,7 +231,10 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 func (l *Limiter) waitFor(ctx context.Context, flags uint8) (Permit, error) {
 	if err := ctx.Err(); err != nil {
 		l.undoThrottle()
-		return Permit{}, err
+		if errors.Is(err, context.DeadlineExceeded) {
+			return Permit{}, errDoneDeadline
+		}
+		return Permit{}, errDoneCanceled
 	}
 	return l.wait(ctx, flags)
 }
