@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,7 +33,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
-	won     bool                              // a copy's end (a good answer, a panic) ended the race: it canceled the others
+	won     atomic.Bool                       // a copy's end (a good answer, a panic) ended the race: it canceled the others
 }
 
 // raceParams is what the hedges of a race are made from: copies of the
@@ -183,9 +184,7 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 // losers (no drops for the limiter), not calls whose caller left.
 func reap(rs *raceState, legs, pending int, won bool) {
 	if won {
-		rs.mu.Lock()
-		rs.won = true // before the cancels: a loser that sees its cancel sees it
-		rs.mu.Unlock()
+		rs.won.Store(true) // before the cancels: a loser that sees its cancel sees it
 	}
 	for _, cancel := range rs.cancels[:legs] {
 		cancel()
@@ -240,10 +239,7 @@ func (rs *raceState) fire() {
 	t0 := time.Now()
 	pv, err := invoke(l, lctx)
 	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && p.ctx.Err() == nil}
-	rs.mu.Lock()
-	raceWon := rs.won
-	rs.mu.Unlock()
-	ours := errors.Is(lctx.Err(), context.Canceled) && (raceWon || p.ctx.Err() == nil) // the race canceled it
+	ours := errors.Is(lctx.Err(), context.Canceled) && (rs.won.Load() || p.ctx.Err() == nil) // the race canceled it
 	if g.Limiter != nil {
 		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
 	}
