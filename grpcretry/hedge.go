@@ -69,8 +69,10 @@ const (
 // median latency is at most 3 times its baseline. Nor does a hedge go
 // while more of the target's races reached their delay in the last second
 // (counted as the delay passes, answered or not) than 5 and than 3(1-q) of
-// the races started in it (at most halfway between 1-q and all of them):
-// that is a stall or an overload, not a tail. With a fixed delay, q (0
+// the races started in it (at most halfway between 1-q and all of them),
+// or while more of its races in flight are past their delay than 5 and
+// than that share of them (a burst queued behind a short stall): that is
+// a stall or an overload, not a tail. With a fixed delay, q (0
 // meaning 0.95) is the share of answers the delay is expected to cover,
 // for this bound only. The time of a race held back by this bound does not
 // count in the learned delay. An ABORTED says the

@@ -82,3 +82,56 @@ func TestHedgeStall(t *testing.T) {
 		}
 	})
 }
+
+// TestHedgeBurst: 500 calls a second with the learned p95 delay and one
+// hedge, and a stall of the server of 40 ms in which no answer ends: the
+// 20 or so races that start in it queue behind it and reach their delay
+// within a few milliseconds of each other. Few against the last second's
+// 500 races (75 may reach their delay in a second), but most of the races
+// in flight: at most 5 of them (the floor) get a hedge, as httpretry's.
+func TestHedgeBurst(t *testing.T) {
+	const rate = 500 // calls a second
+	const from, to, end = 3 * time.Second, 3*time.Second + 40*time.Millisecond, 4 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var sentAt []time.Duration // of each server call, since start
+		srv := &legServer{answer: func(i int) legAnswer {
+			now := time.Since(start)
+			sentAt = append(sentAt, now) // under srv.mu
+			d := 8*time.Millisecond + time.Duration(i%5)*time.Millisecond
+			if i%100 == 50 {
+				d = 100 * time.Millisecond
+			}
+			if e := now + d; e >= from && e < to {
+				d = to - now
+			}
+			return legAnswer{delay: d}
+		}}
+		// No limiter: the subject is the bound (the default one, its limit
+		// learned on answers from memory, would hold calls back itself).
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod), grpcretry.WithLimit(nil))...)
+		var wg sync.WaitGroup
+		for range int(end/time.Second) * rate {
+			wg.Go(func() {
+				if _, _, err := hedgeCall(context.Background(), c); err != nil {
+					t.Errorf("call: %v", err)
+				}
+			})
+			time.Sleep(time.Second / rate)
+		}
+		wg.Wait()
+		srv.settle(t)
+		srv.mu.Lock()
+		inBurst := 0
+		for i, p := range srv.prev {
+			if p != "" && sentAt[i] >= from && sentAt[i] < to {
+				inBurst++
+			}
+		}
+		srv.mu.Unlock()
+		t.Logf("%d hedges in the 40 ms stall", inBurst)
+		if inBurst > 5 {
+			t.Errorf("%d hedges in the 40 ms stall, want at most 5 (the floor)", inBurst)
+		}
+	})
+}

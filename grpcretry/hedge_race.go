@@ -33,6 +33,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+	due     bool                              // the race reached its delay: counted as due until it ends
 	won     atomic.Bool                       // a copy's end (a good answer, a panic) ended the race: it canceled the others
 }
 
@@ -95,8 +96,9 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	rs.mu.Lock()
 	rs.over = true
 	stopped := rs.timer.Stop()
-	hedges, lost, held := rs.hedges, rs.lost, rs.held
+	hedges, lost, held, due := rs.hedges, rs.lost, rs.held, rs.due
 	rs.mu.Unlock()
+	u.hh.dues.End(due) // the race is over as far as the due-share bound goes
 	u.held = held
 	if stopped && hedges == 0 {
 		// The timer never fired: no hedge, and rs is free again.
@@ -126,8 +128,9 @@ func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
 		rs.mu.Lock()
 		rs.over = true
 		rs.timer.Stop()
-		hedges := rs.hedges
+		hedges, due := rs.hedges, rs.due
 		rs.mu.Unlock()
+		rs.p.hh.dues.End(due)
 		reap(rs, 1+hedges, hedges, true) // the panic ends the race: its hedges are no drops
 	}()
 	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)

@@ -13,6 +13,9 @@ import (
 // are more than dueFactor times 1-q of the races started, and more than
 // dueFloor, the slow answers are not a tail but a stall or an overload,
 // which more copies only feed: no hedge goes until the share falls back.
+// The same share and floor bound the races in flight past their delay at
+// any instant, which a burst queued behind a short stall fills at once
+// while it is still a small part of the second's races (lathist.Dues).
 const (
 	dueWindow = time.Second
 	dueFactor = 3
@@ -32,8 +35,9 @@ func newDues() *lathist.Dues { return lathist.NewDues(dueWindow) }
 
 // dueAllows reports, with rs.mu held, whether a hedge of rs that is due
 // may go as far as the share of ht's races that reached their delay in the
-// last second allows. The first hedge counts the race among those; a later
-// one only reads the share. A race whose first hedge is refused is marked
+// last second, and of those in flight past it, allows. The first hedge
+// counts the race among those (and marks it due: race counts its end); a
+// later one only reads the shares. A race whose first hedge is refused is marked
 // held: its answer's time is a stall's or an overload's, not the target's
 // tail, and does not count in the learned delay. The races the bound lets
 // through still count, so a lasting change of the target's latency is
@@ -42,6 +46,7 @@ func (rs *raceState) dueAllows(ht *hedgeTarget, share float64) bool {
 	if rs.hedges > 0 {
 		return ht.dues.Allows(share, dueFloor)
 	}
+	rs.due = true // counted in flight past its delay until the race ends
 	if ht.dues.Due(share, dueFloor) {
 		return true
 	}

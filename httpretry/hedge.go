@@ -59,7 +59,9 @@ const (
 // is not helped by more load). Nor does a hedge go while more of the
 // host's races reached their delay in the last second (counted as the
 // delay passes, answered or not) than 5 and than 3(1-q) of the races
-// started in it (at most halfway between 1-q and all of them): that is a
+// started in it (at most halfway between 1-q and all of them), or while
+// more of its races in flight are past their delay than 5 and than that
+// share of them (a burst queued behind a short stall): that is a
 // stall or an overload, not a tail. With a fixed delay, q (0 meaning 0.95)
 // is the share of answers the delay is expected to cover, for this bound
 // only. The time of a race held back by this bound does not count in the
@@ -269,6 +271,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+	due     bool                              // the race reached its delay: counted as due until it ends
 	won     atomic.Bool                       // a good answer won: the race canceled the other copies
 }
 
@@ -326,8 +329,9 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	rs.mu.Lock()
 	rs.over = true
 	stopped := rs.timer.Stop()
-	hedges, lost := rs.hedges, rs.lost
+	hedges, lost, due := rs.hedges, rs.lost, rs.due
 	rs.mu.Unlock()
+	c.hh.dues.End(due) // the race is over as far as the due-share bound goes
 	if stopped && hedges == 0 {
 		// The timer never fired: no hedge, and rs is free again.
 		rs.p = raceParams{}
@@ -367,8 +371,9 @@ func (rs *raceState) sendFirst(t *Transport, r *http.Request) (*http.Response, e
 		rs.mu.Lock()
 		rs.over = true
 		rs.timer.Stop()
-		hedges := rs.hedges
+		hedges, due := rs.hedges, rs.due
 		rs.mu.Unlock()
+		rs.p.hh.dues.End(due)
 		reap(rs, 1+hedges, hedges, -1)
 	}()
 	resp, err := t.roundTrip(r)
@@ -540,15 +545,6 @@ func reap(rs *raceState, legs, pending int, keep int) {
 			}
 		}
 	}()
-}
-
-// retryAfterOf returns the Retry-After of resp, 0 if none.
-func retryAfterOf(resp *http.Response) time.Duration {
-	if v := resp.Header["Retry-After"]; len(v) > 0 {
-		d, _ := ParseRetryAfter(v[0], time.Now())
-		return d
-	}
-	return 0
 }
 
 // legRequest returns the request of one leg of a race: a copy of src on

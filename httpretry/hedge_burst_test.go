@@ -162,3 +162,58 @@ func TestHedgeDueFloor(t *testing.T) {
 		base.settle(t)
 	})
 }
+
+// TestHedgeBurst: 500 GETs a second with the learned p95 delay and one
+// hedge, and a stall of 40 ms in which no answer ends: the 20 or so races
+// that start in it queue behind it and reach their delay within a few
+// milliseconds of each other. Those are few against the 500 races of the
+// last second (75 may reach their delay in a second), so the per-second
+// share alone let every one of them have a hedge, each only lengthening
+// the queue; but they are most of the races in flight, and at most 5 of
+// them (the floor) get one. Once they have ended, the 1% tail gets its
+// hedges again at once.
+func TestHedgeBurst(t *testing.T) {
+	const rate = 500 // calls a second
+	const from, to, end = 3 * time.Second, 3*time.Second + 40*time.Millisecond, 5 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		base := &stallBase{start: time.Now(), rng: rand.New(rand.NewPCG(2, 3)), stallFrom: from, stallTo: to}
+		// No limiter (WithLimit(nil)): the subject is the bound. The
+		// default limiter, its limit learned on answers that come from
+		// memory, would hold some of the burst's calls back itself.
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1), httpretry.WithLimit(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var slowAfter []time.Duration // the calls that took 100 ms or more, by start
+		var wg sync.WaitGroup
+		for range int(end/time.Second) * rate {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://burst.test/", nil)
+				start := time.Since(base.start)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Errorf("GET: %v", err)
+					return
+				}
+				resp.Body.Close()
+				if took := time.Since(base.start) - start; took >= 100*time.Millisecond {
+					mu.Lock()
+					slowAfter = append(slowAfter, start)
+					mu.Unlock()
+				}
+			})
+			time.Sleep(time.Second / rate)
+		}
+		wg.Wait()
+		n := in(base.hedges, from, to)
+		t.Logf("%d requests and %d hedges in the 40 ms stall; %d hedges in the 100 ms after it; calls of 100 ms or more started from 100 ms after it: %d",
+			in(base.sent, from, to), n, in(base.hedges, to, to+100*time.Millisecond), in(slowAfter, to+100*time.Millisecond, end))
+		if n > 5 {
+			t.Errorf("%d hedges in the 40 ms stall, want at most 5 (the floor)", n)
+		}
+		if n := in(slowAfter, to+100*time.Millisecond, end); n != 0 {
+			t.Errorf("%d calls started from 100 ms after the stall took 100 ms or more, want 0 (hedged)", n)
+		}
+	})
+}

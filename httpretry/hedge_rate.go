@@ -12,7 +12,10 @@ import (
 // those that did (counted as the delay passes, answered or not) are more
 // than dueFactor times 1-q of the races started, and more than dueFloor,
 // the slow answers are not a tail but a stall or an overload, which more
-// copies only feed: no hedge goes until the share falls back.
+// copies only feed: no hedge goes until the share falls back. The same
+// share and floor bound the races in flight past their delay at any
+// instant, which a burst queued behind a short stall fills at once while
+// it is still a small part of the second's races (lathist.Dues).
 const (
 	dueWindow = time.Second
 	dueFactor = 3
@@ -43,6 +46,7 @@ func (rs *raceState) dueAllows(hh *hedgeHost, share float64) bool {
 	if rs.hedges > 0 {
 		return hh.dues.Allows(share, dueFloor)
 	}
+	rs.due = true // counted in flight past its delay until the race ends
 	if hh.dues.Due(share, dueFloor) {
 		return true
 	}

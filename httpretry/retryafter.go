@@ -58,3 +58,12 @@ func parseSeconds(v string) (d time.Duration, isNum bool) {
 	}
 	return time.Duration(n) * time.Second, true
 }
+
+// retryAfterOf returns the Retry-After of resp, 0 if none.
+func retryAfterOf(resp *http.Response) time.Duration {
+	if v := resp.Header["Retry-After"]; len(v) > 0 {
+		d, _ := ParseRetryAfter(v[0], time.Now())
+		return d
+	}
+	return 0
+}

@@ -17,12 +17,28 @@ import (
 // period's number and both counts), and read over a sliding period: the
 // current one's counts plus the previous one's weighted by the part of it
 // still within a period of now. Counts saturate at about a million per
-// period. It takes no lock and allocates nothing. It is safe for concurrent
-// use.
+// period.
+//
+// Besides, it keeps the races in flight (from Start to End) and those of
+// them past their delay: the same share at this instant. At a high rate a
+// period holds many races, so a burst of races queued behind a short
+// stall of the destination (each due within a few milliseconds) stays
+// within the period's share, and more copies would only lengthen the
+// queue; but the burst makes most of the races in flight due at once. The
+// instantaneous share shows it as soon as it forms, and falls back as soon
+// as the burst's races end (the period's counts remember them for up to a
+// period). If the delay is the q quantile and a race past it ends within
+// about a median (its hedge's answer), about 1-q of the races in flight
+// are past it (Little's law), as about 1-q of a period's races are.
+//
+// It takes no lock and allocates nothing. It is safe for concurrent use.
 type Dues struct {
 	base   time.Time
 	period time.Duration
 	w      [2]atomic.Uint64 // epoch<<epochShift | due<<countBits | started
+
+	flight atomic.Int64 // races started and not ended
+	past   atomic.Int64 // of them, those that reached their delay
 }
 
 const (
@@ -41,28 +57,48 @@ func NewDues(period time.Duration) *Dues {
 }
 
 // Start counts a race that starts at now (the caller's reading of the
-// clock, so that a race costs no second one).
+// clock, so that a race costs no second one). The race is in flight until
+// its End.
 func (d *Dues) Start(now time.Time) {
 	since := now.Sub(d.base)
 	ep := uint64(since/d.period) & epochMask
 	d.count(&d.w[ep&1], ep, 1, 0)
+	d.flight.Add(1)
 }
 
-// Due counts a race whose first copy reached its delay now, and reports
-// whether the races that did so within the last period, this one
-// included, are at most share of the races started within it, or at most
-// floor.
+// Due counts a race whose first copy reached its delay now (at most once
+// per race, between its Start and its End), and reports whether the races
+// that did so within the last period, this one included, are at most share
+// of the races started within it, or at most floor; and the races in
+// flight past their delay, this one included, at most share of the races
+// in flight, or at most floor.
 func (d *Dues) Due(share, floor float64) bool {
 	started, due := d.read(time.Now(), 1)
-	return due <= max(floor, share*started)
+	past := d.past.Add(1)
+	return due <= max(floor, share*started) && d.nowAllows(past, share, floor)
 }
 
 // Allows reports, without counting a race, whether the races that reached
 // their delay within the last period are at most share of those started
-// within it, or at most floor.
+// within it, or at most floor, and those in flight past their delay at
+// most share of the races in flight, or at most floor.
 func (d *Dues) Allows(share, floor float64) bool {
 	started, due := d.read(time.Now(), 0)
-	return due <= max(floor, share*started)
+	return due <= max(floor, share*started) && d.nowAllows(d.past.Load(), share, floor)
+}
+
+// End counts the end of a race that Start counted; due: Due counted it.
+func (d *Dues) End(due bool) {
+	if due {
+		d.past.Add(-1)
+	}
+	d.flight.Add(-1)
+}
+
+// nowAllows reports whether past races in flight past their delay are at
+// most share of the races in flight, or at most floor.
+func (d *Dues) nowAllows(past int64, share, floor float64) bool {
+	return float64(past) <= max(floor, share*float64(d.flight.Load()))
 }
 
 // count adds started and due races to slot, the slot of period ep, and

@@ -18,18 +18,19 @@ func TestDues(t *testing.T) {
 		const share, floor = 0.15, 5
 		tick := 2 * time.Millisecond
 		refused := 0
-		for i := range 5000 { // 10 s, 5% due
+		for i := range 5000 { // 10 s, 5% due, each race over before the next
 			d.Start(time.Now())
 			if i%20 == 0 && !d.Due(share, floor) {
 				refused++
 			}
+			d.End(i%20 == 0)
 			time.Sleep(tick)
 		}
 		if refused != 0 {
 			t.Errorf("5%% of races due: %d refused, want 0", refused)
 		}
 		allowed := 0
-		for range 500 { // 1 s, every race due
+		for range 500 { // 1 s, every race due, none ends
 			d.Start(time.Now())
 			if d.Due(share, floor) {
 				allowed++
@@ -39,12 +40,16 @@ func TestDues(t *testing.T) {
 		if allowed == 0 || allowed > 75 {
 			t.Errorf("every race due for 1 s at 500/s: %d allowed, want 1 to 75 (15%% of 500)", allowed)
 		}
+		for range 500 { // the stall is over: its races end
+			d.End(true)
+		}
 		back := time.Duration(-1)
 		for i := range 1000 { // 2 s, 5% due again
 			d.Start(time.Now())
 			if i%20 == 0 && d.Allows(share, floor) && back < 0 {
 				back = time.Duration(i) * tick
 			}
+			d.End(false)
 			time.Sleep(tick)
 		}
 		if back < 0 || back > 1100*time.Millisecond {
@@ -68,9 +73,85 @@ func TestDuesFloor(t *testing.T) {
 		if allowed != 5 {
 			t.Errorf("10 races, all due: %d allowed, want the floor 5", allowed)
 		}
+		for range 10 {
+			d.End(true)
+		}
 		time.Sleep(2 * time.Second) // both periods gone
+		d.Start(time.Now())
 		if !d.Due(0.15, 1) {
 			t.Error("2 s later, the only due race of its period refused with a floor of 1; want the older periods forgotten")
+		}
+	})
+}
+
+// TestDuesInFlight: at 500 races a second, each over within 10 ms and 5%
+// of them reaching their delay (over 10 ms later), every due race is
+// allowed. Then 20 races start within 4 ms and all reach their delay
+// without ending (a queue behind a short stall): they are few against the
+// last second's 500 races (75 may reach their delay), but most of the
+// races in flight, and only the floor of them (5) is allowed. Once they
+// have ended, a due race is allowed at once.
+func TestDuesInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDues(time.Second)
+		const share, floor = 0.15, 5
+		type race struct {
+			end time.Time
+			due bool
+		}
+		var flight []race
+		step := func() { // ends the races whose time has come
+			now := time.Now()
+			kept := flight[:0]
+			for _, r := range flight {
+				if r.end.After(now) {
+					kept = append(kept, r)
+					continue
+				}
+				d.End(r.due)
+			}
+			flight = kept
+		}
+		refused := 0
+		for i := range 1000 { // 2 s
+			step()
+			d.Start(time.Now())
+			r := race{end: time.Now().Add(10 * time.Millisecond)}
+			if i%20 == 0 {
+				r.due, r.end = true, r.end.Add(10*time.Millisecond)
+				if !d.Due(share, floor) {
+					refused++
+				}
+			}
+			flight = append(flight, r)
+			time.Sleep(2 * time.Millisecond)
+		}
+		if refused != 0 {
+			t.Errorf("5%% of races due, in flight 20 ms: %d refused, want 0", refused)
+		}
+		for range len(flight) { // the steady races end
+			step()
+			time.Sleep(time.Millisecond)
+		}
+		for range 20 {
+			d.Start(time.Now())
+			time.Sleep(200 * time.Microsecond)
+		}
+		allowed := 0
+		for range 20 {
+			if d.Due(share, floor) {
+				allowed++
+			}
+		}
+		if allowed != floor {
+			t.Errorf("20 races due at once, none ended: %d allowed, want the floor %d", allowed, floor)
+		}
+		for range 20 {
+			d.End(true)
+		}
+		d.Start(time.Now())
+		if !d.Due(share, floor) {
+			t.Error("after the burst's races ended, a due race refused; want it allowed at once")
 		}
 	})
 }
@@ -112,7 +193,7 @@ func TestDuesConcurrent(t *testing.T) {
 
 func TestDuesAllocs(t *testing.T) {
 	d := NewDues(time.Second)
-	if n := testing.AllocsPerRun(1000, func() { d.Start(time.Now()); d.Due(0.15, 5) }); n != 0 {
-		t.Errorf("Start and Due allocate %v times, want 0", n)
+	if n := testing.AllocsPerRun(1000, func() { d.Start(time.Now()); d.Due(0.15, 5); d.End(true) }); n != 0 {
+		t.Errorf("Start, Due and End allocate %v times, want 0", n)
 	}
 }
