@@ -123,7 +123,8 @@
 //     (attempts done plus calls waiting), at least 10. R never runs
 //     ahead of what the host has shown it serves: a clean window (no
 //     drops, mean latency at most 1.5x the baseline or 5% of a window
-//     above it) never leaves R above the ceiling, the highest rate
+//     above it, or its fastest sample at most the baseline) never
+//     leaves R above the ceiling, the highest rate
 //     served near the baseline in the last 6 buckets of 10 windows
 //     (each the mean of two successive windows, which cancels a report
 //     that comes a window late, at most the R in force) plus 1/16, or
@@ -136,8 +137,12 @@
 //     share, to at most 1.1x the rate served (the higher of this
 //     window's and the last one's), at most halving; a window with a
 //     majority of drops is an outage. A window whose mean latency is
-//     above twice the baseline, 10% of a window above it and 1 ms (the
-//     host queues) brings R to 97% of the rate served (two windows'
+//     above twice the baseline, 10% of a window above it and 1 ms, and
+//     whose fastest sample (the fastest of the processes' reports) is
+//     above 1.5x the baseline and 5% of a window above it (the host
+//     queues, and the queue stood the whole window: a few slow samples,
+//     such as the clients' own delays, raise the mean, not the fastest;
+//     a report without one counts as standing) brings R to 97% of the rate served (two windows'
 //     mean, at most R) less the share that drains the queue (the mean
 //     less the baseline) in two windows, at most halving. A window
 //     where the host queued or dropped some attempts while R was at

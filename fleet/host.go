@@ -55,6 +55,7 @@ type host struct {
 	probeRounds                 atomic.Int64
 	rate                        atomic.Uint64 // lim's rate gate, float64 bits: this process's share (0: off)
 	latUS, latN                 atomic.Int64  // latency samples read from lim outside a sync, for the next report
+	latMin                      atomic.Int64  // the fastest of them, µs (0: none)
 	refused                     atomic.Int64  // lim's calls refused for want of a token, read outside a sync, for the next report
 	fleetRate                   atomic.Int64  // the fleet-wide rate at the last reply, thousandths per second
 }
@@ -91,7 +92,7 @@ const maxBurst = 100 * time.Millisecond
 // what the limiter reports (see limit.Limiter.SetRate): a process with a
 // large share and a long interval must not send a second of its share at
 // once into a host that may be full.
-func (h *host) setRate(perSecond float64) (inFlight, waiting, refused int, latency time.Duration, samples int) {
+func (h *host) setRate(perSecond float64) (inFlight, waiting, refused int, latency, fastest time.Duration, samples int) {
 	h.rate.Store(math.Float64bits(perSecond))
 	return h.lim.SetRate(perSecond, max(1, perSecond*min(h.f.cfg.SyncEvery, maxBurst).Seconds()))
 }
@@ -115,11 +116,15 @@ func (h *host) limitReport(final bool) *limitReport {
 		r.waiting = -1
 		return r
 	}
-	_, w, refused, lat, n := h.setRate(math.Float64frombits(h.rate.Load()))
+	_, w, refused, lat, fastest, n := h.setRate(math.Float64frombits(h.rate.Load()))
 	r.waiting = int64(w + h.brk.Snapshot().Waiters)
 	r.refused = int64(refused) + h.refused.Swap(0)
 	r.latUS = lat.Microseconds() + h.latUS.Swap(0)
 	r.latN = int64(n) + h.latN.Swap(0)
+	r.latMinUS = h.latMin.Swap(0)
+	if n > 0 {
+		r.latMinUS = fastestUS(r.latMinUS, fastest)
+	}
 	return r
 }
 
@@ -134,11 +139,37 @@ func (h *host) spread() {
 		return
 	}
 	if r := math.Float64frombits(h.rate.Load()); r > 0 {
-		_, _, refused, lat, n := h.lim.SetRate(r, 1-h.f.phase)
-		h.refused.Add(int64(refused))
-		h.latUS.Add(lat.Microseconds())
-		h.latN.Add(int64(n))
+		_, _, refused, lat, fastest, n := h.lim.SetRate(r, 1-h.f.phase)
+		h.addSamples(refused, lat, fastest, n)
 	}
+}
+
+// addSamples keeps what lim reported outside a sync (see setRate) for the
+// next report: its refusals and its latency samples (sum, fastest, number).
+func (h *host) addSamples(refused int, lat, fastest time.Duration, n int) {
+	h.refused.Add(int64(refused))
+	if n <= 0 {
+		return
+	}
+	h.latUS.Add(lat.Microseconds())
+	h.latN.Add(int64(n))
+	for {
+		m := h.latMin.Load()
+		v := fastestUS(m, fastest)
+		if v == m || h.latMin.CompareAndSwap(m, v) {
+			return
+		}
+	}
+}
+
+// fastestUS is the faster of m (µs, 0: none) and d, in µs, at least 1
+// (0 means none).
+func fastestUS(m int64, d time.Duration) int64 {
+	v := max(d.Microseconds(), 1)
+	if m > 0 && m < v {
+		return m
+	}
+	return v
 }
 
 // collect takes what the next sync sends for h: the counts since the last
@@ -189,10 +220,8 @@ func (h *host) synced(s syncHost, w hostWindow) {
 		h.fleetRate.Store(w.fleetRate)
 		// A lowered share may refuse waiters at once: they, and the
 		// samples taken since the report, go in the next report.
-		_, _, refused, lat, n := h.setRate(float64(w.rate) / 1000)
-		h.refused.Add(int64(refused))
-		h.latUS.Add(lat.Microseconds())
-		h.latN.Add(int64(n))
+		_, _, refused, lat, fastest, n := h.setRate(float64(w.rate) / 1000)
+		h.addSamples(refused, lat, fastest, n)
 	}
 	h.steer(w.state, w.epoch)
 }

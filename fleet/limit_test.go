@@ -49,8 +49,15 @@ func (s *limitScript) report(now int64, pid string, waiting int64, ok, failed ui
 // a token since its last sync.
 func (s *limitScript) reportRefused(now int64, pid string, waiting, refused int64, ok, failed uint64, latUS, latN int64) (rate, fleetRate float64) {
 	s.t.Helper()
+	return s.reportFastest(now, pid, waiting, refused, ok, failed, latUS, latN, 0)
+}
+
+// reportFastest is reportRefused with the fastest of the latency samples
+// (µs, 0: none reported).
+func (s *limitScript) reportFastest(now int64, pid string, waiting, refused int64, ok, failed uint64, latUS, latN, latMinUS int64) (rate, fleetRate float64) {
+	s.t.Helper()
 	args := appendSync(s.set.args("s", now), syncHost{successes: ok, failures: failed,
-		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN,
+		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN, latMinUS: latMinUS,
 			windowUS: s.set.limitWindowUS, max: s.set.limitMax, initRate: s.set.limitInit}})
 	a := make([]any, len(args))
 	for i := range args {
@@ -116,6 +123,52 @@ func TestScriptFleetRateLearns(t *testing.T) {
 		if math.Abs(r-w.want) > 0.002 {
 			t.Fatalf("window %d: fleet rate %.3f, want %.3f", i, r, w.want)
 		}
+	}
+}
+
+// TestScriptFleetRateFastestSample: a window whose mean latency reads as
+// a queue cuts the rate only when its fastest sample shows the queue stood
+// the whole window; a few slow samples (live: the clients' own delays on
+// 1000 goroutines) raise the mean but not the fastest, and such a window
+// counts as near the baseline. A fleet whose processes report no fastest
+// (0) keeps the mean alone. The fleet is warmed to a 20 ms baseline at 400
+// calls a window, then one window of 400 calls has a 150 ms mean (above
+// both twice the baseline and 100 ms above it) and the fastest listed.
+func TestScriptFleetRateFastestSample(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		fastest int64 // µs, of the window with the 150 ms mean
+		cut     bool
+	}{
+		{"no fastest reported: the mean alone", 0, true},
+		{"fastest at the baseline: slow samples, no queue", 18_000, false},
+		{"fastest 30 ms: within 1.5x the baseline, no standing queue", 30_000, false},
+		{"fastest 130 ms: a queue stood the whole window", 130_000, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newLimitScript(t, 1000)
+			var r float64
+			i := 0
+			window := func(ok uint64, mean, fastest int64) float64 {
+				t.Helper()
+				now := int64(t0 + i*1_000_000 + 1)
+				i++
+				n := int64(ok)
+				_, r := s.reportFastest(now, "p1", 0, 0, ok, 0, mean*n, n, fastest)
+				return r
+			}
+			for range 12 { // cold, slow start, warm at 400 a window
+				r = window(400, 20_000, 15_000)
+			}
+			before := window(400, 150_000, c.fastest) // the rate set by the last clean window
+			after := window(400, 20_000, 15_000)      // set by the window above
+			if r <= 0 || before <= 0 {
+				t.Fatalf("no rate after warm-up: %.3f, %.3f", r, before)
+			}
+			if cut := after < before; cut != c.cut {
+				t.Fatalf("rate %.3f before the window with a 150 ms mean, %.3f after: cut %v, want %v", before, after, cut, c.cut)
+			}
+		})
 	}
 }
 

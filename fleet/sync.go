@@ -249,12 +249,13 @@ type syncHost struct {
 // id; its calls waiting in its limiter and behind its breaker (-1: it
 // leaves); the calls its limiter refused for want of a token since its
 // last report (demand of the process, not of the host: they count in its
-// share, not in the fleet's rate); the sum (µs) and number of its latency
-// samples since its last report; and the fleet's settings (window in
+// share, not in the fleet's rate); the sum (µs), the fastest (µs, 0:
+// none) and the number of its latency samples since its last report; and the fleet's settings (window in
 // microseconds, Limit.Max, the cold rate's floor).
 type limitReport struct {
 	pid                           string
 	waiting, refused, latUS, latN int64
+	latMinUS                      int64
 	windowUS, max, initRate       int64
 }
 
@@ -270,7 +271,7 @@ func appendSync(args []string, h syncHost) []string {
 		args = append(args, itoa(r.slice), itoa(r.n))
 	}
 	if l := h.limit; l != nil {
-		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate), itoa(l.refused))
+		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate), itoa(l.refused), itoa(l.latMinUS))
 	}
 	return append(args, "0")
 }

@@ -80,6 +80,7 @@ type Limiter struct {
 	rarmed    time.Duration // guarded by mu: when rtimer fires (0: not armed)
 	repSum    time.Duration // guarded by mu: latency samples since the last SetRate
 	repN      int64         // guarded by mu
+	repMin    time.Duration // guarded by mu: the fastest of them (0: none)
 	repNoTok  int           // guarded by mu: calls refused for want of a token since the last SetRate
 }
 
@@ -299,7 +300,11 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 	l.mu.Lock()
 	if !dropped {
 		l.learn.sample(now - p.start())
-		l.repSum += now - p.start()
+		d := now - p.start()
+		l.repSum += d
+		if l.repN == 0 || d < l.repMin {
+			l.repMin = d
+		}
 		l.repN++
 	}
 	if l.learn.due(now, l.drops.Load()) {

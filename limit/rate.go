@@ -65,12 +65,14 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // SetRate also returns what a fleet's sync reads: the attempts in flight
 // and the calls waiting now; the calls refused ("no token", on arrival
 // or while waiting) since the previous SetRate call, demand the rate in
-// force did not serve; and the sum and number of latency samples
-// (sampled attempts released not dropped, the limiter's own sample of
-// about one in 16 calls, or of 32 to 64 per round trip when loaded)
-// taken since the previous SetRate call. It takes the Limiter's lock and
-// is safe for concurrent use.
-func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting, refused int, latency time.Duration, samples int) {
+// force did not serve; and the sum, the fastest (0: none) and the number
+// of latency samples (sampled attempts released not dropped, the
+// limiter's own sample of about one in 16 calls, or of 32 to 64 per round
+// trip when loaded) taken since the previous SetRate call: the fastest
+// tells a queue that stood the whole time (every sample waited) from a
+// few slow samples. It takes the Limiter's lock and is safe for
+// concurrent use.
+func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting, refused int, latency, fastest time.Duration, samples int) {
 	var iv, tau int64
 	var phase float64 // burst in (0, 1): the next token's delay, in tokens
 	if perSecond > 0 && !math.IsInf(perSecond, 1) {
@@ -97,9 +99,9 @@ func (l *Limiter) SetRate(perSecond, burst float64) (inFlight, waiting, refused 
 		l.setRateLocked(iv, tau)
 	}
 	inFlight, waiting, refused = int(uint32(l.state.Load())), l.waiters.Len()+l.open.Len(), l.repNoTok
-	latency, samples = l.repSum, int(l.repN)
-	l.repSum, l.repN, l.repNoTok = 0, 0, 0
-	return inFlight, waiting, refused, latency, samples
+	latency, fastest, samples = l.repSum, l.repMin, int(l.repN)
+	l.repSum, l.repMin, l.repN, l.repNoTok = 0, 0, 0, 0
+	return inFlight, waiting, refused, latency, fastest, samples
 }
 
 // setRateLocked sets the gate's interval and tolerance (iv 0: off),

@@ -144,7 +144,7 @@ func TestRateGateHopelessFailsFast(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		// SetRate reports the refusals since its last call (demand the
 		// rate did not serve): the one on arrival and the two it makes.
-		if _, _, refused, _, _ := l.SetRate(0.1, 1); refused != 3 {
+		if _, _, refused, _, _, _ := l.SetRate(0.1, 1); refused != 3 {
 			t.Fatalf("%d refused for want of a token, want 3", refused)
 		}
 		for range 2 {
@@ -153,7 +153,7 @@ func TestRateGateHopelessFailsFast(t *testing.T) {
 				t.Fatalf("after the rate fell: %+v, want a no-token refusal at 100ms", a)
 			}
 		}
-		if _, w, refused, _, _ := l.SetRate(math.NaN(), 5); w != 0 || refused != 0 {
+		if _, w, refused, _, _, _ := l.SetRate(math.NaN(), 5); w != 0 || refused != 0 {
 			t.Fatalf("%d waiting, %d refused since the last read; want 0, 0", w, refused)
 		}
 	})
@@ -177,7 +177,7 @@ func TestRateGateOffAndBadValues(t *testing.T) {
 			}
 			l.SetRate(math.NaN(), 100) // ignored: still waiting
 			synctest.Wait()
-			if _, w, _, _, _ := l.SetRate(math.NaN(), 0); w != 1 {
+			if _, w, _, _, _, _ := l.SetRate(math.NaN(), 0); w != 1 {
 				t.Fatalf("NaN: %d waiting, want 1 (the gate unchanged)", w)
 			}
 			time.Sleep(time.Second)
@@ -226,7 +226,7 @@ func TestRateGateManyWaitersBounded(t *testing.T) {
 			})
 		}
 		synctest.Wait()
-		_, w, _, _, _ := l.SetRate(math.NaN(), 1)
+		_, w, _, _, _, _ := l.SetRate(math.NaN(), 1)
 		if w > 2000 {
 			t.Errorf("%d calls waiting, want at most the 2000 that can make it", w)
 		}
@@ -280,7 +280,7 @@ func TestRateGateConcurrent(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		close(stop)
 		wg.Wait()
-		if in, w, _, _, _ := l.SetRate(0, 0); in != 0 || w != 0 {
+		if in, w, _, _, _, _ := l.SetRate(0, 0); in != 0 || w != 0 {
 			t.Fatalf("after all calls ended: %d in flight, %d waiting", in, w)
 		}
 		t.Logf("%d served, %d refused", ok.Load(), refused.Load())
@@ -291,23 +291,29 @@ func TestRateGateConcurrent(t *testing.T) {
 }
 
 // TestSetRateReportsLatency: SetRate returns the latency samples taken
-// since its last call, then starts over.
+// since its last call (their sum, the fastest and their number), then
+// starts over.
 func TestSetRateReportsLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{})
 		ctx := context.Background()
-		p, err := l.Acquire(ctx) // the first permit is a sample
-		if err != nil {
-			t.Fatal(err)
+		// One call in flight: the limiter samples one call in 16, the
+		// first of them included; the others go unheld.
+		hold := map[int]time.Duration{0: 30 * time.Millisecond, 16: 10 * time.Millisecond}
+		for i := 0; i <= 16; i++ {
+			p, err := l.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(hold[i])
+			l.Release(p, false)
 		}
-		time.Sleep(30 * time.Millisecond)
-		l.Release(p, false)
-		in, w, _, lat, n := l.SetRate(0, 0)
-		if in != 0 || w != 0 || lat != 30*time.Millisecond || n != 1 {
-			t.Fatalf("SetRate = %d, %d, %v, %d; want 0, 0, 30ms, 1", in, w, lat, n)
+		in, w, _, lat, fastest, n := l.SetRate(0, 0)
+		if in != 0 || w != 0 || lat != 40*time.Millisecond || fastest != 10*time.Millisecond || n != 2 {
+			t.Fatalf("SetRate = %d, %d, %v, %v, %d; want 0, 0, 40ms, 10ms, 2", in, w, lat, fastest, n)
 		}
-		if _, _, _, lat, n := l.SetRate(0, 0); lat != 0 || n != 0 {
-			t.Fatalf("second read: %v, %d; want nothing", lat, n)
+		if _, _, _, lat, fastest, n := l.SetRate(0, 0); lat != 0 || fastest != 0 || n != 0 {
+			t.Fatalf("second read: %v, %v, %d; want nothing", lat, fastest, n)
 		}
 	})
 }

@@ -1,0 +1,423 @@
+local mode = ARGV[1]
+local now = tonumber(ARGV[2])
+if now <= 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local slice_us, slices = tonumber(ARGV[3]), tonumber(ARGV[4])
+local ratio, reserve = tonumber(ARGV[5]), tonumber(ARGV[6])
+local bucket_us, buckets = tonumber(ARGV[7]), tonumber(ARGV[8])
+local fratio, min_calls = tonumber(ARGV[9]), tonumber(ARGV[10])
+local ttl = tonumber(ARGV[11])
+local probe_us, rounds = tonumber(ARGV[12]), tonumber(ARGV[13])
+
+local h, dirty
+local function get(f) return h[f] or 0 end
+local function set(f, v) h[f] = v; dirty[f] = true end
+
+local function load(key)
+  h, dirty = {}, {}
+  local raw = redis.call('HGETALL', key)
+  for i = 1, #raw, 2 do h[raw[i]] = tonumber(raw[i + 1]) end
+  if get('t') > now then now = get('t') else set('t', now) end
+end
+
+local function save(key)
+  local args = {}
+  for f in pairs(dirty) do
+    args[#args + 1] = f
+    args[#args + 1] = string.format('%.17g', h[f])
+  end
+  if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  redis.call('PEXPIRE', key, ttl)
+end
+
+-- ring_sum returns the sums of fields a<i> and b<i> over the slots i of a
+-- ring of n whose tag t<i> lies in the window (cur - n, cur].
+local function ring_sum(t, a, b, cur, n)
+  local x, y = 0, 0
+  for s = cur - n + 1, cur do
+    local i = s % n
+    if get(t .. i) == s then
+      x = x + get(a .. i)
+      y = y + get(b .. i)
+    end
+  end
+  return x, y
+end
+
+-- ring_slot returns the slot of cur in a ring of n, emptied first if it
+-- held an older slice.
+local function ring_slot(t, a, b, cur, n)
+  local i = cur % n
+  if get(t .. i) ~= cur then
+    set(t .. i, cur); set(a .. i, 0); set(b .. i, 0)
+  end
+  return i
+end
+
+local function budget_window(cur) return ring_sum('bn', 'bq', 'br', cur, slices) end
+local function budget_slot(cur) return ring_slot('bn', 'bq', 'br', cur, slices) end
+local function outcome_window(cur)
+  local succ, fails = ring_sum('on', 'os', 'of', cur, buckets)
+  return succ + fails, fails
+end
+
+local function flip(st)
+  set('st', st); set('ep', get('ep') + 1)
+  for i = 0, buckets - 1 do
+    if get('on' .. i) ~= -1 then set('on' .. i, -1) end
+  end
+end
+
+-- The fleet-wide rate of the host loaded in h (see the package
+-- documentation, The fleet's rate). Main hash fields: rr the rate R
+-- (attempt starts per second, 0 while cold), rk/rq the windows of the last
+-- cut and of the last cut for a queue, rh the last healthy rate, rv
+-- recovering (an outage window since the last clean one), rc the last
+-- window was clean, rg the current window, rb the last known baseline
+-- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
+-- ring (6 buckets of 10 windows: the lowest clean window mean of each),
+-- wo/wf/wl/wk/wm/wd the current window's successes, drops, latency sum
+-- (µs), samples and fastest sample (µs, 0: none reported), and demand (attempts done plus calls waiting or refused),
+-- ld the sum of the processes' demands (each at least the floor), ln the
+-- processes, lz ld at the window's start, lq the fair floor (R / 4·ln at
+-- the window's start), lf the sum of the processes' floors (each its
+-- demand, at most lq), ly lf at the window's start. The registry reg holds
+-- per process <pid>:g its last window, :d its demand (starts per second,
+-- smoothed), :t its last sync (µs).
+
+local function rate_baseline(id)
+  local b = 0
+  for i = 0, 5 do
+    local tag, v = get('qt' .. i), get('qv' .. i)
+    if tag > id - 6 and tag <= id and v > 0 and (b == 0 or v < b) then b = v end
+  end
+  if b > 0 then set('rb', b) else b = get('rb') end
+  return b
+end
+
+-- rate_close ends the window rg at the first sync of a later one (gen): it
+-- learns R from the window's outcomes and latency, updates the baseline,
+-- and forgets the processes not heard of for 10 windows. rate_proven
+-- returns the most the host has served in the last 6 buckets of 10 windows
+-- (0: no evidence): the mean rate of two successive windows (a report late
+-- for one window lands in the next), the later one clean and near the
+-- baseline; with the window id's own evidence ev (0: none) counted first.
+local function rate_proven(id, ev)
+  if ev > 0 then
+    local i = id % 6
+    if get('mt' .. i) ~= id or get('mv' .. i) < ev then set('mt' .. i, id); set('mv' .. i, ev) end
+  end
+  local m = 0
+  for i = 0, 5 do
+    local tag, v = get('mt' .. i), get('mv' .. i)
+    if tag > id - 6 and tag <= id and v > m then m = v end
+  end
+  return m
+end
+
+-- rate_full records that the host was full in window id (it queued or
+-- dropped some attempts) serving seen a second: evidence of its ceiling
+-- that replaces more (kept in mp, window cg in mk, in case of an outage).
+local function rate_full(id, seen, cg)
+  set('mp', rate_proven(id, 0)); set('mk', cg)
+  for i = 0, 5 do set('mt' .. i, 0) end
+  if seen > 0 then set('mt' .. (id % 6), id); set('mv' .. (id % 6), seen) end
+end
+
+local function rate_close(reg, gen, win, lmax, rinit, dfloor)
+  local cg = get('rg')
+  local R = get('rr')
+  local o, fl, lsum, lk, dem = get('wo'), get('wf'), get('wl'), get('wk'), get('wd')
+  local fast = get('wm')
+  local id = math.floor(cg / 10)
+  local base = rate_baseline(id)
+  local mean = 0
+  if lk > 0 then mean = lsum / lk end
+  local served = o / win
+  local seen = math.max(served, get('rp')) -- the higher of this window's and the last one's
+  local R0 = R
+  -- Near the baseline: within 1.5x it, or 5% of a window above it (a
+  -- queue that short is within the rate's resolution), or the fastest
+  -- sample at most the baseline; queueing: above both twice it and 10%
+  -- of a window above it, and a queue that stood the whole window: the
+  -- fastest sample above 1.5x the baseline and 5% of a window above it
+  -- (a few slow samples, from the clients' own delays, raise the mean
+  -- but not the fastest; unknown, 0, counts as standing).
+  local fastnear = fast > 0 and fast <= base
+  local near = fl == 0 and (o > 0 or lk > 0) and (base == 0 or lk == 0 or fastnear or mean <= math.max(1.5 * base, base + 0.05 * win * 1e6, 1000))
+  local standing = fast == 0 or fast > math.max(1.5 * base, base + 0.05 * win * 1e6)
+  -- What two windows served, at most the rate in force (reports that
+  -- come late make one window's count jitter around it).
+  local pair = served
+  if get('rc') == 1 then pair = (served + get('rp')) / 2 end
+  pair = math.min(pair, R)
+  local ev = 0
+  if near and get('rc') == 1 and get('st') == 0 then ev = pair end
+  -- The ceiling of a raise: what the host has proven it serves near the
+  -- baseline (none in the horizon: the last healthy rate) plus a margin
+  -- (at least 2 calls a window): 1/16 while the demand is met, 8% while
+  -- calls wait, 2x (slow start) until warm (rw: a met window or an incident).
+  local proven = rate_proven(id, ev)
+  if proven <= 0 then proven = get('rh') end
+  local binding = dem >= R * win
+  if R > 0 and (fl > 0 or not binding) then set('rw', 1) end
+  local margin = 1.0625
+  if binding then
+    if get('rw') == 1 then margin = 1.08 else margin = 2 end
+  end
+  local ceil = 0
+  if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
+  if R > 0 and get('st') == 1 then
+    -- The fleet's breaker open: an outage (its probes prove nothing); a
+    -- full host taken just before was its first window. R restarts after.
+    if get('mk') > 0 and get('mk') >= cg - 2 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
+    set('rv', 1); set('rc', 0)
+  elseif R <= 0 then
+    -- Cold: the first window's demand, at least rinit, then slow start.
+    if dem > 0 then R = math.max(rinit, dem / win); set('rc', 1) end
+  elseif fl > 0 then
+    -- Drops: down by their share, at most halving; not again in the
+    -- window after a cut, whose outcomes still show the last rate's.
+    local share = fl / (o + fl)
+    if cg > get('rk') + 1 then
+      -- ... and to 10% above the rate served, at most halving.
+      R = math.max(0.5 * R, math.min(R * (1 - share), 1.1 * seen))
+      set('rk', cg)
+      if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
+    end
+    -- An outage: a full host taken just before was its first window.
+    if share >= 0.5 and get('mk') == cg - 1 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
+    if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
+    set('rc', 0)
+  elseif lk > 0 and base > 0 and standing and not near and mean > math.max(2 * base, base + 0.1 * win * 1e6, 1000) then
+    -- The host queues: down to the rate it served (two windows' mean, at most
+    -- R) less 3%, and less the share of it that drains its queue (mean -
+    -- baseline of waiting) in two windows, at most halving; not again in the
+    -- next window, nor in the three after a cut for a queue unless R rose
+    -- since (the drained queue still shows in them).
+    if cg > get('rk') + 1 and cg > get('rq') + 3 then
+      local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
+      R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))
+      set('rk', cg); set('rq', cg)
+      if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
+    end
+    if R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
+    set('rc', 0)
+  elseif o > 0 or lk > 0 then
+    local restoring = get('rv') == 1 and near
+    if restoring then
+      -- Restart from the last healthy rate; a cut before a clean window
+      -- confirms it halves it (the host takes less than it did).
+      if get('rh') > R then R = get('rh'); set('ro', cg) end
+      set('rv', 0)
+    elseif near and get('ro') > 0 and cg >= get('ro') + 2 and dem >= 0.5 * R * win then
+      set('ro', 0) -- a window run at the restored rate, clean: confirmed
+    end
+    if near and not restoring and dem >= 0.75 * R * win then
+      R = math.max(R + math.sqrt(R), math.min(2 * R, 1.5 * dem / win))
+    end
+    -- A clean window never leaves the rate above the ceiling: the host
+    -- has not shown it serves more (the calls under it go at once).
+    if near and not restoring and ceil > 0 then R = math.min(R, ceil) end
+    if R > R0 then set('rq', 0) end
+    if near and not restoring and served >= 0.5 * R0 and R0 >= 0.5 * get('rh') then set('rh', math.min(served, R0)) end
+    set('rc', 1)
+  end
+  if R > 0 then
+    if base > 0 then R = math.min(R, lmax * 1e6 / base) end
+    R = math.min(math.max(R, 1 / win), 1e9)
+  end
+  -- The baseline: the lowest mean of clean windows (no drops, within 2x
+  -- of it), over the last 6 buckets; 300 windows without one reset it to
+  -- the next window without drops.
+  if fl == 0 and lk > 0 then
+    local reset = get('rx') > 0 and cg - get('rx') > 300
+    if reset then
+      for i = 0, 5 do set('qt' .. i, 0) end
+    end
+    if base == 0 or reset or mean <= math.max(2 * base, 1000) then
+      local i = id % 6
+      if get('qt' .. i) ~= id or get('qv' .. i) <= 0 or mean < get('qv' .. i) then
+        set('qt' .. i, id); set('qv' .. i, mean)
+      end
+      set('rx', cg)
+      if reset then set('rb', mean) end
+    end
+  end
+  set('rr', R); set('rg', gen); set('rp', served)
+  set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wm', 0); set('wd', 0)
+  local raw = redis.call('HGETALL', reg)
+  local e = {}
+  for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
+  local sum, n, ds = 0, 0, {}
+  for f, v in pairs(e) do
+    if string.sub(f, -2) == ':g' then
+      local p = string.sub(f, 1, -3)
+      if tonumber(v) < gen - 10 then
+        redis.call('HDEL', reg, f, p .. ':d', p .. ':t')
+      else
+        local d = math.max(tonumber(e[p .. ':d']) or 0, dfloor)
+        sum = sum + d
+        n = n + 1
+        ds[n] = d
+      end
+    end
+  end
+  set('ld', sum); set('ln', n); set('lz', sum)
+  -- The fair floor of the window: R / 4n for n processes (a larger one
+  -- holds more of R for processes that do not use it: the rate served,
+  -- and so R, falls).
+  local q, fs = 0, 0
+  if R > 0 and n > 0 then q = R / (4 * n) end
+  for i = 1, n do fs = fs + math.min(ds[i], q) end
+  set('lq', q); set('lf', fs); set('ly', fs)
+end
+
+-- rate_share takes one process's report (waiting < 0: it leaves; refused:
+-- its calls refused for want of a token since its last report, demand of
+-- the process but not of the host's rate; lmin: its fastest latency
+-- sample, µs, 0: none) and returns its share of R and
+-- R, both per second: its fair floor (its demand, at most R / 4n for n
+-- processes), and the rest of R (at least 3/4 of it) in proportion to
+-- the demands.
+local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax, rinit, refused, lmin)
+  local win = win_us / 1e6
+  local dfloor = 0.1 / win
+  if get('rg') == 0 then set('rg', gen)
+  elseif gen > get('rg') then rate_close(reg, gen, win, lmax, rinit, dfloor) end
+  local R = get('rr')
+  local q = get('lq')
+  local v = redis.call('HMGET', reg, pid .. ':g', pid .. ':d', pid .. ':t')
+  local od, ot = tonumber(v[2]), tonumber(v[3])
+  local ow = math.max(od or 0, dfloor)
+  if waiting < 0 then
+    if v[1] then
+      set('ld', math.max(0, get('ld') - ow)); set('ln', math.max(0, get('ln') - 1))
+      set('lz', math.max(0, get('lz') - ow))
+      set('lf', math.max(0, get('lf') - math.min(ow, q))); set('ly', math.max(0, get('ly') - math.min(ow, q)))
+      redis.call('HDEL', reg, pid .. ':g', pid .. ':d', pid .. ':t')
+    end
+    return 0, R
+  end
+  set('wo', get('wo') + ds); set('wf', get('wf') + df)
+  set('wl', get('wl') + lsum); set('wk', get('wk') + lk)
+  if lk > 0 and lmin > 0 and (get('wm') == 0 or lmin < get('wm')) then set('wm', lmin) end
+  set('wd', get('wd') + ds + df + waiting)
+  local d
+  local x = ds + df + waiting + refused
+  if od and ot then
+    -- Up at once, down smoothed over about 4 windows.
+    local el = math.max((now - ot) / 1e6, 0)
+    local xr = x / math.max(el, win)
+    if xr >= od then d = xr else d = od + (xr - od) * math.min(1, el / (4 * win)) end
+  else
+    d = x / win
+    set('ln', get('ln') + 1)
+  end
+  local w = math.max(d, dfloor)
+  local D, F = get('ld') + w, get('lf') + math.min(w, q)
+  if od then D, F = D - ow, F - math.min(ow, q) end
+  set('ld', D); set('lf', F)
+  redis.call('HSET', reg, pid .. ':g', gen, pid .. ':d', string.format('%.6f', d), pid .. ':t', string.format('%.0f', now))
+  redis.call('PEXPIRE', reg, ttl)
+  -- The rest shared by the larger of the demand now and at the window's
+  -- start (and of the floors): demand that rises during a window (the
+  -- processes report one after the other) must not hand out more than R
+  -- to those that report first.
+  local r = 0
+  if R > 0 then
+    r = math.min(w, q) + math.max(0, R - math.max(F, get('ly'))) * w / math.max(D, get('lz'), dfloor)
+  end
+  return r, R
+end
+
+local out = {}
+if mode == 's' then
+  local a = 14
+  for k = 1, #KEYS do
+    load(KEYS[k])
+    local cur, bcur = math.floor(now / slice_us), math.floor(now / bucket_us)
+    local dq, ds, df = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    local seen, close, nret = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    a = a + 6
+    if dq > 0 then
+      local i = budget_slot(cur)
+      set('bq' .. i, get('bq' .. i) + dq)
+    end
+    for j = 1, nret do
+      local s, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+      a = a + 2
+      local i = s % slices
+      if s <= cur and s > cur - slices and get('bn' .. i) == s then
+        set('br' .. i, math.max(0, get('br' .. i) - n))
+      end
+    end
+    local lrate, lfleet = 0, 0
+    if ARGV[a] == '1' then
+      local win = tonumber(ARGV[a + 5])
+      local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), ds, df,
+        tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
+        tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
+      if R > 0 then
+        lrate, lfleet = math.max(1, math.floor(r * 1000 + 0.5)), math.max(1, math.floor(R * 1000 + 0.5))
+      end
+      a = a + 10
+    else
+      a = a + 1
+    end
+    if close == 1 and get('st') == 1 and seen == get('ep') then flip(0) end
+    if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
+      local i = ring_slot('on', 'os', 'of', bcur, buckets)
+      set('os' .. i, get('os' .. i) + ds)
+      set('of' .. i, get('of' .. i) + df)
+      if df > 0 then
+        local calls, fails = outcome_window(bcur)
+        local bcalls = get('os' .. i) + get('of' .. i)
+        if (calls >= min_calls and fails >= fratio * calls) or
+           (bcalls >= min_calls and get('of' .. i) >= fratio * bcalls) then flip(1) end
+      end
+    end
+    local q, r = budget_window(cur)
+    local calls, fails = outcome_window(bcur)
+    save(KEYS[k])
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet}) do
+      out[#out + 1] = v
+    end
+  end
+elseif mode == 'l' then
+  load(KEYS[1])
+  local cur = math.floor(now / slice_us)
+  local q, r = budget_window(cur)
+  local k = math.min(tonumber(ARGV[14]), math.floor(ratio * q + reserve) - r)
+  if get('st') == 1 then k = 0 end
+  if k > 0 then
+    local i = budget_slot(cur)
+    set('br' .. i, get('br' .. i) + k)
+    r = r + k
+  else
+    k = 0
+  end
+  save(KEYS[1])
+  out = {k, cur, (cur + 1) * slice_us - now, q, r, get('st'), get('ep')}
+elseif mode == 'p' then
+  load(KEYS[1])
+  local seen = tonumber(ARGV[14])
+  local granted = 0
+  if get('st') == 1 then
+    local slot = math.floor(now / math.max(math.floor(probe_us / rounds), 1))
+    if get('ps') ~= slot then
+      set('ps', slot)
+      granted = 1
+    end
+  elseif seen == get('ep') then
+    granted = 1
+  end
+  save(KEYS[1])
+  out = {granted, get('st'), get('ep')}
+else
+  return redis.error_reply('stormguard fleet: unknown mode ' .. tostring(mode))
+end
+table.insert(out, 1, now)
+return out
