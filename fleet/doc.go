@@ -130,8 +130,10 @@
 //     that comes a window late, at most the R in force) plus 1/16, or
 //     8% while calls wait for the rate (the fleet's demand reached R);
 //     with no such window in the horizon, the last healthy rate. Cold,
-//     until the first window whose demand R met or the first incident,
-//     the margin is 2x (slow start). A clean window whose fleet's
+//     until the first incident (drops, a queue) or the first window
+//     whose demand R met from the third window with a rate on (the
+//     first windows' reports are partial: each process reports at its
+//     own sync), the margin is 2x (slow start). A clean window whose fleet's
 //     demand reached 3/4 of R raises it to the higher of R+√R and
 //     min(2R, 1.5 × demand), within the ceiling. Drops cut R by their
 //     share, to at most 1.1x the rate served (the higher of this

@@ -126,6 +126,35 @@ func TestScriptFleetRateLearns(t *testing.T) {
 	}
 }
 
+// TestScriptFleetRateSlowStartPartialReports: the first windows of a cold
+// fleet hold partial reports (live, 1000 processes each reporting at its
+// own sync, their first calls ungated): a window whose demand R did not
+// meet then leaves slow start only from the third window with a rate on.
+// On the script before, the second window's partial count (150 of the 450
+// offered) ended slow start and clamped R to 1/16 above it; from there it
+// climbed 8% a window, below the offered load for 15 windows (live: 192/s
+// of 450/s offered, 329/s at the trigger 15 s later).
+func TestScriptFleetRateSlowStartPartialReports(t *testing.T) {
+	s := newLimitScript(t, 1000)
+	steps := []struct {
+		ok   uint64
+		want float64 // the rate returned at the window's report
+	}{
+		{ok: 200, want: 0},   // cold: the first window's demand becomes R
+		{ok: 150, want: 200}, // partial: under R
+		{ok: 450, want: 225}, // still slow start: max(R+√R, min(2R, 1.5·150)) within 2x the 150 proven (old: 159.375)
+		{ok: 450, want: 450}, // min(2R, 1.5·450) within 2x the 225 proven (two windows' mean, at most R)
+	}
+	for i, w := range steps {
+		now := int64(t0 + i*1_000_000 + 1)
+		n := int64(w.ok)
+		_, r := s.report(now, "p1", 0, w.ok, 0, 20_000*n, n)
+		if math.Abs(r-w.want) > 0.002 {
+			t.Fatalf("window %d: fleet rate %.3f, want %.3f", i, r, w.want)
+		}
+	}
+}
+
 // TestScriptFleetRateFastestSample: a window whose mean latency reads as
 // a queue cuts the rate only when its fastest sample shows the queue stood
 // the whole window; a few slow samples (live: the clients' own delays on

@@ -75,7 +75,8 @@ end
 -- (attempt starts per second, 0 while cold), rk/rq the windows of the last
 -- cut and of the last cut for a queue, rh the last healthy rate, rv
 -- recovering (an outage window since the last clean one), rc the last
--- window was clean, rg the current window, rb the last known baseline
+-- window was clean, rw warm (out of slow start), rs the window R was
+-- first set, rg the current window, rb the last known baseline
 -- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
 -- ring (6 buckets of 10 windows: the lowest clean window mean of each),
 -- wo/wf/wl/wk/wm/wd the current window's successes, drops, latency sum
@@ -157,16 +158,19 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   if near and get('rc') == 1 and get('st') == 0 then ev = pair end
   -- The ceiling of a raise: what the host has proven it serves near the
   -- baseline (none in the horizon: the last healthy rate) plus a margin
-  -- (at least 2 calls a window): 1/16 while the demand is met, 8% while
-  -- calls wait, 2x (slow start) until warm (rw: a met window or an incident).
+  -- (at least 2 calls a window): 2x (slow start) until warm, then 1/16
+  -- while the demand is met, 8% while calls wait. Warm (rw): drops, a
+  -- queue, or a window whose demand R met, from the third window with a
+  -- rate on (rs: the window R was first set): the first windows' reports
+  -- are partial (each process reports at its own sync, and its first
+  -- calls went ungated), and a fleet that took one for met demand left
+  -- slow start at a fraction of its load, then climbed 8% a window.
   local proven = rate_proven(id, ev)
   if proven <= 0 then proven = get('rh') end
   local binding = dem >= R * win
-  if R > 0 and (fl > 0 or not binding) then set('rw', 1) end
+  if R > 0 and (fl > 0 or (not binding and cg >= get('rs') + 2)) then set('rw', 1) end
   local margin = 1.0625
-  if binding then
-    if get('rw') == 1 then margin = 1.08 else margin = 2 end
-  end
+  if get('rw') ~= 1 then margin = 2 elseif binding then margin = 1.08 end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
   if R > 0 and get('st') == 1 then
@@ -176,7 +180,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     set('rv', 1); set('rc', 0)
   elseif R <= 0 then
     -- Cold: the first window's demand, at least rinit, then slow start.
-    if dem > 0 then R = math.max(rinit, dem / win); set('rc', 1) end
+    if dem > 0 then R = math.max(rinit, dem / win); set('rc', 1); set('rs', cg) end
   elseif fl > 0 then
     -- Drops: down by their share, at most halving; not again in the
     -- window after a cut, whose outcomes still show the last rate's.
@@ -197,6 +201,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     -- baseline of waiting) in two windows, at most halving; not again in the
     -- next window, nor in the three after a cut for a queue unless R rose
     -- since (the drained queue still shows in them).
+    set('rw', 1)
     if cg > get('rk') + 1 and cg > get('rq') + 3 then
       local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
       R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))
