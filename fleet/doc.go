@@ -164,7 +164,9 @@
 //     clean window near the
 //     baseline after an outage restarts R from the last healthy rate
 //     (the rate served, at most R, in the last clean window near the
-//     baseline that used at least half of R); a cut before a window
+//     baseline that used at least half of R), and until the next cut
+//     the margin while calls wait is 25%, not 8% (the backlog goes out
+//     at what the host takes, not at the rate before plus 8% a window); a cut before a window
 //     run at that rate confirms it halves the healthy rate (the host
 //     takes less than it did). R stays within 1 per window and
 //     Limit.Max per baseline latency (the most in flight the fleet may

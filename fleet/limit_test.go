@@ -85,7 +85,8 @@ const t0 = 1_700_000_000_000_000 // µs, the start of a window
 // (the highest two-window mean served, at most the rate in force, near
 // the baseline) plus a margin of 1/16, or 8% while calls wait for it.
 // Drops cut it by their share, at most halving, to 10% above the rate
-// served; after an outage it restarts from the last healthy rate; a
+// served; after an outage it restarts from the last healthy rate, and
+// the margin while calls wait is 25% until the next cut; a
 // window whose latency shows a queue brings it to what the host served
 // less 3% and less the share that drains the queue in two windows, and
 // what the host served then is the only evidence left of its capacity; no
@@ -110,10 +111,10 @@ func TestScriptFleetRateLearns(t *testing.T) {
 		{ok: 50, bad: 50, want: 86.0625},         // not cut again in the window after a cut
 		{ok: 100, lat: 20_000, want: 43.03125},   // half dropped: halved again
 		{ok: 400, lat: 20_000, want: 159.375},    // clean: restarts from the last healthy rate
-		{ok: 170, lat: 150_000, want: 172.125},   // 8% above what the host proved
-		{ok: 150, lat: 100_000, want: 156.10877}, // a queue: 0.97 · (1 − 0.13 s / 2 s) · 172.125 served
-		{ok: 160, lat: 150_000, want: 156.10877}, // latency above near the baseline, below a queue: held
-		{ok: 400, lat: 20_000, want: 156.10877},  // a queue again 2 windows after a cut for a queue: held
+		{ok: 170, lat: 150_000, want: 199.21875}, // after an outage, no cut since: 25% above what the host proved
+		{ok: 150, lat: 100_000, want: 180.68145}, // a queue: 0.97 · (1 − 0.13 s / 2 s) · 199.21875 served
+		{ok: 160, lat: 150_000, want: 180.68145}, // latency above near the baseline, below a queue: held
+		{ok: 400, lat: 20_000, want: 180.68145},  // a queue again 2 windows after a cut for a queue: held
 		{want: 167.4},                            // 8% above what the host served when it last queued (155: two windows, at most R)
 	}
 	for i, w := range steps {

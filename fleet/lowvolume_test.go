@@ -559,8 +559,10 @@ func TestScriptFleetRateOutage(t *testing.T) {
 // from 15 s (bench's metastability scenario, x5 trigger, without the
 // breakers: the rate alone). The fleet's rate must track what the host
 // can serve: during the slowdown the fleet starts at most 1.1x the calls
-// offered; from 5 s after it the rate stays within 1.1x the host's
-// capacity, nothing is dropped and the host's queue stays short; the
+// offered; from 5 s after it the rate stays within 1.25x the host's
+// capacity (the margin of a rate restored after an outage, until a cut:
+// the slowdown's drops were one), nothing is dropped and the host's queue
+// stays short; the
 // work the host does after the slowdown for callers who left (attempts
 // that timed out in its queue) is at most 1% of what it serves then, and
 // the calls made 5 to 15 s after it are all served.
@@ -587,7 +589,7 @@ func TestScriptFleetRateSlowdown(t *testing.T) {
 		t.Errorf("during the slowdown the fleet started %d attempts, %.0f calls offered", startsDuring, offered*m.slowFor)
 	}
 	for w := end + 5; w < m.windows; w++ {
-		if r.rate[w] > 1.1*m.capacity {
+		if r.rate[w] > 1.25*m.capacity {
 			t.Errorf("window %d: fleet rate %.0f, host capacity %.0f", w, r.rate[w], m.capacity)
 		}
 		if r.drops[w] > 0 {

@@ -75,7 +75,8 @@ end
 -- (attempt starts per second, 0 while cold), rk/rq the windows of the last
 -- cut and of the last cut for a queue, rh the last healthy rate, rv
 -- recovering (an outage window since the last clean one), rc the last
--- window was clean, rw warm (out of slow start), rs the window R was
+-- window was clean, rw warm (out of slow start), ru R restored after an
+-- outage and not cut since, rs the window R was
 -- first set, rg the current window, rb the last known baseline
 -- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
 -- ring (6 buckets of 10 windows: the lowest clean window mean of each),
@@ -170,7 +171,13 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local binding = dem >= R * win
   if R > 0 and (fl > 0 or (not binding and cg >= get('rs') + 2)) then set('rw', 1) end
   local margin = 1.0625
-  if get('rw') ~= 1 then margin = 2 elseif binding then margin = 1.08 end
+  if get('rw') ~= 1 then margin = 2 elseif binding then
+    -- After an outage (ru: R restored, no cut since), 25% while calls
+    -- wait: the backlog goes out at what the host takes, not at the rate
+    -- before the outage plus 8% a window; an overshoot of a quarter for
+    -- the two windows its latency takes to show queues half a window.
+    if get('ru') == 1 then margin = 1.25 else margin = 1.08 end
+  end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
   if R > 0 and get('st') == 1 then
@@ -188,7 +195,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     if cg > get('rk') + 1 then
       -- ... and to 10% above the rate served, at most halving.
       R = math.max(0.5 * R, math.min(R * (1 - share), 1.1 * seen))
-      set('rk', cg)
+      set('rk', cg); set('ru', 0)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
     -- An outage: a full host taken just before was its first window.
@@ -205,7 +212,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     if cg > get('rk') + 1 and cg > get('rq') + 3 then
       local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
       R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))
-      set('rk', cg); set('rq', cg)
+      set('rk', cg); set('rq', cg); set('ru', 0)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
     if R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
@@ -216,6 +223,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
       -- Restart from the last healthy rate; a cut before a clean window
       -- confirms it halves it (the host takes less than it did).
       if get('rh') > R then R = get('rh'); set('ro', cg) end
+      set('ru', 1)
       set('rv', 0)
     elseif near and get('ro') > 0 and cg >= get('ro') + 2 and dem >= 0.5 * R * win then
       set('ro', 0) -- a window run at the restored rate, clean: confirmed
