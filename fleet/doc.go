@@ -166,7 +166,10 @@
 //     (the rate served, at most R, in the last clean window near the
 //     baseline that used at least half of R), and until the next cut
 //     the margin while calls wait is 25%, not 8% (the backlog goes out
-//     at what the host takes, not at the rate before plus 8% a window); a cut before a window
+//     at what the host takes, not at the rate before plus 8% a window);
+//     so it is too, for 60 windows from an incident's first cut, while
+//     R is below 90% of the healthy rate before the incident (after a
+//     slowdown, R regains the host's rate in a few windows, not in 20); a cut before a window
 //     run at that rate confirms it halves the healthy rate (the host
 //     takes less than it did). R stays within 1 per window and
 //     Limit.Max per baseline latency (the most in flight the fleet may

@@ -156,6 +156,46 @@ func TestScriptFleetRateSlowStartPartialReports(t *testing.T) {
 	}
 }
 
+// TestScriptFleetRateRegainsAfterSlowdown: a slowdown (a queue that
+// stands, windows after windows, the host serving a fifth of the rate)
+// cuts the rate; once the host is back (clean windows near the baseline
+// while calls wait), R climbs 25% a window until 90% of the healthy rate
+// before the incident, not 8% a window from what the slowdown left. On
+// the script before, live, a fleet whose breaker had closed during a 5x
+// slowdown climbed from ~100/s to the 450/s offered over 20 windows and
+// refused thousands of payments as hopeless meanwhile.
+func TestScriptFleetRateRegainsAfterSlowdown(t *testing.T) {
+	s := newLimitScript(t, 1000)
+	i := 0
+	window := func(ok uint64, waiting, mean, fastest int64) float64 {
+		t.Helper()
+		now := int64(t0 + i*1_000_000 + 1)
+		i++
+		n := int64(ok)
+		_, r := s.reportFastest(now, "p1", waiting, 0, ok, 0, mean*n, n, fastest)
+		return r
+	}
+	var healthy float64
+	for range 12 { // warm at 400 a window
+		healthy = window(400, 0, 20_000, 15_000)
+	}
+	for range 10 { // the slowdown: a fifth served, a queue that stands
+		window(80, 1000, 800_000, 600_000)
+	}
+	low := window(90, 1000, 20_000, 15_000) // the host is back
+	r := low
+	for range 4 {
+		r = window(uint64(r), 1000, 20_000, 15_000) // served what R let go, calls waiting
+	}
+	t.Logf("healthy %.1f, after the slowdown %.1f, 4 clean windows later %.1f", healthy, low, r)
+	if low >= 0.5*healthy {
+		t.Fatalf("the slowdown left R at %.1f of a healthy %.1f: no incident to regain from", low, healthy)
+	}
+	if r < 1.9*low {
+		t.Fatalf("4 clean windows after the slowdown R is %.1f, from %.1f: want at least 1.9x (25%% a window)", r, low)
+	}
+}
+
 // TestScriptFleetRateFastestSample: a window whose mean latency reads as
 // a queue cuts the rate only when its fastest sample shows the queue stood
 // the whole window; a few slow samples (live: the clients' own delays on

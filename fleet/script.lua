@@ -76,7 +76,8 @@ end
 -- cut and of the last cut for a queue, rh the last healthy rate, rv
 -- recovering (an outage window since the last clean one), rc the last
 -- window was clean, rw warm (out of slow start), ru R restored after an
--- outage and not cut since, rs the window R was
+-- outage and not cut since, ri/rj the healthy rate before the last
+-- incident and the window of its first cut, rs the window R was
 -- first set, rg the current window, rb the last known baseline
 -- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
 -- ring (6 buckets of 10 windows: the lowest clean window mean of each),
@@ -128,6 +129,18 @@ local function rate_full(id, seen, cg)
   if seen > 0 then set('mt' .. (id % 6), id); set('mv' .. (id % 6), seen) end
 end
 
+-- rate_incident records, at a cut in window cg from R0, the healthy rate
+-- before the incident (ri: the last healthy rate, or R0 without one) at
+-- the incident's first cut (rj: its window; a cut 60 windows after the
+-- last first cut starts a new incident).
+local function rate_incident(cg, R0)
+  if get('ri') == 0 or cg - get('rj') > 60 then
+    local h = get('rh')
+    if h <= 0 then h = R0 end
+    set('ri', h); set('rj', cg)
+  end
+end
+
 local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local cg = get('rg')
   local R = get('rr')
@@ -172,11 +185,14 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   if R > 0 and (fl > 0 or (not binding and cg >= get('rs') + 2)) then set('rw', 1) end
   local margin = 1.0625
   if get('rw') ~= 1 then margin = 2 elseif binding then
-    -- After an outage (ru: R restored, no cut since), 25% while calls
-    -- wait: the backlog goes out at what the host takes, not at the rate
-    -- before the outage plus 8% a window; an overshoot of a quarter for
-    -- the two windows its latency takes to show queues half a window.
-    if get('ru') == 1 then margin = 1.25 else margin = 1.08 end
+    -- After an outage (ru: R restored, no cut since), or below 90% of
+    -- the healthy rate before an incident (ri, for 60 windows from its
+    -- first cut at rj), 25% while calls wait: the backlog goes out at
+    -- what the host takes, not at 8% a window from the rate the incident
+    -- left (a slowdown's); an overshoot of a quarter for the two windows
+    -- its latency takes to show queues half a window.
+    local regain = get('ri') > 0 and R < 0.9 * get('ri') and cg - get('rj') <= 60
+    if get('ru') == 1 or regain then margin = 1.25 else margin = 1.08 end
   end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
@@ -195,7 +211,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     if cg > get('rk') + 1 then
       -- ... and to 10% above the rate served, at most halving.
       R = math.max(0.5 * R, math.min(R * (1 - share), 1.1 * seen))
-      set('rk', cg); set('ru', 0)
+      set('rk', cg); set('ru', 0); rate_incident(cg, R0)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
     -- An outage: a full host taken just before was its first window.
@@ -212,7 +228,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     if cg > get('rk') + 1 and cg > get('rq') + 3 then
       local drain = math.max(0.5, 1 - (mean - base) / (2 * win * 1e6))
       R = math.max(R * 0.5, math.min(R, 0.97 * drain * pair))
-      set('rk', cg); set('rq', cg); set('ru', 0)
+      set('rk', cg); set('rq', cg); set('ru', 0); rate_incident(cg, R0)
       if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
     end
     if R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
