@@ -28,18 +28,7 @@ func TestHedgeStall(t *testing.T) {
 		start := time.Now()
 		var mu sync.Mutex
 		var sentAt []time.Duration // of each server call, since start
-		srv := &legServer{answer: func(i int) legAnswer {
-			now := time.Since(start)
-			sentAt = append(sentAt, now) // under srv.mu
-			d := 8*time.Millisecond + time.Duration(i%5)*time.Millisecond
-			if i%100 == 50 {
-				d = 100 * time.Millisecond
-			}
-			if e := now + d; e >= from && e < to {
-				d = to - now
-			}
-			return legAnswer{delay: d}
-		}}
+		srv := &legServer{answer: stallAnswers(start, from, to, &sentAt)}
 		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod))...)
 		var slowAfter int // calls started from 1 s after the stall that took 100 ms or more
 		var wg sync.WaitGroup
@@ -95,18 +84,7 @@ func TestHedgeBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		var sentAt []time.Duration // of each server call, since start
-		srv := &legServer{answer: func(i int) legAnswer {
-			now := time.Since(start)
-			sentAt = append(sentAt, now) // under srv.mu
-			d := 8*time.Millisecond + time.Duration(i%5)*time.Millisecond
-			if i%100 == 50 {
-				d = 100 * time.Millisecond
-			}
-			if e := now + d; e >= from && e < to {
-				d = to - now
-			}
-			return legAnswer{delay: d}
-		}}
+		srv := &legServer{answer: stallAnswers(start, from, to, &sentAt)}
 		// No limiter: the subject is the bound (the default one, its limit
 		// learned on answers from memory, would hold calls back itself).
 		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod), grpcretry.WithLimit(nil))...)
@@ -134,4 +112,22 @@ func TestHedgeBurst(t *testing.T) {
 			t.Errorf("%d hedges in the 40 ms stall, want at most 5 (the floor)", inBurst)
 		}
 	})
+}
+
+// stallAnswers answers call i, sent at a time it appends to *sentAt (under
+// the server's lock) since start, in 8-12 ms, or 100 ms one call in 100;
+// an answer due in [from, to) waits until to (a stall of the server).
+func stallAnswers(start time.Time, from, to time.Duration, sentAt *[]time.Duration) func(int) legAnswer {
+	return func(i int) legAnswer {
+		now := time.Since(start)
+		*sentAt = append(*sentAt, now)
+		d := 8*time.Millisecond + time.Duration(i%5)*time.Millisecond
+		if i%100 == 50 {
+			d = 100 * time.Millisecond
+		}
+		if e := now + d; e >= from && e < to {
+			d = to - now
+		}
+		return legAnswer{delay: d}
+	}
 }

@@ -83,28 +83,7 @@ func TestHedgeStall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var mu sync.Mutex
-		var slowAfter []time.Duration // the calls that took 100 ms or more, started after the stall, by start
-		var wg sync.WaitGroup
-		for range 16 * rate {
-			wg.Go(func() {
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://stall.test/", nil)
-				start := time.Since(base.start)
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Errorf("GET: %v", err)
-					return
-				}
-				resp.Body.Close()
-				if took := time.Since(base.start) - start; took >= 100*time.Millisecond && start >= base.stallTo {
-					mu.Lock()
-					slowAfter = append(slowAfter, start)
-					mu.Unlock()
-				}
-			})
-			time.Sleep(time.Second / rate)
-		}
-		wg.Wait()
+		slowAfter := slowCalls(t, tr, base.start, "http://stall.test/", 16*rate, rate) // by start
 		for s := time.Duration(0); s < 16*time.Second; s += time.Second {
 			t.Logf("second %2d: %3d requests, %3d hedges, %d calls of 100 ms or more", s/time.Second,
 				in(base.sent, s, s+time.Second), in(base.hedges, s, s+time.Second), in(slowAfter, s, s+time.Second))
@@ -184,28 +163,7 @@ func TestHedgeBurst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var mu sync.Mutex
-		var slowAfter []time.Duration // the calls that took 100 ms or more, by start
-		var wg sync.WaitGroup
-		for range int(end/time.Second) * rate {
-			wg.Go(func() {
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://burst.test/", nil)
-				start := time.Since(base.start)
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Errorf("GET: %v", err)
-					return
-				}
-				resp.Body.Close()
-				if took := time.Since(base.start) - start; took >= 100*time.Millisecond {
-					mu.Lock()
-					slowAfter = append(slowAfter, start)
-					mu.Unlock()
-				}
-			})
-			time.Sleep(time.Second / rate)
-		}
-		wg.Wait()
+		slowAfter := slowCalls(t, tr, base.start, "http://burst.test/", int(end/time.Second)*rate, rate) // by start
 		n := in(base.hedges, from, to)
 		t.Logf("%d requests and %d hedges in the 40 ms stall; %d hedges in the 100 ms after it; calls of 100 ms or more started from 100 ms after it: %d",
 			in(base.sent, from, to), n, in(base.hedges, to, to+100*time.Millisecond), in(slowAfter, to+100*time.Millisecond, end))
@@ -216,4 +174,34 @@ func TestHedgeBurst(t *testing.T) {
 			t.Errorf("%d calls started from 100 ms after the stall took 100 ms or more, want 0 (hedged)", n)
 		}
 	})
+}
+
+// slowCalls sends n GETs to url through tr, rate a second, each on a
+// goroutine of its own, and returns when each of those that took 100 ms or
+// more started, since start.
+func slowCalls(t *testing.T, tr http.RoundTripper, start time.Time, url string, n, rate int) []time.Duration {
+	t.Helper()
+	var mu sync.Mutex
+	var slow []time.Duration
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+			at := time.Since(start)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			resp.Body.Close()
+			if time.Since(start)-at >= 100*time.Millisecond {
+				mu.Lock()
+				slow = append(slow, at)
+				mu.Unlock()
+			}
+		})
+		time.Sleep(time.Second / time.Duration(rate))
+	}
+	wg.Wait()
+	return slow
 }
