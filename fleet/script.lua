@@ -82,7 +82,8 @@ end
 -- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
 -- ring (6 buckets of 10 windows: the lowest clean window mean of each),
 -- wo/wf/wl/wk/wm/wd the current window's successes, drops, latency sum
--- (µs), samples and fastest sample (µs, 0: none reported), and demand (attempts done plus calls waiting or refused),
+-- (µs), samples and fastest sample (µs, 0: none reported), and demand
+-- (attempts done plus calls waiting or refused),
 -- ld the sum of the processes' demands (each at least the floor), ln the
 -- processes, lz ld at the window's start, lq the fair floor (R / 4·ln at
 -- the window's start), lf the sum of the processes' floors (each its

@@ -250,8 +250,9 @@ type syncHost struct {
 // leaves); the calls its limiter refused for want of a token since its
 // last report (demand of the process, not of the host: they count in its
 // share, not in the fleet's rate); the sum (µs), the fastest (µs, 0:
-// none) and the number of its latency samples since its last report; and the fleet's settings (window in
-// microseconds, Limit.Max, the cold rate's floor).
+// none) and the number of its latency samples since its last report; and
+// the fleet's settings (window in microseconds, Limit.Max, the cold rate's
+// floor).
 type limitReport struct {
 	pid                           string
 	waiting, refused, latUS, latN int64

@@ -299,8 +299,8 @@ func (l *Limiter) sampled(p Permit, dropped bool) {
 	}
 	l.mu.Lock()
 	if !dropped {
-		l.learn.sample(now - p.start())
 		d := now - p.start()
+		l.learn.sample(d)
 		l.repSum += d
 		if l.repN == 0 || d < l.repMin {
 			l.repMin = d
