@@ -49,6 +49,7 @@ type driver struct {
 
 	calls, attempts, redrives, gaveUp, conflicts, replays atomic.Int64
 	keyErrors, failed, badReplays, badAnswers             atomic.Int64
+	longestBusy                                           atomic.Int64 // nanoseconds: the longest run of 409s a payment got past
 
 	mu   sync.Mutex // guards errs
 	errs []string
@@ -73,11 +74,21 @@ const (
 	succeeded outcome = iota
 	unknown           // not known to be applied: send again with the same key
 	rejected          // an answer that sending again cannot fix
+	busy              // 409: another request holds the key; send again with it
 )
 
 // pay makes payment i: a first call through the transport's automatic key,
 // then, while the payment is not known to be applied, re-drives with the
 // same key.
+//
+// A 409 (in progress) says another request holds the key: its holder may
+// still apply the payment, or release the key for the next try. The driver
+// keeps re-driving while the 409s have lasted less than
+// [Config.InProgressWait] (counted from the first 409 since the last other
+// answer), and those re-drives do not count towards [Config.MaxRedrives]:
+// how long a holder takes depends on the machine's load (a store blip's
+// settling backs off), not on the code under test, while a key left held
+// until the middleware's lock timeout is a defect the wait still catches.
 //
 // Why the key is taken from the wire: the main path must leave the key to
 // [httpretry.WithAutoIdempotencyKey], so the driver never sees it. But
@@ -96,14 +107,28 @@ func (d *driver) pay(ctx context.Context, i int) {
 	slot := &keySlot{}
 	ctx = context.WithValue(ctx, slotKey{}, slot)
 	out, why := d.call(ctx, id, body, "", slot)
-	for r := 0; out == unknown; r++ {
-		if r == d.cfg.MaxRedrives {
-			d.fail("%s: no success after %d re-drives: %s", id, r, why)
-			d.keys[i] = slot.get()
-			return
+	var busySince time.Time // the first 409 of the current run of them
+	for r, n := 0, 0; out == unknown || out == busy; n++ {
+		if out == busy && d.cfg.InProgressWait > 0 {
+			if busySince.IsZero() {
+				busySince = time.Now()
+			}
+			if held := time.Since(busySince); held >= d.cfg.InProgressWait {
+				d.fail("%s: still in progress after %v of 409s (%d re-drives)", id, held.Round(time.Millisecond), n)
+				d.keys[i] = slot.get()
+				return
+			}
+		} else {
+			busySince = time.Time{}
+			if r == d.cfg.MaxRedrives {
+				d.fail("%s: no success after %d re-drives: %s", id, r, why)
+				d.keys[i] = slot.get()
+				return
+			}
+			r++
 		}
 		// A short pause: a 409 means the first request still runs.
-		t := time.NewTimer(time.Duration(r+1) * 2 * time.Millisecond)
+		t := time.NewTimer(time.Duration(min(n+1, maxPauseSteps)) * pauseStep)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -118,9 +143,30 @@ func (d *driver) pay(ctx context.Context, i int) {
 		d.redrives.Add(1)
 		out, why = d.call(ctx, id, body, key, slot)
 	}
+	if !busySince.IsZero() {
+		d.noteBusy(time.Since(busySince))
+	}
 	d.keys[i] = slot.get()
 	if out == rejected {
 		d.fail("%s: %s", id, why)
+	}
+}
+
+// The pause before the n-th re-drive of a payment (from 0) is
+// min(n+1, maxPauseSteps) pauseSteps: 2 ms, 4 ms, ... up to 50 ms.
+const (
+	pauseStep     = 2 * time.Millisecond
+	maxPauseSteps = 25
+)
+
+// noteBusy records a payment that was answered 409 for held before it
+// succeeded or was rejected.
+func (d *driver) noteBusy(held time.Duration) {
+	for {
+		old := d.longestBusy.Load()
+		if int64(held) <= old || d.longestBusy.CompareAndSwap(old, int64(held)) {
+			return
+		}
 	}
 }
 
@@ -188,7 +234,7 @@ func (d *driver) call(ctx context.Context, id string, body []byte, key string, s
 		return succeeded, ""
 	case code == http.StatusConflict:
 		d.conflicts.Add(1)
-		return unknown, "409 in progress"
+		return busy, "409 in progress"
 	case code >= 500:
 		return unknown, fmt.Sprintf("%d %s", code, bytes.TrimSpace(data))
 	default:
@@ -331,6 +377,7 @@ func (d *driver) result(stats ProxyStats, elapsed time.Duration) *Result {
 		Redrives:      d.redrives.Load(),
 		GaveUp:        d.gaveUp.Load(),
 		Conflicts:     d.conflicts.Load(),
+		LongestBusy:   time.Duration(d.longestBusy.Load()),
 		Replays:       d.replays.Load(),
 		BadReplays:    d.badReplays.Load(),
 		BadAnswers:    d.badAnswers.Load(),

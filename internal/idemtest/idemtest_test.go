@@ -287,6 +287,74 @@ func TestRunRedrivesConflicts(t *testing.T) {
 	}
 }
 
+// busyStore answers InProgress (409) to every Begin of a key until hold
+// has passed since its first Begin (forever if hold is 0), as if another
+// request held the key that long.
+type busyStore struct {
+	store.Store
+	hold  time.Duration
+	mu    sync.Mutex
+	first map[store.ID]time.Time
+}
+
+func (s *busyStore) Begin(ctx context.Context, k store.ID, fp store.Fingerprint, ttl time.Duration) (store.Result, error) {
+	s.mu.Lock()
+	t, ok := s.first[k]
+	if !ok {
+		t = time.Now()
+		s.first[k] = t
+	}
+	s.mu.Unlock()
+	if s.hold == 0 || time.Since(t) < s.hold {
+		return store.Result{Outcome: store.InProgress}, nil
+	}
+	return s.Store.Begin(ctx, k, fp, ttl)
+}
+
+// TestRunInProgressWait: a key held longer than MaxRedrives quick
+// re-drives last (1 s; the pauses of 20 re-drives add up to 420 ms) is
+// waited out, every payment applied once; a key held for good fails the
+// run once InProgressWait has passed, each payment named.
+func TestRunInProgressWait(t *testing.T) {
+	const n = 20
+	for _, tc := range []struct {
+		name       string
+		hold, wait time.Duration
+		failed     int
+	}{
+		{name: "held 1 s", hold: time.Second},
+		{name: "held for good", wait: 200 * time.Millisecond, failed: n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+			if err != nil {
+				t.Fatalf("NewMemoryStore: %v", err)
+			}
+			busy := &busyStore{Store: mem, hold: tc.hold, first: make(map[store.ID]time.Time)}
+			cfg := idemtest.Config{Stores: []store.Store{busy}, Payments: n, ResetRate: -1, DropRate: -1, InProgressWait: tc.wait}
+			res, err := idemtest.Run(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if res.Failed != tc.failed {
+				t.Fatalf("%d payments failed, want %d\n%v", res.Failed, tc.failed, res)
+			}
+			if tc.failed == 0 {
+				if err := res.Err(); err != nil {
+					t.Fatalf("verdict: %v", err)
+				}
+				if res.LongestBusy < tc.hold*9/10 {
+					t.Errorf("longest run of 409s got past: %v, want about %v", res.LongestBusy, tc.hold)
+				}
+				return
+			}
+			if err := res.Err(); err == nil || !strings.Contains(err.Error(), "still in progress after") {
+				t.Fatalf("verdict %v, want payments still in progress", err)
+			}
+		})
+	}
+}
+
 // TestRunRedrivesGiveUps: with one attempt per call the transport gives up
 // on most faults; re-driving with the same key still applies every
 // payment once, and a dropped original answer comes back as a replay.

@@ -43,6 +43,10 @@ type Result struct {
 	GaveUp int64
 	// Conflicts is the number of calls answered 409 (in progress).
 	Conflicts int64
+	// LongestBusy is the longest run of 409s that a payment got past (it
+	// succeeded, or was rejected, after it): how long a key was held by
+	// a request that had not settled it.
+	LongestBusy time.Duration
 	// Replays is the number of successful calls answered from the store
 	// (Idempotent-Replayed: true).
 	Replays int64
@@ -188,8 +192,8 @@ func (r *Result) String() string {
 	fmt.Fprintf(&b, "ledger: applied %d, duplicates %d, lost %d, unknown %d; runs by server %v\n",
 		r.Applied, r.Duplicates, r.Lost, r.Unknown, r.RunsByServer)
 	fmt.Fprintf(&b, "handlers: aborted %d, overran %d, timed out by the timeout handler %d (timeout %v, slow rate %.2f); store blips %d (rate %.2f of completions)\n", r.Aborted, r.Overran, r.TimedOut, r.Timeout, r.SlowRate, r.StoreBlips, r.StoreBlipRate)
-	fmt.Fprintf(&b, "client: calls %d, attempts %d (+%d resent by net/http below the transport), re-drives %d, gave up %d, 409s %d, final replays %d, failed %d, key errors %d, bad replays %d, bad answers %d\n",
-		r.Calls, r.Attempts, max(0, p.Requests-r.Attempts), r.Redrives, r.GaveUp, r.Conflicts, r.Replays, r.Failed, r.KeyErrors, r.BadReplays, r.BadAnswers)
+	fmt.Fprintf(&b, "client: calls %d, attempts %d (+%d resent by net/http below the transport), re-drives %d, gave up %d, 409s %d (longest run got past %v), final replays %d, failed %d, key errors %d, bad replays %d, bad answers %d\n",
+		r.Calls, r.Attempts, max(0, p.Requests-r.Attempts), r.Redrives, r.GaveUp, r.Conflicts, r.LongestBusy.Round(time.Millisecond), r.Replays, r.Failed, r.KeyErrors, r.BadReplays, r.BadAnswers)
 	fmt.Fprintf(&b, "proxy: requests %d, resets %d (%.1f%%), drops %d (%.1f%%, %d originals), cuts %d (%.1f%%, %d originals), forwarded %d %v, relayed %d (replays %d, 409s %d), upstream errors %d",
 		p.Requests, p.Resets, pct(p.Resets), p.Drops, pct(p.Drops), p.DroppedOriginals, p.Cuts, pct(p.Cuts), p.CutOriginals,
 		p.Forwarded, p.PerUpstream, p.Relayed, p.RelayedReplays, p.RelayedConflicts, p.UpstreamErrors)

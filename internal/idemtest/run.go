@@ -35,6 +35,11 @@ const (
 	DefaultDropRate    = 0.20
 	DefaultMaxAttempts = 10
 	DefaultMaxRedrives = 20
+	// DefaultInProgressWait is well under the middleware's default lock
+	// timeout (1 min), so that a key left locked until the lock times out
+	// fails the run, and far above what a holder needs that settles a
+	// store blip (tens of milliseconds, seconds on a loaded machine).
+	DefaultInProgressWait = 10 * time.Second
 )
 
 // Settings of [Hostile].
@@ -101,9 +106,16 @@ type Config struct {
 	MaxAttempts int
 	// MaxRedrives is how many times the driver sends a logical payment
 	// again, with the same key, after a call that did not succeed (the
-	// transport gave up, or 409 in progress); 0 means
-	// [DefaultMaxRedrives], a negative value means never.
+	// transport gave up, or an answer other than 409 that sending again
+	// may fix); 0 means [DefaultMaxRedrives], a negative value means
+	// never.
 	MaxRedrives int
+	// InProgressWait is how long the driver keeps sending a payment again
+	// while it is answered 409 (in progress), from the first 409 since
+	// the last other answer; those re-drives do not count towards
+	// MaxRedrives. 0 means [DefaultInProgressWait]; a negative value means
+	// none (a 409 counts as any other failed call).
+	InProgressWait time.Duration
 	// Backoff is the client transport's backoff; nil means full jitter
 	// with base 1 ms and cap 5 ms, so that a run takes seconds.
 	Backoff *backoff.Backoff
@@ -253,6 +265,12 @@ func withDefaults(cfg Config) Config {
 		cfg.MaxRedrives = DefaultMaxRedrives
 	case cfg.MaxRedrives < 0:
 		cfg.MaxRedrives = 0
+	}
+	switch {
+	case cfg.InProgressWait == 0:
+		cfg.InProgressWait = DefaultInProgressWait
+	case cfg.InProgressWait < 0:
+		cfg.InProgressWait = 0
 	}
 	if cfg.Backoff == nil {
 		// Cannot fail: valid constants.
