@@ -32,6 +32,16 @@ func retryablehttpLike(n int, retryAfter string) (time.Duration, bool) {
 	return min(time.Second<<(n-1), 30*time.Second), n <= 4
 }
 
+// failsafeLike is failsafe-go's retry policy as the live bench builds it
+// (failsafehttp.NewRetryPolicyBuilder().Build()): 2 retries, at once
+// unless the answer carries a Retry-After, then after it.
+func failsafeLike(n int, retryAfter string) (time.Duration, bool) {
+	if s, err := strconv.Atoi(retryAfter); err == nil {
+		return time.Duration(s) * time.Second, n <= 2
+	}
+	return 0, n <= 2
+}
+
 // naiveRun is the outcome of runNaive: per second of the run, the payments
 // started in it and those of them that succeeded before their deadline.
 type naiveRun struct {
@@ -147,12 +157,16 @@ func runNaive(t *testing.T, ctl *admission.Controller, workers int, work time.Du
 // after the cut ends. The payments started from 2 s after its end must
 // succeed as if nothing had happened: the backlog's resends are retries
 // (their keys were seen), and a retry never takes a slot or a place in the
-// queue from an original. Two clients, each >= 95% of the payments started
-// in each second: the fixed loop (a resend every second until the 20 s
-// deadline; 75-99% on main, before originals came first), and
-// go-retryablehttp's policy (4 retries, Retry-After honoured; 86-89% at
-// worst on main, where a resend after a 10 s Retry-After passed for an
-// original). Under the race detector the run is shorter (a 4 s cut at
+// queue from an original. Three clients, each >= 95% of the payments
+// started in each second: the fixed loop (a resend every second until the
+// 20 s deadline; 75-99% before originals came first), go-retryablehttp's
+// policy (4 retries, Retry-After honoured; 86-89% at worst where a resend
+// after a 10 s Retry-After passed for an original), and failsafe-go's
+// (2 retries, at once unless told to wait), after the slowdown and after
+// a hang. Every row is at 96-99% in the first second after the cut's end
+// and 100% from the next: where the live runs (docs/metastability.md)
+// take longer, what differs is outside this model (real sockets and
+// timers, and 1000 clients sharing the bench machine's CPU). Under the race detector the run is shorter (a 4 s cut at
 // 2 s, 14 s in all: the same code, about 40% of the CPU); the full run
 // goes without it (make test's pass without -race).
 func TestNaiveClientsRecover(t *testing.T) {
@@ -168,24 +182,27 @@ func TestNaiveClientsRecover(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		backoff naiveBackoff
+		trigger naiveTrigger
 		min     float64
 	}{
-		{"fixed 1 s loop", fixedLoop, 0.95},
-		{"go-retryablehttp's policy", retryablehttpLike, 0.95},
+		{"fixed 1 s loop", fixedLoop, slowdown, 0.95},
+		{"go-retryablehttp's policy", retryablehttpLike, slowdown, 0.95},
+		{"failsafe-go's policy", failsafeLike, slowdown, 0.95},
+		{"failsafe-go's policy, hang", failsafeLike, hang, 0.95},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctl := newController(t, admission.Config{MaxInFlight: workers, MaxQueue: 1000, LatencyCeiling: time.Second, Rand: seeded(7)})
-				res := runNaive(t, ctl, workers, work, rate, slowdown, cutAt, cutFor, run, tc.backoff)
+				res := runNaive(t, ctl, workers, work, rate, tc.trigger, cutAt, cutFor, run, tc.backoff)
 				var during, duringOK int
 				for s := int(cutAt / time.Second); s < int((cutAt+cutFor)/time.Second); s++ {
 					during += res.started[s]
 					duringOK += res.ok[s]
 				}
-				// During the cut the provider serves 100/s: at least 90%
-				// of that must be payments (the clients' work, not
-				// abandoned attempts).
-				if min := 0.9 * 100 * cutFor.Seconds(); float64(duringOK) < min {
+				// During a slowdown the provider serves 100/s: at least
+				// 90% of that must be payments (the clients' work, not
+				// abandoned attempts). A hang serves none.
+				if min := 0.9 * 100 * cutFor.Seconds(); tc.trigger == slowdown && float64(duringOK) < min {
 					t.Errorf("payments started during the cut that succeeded: %d of %d, want >= %.0f (90%% of the reduced capacity)", duringOK, during, min)
 				}
 				first := int((cutAt+cutFor)/time.Second) + 2
