@@ -115,10 +115,18 @@ func posFleetSetupLimit(keys *live.Keys, lim *limit.Config, opts ...httpretry.Op
 // process and two cores with the provider and the other terminals, where
 // 10,000 syncs a second do not finish in time and every fleet keeps
 // falling back to local mode.
+//
+// STORMGUARD_LIVE_FLEET_SYNC (a Go duration, e.g. 250ms) replaces the
+// sync period, to measure what the fleet's reaction time costs; a value
+// that does not parse as a positive duration is ignored.
 func posFleetConfig(name string) fleet.Config {
+	every := time.Second
+	if d, err := time.ParseDuration(os.Getenv("STORMGUARD_LIVE_FLEET_SYNC")); err == nil && d > 0 {
+		every = d
+	}
 	return fleet.Config{
 		Name:      name,
-		SyncEvery: time.Second,
+		SyncEvery: every,
 		Timeout:   time.Second,
 		Breaker:   breaker.Config{Window: 2 * time.Second},
 	}

@@ -26,6 +26,10 @@ const (
 	maxSlices          = 1000 // slices of the budget window, buckets of the breaker's: the script reads them all
 	defaultLimitMax    = 1000 // limit.Config's default Max, the fleet-wide limit's bound
 	defaultLimitInit   = 10   // the least fleet-wide rate of a new fleet, in starts per second
+	// minRateWindow is the shortest window of the fleet's rate: its rules
+	// count per window, and were measured at one second (live, a fleet
+	// whose rate learned in windows of 250 ms stayed stuck after a hang).
+	minRateWindow = time.Second
 )
 
 // Config is the plain-data description of a fleet. Only Name is required;
@@ -88,8 +92,9 @@ type Config struct {
 	// ([Fleet.Guards] hands it out), gated ([limit.Limiter.SetRate]) at
 	// this process's share of a fleet-wide rate of attempt starts per
 	// second to the host, which the fleet learns from its outcomes and
-	// the limiters' latency in windows of SyncEvery (see the package
-	// documentation, The fleet's rate). Limit.Max (0 means 1000) bounds
+	// the limiters' latency in windows of SyncEvery or one second,
+	// whichever is longer (see the package documentation, The fleet's
+	// rate). Limit.Max (0 means 1000) bounds
 	// each process's attempts in flight, and the fleet's rate at Max per
 	// baseline latency. In local mode the gate is lifted and each
 	// process's limiter decides alone. Nil (the default) means no limiter
@@ -186,7 +191,9 @@ func (c Config) resolve() (Config, settings, error) {
 	s.minCalls = int64(cmp.Or(c.MinCalls, brc.MinCalls))
 	s.probeUS = max(int64(brc.OpenFor/time.Microsecond), 1)
 	s.rounds = int64(c.ProbeRounds)
-	s.limitWindowUS = max(int64(c.SyncEvery/time.Microsecond), 1)
+	rw := max(c.SyncEvery, minRateWindow)
+	s.limitWindowUS = int64(rw / time.Microsecond)
+	s.rateDue = int64(rw - c.SyncEvery/2)
 	longest := max(bc.Window, brc.Window, brc.OpenFor, brc.MaxOpenFor)
 	s.ttlMS = int64(min(2*longest+10*time.Second, time.Duration(math.MaxInt64/2)) / time.Millisecond)
 	return c, s, nil

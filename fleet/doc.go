@@ -101,20 +101,27 @@
 // of 10), and slots of a fleet-wide limit of attempts in flight, handed
 // over at syncs, starve them (a slot serves one process per sync
 // interval, however short its attempts): a rate does neither, since a
-// share of 0.4 calls a second is a token every 2.5 s. Each sync carries,
-// per host, the limiter's calls waiting and the sum and number of its
-// latency samples since the last sync (sampled attempts that ended not
-// dropped: about one in 16 calls per process, more when loaded); the
-// breaker's outcomes it already carries are the fleet's successes and
-// drops (what the breaker counts as a failure: timeouts, cancels, 503s).
+// share of 0.4 calls a second is a token every 2.5 s. The rate learns in
+// windows of SyncEvery or one second, whichever is longer (its rules count
+// per window and were measured at one second; live, a fleet whose rate
+// learned in windows of 250 ms stayed stuck after a hang and recovered 28 s
+// after a 503, where at one second it recovered at once). Once per window
+// a process's sync carries its report to the rate, per host: the limiter's
+// calls waiting and the sum and number of its latency samples since the
+// last report (sampled attempts that ended not dropped: about one in 16
+// calls per process, more when loaded), and the breaker's outcomes since
+// the last report, the fleet's successes and drops (what the breaker
+// counts as a failure: timeouts, cancels, 503s); the syncs in between
+// serve the breaker and the budget only, and the gate keeps the share of
+// the last reply.
 // The calls waiting include those its breaker holds: during an outage
 // they are still demand (without them a process's share falls to the
 // floor, and the calls it held are refused as hopeless when the breaker
-// closes). Each sync also carries the calls the limiter refused for want
+// closes). Each report also carries the calls the limiter refused for want
 // of a token since the last one: demand the process's share did not
 // serve (without them, a process whose share is too small for its calls'
 // deadlines refuses them all, reports no demand, and its share never
-// grows). The script, on the server's clock, in windows of SyncEvery:
+// grows). The script, on the server's clock, in windows of the rate:
 //
 //   - Learns R at the first sync of each window, from the last window's
 //     reports of the whole fleet (which describe mostly the attempts of

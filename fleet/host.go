@@ -58,6 +58,12 @@ type host struct {
 	latMin                      atomic.Int64  // the fastest of them, µs (0: none)
 	refused                     atomic.Int64  // lim's calls refused for want of a token, read outside a sync, for the next report
 	fleetRate                   atomic.Int64  // the fleet-wide rate at the last reply, thousandths per second
+
+	// The fleet's rate learns in windows of at least a second, however
+	// often the process syncs: h reports to it once per window (see
+	// collect), with the outcomes of the syncs in between.
+	rateOK, rateBad atomic.Uint64 // outcomes since the last rate report
+	rateAt          atomic.Int64  // when the last rate report was collected, on f's clock (ns; 0: none yet, or one is due now)
 }
 
 func newHost(f *Fleet, name string) (*host, error) {
@@ -128,6 +134,30 @@ func (h *host) limitReport(final bool) *limitReport {
 	return r
 }
 
+// rateReport adds a sync's outcomes (ok, bad) to those the fleet's rate
+// has not been told of, and returns h's report to the rate (nil without a
+// limiter, or when none is due): one per rate window (a sync due within
+// half a sync interval of the window's end counts), the first at once,
+// and the last (final) always. Between two reports the rate's gate stays
+// as the last reply set it: the rate's rules (package documentation, The
+// fleet's rate) count a window's reports and demand once per process,
+// as at a sync every window; syncs more frequent than that serve the
+// breaker and the budget alone.
+func (h *host) rateReport(now int64, ok, bad uint64, final bool) *limitReport {
+	if h.lim == nil {
+		return nil
+	}
+	h.rateOK.Add(ok)
+	h.rateBad.Add(bad)
+	if last := h.rateAt.Load(); !final && last != 0 && now-last < h.f.set.rateDue {
+		return nil
+	}
+	h.rateAt.Store(max(now, 1))
+	r := h.limitReport(final)
+	r.ok, r.bad = h.rateOK.Swap(0), h.rateBad.Swap(0)
+	return r
+}
+
 // spread pushes the next token of h's gate out by this process's phase
 // (a fraction of a token's time, fixed per process at New), when the
 // breaker closes after an outage: every process of the fleet has a call
@@ -182,7 +212,7 @@ func (h *host) collect(now int64, all bool) syncHost {
 		successes: o & math.MaxUint32,
 		failures:  o >> 32,
 		seen:      h.seen.Load(),
-		limit:     h.limitReport(all),
+		limit:     h.rateReport(now, o&math.MaxUint32, o>>32, all),
 	}
 	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)

@@ -57,7 +57,7 @@ func (s *limitScript) reportRefused(now int64, pid string, waiting, refused int6
 func (s *limitScript) reportFastest(now int64, pid string, waiting, refused int64, ok, failed uint64, latUS, latN, latMinUS int64) (rate, fleetRate float64) {
 	s.t.Helper()
 	args := appendSync(s.set.args("s", now), syncHost{successes: ok, failures: failed,
-		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN, latMinUS: latMinUS,
+		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN, latMinUS: latMinUS, ok: ok, bad: failed,
 			windowUS: s.set.limitWindowUS, max: s.set.limitMax, initRate: s.set.limitInit}})
 	a := make([]any, len(args))
 	for i := range args {

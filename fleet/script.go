@@ -176,6 +176,7 @@ type settings struct {
 	// The fleet-wide rate (Config.Limit): limitMax is 0 without one.
 	// limitInit is the cold rate's floor, in starts per second.
 	limitWindowUS, limitMax, limitInit int64
+	rateDue                            int64 // ns since a process's last report to the rate after which the next sync makes one
 }
 
 func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

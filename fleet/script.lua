@@ -387,13 +387,13 @@ if mode == 's' then
     local lrate, lfleet = 0, 0
     if ARGV[a] == '1' then
       local win = tonumber(ARGV[a + 5])
-      local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), ds, df,
+      local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]),
         tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
         tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
       if R > 0 then
         lrate, lfleet = math.max(1, math.floor(r * 1000 + 0.5)), math.max(1, math.floor(R * 1000 + 0.5))
       end
-      a = a + 10
+      a = a + 12
     else
       a = a + 1
     end

@@ -193,6 +193,7 @@ func (f *Fleet) sync(final bool) error {
 // mode each limiter decides alone.
 func (f *Fleet) ungate() {
 	for _, h := range *f.list.Load() {
+		h.rateAt.Store(0) // the next good sync gates it again
 		if h.lim != nil && h.rate.Load() != 0 {
 			h.setRate(0)
 		}
@@ -250,13 +251,15 @@ type syncHost struct {
 // leaves); the calls its limiter refused for want of a token since its
 // last report (demand of the process, not of the host: they count in its
 // share, not in the fleet's rate); the sum (µs), the fastest (µs, 0:
-// none) and the number of its latency samples since its last report; and
-// the fleet's settings (window in microseconds, Limit.Max, the cold rate's
-// floor).
+// none) and the number of its latency samples since its last report; its
+// successes and failures since its last report (the syncs in between sent
+// them to the breaker only); and the fleet's settings (window in
+// microseconds, Limit.Max, the cold rate's floor).
 type limitReport struct {
 	pid                           string
 	waiting, refused, latUS, latN int64
 	latMinUS                      int64
+	ok, bad                       uint64
 	windowUS, max, initRate       int64
 }
 
@@ -272,7 +275,8 @@ func appendSync(args []string, h syncHost) []string {
 		args = append(args, itoa(r.slice), itoa(r.n))
 	}
 	if l := h.limit; l != nil {
-		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate), itoa(l.refused), itoa(l.latMinUS))
+		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate), itoa(l.refused), itoa(l.latMinUS),
+			strconv.FormatUint(l.ok, 10), strconv.FormatUint(l.bad, 10))
 	}
 	return append(args, "0")
 }
