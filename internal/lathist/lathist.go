@@ -2,8 +2,8 @@
 // log-bucketed histogram of atomic counters, decayed by window: Record takes
 // no lock and allocates nothing, so it can sit on every call's success path.
 //
-// The histogram has 8 buckets per power of two of microseconds (each bucket
-// is at most 12.5% wide) from 1 µs to about 275 s; longer latencies count in
+// The histogram has 16 buckets per power of two of microseconds (each
+// bucket is at most 6.25% wide) from 1 µs to about 275 s; longer latencies count in
 // the last bucket. It holds two windows of Period each, the current one and
 // the one before: a quantile is read over both (between one and two periods
 // of samples), so that old latencies stop counting after at most two
