@@ -63,7 +63,8 @@ type host struct {
 	// often the process syncs: h reports to it once per window (see
 	// collect), with the outcomes of the syncs in between.
 	rateOK, rateBad atomic.Uint64 // outcomes since the last rate report
-	rateAt          atomic.Int64  // when the last rate report was collected, on f's clock (ns; 0: none yet, or one is due now)
+	rateAt          atomic.Int64  // when the last rate report was collected (or the first sync, see rateReport), on f's clock (ns; 0: no sync yet)
+	rateNow         atomic.Bool   // the next sync reports to the rate, due or not (after a failed sync)
 }
 
 func newHost(f *Fleet, name string) (*host, error) {
@@ -137,22 +138,33 @@ func (h *host) limitReport(final bool) *limitReport {
 // rateReport adds a sync's outcomes (ok, bad) to those the fleet's rate
 // has not been told of, and returns h's report to the rate (nil without a
 // limiter, or when none is due): one per rate window (a sync due within
-// half a sync interval of the window's end counts), the first at once,
-// and the last (final) always. Between two reports the rate's gate stays
-// as the last reply set it: the rate's rules (package documentation, The
-// fleet's rate) count a window's reports and demand once per process,
-// as at a sync every window; syncs more frequent than that serve the
-// breaker and the budget alone.
+// half a sync interval of the window's end counts), the last (final)
+// always, and the first after a failed sync (it gates the limiter again).
+// The first report comes at the first sync when the sync interval is the
+// window, as it always did; with shorter syncs, one window after the first
+// sync, so that it carries a window's demand, not a sync's (a cold fleet's
+// rate starts from its first window's demand). Between two reports the
+// rate's gate stays as the last reply set it: the rate's rules (package
+// documentation, The fleet's rate) count a window's reports and demand
+// once per process, as at a sync every window; syncs more frequent than
+// that serve the breaker and the budget alone.
 func (h *host) rateReport(now int64, ok, bad uint64, final bool) *limitReport {
 	if h.lim == nil {
 		return nil
 	}
 	h.rateOK.Add(ok)
 	h.rateBad.Add(bad)
-	if last := h.rateAt.Load(); !final && last != 0 && now-last < h.f.set.rateDue {
+	now = max(now, 1)
+	last := h.rateAt.Load()
+	switch {
+	case final || h.rateNow.Swap(false):
+	case last == 0 && h.f.set.rateDue > int64(h.f.cfg.SyncEvery)/2:
+		h.rateAt.Store(now) // the first window starts
+		return nil
+	case last != 0 && now-last < h.f.set.rateDue:
 		return nil
 	}
-	h.rateAt.Store(max(now, 1))
+	h.rateAt.Store(now)
 	r := h.limitReport(final)
 	r.ok, r.bad = h.rateOK.Swap(0), h.rateBad.Swap(0)
 	return r

@@ -8,12 +8,14 @@ import (
 )
 
 // TestRateReportOncePerWindow: whatever SyncEvery, a host reports to the
-// fleet's rate once per window of max(SyncEvery, 1 s), the first sync at
-// once, with the outcomes of every sync since its last report; the syncs
-// in between carry none (the breaker still gets each sync's outcomes). The
-// last report (final) goes whenever it comes, and a failed sync (ungate)
-// makes the next one report. Before, every sync reported: at 250 ms the
-// rate's rules counted each process four times a window.
+// fleet's rate once per window of max(SyncEvery, 1 s), with the outcomes
+// of every sync since its last report; the syncs in between carry none
+// (the breaker still gets each sync's outcomes). The first report comes
+// at the first sync when SyncEvery is the window, else a window after it
+// (a window's demand, not a sync's). The last report (final) goes whenever
+// it comes, and a failed sync (ungate) makes the next one report. Before,
+// every sync reported: at 250 ms the rate's rules counted each process
+// four times a window.
 func TestRateReportOncePerWindow(t *testing.T) {
 	for _, tc := range []struct {
 		every      time.Duration
@@ -39,7 +41,7 @@ func TestRateReportOncePerWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			const syncs = 40
-			reports := 0
+			reports, firstAt := 0, 0
 			since := 0 // syncs since the last report
 			for i := 1; i <= syncs; i++ {
 				// Each sync comes a little late or early, as a ticker's do.
@@ -57,10 +59,20 @@ func TestRateReportOncePerWindow(t *testing.T) {
 					t.Errorf("sync %d: report with %d successes and %d failures, want the %d and %d of the %d syncs since the last",
 						i, r.ok, r.bad, 2*since, since, since)
 				}
+				if reports == 0 {
+					firstAt = i
+				}
 				reports++
 				since = 0
 			}
-			if want := 1 + (syncs-1)/tc.syncsEvery; reports != want {
+			first := 1 // the sync of the first report
+			if tc.syncsEvery > 1 {
+				first += tc.syncsEvery
+			}
+			if firstAt != first {
+				t.Errorf("the first report at sync %d, want %d", firstAt, first)
+			}
+			if want := 1 + (syncs-first)/tc.syncsEvery; reports != want {
 				t.Errorf("%d syncs: %d reports, want %d", syncs, reports, want)
 			}
 			// A failed sync lifts the gate: the next sync reports, as does

@@ -193,7 +193,7 @@ func (f *Fleet) sync(final bool) error {
 // mode each limiter decides alone.
 func (f *Fleet) ungate() {
 	for _, h := range *f.list.Load() {
-		h.rateAt.Store(0) // the next good sync gates it again
+		h.rateNow.Store(true) // the next good sync gates it again
 		if h.lim != nil && h.rate.Load() != 0 {
 			h.setRate(0)
 		}
