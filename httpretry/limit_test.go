@@ -108,7 +108,7 @@ func coldStart(t *testing.T, n int, outage time.Duration, opts ...httpretry.Opti
 // with the default budget, those whose first attempt failed then and were
 // refused a retry (Reason BudgetExhausted); with or without one, one whose
 // three attempts all met instant 503s then, its full-jitter pauses drawn
-// near zero (Reason AttemptsExhausted: 2 runs in 60 under -race, at 11 to
+// near zero (Reason AttemptsExhausted: 1-2 runs in 60 under -race, at 11 to
 // 16 ms into the outage). None fails for another reason or after the
 // recovery, and at most a tenth fail.
 // Without a limiter the release is paced by the rate the breaker saw
