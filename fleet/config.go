@@ -194,6 +194,7 @@ func (c Config) resolve() (Config, settings, error) {
 	rw := max(c.SyncEvery, minRateWindow)
 	s.limitWindowUS = int64(rw / time.Microsecond)
 	s.rateDue = int64(rw - c.SyncEvery/2)
+	s.rateFirstLater = c.SyncEvery < rw
 	longest := max(bc.Window, brc.Window, brc.OpenFor, brc.MaxOpenFor)
 	s.ttlMS = int64(min(2*longest+10*time.Second, time.Duration(math.MaxInt64/2)) / time.Millisecond)
 	return c, s, nil

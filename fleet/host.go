@@ -61,7 +61,7 @@ type host struct {
 
 	// The fleet's rate learns in windows of at least a second, however
 	// often the process syncs: h reports to it once per window (see
-	// collect), with the outcomes of the syncs in between.
+	// rateReport), with the outcomes of the syncs in between.
 	rateOK, rateBad atomic.Uint64 // outcomes since the last rate report
 	rateAt          atomic.Int64  // when the last rate report was collected (or the first sync, see rateReport), on f's clock (ns; 0: no sync yet)
 	rateNow         atomic.Bool   // the next sync reports to the rate, due or not (after a failed sync)
@@ -158,7 +158,7 @@ func (h *host) rateReport(now int64, ok, bad uint64, final bool) *limitReport {
 	last := h.rateAt.Load()
 	switch {
 	case final || h.rateNow.Swap(false):
-	case last == 0 && h.f.set.rateDue > int64(h.f.cfg.SyncEvery)/2:
+	case last == 0 && h.f.set.rateFirstLater:
 		h.rateAt.Store(now) // the first window starts
 		return nil
 	case last != 0 && now-last < h.f.set.rateDue:

@@ -177,6 +177,7 @@ type settings struct {
 	// limitInit is the cold rate's floor, in starts per second.
 	limitWindowUS, limitMax, limitInit int64
 	rateDue                            int64 // ns since a process's last report to the rate after which the next sync makes one
+	rateFirstLater                     bool  // syncs are shorter than the rate's window: the first report waits a window
 }
 
 func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

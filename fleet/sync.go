@@ -193,8 +193,11 @@ func (f *Fleet) sync(final bool) error {
 // mode each limiter decides alone.
 func (f *Fleet) ungate() {
 	for _, h := range *f.list.Load() {
+		if h.lim == nil {
+			continue
+		}
 		h.rateNow.Store(true) // the next good sync gates it again
-		if h.lim != nil && h.rate.Load() != 0 {
+		if h.rate.Load() != 0 {
 			h.setRate(0)
 		}
 	}

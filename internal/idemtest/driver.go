@@ -119,7 +119,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 				return
 			}
 		} else {
-			busySince = time.Time{}
+			d.endBusy(&busySince)
 			if r == d.cfg.MaxRedrives {
 				d.fail("%s: no success after %d re-drives: %s", id, r, why)
 				d.keys[i] = slot.get()
@@ -143,9 +143,7 @@ func (d *driver) pay(ctx context.Context, i int) {
 		d.redrives.Add(1)
 		out, why = d.call(ctx, id, body, key, slot)
 	}
-	if !busySince.IsZero() {
-		d.noteBusy(time.Since(busySince))
-	}
+	d.endBusy(&busySince)
 	d.keys[i] = slot.get()
 	if out == rejected {
 		d.fail("%s: %s", id, why)
@@ -159,12 +157,17 @@ const (
 	maxPauseSteps = 25
 )
 
-// noteBusy records a payment that was answered 409 for held before it
-// succeeded or was rejected.
-func (d *driver) noteBusy(held time.Duration) {
+// endBusy ends the run of 409s that began at *since, if one did, with an
+// answer other than 409: it records its length and clears *since.
+func (d *driver) endBusy(since *time.Time) {
+	if since.IsZero() {
+		return
+	}
+	held := int64(time.Since(*since))
+	*since = time.Time{}
 	for {
 		old := d.longestBusy.Load()
-		if int64(held) <= old || d.longestBusy.CompareAndSwap(old, int64(held)) {
+		if held <= old || d.longestBusy.CompareAndSwap(old, held) {
 			return
 		}
 	}

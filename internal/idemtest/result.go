@@ -43,9 +43,9 @@ type Result struct {
 	GaveUp int64
 	// Conflicts is the number of calls answered 409 (in progress).
 	Conflicts int64
-	// LongestBusy is the longest run of 409s that a payment got past (it
-	// succeeded, or was rejected, after it): how long a key was held by
-	// a request that had not settled it.
+	// LongestBusy is the longest run of 409s that a payment got past (an
+	// answer other than 409 ended it): how long a key was held by a
+	// request that had not settled it.
 	LongestBusy time.Duration
 	// Replays is the number of successful calls answered from the store
 	// (Idempotent-Replayed: true).
