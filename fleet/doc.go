@@ -181,6 +181,23 @@
 //     takes less than it did). R stays within 1 per window and
 //     Limit.Max per baseline latency (the most in flight the fleet may
 //     have, by Little's law).
+//   - Judges the probe that closes the fleet's breaker: a process whose
+//     probes close its breaker reports to the rate with the close, the
+//     probe's time (from the fleet's grant of the round, taken by a
+//     waiting call, to the close) among its latency samples. A probe
+//     slower than twice the baseline and 5% of a window above it found a
+//     host that serves at a fraction of its speed (a slowdown, or a queue
+//     still draining): for 10 windows from the open the fleet refuses the
+//     close (it opens again, a new epoch, and the prober's breaker trips
+//     at the reply), so the calls keep waiting for a host that serves at
+//     its speed again instead of a release at the rate before the outage
+//     into one that serves a fifth of it (live, at a x5 slowdown, that
+//     release queued work the host served after the slowdown for callers
+//     who had left: 7-8% of the work after it wasted). After 10 windows it
+//     closes (a slowdown that lasts is served, and the rules above cut R
+//     on the drops or the queue the release meets). A process between two
+//     reports scales its share by R's change at each sync (a sync's reply
+//     carries R).
 //   - Keeps the baseline: the lowest mean latency of the windows without
 //     drops whose mean is within twice it (or 1 ms), over the last 6
 //     buckets of 10 windows. Windows with drops or a queue do not count,

@@ -45,6 +45,7 @@ type host struct {
 	clean    atomic.Bool  // the last sync carried no failure: the next one is news
 	sentAt   atomic.Int64 // when the last sync collected h's counts, on f's clock (ns)
 	closes   atomic.Int64 // closes of the breaker by its own probes
+	probeAt  atomic.Int64 // when the fleet granted a probe round with calls waiting for it, on f's clock (ns; 0: none)
 	closesOK atomic.Int64 // closes the fleet has been told of
 
 	// The fleet's windows at the last reply, for Budget.Stats and the tests.
@@ -219,12 +220,20 @@ func fastestUS(m int64, d time.Duration) int64 {
 // a close.
 func (h *host) collect(now int64, all bool) syncHost {
 	o := h.outcomes.Swap(0)
+	// News of a close goes with a report to the rate: its latency
+	// samples are the probes' (see the package documentation, The
+	// fleet's rate: a slow probe's close may be refused).
+	closed := h.closes.Load() > h.closesOK.Load() && h.brk.State() == breaker.Closed
+	if closed {
+		h.rateNow.Store(true)
+	}
 	s := syncHost{
 		requests:  h.takeRequests(),
 		successes: o & math.MaxUint32,
 		failures:  o >> 32,
 		seen:      h.seen.Load(),
 		limit:     h.rateReport(now, o&math.MaxUint32, o>>32, all),
+		close:     closed,
 	}
 	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)
@@ -232,9 +241,6 @@ func (h *host) collect(now int64, all bool) syncHost {
 	h.retMu.Lock()
 	s.returns, h.returns = h.returns, nil
 	h.retMu.Unlock()
-	if c := h.closes.Load(); c > h.closesOK.Load() && h.brk.State() == breaker.Closed {
-		s.close = true
-	}
 	return s
 }
 
@@ -264,6 +270,13 @@ func (h *host) synced(s syncHost, w hostWindow) {
 		// samples taken since the report, go in the next report.
 		_, _, refused, lat, fastest, n := h.setRate(float64(w.rate) / 1000)
 		h.addSamples(refused, lat, fastest, n)
+	} else if h.lim != nil && w.fleetRate > 0 && !h.f.closing.Load() {
+		// A sync without a report: the share keeps its part of the rate.
+		old := h.fleetRate.Swap(w.fleetRate)
+		if share := math.Float64frombits(h.rate.Load()); share > 0 && old > 0 && old != w.fleetRate {
+			_, _, refused, lat, fastest, n := h.setRate(share * float64(w.fleetRate) / float64(old))
+			h.addSamples(refused, lat, fastest, n)
+		}
 	}
 	h.steer(w.state, w.epoch)
 }
@@ -382,16 +395,32 @@ func (h *host) ProbeRound() bool {
 	if r.state == fleetClosed && fresh {
 		return true
 	}
+	h.probeAt.Store(0)
 	if r.granted {
 		h.probeRounds.Add(1)
+		// With calls waiting, a waiting call takes the probe at once: the
+		// time to the close is the probe's (see StateChanged).
+		if h.lim != nil && h.brk.Snapshot().Waiters > 0 {
+			h.probeAt.Store(max(f.since(), 1))
+		}
 	}
 	return r.granted
 }
 
 // StateChanged is told every state change of h's breaker (part of
 // breaker.Shared): a close by its own probes is news for the fleet, sent at
-// once.
+// once, with the probe's time as a latency sample of the report that goes
+// with it (from the fleet's grant of the round, taken by a waiting call,
+// to the close: the limiter samples about one call in 16, and the probe
+// is the one call there is; the fleet refuses a slow probe's close for a
+// while, see the package documentation, The fleet's rate).
 func (h *host) StateChanged(from, to breaker.State) {
+	if from == breaker.HalfOpen { // the round ends
+		if at := h.probeAt.Swap(0); at > 0 && to == breaker.Closed {
+			d := time.Duration(h.f.since() - at)
+			h.addSamples(0, d, d, 1)
+		}
+	}
 	if from == breaker.HalfOpen && to == breaker.Closed {
 		h.spread()
 		h.closes.Add(1)

@@ -129,6 +129,9 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 		return succ + fails, fails
 	}
 	flip := func(st int64) {
+		if st == 1 && get("st") == 0 {
+			set("so", now) // when the fleet's breaker opened (for a slow probe, see rate_probed)
+		}
 		set("st", st)
 		set("ep", get("ep")+1)
 		for i := range buckets {

@@ -1,9 +1,11 @@
 package fleet
 
 import (
+	"math"
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/limit"
 )
 
@@ -84,6 +86,102 @@ func TestRateReportOncePerWindow(t *testing.T) {
 			}
 			if r := h.rateReport(int64(time.Duration(syncs+1)*tc.every+time.Millisecond), 0, 0, true); r == nil || r.waiting != -1 {
 				t.Errorf("the final sync's report: %+v, want one that leaves", r)
+			}
+		})
+	}
+}
+
+// TestCloseReportsAndShareFollowsRate: news of a close by this process's
+// probes goes with a report to the rate, due or not (its latency samples
+// are the probes': a slow one restarts the fleet's rate, see
+// TestScriptFleetRateSlowProbe); and a sync without a report, whose reply
+// carries the rate alone, scales the process's share by the rate's change
+// (at a 250 ms sync a share would otherwise stay at a rate five times the
+// host's for up to a window after a slow probe's close).
+func TestCloseReportsAndShareFollowsRate(t *testing.T) {
+	c, s, err := Config{Name: "w", SyncEvery: 250 * time.Millisecond, Limit: &limit.Config{}}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Fleet{cfg: c, set: s}
+	h, err := newHost(f, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	every := int64(250 * time.Millisecond)
+	h.collect(every, false) // the first sync: the first window starts
+	if r := h.collect(2*every, false); r.limit != nil {
+		t.Fatalf("a report a sync after the first: %+v", r.limit)
+	}
+	h.closes.Add(1) // the breaker (closed) closed on its probes
+	r := h.collect(3*every, false)
+	if !r.close || r.limit == nil {
+		t.Fatalf("the sync after a close: close %v, report %v; want both", r.close, r.limit != nil)
+	}
+	if r.limit.latN != 0 {
+		t.Fatalf("a close without a probe round's time: %d samples, want none", r.limit.latN)
+	}
+	h.synced(r, hostWindow{rate: 10_000, fleetRate: 400_000}) // a share of 10/s of 400/s
+	share := func() float64 { return math.Float64frombits(h.rate.Load()) }
+	if share() != 10 {
+		t.Fatalf("share %.3f after a report, want 10", share())
+	}
+	r = h.collect(4*every, false)
+	if r.close || r.limit != nil {
+		t.Fatalf("the next sync: close %v, report %v; want neither", r.close, r.limit != nil)
+	}
+	h.synced(r, hostWindow{fleetRate: 80_000}) // R cut to a fifth, no report
+	if got := share(); math.Abs(got-2) > 1e-9 {
+		t.Fatalf("share %.3f after R fell from 400/s to 80/s between reports, want 2", got)
+	}
+	h.synced(h.collect(5*every, false), hostWindow{fleetRate: 80_000}) // unchanged: unchanged
+	if got := share(); math.Abs(got-2) > 1e-9 {
+		t.Fatalf("share %.3f after a sync with R unchanged, want 2", got)
+	}
+}
+
+// TestProbeTimeIsASample: a probe round the fleet granted with calls
+// waiting (one takes the probe at once) and that closed the breaker gives
+// the report that goes with the close one latency sample, the time from
+// the grant to the close (the limiter's own sample of one call in 16
+// would most often miss the one probe); a round that reopened the breaker
+// gives none.
+func TestProbeTimeIsASample(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		to   breaker.State
+		want int64 // samples in the report
+	}{
+		{"the probe closed the breaker", breaker.Closed, 1},
+		{"the probe failed", breaker.Open, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, err := Config{Name: "w", SyncEvery: time.Second, Limit: &limit.Config{}}.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &Fleet{cfg: c, set: s, kick: make(chan struct{}, 1)}
+			h, err := newHost(f, "api")
+			if err != nil {
+				t.Fatal(err)
+			}
+			const probe = 120 * time.Millisecond
+			h.probeAt.Store(f.since() - int64(probe))      // granted 120 ms ago
+			h.StateChanged(breaker.Open, breaker.HalfOpen) // the round starts
+			h.StateChanged(breaker.HalfOpen, tc.to)
+			r := h.collect(f.since(), false)
+			if r.limit == nil {
+				t.Fatalf("no report")
+			}
+			if r.limit.latN != tc.want {
+				t.Fatalf("%d samples in the report, want %d", r.limit.latN, tc.want)
+			}
+			if tc.want == 1 && (r.limit.latMinUS < probe.Microseconds() || r.limit.latMinUS > (probe+time.Second).Microseconds() ||
+				r.limit.latUS != r.limit.latMinUS) {
+				t.Fatalf("the probe's sample: fastest %d µs, sum %d µs; want one of about %d µs", r.limit.latMinUS, r.limit.latUS, probe.Microseconds())
+			}
+			if h.probeAt.Load() != 0 {
+				t.Fatalf("the probe round's time kept after the state change")
 			}
 		})
 	}

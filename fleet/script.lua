@@ -64,6 +64,7 @@ local function outcome_window(cur)
 end
 
 local function flip(st)
+  if st == 1 and get('st') == 0 then set('so', now) end
   set('st', st); set('ep', get('ep') + 1)
   for i = 0, buckets - 1 do
     if get('on' .. i) ~= -1 then set('on' .. i, -1) end
@@ -305,6 +306,27 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   set('lq', q); set('lf', fs); set('ly', fs)
 end
 
+-- rate_probed takes a close of the fleet's breaker by a process's probes
+-- at now, with its report's fastest latency sample probe (µs, 0: none; the
+-- samples since its last report: the probe's time) and the rate's window
+-- win_us, and returns whether the fleet closes. A probe slower than twice
+-- the baseline and 5% of a window above it (a window of such samples is
+-- not near the baseline) found a host serving at a fraction of its speed
+-- (a slowdown, or a queue still draining): for 10 windows from the open
+-- (so) the fleet stays open, and the calls wait for a host that serves at
+-- its speed again (live, a release at the rate before the outage into a
+-- host slowed x5 filled its queue, and what it queued was served after the
+-- slowdown for callers who had left). After that it closes, and the rate's
+-- rules cut R on the drops or the queue the release meets (R scaled by
+-- the probe's speed was tried: a probe's time in a draining queue then
+-- set R at a few per second, and the gates refused the backlog as
+-- hopeless).
+local function rate_probed(probe, win_us)
+  local b = get('rb')
+  if get('rr') <= 0 or b <= 0 or probe <= math.max(2 * b, b + 0.05 * win_us) then return true end
+  return now - get('so') >= 10 * win_us
+end
+
 -- rate_share takes one process's report (waiting < 0: it leaves; refused:
 -- its calls refused for want of a token since its last report, demand of
 -- the process but not of the host's rate; lmin: its fastest latency
@@ -385,8 +407,10 @@ if mode == 's' then
       end
     end
     local lrate, lfleet = 0, 0
+    local probe, win = 0, 0 -- the report's fastest latency sample (µs) and the rate's window (µs)
     if ARGV[a] == '1' then
-      local win = tonumber(ARGV[a + 5])
+      win = tonumber(ARGV[a + 5])
+      if tonumber(ARGV[a + 4]) > 0 then probe = tonumber(ARGV[a + 9]) end
       local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]),
         tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
         tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
@@ -397,7 +421,14 @@ if mode == 's' then
     else
       a = a + 1
     end
-    if close == 1 and get('st') == 1 and seen == get('ep') then flip(0) end
+    if close == 1 and get('st') == 1 and seen == get('ep') then
+      -- A close refused: open again, a new epoch (the prober trips at
+      -- this reply, as every process that sees it closed).
+      if win == 0 or rate_probed(probe, win) then flip(0) else flip(1) end
+    end
+    -- Without a report, the rate alone: the process scales its share by
+    -- its change (R moves at a window's close and at a slow probe's).
+    if lrate == 0 and get('rr') > 0 then lfleet = math.max(1, math.floor(get('rr') * 1000 + 0.5)) end
     if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
       local i = ring_slot('on', 'os', 'of', bcur, buckets)
       set('os' .. i, get('os' .. i) + ds)
