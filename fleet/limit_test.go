@@ -56,9 +56,20 @@ func (s *limitScript) reportRefused(now int64, pid string, waiting, refused int6
 // (µs, 0: none reported).
 func (s *limitScript) reportFastest(now int64, pid string, waiting, refused int64, ok, failed uint64, latUS, latN, latMinUS int64) (rate, fleetRate float64) {
 	s.t.Helper()
-	args := appendSync(s.set.args("s", now), syncHost{successes: ok, failures: failed,
-		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN, latMinUS: latMinUS, ok: ok, bad: failed,
-			windowUS: s.set.limitWindowUS, max: s.set.limitMax, initRate: s.set.limitInit}})
+	w := s.sync(now, syncHost{successes: ok, failures: failed,
+		limit: &limitReport{pid: pid, waiting: waiting, refused: refused, latUS: latUS, latN: latN, latMinUS: latMinUS, ok: ok, bad: failed}})
+	return float64(w.rate) / 1000, float64(w.fleetRate) / 1000
+}
+
+// sync sends one process's sync at now (µs) of host h (its report to the
+// rate, if not nil, with the script's settings filled in) and returns the
+// reply's window of the host.
+func (s *limitScript) sync(now int64, h syncHost) hostWindow {
+	s.t.Helper()
+	if h.limit != nil {
+		h.limit.windowUS, h.limit.max, h.limit.initRate = s.set.limitWindowUS, s.set.limitMax, s.set.limitInit
+	}
+	args := appendSync(s.set.args("s", now), h)
 	a := make([]any, len(args))
 	for i := range args {
 		a[i] = args[i]
@@ -71,7 +82,7 @@ func (s *limitScript) reportFastest(now int64, pid string, waiting, refused int6
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return float64(r.hosts[0].rate) / 1000, float64(r.hosts[0].fleetRate) / 1000
+	return r.hosts[0]
 }
 
 const t0 = 1_700_000_000_000_000 // µs, the start of a window

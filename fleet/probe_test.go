@@ -5,29 +5,6 @@ import (
 	"testing"
 )
 
-// sync sends one process's sync at now (µs) of host h (its report to the
-// rate, if not nil) and returns the reply's window of the host.
-func (s *limitScript) sync(now int64, h syncHost) hostWindow {
-	s.t.Helper()
-	if h.limit != nil {
-		h.limit.windowUS, h.limit.max, h.limit.initRate = s.set.limitWindowUS, s.set.limitMax, s.set.limitInit
-	}
-	args := appendSync(s.set.args("s", now), h)
-	a := make([]any, len(args))
-	for i := range args {
-		a[i] = args[i]
-	}
-	v, err := s.script.Run(context.Background(), s.rc, []string{s.key}, a...).Int64Slice()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	r, err := decodeSync(v, 1)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return r.hosts[0]
-}
-
 // TestScriptFleetRateSlowProbe: the fleet's breaker closes on a process's
 // probes, whose report (with the probe's time) goes with the close. A probe
 // slower than twice the baseline and 5% of a window above it found a slow
