@@ -182,9 +182,9 @@
 //     Limit.Max per baseline latency (the most in flight the fleet may
 //     have, by Little's law).
 //   - Judges the probe that closes the fleet's breaker: a process whose
-//     probes close its breaker reports to the rate with the close, the
-//     probe's time (from the fleet's grant of the round, taken by a
-//     waiting call, to the close) among its latency samples. A probe
+//     probes close its breaker reports to the rate with the close, and
+//     the report carries the probe's time (from the fleet's grant of the
+//     round, taken by a waiting call, to the close). A probe
 //     slower than twice the baseline and 5% of a window above it found a
 //     host that serves at a fraction of its speed (a slowdown, or a queue
 //     still draining): for 10 windows from the open the fleet refuses the

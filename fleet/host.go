@@ -46,6 +46,7 @@ type host struct {
 	sentAt   atomic.Int64 // when the last sync collected h's counts, on f's clock (ns)
 	closes   atomic.Int64 // closes of the breaker by its own probes
 	probeAt  atomic.Int64 // when the fleet granted a probe round with calls waiting for it, on f's clock (ns; 0: none)
+	probeUS  atomic.Int64 // the time of the probe that closed the breaker, for the report that goes with the close (µs; 0: none)
 	closesOK atomic.Int64 // closes the fleet has been told of
 
 	// The fleet's windows at the last reply, for Budget.Stats and the tests.
@@ -133,6 +134,7 @@ func (h *host) limitReport(final bool) *limitReport {
 	if n > 0 {
 		r.latMinUS = fastestUS(r.latMinUS, fastest)
 	}
+	r.probeUS = h.probeUS.Swap(0)
 	return r
 }
 
@@ -220,9 +222,8 @@ func fastestUS(m int64, d time.Duration) int64 {
 // a close.
 func (h *host) collect(now int64, all bool) syncHost {
 	o := h.outcomes.Swap(0)
-	// News of a close goes with a report to the rate: its latency
-	// samples are the probes' (see the package documentation, The
-	// fleet's rate: a slow probe's close may be refused).
+	// News of a close goes with a report to the rate, with the probe's
+	// time (see StateChanged: a slow probe's close may be refused).
 	closed := h.closes.Load() > h.closesOK.Load() && h.brk.State() == breaker.Closed
 	if closed {
 		h.rateNow.Store(true)
@@ -409,17 +410,18 @@ func (h *host) ProbeRound() bool {
 
 // StateChanged is told every state change of h's breaker (part of
 // breaker.Shared): a close by its own probes is news for the fleet, sent at
-// once, with the probe's time as a latency sample of the report that goes
-// with it (from the fleet's grant of the round, taken by a waiting call,
-// to the close: the limiter samples about one call in 16, and the probe
-// is the one call there is; the fleet refuses a slow probe's close for a
-// while, see the package documentation, The fleet's rate).
+// once, with the probe's time in the report that goes with it (from the
+// fleet's grant of the round, taken by a waiting call, to the close; not
+// the limiter's samples, which may be the calls' before the breaker
+// opened: the fleet refuses a slow probe's close for a while, see the
+// package documentation, The fleet's rate).
 func (h *host) StateChanged(from, to breaker.State) {
 	if from == breaker.HalfOpen { // the round ends
+		var us int64
 		if at := h.probeAt.Swap(0); at > 0 && to == breaker.Closed {
-			d := time.Duration(h.f.since() - at)
-			h.addSamples(0, d, d, 1)
+			us = max(time.Duration(h.f.since()-at).Microseconds(), 1)
 		}
+		h.probeUS.Store(us)
 	}
 	if from == breaker.HalfOpen && to == breaker.Closed {
 		h.spread()

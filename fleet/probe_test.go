@@ -2,7 +2,13 @@ package fleet
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // TestScriptFleetRateSlowProbe: the fleet's breaker closes on a process's
@@ -14,7 +20,7 @@ import (
 // served after the slowdown for callers who had left, 7.4% of the work).
 // For 10 windows from the open the fleet refuses such a close (it opens
 // again, a new epoch); after that it closes, as does a probe near the
-// baseline or a close without a latency sample, with R as it was, and the
+// baseline or a close without a probe's time, with R as it was, and the
 // first window near the baseline ends the outage (the last healthy rate
 // back). A sync
 // without a report returns the rate alone (no share), so that a process
@@ -22,7 +28,7 @@ import (
 func TestScriptFleetRateSlowProbe(t *testing.T) {
 	type probe struct {
 		at int64 // µs after the open
-		us int64 // the probe's time (0: no sample)
+		us int64 // the probe's time (0: unknown)
 	}
 	for _, c := range []struct {
 		name    string
@@ -31,7 +37,7 @@ func TestScriptFleetRateSlowProbe(t *testing.T) {
 	}{
 		{"near the baseline: closed at once", []probe{{3_000_000, 30_000}}, 0},
 		{"60 ms, within 5% of a window of it: closed at once", []probe{{3_000_000, 60_000}}, 0},
-		{"no sample: closed at once", []probe{{3_000_000, 0}}, 0},
+		{"no probe time: closed at once", []probe{{3_000_000, 0}}, 0},
 		{"x5, then back: refused, then closed", []probe{{3_000_000, 100_000}, {6_000_000, 100_000}, {9_000_000, 20_000}}, 2},
 		{"x5 for good: closed after 10 windows", []probe{{3_000_000, 200_000}, {9_900_000, 100_000}, {10_000_000, 150_000}}, 2},
 	} {
@@ -63,12 +69,10 @@ func TestScriptFleetRateSlowProbe(t *testing.T) {
 					w = report(last+1_000_000, 0, 400, 0, 0, 0, epoch)
 				}
 				before = float64(w.fleetRate) / 1000
-				var n int64
-				if p.us > 0 {
-					n = 1
-				}
+				// p2's report carries a fast sample of its own, from before
+				// the open: the probe's time decides, not its samples.
 				w = s.sync(open+p.at, syncHost{successes: 1, seen: epoch, close: true,
-					limit: &limitReport{pid: "p2", waiting: 1, ok: 1, latUS: p.us * n, latN: n, latMinUS: p.us}})
+					limit: &limitReport{pid: "p2", waiting: 1, ok: 1, latUS: 1_000, latN: 1, latMinUS: 1_000, probeUS: p.us}})
 				if k < c.refused {
 					if w.state != fleetOpen || w.epoch != epoch+1 || float64(w.fleetRate)/1000 != before {
 						t.Fatalf("probe %d (%d µs at %d µs): state %d, epoch %d, R %.1f; want the close refused (open, epoch %d, R %.1f)",
@@ -104,5 +108,81 @@ func TestScriptFleetRateSlowProbe(t *testing.T) {
 				t.Fatalf("R %.1f after a window near the baseline, want the last healthy 400 back (R was %.1f)", back, healthy)
 			}
 		})
+	}
+}
+
+// TestSlowProbeKeepsFleetOpen, end to end against a real Redis: a fleet
+// with a rate learns a baseline from fast calls, a failing dependency opens
+// its breaker, and the dependency then answers, but 150 ms late (about
+// 150x its baseline): the probes succeed and close the process's breaker,
+// and the fleet refuses each close (a new epoch, still open), so the calls
+// keep waiting; once the dependency is fast again a probe closes it.
+func TestSlowProbeKeepsFleetOpen(t *testing.T) {
+	rc := redisClient(t)
+	cfg := Config{Name: uniqueName(t), SyncEvery: 100 * time.Millisecond, Timeout: time.Second,
+		Limit: &limit.Config{Max: 64}, MinCalls: 10, // the fleet's breaker trips, the process's does not alone
+		Breaker: breaker.Config{MinCalls: 1 << 30, Window: 2 * time.Second, OpenFor: 300 * time.Millisecond}}
+	cleanup(t, rc, cfg.Name)
+	f := newFleets(t, rc, 1, cfg)[0]
+	const (
+		fast = iota
+		failing
+		slow
+	)
+	var mode atomic.Int32
+	op := func(ctx context.Context, _ int) error {
+		switch mode.Load() {
+		case failing:
+			time.Sleep(time.Millisecond)
+			return errDependency
+		case slow:
+			select {
+			case <-time.After(150 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	p := newPolicy(t, f, "api")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		until(&wg, stop, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_ = p.Do(ctx, op)
+			cancel()
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	h := f.hostFor("api")
+	baseline := func() float64 {
+		v, _ := rc.HGet(context.Background(), h.key, "rb").Float64()
+		return v
+	}
+	if !eventually(15*time.Second, func() bool { return baseline() > 0 }) {
+		t.Fatalf("no baseline learned from the fast calls")
+	}
+	mode.Store(failing)
+	if !eventually(10*time.Second, func() bool { return h.fleetState.Load() == fleetOpen }) {
+		t.Fatalf("the failing dependency did not open the fleet's breaker")
+	}
+	mode.Store(slow)
+	ep0, closes0 := h.fleetEpoch.Load(), h.closes.Load()
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if s := h.fleetState.Load(); s != fleetOpen {
+			t.Fatalf("the fleet's breaker closed on probes 150 ms slow (baseline %.0f µs), 2 s into the 10 windows", baseline())
+		}
+	}
+	ep, closes := h.fleetEpoch.Load(), h.closes.Load()
+	t.Logf("baseline %.0f µs; in 2 s of slow answers: %d closes by the process's probes, epoch %d -> %d", baseline(), closes-closes0, ep0, ep)
+	if closes == closes0 || ep == ep0 {
+		t.Fatalf("no close refused in 2 s of slow answers: %d closes, epoch %d -> %d", closes-closes0, ep0, ep)
+	}
+	mode.Store(fast)
+	if !eventually(10*time.Second, func() bool { return h.fleetState.Load() == fleetClosed }) {
+		t.Fatalf("the fleet's breaker did not close once the dependency was fast again")
 	}
 }

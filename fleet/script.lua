@@ -307,9 +307,8 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
 end
 
 -- rate_probed takes a close of the fleet's breaker by a process's probes
--- at now, with its report's fastest latency sample probe (µs, 0: none; the
--- samples since its last report: the probe's time) and the rate's window
--- win_us, and returns whether the fleet closes. A probe slower than twice
+-- at now, with the time of the probe that closed it (µs, 0: unknown) and
+-- the rate's window win_us, and returns whether the fleet closes. A probe slower than twice
 -- the baseline and 5% of a window above it (a window of such samples is
 -- not near the baseline) found a host serving at a fraction of its speed
 -- (a slowdown, or a queue still draining): for 10 windows from the open
@@ -407,17 +406,17 @@ if mode == 's' then
       end
     end
     local lrate, lfleet = 0, 0
-    local probe, win = 0, 0 -- the report's fastest latency sample (µs) and the rate's window (µs)
+    local probe, win = 0, 0 -- the closing probe's time (µs, 0: none) and the rate's window (µs)
     if ARGV[a] == '1' then
       win = tonumber(ARGV[a + 5])
-      if tonumber(ARGV[a + 4]) > 0 then probe = tonumber(ARGV[a + 9]) end
+      probe = tonumber(ARGV[a + 12])
       local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]),
         tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
         tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
       if R > 0 then
         lrate, lfleet = math.max(1, math.floor(r * 1000 + 0.5)), math.max(1, math.floor(R * 1000 + 0.5))
       end
-      a = a + 12
+      a = a + 13
     else
       a = a + 1
     end

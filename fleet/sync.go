@@ -256,13 +256,15 @@ type syncHost struct {
 // share, not in the fleet's rate); the sum (µs), the fastest (µs, 0:
 // none) and the number of its latency samples since its last report; its
 // successes and failures since its last report (the syncs in between sent
-// them to the breaker only); and the fleet's settings (window in
-// microseconds, Limit.Max, the cold rate's floor).
+// them to the breaker only); the time of the probe that closed its
+// breaker (µs, 0: none; see host.StateChanged); and the fleet's settings
+// (window in microseconds, Limit.Max, the cold rate's floor).
 type limitReport struct {
 	pid                           string
 	waiting, refused, latUS, latN int64
 	latMinUS                      int64
 	ok, bad                       uint64
+	probeUS                       int64
 	windowUS, max, initRate       int64
 }
 
@@ -279,7 +281,7 @@ func appendSync(args []string, h syncHost) []string {
 	}
 	if l := h.limit; l != nil {
 		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate), itoa(l.refused), itoa(l.latMinUS),
-			strconv.FormatUint(l.ok, 10), strconv.FormatUint(l.bad, 10))
+			strconv.FormatUint(l.ok, 10), strconv.FormatUint(l.bad, 10), itoa(l.probeUS))
 	}
 	return append(args, "0")
 }
