@@ -95,6 +95,22 @@ func policy(t testing.TB, f *Fleet, host string, opts ...retry.Option) *retry.Po
 	return p
 }
 
+// keepCalling starts n goroutines that call p.Do(op), each call with a
+// timeout, over and over until the test ends (its cleanups run before
+// those registered earlier, such as the fleets' Close).
+func keepCalling(t testing.TB, p *retry.Policy, n int, timeout time.Duration, op func(context.Context, int) error) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		until(&wg, stop, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_ = p.Do(ctx, op)
+			cancel()
+		})
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
 // until runs fn over and over on a goroutine of wg until stop is closed.
 func until(wg *sync.WaitGroup, stop <-chan struct{}, fn func()) {
 	wg.Go(func() {

@@ -563,19 +563,9 @@ func TestFleetLimitFallsAndRecovers(t *testing.T) {
 		}
 		return nil
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	for _, f := range fs {
-		p := newPolicy(t, f, "api")
-		for range 16 {
-			until(&wg, stop, func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = p.Do(ctx, op)
-				cancel()
-			})
-		}
+		keepCalling(t, newPolicy(t, f, "api"), 16, 5*time.Second, op)
 	}
-	defer func() { close(stop); wg.Wait() }()
 	h := fs[0].hostFor("api")
 	rate := func() float64 { return float64(h.fleetRate.Load()) / 1000 }
 	var path []float64

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,17 +145,7 @@ func TestSlowProbeKeepsFleetOpen(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		return nil
 	}
-	p := newPolicy(t, f, "api")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		until(&wg, stop, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_ = p.Do(ctx, op)
-			cancel()
-		})
-	}
-	defer func() { close(stop); wg.Wait() }()
+	keepCalling(t, newPolicy(t, f, "api"), 8, 3*time.Second, op)
 	h := f.hostFor("api")
 	baseline := func() float64 {
 		v, _ := rc.HGet(context.Background(), h.key, "rb").Float64()
