@@ -92,12 +92,12 @@ func TestRateReportOncePerWindow(t *testing.T) {
 }
 
 // TestCloseReportsAndShareFollowsRate: news of a close by this process's
-// probes goes with a report to the rate, due or not (its latency samples
-// are the probes': a slow one restarts the fleet's rate, see
+// probes goes with a report to the rate, due or not (it carries the
+// probe's time: a slow probe's close may be refused, see
 // TestScriptFleetRateSlowProbe); and a sync without a report, whose reply
 // carries the rate alone, scales the process's share by the rate's change
-// (at a 250 ms sync a share would otherwise stay at a rate five times the
-// host's for up to a window after a slow probe's close).
+// (at a 250 ms sync a cut of R would otherwise reach a process only at its
+// next report, up to a window later).
 func TestCloseReportsAndShareFollowsRate(t *testing.T) {
 	c, s, err := Config{Name: "w", SyncEvery: 250 * time.Millisecond, Limit: &limit.Config{}}.resolve()
 	if err != nil {

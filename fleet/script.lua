@@ -308,8 +308,8 @@ end
 
 -- rate_probed takes a close of the fleet's breaker by a process's probes
 -- at now, with the time of the probe that closed it (µs, 0: unknown) and
--- the rate's window win_us, and returns whether the fleet closes. A probe slower than twice
--- the baseline and 5% of a window above it (a window of such samples is
+-- the rate's window win_us, and returns whether the fleet closes. A probe
+-- slower than twice the baseline and 5% of a window above it (a window of such samples is
 -- not near the baseline) found a host serving at a fraction of its speed
 -- (a slowdown, or a queue still draining): for 10 windows from the open
 -- (so) the fleet stays open, and the calls wait for a host that serves at
@@ -426,7 +426,7 @@ if mode == 's' then
       if win == 0 or rate_probed(probe, win) then flip(0) else flip(1) end
     end
     -- Without a report, the rate alone: the process scales its share by
-    -- its change (R moves at a window's close and at a slow probe's).
+    -- its change (R moves when a window closes, at another process's report).
     if lrate == 0 and get('rr') > 0 then lfleet = math.max(1, math.floor(get('rr') * 1000 + 0.5)) end
     if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
       local i = ring_slot('on', 'os', 'of', bcur, buckets)
