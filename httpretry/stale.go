@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -56,7 +57,11 @@ const (
 // request (a private response to a request without credentials is never
 // kept: the cache cannot tell whose it is). A later answer to the same
 // request that is not kept (a 404, a no-store; not a 206 or a 304) drops
-// the kept one.
+// the kept one. The request that decides is the one sent: after
+// [WithRefreshOn401], the refreshed one with its credentials. Header
+// fields are read under any spelling of their key ("authorization" set
+// by assigning to the header's map is sent as written, and the server
+// reads it as Authorization).
 //
 // The body is kept as the caller reads it: the response is stored once its
 // body has been read to the end (or to its Content-Length) and is no larger
@@ -69,7 +74,8 @@ const (
 //
 // How stale it may be: a response is fresh for its max-age (or Expires
 // minus Date), counted from its age when received (Age, or now minus Date
-// when later). It is served up to stale-if-error seconds past that when it
+// when later; a Date too old for a Duration, about 292 years, makes it the
+// oldest there is, never a negative age). It is served up to stale-if-error seconds past that when it
 // carried Cache-Control stale-if-error, else up to maxStale past it (0:
 // only responses with stale-if-error are served stale; a fresh one always
 // is). A request's own stale-if-error lowers the limit for that request.
@@ -162,6 +168,7 @@ type reqInfo struct {
 	key  string
 	cred [sha256.Size]byte
 	cc   cacheControl
+	h    http.Header // the request's header fields under their canonical keys
 }
 
 // requestInfo returns the cache's view of req, and false if the cache may
@@ -174,8 +181,8 @@ func (s *staleCache) requestInfo(req *http.Request) (reqInfo, bool) {
 	if m != http.MethodGet && m != http.MethodHead {
 		return reqInfo{}, false
 	}
-	h := req.Header
-	ri := reqInfo{cc: parseCacheControl(h)}
+	h := canonicalHeader(req.Header)
+	ri := reqInfo{cc: parseCacheControl(h), h: h}
 	if ri.cc.noStore || len(h["Range"]) > 0 {
 		return reqInfo{}, false
 	}
@@ -198,6 +205,26 @@ func (s *staleCache) requestInfo(req *http.Request) (reqInfo, bool) {
 	u.Fragment, u.RawFragment = "", ""
 	ri.key = m + " " + req.Host + " " + u.String()
 	return ri, true
+}
+
+// canonicalHeader returns h with every field under its canonical key: h
+// itself when all its keys are canonical (the header's methods write them
+// so), else a copy in which the lines of the keys that differ only in
+// case are merged. A header set by assigning to the map keeps the
+// caller's spelling ("authorization"), net/http sends it as written, and
+// the server reads it as the canonical field: the cache must see it too.
+func canonicalHeader(h http.Header) http.Header {
+	for k := range h {
+		if http.CanonicalHeaderKey(k) != k {
+			c := make(http.Header, len(h))
+			for k, v := range h {
+				ck := http.CanonicalHeaderKey(k)
+				c[ck] = append(c[ck], v...)
+			}
+			return c
+		}
+	}
+	return h
 }
 
 // fieldValue is a request's value of a Vary-named field: its lines joined
@@ -266,7 +293,7 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 		case code < 200, code == http.StatusPartialContent, code == http.StatusNotModified:
 			// Not an answer that replaces the kept one.
 		default:
-			s.drop(ri.key, ri.cred, req.Header)
+			s.drop(ri.key, ri.cred, ri.h)
 		}
 		return resp
 	}
@@ -279,7 +306,7 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 	}
 	room := s.maxBytes - e.size
 	if resp.ContentLength > room {
-		s.drop(ri.key, ri.cred, req.Header)
+		s.drop(ri.key, ri.cred, ri.h)
 		return resp
 	}
 	k := &keeper{s: s, key: ri.key, e: e, room: room, length: resp.ContentLength}
@@ -302,7 +329,7 @@ func (s *staleCache) entryFor(req *http.Request, ri reqInfo, resp *http.Response
 	default:
 		return nil
 	}
-	h := resp.Header
+	h := canonicalHeader(resp.Header) // a base RoundTripper may set fields under any spelling
 	cc := parseCacheControl(h)
 	if cc.noStore || cc.noCache || cc.mustRevalidate || cc.proxyRevalidate || len(h["Set-Cookie"]) > 0 {
 		return nil
@@ -323,7 +350,7 @@ func (s *staleCache) entryFor(req *http.Request, ri reqInfo, resp *http.Response
 	}
 	size := int64(entryOverhead + 2*len(ri.key))
 	for i, name := range vary {
-		e.varyVals[i] = fieldValue(req.Header, name)
+		e.varyVals[i] = fieldValue(ri.h, name)
 		size += int64(len(name) + len(e.varyVals[i]))
 	}
 	for k, vs := range e.header {
@@ -515,7 +542,7 @@ func (s *staleCache) serve(req *http.Request, re *retry.Error, resp *http.Respon
 	var e *staleEntry
 	if g := s.groups[ri.key]; g != nil {
 		for i := len(g.entries) - 1; i >= 0; i-- {
-			if g.entries[i].matches(ri.cred, req.Header) {
+			if g.entries[i].matches(ri.cred, ri.h) {
 				e = g.entries[i]
 				break
 			}
@@ -525,7 +552,9 @@ func (s *staleCache) serve(req *http.Request, re *retry.Error, resp *http.Respon
 		s.mu.Unlock()
 		return nil
 	}
-	age := e.initialAge + max(now.Sub(e.received), 0)
+	// Saturating: a Date centuries old makes the age the largest
+	// Duration, which must stay the oldest, not wrap to a negative one.
+	age := sat.Add(e.initialAge, max(now.Sub(e.received), 0))
 	stale := max(age-e.lifetime, 0)
 	limit := s.maxStale
 	if e.sie >= 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,12 +78,18 @@ func staleTransport(t *testing.T, o http.RoundTripper, opts ...httpretry.Option)
 }
 
 // get sends a request with the given method and header fields ("Name:
-// value" strings) through tr.
+// value" strings) through tr. A field written "=name: value" is set under
+// its key as written, by assigning to the header's map (net/http sends
+// it so, and the server reads it as the canonical field).
 func get(t *testing.T, tr http.RoundTripper, method, url string, fields ...string) (*http.Response, error) {
 	t.Helper()
 	req := newRequest(t, context.Background(), method, url, nil)
 	for _, f := range fields {
 		k, v, _ := strings.Cut(f, ":")
+		if raw, ok := strings.CutPrefix(k, "="); ok {
+			req.Header[raw] = append(req.Header[raw], strings.TrimSpace(v))
+			continue
+		}
 		req.Header.Add(k, strings.TrimSpace(v))
 	}
 	return tr.RoundTrip(req)
@@ -168,6 +175,36 @@ func TestStaleCacheRules(t *testing.T) {
 		{name: "Cookie, not allowed", header: cc("max-age=60"), first: []string{"Cookie: s=alice"}, second: []string{"Cookie: s=alice"}, wait: time.Second},
 		{name: "Cookie, allowed, another user", creds: true, header: cc("max-age=60"), first: []string{"Cookie: s=alice"},
 			second: []string{"Cookie: s=bob"}, wait: time.Second},
+		// Fields under a key that is not canonical ("authorization", set
+		// by assigning to the map) are the same fields: net/http sends them
+		// as written and the server reads them as the canonical ones.
+		{name: "lowercase authorization, not allowed", header: cc("max-age=60"), first: []string{"=authorization: Bearer alice"},
+			wait: time.Second},
+		{name: "lowercase authorization, allowed, no credentials on the second", creds: true, header: cc("max-age=60"),
+			first: []string{"=authorization: Bearer alice"}, wait: time.Second},
+		{name: "lowercase authorization, allowed, another user", creds: true, header: cc("max-age=60"),
+			first: []string{"=authorization: Bearer alice"}, second: []string{"=AUTHORIZATION: Bearer mallory"}, wait: time.Second},
+		{name: "lowercase authorization, allowed, same user", creds: true, header: cc("max-age=60"),
+			first: []string{"=authorization: Bearer alice"}, second: []string{"Authorization: Bearer alice"}, wait: time.Second, served: true},
+		{name: "lowercase cookie, not allowed", header: cc("max-age=60"), first: []string{"=cookie: s=alice"}, wait: time.Second},
+		{name: "lowercase proxy-authorization, not allowed", header: cc("max-age=60"), first: []string{"=proxy-authorization: Basic YTpi"},
+			wait: time.Second},
+		{name: "lowercase no-store request", header: cc("max-age=60"), first: []string{"=cache-control: no-store"}, wait: time.Second},
+		{name: "lowercase range request", header: cc("max-age=60"), first: []string{"=range: bytes=0-3"}, wait: time.Second},
+		{name: "Vary: a lowercase field", header: hdr("Cache-Control", "max-age=60", "Vary", "Accept-Language"),
+			first: []string{"=accept-language: fr"}, wait: time.Second},
+		{name: "Vary: a lowercase field, the same value", header: hdr("Cache-Control", "max-age=60", "Vary", "Accept-Language"),
+			first: []string{"=accept-language: fr"}, second: []string{"Accept-Language: fr"}, wait: time.Second, served: true},
+		{name: "lowercase no-store response", maxStale: time.Hour, header: http.Header{"cache-control": {"no-store, max-age=60"}}, wait: time.Second},
+		{name: "lowercase set-cookie response", header: http.Header{"Cache-Control": {"max-age=60"}, "set-cookie": {"s=1"}}, wait: time.Second},
+		// A Date centuries old makes the age the largest Duration: the
+		// oldest there is, never one that wraps to a negative age.
+		{name: "a Date centuries old, max-age=0", header: hdr("Cache-Control", "max-age=0", "Date", "Fri, 01 Jan 1700 00:00:00 GMT"),
+			wait: time.Second},
+		{name: "a Date centuries old, stale-if-error", header: hdr("Cache-Control", "max-age=0, stale-if-error=60", "Date", "Fri, 01 Jan 1700 00:00:00 GMT"),
+			wait: time.Second},
+		{name: "a Date centuries old, no Cache-Control", maxStale: time.Hour, header: hdr("Date", "Mon, 01 Jan 0001 00:00:00 GMT"),
+			wait: 2 * time.Minute},
 		{name: "private without credentials", creds: true, header: cc("private, max-age=60"), wait: time.Second},
 		{name: "private, same user", creds: true, header: cc("private, max-age=60"), first: []string{"Cookie: s=alice"},
 			second: []string{"Cookie: s=alice"}, wait: time.Second, served: true},
@@ -473,4 +510,101 @@ func TestStaleCacheDoesNotWaitBehindTheBreaker(t *testing.T) {
 			t.Errorf("a request the cache cannot answer returned after %v, want it to wait for the probe round (5 s)", waited)
 		}
 	})
+}
+
+// authOrigin answers 401 to a request without Authorization and, up, a
+// cacheable 200 to one with it; down, 503.
+type authOrigin struct{ origin }
+
+func (o *authOrigin) RoundTrip(r *http.Request) (*http.Response, error) {
+	o.mu.Lock()
+	down := o.down
+	o.mu.Unlock()
+	if !down && r.Header.Get("Authorization") == "" {
+		return &http.Response{StatusCode: http.StatusUnauthorized, Status: "401 Unauthorized", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: make(http.Header), Body: http.NoBody, Request: r}, nil
+	}
+	return o.origin.RoundTrip(r)
+}
+
+// TestStaleCacheRefreshedCredentials: after WithRefreshOn401 the answer
+// is kept by the request that was sent, with the credentials the refresh
+// added: not kept at all without withCredentials, and with it served only
+// to requests that carry those credentials.
+func TestStaleCacheRefreshedCredentials(t *testing.T) {
+	const url = "http://origin.test/me"
+	refresh := httpretry.WithRefreshOn401(func(req *http.Request) (*http.Request, error) {
+		r := req.Clone(req.Context())
+		r.Header.Set("Authorization", "Bearer alice")
+		return r, nil
+	})
+	for _, tt := range []struct {
+		name   string
+		creds  bool
+		second []string
+		served bool
+	}{
+		{name: "not allowed, anonymous second", second: nil},
+		{name: "not allowed, alice second", second: []string{"Authorization: Bearer alice"}},
+		{name: "allowed, anonymous second", creds: true},
+		{name: "allowed, alice second", creds: true, second: []string{"Authorization: Bearer alice"}, served: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := &authOrigin{origin{status: http.StatusOK, header: hdr("Cache-Control", "max-age=60"), body: "alice's"}}
+				tr := staleTransport(t, o, httpretry.WithStaleCache(1<<20, 0, tt.creds), refresh)
+				resp, err := get(t, tr, http.MethodGet, url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := readClose(t, resp); resp.StatusCode != http.StatusOK || got != "alice's" {
+					t.Fatalf("first request: %d %q, want 200 after the refresh", resp.StatusCode, got)
+				}
+				o.set(func(o *origin) { o.down = true })
+				time.Sleep(time.Second)
+				resp, err = get(t, tr, http.MethodGet, url, tt.second...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mark := resp.Header.Get("Stormguard-Stale")
+				readClose(t, resp)
+				if served := mark != ""; served != tt.served {
+					t.Errorf("second request: %d, Stormguard-Stale %q; want served %v", resp.StatusCode, mark, tt.served)
+				}
+			})
+		})
+	}
+}
+
+// TestStaleCacheCloseDuringRead: a body closed by another goroutine while
+// a Read runs (net/http lets a Close abort a Read) is no data race with
+// the cache on (run with -race).
+func TestStaleCacheCloseDuringRead(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		for i := range 50 {
+			fmt.Fprintf(w, "chunk %d\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Microsecond)
+		}
+	}))
+	defer srv.Close()
+	tr, err := httpretry.NewTransport(srv.Client().Transport, httpretry.WithStaleCache(1<<20, 0, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		resp, err := get(t, tr, http.MethodGet, srv.URL+"/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = io.Copy(io.Discard, resp.Body)
+		}()
+		time.Sleep(time.Millisecond) // let the reader start: a race, not a timing, is what is checked
+		_ = resp.Body.Close()
+		<-done
+	}
 }

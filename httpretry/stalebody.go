@@ -1,11 +1,17 @@
 package httpretry
 
-import "io"
+import (
+	"io"
+	"sync"
+)
 
 // keeper keeps the body of a response the cache stores once it has been
 // read to the end: it copies what the caller reads, up to room bytes. It
-// belongs to the response's body, read by one goroutine at a time.
+// belongs to the response's body: read by one goroutine at a time, but
+// closed maybe by another while a Read runs (net/http lets a Close abort
+// a Read), so mu orders the two.
 type keeper struct {
+	mu     sync.Mutex
 	s      *staleCache
 	key    string
 	e      *staleEntry
@@ -17,6 +23,8 @@ type keeper struct {
 
 // read is told what a Read of the body returned.
 func (k *keeper) read(p []byte, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.done {
 		return
 	}
@@ -36,6 +44,8 @@ func (k *keeper) read(p []byte, err error) {
 // close is told the caller closed the body: one read to its Content-Length
 // is kept even if the caller stopped before it saw io.EOF.
 func (k *keeper) close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if !k.done {
 		if k.length >= 0 && int64(len(k.buf)) == k.length {
 			k.finish()

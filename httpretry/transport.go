@@ -268,7 +268,10 @@ func (c *call) run(h *host) (*http.Response, error) {
 		case err == nil:
 			resp = c.giveBack(resp, nil)
 			if sc != nil {
-				resp = sc.keep(req, resp)
+				// The request that was sent: after a refresh, one with the
+				// credentials the refresh added, which decide whether and
+				// under what the answer is kept.
+				resp = sc.keep(c.src, resp)
 			}
 			return resp, nil
 		case re != nil && re.Reason != retry.Canceled && stale == nil:
