@@ -389,10 +389,13 @@ func hedgeStart(o observe.Observer, ctx context.Context, name string, num int) c
 	return ctx
 }
 
-// hedgeEnd reports the end of hedge num to target name to o.
-func hedgeEnd(o observe.Observer, ctx context.Context, name string, num int, err error, t0 time.Time) {
+// hedgeEnd reports the end of hedge num to target name to o; lost: its
+// answer was good but another copy had won the race.
+func hedgeEnd(o observe.Observer, ctx context.Context, name string, num int, err error, t0 time.Time, lost bool) {
 	e := observe.Event{Kind: observe.AttemptEnd, Name: name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
 	switch {
+	case lost:
+		e.Outcome = "canceled"
 	case good(err):
 		e.Outcome = "success"
 	case errors.Is(ctx.Err(), context.Canceled):

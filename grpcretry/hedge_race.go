@@ -246,15 +246,13 @@ func (rs *raceState) fire() {
 	if g.Limiter != nil {
 		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
 	}
-	if o != nil {
-		hedgeEnd(o, lctx, p.t.Name, num, err, t0)
-	}
 	won := pv == nil && good(err)
 	if !won && pv == nil {
 		p.hh.pushback(err, e.trailer)
 	}
 	rs.mu.Lock()
-	if (won || pv != nil) && !rs.over && !rs.lost {
+	winner := (won || pv != nil) && !rs.over && !rs.lost
+	if winner {
 		rs.lost = true
 		rs.cancels[0]()
 	}
@@ -262,6 +260,11 @@ func (rs *raceState) fire() {
 		rs.failed = true // a failure: no more hedges in this race
 	}
 	rs.mu.Unlock()
+	if o != nil {
+		// A good answer that came after another copy won lost the race:
+		// "canceled", like a loser that its cancel stopped.
+		hedgeEnd(o, lctx, p.t.Name, num, err, t0, won && !winner)
+	}
 	rs.results <- leg{i: i, e: e, hl: hl, p: pv}
 }
 

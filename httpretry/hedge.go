@@ -53,8 +53,9 @@ const (
 // is one withdrawal: no budget, no hedge), its breaker is closed, its
 // concurrency limiter ([WithLimit]) has a free slot at once (the hedge
 // holds it until it ends) and is not throttling, the host
-// has not pushed back in the last 5 s (429, 503, a Retry-After or a
-// don't-retry mark; a longer Retry-After holds for as long), and its recent
+// has not pushed back in the last 5 s (a 429 or a 503, or any failed
+// answer, a 408, 500, 502 or 504, with a Retry-After or a don't-retry
+// mark; a longer Retry-After holds for as long), and its recent
 // median latency is at most 3 times its baseline (a tail caused by overload
 // is not helped by more load). Nor does a hedge go while more of the
 // host's races reached their delay in the last second (counted as the
@@ -146,9 +147,10 @@ func (t *Transport) hedgeState(req *http.Request, name string) *hedgeHost {
 	return hh
 }
 
-// pushback notes an answer of the host that asks for less load: a 429 or
-// 503, a Retry-After (hint), a don't-retry mark. No hedge goes to the host
-// for pushbackHold, or hint if longer.
+// pushback notes a failed answer of the host (a retryable status or a
+// 500) that asks for less load: a 429 or 503, or one with a Retry-After
+// (hint) or a don't-retry mark. No hedge goes to the host for
+// pushbackHold, or hint if longer.
 func (hh *hedgeHost) pushback(code int, hint time.Duration, h http.Header) {
 	if hh == nil {
 		return
@@ -482,16 +484,14 @@ func (rs *raceState) fire() {
 	t0 := time.Now()
 	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
 	releaseSlot(g, slot, p.ctx, lctx, rs.won.Load(), resp, err)
-	if cfg.observer != nil {
-		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0)
-	}
 	won := good(resp, err)
 	if !won && resp != nil {
 		p.hh.pushback(resp.StatusCode, retryAfterOf(resp), resp.Header)
 		capacityHint(p.dest, resp.StatusCode, resp.Header) // a losing hedge's hint counts too
 	}
 	rs.mu.Lock()
-	if won && !rs.over && !rs.lost {
+	winner := won && !rs.over && !rs.lost
+	if winner {
 		rs.lost = true
 		rs.cancels[0]()
 	}
@@ -499,6 +499,11 @@ func (rs *raceState) fire() {
 		rs.failed = true // a failure: no more hedges in this race
 	}
 	rs.mu.Unlock()
+	if cfg.observer != nil {
+		// A good answer that came after another copy won lost the race:
+		// "canceled", like a loser that its cancel stopped.
+		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0, won && !winner)
+	}
 	rs.results <- leg{i: i, resp: resp, err: err}
 }
 
@@ -578,10 +583,11 @@ func hedgeStart(o observe.Observer, dest *host, ctx context.Context, num int) co
 }
 
 // hedgeEnd reports the end of hedge num to dest to o.
-func hedgeEnd(o observe.Observer, dest *host, ctx context.Context, num int, resp *http.Response, err error, t0 time.Time) {
+// lost: its answer was good but another copy had won the race.
+func hedgeEnd(o observe.Observer, dest *host, ctx context.Context, num int, resp *http.Response, err error, t0 time.Time, lost bool) {
 	e := observe.Event{Kind: observe.AttemptEnd, Name: dest.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
 	switch {
-	case ctx.Err() != nil && !good(resp, err):
+	case lost || ctx.Err() != nil && !good(resp, err):
 		e.Outcome = "canceled"
 	case good(resp, err):
 		e.Outcome = "success"

@@ -30,6 +30,7 @@ import (
 // flight and the response bodies not yet closed.
 type legBase struct {
 	answer func(i int) (time.Duration, int)
+	header func(i int) http.Header // nil: none (but Retry-After: 2 on a 503)
 	deaf   bool
 	watch  bool // a body's reads fail once its request's context ends, as net/http's do
 
@@ -62,6 +63,11 @@ func (b *legBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	h := http.Header{}
 	if code == http.StatusServiceUnavailable {
 		h.Set("Retry-After", "2")
+	}
+	if b.header != nil {
+		for k, v := range b.header(i) {
+			h[k] = v
+		}
 	}
 	return &http.Response{StatusCode: code, Header: h, Request: r,
 		Body: &countedBody{Reader: strings.NewReader("leg" + strconv.Itoa(i)), open: &b.open, ctx: b.watched(r)}}, nil
@@ -243,6 +249,9 @@ func TestHedgeHeldBack(t *testing.T) {
 		{"limiter at its limit", func(*testing.T) []httpretry.Option {
 			return []httpretry.Option{httpretry.WithLimit(&limit.Config{Max: 1})}
 		}, nil},
+		{"a 502 with a Retry-After", nil, pushedBackBy(http.StatusBadGateway, http.Header{"Retry-After": {"2"}})},
+		{"a 500 with a don't-retry mark", nil, pushedBackBy(http.StatusInternalServerError, http.Header{"Stormguard-Retry": {"no"}})},
+		{"a 504 with a don't-retry mark", nil, pushedBackBy(http.StatusGatewayTimeout, http.Header{"Stormguard-Retry": {"no"}})},
 		{"host pushed back", nil, func(t *testing.T, tr *httpretry.Transport, base *legBase) {
 			base.answer = func(i int) (time.Duration, int) {
 				if i == 0 {
@@ -280,6 +289,30 @@ func TestHedgeHeldBack(t *testing.T) {
 				base.settle(t)
 			})
 		})
+	}
+}
+
+// pushedBackBy is a TestHedgeHeldBack setup: the host's first answer is
+// code with header h, and the GET under test comes 4 s later, within the
+// 5 s hold.
+func pushedBackBy(code int, h http.Header) func(t *testing.T, tr *httpretry.Transport, base *legBase) {
+	return func(t *testing.T, tr *httpretry.Transport, base *legBase) {
+		base.answer = func(i int) (time.Duration, int) {
+			if i == 0 {
+				return time.Millisecond, code
+			}
+			return delays(time.Second, 10*time.Millisecond)(i - 1)
+		}
+		base.header = func(i int) http.Header {
+			if i == 0 {
+				return h
+			}
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		hedgeGet(t, tr, ctx)
+		time.Sleep(4 * time.Second)
 	}
 }
 
@@ -410,6 +443,15 @@ func TestHedgeCallerCancels(t *testing.T) {
 }
 
 func TestHedgeObserved(t *testing.T) {
+	for _, deaf := range []bool{false, true} {
+		t.Run("deaf="+strconv.FormatBool(deaf), func(t *testing.T) { testHedgeObserved(t, deaf) })
+	}
+}
+
+// testHedgeObserved: the first copy answers at 100 ms and wins; the hedge,
+// sent at 50 ms, is canceled. A deaf base answers the hedge anyway, 200
+// at 1.05 s: it lost the race all the same, and ends "canceled" too.
+func testHedgeObserved(t *testing.T, deaf bool) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var got []string
@@ -420,10 +462,11 @@ func TestHedgeObserved(t *testing.T) {
 				mu.Unlock()
 			}
 		})
-		base := &legBase{answer: delays(100*time.Millisecond, time.Second)}
+		base := &legBase{answer: delays(100*time.Millisecond, time.Second), deaf: deaf}
 		tr, _ := httpretry.NewTransport(base, httpretry.WithHedging(50*time.Millisecond, 0, 1), httpretry.WithObserver(obs))
 		hedgeGet(t, tr, context.Background())
 		base.settle(t)
+		synctest.Wait()
 		// The loser's end and the race's run on different goroutines: in
 		// either order.
 		slices.Sort(got)

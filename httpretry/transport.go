@@ -380,7 +380,9 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	if !isRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
-	c.hh.pushback(code, hint, resp.Header) // no hedge to a host that pushes back
+	// No hedge to a host that pushes back: a 429 or 503, or a failure
+	// with a Retry-After (of any failed status) or a don't-retry mark.
+	c.hh.pushback(code, retryAfterOf(resp), resp.Header)
 	capacityHint(c.dest, code, resp.Header)
 	// The attempt's answer, for the loop: the status, and Retry-After on
 	// 429, 503 and 409 (the loop's floor on the next sleep).
