@@ -210,10 +210,15 @@ func (b *Backoff) exp(n int) float64 {
 	return math.Min(b.capF, math.Ldexp(b.baseF, n))
 }
 
-// linear returns min(cap, base·n) in nanoseconds; n below 1 counts as 1. It
+// linearDuration returns min(cap, base·n), exactly (in integers: a
+// float64 would round a base above 2^53 ns); n below 1 counts as 1. It
 // saturates at the cap for any n.
-func (b *Backoff) linear(n int) float64 {
-	return math.Min(b.capF, b.baseF*float64(max(n, 1)))
+func (b *Backoff) linearDuration(n int) time.Duration {
+	n = max(n, 1)
+	if b.base > 0 && int64(b.cap)/int64(b.base) < int64(n) {
+		return b.cap
+	}
+	return min(b.cap, b.base*time.Duration(n))
 }
 
 // toDuration converts a non-negative float number of nanoseconds to a
@@ -239,14 +244,17 @@ func (b *Backoff) delay(n int, prev time.Duration) time.Duration {
 		return b.toDuration(b.exp(n))
 	case EqualJitter:
 		e := b.exp(n)
-		return b.toDuration(e/2 + b.u()*e/2)
+		// Below e: e/2 + u·e/2 rounds up to e for u close to 1.
+		return b.toDuration(math.Min(e/2+b.u()*e/2, math.Nextafter(e, 0)))
 	case Decorrelated:
 		p := math.Max(float64(prev), b.baseF)
-		return b.toDuration(math.Min(b.capF, b.baseF+b.u()*(p*3-b.baseF)))
+		// At least base: a float64 holds 53 bits, and a base above 2^53 ns
+		// (104 days) would round below itself.
+		return max(b.base, b.toDuration(math.Min(b.capF, b.baseF+b.u()*(p*3-b.baseF))))
 	case Constant:
 		return b.base
 	case Linear:
-		return b.toDuration(b.linear(n))
+		return b.linearDuration(n)
 	default: // FullJitter
 		return b.toDuration(b.u() * b.exp(n))
 	}

@@ -193,3 +193,39 @@ func BenchmarkDelay(b *testing.B) {
 		})
 	}
 }
+
+// TestDelayEdges: the bounds at the edges of float64. EqualJitter's
+// e/2 + u·e/2 rounds up to e for a u just below 1, and a base above 2^53
+// ns (104 days) does not fit a float64's 53 bits.
+func TestDelayEdges(t *testing.T) {
+	below1 := math.Nextafter(1, 0)
+	huge := time.Duration(1<<53 + 1)
+	third := time.Duration(math.MaxInt64 / 3)
+	tests := []struct {
+		name      string
+		st        Strategy
+		base, cap time.Duration
+		u         float64
+		n         int
+		lo, hi    time.Duration // inclusive
+	}{
+		{"equal jitter, u just below 1", EqualJitter, 100 * ms, 10 * s, below1, 1, 100 * ms, 200*ms - 1},
+		{"equal jitter, u of 1", EqualJitter, 100 * ms, 10 * s, 1, 1, 100 * ms, 200*ms - 1},
+		{"equal jitter, 1 ns", EqualJitter, 1, s, below1, 1, 1, 1},
+		{"equal jitter, at the cap", EqualJitter, 100 * ms, 100 * ms, below1, 3, 50 * ms, 100*ms - 1},
+		{"linear, base above 2^53", Linear, huge, math.MaxInt64, 0, 1, huge, huge},
+		{"linear, twice a base above 2^53", Linear, huge, math.MaxInt64, 0, 2, 2 * huge, 2 * huge},
+		{"linear, a third of the largest", Linear, third, math.MaxInt64, 0, 3, 3 * third, 3 * third},
+		{"linear, past the largest", Linear, third, math.MaxInt64, 0, 4, math.MaxInt64, math.MaxInt64},
+		{"decorrelated, base above 2^53", Decorrelated, huge, math.MaxInt64, 0, 1, huge, math.MaxInt64},
+		{"decorrelated, a third of the largest", Decorrelated, third, math.MaxInt64, 0, 1, third, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustNew(t, Config{Strategy: tt.st, Base: tt.base, Cap: tt.cap, Rand: fixed(tt.u)})
+			if d := b.delay(tt.n, 0); d < tt.lo || d > tt.hi {
+				t.Errorf("delay(%d) = %d ns, want in [%d, %d]", tt.n, int64(d), int64(tt.lo), int64(tt.hi))
+			}
+		})
+	}
+}
