@@ -91,3 +91,23 @@ func attemptHeader(src http.Header, key []string, n int) http.Header {
 	}
 	return h
 }
+
+// canonicalHeader returns h with every field under its canonical key: h
+// itself when all its keys are canonical (the header's methods write them
+// so), else a copy in which the lines of the keys that differ only in
+// case are merged. A header set by assigning to the map keeps the
+// caller's spelling ("authorization"), net/http sends it as written, and
+// the server reads it as the canonical field: the cache must see it too.
+func canonicalHeader(h http.Header) http.Header {
+	for k := range h {
+		if http.CanonicalHeaderKey(k) != k {
+			c := make(http.Header, len(h))
+			for k, v := range h {
+				ck := http.CanonicalHeaderKey(k)
+				c[ck] = append(c[ck], v...)
+			}
+			return c
+		}
+	}
+	return h
+}

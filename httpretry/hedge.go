@@ -12,7 +12,6 @@ import (
 	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/internal/lathist"
 	"github.com/stormguard/stormguard/limit"
-	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -567,35 +566,4 @@ func legRequest(src *http.Request, key []string, ctx context.Context, num int, p
 		r.Header[wire.TimeoutHeader] = tv.get(time.Until(dl))
 	}
 	return r
-}
-
-// hedgeStart reports the start of hedge num to dest to o and returns its
-// context (tagged by the observer, if it tags).
-func hedgeStart(o observe.Observer, dest *host, ctx context.Context, num int) context.Context {
-	e := observe.Event{Kind: observe.AttemptStart, Name: dest.Name, Attempt: num, Hedge: true}
-	if tg, ok := o.(interface {
-		TagAttempt(context.Context, observe.Event) context.Context
-	}); ok {
-		return tg.TagAttempt(ctx, e)
-	}
-	o.Observe(ctx, e)
-	return ctx
-}
-
-// hedgeEnd reports the end of hedge num to dest to o.
-// lost: its answer was good but another copy had won the race.
-func hedgeEnd(o observe.Observer, dest *host, ctx context.Context, num int, resp *http.Response, err error, t0 time.Time, lost bool) {
-	e := observe.Event{Kind: observe.AttemptEnd, Name: dest.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
-	switch {
-	case lost || ctx.Err() != nil && !good(resp, err):
-		e.Outcome = "canceled"
-	case good(resp, err):
-		e.Outcome = "success"
-	case err != nil || isRetryableStatus(resp.StatusCode) || resp.StatusCode == http.StatusInternalServerError:
-		e.Outcome = "failure"
-		if err == nil {
-			e.Err = &StatusError{Code: resp.StatusCode}
-		}
-	}
-	o.Observe(ctx, e)
 }
