@@ -49,7 +49,7 @@ func TestServerHints(t *testing.T) {
 	}{
 		{"pushback", fail(codes.Unavailable).push("300"), 300 * time.Millisecond, 450 * time.Millisecond, false},
 		{"pushback, U 0: exact", fail(codes.Unavailable).push("300"), 300 * time.Millisecond, 300 * time.Millisecond, true},
-		{"pushback with spaces", fail(codes.Unavailable).push(" 300 "), 300 * time.Millisecond, 300 * time.Millisecond, true},
+		{"pushback with a plus sign", fail(codes.Unavailable).push("+300"), 300 * time.Millisecond, 300 * time.Millisecond, true},
 		{"pushback 0 keeps the backoff", fail(codes.Unavailable).push("0"), 10 * time.Millisecond, 10 * time.Millisecond, true},
 		{"RetryInfo", fail(codes.Unavailable).info(250 * time.Millisecond), 250 * time.Millisecond, 250 * time.Millisecond, true},
 		{"longer of both", fail(codes.Unavailable).push("100").info(400 * time.Millisecond), 400 * time.Millisecond, 400 * time.Millisecond, true},
@@ -78,9 +78,10 @@ func TestServerHints(t *testing.T) {
 }
 
 // TestHintPastMaximum: a pushback above retry.WithMaxRetryAfter ends the
-// call at once, without sleeping.
+// call at once, without sleeping (one beyond 64 bits is malformed, a stop:
+// TestCodeTable).
 func TestHintPastMaximum(t *testing.T) {
-	for _, v := range []string{"120000", "99999999999999999999999"} {
+	for _, v := range []string{"120000", "9223372036854775807"} {
 		srv := &testServer{script: []answer{fail(codes.Unavailable).push(v), ok()}}
 		clock := newTimeline()
 		c := newClient(t, grpcretry.WithIdempotentMethods(unaryMethod), grpcretry.WithObserver(clock), grpcretry.WithRetry(retry.WithMaxRetryAfter(time.Minute)))
@@ -291,6 +292,9 @@ func TestNewErrors(t *testing.T) {
 		"bad retry option":         {grpcretry.WithRetry(retry.WithMaxAttempts(0))},
 		"nil guards":               {grpcretry.WithGuards(nil)},
 		"short method name":        {grpcretry.WithIdempotentMethods("UnaryCall")},
+		"no method":                {grpcretry.WithIdempotentMethods("/grpc.testing.TestService/")},
+		"no service":               {grpcretry.WithIdempotentMethods("/UnaryCall")},
+		"three parts":              {grpcretry.WithIdempotentMethods("/a/b/c")},
 		"zero buffer":              {grpcretry.WithBufferMessages(0)},
 		"bad breaker":              {grpcretry.WithBreaker(&breaker.Config{FailureRatio: 2})},
 		"bad budget":               {grpcretry.WithBudget(&budget.Config{Ratio: 2})},

@@ -59,7 +59,9 @@
 // (retry.WithMaxRetryAfter, 1 minute by default), ends the call at once
 // (Reason retry.Deadline): the loop never sleeps past the deadline. A
 // negative or malformed pushback, or several pushback values, mean "do not
-// retry": the call stops with that answer, as grpc-go's own retry reads it.
+// retry": the call stops with that answer, as grpc-go's own retry reads it
+// (strconv.Atoi: a sign is read, a space or a number beyond 64 bits is
+// malformed).
 //
 // # One layer retries
 //

@@ -1,6 +1,7 @@
 package grpcretry
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,13 +26,17 @@ func TestParsePushback(t *testing.T) {
 		{nil, 0, false, false},
 		{[]string{"0"}, 0, true, false},
 		{[]string{"1500"}, 1500 * time.Millisecond, true, false},
-		{[]string{" 20\t"}, 20 * time.Millisecond, true, false},
+		{[]string{" 20\t"}, 0, true, true}, // grpc-go's Atoi refuses spaces
+		{[]string{"007"}, 7 * time.Millisecond, true, false},
 		{[]string{"-1"}, 0, true, true},
-		{[]string{"+5"}, 0, true, true},
+		{[]string{"-0"}, 0, true, false},
+		{[]string{"+5"}, 5 * time.Millisecond, true, false},
+		{[]string{"9223372036854775807"}, maxPushback, true, false},
+		{[]string{"9223372036854775808"}, 0, true, true},
 		{[]string{""}, 0, true, true},
 		{[]string{"1.5"}, 0, true, true},
 		{[]string{"5", "5"}, 0, true, true},
-		{[]string{"99999999999999999999999999"}, maxPushback, true, false},
+		{[]string{"99999999999999999999999999"}, 0, true, true},
 	}
 	for _, tt := range tests {
 		after, present, stop := parsePushback(tt.vals)
@@ -42,15 +47,26 @@ func TestParsePushback(t *testing.T) {
 }
 
 // FuzzPushback: any trailer value parses to a bounded, non-negative floor
-// or a stop, without panicking, and digits parse to their value.
+// or a stop, without panicking, as grpc-go reads it: a stop exactly when
+// strconv.Atoi fails or gives a negative number, else Atoi's value.
 func FuzzPushback(f *testing.F) {
 	for _, s := range []string{"0", "1500", "-1", "", "abc", " 7 ", "18446744073709551616", "1e3"} {
+		f.Add(s)
+	}
+	for _, s := range []string{"+5", "-0", " 5", "007", "9223372036854775808"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		after, present, stop := parsePushback([]string{v})
 		if !present || after < 0 || after > maxPushback || (stop && after != 0) {
 			t.Fatalf("parsePushback(%q) = %v, %v, %v", v, after, present, stop)
+		}
+		n, err := strconv.Atoi(v)
+		if want := err != nil || n < 0; stop != want {
+			t.Fatalf("parsePushback(%q) stop %v; grpc-go's reading (Atoi %d, %v) stops: %v", v, stop, n, err, want)
+		}
+		if !stop && after != min(time.Duration(n)*time.Millisecond, maxPushback) && int64(n) <= int64(maxPushback/time.Millisecond) {
+			t.Fatalf("parsePushback(%q) = %v, want %d ms", v, after, n)
 		}
 		h := serverHint(metadata.MD{wire.PushbackMetadata: {v}}, nil)
 		if h.stop != stop || (!stop && h.after != after) {

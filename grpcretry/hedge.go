@@ -105,7 +105,7 @@ func WithHedging(delay time.Duration, q float64, max int, methods ...string) Opt
 		}
 		m := make(map[string]bool, len(methods))
 		for _, name := range methods {
-			if name == "" || name[0] != '/' {
+			if !fullMethod(name) {
 				return invalid("hedged method %q is not a full method name (/package.Service/Method)", name)
 			}
 			m[name] = true

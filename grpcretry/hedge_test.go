@@ -469,6 +469,12 @@ func TestWithHedgingBadValues(t *testing.T) {
 		grpcretry.WithHedging(0, 0, 1),
 		grpcretry.WithHedging(0, 0, 1, "Get"),
 		grpcretry.WithHedging(0, 0, 1, unaryMethod, ""),
+		grpcretry.WithHedging(0, 0, 1, "/"),
+		grpcretry.WithHedging(0, 0, 1, "//"),
+		grpcretry.WithHedging(0, 0, 1, "/grpc.testing.TestService/"),
+		grpcretry.WithHedging(0, 0, 1, "/UnaryCall"),
+		grpcretry.WithHedging(0, 0, 1, "/a/b/c"),
+		grpcretry.WithHedging(0, 0, 1, unaryMethod+"/"),
 	} {
 		if _, err := grpcretry.DialOptions(o); err == nil || !strings.Contains(err.Error(), "hedg") {
 			t.Errorf("DialOptions with a bad hedging option = %v, want an error naming hedging", err)

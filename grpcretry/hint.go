@@ -1,7 +1,7 @@
 package grpcretry
 
 import (
-	"strings"
+	"math"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -28,11 +28,14 @@ type hint struct {
 	stop  bool          // a negative or malformed pushback: do not retry
 }
 
-// parsePushback reads the values of a grpc-retry-pushback-ms trailer. No
-// value: no pushback. One value of decimal digits (surrounding spaces and
-// tabs aside): wait at least that many milliseconds. Anything else (a
-// negative number, garbage, an empty value, several values) means "do not
-// retry", as grpc-go reads it. It never panics and allocates nothing.
+// parsePushback reads the values of a grpc-retry-pushback-ms trailer as
+// grpc-go's own retry does (strconv.Atoi on the one value): no value, no
+// pushback; one value that is a decimal integer of 64 bits (an optional
+// sign, then digits; nothing around them) and not below 0: wait at least
+// that many milliseconds (saturating at maxPushback); anything else (a
+// negative number, a space, garbage, an empty value, a number beyond 64
+// bits, several values) means "do not retry". It never panics and
+// allocates nothing.
 func parsePushback(values []string) (after time.Duration, present, stop bool) {
 	switch len(values) {
 	case 0:
@@ -41,7 +44,11 @@ func parsePushback(values []string) (after time.Duration, present, stop bool) {
 	default:
 		return 0, true, true
 	}
-	v := strings.Trim(values[0], " \t")
+	v := values[0]
+	neg := false
+	if len(v) > 0 && (v[0] == '+' || v[0] == '-') {
+		neg, v = v[0] == '-', v[1:]
+	}
 	if v == "" {
 		return 0, true, true
 	}
@@ -51,9 +58,14 @@ func parsePushback(values []string) (after time.Duration, present, stop bool) {
 		if c < '0' || c > '9' {
 			return 0, true, true
 		}
-		if ms < int64(maxPushback/time.Millisecond) {
-			ms = ms*10 + int64(c-'0')
+		d := int64(c - '0')
+		if ms > (math.MaxInt64-d)/10 {
+			return 0, true, true // out of Atoi's range: an error there too
 		}
+		ms = ms*10 + d
+	}
+	if neg && ms != 0 {
+		return 0, true, true
 	}
 	return time.Duration(min(ms, int64(maxPushback/time.Millisecond))) * time.Millisecond, true, false
 }

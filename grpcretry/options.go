@@ -3,6 +3,7 @@ package grpcretry
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -213,7 +214,7 @@ func WithIdempotentMethods(methods ...string) Option {
 			m[k] = true
 		}
 		for _, name := range methods {
-			if name == "" || name[0] != '/' {
+			if !fullMethod(name) {
 				return invalid("method %q is not a full method name (/package.Service/Method)", name)
 			}
 			m[name] = true
@@ -278,4 +279,12 @@ func WithObserver(o observe.Observer) Option {
 		c.observer = o
 		return nil
 	})
+}
+
+// fullMethod reports whether name is a full method name as gRPC writes it:
+// "/service/method", a service (its package included, as in
+// "package.Service") and a method, neither empty, and no other '/'.
+func fullMethod(name string) bool {
+	svc, method, ok := strings.Cut(strings.TrimPrefix(name, "/"), "/")
+	return ok && name[0] == '/' && svc != "" && method != "" && !strings.Contains(method, "/")
 }

@@ -52,6 +52,12 @@ func TestCodeTable(t *testing.T) {
 		{"UNAVAILABLE with malformed pushback", fail(codes.Unavailable).push("soon"), [3]int{1, 1, 1}},
 		{"UNAVAILABLE with two pushbacks", fail(codes.Unavailable).push("5", "6"), [3]int{1, 1, 1}},
 		{"UNAVAILABLE with empty pushback", fail(codes.Unavailable).push(""), [3]int{1, 1, 1}},
+		// grpc-go reads the value with strconv.Atoi: a space or a number
+		// beyond 64 bits is malformed, a sign is not.
+		{"UNAVAILABLE with a pushback in spaces", fail(codes.Unavailable).push(" 5 "), [3]int{1, 1, 1}},
+		{"UNAVAILABLE with a pushback beyond 64 bits", fail(codes.Unavailable).push("99999999999999999999999"), [3]int{1, 1, 1}},
+		{"UNAVAILABLE with pushback +5", fail(codes.Unavailable).push("+5"), [3]int{1, attempts, attempts}},
+		{"UNAVAILABLE with pushback -0", fail(codes.Unavailable).push("-0"), [3]int{1, attempts, attempts}},
 	}
 	for _, c := range []codes.Code{codes.Canceled, codes.Unknown, codes.InvalidArgument, codes.NotFound,
 		codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition, codes.OutOfRange,
