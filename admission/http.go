@@ -21,27 +21,27 @@ const maxTableSeconds = 3600
 // x-envoy-expected-rq-timeout-ms).
 const envoyTimeoutHeader = "X-Envoy-Expected-Rq-Timeout-Ms"
 
-// httpValues are header values built once per Controller and shared by
-// every refusal: nobody modifies them.
+// httpValues are the strings of header values built once per Controller
+// (strings are immutable: sharing them is safe; each response gets slices
+// of its own, which the handler that holds its header may modify).
 type httpValues struct {
-	retryAfter [][]string // index s: {"s"}, for 1 <= s < len
-	capacity   []string   // the wire.CapacityHeader value; nil: no limit
+	retryAfter []string // index s: "s", for 1 <= s < len
+	capacity   string   // the wire.CapacityHeader value; "": no limit
 }
 
-// textPlain is the Content-Type value of every answer of the package's own,
-// shared (never modified).
-var textPlain = []string{"text/plain; charset=utf-8"}
+// textPlain is the Content-Type value of every answer of the package's own.
+const textPlain = "text/plain; charset=utf-8"
 
 func newHTTPValues(longest time.Duration, maxInFlight int) httpValues {
 	n := min(int(longest/time.Second), maxTableSeconds) + 1
 	v := httpValues{
-		retryAfter: make([][]string, n),
+		retryAfter: make([]string, n),
 	}
 	for s := 1; s < n; s++ {
-		v.retryAfter[s] = []string{strconv.Itoa(s)}
+		v.retryAfter[s] = strconv.Itoa(s)
 	}
 	if maxInFlight > 0 {
-		v.capacity = []string{strconv.Itoa(maxInFlight)}
+		v.capacity = strconv.Itoa(maxInFlight)
 	}
 	return v
 }
@@ -265,17 +265,25 @@ func (c *Controller) Wrap(next http.Handler) http.Handler {
 // writeRefusal answers a refused request.
 func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
 	hdr := w.Header()
+	// One array for the response's values, sliced per field (each slice
+	// capped at its own element): the response owns them, so a handler
+	// that edits one in place changes no other response's.
+	vals := make([]string, 0, 3)
+	add := func(key, v string) {
+		vals = append(vals, v)
+		hdr[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	if s := retryAfterSeconds(d.RetryAfter); s < len(c.http.retryAfter) {
-		hdr["Retry-After"] = c.http.retryAfter[s]
+		add("Retry-After", c.http.retryAfter[s])
 	} else {
-		hdr["Retry-After"] = []string{strconv.Itoa(s)}
+		add("Retry-After", strconv.Itoa(s))
 	}
 	if d.Outcome == QueueFull || d.Outcome == QueueTimeout {
 		switch {
 		case c.lim != nil:
-			hdr[wire.CapacityHeader] = []string{strconv.FormatInt(c.maxInFlight.Load(), 10)}
-		case c.http.capacity != nil:
-			hdr[wire.CapacityHeader] = c.http.capacity
+			add(wire.CapacityHeader, strconv.FormatInt(c.maxInFlight.Load(), 10))
+		case c.http.capacity != "":
+			add(wire.CapacityHeader, c.http.capacity)
 		}
 	}
 	body := "overloaded; try again later\n"
@@ -283,7 +291,7 @@ func (c *Controller) writeRefusal(w http.ResponseWriter, d Decision) {
 		wire.SetDontRetry(hdr)
 		body = "overloaded; don't retry\n"
 	}
-	hdr["Content-Type"] = textPlain
+	add("Content-Type", textPlain)
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = io.WriteString(w, body)
 }

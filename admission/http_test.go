@@ -330,3 +330,37 @@ func TestWrapFieldsAmongMany(t *testing.T) {
 		}
 	}
 }
+
+// TestWrapRefusalHeadersOwned: each refusal's header values are its own: a
+// handler or middleware that edits one in place (a legal edit of an
+// http.Header) changes no later refusal.
+func TestWrapRefusalHeadersOwned(t *testing.T) {
+	ctl, err := admission.New(admission.Config{MaxInFlight: 1, MaxQueue: -1, RetryAfterSpread: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, _ := ctl.Acquire(context.Background(), 1)
+	defer hold.Release()
+	h := ctl.Wrap(http.NotFoundHandler())
+	first := httptest.NewRecorder()
+	h.ServeHTTP(first, httptest.NewRequest(http.MethodGet, "http://p.test/", nil))
+	if first.Code != http.StatusServiceUnavailable {
+		t.Fatalf("refusal answered %d", first.Code)
+	}
+	for _, k := range []string{"Retry-After", wire.CapacityHeader, "Content-Type", "Stormguard-Retry"} {
+		if v := first.Header()[k]; len(v) > 0 {
+			v[0] = "edited"
+		}
+	}
+	second := httptest.NewRecorder()
+	h.ServeHTTP(second, httptest.NewRequest(http.MethodGet, "http://p.test/", nil))
+	if got := second.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("next refusal's Retry-After %q, want 1", got)
+	}
+	if got := second.Header().Get(wire.CapacityHeader); got != "1" {
+		t.Errorf("next refusal's capacity hint %q, want 1", got)
+	}
+	if got := second.Header().Get("Content-Type"); got != "text/plain; charset=utf-8" {
+		t.Errorf("next refusal's Content-Type %q", got)
+	}
+}

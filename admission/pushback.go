@@ -17,7 +17,7 @@ import (
 func writeOverloaded(w http.ResponseWriter) {
 	h := w.Header()
 	wire.SetDontRetry(h)
-	h["Content-Type"] = textPlain
+	h["Content-Type"] = []string{textPlain}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = io.WriteString(w, "overloaded; don't retry\n")
 }

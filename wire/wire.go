@@ -103,11 +103,11 @@ const PreviousAttemptsMetadata = "grpc-previous-rpc-attempts"
 const PushbackMetadata = "grpc-retry-pushback-ms"
 
 // dontRetryHeader carries the HTTP don't-retry signal; dontRetryValue is
-// its one defined value, shared by every response that sends it (never
-// modified).
-const dontRetryHeader = "Stormguard-Retry"
-
-var dontRetryValue = []string{"no"}
+// its one defined value.
+const (
+	dontRetryHeader = "Stormguard-Retry"
+	dontRetryValue  = "no"
+)
 
 // DontRetry reports whether h carries the don't-retry signal,
 // "Stormguard-Retry: no" (the value compared without regard to case or
@@ -127,9 +127,10 @@ func DontRetry(h http.Header) bool {
 }
 
 // SetDontRetry sets the don't-retry signal, "Stormguard-Retry: no", in h
-// (see [DontRetry]). It allocates nothing.
+// (see [DontRetry]). The value's slice is h's own (one small allocation):
+// code that edits it in place changes no other header.
 func SetDontRetry(h http.Header) {
-	h[dontRetryHeader] = dontRetryValue
+	h[dontRetryHeader] = []string{dontRetryValue}
 }
 
 // maxAttempt bounds what [ParseAttempt] accepts, so that a hostile value
@@ -147,7 +148,7 @@ func ParseAttempt(value string) (n int, ok bool) {
 		value = value[:i]
 	}
 	v := strings.Trim(value, " \t")
-	if v == "" || len(v) > 7 {
+	if v == "" {
 		return 0, false
 	}
 	for i := 0; i < len(v); i++ {
@@ -155,7 +156,9 @@ func ParseAttempt(value string) (n int, ok bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		n = n*10 + int(c-'0')
+		if n <= maxAttempt { // leading zeros of any length are the number's; past the bound it is out
+			n = n*10 + int(c-'0')
+		}
 	}
 	if n < 1 || n > maxAttempt {
 		return 0, false
@@ -217,7 +220,9 @@ func ParseGiveUp(value string) (g GiveUp, ok bool) {
 		switch {
 		case !found:
 		case strings.EqualFold(k, "attempts"):
-			g.Attempts, _ = ParseAttempt(v)
+			if n, ok := ParseAttempt(v); ok { // a malformed value is ignored, not a reset
+				g.Attempts = n
+			}
 		case strings.EqualFold(k, "retry-after"):
 			if d, isNum := parseSeconds(strings.Trim(v, " \t")); isNum {
 				g.RetryAfter = d
