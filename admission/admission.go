@@ -320,7 +320,9 @@ func (c *Controller) Acquire(ctx context.Context, attempt int) (Permit, Decision
 // A refusal of a marked retry carries RetryAfterBase as its Retry-After (no
 // jitter: the client's breaker spreads its own rounds) and no don't-retry
 // signal: the client's call goes back to waiting for its breaker's next
-// round instead of failing. The bound on the mark: a client that marks
+// round instead of failing. A drop for its caller's deadline ([Canceled]:
+// passed on arrival, or coming before its turn) carries the signal, as
+// every deadline drop does: that caller has no time left to wait. The bound on the mark: a client that marks
 // every retry as a probe gets past the ratio only onto slots nobody else is
 // using, never through the queue.
 func (c *Controller) AcquireProbe(ctx context.Context, attempt int) (Permit, Decision) {
@@ -353,7 +355,7 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 	// The decision in the making is built only off the plain admitted path.
 	if !dl.IsZero() && !c.now().Before(dl) {
 		// The caller has left: do nothing for it.
-		return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl, deadline: true}, Canceled)
+		return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl, deadline: true, probe: probe && attempt >= 2}, Canceled)
 	}
 	marked := false // a marked probe that found no idle slot
 	switch {
@@ -451,6 +453,7 @@ func (c *Controller) refuse(ctx context.Context, d decision, o Outcome) Decision
 	switch {
 	case d.probe:
 		d.RetryAfter = c.raBase
+		d.DontRetry = d.deadline && o == Canceled // a deadline drop, like any other
 	default:
 		d.RetryAfter = c.retryAfter()
 		d.DontRetry = o == RetryRefused || d.attempt >= 2 || d.deadline
