@@ -55,13 +55,15 @@ func (g *Guard) storeRelease(ctx context.Context, id store.ID, owner store.Owner
 	return err
 }
 
-// begin claims key in the store, within the store timeout. A shared store
-// is not called with the request's cancellation: a claim canceled in
-// flight may still be made by the server while its answer (and so the
-// owner) is lost, which would block the key until the lock timeout.
+// begin claims key in the store, within the store timeout. No store is
+// called with the request's cancellation: a claim canceled in flight may
+// still be made by a shared store's server while its answer (and so the
+// owner) is lost, which would block the key until the lock timeout; and
+// the claim is not the request's (a request gone by then takes the
+// canceled path after it, not a store failure's).
 func (g *Guard) begin(ctx context.Context, id store.ID, fp store.Fingerprint) (store.Result, error) {
 	if g.local {
-		return g.store.Begin(ctx, id, fp, g.lockTimeout)
+		return g.store.Begin(context.WithoutCancel(ctx), id, fp, g.lockTimeout)
 	}
 	return call(context.WithoutCancel(ctx), g.callTimeout, "begin", func(ctx context.Context) (store.Result, error) {
 		return g.store.Begin(ctx, id, fp, g.lockTimeout)

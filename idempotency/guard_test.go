@@ -287,3 +287,34 @@ func TestReportInvalid(t *testing.T) {
 		t.Fatalf("events %+v, want [%+v]", evs, want)
 	}
 }
+
+// extendDownStore fails every renewal with errDown.
+type extendDownStore struct{ *idempotency.MemoryStore }
+
+func (extendDownStore) Extend(context.Context, store.ID, store.Owner, time.Duration) error {
+	return errDown
+}
+
+// TestGuardRunLockLostStoreDown: when no renewal is confirmed for a whole
+// lock timeout because the store keeps failing, fn's context ends with a
+// cause that wraps ErrLockLost and the store's error, and so does the
+// observer's store error (ErrLockLost's documentation).
+func TestGuardRunLockLostStoreDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		var log eventLog
+		g := newGuard(t, extendDownStore{mem}, idempotency.WithObserver(&log), idempotency.WithLockTimeout(3*time.Second))
+		var cause error
+		g.Run(context.Background(), "alice", "k", guardFP, func(ctx context.Context) (store.Record, bool) {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return store.Record{}, false
+		})
+		if !errors.Is(cause, idempotency.ErrLockLost) || !errors.Is(cause, errDown) {
+			t.Errorf("fn's context ended with %v; want it to wrap ErrLockLost and the store's error", cause)
+		}
+		if evs := log.take(); len(evs) != 1 || !errors.Is(evs[0].Err, errDown) {
+			t.Errorf("events %+v; want one whose Err wraps the store's error", evs)
+		}
+	})
+}

@@ -36,6 +36,7 @@ type lease struct {
 	stopped bool
 	lost    bool
 	lostc   chan struct{} // closed when lost; made on demand (see lostChan)
+	lastErr error         // the store's error of the last renewal that failed
 }
 
 // hold sets l up and starts it renewing owner's lock on id, claimed at
@@ -83,9 +84,15 @@ func (l *lease) renew() {
 		l.loseLocked(err)
 		return
 	case !time.Now().Before(end):
+		if err == errNoTimeLeft && l.lastErr != nil {
+			// The store's error, not only that the time ran out: the cause
+			// wraps it (ErrLockLost).
+			err = fmt.Errorf("%w; the last renewal: %w", err, l.lastErr)
+		}
 		l.loseLocked(fmt.Errorf("no renewal confirmed within the lock timeout (%v): %w", l.g.lockTimeout, err))
 		return
 	default:
+		l.lastErr = err
 		l.g.logID(l.ctx, slog.LevelWarn, "idempotency: lock renewal failed; trying again", l.id, err)
 		next = max(l.every/4, time.Millisecond)
 	}

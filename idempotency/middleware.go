@@ -33,10 +33,14 @@ var defaultReplayHeaders = []string{
 }
 
 // neverStored are response header fields that are never stored, whatever
-// the allow-list: credentials and cookies must not be replayed.
+// the allow-list: credentials and cookies must not be replayed, and the
+// message's framing (its length, its transfer coding, hop-by-hop fields) is
+// the replay's own: a stored Content-Length with an omitted body broke the
+// replayed response.
 var neverStored = []string{
 	"Set-Cookie", "Set-Cookie2", "Authorization", "Proxy-Authorization",
-	"Www-Authenticate", "Proxy-Authenticate", "Authentication-Info", "Cookie",
+	"Www-Authenticate", "Proxy-Authenticate", "Authentication-Info", "Proxy-Authentication-Info", "Cookie",
+	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade",
 	ReplayHeader, BodyOmittedHeader,
 }
 

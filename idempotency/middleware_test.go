@@ -153,6 +153,9 @@ func TestNewErrors(t *testing.T) {
 		{"WithReplayHeaders(Set-Cookie)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("Content-Type", "set-cookie")}},
 		{"WithReplayHeaders(Authorization)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("authorization")}},
 		{"WithReplayHeaders(WWW-Authenticate)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("WWW-Authenticate")}},
+		{"WithReplayHeaders(Proxy-Authentication-Info)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("Proxy-Authentication-Info")}},
+		{"WithReplayHeaders(Content-Length)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("Content-Type", "content-length")}},
+		{"WithReplayHeaders(Transfer-Encoding)", mem, []idempotency.Option{scope, idempotency.WithReplayHeaders("Transfer-Encoding")}},
 		{"WithLogger(nil)", mem, []idempotency.Option{scope, idempotency.WithLogger(nil)}},
 	}
 	for _, tc := range tests {

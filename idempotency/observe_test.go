@@ -219,3 +219,37 @@ func TestObserverAllocations(t *testing.T) {
 		t.Fatal("the observer saw no event")
 	}
 }
+
+// TestCanceledRequestIsNoStoreError: a request whose context ended before
+// the middleware claimed its key (the client went away after its body was
+// read) takes the canceled path with the memory store too: the claim is
+// not the request's (Guard.Run), so it is not a store failure.
+func TestCanceledRequestIsNoStoreError(t *testing.T) {
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log eventLog
+	mw, err := idempotency.NewMiddleware(mem,
+		idempotency.WithScope(func(*http.Request) (string, error) { return "s", nil }),
+		idempotency.WithObserver(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true; w.WriteHeader(http.StatusCreated) }))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
+	r.Header.Set("Idempotency-Key", "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	for _, e := range log.take() {
+		if e.Outcome == "store-error" || errors.Is(e.Err, idempotency.ErrStoreUnavailable) {
+			t.Errorf("a canceled request reported as a store failure: %+v (answer %d %q)", e, w.Code, w.Body.String())
+		}
+	}
+	if ran {
+		t.Error("the handler ran for a request already gone")
+	}
+}

@@ -226,8 +226,9 @@ func defaultStoreStatus(code int) bool {
 // WithReplayHeaders replaces the allow-list of response header fields that
 // are stored and replayed (default Cache-Control, Content-Encoding,
 // Content-Language, Content-Type, Etag, Last-Modified, Location, Vary).
-// Set-Cookie and authentication fields are never stored: listing one is an
-// error.
+// Set-Cookie and authentication fields are never stored, nor the message's
+// framing (Content-Length, Transfer-Encoding and the hop-by-hop fields: the
+// replay's own body sets them): listing one is an error.
 func WithReplayHeaders(names ...string) Option {
 	names = slices.Clone(names)
 	return httpOption(func(m *middleware) error {

@@ -157,7 +157,10 @@ func DecodeRecord(data []byte) (Record, error) {
 		return Record{}, err
 	}
 	if n > 0 {
-		rec.Header = make(http.Header, n)
+		// Sized for a real header at most: a count is checked against the
+		// bytes left only, and a corrupt one must not cost a map of that size
+		// before the first bad field is found (the map grows as fields come).
+		rec.Header = make(http.Header, min(n, 64))
 	}
 	for range n {
 		name, err := d.bytes("header name")
@@ -175,7 +178,7 @@ func DecodeRecord(data []byte) (Record, error) {
 		if err != nil {
 			return Record{}, err
 		}
-		vs := make([]string, 0, m)
+		vs := make([]string, 0, min(m, 16))
 		for range m {
 			v, err := d.bytes("header value")
 			if err != nil {

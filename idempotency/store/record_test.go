@@ -2,9 +2,11 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -133,4 +135,25 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoding of %x has %d bytes, want %d", data, len(b), len(data))
 		}
 	})
+}
+
+// TestDecodeRecordCorruptCountsCostTheirInput: a header count as large as
+// the bytes left (which the length check lets through) costs an
+// allocation of about the input's size, not of the count's: a corrupt
+// record of 1 MiB cost 100 MB before the header map was sized to the
+// count.
+func TestDecodeRecordCorruptCountsCostTheirInput(t *testing.T) {
+	const n = 1 << 20
+	data := append(binary.AppendUvarint([]byte("SGR\x01\x00\xc8"), n), make([]byte, n)...) // n headers, the first with an empty name
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	_, err := DecodeRecord(data)
+	runtime.ReadMemStats(&m1)
+	if err == nil {
+		t.Fatal("corrupt record decoded")
+	}
+	if got := m1.TotalAlloc - m0.TotalAlloc; got > 8*uint64(len(data)) {
+		t.Errorf("DecodeRecord of %d corrupt bytes allocated %d bytes", len(data), got)
+	}
 }
