@@ -230,7 +230,12 @@
 // both looked new at every resend, and the backlog's resends passed as
 // originals). With more distinct keys at once than that, a resend may
 // go unnoticed (it counts as the client says); a new request is taken for
-// a resend only on a 40-bit hash collision in its bucket.
+// a resend only on a 40-bit hash collision in its bucket, or when its key
+// was seen a multiple of 2^24 slices of the table ago (the slices are
+// numbered in 24 bits: 194 days with the defaults; a tenth of Window, or
+// a 4-millionth of the longest Retry-After if coarser). Config.Client's
+// buckets count by the same 24-bit slice numbers: a client's counts of
+// 2^24 slices of the window ago can come back in its bucket.
 //
 // With Config.Client, a function that names the client of a request (an
 // API key, a tenant, an address), one client's retries cannot use the

@@ -54,12 +54,22 @@ type keyTable struct {
 // it is still resending.
 func newKeyTable(now time.Time, window, longest time.Duration) *keyTable {
 	slice := max(window/slices, 1)
+	if longest/slice+2 > maxKeySpan {
+		// A Retry-After long for the window's slices: slices coarse enough
+		// that the span fits the slice numbers (a 24 h Retry-After with a
+		// 10 ms window had its keys forgotten after 2h20m).
+		slice = longest/(maxKeySpan-2) + 1
+	}
 	span := uint64(slices)
 	if n := uint64(longest/slice) + 2; n > span {
-		span = min(n, sliceMask/2)
+		span = min(n, maxKeySpan)
 	}
 	return &keyTable{seed: maphash.MakeSeed(), epoch: now, slice: slice, span: span}
 }
+
+// maxKeySpan bounds a key's span in slices, well within the 24-bit slice
+// numbers (an age is read modulo 2^24).
+const maxKeySpan = 1 << 22
 
 // seen records key as seen now and reports whether it was already seen less
 // than the table's span ago. It is safe for concurrent use, takes no lock and

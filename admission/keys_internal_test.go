@@ -32,3 +32,21 @@ func TestKeyTableManyLiveKeys(t *testing.T) {
 		t.Logf("round %d: %d of %d resends recognised", round, hits, n)
 	}
 }
+
+// TestKeyTableLongRetryAfter: with a Retry-After much longer than the
+// window's slices can number (24 h, a 10 ms window: 1 ms slices), the
+// table's slices are coarser and a key is still remembered past the
+// Retry-After; with the window's slices it was forgotten after 2h20m.
+func TestKeyTableLongRetryAfter(t *testing.T) {
+	now := time.Unix(0, 0)
+	tab := newKeyTable(now, 10*time.Millisecond, 24*time.Hour)
+	if tab.seen("pay-1", now) {
+		t.Fatal("a new key was seen")
+	}
+	for _, after := range []time.Duration{3 * time.Hour, 12 * time.Hour, 24 * time.Hour} {
+		if !tab.seen("pay-1", now.Add(after)) {
+			t.Errorf("key forgotten %v after it was seen, within the 24 h Retry-After", after)
+		}
+		now = now.Add(after)
+	}
+}

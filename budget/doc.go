@@ -34,7 +34,12 @@
 // slice expires exactly when its Slices-th successor begins. Requests and
 // retries count up to 16,777,215 per slice and saturate there (a saturated
 // request count only makes the budget stricter; at the retry limit every
-// withdrawal is refused).
+// withdrawal is refused). Slices are numbered modulo 2^40 in the
+// counters: the rule holds while the clock readings of a budget's calls
+// are less than 2^39 slices apart (17,400 years with the default 1 s
+// slices, 17 years with slices of a millisecond); a budget left unused
+// longer, or a Config.Now that jumps so far, may count a window of that
+// long ago again.
 //
 // # Concurrency
 //
