@@ -53,14 +53,17 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // token is due), and fails fast with [ErrLimited] ("no token") when its
 // turn, the next token plus one token per call waiting ahead of it, comes
 // after its deadline less the destination's fastest answer. A gate that
-// was idle lets burst calls go at once; burst in (0, 1) means 1, and
-// also pushes the next token out to (1 − burst)/perSecond from now at
-// the earliest (a phase: a fleet spreads its processes' first calls after
-// an outage over a token's time); burst <= 0 or NaN means 1.
-// perSecond <= 0 or +Inf turns the gate off (the
-// default); NaN leaves the gate as it is. A new rate keeps the bucket's
-// debt in tokens; a lowered one fails the waiters whose turn then comes
-// too late, a raised one (or off) grants waiters at once.
+// was idle lets burst calls go at once;
+// burst in (0, 1) is a phase instead: no call goes at once, the next
+// token (the first, on an idle gate) comes (1 − burst)/perSecond from
+// now at the earliest, and one a token's time after it (a fleet spreads
+// its processes' first calls after an outage over a token's time);
+// burst <= 0 or NaN means 1. perSecond <= 0 or +Inf turns the gate off
+// (the default); NaN leaves the gate as it is. A new rate keeps the
+// bucket's debt in tokens (a waiter's token comes when the debt is paid
+// at the new rate); a lowered one fails the waiters whose turn then
+// comes too late, a raised one (or off) grants at once the waiters whose
+// tokens are then due.
 //
 // SetRate also returns what a fleet's sync reads: the attempts in flight
 // and the calls waiting now; the calls refused ("no token", on arrival
