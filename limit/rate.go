@@ -56,7 +56,7 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // was idle lets burst calls go at once;
 // burst in (0, 1) is a phase instead: no call goes at once, the next
 // token (the first, on an idle gate) comes (1 − burst)/perSecond from
-// now at the earliest, and one a token's time after it (a fleet spreads
+// now at the earliest, the one after it a token's time later (a fleet spreads
 // its processes' first calls after an outage over a token's time);
 // burst <= 0 or NaN means 1. perSecond <= 0 or +Inf turns the gate off
 // (the default); NaN leaves the gate as it is. A new rate keeps the
