@@ -190,11 +190,14 @@ func (d *dep) build(l labels) *attrs {
 		kvs = append(kvs, attrFleetMode.String(l.a))
 	case kindHTTP:
 		// http.client.request.duration: the method, the server (its
-		// port always, the scheme's default if the URL has none), the
+		// port, the scheme's default if the URL has none; none for
+		// "_OTHER" or a scheme without a default), the
 		// status if one came, and error.type if the request failed (the
 		// status code from 400 on, else the error's type in b).
-		kvs = append(kvs[:0], semconv.HTTPRequestMethodKey.String(l.a),
-			semconv.ServerAddressKey.String(d.host), semconv.ServerPortKey.Int(l.port))
+		kvs = append(kvs[:0], semconv.HTTPRequestMethodKey.String(l.a), semconv.ServerAddressKey.String(d.host))
+		if l.port > 0 { // none for "_OTHER", or a URL whose scheme has no default
+			kvs = append(kvs, semconv.ServerPortKey.Int(l.port))
+		}
 		if l.n > 0 {
 			kvs = append(kvs, semconv.HTTPResponseStatusCodeKey.Int(l.n))
 		}
@@ -263,6 +266,9 @@ func publish[K comparable, V any](snap *atomic.Pointer[map[K]V], old map[K]V, k 
 // without a valid port (a bare host, a policy's name, a gRPC target
 // with a scheme) is the address as it is, with port 0.
 func splitHostPort(name string) (string, int) {
+	if len(name) > 2 && name[0] == '[' && name[len(name)-1] == ']' {
+		return name[1 : len(name)-1], 0 // an IPv6 literal without a port: the address, unbracketed
+	}
 	i := strings.LastIndexByte(name, ':')
 	if i < 0 {
 		return name, 0

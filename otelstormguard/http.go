@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // ObserveHTTP records one HTTP request, req, that took d and ended with
@@ -46,16 +45,21 @@ func (o *Observer) httpRequest(req *http.Request, resp *http.Response, err error
 	method, known := httpMethod(req.Method)
 	if o.metrics {
 		dep := o.deps.get(strings.ToLower(req.URL.Host)) // no allocation when already lower case
-		a := dep.get(labels{kind: kindHTTP, n: status, port: urlPort(req.URL), a: method, b: errType})
+		port := urlPort(req.URL)
+		if dep == o.deps.other {
+			port = 0 // "_OTHER" has no port: one series per port would be unbounded again
+		}
+		a := dep.get(labels{kind: kindHTTP, n: status, port: port, a: method, b: errType})
 		o.httpDuration.Record(ctx, d.Seconds(), a.rec...)
 	}
 	if !o.traces {
 		return
 	}
-	span, ok := ctx.Value(attemptSpanKey{}).(trace.Span)
-	if !ok || !span.IsRecording() {
+	tag, ok := attemptSpan(ctx)
+	if !ok || !tag.span.IsRecording() {
 		return // not an attempt span of this observer's
 	}
+	span := tag.span
 	span.SetAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.URLFullKey.String(redactedURL(req.URL)))
 	if !known {
 		span.SetAttributes(semconv.HTTPRequestMethodOriginalKey.String(req.Method))

@@ -244,7 +244,24 @@ func (o *Observer) TagAttempt(ctx context.Context, e observe.Event) context.Cont
 	}
 	a := o.deps.get(e.Name).get(labels{kind: kindSpan, n: e.Attempt})
 	ctx, span := o.tracer.Start(ctx, "stormguard.attempt", a.span...)
-	return context.WithValue(ctx, attemptSpanKey{}, span)
+	return context.WithValue(ctx, attemptSpanKey{}, &attemptTag{span: span, name: e.Name, attempt: e.Attempt})
+}
+
+// attemptTag is the context value of an attempt TagAttempt started: its
+// span, and the attempt's name and number, so that the AttemptEnd of
+// another call made within the attempt (an inner policy whose observer
+// does not tag) does not end this one's span.
+type attemptTag struct {
+	span    trace.Span
+	name    string
+	attempt int
+}
+
+// attemptSpan returns the span of the attempt TagAttempt started in ctx,
+// if any.
+func attemptSpan(ctx context.Context) (*attemptTag, bool) {
+	t, ok := ctx.Value(attemptSpanKey{}).(*attemptTag)
+	return t, ok
 }
 
 // Observe records e: see the package documentation for what each kind of
@@ -329,10 +346,11 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 	if !o.traces {
 		return
 	}
-	span, ok := ctx.Value(attemptSpanKey{}).(trace.Span)
-	if !ok {
-		return // not an attempt this observer tagged
+	tag, ok := attemptSpan(ctx)
+	if !ok || tag.name != e.Name || tag.attempt != e.Attempt {
+		return // not an attempt this observer tagged: its span is another's
 	}
+	span := tag.span
 	if span.IsRecording() {
 		span.SetAttributes(attrOutcome.String(e.Outcome))
 		if e.Hedge {
