@@ -29,7 +29,9 @@ const (
 	// success) and Outcome "success", "failure" (a failure of the
 	// dependency: the breaker counts it) or "rejected" (the dependency
 	// answered, but no: a 404, a 400; not its failure); a hedge that
-	// lost its race ends with "canceled" (see Event.Hedge).
+	// lost its race ends with "canceled" (see Event.Hedge), and so does an
+	// attempt that failed after its call's context ended (the caller's
+	// deadline or cancel: the breaker counts it neither way).
 	AttemptEnd Kind = "attempt-end"
 	// Retry: attempt Attempt failed with Err, and the loop will sleep
 	// Delay before the next one. Outcome says why that long: "backoff"

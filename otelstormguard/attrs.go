@@ -21,7 +21,7 @@ const (
 	// idempotency keys): the Name of its events.
 	attrName = attribute.Key("stormguard.name")
 	// attrOutcome is the outcome of an attempt ("success", "failure",
-	// "rejected"), a breaker wait ("admitted", "rejected"), an idempotency
+	// "rejected", "canceled"), a breaker wait ("admitted", "rejected"), an idempotency
 	// lookup or an admission decision.
 	attrOutcome = attribute.Key("stormguard.outcome")
 	// attrAttempt is an attempt's number, 1 for the first (spans only).

@@ -57,7 +57,8 @@
 //
 //	stormguard.name                 a server-side guard's name (admission, idempotency)
 //	stormguard.outcome              an attempt: success, failure, rejected (a hedge that lost
-//	                                its race: canceled); a breaker wait:
+//	                                its race, or an attempt that failed after its call's
+//	                                deadline: canceled); a breaker wait:
 //	                                admitted, rejected; an idempotency lookup or admission decision
 //	stormguard.attempt              an attempt's number, 1 for the first (spans)
 //	stormguard.hedge                true on the span of a hedge (httpretry.WithHedging)

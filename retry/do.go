@@ -285,7 +285,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			attemptExpired = cancel != nil && actx.Err() != nil
 			if p.observer != nil {
-				p.attemptEnd(actx, attempt, err, started)
+				p.attemptEnd(actx, attempt, err, started, ctx.Err() != nil)
 			}
 			if lim != nil {
 				lim.Release(slot, err != nil && p.dropped(ctx, err, attemptExpired))
@@ -442,13 +442,17 @@ func (p *Policy) attemptStart(ctx context.Context, attempt int) (context.Context
 	return ctx, time.Now()
 }
 
-// attemptEnd reports the end of an attempt.
-func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started time.Time) {
+// attemptEnd reports the end of an attempt; late: the call's context had
+// ended when it returned (the breaker gives its permit back, and the
+// classifier is not asked).
+func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started time.Time, late bool) {
 	e := observe.Event{Kind: observe.AttemptEnd, Name: p.name, Attempt: attempt, Elapsed: time.Since(started), Err: err, Outcome: "success"}
 	switch {
 	case err == nil:
 	case isPanic(err):
 		e.Outcome = "failure" // as the breaker counts it
+	case late:
+		e.Outcome = "canceled" // counted neither way
 	case p.failed(err):
 		e.Outcome = "failure"
 	default:

@@ -307,3 +307,32 @@ func TestNoObserverNoCost(t *testing.T) {
 		t.Errorf("with an observer: %d events for a first-try success, want 2 (attempt start and end)", got)
 	}
 }
+
+// TestLateAttemptEndsCanceled: an attempt that fails after the call's
+// deadline is given back to the breaker (WithGuards); with an observer too
+// the classifier is not asked about it (WithClassifier), and its
+// AttemptEnd says "canceled", not a failure the breaker counted.
+func TestLateAttemptEndsCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		asked := 0
+		var outcomes []string
+		p, err := retry.New(retry.WithClassifier(func(error) bool { asked++; return true }),
+			retry.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
+				if e.Kind == observe.AttemptEnd {
+					outcomes = append(outcomes, e.Outcome)
+				}
+			})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = p.Do(ctx, func(context.Context, int) error {
+			time.Sleep(1500 * time.Millisecond) // past the call's deadline
+			return errors.New("503")
+		})
+		if asked != 0 || len(outcomes) != 1 || outcomes[0] != "canceled" {
+			t.Errorf("classifier asked %d times, AttemptEnd outcomes %q; want 0 and [canceled]", asked, outcomes)
+		}
+	})
+}

@@ -70,7 +70,7 @@ func (a *attempt) panicked(v any) {
 	}
 	if p.observer != nil {
 		e := &panicError{value: v}
-		p.attemptEnd(a.actx, a.n, e, a.started)
+		p.attemptEnd(a.actx, a.n, e, a.started, false)
 		p.observer.Observe(a.ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: a.n, Reason: "panic", Err: e})
 	}
 	if a.cancel != nil {
