@@ -84,8 +84,11 @@
 // Such an attempt is a copy of the request with its own header map (the
 // caller's request is never modified). The one exception: the first
 // attempt of a plain request (no [WithAttemptTimeout], no key made by the
-// transport, no buffered body) goes out unchanged, without the field, so
-// that a request that succeeds at once costs no allocation; with
+// transport, no buffered body, and no attempt number or probe mark of the
+// caller's, as a proxy that forwards the fields of the request it got
+// would send: those go as a copy without them) goes out unchanged,
+// without the field, so that a request that succeeds at once costs no
+// allocation; with
 // [WithAttemptTimeout], as recommended, every attempt carries it. A
 // response with the
 // don't-retry signal ("Stormguard-Retry: no", see wire.DontRetry) is never

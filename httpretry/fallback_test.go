@@ -244,3 +244,71 @@ func TestFallbackCircuitOpenRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackAnswersOnce: whatever the fallback returns, RoundTrip
+// returns exactly one of a response and an error (a response with an
+// error is closed); an error carries the key the transport made.
+func TestFallbackAnswersOnce(t *testing.T) {
+	var sentKey string
+	base := answerFunc(func(r *http.Request) (int, []string) {
+		sentKey = r.Header.Get("Idempotency-Key")
+		return http.StatusServiceUnavailable, nil
+	})
+	closed := false
+	for name, fb := range map[string]func(*http.Request, *retry.Error) (*http.Response, error){
+		"both": func(r *http.Request, e *retry.Error) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Request: r,
+				Body: closeFunc(func() { closed = true })}, errors.New("cache miss")
+		},
+		"neither": func(*http.Request, *retry.Error) (*http.Response, error) { return nil, nil },
+		"error":   func(_ *http.Request, e *retry.Error) (*http.Response, error) { return nil, e },
+	} {
+		tr, err := httpretry.NewTransport(base, httpretry.WithFallback(fb), httpretry.WithAutoIdempotencyKey(),
+			httpretry.WithRetry(retry.WithMaxAttempts(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://h.example/", strings.NewReader("p"))
+		resp, err := tr.RoundTrip(req)
+		if resp != nil || err == nil {
+			t.Errorf("%s: RoundTrip = %v, %v; want only an error", name, resp, err)
+			continue
+		}
+		if got := httpretry.IdempotencyKey(nil, err); sentKey == "" || got != sentKey {
+			t.Errorf("%s: IdempotencyKey(nil, err) = %q, the request went with %q", name, got, sentKey)
+		}
+	}
+	if !closed {
+		t.Error("the response the fallback returned with an error was not closed")
+	}
+}
+
+// closeFunc is a body that calls f when closed.
+type closeFunc func()
+
+func (closeFunc) Read([]byte) (int, error) { return 0, io.EOF }
+func (f closeFunc) Close() error           { f(); return nil }
+
+// TestRefreshToAnotherHostRefused: a 401 refresh that points the request
+// at another host is an error: its sends would count against the first
+// host's budget, breaker and limiter.
+func TestRefreshToAnotherHostRefused(t *testing.T) {
+	sends := map[string]int{}
+	base := answerFunc(func(r *http.Request) (int, []string) {
+		sends[r.URL.Host]++
+		return http.StatusUnauthorized, nil
+	})
+	tr, err := httpretry.NewTransport(base, httpretry.WithRefreshOn401(func(*http.Request) (*http.Request, error) {
+		return http.NewRequest(http.MethodGet, "http://api.example/", nil)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://auth.example/", nil)
+	if resp, err := tr.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "another host") {
+		t.Errorf("RoundTrip = %v, %v; want the refresh refused", resp, err)
+	}
+	if sends["api.example"] != 0 {
+		t.Errorf("sends %v: api.example got the refreshed request", sends)
+	}
+}

@@ -32,7 +32,11 @@ func giveUpValue(re *retry.Error) string {
 	}
 	v := tok + ";attempts=" + strconv.Itoa(re.Attempts)
 	if d := retry.RetryAfter(re); d > 0 { // the breaker's next probe round, the refused sleep or the server's hint
-		v += ";retry-after=" + strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+		s := int64(d / time.Second) // rounded up, without the overflow of d+time.Second-1 near the largest Duration
+		if d%time.Second != 0 {
+			s++
+		}
+		v += ";retry-after=" + strconv.FormatInt(s, 10)
 	}
 	return v
 }
@@ -110,4 +114,14 @@ func canonicalHeader(h http.Header) http.Header {
 		}
 	}
 	return h
+}
+
+// callerMarks reports whether a caller's request carries the transport's
+// own marks, the attempt number or the probe mark (a proxy that forwards
+// the header fields of the request it got): such a request goes as a copy,
+// whose attempt number and probe mark are the transport's, so that the
+// server does not take an original for a third attempt and a probe. Two
+// map lookups: a plain request still goes as it is, with no allocation.
+func callerMarks(h http.Header) bool {
+	return len(h[wire.AttemptHeader]) > 0 || len(h[wire.ProbeHeader]) > 0
 }

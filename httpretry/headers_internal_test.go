@@ -24,6 +24,19 @@ func TestGiveUpValueParses(t *testing.T) {
 	}
 }
 
+// TestGiveUpValueHugeRetryAfter: a Retry-After near the largest Duration
+// (a legal 10-digit delay-seconds) gives a positive number of seconds,
+// rounded up without overflowing.
+func TestGiveUpValueHugeRetryAfter(t *testing.T) {
+	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second + 1, 9223372036 * time.Second} {
+		v := giveUpValue(&retry.Error{Reason: retry.Deadline, Attempts: 1, Err: &StatusError{Code: 503, After: d}})
+		g, ok := wire.ParseGiveUp(v)
+		if !ok || g.RetryAfter < d-time.Second {
+			t.Errorf("giveUpValue with Retry-After %v = %q, read back %+v", d, v, g)
+		}
+	}
+}
+
 // timeoutValue is the wire.TimeoutHeader value of an attempt with left
 // until its deadline, made afresh: whole milliseconds, rounded down, at
 // least 0.

@@ -14,6 +14,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/observe"
+	"github.com/stormguard/stormguard/wire"
 )
 
 // FuzzRetryAfterResponse sends fuzzed Retry-After values through a real
@@ -120,5 +121,38 @@ func TestGiveUpReasonOneSpelling(t *testing.T) {
 				t.Errorf("header reason %q (%v), events' reasons %q; want %q in both", g.Reason, ok, reasons, tt.want)
 			}
 		})
+	}
+}
+
+// TestCallerMarksNotForwarded: a caller's own attempt number and probe
+// mark (header fields a proxy copied from the request it got) never go out
+// on a first attempt that is not a probe, with or without an attempt
+// timeout (without one the first attempt was the caller's request as is).
+func TestCallerMarksNotForwarded(t *testing.T) {
+	for _, at := range []time.Duration{0, time.Second} {
+		var got http.Header
+		base := answerFunc(func(r *http.Request) (int, []string) {
+			got = r.Header.Clone()
+			return http.StatusOK, nil
+		})
+		tr, err := httpretry.NewTransport(base, httpretry.WithAttemptTimeout(at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://h.example/", nil)
+		req.Header.Set(wire.AttemptHeader, "3")
+		req.Header.Set(wire.ProbeHeader, "1")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got.Get(wire.AttemptHeader) != "" || got.Get(wire.ProbeHeader) != "" {
+			t.Errorf("attempt timeout %v: the first attempt went with %s %q, %s %q", at,
+				wire.AttemptHeader, got.Get(wire.AttemptHeader), wire.ProbeHeader, got.Get(wire.ProbeHeader))
+		}
+		if req.Header.Get(wire.AttemptHeader) != "3" {
+			t.Errorf("the caller's request was changed: %v", req.Header)
+		}
 	}
 }

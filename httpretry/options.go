@@ -258,7 +258,9 @@ func WithBufferBodies(maxBytes int64) Option {
 // retried. When an attempt gets a 401, refresh is called once per
 // RoundTrip with a copy of the request that got it (headers deep-copied,
 // no body; the hook may modify and return it, e.g. with a new
-// Authorization header, or return a new request). The transport then sends
+// Authorization header, or return a new request to the same host: one to
+// another host is an error, since its sends would count against this
+// host's guards). The transport then sends
 // the returned request once more, with the original body replayed, as part
 // of the same attempt: it does not count as an attempt and does not draw
 // on the retry budget; later retries, if any, send it too. If refresh
@@ -277,9 +279,10 @@ func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Op
 // request because the host is failing: the breaker refused it (also after
 // waiting for it until the deadline), the budget refused a retry, the
 // concurrency limit had no slot in time ([WithLimit]), the attempts ran
-// out, or the deadline came first; fallback's response and
-// error are returned instead (e.g. a cached response, or a 503 of the
-// caller's own). err says why ([retry.Error].Reason), after how many
+// out, or the deadline came first; fallback's response or error is
+// returned instead (e.g. a cached response, or a 503 of the caller's own:
+// a response that comes with an error is closed and the error returned,
+// and a fallback that returns neither is an error wrapping err). err says why ([retry.Error].Reason), after how many
 // attempts, and carries the last failure (with the server's hint, or the
 // breaker's time until its next probe: retry.RetryAfter(err)). The last
 // response, if any, has been drained and closed. A request that was not

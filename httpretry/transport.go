@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -291,12 +292,33 @@ func (c *call) run(h *host) (*http.Response, error) {
 		return stale, nil
 	}
 	if re != nil && cfg.fallback != nil && fallsBack(re.Reason) {
-		return cfg.fallback(req, re)
+		return c.fallback(req, re)
 	}
 	if c.key != nil {
 		return nil, &keyError{err: err, key: c.key[0]}
 	}
 	return nil, err
+}
+
+// fallback returns WithFallback's answer to the give-up re: exactly one
+// of a response and an error, as a RoundTripper must (a response that
+// comes with an error is closed, and neither is an error); an error
+// carries the key the transport made ([IdempotencyKey]).
+func (c *call) fallback(req *http.Request, re *retry.Error) (*http.Response, error) {
+	resp, err := c.t.cfg.fallback(req, re)
+	switch {
+	case resp != nil && err != nil:
+		if resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		resp = nil
+	case resp == nil && err == nil:
+		err = fmt.Errorf("httpretry: the fallback returned neither a response nor an error after: %w", re)
+	}
+	if err != nil && c.key != nil {
+		err = &keyError{err: err, key: c.key[0]}
+	}
+	return resp, err
 }
 
 // giveBack hands resp, the last attempt's response, to the caller: marked
@@ -455,7 +477,7 @@ func (c *call) send(ctx context.Context, n int) (*http.Response, error) {
 	// request goes as it is, so that a successful one costs no allocation:
 	// an original needs no probe mark, and its deadline is the call's own.
 	asIs := n == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.data == nil && c.once == nil &&
-		cfg.attemptTimeout == 0 && ctx == c.req.Context()
+		cfg.attemptTimeout == 0 && ctx == c.req.Context() && !callerMarks(c.req.Header)
 	b, err := c.body()
 	if err != nil {
 		return nil, retry.Permanent(callerError{fmt.Errorf("httpretry: rewind request body: %w", err)})
@@ -562,6 +584,11 @@ func (c *call) refresh() (*http.Request, error) {
 	nr, err := c.t.cfg.refresh(cp)
 	if err != nil {
 		return nil, fmt.Errorf("httpretry: refresh credentials after 401: %w", err)
+	}
+	if nr != nil && (nr.URL == nil || !strings.EqualFold(nr.URL.Host, c.src.URL.Host)) {
+		// Its sends would count against this host's guards (its budget,
+		// breaker and limiter): a refresh keeps the host.
+		return nil, fmt.Errorf("httpretry: refresh credentials after 401: the refreshed request goes to another host")
 	}
 	return nr, nil
 }
