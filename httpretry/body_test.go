@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/httpretry"
@@ -286,4 +287,41 @@ func TestFailedBodyReleasedBeforeSleep(t *testing.T) {
 	if string(b) != "busy, come back later" || sleeps != 2 {
 		t.Errorf("last body %q after %d sleeps, want the server's after 2", b, sleeps)
 	}
+}
+
+// stalledBase answers 503 with a body that comes after its headers, late
+// (after the drain's 50 ms).
+type stalledBase struct{ after time.Duration }
+
+func (b stalledBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		time.Sleep(b.after)
+		_, _ = io.WriteString(pw, "overloaded: try region B")
+		_ = pw.Close()
+	}()
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}, Body: pr, Request: r}, nil
+}
+
+// TestStalledFailureBodyHandedBackWhole: the last attempt's failure
+// response is the caller's with its whole body, even when that body comes
+// after the 50 ms a discarded one is read for (it was closed then, and the
+// caller read nothing).
+func TestStalledFailureBodyHandedBackWhole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, err := httpretry.NewTransport(stalledBase{after: 120 * time.Millisecond}, httpretry.WithRetry(retry.WithMaxAttempts(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://h.example/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if rerr != nil || string(b) != "overloaded: try region B" {
+			t.Errorf("status %d: body %q, read error %v; want the whole body", resp.StatusCode, b, rerr)
+		}
+	})
 }

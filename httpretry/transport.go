@@ -443,22 +443,30 @@ func (c *call) sendError(err error) error {
 // detachBody reads a failed attempt's body (up to drainLimit, for at most
 // drainTimeout) into memory and closes it, so that its connection goes back
 // to the pool before the sleep rather than after it; the bytes stay
-// readable for the caller if this is the response it gets. A longer or
-// stalled body is left as it is (what was read, then the rest).
+// readable for the caller if this is the response it gets. A longer body
+// is left as it is (what was read, then the rest); a stalled one is read
+// on in the background and handed whole to the caller if it gets it (a
+// body that came 120 ms after its headers was closed at 50 ms, and the
+// caller read nothing).
 func (c *call) detachBody(resp *http.Response) {
 	rc := resp.Body
 	if rc == nil || rc == http.NoBody {
 		return
 	}
-	t := time.AfterFunc(drainTimeout, func() { _ = rc.Close() })
-	buf, err := io.ReadAll(io.LimitReader(rc, drainLimit+1))
-	t.Stop()
-	if err == nil && len(buf) <= drainLimit {
-		_ = rc.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(buf))
-		return
+	d := &drained{rc: rc, done: make(chan struct{})}
+	go d.read()
+	t := time.NewTimer(drainTimeout)
+	select {
+	case <-d.done:
+		t.Stop()
+		if d.whole() {
+			resp.Body = io.NopCloser(bytes.NewReader(d.buf))
+			return
+		}
+		resp.Body = &onceBody{Reader: io.MultiReader(bytes.NewReader(d.buf), rc), closer: rc}
+	case <-t.C:
+		resp.Body = d
 	}
-	resp.Body = &onceBody{Reader: io.MultiReader(bytes.NewReader(buf), rc), closer: rc}
 }
 
 // send makes one request to the base transport and records the response as
