@@ -155,7 +155,7 @@ func (h *host) refill(left time.Duration) bool {
 			if short {
 				return false // the caller's time is up, not Redis's: refused
 			}
-			f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, errTimeout))
+			f.failed(lc.trip, fmt.Errorf("fleet: lease for %q: %w", h.name, errTimeout))
 			return h.local.Withdraw()
 		}
 		if mine && lc.claim.Load() == claimKept {
@@ -262,7 +262,7 @@ func (h *host) leased(lc *leaseCall, now, want int64, v []int64, err error) erro
 	}
 	h.leaseMu.Unlock()
 	if err != nil {
-		f.failed(fmt.Errorf("fleet: lease for %q: %w", h.name, err))
+		f.failed(lc.trip, fmt.Errorf("fleet: lease for %q: %w", h.name, err))
 		return err
 	}
 	if r.state == fleetOpen {

@@ -196,6 +196,12 @@ func (c Config) resolve() (Config, settings, error) {
 	s.rateDue = int64(rw - c.SyncEvery/2)
 	s.rateFirstLater = c.SyncEvery < rw
 	longest := max(bc.Window, brc.Window, brc.OpenFor, brc.MaxOpenFor)
-	s.ttlMS = int64(min(2*longest+10*time.Second, time.Duration(math.MaxInt64/2)) / time.Millisecond)
+	// Twice the longest plus 10 s, saturating: a window of a century
+	// doubled overflowed, and the host's key expired at once.
+	ttl := time.Duration(math.MaxInt64 / 2)
+	if longest < (ttl-10*time.Second)/2 {
+		ttl = 2*longest + 10*time.Second
+	}
+	s.ttlMS = int64(ttl / time.Millisecond)
 	return c, s, nil
 }

@@ -82,7 +82,8 @@ type Fleet struct {
 	errMu   sync.Mutex
 	lastErr error // guarded by errMu
 
-	failures             atomic.Int64 // round trips that failed or took longer than Timeout
+	failures             int64        // round trips that failed or took longer than Timeout; guarded by errMu
+	trips                atomic.Int64 // round trips started
 	syncs, syncFailures  atomic.Int64
 	leaseCalls           atomic.Int64
 	probeCalls           atomic.Int64
@@ -257,9 +258,10 @@ type Stats struct {
 
 // Stats returns a snapshot of f's round trips.
 func (f *Fleet) Stats() Stats {
+	// The failures and their last error together, then the round trips,
+	// which each counted failure's trip was counted in before it.
 	f.errMu.Lock()
-	err := f.lastErr
+	failures, err := f.failures, f.lastErr
 	f.errMu.Unlock()
-	return Stats{RoundTrips: f.syncs.Load() + f.syncFailures.Load() + f.leaseCalls.Load() + f.probeCalls.Load(),
-		Failures: f.failures.Load(), LastError: err, MaxRoundTrip: time.Duration(f.maxRoundTrip.Load())}
+	return Stats{RoundTrips: f.trips.Load(), Failures: failures, LastError: err, MaxRoundTrip: time.Duration(f.maxRoundTrip.Load())}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -579,4 +580,60 @@ func TestTooManyHosts(t *testing.T) {
 			t.Error("HostStats of an unknown host")
 		}
 	})
+}
+
+// TestTTLSaturates: the host key's expiry, twice the longest window plus
+// 10 s, saturates for windows and open periods near the largest Duration
+// (twice a window of a century overflowed, and the key expired at once:
+// the fleet counted nothing).
+func TestTTLSaturates(t *testing.T) {
+	huge := time.Duration(1<<62) - time.Duration(1<<62)%time.Microsecond
+	for _, c := range []Config{
+		{Name: "ttl", Budget: budget.Config{Window: huge, Slices: 1}},
+		{Name: "ttl", Breaker: breaker.Config{Window: huge, Buckets: 1}},
+		{Name: "ttl", Breaker: breaker.Config{OpenFor: math.MaxInt64}},
+	} {
+		_, s, err := c.resolve()
+		if err != nil {
+			t.Fatalf("resolve: %v", err)
+		}
+		if s.ttlMS < int64(huge/time.Millisecond) {
+			t.Errorf("%+v: key TTL %d ms, want at least the window (%d ms)", c, s.ttlMS, int64(huge/time.Millisecond))
+		}
+	}
+}
+
+// TestStatsSnapshot: Stats is one snapshot: a failure is counted together
+// with its error (Failures > 0 exactly when LastError is set), and never
+// more failures than round trips, while syncs fail and succeed and a
+// reader polls (under -race). The count came from the trip's goroutine
+// and the error from its caller, at different times.
+func TestStatsSnapshot(t *testing.T) {
+	be := newModelBackend()
+	f := mustNew(t, be, Config{Name: "stats", SyncEvery: time.Millisecond, Timeout: 50 * time.Millisecond})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s := f.Stats()
+			if (s.Failures == 0) != (s.LastError == nil) || s.Failures > s.RoundTrips {
+				t.Errorf("inconsistent snapshot: %+v", s)
+				return
+			}
+		}
+	})
+	for i := range 20 {
+		be.down.Store(i%2 == 0)
+		time.Sleep(3 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if s := f.Stats(); s.Failures == 0 {
+		t.Errorf("no failure counted: %+v", s)
+	}
 }

@@ -375,13 +375,14 @@ func (h *host) ProbeRound() bool {
 		return true
 	}
 	f.probeCalls.Add(1)
-	v, err := f.start([]string{h.key}, append(f.set.args("p", 0), itoa(h.seen.Load())), nil).wait(f.cfg.Timeout)
+	tr := f.start([]string{h.key}, append(f.set.args("p", 0), itoa(h.seen.Load())), nil)
+	v, err := tr.wait(f.cfg.Timeout)
 	var r probeReply
 	if err == nil {
 		r, err = decodeProbe(v)
 	}
 	if err != nil {
-		f.failed(fmt.Errorf("fleet: probe round for %q: %w", h.name, err))
+		f.failed(tr, fmt.Errorf("fleet: probe round for %q: %w", h.name, err))
 		return true
 	}
 	h.fleetState.Store(r.state)

@@ -182,13 +182,12 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 				i := ringSlot("on", "os", "of", bcur, buckets)
 				set(f("os", i), get(f("os", i))+ds)
 				set(f("of", i), get(f("of", i))+df)
-				if df > 0 {
-					calls, fails := outcomeWindow(bcur)
-					bcalls := get(f("os", i)) + get(f("of", i))
-					if (calls >= minCalls && float64(fails) >= fratio*float64(calls)) ||
-						(bcalls >= minCalls && float64(get(f("of", i))) >= fratio*float64(bcalls)) {
-						flip(1)
-					}
+				calls, fails := outcomeWindow(bcur)
+				bfails := get(f("of", i))
+				bcalls := get(f("os", i)) + bfails
+				if (fails > 0 && calls >= minCalls && float64(fails) >= fratio*float64(calls)) ||
+					(bfails > 0 && bcalls >= minCalls && float64(bfails) >= fratio*float64(bcalls)) {
+					flip(1)
 				}
 			}
 			q, r := budgetWindow(cur)

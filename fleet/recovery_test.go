@@ -342,3 +342,38 @@ func TestFailingProcessSyncsEarly(t *testing.T) {
 		}
 	})
 }
+
+// TestFleetOpensWhenSuccessesCompleteTheWindow: the failures of a window
+// reach the fleet before the successes that bring it to MinCalls (failures
+// are news: their processes sync at once); the fleet opens when the
+// successes arrive, as its rule says (failures >= FailureRatio·calls and
+// calls >= MinCalls). It stayed closed: the rule was checked only on a
+// sync that carried failures.
+func TestFleetOpensWhenSuccessesCompleteTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := newModelBackend()
+		cfg := Config{Name: "order", SyncEvery: 10 * time.Millisecond, MinCalls: 10,
+			Breaker: breaker.Config{Window: 2 * time.Second, Buckets: 2, MinCalls: 1000, FailureRatio: 0.5, OpenFor: 5 * time.Second}}
+		fleets := fleetOf(t, be, 10, cfg)
+		brks := breakers(t, fleets, "dep")
+		for _, b := range brks[:6] { // 6 failures, synced first
+			p, _ := b.Allow()
+			b.Done(p, false)
+		}
+		time.Sleep(60 * time.Millisecond)
+		for _, b := range brks[6:] { // then 4 successes: 10 calls
+			p, _ := b.Allow()
+			b.Done(p, true)
+		}
+		time.Sleep(300 * time.Millisecond)
+		open := 0
+		for _, b := range brks {
+			if b.State() != breaker.Closed {
+				open++
+			}
+		}
+		if open != len(brks) {
+			t.Errorf("the fleet's window holds 10 calls, 6 failed (ratio 0.5, MinCalls 10): %d of %d breakers open, want all", open, len(brks))
+		}
+	})
+}

@@ -432,12 +432,13 @@ if mode == 's' then
       local i = ring_slot('on', 'os', 'of', bcur, buckets)
       set('os' .. i, get('os' .. i) + ds)
       set('of' .. i, get('of' .. i) + df)
-      if df > 0 then
-        local calls, fails = outcome_window(bcur)
-        local bcalls = get('os' .. i) + get('of' .. i)
-        if (calls >= min_calls and fails >= fratio * calls) or
-           (bcalls >= min_calls and get('of' .. i) >= fratio * bcalls) then flip(1) end
-      end
+      -- After any outcomes, successes too: the failures of a window may
+      -- reach Redis before the successes that bring it to min_calls.
+      local calls, fails = outcome_window(bcur)
+      local bfails = get('of' .. i)
+      local bcalls = get('os' .. i) + bfails
+      if (fails > 0 and calls >= min_calls and fails >= fratio * calls) or
+         (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls) then flip(1) end
     end
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)

@@ -45,9 +45,10 @@ func (r redisBackend) eval(ctx context.Context, keys []string, args []string) ([
 // trip is one round trip to Redis, run on a goroutine of its own so that
 // no caller waits for it longer than it chooses to.
 type trip struct {
-	done chan struct{} // closed once v and err are set
-	v    []int64
-	err  error
+	done    chan struct{} // closed once v and err are set
+	v       []int64
+	err     error
+	counted bool // its failure is counted in Stats (guarded by Fleet.errMu)
 }
 
 // start runs the script with keys and args on a goroutine of its own, on a
@@ -63,6 +64,7 @@ func (f *Fleet) start(keys, args []string, then func([]int64, error) error) *tri
 		close(tr.done)
 		return tr
 	}
+	f.trips.Add(1)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -78,8 +80,10 @@ func (f *Fleet) start(keys, args []string, then func([]int64, error) error) *tri
 		if then != nil {
 			err = then(v, err)
 		}
-		if err != nil || d > f.cfg.Timeout {
-			f.failures.Add(1)
+		if err != nil {
+			f.noteFailure(tr, err, false)
+		} else if d > f.cfg.Timeout {
+			f.noteFailure(tr, fmt.Errorf("fleet: a round trip took %v, over the timeout %v", d, f.cfg.Timeout), false)
 		}
 		tr.v, tr.err = v, err
 		close(tr.done)
@@ -165,10 +169,11 @@ func (f *Fleet) sync(final bool) error {
 		batch[i] = h.collect(now, final)
 		args = appendSync(args, batch[i])
 	}
-	v, err := f.start(keys, args, func(_ []int64, err error) error {
+	tr := f.start(keys, args, func(_ []int64, err error) error {
 		f.syncing.Store(false)
 		return err
-	}).wait(f.cfg.Timeout)
+	})
+	v, err := tr.wait(f.cfg.Timeout)
 	if err == nil {
 		var r syncReply
 		if r, err = decodeSync(v, len(hosts)); err == nil {
@@ -181,7 +186,7 @@ func (f *Fleet) sync(final bool) error {
 		}
 	}
 	f.syncFailures.Add(1)
-	f.failed(fmt.Errorf("fleet: sync: %w", err))
+	f.failed(tr, fmt.Errorf("fleet: sync: %w", err))
 	f.ungate()
 	if r, ok := f.be.(interface{ reload() }); ok {
 		r.reload()
@@ -203,13 +208,29 @@ func (f *Fleet) ungate() {
 	}
 }
 
-// failed records err, the failure of a round trip, and switches to local
+// failed records err, the failure of round trip tr, and switches to local
 // mode.
-func (f *Fleet) failed(err error) {
-	f.errMu.Lock()
-	f.lastErr = err
-	f.errMu.Unlock()
+func (f *Fleet) failed(tr *trip, err error) {
+	f.noteFailure(tr, err, true)
 	f.setMode(ModeLocal, err)
+}
+
+// noteFailure counts the failure of round trip tr once (its caller's
+// account of it, or the trip's own when it fails or comes late) and
+// remembers err with the count, so that Stats sees both or neither: the
+// caller's account (last) replaces the error, the trip's only when it is
+// the first.
+func (f *Fleet) noteFailure(tr *trip, err error, last bool) {
+	f.errMu.Lock()
+	first := !tr.counted
+	if first {
+		tr.counted = true
+		f.failures++
+	}
+	if first || last {
+		f.lastErr = err
+	}
+	f.errMu.Unlock()
 }
 
 // setMode switches to mode to; a change (not a repeat) is logged and
