@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -117,47 +116,4 @@ func closeReqBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
-}
-
-// drained is a failed attempt's body read in the background (detachBody):
-// up to drainLimit bytes, then closed if that was all of it. Read waits for
-// that read and then gives what it read and the rest; Close closes the
-// body (which ends a read that stalls) and waits for the read to end. One
-// goroutine reads it at a time, as any body; Close may come from another.
-type drained struct {
-	rc   io.ReadCloser
-	done chan struct{} // closed when read has returned
-	buf  []byte        // set by read before done
-	err  error         // set by read before done
-	r    io.Reader     // the reader's, made at its first Read
-	once sync.Once
-}
-
-func (d *drained) read() {
-	d.buf, d.err = io.ReadAll(io.LimitReader(d.rc, drainLimit+1))
-	if d.whole() {
-		_ = d.rc.Close() // all of it: the connection goes back to the pool now
-	}
-	close(d.done)
-}
-
-// whole reports, once done is closed, whether buf is the whole body.
-func (d *drained) whole() bool { return d.err == nil && len(d.buf) <= drainLimit }
-
-func (d *drained) Read(p []byte) (int, error) {
-	<-d.done
-	if d.r == nil {
-		if d.whole() {
-			d.r = bytes.NewReader(d.buf)
-		} else {
-			d.r = io.MultiReader(bytes.NewReader(d.buf), d.rc)
-		}
-	}
-	return d.r.Read(p)
-}
-
-func (d *drained) Close() error {
-	d.once.Do(func() { _ = d.rc.Close() })
-	<-d.done
-	return nil
 }

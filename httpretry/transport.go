@@ -453,19 +453,38 @@ func (c *call) detachBody(resp *http.Response) {
 	if rc == nil || rc == http.NoBody {
 		return
 	}
-	d := &drained{rc: rc, done: make(chan struct{})}
-	go d.read()
+	var buf []byte
+	var err error
+	done := make(chan struct{})
+	go func() {
+		buf, err = io.ReadAll(io.LimitReader(rc, drainLimit+1))
+		close(done)
+	}()
 	t := time.NewTimer(drainTimeout)
 	select {
-	case <-d.done:
+	case <-done:
 		t.Stop()
-		if d.whole() {
-			resp.Body = io.NopCloser(bytes.NewReader(d.buf))
+		if err == nil && len(buf) <= drainLimit {
+			_ = rc.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(buf))
 			return
 		}
-		resp.Body = &onceBody{Reader: io.MultiReader(bytes.NewReader(d.buf), rc), closer: rc}
+		resp.Body = &onceBody{Reader: io.MultiReader(bytes.NewReader(buf), rc), closer: rc}
 	case <-t.C:
-		resp.Body = d
+		// Stalled: read on in the background, and handed whole through
+		// a pipe to the caller if this is the response it gets. Closing
+		// it closes the pipe and the body (which ends a stalled read).
+		pr, pw := io.Pipe()
+		go func() {
+			<-done
+			werr := err
+			if _, e := pw.Write(buf); e == nil && err == nil && len(buf) > drainLimit {
+				_, werr = io.Copy(pw, rc)
+			}
+			_ = rc.Close()
+			_ = pw.CloseWithError(werr)
+		}()
+		resp.Body = &body{ReadCloser: pr, cancelAttempt: func() { _ = rc.Close() }}
 	}
 }
 
