@@ -613,17 +613,11 @@ func TestStatsSnapshot(t *testing.T) {
 	f := mustNew(t, be, Config{Name: "stats", SyncEvery: time.Millisecond, Timeout: 50 * time.Millisecond})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s := f.Stats()
-			if (s.Failures == 0) != (s.LastError == nil) || s.Failures > s.RoundTrips {
+	var bad atomic.Bool
+	until(&wg, stop, func() {
+		if s := f.Stats(); (s.Failures == 0) != (s.LastError == nil) || s.Failures > s.RoundTrips {
+			if !bad.Swap(true) {
 				t.Errorf("inconsistent snapshot: %+v", s)
-				return
 			}
 		}
 	})

@@ -197,12 +197,7 @@ func TestGuardRunLockLost(t *testing.T) {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		var log eventLog
 		g := newGuard(t, lostLockStore{mem}, idempotency.WithObserver(&log), idempotency.WithLockTimeout(30*time.Second))
-		var cause error
-		o, _, err := g.Run(context.Background(), "alice", "k", guardFP, func(ctx context.Context) (store.Record, bool) {
-			<-ctx.Done()
-			cause = context.Cause(ctx)
-			return store.Record{Status: 201}, true
-		})
+		o, err, cause := runUntilCanceled(g)
 		if o != store.Claimed || err != nil || !errors.Is(cause, idempotency.ErrLockLost) {
 			t.Fatalf("Run = %v, %v, fn's context ended with %v; want Claimed, nil, ErrLockLost", o, err, cause)
 		}
@@ -304,12 +299,7 @@ func TestGuardRunLockLostStoreDown(t *testing.T) {
 		mem, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
 		var log eventLog
 		g := newGuard(t, extendDownStore{mem}, idempotency.WithObserver(&log), idempotency.WithLockTimeout(3*time.Second))
-		var cause error
-		g.Run(context.Background(), "alice", "k", guardFP, func(ctx context.Context) (store.Record, bool) {
-			<-ctx.Done()
-			cause = context.Cause(ctx)
-			return store.Record{}, false
-		})
+		_, _, cause := runUntilCanceled(g)
 		if !errors.Is(cause, idempotency.ErrLockLost) || !errors.Is(cause, errDown) {
 			t.Errorf("fn's context ended with %v; want it to wrap ErrLockLost and the store's error", cause)
 		}
@@ -317,4 +307,17 @@ func TestGuardRunLockLostStoreDown(t *testing.T) {
 			t.Errorf("events %+v; want one whose Err wraps the store's error", evs)
 		}
 	})
+}
+
+// runUntilCanceled runs a call through g whose fn waits for its context to
+// end (a lost lock) and keeps a 201; it returns Run's outcome and error and
+// the cause fn's context ended with.
+func runUntilCanceled(g *idempotency.Guard) (store.Outcome, error, error) {
+	var cause error
+	o, _, err := g.Run(context.Background(), "alice", "k", guardFP, func(ctx context.Context) (store.Record, bool) {
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return store.Record{Status: 201}, true
+	})
+	return o, err, cause
 }
