@@ -1,7 +1,6 @@
 package httpretry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -438,54 +437,6 @@ func (c *call) sendError(err error) error {
 		return retry.Permanent(err)
 	}
 	return err
-}
-
-// detachBody reads a failed attempt's body (up to drainLimit, for at most
-// drainTimeout) into memory and closes it, so that its connection goes back
-// to the pool before the sleep rather than after it; the bytes stay
-// readable for the caller if this is the response it gets. A longer body
-// is left as it is (what was read, then the rest); a stalled one is read
-// on in the background and handed whole to the caller if it gets it (a
-// body that came 120 ms after its headers was closed at 50 ms, and the
-// caller read nothing).
-func (c *call) detachBody(resp *http.Response) {
-	rc := resp.Body
-	if rc == nil || rc == http.NoBody {
-		return
-	}
-	var buf []byte
-	var err error
-	done := make(chan struct{})
-	go func() {
-		buf, err = io.ReadAll(io.LimitReader(rc, drainLimit+1))
-		close(done)
-	}()
-	t := time.NewTimer(drainTimeout)
-	select {
-	case <-done:
-		t.Stop()
-		if err == nil && len(buf) <= drainLimit {
-			_ = rc.Close()
-			resp.Body = io.NopCloser(bytes.NewReader(buf))
-			return
-		}
-		resp.Body = &onceBody{Reader: io.MultiReader(bytes.NewReader(buf), rc), closer: rc}
-	case <-t.C:
-		// Stalled: read on in the background, and handed whole through
-		// a pipe to the caller if this is the response it gets. Closing
-		// it closes the pipe and the body (which ends a stalled read).
-		pr, pw := io.Pipe()
-		go func() {
-			<-done
-			werr := err
-			if _, e := pw.Write(buf); e == nil && err == nil && len(buf) > drainLimit {
-				_, werr = io.Copy(pw, rc)
-			}
-			_ = rc.Close()
-			_ = pw.CloseWithError(werr)
-		}()
-		resp.Body = &body{ReadCloser: pr, cancelAttempt: func() { _ = rc.Close() }}
-	}
 }
 
 // send makes one request to the base transport and records the response as
