@@ -569,8 +569,8 @@ func TestFleetLimitFallsAndRecovers(t *testing.T) {
 	h := fs[0].hostFor("api")
 	rate := func() float64 { return float64(h.fleetRate.Load()) / 1000 }
 	var path []float64
-	watch := func(cond func(float64) bool) bool {
-		return eventually(20*time.Second, func() bool {
+	watch := func(d time.Duration, cond func(float64) bool) bool {
+		return eventually(d, func() bool {
 			r := rate()
 			if len(path) == 0 || path[len(path)-1] != r {
 				path = append(path, r)
@@ -578,16 +578,21 @@ func TestFleetLimitFallsAndRecovers(t *testing.T) {
 			return cond(r)
 		})
 	}
-	if !watch(func(r float64) bool { return r >= 1000 }) {
+	if !watch(20*time.Second, func(r float64) bool { return r >= 1000 }) {
 		t.Fatalf("healthy: fleet rate %.0f, want it to grow to 1000/s (path %v)", rate(), path)
 	}
 	peak := rate()
 	failing.Store(true)
-	if !watch(func(r float64) bool { return r <= peak/8 }) {
+	if !watch(20*time.Second, func(r float64) bool { return r <= peak/8 }) {
 		t.Fatalf("failing: fleet rate %.0f, want it down to 1/8 of %.0f (path %v)", rate(), peak, path)
 	}
 	failing.Store(false)
-	if !watch(func(r float64) bool { return r >= peak/4 }) {
+	// 45 s: on a loaded machine under -race the windows after the
+	// failures are seldom clean (the latency samples include the
+	// machine's own delays), and R regains by R+sqrt(R) a window: in one
+	// CI run it went from 2,311 to 2,934 in 20 s (a quarter of the peak was
+	// 4,631). The speed of the regain is measured live (bench), not here.
+	if !watch(45*time.Second, func(r float64) bool { return r >= peak/4 }) {
 		t.Fatalf("recovered: fleet rate %.0f, want it back to a quarter of %.0f (path %v)", rate(), peak, path)
 	}
 	t.Logf("fleet rate path: %v", path)
