@@ -73,7 +73,7 @@ func (b *body) cancel() {
 // it returns the bytes (the body is closed) and replayable true. Otherwise
 // it returns a body that sends what was read followed by the rest, to be
 // sent once, and replayable false. A read error is returned as is, with
-// the body closed.
+// the body closed; a Read that panics closes it too (the panic goes on).
 func bufferBody(rc io.ReadCloser, contentLength, limit int64) (data []byte, once io.ReadCloser, replayable bool, err error) {
 	if contentLength > limit {
 		return nil, rc, false, nil
@@ -83,7 +83,14 @@ func bufferBody(rc io.ReadCloser, contentLength, limit int64) (data []byte, once
 		capHint = contentLength + 1
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, min(capHint, 32<<10)))
+	read := false
+	defer func() {
+		if !read { // the body's Read panicked: closed all the same, and the panic goes on
+			_ = rc.Close()
+		}
+	}()
 	_, err = buf.ReadFrom(io.LimitReader(rc, limit+1))
+	read = true
 	if err != nil {
 		_ = rc.Close()
 		return nil, nil, false, err

@@ -325,3 +325,32 @@ func TestStalledFailureBodyHandedBackWhole(t *testing.T) {
 		}
 	})
 }
+
+// panicReader panics on Read.
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("request body broke") }
+
+// TestBufferedBodyPanicCloses: a request body whose Read panics while
+// WithBufferBodies buffers it panics in the caller, as the body's own
+// panic, and is closed all the same ("always closes its body").
+func TestBufferedBodyPanicCloses(t *testing.T) {
+	tr, err := httpretry.NewTransport(answerFunc(func(*http.Request) (int, []string) { return http.StatusOK, nil }),
+		httpretry.WithBufferBodies(1<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &closeRecorder{r: panicReader{}}
+	req, _ := http.NewRequest(http.MethodPut, "http://h.example/", body)
+	func() {
+		defer func() {
+			if p := recover(); p != "request body broke" {
+				t.Errorf("recovered %v, want the body's panic", p)
+			}
+		}()
+		_, _ = tr.RoundTrip(req)
+	}()
+	if n := body.closed.Load(); n != 1 {
+		t.Errorf("body closed %d times, want 1", n)
+	}
+}
