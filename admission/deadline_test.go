@@ -154,3 +154,38 @@ func TestWrapTimeoutFields(t *testing.T) {
 		hold.Release()
 	})
 }
+
+// TestNoDropByAnEmptyQueue: when the last queued request of a class leaves
+// (its caller canceled), the queue's recent wait goes with it: a later
+// request whose time left is below that wait queues and gets the slot,
+// instead of being dropped on arrival with nobody queued.
+func TestNoDropByAnEmptyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl, err := admission.New(admission.Config{MaxInFlight: 1, MaxQueue: 10, MaxQueueWait: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pa, _ := ctl.Acquire(context.Background(), 1) // A holds the only slot
+		bGot := make(chan admission.Permit, 1)
+		go func() { p, _ := ctl.Acquire(context.Background(), 1); bGot <- p }() // B queues at 0
+		time.Sleep(10 * time.Millisecond)
+		cctx, ccancel := context.WithCancel(context.Background())
+		cDone := make(chan struct{})
+		go func() { ctl.Acquire(cctx, 1); close(cDone) }() // C queues at 10 ms
+		time.Sleep(40 * time.Millisecond)
+		pa.Release() // 50 ms: B gets the slot after 50 ms; C waits
+		pb := <-bGot
+		time.Sleep(10 * time.Millisecond)
+		ccancel() // 60 ms: C leaves; nobody is queued
+		<-cDone
+		time.Sleep(10 * time.Millisecond)
+		go func() { time.Sleep(10 * time.Millisecond); pb.Release() }() // the slot frees at 80 ms
+		dctx, dcancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+		defer dcancel()
+		pd, d := ctl.Acquire(dctx, 1)
+		if d.Outcome != admission.Admitted {
+			t.Errorf("D = %v with nobody queued and the slot free 30 ms before its deadline, want admitted", d.Outcome)
+		}
+		pd.Release()
+	})
+}

@@ -193,6 +193,10 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 			c.unlink(w)
 			if c.queues[cls].Len() == 0 {
 				c.lastGood[cls] = c.now()
+				// Nobody of its class waits: no wait to drop arrivals by
+				// (as handOff when it empties the list; a stale one
+				// dropped requests on arrival with the queue empty).
+				c.sojourn[cls].Store(0)
 			}
 		}
 		c.mu.Unlock()
