@@ -185,7 +185,8 @@
 // milliseconds (gRPC's grpc-retry-pushback-ms). Over HTTP an answer that
 // sheds a request for lack of room ([QueueFull], [QueueTimeout]) also
 // carries the capacity hint "Stormguard-Capacity: <n>" (wire.CapacityHeader):
-// n is MaxInFlight, the requests this server runs at once. A client that is
+// n is the in-flight limit in force (MaxInFlight, or the adaptive limit
+// when one is set), the requests this server runs at once. A client that is
 // this server's only caller should keep fewer than n attempts in flight to
 // it; it is a hint about capacity, not a grant.
 //
