@@ -87,8 +87,10 @@ type Config struct {
 	// ReleaseRate is the most waiting calls per second released when the
 	// breaker closes, earliest deadline first, so that a recovering
 	// dependency meets its backlog at a pace it can serve rather than as
-	// one spike. The release starts at a quarter of it and doubles every
-	// half second up to it; a failure while it runs halves the pace, and
+	// one spike. The release starts at a quarter of it, or at Probes per
+	// OpenFor if that is more (a floor the pace never goes below; at most
+	// ReleaseRate itself), and doubles every half second up to it; a
+	// failure while it runs halves the pace (down to that floor), and
 	// Probes failing calls in the window (rather than MinCalls) trip the
 	// breaker again. 0 means the rate of
 	// calls the breaker saw before it tripped (the pace the dependency

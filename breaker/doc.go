@@ -44,7 +44,8 @@
 // nothing is sent while it waits. Waiting calls get the next round's probes
 // first, those with the least time left first. When the breaker closes, the
 // waiting calls are released in the same order by a pacer, each at a
-// jittered point of its slot, so that a recovering dependency does not meet
+// jittered point of its slot (above 100 calls a second, a tick of the pacer releases several, each
+// at a jittered point of the tick: within one tick they may go in any order), so that a recovering dependency does not meet
 // its backlog as one spike: the pace starts at a quarter of ReleaseRate (by
 // default the rate of calls the breaker saw before it tripped: the pace the
 // dependency served) and doubles every half second up to it, and a failure

@@ -15,7 +15,9 @@ var ErrOpen = errors.New("breaker: open")
 // all its probes taken.
 type OpenError struct {
 	// State is the state that rejected the call: Open, or HalfOpen when
-	// all probes were taken.
+	// all probes were taken; or Closed for a call of Breaker.Wait whose
+	// context or maxWait ended while it waited for its turn in the release
+	// after the close (Wait 0: the breaker is closed).
 	State State
 	// Wait is how long after the rejection the breaker half-opens; 0 when
 	// State is HalfOpen (the next call may be admitted as soon as a probe
@@ -25,8 +27,11 @@ type OpenError struct {
 
 // Error describes the rejection, e.g. "breaker: open, half-open in 12.5s".
 func (e *OpenError) Error() string {
-	if e.State == HalfOpen {
+	switch e.State {
+	case HalfOpen:
 		return "breaker: half-open, all probes taken"
+	case Closed:
+		return "breaker: closed, releasing its waiting calls; this one's turn had not come"
 	}
 	return "breaker: open, half-open in " + e.Wait.String()
 }

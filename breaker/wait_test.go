@@ -643,3 +643,33 @@ func servedOrder(t *testing.T, b *breaker.Breaker, waits []time.Duration) []int 
 	wg.Wait()
 	return order
 }
+
+// TestWaitGivesUpDuringRelease: a waiting call whose context ends while
+// the release after the close has not reached it gets an *OpenError whose
+// State is Closed and Wait 0 (OpenError.State), matching ErrOpen.
+func TestWaitGivesUpDuringRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := breaker.New(breaker.Config{ReleaseRate: 1, Rand: func() float64 { return 0.5 }})
+		b.Trip(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 3)
+		for range 3 {
+			go func() { _, err := b.Wait(ctx, time.Minute); errc <- err }()
+		}
+		synctest.Wait()
+		b.Reset() // closed, paced at 1 a second: one goes now, two wait for their turn
+		synctest.Wait()
+		if err := <-errc; err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		cancel()
+		synctest.Wait()
+		for range 2 {
+			err := <-errc
+			var oe *breaker.OpenError
+			if !errors.As(err, &oe) || !errors.Is(err, breaker.ErrOpen) || oe.State != breaker.Closed || oe.Wait != 0 {
+				t.Errorf("a call that gave up in the release: %v (%+v), want an OpenError with State Closed and Wait 0", err, oe)
+			}
+		}
+	})
+}
