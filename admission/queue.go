@@ -182,10 +182,18 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		d.deadline = d.deadline && !c.now().Before(dl)
 	}
 	timer.Stop()
+	giveBack := false
 	if o == QueueTimeout || o == Canceled {
 		c.mu.Lock()
 		switch w.state {
 		case granted:
+			if o == Canceled && d.deadline {
+				// The slot came with the caller's deadline: the handler
+				// must not start for a caller that has left. The slot goes
+				// to the next in line.
+				giveBack = true
+				break
+			}
 			o = Admitted // a slot came at the same moment: take it
 		case evicted:
 			o, d.deadline = QueueFull, false // so did an original that took its place
@@ -200,6 +208,12 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 			}
 		}
 		c.mu.Unlock()
+	}
+	if giveBack {
+		c.inFlight.Add(-1)
+		if c.nwait.Load() > 0 {
+			c.handOff()
+		}
 	}
 	d.waited = max(c.now().Sub(start), 0)
 	if o == Admitted {
