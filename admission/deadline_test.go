@@ -222,3 +222,23 @@ func TestSlotAtTheDeadlineIsNotTaken(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadlineAtTheQueueLimit: a queued request whose caller's deadline
+// comes exactly when its time in the queue ends is the caller's deadline
+// drop (Canceled, don't retry), not a queue timeout: the caller has left.
+func TestDeadlineAtTheQueueLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl, err := admission.New(admission.Config{MaxInFlight: 1, MaxQueueWait: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := ctl.Acquire(context.Background(), 1)
+		defer p.Release()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, d := ctl.Acquire(ctx, 1)
+		if d.Outcome != admission.Canceled || !d.DontRetry {
+			t.Errorf("%+v, want Canceled with the don't-retry signal", d)
+		}
+	})
+}

@@ -145,7 +145,7 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 			d.deadline = true
 			return Permit{}, c.refuse(ctx, d, Canceled)
 		}
-		if left < limit {
+		if left <= limit { // a deadline at the queue's limit is the caller's: it has left by then
 			limit, d.deadline = left, true
 		}
 	}
