@@ -403,7 +403,13 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	}
 	// No hedge to a host that pushes back: a 429 or 503, or a failure
 	// with a Retry-After (of any failed status) or a don't-retry mark.
-	c.hh.pushback(code, retryAfterOf(resp), resp.Header)
+	if c.hh != nil {
+		ra := hint
+		if !hasHint { // parsed above only for 429, 503 and 409
+			ra = retryAfterOf(resp)
+		}
+		c.hh.pushback(code, ra, resp.Header)
+	}
 	capacityHint(c.dest, code, resp.Header)
 	// The attempt's answer, for the loop: the status, and Retry-After on
 	// 429, 503 and 409 (the loop's floor on the next sleep).
