@@ -328,8 +328,9 @@
 // longer than Config.Timeout either way. Each host is one hash,
 // "stormguard:fleet:{" + Name + "}:" + host, that expires when no process
 // has synced it for twice the longest window plus 10 s; with
-// Config.Limit, the host's registry of processes is a second hash, the
-// host's key + ":r", with the same expiry.
+// Config.Limit, the host's registry of processes is a second hash,
+// "stormguard:fleet:{" + Name + "}/r:" + host, with the same expiry (no
+// host's key is another host's registry, whatever the host names).
 //
 // On Redis Cluster, every key of a fleet is in the one slot of its hash
 // tag, served by one master. While that slot has no master (a master

@@ -59,7 +59,7 @@ func cleanup(t testing.TB, c redis.UniversalClient, name string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		keys, _ := c.Keys(ctx, keyPrefix+"{"+name+"}:*").Result()
+		keys, _ := c.Keys(ctx, keyPrefix+"{"+name+"}*").Result()
 		if len(keys) > 0 {
 			c.Del(ctx, keys...)
 		}

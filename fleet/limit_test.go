@@ -635,3 +635,44 @@ func TestLimitConfigErrors(t *testing.T) {
 		t.Fatalf("resolve: %v, copied %v, max %d, initial %d", err, c.Limit != &lc, s.limitMax, s.limitInit)
 	}
 }
+
+// TestRegistryKeyIsNoHostKey: the registry of host "h" and the hash of a
+// host named "h:r" are different keys (the registry was once the host's key
+// + ":r", so the two hashes were one and each corrupted the other).
+func TestRegistryKeyIsNoHostKey(t *testing.T) {
+	rc := redisClient(t)
+	cfg := Config{Name: uniqueName(t), SyncEvery: 20 * time.Millisecond, Timeout: 5 * time.Second, Limit: &limit.Config{}}
+	cleanup(t, rc, cfg.Name)
+	f := newFleets(t, rc, 1, cfg)[0]
+	for _, h := range []string{"h", "h:r"} {
+		if _, err := f.Guards(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	prefix := keyPrefix + "{" + cfg.Name + "}"
+	registered := func(key string) bool {
+		raw, err := rc.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range raw {
+			if strings.HasSuffix(k, ":g") {
+				return true
+			}
+		}
+		return false
+	}
+	if !eventually(10*time.Second, func() bool {
+		// (the key + ":r": where the registries were, with the fault)
+		return (registered(prefix+"/r:h") || registered(prefix+":h:r")) &&
+			(registered(prefix+"/r:h:r") || registered(prefix+":h:r:r"))
+	}) {
+		t.Fatalf("no registry of hosts h and h:r at %s/r:*", prefix)
+	}
+	for _, h := range []string{"h", "h:r"} {
+		if registered(prefix + ":" + h) {
+			t.Errorf("host %q's hash holds a registry's fields", h)
+		}
+	}
+}

@@ -22,6 +22,13 @@ local function load(key)
   if get('t') > now then now = get('t') else set('t', now) end
 end
 
+-- registry returns the key of the registry of processes of the host whose
+-- key is key: "{Name}/r:" where the host's has "{Name}:", so that no host's
+-- key is another's registry (a Name has no braces: the first "}" ends it).
+local function registry(key)
+  return (string.gsub(key, '}:', '}/r:', 1))
+end
+
 local function save(key)
   local args = {}
   for f in pairs(dirty) do
@@ -410,7 +417,7 @@ if mode == 's' then
     if ARGV[a] == '1' then
       win = tonumber(ARGV[a + 5])
       probe = tonumber(ARGV[a + 12])
-      local r, R = rate_share(KEYS[k] .. ':r', ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]),
+      local r, R = rate_share(registry(KEYS[k]), ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]),
         tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), math.floor(now / win), win, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
         tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
       if R > 0 then
