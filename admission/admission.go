@@ -238,7 +238,7 @@ func (c *Controller) setup(eff Config) error {
 		Now:          now,
 	})
 	if err != nil {
-		return invalid("retry window: %w", err)
+		return invalid("Window: %w", err)
 	}
 	c.cfg = eff
 	c.budget = b

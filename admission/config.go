@@ -176,21 +176,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.LatencyCeiling < 0:
-		return c, invalid("latency ceiling %v is negative", c.LatencyCeiling)
+		return c, invalid("LatencyCeiling %v is negative", c.LatencyCeiling)
 	case c.LatencyCeiling > 0 && c.MaxInFlight < 0:
-		return c, invalid("latency ceiling %v needs a positive max in flight, not %d", c.LatencyCeiling, c.MaxInFlight)
+		return c, invalid("LatencyCeiling %v needs a positive MaxInFlight, not %d", c.LatencyCeiling, c.MaxInFlight)
 	case c.MaxQueueWait < 0:
-		return c, invalid("max queue wait %v is negative", c.MaxQueueWait)
+		return c, invalid("MaxQueueWait %v is negative", c.MaxQueueWait)
 	case math.IsNaN(c.RetryRatio) || c.RetryRatio > 1:
-		return c, invalid("retry ratio %v must be at most 1", c.RetryRatio)
+		return c, invalid("RetryRatio %v must be at most 1", c.RetryRatio)
 	case math.IsNaN(c.MinRetriesPerSecond) || math.IsInf(c.MinRetriesPerSecond, 0):
-		return c, invalid("min retries per second %v must be finite", c.MinRetriesPerSecond)
+		return c, invalid("MinRetriesPerSecond %v must be finite", c.MinRetriesPerSecond)
 	case c.Window < 0:
-		return c, invalid("window %v is negative", c.Window)
+		return c, invalid("Window %v is negative", c.Window)
 	case c.RetryAfterBase < 0:
-		return c, invalid("retry-after base %v is negative", c.RetryAfterBase)
+		return c, invalid("RetryAfterBase %v is negative", c.RetryAfterBase)
 	case c.RetryAfterBase > maxRetryAfter || c.RetryAfterSpread > maxRetryAfter-c.RetryAfterBase:
-		return c, invalid("retry-after base %v + spread %v exceeds %v", c.RetryAfterBase, c.RetryAfterSpread, maxRetryAfter)
+		return c, invalid("RetryAfterBase %v + RetryAfterSpread %v exceeds %v", c.RetryAfterBase, c.RetryAfterSpread, maxRetryAfter)
 	}
 	return c, nil
 }

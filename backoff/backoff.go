@@ -165,11 +165,11 @@ func New(c Config) (*Backoff, error) {
 	}
 	switch {
 	case c.Strategy >= numStrategies:
-		return nil, fmt.Errorf("%w: unknown strategy %d", errInvalidConfig, uint8(c.Strategy))
+		return nil, fmt.Errorf("%w: unknown Strategy %d", errInvalidConfig, uint8(c.Strategy))
 	case c.Base < 0:
-		return nil, fmt.Errorf("%w: base %v must be positive", errInvalidConfig, c.Base)
+		return nil, fmt.Errorf("%w: Base %v must be positive", errInvalidConfig, c.Base)
 	case c.Cap < c.Base:
-		return nil, fmt.Errorf("%w: cap %v must be at least base %v", errInvalidConfig, c.Cap, c.Base)
+		return nil, fmt.Errorf("%w: Cap %v must be at least Base %v", errInvalidConfig, c.Cap, c.Base)
 	}
 	r := c.Rand
 	return &Backoff{

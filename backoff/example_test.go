@@ -37,7 +37,7 @@ func ExampleNew_invalid() {
 	_, err := backoff.New(backoff.Config{Base: time.Second, Cap: time.Millisecond})
 	fmt.Println(err)
 	// Output:
-	// backoff: invalid config: cap 1ms must be at least base 1s
+	// backoff: invalid config: Cap 1ms must be at least Base 1s
 }
 
 // Every strategy for the first four retries, with U fixed at 0.5: one

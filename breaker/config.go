@@ -183,30 +183,30 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case !(c.FailureRatio > 0 && c.FailureRatio <= 1):
-		return c, fmt.Errorf("%w: failure ratio %v must be in (0, 1]", errInvalidConfig, c.FailureRatio)
+		return c, fmt.Errorf("%w: FailureRatio %v must be in (0, 1]", errInvalidConfig, c.FailureRatio)
 	case c.Window < 0:
-		return c, fmt.Errorf("%w: window %v must be positive", errInvalidConfig, c.Window)
+		return c, fmt.Errorf("%w: Window %v must be positive", errInvalidConfig, c.Window)
 	case c.Buckets < 1 || c.Buckets > maxBuckets:
-		return c, fmt.Errorf("%w: buckets %d must be in [1, %d]", errInvalidConfig, c.Buckets, maxBuckets)
+		return c, fmt.Errorf("%w: Buckets %d must be in [1, %d]", errInvalidConfig, c.Buckets, maxBuckets)
 	case c.Window%time.Duration(c.Buckets) != 0:
-		return c, fmt.Errorf("%w: window %v is not a multiple of %d buckets", errInvalidConfig, c.Window, c.Buckets)
+		return c, fmt.Errorf("%w: Window %v is not a multiple of Buckets (%d)", errInvalidConfig, c.Window, c.Buckets)
 	case c.Window/time.Duration(c.Buckets) < minBucket:
-		return c, fmt.Errorf("%w: bucket %v (window %v / %d buckets) is shorter than %v",
+		return c, fmt.Errorf("%w: a bucket of %v (Window %v / Buckets %d) is shorter than %v",
 			errInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, minBucket)
 	case c.MinCalls < 1:
-		return c, fmt.Errorf("%w: min calls %d must be at least 1", errInvalidConfig, c.MinCalls)
+		return c, fmt.Errorf("%w: MinCalls %d must be at least 1", errInvalidConfig, c.MinCalls)
 	case c.ConsecutiveFailures < 0:
-		return c, fmt.Errorf("%w: consecutive failures %d must not be negative", errInvalidConfig, c.ConsecutiveFailures)
+		return c, fmt.Errorf("%w: ConsecutiveFailures %d must not be negative", errInvalidConfig, c.ConsecutiveFailures)
 	case c.OpenFor < 0:
-		return c, fmt.Errorf("%w: open for %v must be positive", errInvalidConfig, c.OpenFor)
+		return c, fmt.Errorf("%w: OpenFor %v must be positive", errInvalidConfig, c.OpenFor)
 	case c.MaxOpenFor != 0 && c.MaxOpenFor < c.OpenFor:
-		return c, fmt.Errorf("%w: max open for %v must be 0 or at least open for %v", errInvalidConfig, c.MaxOpenFor, c.OpenFor)
+		return c, fmt.Errorf("%w: MaxOpenFor %v must be 0 or at least OpenFor %v", errInvalidConfig, c.MaxOpenFor, c.OpenFor)
 	case c.Probes < 1:
-		return c, fmt.Errorf("%w: probes %d must be at least 1", errInvalidConfig, c.Probes)
+		return c, fmt.Errorf("%w: Probes %d must be at least 1", errInvalidConfig, c.Probes)
 	case c.SlowCall < 0:
-		return c, fmt.Errorf("%w: slow call %v must not be negative", errInvalidConfig, c.SlowCall)
+		return c, fmt.Errorf("%w: SlowCall %v must not be negative", errInvalidConfig, c.SlowCall)
 	case math.IsNaN(c.ReleaseRate):
-		return c, fmt.Errorf("%w: release rate is NaN", errInvalidConfig)
+		return c, fmt.Errorf("%w: ReleaseRate is NaN", errInvalidConfig)
 	}
 	return c, nil
 }

@@ -140,17 +140,17 @@ func (b *Budget) init(c Config) error {
 	ratio, floor := max(c.Ratio, 0), max(c.MinPerSecond, 0)
 	switch {
 	case !(c.Ratio <= 1):
-		return fmt.Errorf("%w: ratio %v must be at most 1", errInvalidConfig, c.Ratio)
+		return fmt.Errorf("%w: Ratio %v must be at most 1", errInvalidConfig, c.Ratio)
 	case math.IsNaN(c.MinPerSecond) || math.IsInf(c.MinPerSecond, 0):
-		return fmt.Errorf("%w: min per second %v must be finite", errInvalidConfig, c.MinPerSecond)
+		return fmt.Errorf("%w: MinPerSecond %v must be finite", errInvalidConfig, c.MinPerSecond)
 	case c.Window < 0:
-		return fmt.Errorf("%w: window %v must be positive", errInvalidConfig, c.Window)
+		return fmt.Errorf("%w: Window %v must be positive", errInvalidConfig, c.Window)
 	case c.Slices < 1 || c.Slices > maxSlices:
-		return fmt.Errorf("%w: slices %d must be in [0, %d]", errInvalidConfig, c.Slices, maxSlices)
+		return fmt.Errorf("%w: Slices %d must be in [0, %d]", errInvalidConfig, c.Slices, maxSlices)
 	case c.Window%time.Duration(c.Slices) != 0:
-		return fmt.Errorf("%w: window %v is not a multiple of %d slices", errInvalidConfig, c.Window, c.Slices)
+		return fmt.Errorf("%w: Window %v is not a multiple of Slices (%d)", errInvalidConfig, c.Window, c.Slices)
 	case c.Window/time.Duration(c.Slices) < minSlice:
-		return fmt.Errorf("%w: slice %v (window %v / %d slices) is shorter than %v",
+		return fmt.Errorf("%w: a slice of %v (Window %v / Slices %d) is shorter than %v",
 			errInvalidConfig, c.Window/time.Duration(c.Slices), c.Window, c.Slices, minSlice)
 	}
 	now := c.Now

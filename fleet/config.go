@@ -134,16 +134,19 @@ func (c Config) resolve() (Config, settings, error) {
 	var s settings
 	switch {
 	case c.Name == "":
-		return c, s, invalid("empty name")
+		return c, s, invalid("Name is empty")
 	case strings.ContainsAny(c.Name, "{}"):
-		return c, s, invalid("name %q contains a brace", c.Name)
+		return c, s, invalid("Name %q contains a brace", c.Name)
 	case c.SyncEvery < 0 || (c.SyncEvery > 0 && c.SyncEvery < time.Millisecond):
-		return c, s, invalid("sync interval %v must be at least 1ms", c.SyncEvery)
+		return c, s, invalid("SyncEvery %v must be at least 1ms", c.SyncEvery)
 	case c.Timeout < 0:
-		return c, s, invalid("timeout %v must not be negative", c.Timeout)
-	case c.MinCalls < 0 || c.ProbeRounds < 0 || c.MaxHosts < 0:
-		return c, s, invalid("min calls %d, probe rounds %d and max hosts %d must not be negative",
-			c.MinCalls, c.ProbeRounds, c.MaxHosts)
+		return c, s, invalid("Timeout %v must not be negative", c.Timeout)
+	case c.MinCalls < 0:
+		return c, s, invalid("MinCalls %d must not be negative", c.MinCalls)
+	case c.ProbeRounds < 0:
+		return c, s, invalid("ProbeRounds %d must not be negative", c.ProbeRounds)
+	case c.MaxHosts < 0:
+		return c, s, invalid("MaxHosts %d must not be negative", c.MaxHosts)
 	case c.Breaker.Shared != nil:
 		return c, s, invalid("Breaker.Shared must be nil: the fleet sets it")
 	}
@@ -165,23 +168,23 @@ func (c Config) resolve() (Config, settings, error) {
 	fb, err := budget.New(budget.Config{Ratio: c.Budget.Ratio, MinPerSecond: c.Budget.MinPerSecond,
 		Window: c.Budget.Window, Slices: c.Budget.Slices})
 	if err != nil {
-		return c, s, fmt.Errorf("%w: fleet budget: %w", ErrInvalidConfig, err)
+		return c, s, fmt.Errorf("%w: Budget: %w", ErrInvalidConfig, err)
 	}
 	if _, err := budget.New(c.LocalBudget); err != nil {
-		return c, s, fmt.Errorf("%w: local budget: %w", ErrInvalidConfig, err)
+		return c, s, fmt.Errorf("%w: LocalBudget: %w", ErrInvalidConfig, err)
 	}
 	bb, err := breaker.New(c.Breaker)
 	if err != nil {
-		return c, s, fmt.Errorf("%w: breaker: %w", ErrInvalidConfig, err)
+		return c, s, fmt.Errorf("%w: Breaker: %w", ErrInvalidConfig, err)
 	}
 	bc, brc := fb.Config(), bb.Config()
 	if bc.Slices > maxSlices || brc.Buckets > maxSlices {
-		return c, s, invalid("%d slices and %d buckets must each be at most %d", bc.Slices, brc.Buckets, maxSlices)
+		return c, s, invalid("Budget.Slices %d and Breaker.Buckets %d must each be at most %d", bc.Slices, brc.Buckets, maxSlices)
 	}
-	if s.sliceUS, err = micros("budget slice", bc.Window/time.Duration(bc.Slices)); err != nil {
+	if s.sliceUS, err = micros("Budget.Window/Budget.Slices", bc.Window/time.Duration(bc.Slices)); err != nil {
 		return c, s, err
 	}
-	if s.bucketUS, err = micros("breaker bucket", brc.Window/time.Duration(brc.Buckets)); err != nil {
+	if s.bucketUS, err = micros("Breaker.Window/Breaker.Buckets", brc.Window/time.Duration(brc.Buckets)); err != nil {
 		return c, s, err
 	}
 	s.slices, s.buckets = int64(bc.Slices), int64(brc.Buckets)

@@ -19,26 +19,27 @@ import (
 
 func TestConfigErrors(t *testing.T) {
 	tests := []struct {
-		name string
-		cfg  Config
+		name  string
+		cfg   Config
+		field string // the Go field the error names
 	}{
-		{"empty name", Config{}},
-		{"brace in name", Config{Name: "a{b"}},
-		{"closing brace in name", Config{Name: "a}"}},
-		{"sync interval below 1ms", Config{Name: "a", SyncEvery: time.Microsecond}},
-		{"negative sync interval", Config{Name: "a", SyncEvery: -time.Second}},
-		{"negative timeout", Config{Name: "a", Timeout: -1}},
-		{"negative min calls", Config{Name: "a", MinCalls: -1}},
-		{"negative probe rounds", Config{Name: "a", ProbeRounds: -1}},
-		{"negative max hosts", Config{Name: "a", MaxHosts: -1}},
-		{"shared set", Config{Name: "a", Breaker: breaker.Config{Shared: &host{}}}},
-		{"bad fleet budget", Config{Name: "a", Budget: budget.Config{Ratio: 2}}},
-		{"bad local budget", Config{Name: "a", LocalBudget: budget.Config{Slices: -1}}},
-		{"bad breaker", Config{Name: "a", Breaker: breaker.Config{FailureRatio: 2}}},
-		{"too many slices", Config{Name: "a", Budget: budget.Config{Window: 2 * time.Second, Slices: maxSlices + 1}}},
-		{"too many buckets", Config{Name: "a", Breaker: breaker.Config{Window: 2 * time.Second, Buckets: maxSlices + 1}}},
-		{"slice not whole microseconds", Config{Name: "a", Budget: budget.Config{Window: 1_000_500, Slices: 1}}},
-		{"bucket not whole microseconds", Config{Name: "a", Breaker: breaker.Config{Window: 1_000_500, Buckets: 1}}},
+		{"empty name", Config{}, "Name"},
+		{"brace in name", Config{Name: "a{b"}, "Name"},
+		{"closing brace in name", Config{Name: "a}"}, "Name"},
+		{"sync interval below 1ms", Config{Name: "a", SyncEvery: time.Microsecond}, "SyncEvery"},
+		{"negative sync interval", Config{Name: "a", SyncEvery: -time.Second}, "SyncEvery"},
+		{"negative timeout", Config{Name: "a", Timeout: -1}, "Timeout"},
+		{"negative min calls", Config{Name: "a", MinCalls: -1}, "MinCalls"},
+		{"negative probe rounds", Config{Name: "a", ProbeRounds: -1}, "ProbeRounds"},
+		{"negative max hosts", Config{Name: "a", MaxHosts: -1}, "MaxHosts"},
+		{"shared set", Config{Name: "a", Breaker: breaker.Config{Shared: &host{}}}, "Breaker.Shared"},
+		{"bad fleet budget", Config{Name: "a", Budget: budget.Config{Ratio: 2}}, "Budget: "},
+		{"bad local budget", Config{Name: "a", LocalBudget: budget.Config{Slices: -1}}, "LocalBudget: "},
+		{"bad breaker", Config{Name: "a", Breaker: breaker.Config{FailureRatio: 2}}, "Breaker: "},
+		{"too many slices", Config{Name: "a", Budget: budget.Config{Window: (maxSlices + 1) * time.Millisecond, Slices: maxSlices + 1}}, "Budget.Slices"},
+		{"too many buckets", Config{Name: "a", Breaker: breaker.Config{Window: (maxSlices + 1) * time.Millisecond, Buckets: maxSlices + 1}}, "Breaker.Buckets"},
+		{"slice not whole microseconds", Config{Name: "a", Budget: budget.Config{Window: 1_000_500, Slices: 1}}, "Budget.Window/Budget.Slices"},
+		{"bucket not whole microseconds", Config{Name: "a", Breaker: breaker.Config{Window: 1_000_500, Buckets: 1}}, "Breaker.Window/Breaker.Buckets"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +50,9 @@ func TestConfigErrors(t *testing.T) {
 					f.Close()
 				}
 				t.Fatalf("newFleet(%+v) = %v, want ErrInvalidConfig", tt.cfg, err)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("newFleet(%+v) = %v, want an error naming %s", tt.cfg, err, tt.field)
 			}
 			if be.calls.Load() != 0 {
 				t.Errorf("a bad config made %d round trips", be.calls.Load())
