@@ -35,11 +35,14 @@
 // retries count up to 16,777,215 per slice and saturate there (a saturated
 // request count only makes the budget stricter; at the retry limit every
 // withdrawal is refused). Slices are numbered modulo 2^40 in the
-// counters: the rule holds while the clock readings of a budget's calls
-// are less than 2^39 slices apart (17,400 years with the default 1 s
-// slices, 17 years with slices of a millisecond); a budget left unused
-// longer, or a Config.Now that jumps so far, may count a window of that
-// long ago again.
+// counters, and a clock reading is measured from the budget's creation as
+// a time.Duration: the rule holds while the clock readings of a budget's
+// calls are less than 2^39 slices apart (17 years with slices of a
+// millisecond) and within about 292 years of New (the range of a
+// time.Duration; the monotonic clock of time.Now never leaves it); a
+// budget left unused longer, or a Config.Now that jumps so far, may count
+// a window of that long ago again, or, past 292 years, stop sliding (every
+// later reading falls in one slice).
 //
 // # Concurrency
 //

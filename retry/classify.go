@@ -82,7 +82,7 @@ func IsRetryable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
 	}
-	if t, ok := find[timeouter](err); ok && t.Timeout() {
+	if timedOut(err) {
 		return true
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
@@ -179,4 +179,30 @@ func find[T any](err error) (T, bool) {
 	}
 	var zero T
 	return zero, false
+}
+
+// timedOut reports whether any error along err's Unwrap chain has a
+// Timeout method that reports true: a *url.Error asks only its direct Err,
+// so a timeout wrapped once more below it says false there and true
+// further down.
+func timedOut(err error) bool {
+	for err != nil {
+		if t, ok := err.(timeouter); ok && t.Timeout() {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if timedOut(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }

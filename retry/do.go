@@ -179,9 +179,10 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		var permit breaker.Permit
 		var waited bool // the breaker made this attempt wait: a release
 		var slot limit.Permit
-		attemptExpired, overallOnly := false, true
+		attemptExpired, overallOnly, late := false, true, false
 		if attempt == 1 && first != nil {
 			err = first // run made the first attempt (no deadline, no breaker)
+			late = ctx.Err() != nil
 		} else {
 			// Before each attempt: is the caller still there, is there time?
 			if ctx.Err() != nil {
@@ -196,6 +197,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			if p.rateLimit != nil {
 				if gerr := p.waitRate(ctx, attempt, lastErr); gerr != nil {
 					return gerr
+				}
+				if ctx.Err() != nil { // a limiter may admit a wait its caller ended
+					return p.stop(ctx, ctxReason(ctx), attempt-1, lastErr, 0)
 				}
 				if needNow {
 					now = time.Now()
@@ -284,11 +288,18 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				err = op(actx, attempt)
 			}
 			attemptExpired = cancel != nil && actx.Err() != nil
+			// Late: the caller went away or the call's deadline passed
+			// while the attempt ran, its context's timer run or not yet.
+			late = ctx.Err() != nil
+			if err != nil && !late && hasDL {
+				now = time.Now()
+				late = !now.Before(deadline)
+			}
 			if p.observer != nil {
-				p.attemptEnd(actx, attempt, err, started, ctx.Err() != nil)
+				p.attemptEnd(actx, attempt, err, started, late)
 			}
 			if lim != nil {
-				lim.Release(slot, err != nil && p.dropped(ctx, err, attemptExpired))
+				lim.Release(slot, err != nil && p.dropped(ctx, err, attemptExpired || late))
 			}
 			if cancel != nil {
 				cancel()
@@ -308,11 +319,15 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 
 		// The caller's end and the deadline come before the classifier:
 		// they are never retried, whatever the error says.
-		if ctx.Err() != nil {
+		if late {
 			if brk != nil {
 				brk.Cancel(permit) // the caller went away: no outcome
 			}
-			return p.stop(ctx, ctxReason(ctx), attempt, err, 0)
+			r := Deadline // the deadline passed, its timer not run yet
+			if ctx.Err() != nil {
+				r = ctxReason(ctx)
+			}
+			return p.stop(ctx, r, attempt, err, 0)
 		}
 		if needNow {
 			now = time.Now()
@@ -345,10 +360,13 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			if p.defaultClass && unclassified(err) {
 				return p.giveUp(ctx, &Error{Reason: NotRetryable, Attempts: attempt, Err: err, classified: true})
 			}
-			return p.stop(ctx, NotRetryable, attempt, unmarkPermanent(err), 0)
+			return p.stop(ctx, NotRetryable, attempt, err, 0)
 		case CircuitOpen:
 			return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt, Err: err, cause: oerr})
 		case Deadline:
+			if pl.hintOver {
+				return p.stopHint(ctx, attempt, err)
+			}
 			return p.stop(ctx, Deadline, attempt, err, sleep)
 		default:
 			return p.stop(ctx, reason, attempt, err, 0)
@@ -483,13 +501,20 @@ func ctxReason(ctx context.Context) Reason {
 // stop builds the give-up error, with the parent's cancel cause if it has
 // one, and gives up with it.
 func (p *Policy) stop(ctx context.Context, r Reason, attempts int, last error, delay time.Duration) error {
-	e := &Error{Reason: r, Attempts: attempts, Err: last, delay: delay}
+	e := &Error{Reason: r, Attempts: attempts, Err: unmarkPermanent(last), delay: delay}
 	if ce := ctx.Err(); ce != nil {
 		if cause := context.Cause(ctx); cause != nil && cause != ce {
 			e.cause = cause
 		}
 	}
 	return p.giveUp(ctx, e)
+}
+
+// stopHint gives up with Reason Deadline for a server hint above the
+// policy's maximum (see WithMaxRetryAfter): the give-up's RetryAfter is
+// the hint, read from last.
+func (p *Policy) stopHint(ctx context.Context, attempts int, last error) error {
+	return p.giveUp(ctx, &Error{Reason: Deadline, Attempts: attempts, Err: unmarkPermanent(last), maxHint: p.maxRetryAfter})
 }
 
 // giveUp reports e and returns it.

@@ -15,7 +15,10 @@
 //	})
 //
 // The rules:
-//   - At most MaxAttempts tries, the first included (default 3).
+//   - At most MaxAttempts tries, the first included (default 3), besides
+//     the probes a circuit breaker hands to a call that waits for it (at
+//     most one per probe round while the call's deadline lasts; see
+//     [WithGuards]).
 //   - One deadline, the context's, covers attempts and sleeps; each
 //     attempt's context carries only the time that is left
 //     ([WithAttemptTimeout] caps it further).

@@ -137,6 +137,9 @@ type Error struct {
 	// the sleep it refused to start (the larger of the backoff delay and
 	// the server's hint); 0 otherwise.
 	delay time.Duration
+	// maxHint is, for Reason Deadline when the server's hint exceeded
+	// the policy's maximum (WithMaxRetryAfter), that maximum; 0 otherwise.
+	maxHint time.Duration
 	// classified is set for Reason NotRetryable when the default
 	// classifier said no to an error that matched none of its rules: the
 	// message then names the way to retry it.
@@ -168,6 +171,9 @@ func (e *Error) Error() string {
 	}
 	if e.delay > 0 {
 		fmt.Fprintf(&b, " (next sleep %v would end past the deadline)", e.delay)
+	}
+	if e.maxHint > 0 {
+		fmt.Fprintf(&b, " (the server's hint %v is above the policy's maximum %v)", RetryAfter(e.Err), e.maxHint)
 	}
 	if e.classified && e.Reason == NotRetryable {
 		b.WriteString(notRetryableHint)
@@ -217,8 +223,9 @@ const notRetryableHint = " (the default classifier retries only timeouts, broken
 // retryIn returns how long the caller should wait before calling the
 // dependency again, as far as the give-up tells: for Reason CircuitOpen, the
 // breaker's time until its next probe round; for a Deadline stop that
-// refused a sleep, that sleep; otherwise the server's hint carried by the
-// last error; 0 if nothing tells.
+// refused a sleep, that sleep; otherwise (a hint above the policy's
+// maximum included) the server's hint carried by the last error; 0 if
+// nothing tells.
 func (e *Error) retryIn() time.Duration {
 	if e.Reason == CircuitOpen {
 		var oe *breaker.OpenError

@@ -15,7 +15,8 @@ import (
 // next is told that the call's next attempt failed with err, left before
 // the call's deadline (0 or less: the call has none). It returns how long
 // to sleep before the following attempt, with stop 0, or the [Reason] to
-// stop for, with sleep the sleep it refused for a [Deadline] stop. In
+// stop for, with sleep the sleep it refused for a [Deadline] stop (the
+// server's hint, for a hint above [WithMaxRetryAfter]). In
 // order, it stops when err is not retryable (NotRetryable), the attempts
 // are used up (AttemptsExhausted), the server's hint exceeds the policy's
 // maximum or the sleep would end at or after the deadline (Deadline), the
@@ -42,6 +43,7 @@ type plan struct {
 	seq      backoff.Sequence
 	attempts int
 	byHint   bool // the last sleep was set by the server's hint, not the backoff
+	hintOver bool // the last stop was for a hint above the policy's maximum
 }
 
 // next is the decision step, with the breaker's rejection for a
@@ -58,7 +60,8 @@ func (pl *plan) next(err error, left time.Duration) (time.Duration, Reason, erro
 	sleep := pl.seq.Next()
 	hint := RetryAfter(err)
 	if hint > p.maxRetryAfter {
-		return max(sleep, hint), Deadline, nil
+		pl.hintOver = true
+		return hint, Deadline, nil
 	}
 	pl.byHint = hint > sleep
 	if pl.byHint {
@@ -84,7 +87,8 @@ func (pl *plan) next(err error, left time.Duration) (time.Duration, Reason, erro
 
 // openBeyond returns the breaker's rejection if b is open for longer than
 // sleep and a call with left before its deadline cannot wait for its next
-// probe round; nil otherwise.
+// probe round (waiting is off, or every place to wait is taken); nil
+// otherwise.
 func openBeyond(b *breaker.Breaker, sleep, left time.Duration) error {
 	if b.State() != breaker.Open {
 		return nil
@@ -93,8 +97,8 @@ func openBeyond(b *breaker.Breaker, sleep, left time.Duration) error {
 	if s.State != breaker.Open || s.HalfOpenIn <= sleep {
 		return nil
 	}
-	if left > 0 && s.HalfOpenIn < left && b.Config().MaxWaiters > 0 {
-		return nil // the next attempt waits for the round
+	if mw := b.Config().MaxWaiters; left > 0 && s.HalfOpenIn < left && mw > 0 && s.Waiters < mw {
+		return nil // the next attempt waits for the round (if no other call takes the last place first)
 	}
 	return &breaker.OpenError{State: breaker.Open, Wait: s.HalfOpenIn}
 }

@@ -171,7 +171,11 @@ func invalid(format string, args ...any) error {
 
 // WithMaxAttempts sets how many times the operation may run in total, the
 // first attempt included; n = 1 means no retries. n must be at least 1. The
-// default is 3.
+// default is 3. A call that waits behind an open breaker (see [WithGuards])
+// may also be handed the breaker's probes: those do not count, so that a
+// lone caller waiting out an outage is not ended three rounds into it; they
+// are bounded by the breaker (a probe round every OpenFor or longer, a few
+// probes each, whoever waits), not by n.
 func WithMaxAttempts(n int) ScheduleOption {
 	return scheduleOption(func(p *config) error {
 		if n < 1 {
