@@ -43,7 +43,9 @@ const (
 	// "canceled", "budget-exhausted", "circuit-open", "limited" or
 	// "panic": the labels httpretry's give-up header uses too), with Err
 	// its last error. A budget refusal is a GiveUp with Reason
-	// "budget-exhausted".
+	// "budget-exhausted". For Reason "deadline" when the loop stopped
+	// before a sleep that would have ended past the deadline, Delay is
+	// that sleep.
 	// An operation that panicked ends its attempt (AttemptEnd, Outcome
 	// "failure") and its call (GiveUp, Reason "panic"), Err saying with
 	// what, before the panic goes on.
@@ -63,7 +65,9 @@ const (
 	// ratio) or "shed-busy" (no room to run or wait). A request that joins
 	// the queue reports "queued" first, then its final decision. Reason is
 	// the controller's own outcome name ("retry-refused", "queue-full",
-	// "queue-timeout", "canceled"); Delay is the Retry-After it answered
+	// "queue-timeout", "canceled"), or "deadline" for a request dropped
+	// for its caller's deadline (passed, or too close to be met; its
+	// outcome is "canceled"); Delay is the Retry-After it answered
 	// with, if it shed; Elapsed is the time the request spent queued.
 	Admission Kind = "admission"
 	// FleetMode: a fleet-shared budget or breaker switched mode, From and
@@ -83,8 +87,8 @@ type Event struct {
 	// Attempt is the attempt number (1 for the first), or for GiveUp the
 	// attempts made.
 	Attempt int
-	// Delay is the sleep chosen before a retry, or the Retry-After of a
-	// shed request.
+	// Delay is the sleep chosen before a retry, the sleep refused by a
+	// GiveUp for the deadline, or the Retry-After of a shed request.
 	Delay time.Duration
 	// Elapsed is the duration of what ended: an attempt, a wait, a store
 	// call.
@@ -106,8 +110,9 @@ type Event struct {
 
 // Observer receives events. Observe is called synchronously, on the
 // goroutine of the call it reports on, so it must return quickly; it must be
-// safe for concurrent use. ctx is the caller's context (for AttemptEnd, the
-// attempt's).
+// safe for concurrent use. ctx is the caller's context (for AttemptStart
+// and AttemptEnd, the attempt's: it carries the attempt's own deadline and,
+// for a probe, its mark).
 //
 // An Observer that needs each attempt to run with a context of its own (a
 // trace span per attempt) also has a method
