@@ -28,6 +28,24 @@ func drainClose(rc io.ReadCloser) {
 	_ = rc.Close()
 }
 
+// discardBody drains and closes a discarded response body (see
+// drainClose), or only closes one that detachBody already read for its
+// time: a longer body (what was read, then the rest) or a stalled one
+// (the pipe), which would otherwise hold the retry a second drainTimeout.
+func discardBody(rc io.ReadCloser) {
+	switch b := rc.(type) {
+	case *onceBody:
+		_ = b.Close()
+		return
+	case *body:
+		if _, ok := b.ReadCloser.(*io.PipeReader); ok {
+			_ = b.Close()
+			return
+		}
+	}
+	drainClose(rc)
+}
+
 // body wraps the body of a response handed to the caller when there is
 // something to do as it is read or on Close: cancel the contexts made for
 // the call, keep the body for the stale cache.

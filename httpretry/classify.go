@@ -89,7 +89,10 @@ func sendFailure(err error) bool {
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
-		return dns.IsTimeout || dns.IsTemporary
+		// Only "no such host" is an answer no retry mends; a server that
+		// failed or did not answer (SERVFAIL, REFUSED, no answer) may do
+		// better next time.
+		return !dns.IsNotFound || dns.IsTimeout || dns.IsTemporary
 	}
 	var cert *tls.CertificateVerificationError
 	var record tls.RecordHeaderError

@@ -29,7 +29,9 @@
 // X-Idempotency-Key; [WithAutoIdempotencyKey] adds one, once per request,
 // reused on every attempt; [IdempotencyKey] tells the caller which), and its body can
 // be sent again: a body with GetBody (as [http.NewRequest] sets for
-// in-memory bodies) is replayed through it; a body without one is sent once,
+// in-memory bodies) is replayed through it (called as soon as an attempt
+// fails: if it fails, the call ends with an error wrapping its error and
+// the attempt's answer, which the breaker counts as it is); a body without one is sent once,
 // or buffered up to a bound with [WithBufferBodies]. A POST without a key
 // gets exactly one attempt. An error the base RoundTripper returns without
 // a response is taken for a failure on the way, whatever it says (and the

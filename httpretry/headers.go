@@ -3,6 +3,7 @@ package httpretry
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -83,7 +84,7 @@ func (tv *timeoutValues) get(left time.Duration) []string {
 func attemptHeader(src http.Header, key []string, n int) http.Header {
 	h := make(http.Header, len(src)+2)
 	for k, v := range src {
-		if k != wire.AttemptHeader && k != wire.ProbeHeader {
+		if !isMark(k) {
 			h[k] = v
 		}
 	}
@@ -121,7 +122,41 @@ func canonicalHeader(h http.Header) http.Header {
 // the header fields of the request it got): such a request goes as a copy,
 // whose attempt number and probe mark are the transport's, so that the
 // server does not take an original for a third attempt and a probe. Two
-// map lookups: a plain request still goes as it is, with no allocation.
+// map lookups per spelling, canonical and lower case (a field assigned to
+// the map under another spelling is sent as written: HTTP/2 and many
+// proxies write names in lower case): a plain request still goes as it is,
+// with no allocation and no walk over its fields. Other spellings are
+// found only when the request goes as a copy (see attemptHeader).
 func callerMarks(h http.Header) bool {
-	return len(h[wire.AttemptHeader]) > 0 || len(h[wire.ProbeHeader]) > 0
+	return len(h[wire.AttemptHeader]) > 0 || len(h[wire.ProbeHeader]) > 0 ||
+		len(h[attemptLower]) > 0 || len(h[probeLower]) > 0
+}
+
+// attemptLower and probeLower are the lower-case spellings of the marks
+// (a test checks them against package wire's names).
+const (
+	attemptLower = "stormguard-attempt"
+	probeLower   = "stormguard-probe"
+)
+
+// isMark reports whether header key k names wire.AttemptHeader or
+// wire.ProbeHeader, in any spelling.
+func isMark(k string) bool {
+	return len(k) == len(wire.AttemptHeader) && (k == wire.AttemptHeader || strings.EqualFold(k, wire.AttemptHeader)) ||
+		len(k) == len(wire.ProbeHeader) && (k == wire.ProbeHeader || strings.EqualFold(k, wire.ProbeHeader))
+}
+
+// fieldValues returns the values of the field name (canonical) in h,
+// whatever the spelling of its key: h[name], or else the first non-empty
+// line of a key that differs from it only in case.
+func fieldValues(h http.Header, name string) []string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && len(k) == len(name) && strings.EqualFold(k, name) {
+			return vs
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package httpretry
 import (
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,4 +77,13 @@ func TestTimeoutValuesReuse(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestMarkSpellings: the lower-case spellings callerMarks looks up are
+// package wire's names in lower case.
+func TestMarkSpellings(t *testing.T) {
+	if attemptLower != strings.ToLower(wire.AttemptHeader) || probeLower != strings.ToLower(wire.ProbeHeader) {
+		t.Errorf("attemptLower %q, probeLower %q; want %q, %q", attemptLower, probeLower,
+			strings.ToLower(wire.AttemptHeader), strings.ToLower(wire.ProbeHeader))
+	}
 }

@@ -19,10 +19,11 @@ func idempotentMethod(method string) bool {
 }
 
 // requestKey returns the idempotency key h carries (in the draft's field or
-// the older X- form), "" if none: an empty or blank value is not a key.
+// the older X- form, under any spelling of its name), "" if none: an empty
+// or blank value is not a key.
 func requestKey(h http.Header) string {
 	for _, name := range [...]string{idempotency.Header, "X-Idempotency-Key"} {
-		if vs := h[name]; len(vs) > 0 {
+		if vs := fieldValues(h, name); len(vs) > 0 {
 			if v := strings.TrimSpace(vs[0]); v != "" {
 				return v
 			}

@@ -161,7 +161,9 @@ func WithBreaker(cfg *breaker.Config) Option {
 // canceled; up to cfg.Waiting (10,000) waiting in all, beyond which a
 // request fails at once with retry.Limited. See retry.Guards for what
 // counts as a drop. An attempt holds its slot until its response headers
-// arrive. With a cfg of your own (not the default), a breaker the
+// arrive; one answered with a failure (a 503, a 429) until its body is read
+// into memory too (up to 64 KiB, for at most 50 ms), so that its connection
+// goes back to the pool before the retry. With a cfg of your own (not the default), a breaker the
 // transport builds ([WithBreaker]) with ReleaseRate 0 releases the
 // requests that waited through an outage at once and lets the limiter's
 // slots pace them, instead of the rate seen before the trip

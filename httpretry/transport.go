@@ -210,6 +210,7 @@ type call struct {
 	got500    bool
 	refreshed bool
 
+	next      io.ReadCloser      // the next send's body, got from GetBody when the last attempt failed (see rewind)
 	cur       *http.Response     // the last attempt's response, until given back or discarded
 	curCancel context.CancelFunc // its attempt context's cancel; nil if none
 	cancel    context.CancelFunc // the call context's cancel; nil if none
@@ -284,6 +285,9 @@ func (c *call) run(h *host) (*http.Response, error) {
 	if c.owned != nil {
 		_ = c.owned.Close()
 	}
+	if c.next != nil {
+		_ = c.next.Close()
+	}
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -350,7 +354,7 @@ func (c *call) giveBack(resp *http.Response, re *retry.Error) *http.Response {
 func (c *call) discardCur() {
 	if c.cur != nil {
 		if c.cur.Body != nil {
-			drainClose(c.cur.Body)
+			discardBody(c.cur.Body)
 		}
 		c.cur = nil
 	}
@@ -432,17 +436,55 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		// its dependency's give-up): one layer retries.
 		return resp, retry.Permanent(se)
 	}
+	if rerr := c.rewind(); rerr != nil {
+		c.discardCur()
+		return nil, retry.Permanent(&rewindError{answer: se, err: rerr})
+	}
 	return resp, se
 }
 
+// rewindError ends a call whose request body GetBody could not rewind
+// after a failed attempt: err is GetBody's error, answer the attempt's
+// (a *StatusError or the send's error), which the classifier judges.
+type rewindError struct{ answer, err error }
+
+func (e *rewindError) Error() string {
+	return "httpretry: rewind request body: " + e.err.Error() + " (after " + e.answer.Error() + ")"
+}
+
+func (e *rewindError) Unwrap() []error { return []error{e.answer, e.err} }
+
 // sendError marks err, a send that got no response, Permanent if the
-// request is not safe to repeat: the breaker still counts it as the
-// classifier judges it.
+// request is not safe to repeat or its body cannot be rewound: the breaker
+// still counts it as the classifier judges it.
 func (c *call) sendError(err error) error {
 	if !c.retryable {
 		return retry.Permanent(err)
 	}
+	if rerr := c.rewind(); rerr != nil {
+		return retry.Permanent(&rewindError{answer: err, err: rerr})
+	}
 	return err
+}
+
+// rewind gets the body of the next send from GetBody as soon as an attempt
+// failed, while its answer is at hand: a body that cannot be rewound ends
+// the call with a rewindError that holds that answer (the host's 503, the
+// broken connection), which the breaker and the limiter count as what it
+// is, instead of with an attempt that sends nothing (once counted a success
+// of the host and a latency sample of 0 s). Nothing to do for a body kept
+// in memory or none.
+func (c *call) rewind() error {
+	req := c.req
+	if c.next != nil || c.data != nil || c.once != nil || req.Body == nil || req.Body == http.NoBody || req.GetBody == nil {
+		return nil
+	}
+	b, err := req.GetBody()
+	if err != nil {
+		return err
+	}
+	c.next = b
+	return nil
 }
 
 // send makes one request to the base transport and records the response as
@@ -539,6 +581,10 @@ func (c *call) body() (io.ReadCloser, error) {
 	case c.sends == 0:
 		c.owned = nil // the base transport closes it from now on
 		return req.Body, nil
+	case c.next != nil:
+		b := c.next
+		c.next = nil
+		return b, nil
 	case req.GetBody != nil:
 		return req.GetBody()
 	}
