@@ -87,8 +87,9 @@
 // caller's request is never modified). The one exception: the first
 // attempt of a plain request (no [WithAttemptTimeout], no key made by the
 // transport, no buffered body, and no attempt number or probe mark of the
-// caller's, as a proxy that forwards the fields of the request it got
-// would send: those go as a copy without them) goes out unchanged,
+// caller's under their canonical or lower-case names, as a proxy that
+// forwards the fields of the request it got would send: those go as a copy
+// without them, as do those under any other spelling on a copy) goes out unchanged,
 // without the field, so that a request that succeeds at once costs no
 // allocation; with
 // [WithAttemptTimeout], as recommended, every attempt carries it. A
