@@ -125,7 +125,11 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     key is released so that a retry runs fn again (a release that fails
 //     is tried again the same way, so that a retry is not told "in
 //     progress" until the lock timeout); a lost lock is left to expire,
-//     and nothing is stored. A failure to store or release is
+//     and nothing is stored. A record that no store takes (see
+//     store.Record.MarshalBinary: a Status outside 200-999, a body beside
+//     BodyOmitted, a header field with an empty name) is fn's misuse: it
+//     is not stored, and the key is released as for !keep, at once. A
+//     failure to store or release is
 //     logged and reported to the observer, not returned: fn's answer
 //     stands. If fn panics (or calls runtime.Goexit) the key is released
 //     and the panic goes on.
@@ -140,7 +144,9 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     run.
 //   - "", a zero record, an error: fn did not run. The error wraps
 //     [ErrStoreUnavailable] when the store could not claim the key (fail
-//     closed: never run fn unguarded), or ctx's cause when ctx ended while
+//     closed: never run fn unguarded), or answered the claim so late
+//     (after a third of the lock timeout or more) that a renewal had to
+//     confirm the lock before fn started and did not, or ctx's cause when ctx ended while
 //     the key was claimed (the claim is released, tried again like a
 //     completion).
 //
@@ -196,6 +202,27 @@ func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint
 		g.settled(ctx, spent+renewals+d, rerr)
 		return "", store.Record{}, fmt.Errorf("idempotency: request ended before it ran: %w", context.Cause(ctx))
 	}
+	if el := time.Since(claimedAt); el >= g.lockTimeout/3 {
+		// A claim answered late (a store slow to answer, a database
+		// waiting on a row lock): its lock may be near its end or past
+		// it, and another request may claim the key. Confirm it before
+		// fn starts, so that fn never runs without the lock.
+		start := time.Now()
+		err := errNoTimeLeft
+		if left := g.lockTimeout - el; left > 0 {
+			err = g.extend(ctx, id, res.Owner, left)
+		}
+		if g.obs != nil {
+			spent += time.Since(start)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: claim answered %v after it was asked, its lock (%v) not confirmed: %w", ErrStoreUnavailable, el, g.lockTimeout, err)
+			g.logID(ctx, slog.LevelError, "idempotency: late claim not confirmed; handler not run", id, err)
+			g.report(ctx, eventStoreError, spent, err)
+			return "", store.Record{}, err
+		}
+		claimedAt = start
+	}
 	return g.run(ctx, id, res.Owner, claimedAt, spent, fn)
 }
 
@@ -234,6 +261,14 @@ func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimed
 		g.logID(ctx, slog.LevelWarn, "idempotency: lock lost while the handler ran; response not stored", id, err)
 	case !keep:
 		d, err = g.drop(l, id, owner, "the answer is not stored")
+	case checkRecord(rec) != nil:
+		// fn's misuse: a record no store takes. Trying to store it would
+		// be taken for an outage (a lock timeout of tries).
+		cerr := fmt.Errorf("idempotency: the handler's record cannot be stored: %w", checkRecord(rec))
+		g.logID(ctx, slog.LevelError, "idempotency: record not stored; key released, a retry runs the handler again", id, cerr)
+		if d, err = g.drop(l, id, owner, "the record cannot be stored"); err == nil {
+			err = cerr
+		}
 	default:
 		d, err = g.save(l, id, owner, rec)
 	}

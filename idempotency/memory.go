@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/idempotency/store"
+	"github.com/stormguard/stormguard/internal/recordcheck"
 )
 
 // MemoryConfig configures a [MemoryStore]. The zero value is usable: every
@@ -96,15 +97,16 @@ type memEntry struct {
 }
 
 // NewMemoryStore returns an empty in-memory store. It fails on negative
-// fields of cfg, or bounds under 2 keys (MaxEntries under 2, MaxBytes
-// under 320): each scope takes at most half.
+// fields of cfg, or bounds under 4 keys (MaxEntries under 4, MaxBytes
+// under 640): each scope takes at most half of the room the others leave
+// free, and a scope that took its half must still leave a key for another.
 func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if cfg.MaxEntries < 0 || cfg.MaxBytes < 0 {
 		return nil, fmt.Errorf("idempotency: NewMemoryStore: negative bound in %+v", cfg)
 	}
 	cfg = cfg.withDefaults()
-	if cfg.MaxEntries < 2 || cfg.MaxBytes < 2*entryOverhead {
-		return nil, fmt.Errorf("idempotency: NewMemoryStore: MaxEntries %d and MaxBytes %d leave room for less than 2 keys (of %d bytes)", cfg.MaxEntries, cfg.MaxBytes, entryOverhead)
+	if cfg.MaxEntries < 4 || cfg.MaxBytes < 4*entryOverhead {
+		return nil, fmt.Errorf("idempotency: NewMemoryStore: MaxEntries %d and MaxBytes %d leave room for less than 4 keys (of %d bytes)", cfg.MaxEntries, cfg.MaxBytes, entryOverhead)
 	}
 	s := &MemoryStore{}
 	s.once.Do(func() { s.setup(cfg) })
@@ -392,13 +394,7 @@ func cloneHeader(h map[string][]string) map[string][]string {
 // checkRecord reports what makes rec unstorable, if anything: the checks
 // of store.Record.MarshalBinary, which the memory store does not call.
 func checkRecord(rec store.Record) error {
-	if rec.Status < 200 || rec.Status > 999 {
-		return fmt.Errorf("status %d outside 200-999", rec.Status)
-	}
-	if rec.BodyOmitted && len(rec.Body) > 0 {
-		return fmt.Errorf("a record with BodyOmitted has a body of %d bytes", len(rec.Body))
-	}
-	return nil
+	return recordcheck.Check(rec.Status, rec.BodyOmitted, len(rec.Body), rec.Header)
 }
 
 // recordSize returns the memory rec holds, in bytes: body, header names

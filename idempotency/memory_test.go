@@ -29,7 +29,9 @@ func TestNewMemoryStoreErrors(t *testing.T) {
 		{MaxEntries: -1},
 		{MaxBytes: -1},
 		{MaxEntries: 1},
+		{MaxEntries: 3},
 		{MaxBytes: 319},
+		{MaxBytes: 639},
 	} {
 		if _, err := idempotency.NewMemoryStore(cfg); err == nil {
 			t.Errorf("NewMemoryStore(%+v) = nil error, want an error", cfg)
@@ -45,7 +47,7 @@ func TestMemoryStoreShards(t *testing.T) {
 		want int
 	}{
 		{idempotency.MemoryConfig{}, 16},
-		{idempotency.MemoryConfig{MaxEntries: 2}, 1},
+		{idempotency.MemoryConfig{MaxEntries: 4}, 1},
 		{idempotency.MemoryConfig{MaxEntries: 64 * 5}, 5},
 		{idempotency.MemoryConfig{MaxBytes: 4 << 10}, 1},
 		{idempotency.MemoryConfig{MaxEntries: 1 << 24, MaxBytes: 1 << 32}, 16},

@@ -546,9 +546,12 @@ func (s failingStore) Release(context.Context, store.ID, store.Owner) error {
 }
 
 func TestStoreUnavailableFailsClosed(t *testing.T) {
-	full, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 2})
-	if _, err := full.Begin(context.Background(), idempotency.HashKey("x", "y"), store.Fingerprint{}, time.Hour); err != nil {
-		t.Fatal(err)
+	full, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 4})
+	// Scope x takes its half, scope w half of what is left: no room for a third.
+	for _, k := range [][2]string{{"x", "y"}, {"x", "z"}, {"w", "v"}} {
+		if _, err := full.Begin(context.Background(), idempotency.HashKey(k[0], k[1]), store.Fingerprint{}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, tc := range []struct {
 		name string

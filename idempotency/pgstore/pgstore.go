@@ -33,8 +33,11 @@ package pgstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -103,8 +106,12 @@ func newStore(d db, cfg Config) (*Store, error) {
 		}
 	}
 	name := parts[len(parts)-1]
-	if len(name) > 63-len("_expires_idx") {
-		name = name[:63-len("_expires_idx")]
+	if max := 63 - len("_expires_idx"); len(name) > max {
+		// Cut to fit PostgreSQL's 63 bytes, with a hash of the whole name
+		// so that two long names with one prefix get two indexes (a plain
+		// cut made the second table's IF NOT EXISTS find the first's).
+		sum := sha256.Sum256([]byte(name))
+		name = name[:max-9] + "_" + hex.EncodeToString(sum[:4])
 	}
 	t := pgx.Identifier(parts).Sanitize()
 	s := &Store{db: d, table: t, index: pgx.Identifier{name + "_expires_idx"}.Sanitize()}
@@ -161,7 +168,7 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 	}
 	owner := store.NewOwner()
 	var gotOwner, gotFP, rec []byte
-	err := s.db.QueryRow(ctx, s.beginSQL, id[:], fp[:], owner[:], lockTTL).Scan(&gotOwner, &gotFP, &rec)
+	err := s.db.QueryRow(ctx, s.beginSQL, id[:], fp[:], owner[:], ceilUS(lockTTL)).Scan(&gotOwner, &gotFP, &rec)
 	if err != nil {
 		return store.Result{}, fmt.Errorf("pgstore: begin: %w", full(err))
 	}
@@ -206,7 +213,7 @@ func (s *Store) Extend(ctx context.Context, id store.ID, owner store.Owner, lock
 	if err := checkTTL("lock TTL", lockTTL); err != nil {
 		return fmt.Errorf("pgstore: extend: %w", err)
 	}
-	tag, err := s.db.Exec(ctx, s.extendSQL, id[:], owner[:], lockTTL)
+	tag, err := s.db.Exec(ctx, s.extendSQL, id[:], owner[:], ceilUS(lockTTL))
 	if err != nil {
 		return fmt.Errorf("pgstore: extend: %w", err)
 	}
@@ -214,6 +221,16 @@ func (s *Store) Extend(ctx context.Context, id store.ID, owner store.Owner, lock
 		return fmt.Errorf("pgstore: extend: key %x: %w", id, store.ErrStaleOwner)
 	}
 	return nil
+}
+
+// ceilUS rounds a lock's duration up to whole microseconds, PostgreSQL's
+// resolution (see store.Store: a lock never ends before its holder thinks;
+// saturating).
+func ceilUS(d time.Duration) time.Duration {
+	if r := d % time.Microsecond; r != 0 && d <= math.MaxInt64-time.Microsecond {
+		return d - r + time.Microsecond
+	}
+	return d.Truncate(time.Microsecond)
 }
 
 // checkTTL refuses a duration PostgreSQL would round to nothing: it keeps

@@ -21,8 +21,8 @@
 // go-redis resends a command after a network error (Options.MaxRetries),
 // so a command may run twice: a claim that finds the caller's own lock
 // claims, and a completion that finds the caller's own identical record
-// succeeds. Redis keeps TTLs in whole milliseconds: durations are rounded
-// down, and one under 1 ms is an error. An out-of-memory refusal
+// succeeds. Redis keeps TTLs in whole milliseconds: a lock's duration is
+// rounded up and a retention down, and one under 1 ms is an error. An out-of-memory refusal
 // (maxmemory reached) wraps [store.ErrStoreFull].
 //
 // # Replication and failover
@@ -68,6 +68,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -184,8 +185,9 @@ func (s *Store) redisKey(id store.ID) string {
 }
 
 // Begin implements [store.Store.Begin] with one SET NX PX GET (followed by
-// WAIT with Config.Replicas). lockTTL is rounded down to whole
-// milliseconds and must be at least 1 ms.
+// WAIT with Config.Replicas). lockTTL is rounded up to whole
+// milliseconds (see store.Store: a lock never ends before its holder
+// thinks) and must be at least 1 ms.
 func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lockTTL time.Duration) (store.Result, error) {
 	if err := checkTTL("lock TTL", lockTTL); err != nil {
 		return store.Result{}, fmt.Errorf("redisstore: begin: %w", err)
@@ -196,7 +198,7 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 	v = append(v, owner[:]...)
 	v = append(v, fp[:]...)
 	key := s.redisKey(id)
-	args := redis.SetArgs{Mode: "NX", TTL: lockTTL.Truncate(time.Millisecond), Get: true}
+	args := redis.SetArgs{Mode: "NX", TTL: ceilMS(lockTTL), Get: true}
 	var old []byte
 	var err error
 	if s.replicas == 0 {
@@ -257,13 +259,13 @@ func (s *Store) Complete(ctx context.Context, id store.ID, owner store.Owner, re
 }
 
 // Extend implements [store.Store.Extend] with one owner-checked Lua script
-// (followed by WAIT with Config.Replicas). lockTTL is rounded down to
+// (followed by WAIT with Config.Replicas). lockTTL is rounded up to
 // whole milliseconds and must be at least 1 ms.
 func (s *Store) Extend(ctx context.Context, id store.ID, owner store.Owner, lockTTL time.Duration) error {
 	if err := checkTTL("lock TTL", lockTTL); err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
-	n, err := s.script(ctx, extendScript, s.redisKey(id), owner[:], lockTTL.Milliseconds())
+	n, err := s.script(ctx, extendScript, s.redisKey(id), owner[:], ceilMS(lockTTL).Milliseconds())
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
@@ -286,6 +288,16 @@ func (s *Store) Release(ctx context.Context, id store.ID, owner store.Owner) err
 		return fmt.Errorf("redisstore: release: key %x: %w", id, store.ErrStaleOwner)
 	}
 	return nil
+}
+
+// ceilMS rounds a lock's duration up to whole milliseconds, Redis's
+// resolution (saturating: a duration within a millisecond of the largest
+// is rounded down).
+func ceilMS(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 && d <= math.MaxInt64-time.Millisecond {
+		return d - r + time.Millisecond
+	}
+	return d.Truncate(time.Millisecond)
 }
 
 // checkTTL refuses a duration Redis would round to nothing: it keeps TTLs

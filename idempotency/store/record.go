@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/stormguard/stormguard/internal/recordcheck"
 )
 
 // errCorrupt is wrapped by every error [DecodeRecord] returns.
@@ -56,8 +58,8 @@ const (
 const recordMinLen = len(recordMagic) + 1 + 2 + 1 + 1
 
 // MarshalBinary encodes r in the versioned binary form [DecodeRecord]
-// reads. It fails only when Status is outside 200-999 or a record with
-// BodyOmitted has a body. Equal records (nil and empty header or body being equal) encode to
+// reads. It fails only when Status is outside 200-999, a record with
+// BodyOmitted has a body, or a header field has an empty name. Equal records (nil and empty header or body being equal) encode to
 // equal bytes, so a store may compare records by their encodings.
 func (r Record) MarshalBinary() ([]byte, error) {
 	if err := r.check(); err != nil {
@@ -110,13 +112,7 @@ func (r Record) encodedLen() int {
 
 // check reports what makes r unstorable, if anything.
 func (r Record) check() error {
-	if r.Status < 200 || r.Status > 999 {
-		return fmt.Errorf("status %d outside 200-999", r.Status)
-	}
-	if r.BodyOmitted && len(r.Body) > 0 {
-		return fmt.Errorf("a record with BodyOmitted has a body of %d bytes", len(r.Body))
-	}
-	return nil
+	return recordcheck.Check(r.Status, r.BodyOmitted, len(r.Body), r.Header)
 }
 
 func appendBytes[T string | []byte](b []byte, s T) []byte {

@@ -126,7 +126,9 @@ type Result struct {
 // record stored by Complete lasts retention. An expired lock or record is
 // treated as absent: the next Begin claims the key anew. Durations are at
 // least a millisecond (the middleware refuses shorter ones); a store may
-// round them down to its resolution, never to zero. A shared store should
+// round a retention down to its resolution, never to zero, but a lock's
+// duration only up: a lock that ends before its holder's Guard thinks lets
+// another request claim the key while the operation still runs. A shared store should
 // judge expiry by one clock for all its clients (the database's or the
 // server's, not each caller's).
 //

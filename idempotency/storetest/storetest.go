@@ -296,11 +296,18 @@ func testCompleteAfterLockExpiry(t *testing.T, f fixture) {
 	a := begin(t, f.Store, k, fingerprint("a"), ttl, store.Claimed)
 	begin(t, f.Store, probe, fingerprint("a"), ttl, store.Claimed)
 	expire(t, f, probe, fingerprint("a"), ttl) // k's lock, as old, has expired too
-	// Nobody reclaimed k, but a's lock has expired: its completion is
-	// rejected all the same (it may already be racing a reclaim).
+	// Nobody reclaimed k, but a's lock has expired: its renewal and its
+	// completion are rejected all the same (it may already be racing a
+	// reclaim; a renewal must not revive it).
+	wantStale(t, "Extend after lock expiry", f.Store.Extend(ctx, k, a.Owner, long))
 	wantStale(t, "Complete after lock expiry", f.Store.Complete(ctx, k, a.Owner, testRecord, long))
 	wantStale(t, "Release after lock expiry", f.Store.Release(ctx, k, a.Owner))
+	// The reclaim is the new request's, fingerprint and all: the old
+	// request's retry is another request's (Mismatch), the new one's
+	// retry waits (InProgress).
 	begin(t, f.Store, k, fingerprint("other"), long, store.Claimed)
+	begin(t, f.Store, k, fingerprint("a"), long, store.Mismatch)
+	begin(t, f.Store, k, fingerprint("other"), long, store.InProgress)
 }
 
 func testRetentionExpiry(t *testing.T, f fixture) {
@@ -314,9 +321,11 @@ func testRetentionExpiry(t *testing.T, f fixture) {
 		sameRecord(t, "replay just before retention ends", res.Record, testRecord)
 		f.Advance(time.Second)
 		begin(t, f.Store, k, fingerprint("b"), long, store.Claimed)
-		return
+	} else {
+		expire(t, f, k, fingerprint("b"), ttl)
 	}
-	expire(t, f, k, fingerprint("b"), ttl)
+	// The expired record's fingerprint went with it.
+	begin(t, f.Store, k, fingerprint("a"), long, store.Mismatch)
 }
 
 // testScopeIsolation: two IDs of one scope (their first 8 bytes equal) are
