@@ -42,7 +42,7 @@
 // granted from the local budget, and the request goes on to fill the lease
 // for the next callers: every retry granted in fleet mode was counted in
 // the fleet's window before it was sent, whatever the callers' deadlines.
-// A lease asks for one retry at first, doubles its ask
+// A lease asks for one retry at first, doubles its ask (up to 8 retries)
 // each time a whole lease is spent and halves it when one expires unused.
 // A lease ends with the window slice it was counted in (on the server's
 // clock, mapped conservatively to the process's), so every retry is

@@ -293,8 +293,11 @@ func (h *host) window(requests, retries, state, epoch int64) {
 // available returns how many more retries the fleet's window would admit:
 // ⌊Ratio·requests + floor⌋ − retries, computed as the script does.
 func (s *settings) available(requests, retries int64) int64 {
-	limit := float64(s.ratio*float64(requests)) + s.reserve
-	return int64(math.Floor(limit)) - retries
+	limit := math.Floor(float64(s.ratio*float64(requests)) + s.reserve)
+	if !(limit < math.MaxInt64) { // a floor beyond int64 (an infinite one): no limit (float64→int64 would be MinInt64)
+		return math.MaxInt64
+	}
+	return int64(limit) - retries
 }
 
 // steer brings h's breaker in line with the fleet's breaker, the first time
