@@ -156,7 +156,7 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
 	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
 	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet \
-	.:./limit .:./admission
+	.:./limit .:./admission .:./breaker:^TestAttackCounterSaturation
 # NORACE_JOBS is how many NORACE_PKGS runs go at once. Several of them
 # wait more than they compute (the stores' end-to-end runs on PostgreSQL
 # and Redis, fleet's models on Redis), so they overlap with those that

@@ -116,13 +116,12 @@ type Breaker struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	reopens    int           // consecutive trips since the breaker last closed
-	openPeriod time.Duration // length of the current (or last) open period
-	admitted   int           // probes admitted in this half-open generation
-	succeeded  int           // probes that succeeded in it
-	rate       float64       // release ceiling for the next close, calls per second
-	closedAt   time.Duration // when the breaker last closed (or was built), since base
-	rel        release       // the release of the waiting calls after a close
+	reopens   int           // consecutive trips since the breaker last closed
+	admitted  int           // probes admitted in this half-open generation
+	succeeded int           // probes that succeeded in it
+	rate      float64       // release ceiling for the next close, calls per second
+	closedAt  time.Duration // when the breaker last closed (or was built), since base
+	rel       release       // the release of the waiting calls after a close
 	// waiters are the calls waiting in Wait, earliest deadline first; its
 	// Max is MaxWaiters, 0 when waiting is off (Wait checks it first).
 	waiters    waitq.List[waiter]
@@ -272,7 +271,9 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 // close, Probes calls in the window are enough (the window then holds only
 // the calls since the close; as many failing calls as the probe round that
 // closed the breaker say that the dependency is down again). It takes no
-// lock and allocates nothing unless it trips the breaker. A probe's success
+// lock and allocates nothing unless it trips the breaker, or reports a
+// failure while that release runs (the failure slows the release down,
+// under the breaker's lock). A probe's success
 // counts towards closing; its failure reopens the breaker. With
 // Config.SlowCall set, a success that came SlowCall or more after its
 // permit was issued counts as a failure.
@@ -438,7 +439,9 @@ type Snapshot struct {
 	// State is the current state.
 	State State
 	// Calls and Failures are the outcomes in the closed-state window (0
-	// unless State is Closed).
+	// unless State is Closed). A bucket that fills one of its counts
+	// (16,777,215 outcomes) halves both, which keeps their ratio: the
+	// counts of so busy a window are then lower than the calls made.
 	Calls, Failures int
 	// Waiters is the number of calls waiting in [Breaker.Wait], those
 	// already scheduled for release included.
@@ -530,7 +533,8 @@ func (b *Breaker) Execute(fn func() error) error {
 		}
 	}()
 	err = fn()
+	ok := !b.isFailure(err) // a panic of IsFailure's gives the permit back as a failure, as fn's does
 	done = true
-	b.Done(p, !b.isFailure(err))
+	b.Done(p, ok)
 	return err
 }

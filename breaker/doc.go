@@ -86,7 +86,9 @@
 // Done take no lock and allocate nothing: the state and generation live in
 // one atomic word, outcomes in per-bucket atomic counters tagged with their
 // bucket number, and a success is counted without summing the window. Only
-// state changes, probes and waiting calls take the breaker's mutex.
+// state changes, probes, waiting calls and the failures reported while the
+// calls that waited are released (they slow the release down) take the
+// breaker's mutex.
 //
 // OnStateChange callbacks are never called while the mutex is held, so a
 // callback may call any method of the breaker. They are called one at a

@@ -25,7 +25,9 @@ func (b *Breaker) startRound(w uint64, now time.Time) bool {
 		if !ok {
 			b.mu.Lock()
 			if t := b.since(now); b.state.Load() == w && b.openUntil.Load() <= int64(t) {
-				b.openUntil.Store(int64(sat.Add(t, b.jitter(b.openPeriod))))
+				// Another probe interval, not the open period again:
+				// a server's Retry-After that set it has been honoured.
+				b.openUntil.Store(int64(sat.Add(t, b.jitter(b.intervalLocked()))))
 				b.armRoundLocked(now)
 			}
 			b.mu.Unlock()
@@ -62,6 +64,21 @@ func (b *Breaker) spread(hint time.Duration) time.Duration {
 // at least hint spread by up to half of it. Waiting calls whose release was
 // scheduled go back to waiting. It requires mu held.
 func (b *Breaker) openLocked(from State, now time.Time, hint time.Duration) {
+	d := b.jitter(b.intervalLocked())
+	if hint > 0 {
+		d = max(d, b.spread(hint))
+	}
+	b.openUntil.Store(int64(sat.Add(b.since(now), d)))
+	b.stopReleaseLocked()
+	b.setLocked(from, Open)
+	b.unreleaseLocked()
+	b.armRoundLocked(now)
+}
+
+// intervalLocked returns the probe interval, before jitter: OpenFor
+// doubled once per earlier consecutive trip (b.reopens), up to MaxOpenFor.
+// It requires mu held.
+func (b *Breaker) intervalLocked() time.Duration {
 	d := b.cfg.OpenFor
 	if limit := b.cfg.MaxOpenFor; limit > 0 {
 		for range b.reopens {
@@ -73,16 +90,7 @@ func (b *Breaker) openLocked(from State, now time.Time, hint time.Duration) {
 		}
 		d = min(d, limit)
 	}
-	d = b.jitter(d)
-	if hint > 0 {
-		d = max(d, b.spread(hint))
-	}
-	b.openPeriod = d
-	b.openUntil.Store(int64(sat.Add(b.since(now), d)))
-	b.stopReleaseLocked()
-	b.setLocked(from, Open)
-	b.unreleaseLocked()
-	b.armRoundLocked(now)
+	return d
 }
 
 // halfOpenLocked moves the breaker from Open to HalfOpen if its state is

@@ -51,11 +51,12 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 		now = b.now()
 	}
 	e := b.bucketOf(now, gen)
-	ctr := &b.counts[b.index(e)].succ
+	ctr, other := &b.counts[b.index(e)].succ, &b.counts[b.index(e)].fail
 	if !success {
-		ctr = &b.counts[b.index(e)].fail
+		ctr, other = other, ctr
 	}
 	tag := tagged.Tag(e)
+count:
 	for {
 		old := ctr.Load()
 		otag, n := tagged.Unpack(old)
@@ -63,10 +64,17 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 		switch d := tagged.Diff(tag, otag); {
 		case d == 0:
 			if n == tagged.MaxCount {
-				next = old // saturated: count no more, but still evaluate
-			} else {
-				next = old + 1
+				// Full: halve both of the bucket's counts, which keeps
+				// their ratio (a count that stopped at the top while the
+				// other went on read 33% failures as 50%).
+				next = tagged.Pack(e, n/2+1)
+				if ctr.CompareAndSwap(old, next) {
+					halve(other, e)
+					break count
+				}
+				continue
 			}
+			next = old + 1
 		case d > 0:
 			next = tagged.Pack(e, 1) // the counter held an expired bucket
 		default:
@@ -103,6 +111,17 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	}
 	b.mu.Unlock()
 	b.deliver()
+}
+
+// halve halves the count ctr holds for bucket e, if it holds one.
+func halve(ctr *atomic.Uint64, e int64) {
+	for {
+		old := ctr.Load()
+		otag, n := tagged.Unpack(old)
+		if tagged.Diff(tagged.Tag(e), otag) != 0 || ctr.CompareAndSwap(old, tagged.Pack(e, n/2)) {
+			return
+		}
+	}
 }
 
 // failStreak adds a failure of closed generation gen to the run of

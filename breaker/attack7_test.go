@@ -1,0 +1,43 @@
+//go:build !race
+
+// Black-box tests of the package against its documentation, from attacks
+// on it from outside: each names the sentence it checks. 50M calls: run
+// without -race (make test runs it in NORACE_PKGS).
+
+package breaker_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stormguard/stormguard/breaker"
+)
+
+// Window: 1 hour in one bucket (a valid Config). 2^25 successes and 2^24
+// failures, interleaved (two successes, a failure): 33% failed, below
+// FailureRatio 0.5, so the rule "failures >= FailureRatio·calls" says it
+// must not trip. A black-box attack found it tripped: the success count
+// stopped at 16,777,215 while the failures went on. A full bucket now
+// halves both counts (Snapshot's doc), which keeps their ratio.
+func TestAttackCounterSaturation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50M calls")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b := atkMust(t, breaker.Config{Window: time.Hour, Buckets: 1, Rand: atkHalf})
+		for i := 0; i < 1<<24; i++ {
+			for _, ok := range [...]bool{true, true, false} {
+				p, err := b.Allow()
+				if err != nil {
+					t.Fatalf("tripped after %d rounds of two successes and a failure (33%% failed, FailureRatio 50%%): %v", i, err)
+				}
+				b.Done(p, ok)
+			}
+		}
+		s := b.Snapshot()
+		if s.State != breaker.Closed || s.Calls < 1<<23 || s.Failures*3 < s.Calls-3 || s.Failures*3 > s.Calls+3 {
+			t.Errorf("after 2^24 rounds of two successes and a failure: %+v, want closed, a third failed", s)
+		}
+	})
+}
