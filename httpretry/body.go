@@ -3,6 +3,8 @@ package httpretry
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -189,4 +191,58 @@ func (c *call) detachBody(resp *http.Response) {
 		}()
 		resp.Body = &body{ReadCloser: pr, cancelAttempt: func() { _ = rc.Close() }}
 	}
+}
+
+// rewind gets the body of the next send from GetBody as soon as an attempt
+// failed, while its answer is at hand: a body that cannot be rewound ends
+// the call with an error (rewindError) that holds that answer (the host's 503, the
+// broken connection), which the breaker and the limiter count as what it
+// is, instead of with an attempt that sends nothing (once counted a success
+// of the host and a latency sample of 0 s). Nothing to do for a body kept
+// in memory or none.
+func (c *call) rewind() error {
+	req := c.req
+	if c.next != nil || c.data != nil || c.once != nil || req.Body == nil || req.Body == http.NoBody || req.GetBody == nil {
+		return nil
+	}
+	b, err := req.GetBody()
+	if err != nil {
+		return err
+	}
+	c.next = b
+	return nil
+}
+
+// rewindError ends a call whose request body GetBody could not rewind
+// after a failed attempt: err is GetBody's error, answer the attempt's
+// (a *StatusError or the send's error), which the classifier judges.
+func rewindError(answer, err error) error {
+	return fmt.Errorf("httpretry: rewind request body: %w (after %w)", err, answer)
+}
+
+// body returns the request body for the next send.
+func (c *call) body() (io.ReadCloser, error) {
+	req := c.req
+	switch {
+	case c.data != nil:
+		return bytesBody(c.data), nil
+	case c.once != nil:
+		b := c.once
+		c.once, c.owned = nil, nil
+		return b, nil
+	case req.Body == nil || req.Body == http.NoBody:
+		return req.Body, nil
+	case c.sends == 0:
+		c.owned = nil // the base transport closes it from now on
+		return req.Body, nil
+	case c.next != nil:
+		b := c.next
+		c.next = nil
+		return b, nil
+	case req.GetBody != nil:
+		return req.GetBody()
+	}
+	// Only reached if a non-replayable body were sent twice, which the
+	// Permanent marks prevent.
+	return nil, errors.New("httpretry: request body cannot be replayed")
 }

@@ -438,21 +438,10 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	}
 	if rerr := c.rewind(); rerr != nil {
 		c.discardCur()
-		return nil, retry.Permanent(&rewindError{answer: se, err: rerr})
+		return nil, retry.Permanent(rewindError(se, rerr))
 	}
 	return resp, se
 }
-
-// rewindError ends a call whose request body GetBody could not rewind
-// after a failed attempt: err is GetBody's error, answer the attempt's
-// (a *StatusError or the send's error), which the classifier judges.
-type rewindError struct{ answer, err error }
-
-func (e *rewindError) Error() string {
-	return "httpretry: rewind request body: " + e.err.Error() + " (after " + e.answer.Error() + ")"
-}
-
-func (e *rewindError) Unwrap() []error { return []error{e.answer, e.err} }
 
 // sendError marks err, a send that got no response, Permanent if the
 // request is not safe to repeat or its body cannot be rewound: the breaker
@@ -462,29 +451,9 @@ func (c *call) sendError(err error) error {
 		return retry.Permanent(err)
 	}
 	if rerr := c.rewind(); rerr != nil {
-		return retry.Permanent(&rewindError{answer: err, err: rerr})
+		return retry.Permanent(rewindError(err, rerr))
 	}
 	return err
-}
-
-// rewind gets the body of the next send from GetBody as soon as an attempt
-// failed, while its answer is at hand: a body that cannot be rewound ends
-// the call with a rewindError that holds that answer (the host's 503, the
-// broken connection), which the breaker and the limiter count as what it
-// is, instead of with an attempt that sends nothing (once counted a success
-// of the host and a latency sample of 0 s). Nothing to do for a body kept
-// in memory or none.
-func (c *call) rewind() error {
-	req := c.req
-	if c.next != nil || c.data != nil || c.once != nil || req.Body == nil || req.Body == http.NoBody || req.GetBody == nil {
-		return nil
-	}
-	b, err := req.GetBody()
-	if err != nil {
-		return err
-	}
-	c.next = b
-	return nil
 }
 
 // send makes one request to the base transport and records the response as
@@ -565,33 +534,6 @@ func baseResult(resp *http.Response, err error) error {
 // errNilResponse is the error of a base RoundTripper that returned neither
 // a response nor an error.
 var errNilResponse = errors.New("httpretry: base RoundTripper returned a nil *Response with a nil error")
-
-// body returns the request body for the next send.
-func (c *call) body() (io.ReadCloser, error) {
-	req := c.req
-	switch {
-	case c.data != nil:
-		return bytesBody(c.data), nil
-	case c.once != nil:
-		b := c.once
-		c.once, c.owned = nil, nil
-		return b, nil
-	case req.Body == nil || req.Body == http.NoBody:
-		return req.Body, nil
-	case c.sends == 0:
-		c.owned = nil // the base transport closes it from now on
-		return req.Body, nil
-	case c.next != nil:
-		b := c.next
-		c.next = nil
-		return b, nil
-	case req.GetBody != nil:
-		return req.GetBody()
-	}
-	// Only reached if a non-replayable body were sent twice, which the
-	// Permanent marks prevent.
-	return nil, errors.New("httpretry: request body cannot be replayed")
-}
 
 // header returns the header of attempt n: the source request's fields
 // (their values shared, never modified) but its attempt number and probe
