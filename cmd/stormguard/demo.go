@@ -41,9 +41,9 @@ type demoResult struct {
 	wide bool
 }
 
-// Limits of `demo`. The demo runs in real time, three runs of about
-// duration + deadline each, so those two bound its length (about two
-// minutes at most; 30 s with the defaults). The offered load and the calls
+// Limits of `demo`. The demo runs in real time, four runs of about
+// duration + deadline each, so those two bound its length (2 min 40 s at
+// most; about 45 s with the defaults). The offered load and the calls
 // it can have in flight bound its goroutines and memory (a few hundred MB
 // at the limit), and the connections to the provider are capped so that
 // the two ends of them stay well within a process's open files.
@@ -82,7 +82,7 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 			"data at /data.json), which stays up after the runs until Ctrl-C. Ctrl-C during the runs\n"+
 			"stops them, prints nothing more and exits with status 130.",
 		fmt.Sprintf("clients / every at most %d requests per second; that rate x deadline at most %d calls in\n"+
-			"flight. Four runs of about duration + deadline each: at most about three minutes.", maxDemoRate, maxDemoInFlight), e)
+			"flight; fail-at before duration. Four runs of about duration + deadline each: at most about three minutes.", maxDemoRate, maxDemoInFlight), e)
 	fs.intVar(&c.Clients, "clients", 1, maxDemoClients, "clients in the fleet")
 	fs.durationVar(&c.Every, "every", time.Millisecond, time.Minute, "interval between a client's requests")
 	fs.durationVar(&c.Duration, "duration", time.Millisecond, maxDemoRun, "how long each run sends new requests")
@@ -107,6 +107,9 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 	}
 	if err := out.validate(); err != nil {
 		return nil, err
+	}
+	if c.FailAt >= c.Duration {
+		return nil, usageError{fmt.Errorf("-fail-at %v must come before the end of the requests, -duration %v (an outage after them shows nothing)", fmtDuration(c.FailAt), fmtDuration(c.Duration))}
 	}
 	rate := float64(c.Clients) / c.Every.Seconds()
 	if rate > maxDemoRate {

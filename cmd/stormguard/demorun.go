@@ -135,9 +135,7 @@ func runDemo(c demoConfig, out demoOutput, opts []httpretry.Option, metrics, pag
 		defer servePage(page, b)()
 		url = pageURL(page.Addr())
 	}
-	if !out.quiet {
-		announce(e.stderr, c, names)
-	}
+	announce(e.stderr, c, names) // one line, not progress: --quiet keeps it
 	if url != "" {
 		fmt.Fprintf(e.stderr, "watch it at %s\n", url)
 	}

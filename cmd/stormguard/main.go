@@ -211,6 +211,6 @@ func printUsage(w io.Writer, group string, cmds map[string]command) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every command but version takes --json (print JSON instead of the table), --chart FILE.png|FILE.svg")
 	fmt.Fprintln(w, "(draw the result) and --help (its flags, with the range each accepts). Every input is")
-	fmt.Fprintln(w, "bounded so that a run fits in memory and takes seconds (the live demo: at most about two")
+	fmt.Fprintln(w, "bounded so that a run fits in memory and takes seconds (the live demo: at most about three")
 	fmt.Fprintln(w, "minutes); a value out of range is refused before any work, with exit status 2.")
 }

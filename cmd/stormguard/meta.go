@@ -18,6 +18,12 @@ const (
 	maxMetaRequests = 200_000 // rho x capacity x horizon, per trigger
 )
 
+// metaAfter is the least time sim meta leaves after the trigger: one span
+// of the recovery column (a trigger that ended at the horizon left every
+// row "stuck", its phases after it empty). The recovery is judged over 10
+// s, or half the time after the trigger if less (see sim.MetaRow).
+const metaAfter = time.Second
+
 func prepareMeta(args []string, e *env) (func() error, error) {
 	c := sim.DefaultMetaConfig()
 	var out output
@@ -30,7 +36,7 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 			"cut by 80%); each client setup runs against it. Prints goodput before, during, the first\n"+
 			"10 s after and the rest, attempts per offered request and wasted work after the trigger,\n"+
 			"the time to recover (or \"stuck\") and the share of the trigger's requests served.",
-		fmt.Sprintf("rho x capacity x horizon at most %d requests; trigger-start + trigger-for <= horizon;\n"+
+		fmt.Sprintf("rho x capacity x horizon at most %d requests; trigger-start + trigger-for <= horizon - 1s;\n"+
 			"queue-seconds x capacity at least 1; the capacity cut needs at least 5 workers.", maxMetaRequests), e)
 	fs.floatVar(&c.Rho, "rho", 0.01, 2, "offered load as a share of the provider's capacity")
 	fs.intVar(&c.Clients, "clients", 1, 1000, "clients sharing the load, each with its own guards")
@@ -56,8 +62,9 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 	if requests := c.Rho * c.Capacity * c.Horizon.Seconds(); requests > maxMetaRequests {
 		return nil, usageError{fmt.Errorf("-rho %g x -capacity %g x -horizon %v is %.0f requests, at most %d", c.Rho, c.Capacity, fmtDuration(c.Horizon), requests, maxMetaRequests)}
 	}
-	if c.TriggerStart+c.TriggerFor > c.Horizon {
-		return nil, usageError{fmt.Errorf("-trigger-start %v + -trigger-for %v must not be after -horizon %v", fmtDuration(c.TriggerStart), fmtDuration(c.TriggerFor), fmtDuration(c.Horizon))}
+	if c.TriggerStart+c.TriggerFor+metaAfter > c.Horizon {
+		return nil, usageError{fmt.Errorf("-trigger-start %v + -trigger-for %v must end at least %v before -horizon %v (the recovery is judged over the time after the trigger)",
+			fmtDuration(c.TriggerStart), fmtDuration(c.TriggerFor), fmtDuration(metaAfter), fmtDuration(c.Horizon))}
 	}
 	if fs.isSet("triggers") {
 		ts, err := parseList("triggers", triggers, byName("trigger", sim.Triggers()))

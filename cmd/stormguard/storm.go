@@ -144,7 +144,7 @@ func prepareOutage(args []string, e *env) (func() error, error) {
 			"peak load per window, attempts per offered request, goodput and the time to recover\n"+
 			"after the trigger ends (\"never\": the metastable failure).",
 		fmt.Sprintf("clients x rate x horizon at most %d requests; horizon / window at most %d windows;\n"+
-			"0 <= trigger-start <= trigger-end <= horizon; the window divides the %v recovery window.",
+			"0 <= trigger-start <= trigger-end <= horizon - %[3]v; the window divides the %[3]v recovery window.",
 			maxOutageRequests, maxOutageWindows, fmtDuration(c.RecoveryWindow)), e)
 	fs.BoolVar(&lowVolume, "low-volume", false, "the fleet of many low-volume clients (8000 x 0.1 req/s) instead of 8 x 100 req/s")
 	fs.intVar(&c.Clients, "clients", 1, sim.MaxOutageClients, "clients in the fleet (overrides --low-volume's)")
@@ -179,12 +179,13 @@ func prepareOutage(args []string, e *env) (func() error, error) {
 	switch {
 	case c.TriggerStart > c.TriggerEnd:
 		return nil, usageError{fmt.Errorf("-trigger-start %v must not be after -trigger-end %v", fmtDuration(c.TriggerStart), fmtDuration(c.TriggerEnd))}
-	case c.TriggerEnd > c.Horizon:
-		return nil, usageError{fmt.Errorf("-trigger-end %v must not be after -horizon %v", fmtDuration(c.TriggerEnd), fmtDuration(c.Horizon))}
 	case c.RecoveryWindow%c.Window != 0:
 		return nil, usageError{fmt.Errorf("-window %v must divide the recovery window %v (e.g. 1ms, 10ms, 100ms)", fmtDuration(c.Window), fmtDuration(c.RecoveryWindow))}
 	case c.Window > c.Horizon:
 		return nil, usageError{fmt.Errorf("-window %v must not be longer than -horizon %v", fmtDuration(c.Window), fmtDuration(c.Horizon))}
+	case c.TriggerEnd+c.RecoveryWindow > c.Horizon:
+		return nil, usageError{fmt.Errorf("-trigger-end %v must end at least the recovery window %v before -horizon %v (the time to recover is measured after it)",
+			fmtDuration(c.TriggerEnd), fmtDuration(c.RecoveryWindow), fmtDuration(c.Horizon))}
 	case c.Horizon/c.Window > maxOutageWindows:
 		return nil, usageError{fmt.Errorf("-horizon %v / -window %v is %d windows, at most %d", fmtDuration(c.Horizon), fmtDuration(c.Window), c.Horizon/c.Window, maxOutageWindows)}
 	case requests > maxOutageRequests:

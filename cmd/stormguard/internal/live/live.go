@@ -49,7 +49,7 @@ type Summary struct {
 	// OutageAttempts is the attempts that arrived during the outage.
 	OutageAttempts int64 `json:"outage_attempts"`
 	// OutageOffered is the logical requests the fleet offered during the
-	// outage (its steady rate times the outage's length).
+	// outage: those it started in it (OutageStarted).
 	OutageOffered float64 `json:"outage_offered"`
 	// OutageAmplification is OutageAttempts / OutageOffered.
 	OutageAmplification float64 `json:"outage_amplification"`

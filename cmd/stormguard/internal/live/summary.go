@@ -24,11 +24,6 @@ func summarize(r *Result) Summary {
 			s.Peak, s.PeakAt = w.Attempts, w.Start
 		}
 	}
-	rate := float64(fc.Clients) / fc.Every.Seconds()
-	s.OutageOffered = rate * min(pc.FailFor, max(0, fc.Duration-pc.FailAt)).Seconds()
-	if s.OutageOffered > 0 {
-		s.OutageAmplification = float64(s.OutageAttempts) / s.OutageOffered
-	}
 	if r.Stats.Offered > 0 {
 		s.Amplification = float64(s.Attempts) / float64(r.Stats.Offered)
 		s.Goodput = float64(r.Stats.Succeeded) / float64(r.Stats.Offered)
@@ -50,6 +45,11 @@ func summarize(r *Result) Summary {
 	}
 	if s.OutageStarted > 0 {
 		s.OutageGoodput = float64(s.OutageSucceeded) / float64(s.OutageStarted)
+		// Per request the fleet started in the outage, not per request
+		// its nominal rate would have: a fleet that sends rarely (or a
+		// loaded machine) offers fewer.
+		s.OutageOffered = float64(s.OutageStarted)
+		s.OutageAmplification = float64(s.OutageAttempts) / s.OutageOffered
 	}
 	s.P50, s.P99 = Percentile(took, 0.5), Percentile(took, 0.99)
 	s.LateP99, s.LateMax = Percentile(late, 0.99), Percentile(late, 1)

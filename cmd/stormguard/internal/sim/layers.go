@@ -192,7 +192,7 @@ func (c LayersConfig) simulate(l int, signal bool) (float64, error) {
 		}
 	}
 	if requests == 0 {
-		return 0, nil
+		return 0, fmt.Errorf("%w: no user request arrived after the warm-up (%v of %v at %v a second): nothing to average", ErrInvalidConfig, c.Warmup, c.Duration, c.Rate)
 	}
 	return float64(calls) / float64(requests), nil
 }
