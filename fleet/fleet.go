@@ -73,6 +73,7 @@ type Fleet struct {
 
 	mode    atomic.Uint32 // a Mode
 	closing atomic.Bool   // Close has begun: local mode from now on
+	modeMu  sync.Mutex    // held by setMode and Close around closing and mode
 	closed  atomic.Bool   // Close has sent its last sync: no more round trips
 
 	mu    sync.Mutex       // guards hosts
@@ -212,8 +213,10 @@ func (f *Fleet) Guards(host string) (retry.Guards, error) {
 // either way. Close is safe to call more than once.
 func (f *Fleet) Close() error {
 	f.closeOnce.Do(func() {
+		f.modeMu.Lock()
 		f.closing.Store(true)
 		f.mode.Store(uint32(ModeLocal))
+		f.modeMu.Unlock()
 		close(f.stop)
 		<-f.loopDone
 		// Wait for the lease requests in flight (none starts in local

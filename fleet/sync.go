@@ -236,10 +236,16 @@ func (f *Fleet) noteFailure(tr *trip, err error, last bool) {
 // setMode switches to mode to; a change (not a repeat) is logged and
 // observed, once.
 func (f *Fleet) setMode(to Mode, err error) {
+	// Under modeMu, so that a sync that ends as Close begins cannot set
+	// fleet mode after Close set local mode (the check and the swap were
+	// two steps).
+	f.modeMu.Lock()
 	if f.closing.Load() {
+		f.modeMu.Unlock()
 		return
 	}
 	from := Mode(f.mode.Swap(uint32(to)))
+	f.modeMu.Unlock()
 	if from == to {
 		return
 	}
