@@ -235,7 +235,8 @@ type unaryCall struct {
 	finish  bool // opts hold a grpc.OnFinish: run once by the call, never by an attempt
 	s       safety
 	hold    *holder      // made by the first attempt
-	hh      *hedgeTarget // the target's hedging state; nil: no hedge
+	hh      *hedgeTarget // the target's hedging state (its push-back, its latencies); nil: no hedging
+	hedged  bool         // the call may be hedged (hh is not nil)
 	extra   int          // hedges sent: the wire numbers run this far ahead of the loop's
 	held    bool         // the due-share bound refused the current race's first hedge
 }
@@ -261,7 +262,7 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, u.s.key)
 	}
 	u.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
-	u.hh = c.hedgeState(t, method, reply)
+	u.hh, u.hedged = c.hedgeState(t, method, reply)
 	err = t.Policy.Do(ctx, u.attempt)
 	if re, ok := err.(*retry.Error); ok {
 		err = newError(re, u.s.key)
@@ -320,10 +321,13 @@ func (u *unaryCall) attempt(ctx context.Context, n int) error {
 	}
 	h.trailer = nil
 	var e end
-	if u.hh != nil {
+	if u.hedged {
 		e = u.first(ctx, n)
 	} else {
 		e = u.send(ctx)
+		if e.err != nil && u.hh != nil {
+			u.hh.pushback(e.err, e.trailer) // held for the target's hedged calls
+		}
 	}
 	if e.err == nil {
 		return nil

@@ -159,16 +159,20 @@ func newHedging(cfg *hedgeConfig) *hedging {
 }
 
 // hedgeState returns the hedging state of the target of a call of method
-// with reply, nil if the call is never hedged.
-func (c *client) hedgeState(t *target, method string, reply any) *hedgeTarget {
-	if c.hedges == nil || !c.cfg.hedge.methods[method] {
-		return nil
-	}
-	if _, ok := reply.(proto.Message); !ok {
-		return nil
+// with reply (nil without WithHedging), and whether the call may be
+// hedged. Every call gets the state, hedged or not: its target's
+// push-back holds the hedges of the others (RESOURCE_EXHAUSTED to any
+// method).
+func (c *client) hedgeState(t *target, method string, reply any) (*hedgeTarget, bool) {
+	if c.hedges == nil {
+		return nil, false
 	}
 	ht, _ := c.hedges.targets.Get(t.Name)
-	return ht
+	if !c.cfg.hedge.methods[method] {
+		return ht, false
+	}
+	_, ok := reply.(proto.Message)
+	return ht, ok
 }
 
 // pushback notes a failed answer of the target that asks for less load:

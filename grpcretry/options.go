@@ -66,7 +66,9 @@ func (o option) apply(c *config) error { return o(c) }
 // WithRetry sets the schedule of every target's retries (package retry):
 // retry.WithMaxAttempts, retry.WithBackoff, retry.WithMaxRetryAfter, and
 // retry.WithRateLimit (one client-side limiter, such as a *rate.Limiter of
-// golang.org/x/time/rate, for the attempts to every target). The
+// golang.org/x/time/rate, for the attempts to every target; a hedge
+// ([WithHedging]) does not wait for it: it goes at its delay or not at
+// all, bounded by the budget and the hedging rules instead). The
 // client sets the rest of each target's policy itself: the classifier
 // (gRPC codes), the target's guards, its name and the observer (use
 // [WithObserver] and [WithLogger]); its attempt timeout is the client's own,

@@ -1,7 +1,9 @@
 package httpretry
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -106,10 +108,14 @@ func attemptHeader(src http.Header, key []string, n int) http.Header {
 func canonicalHeader(h http.Header) http.Header {
 	for k := range h {
 		if http.CanonicalHeaderKey(k) != k {
+			// Merged in the order of the keys, as net/http writes them
+			// (sorted), not in the map's: the same request must read the
+			// same fields every time.
+			keys := slices.Sorted(maps.Keys(h))
 			c := make(http.Header, len(h))
-			for k, v := range h {
+			for _, k := range keys {
 				ck := http.CanonicalHeaderKey(k)
-				c[ck] = append(c[ck], v...)
+				c[ck] = append(c[ck], h[k]...)
 			}
 			return c
 		}

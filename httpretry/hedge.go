@@ -11,6 +11,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/guards"
 	"github.com/stormguard/stormguard/internal/lathist"
+	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
@@ -128,22 +129,21 @@ func hedgeTable(c *config) *guards.Table[*hedgeHost] {
 }
 
 // hedgeState returns the hedging state of the request's host, named name
-// (lower-cased, as the hosts table keys it), nil if the request is never
-// hedged.
-func (t *Transport) hedgeState(req *http.Request, name string) *hedgeHost {
+// (lower-cased, as the hosts table keys it), and whether the request may
+// be hedged (a GET, HEAD or OPTIONS without a body). Every request gets
+// the state, hedged or not: its host's push-back holds the hedges of the
+// others (a 503 to a POST too).
+func (t *Transport) hedgeState(req *http.Request, name string) (*hedgeHost, bool) {
 	if t.hedges == nil {
-		return nil
+		return nil, false
 	}
+	hh, _ := t.hedges.Get(name)
 	switch req.Method {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions:
 	default:
-		return nil
+		return hh, false
 	}
-	if req.Body != nil && req.Body != http.NoBody {
-		return nil
-	}
-	hh, _ := t.hedges.Get(name)
-	return hh
+	return hh, req.Body == nil || req.Body == http.NoBody
 }
 
 // pushback notes a failed answer of the host (a retryable status or a
@@ -157,7 +157,7 @@ func (hh *hedgeHost) pushback(code int, hint time.Duration, h http.Header) {
 	if code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable && hint <= 0 && !dontRetry(h) {
 		return
 	}
-	to := int64(time.Since(hh.base) + max(hint, pushbackHold))
+	to := int64(sat.Add(time.Since(hh.base), max(hint, pushbackHold))) // a Retry-After of years saturates (it wrapped negative: no hold)
 	for {
 		cur := hh.pushedTo.Load()
 		if cur >= to || hh.pushedTo.CompareAndSwap(cur, to) {
@@ -205,9 +205,16 @@ func releaseSlot(g retry.Guards, p limit.Permit, parent, lctx context.Context, w
 }
 
 // good reports whether an answer wins a race: a response that is not a
-// retryable status or a 500.
+// retryable status, a 500 or a 409 with a Retry-After (the in-progress
+// answer of an idempotency key's first request: a copy that would succeed
+// must not be canceled for it).
 func good(resp *http.Response, err error) bool {
-	return err == nil && !isRetryableStatus(resp.StatusCode) && resp.StatusCode != http.StatusInternalServerError
+	if err != nil {
+		return false
+	}
+	code := resp.StatusCode
+	return !isRetryableStatus(code) && code != http.StatusInternalServerError &&
+		!(code == http.StatusConflict && len(resp.Header["Retry-After"]) > 0)
 }
 
 // first sends attempt n: raced against hedges when the request and its
@@ -386,7 +393,7 @@ func (rs *raceState) sendFirst(t *Transport, r *http.Request) (*http.Response, e
 // caller's request as send would send it when it would go as it is (same
 // header), else a copy numbered num as a hedge's.
 func (c *call) firstCopy(ctx, lctx context.Context, num int) *http.Request {
-	if num == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.t.cfg.attemptTimeout == 0 && ctx == c.req.Context() {
+	if num == 1 && c.sends == 0 && c.src == c.req && c.key == nil && c.t.cfg.attemptTimeout == 0 && ctx == c.req.Context() && !callerMarks(c.req.Header) {
 		return c.req.WithContext(lctx)
 	}
 	return legRequest(c.src, c.key, lctx, num, true, &c.t.timeouts)

@@ -64,7 +64,9 @@ func (o option) apply(c *config) error { return o(c) }
 // WithRetry sets the schedule of every host's retries (package retry):
 // retry.WithMaxAttempts, retry.WithBackoff, retry.WithMaxRetryAfter, and
 // retry.WithRateLimit (one client-side limiter, such as a *rate.Limiter of
-// golang.org/x/time/rate, for the attempts to every host). The
+// golang.org/x/time/rate, for the attempts to every host; a hedge
+// ([WithHedging]) does not wait for it: it goes at its delay or not at
+// all, bounded by the budget and the hedging rules instead). The
 // transport sets the rest of each host's policy itself: the classifier
 // (HTTP statuses), the host's guards, its name and the observer (use
 // [WithObserver] and [WithLogger]); its timeouts are the transport's own,

@@ -38,9 +38,12 @@ const (
 // breaker or the concurrency limiter refused, or the deadline came (the
 // give-ups [WithFallback] serves), and when it gives up on a 500, 502, 503 or 504 for any other
 // reason; never when the caller canceled. A request the cache can answer
-// that meets the host's breaker open gets the kept response at once,
-// without waiting for the breaker's next probe round (its Stormguard-Stale
-// says circuit-open;attempts=0). A request the cache cannot answer waits
+// that finds the host's breaker open as it starts gets the kept response at
+// once, without waiting for the breaker's next probe round (its
+// Stormguard-Stale says circuit-open;attempts=0); one whose retry meets
+// the breaker open (its own failure tripped it) waits for the round within
+// its deadline like any request, and gets the kept response if it then
+// gives up. A request the cache cannot answer waits
 // and gets the fallback, if any, as before.
 //
 // What is kept: a response with status 200, 203 or 204 to a GET or HEAD

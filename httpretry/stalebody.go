@@ -37,7 +37,9 @@ func (k *keeper) read(p []byte, err error) {
 	case err == io.EOF:
 		k.finish()
 	case err != nil:
-		k.giveUp()
+		// Cut short (a broken connection, a timeout, a cancel): not an
+		// answer of the host's, so the one kept before stands.
+		k.done, k.buf = true, nil
 	}
 }
 

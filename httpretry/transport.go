@@ -182,7 +182,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := call{t: t, req: req, src: req, dest: h}
 	if t.hedges != nil { // no hedging state to look up without WithHedging
-		c.hh = t.hedgeState(req, h.Name)
+		c.hh, c.hedged = t.hedgeState(req, h.Name)
 	}
 	return c.run(h)
 }
@@ -199,13 +199,14 @@ type call struct {
 	retryable  bool     // failures may be retried at all
 	replayable bool     // the body can be sent again
 
-	data  []byte        // buffered body (WithBufferBodies); nil if none
-	once  io.ReadCloser // body to send once; nil if none
-	owned io.Closer     // the caller's body while no attempt took it over
-	sends int           // requests handed to the base transport
-	extra int           // hedges sent: the wire numbers run this far ahead of the loop's
-	dest  *host
-	hh    *hedgeHost // the host's hedging state; nil: no hedge
+	data   []byte        // buffered body (WithBufferBodies); nil if none
+	once   io.ReadCloser // body to send once; nil if none
+	owned  io.Closer     // the caller's body while no attempt took it over
+	sends  int           // requests handed to the base transport
+	extra  int           // hedges sent: the wire numbers run this far ahead of the loop's
+	dest   *host
+	hh     *hedgeHost // the host's hedging state (its push-back, its latencies); nil: no hedging
+	hedged bool       // the request may be hedged (hh is not nil)
 
 	got500    bool
 	refreshed bool
@@ -262,7 +263,7 @@ func (c *call) run(h *host) (*http.Response, error) {
 	re, _ := err.(*retry.Error)
 	var stale *http.Response
 	if sc != nil && err != nil {
-		stale = sc.serve(req, re, resp) // the stale cache's answer to a give-up, if any
+		stale = sc.serve(c.src, re, resp) // the stale cache's answer to a give-up, if any: for the request sent (after a refresh, with its credentials)
 	}
 	if resp != nil && resp == c.cur {
 		switch {
@@ -370,7 +371,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	c.discardCur()
 	var resp *http.Response
 	var err error
-	if c.hh != nil { // the host's hedging state: this attempt may race
+	if c.hedged { // a request the host's hedging may race
 		resp, err = c.first(ctx, n)
 	} else {
 		resp, err = c.send(ctx, n)
