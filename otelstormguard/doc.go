@@ -48,7 +48,10 @@
 // (the scheme's default if the URL has none), http.response.status_code if
 // a response came, and error.type if the request failed (the status code
 // from 400 on, else the error's type), in the buckets the conventions
-// advise. httpretry records it through [Observer.ObserveHTTP]. With
+// advise. The methods known are the conventions' list, or those named by
+// the environment variable OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS
+// (comma-separated, read by NewObserver), as the conventions ask.
+// httpretry records it through [Observer.ObserveHTTP]. With
 // otelhttp as the base transport too, the same metric comes twice, under
 // two instrumentation scopes: drop one with a View.
 //
@@ -83,6 +86,7 @@
 //
 // Each attempt runs under a span of its own, "stormguard.attempt", started
 // by [Observer.TagAttempt] as a child of the span in the caller's context
+// (a hedge's too: the hedges of a race are siblings of its first attempt)
 // and ended when the attempt ends. It carries server.address, server.port,
 // stormguard.attempt (1 for the first), http.request.resend_count (attempt
 // − 1, from the second attempt on only), stormguard.outcome and, for a
@@ -93,8 +97,11 @@
 // replaced by REDACTED, as are the values of the query keys the
 // conventions name: AWSAccessKeyId, Signature, sig, X-Goog-Signature),
 // http.response.status_code, and error.type with the status Error for a
-// status from 400 on. Its kind is CLIENT: each attempt is the client span
-// of the request it sends, as the conventions ask of resends. With otelhttp
+// status from 400 on, all of the attempt's last request (a resend after a
+// credentials refresh is part of its attempt: a 401, then a 200, leaves a
+// span of the 200 without an error; a hedge's first copy that the race
+// canceled has none either). Its kind is CLIENT: each attempt is the
+// client span of the request it sends, as the conventions ask of resends. With otelhttp
 // or otelgrpc as the base transport, which make a CLIENT span of their own,
 // choose INTERNAL ([WithAttemptSpanKind]).
 //
@@ -114,8 +121,12 @@
 // Attribute sets are built once per dependency and label and reused, so a
 // steady state of metrics allocates nothing of the observer's own (the
 // success path of a retry loop with a budget and a breaker makes no
-// allocation with the metrics SDK; see the benchmarks in otelstormguard/test). Spans allocate
-// what the tracing SDK allocates. No-op providers (the noop packages of
+// allocation with the metrics SDK; see the benchmarks in otelstormguard/test);
+// an HTTP request allocates nothing either, but one to a host written
+// with upper-case letters (one allocation, to lower-case it) or one that
+// got no response (two, for its error.type). Spans allocate what the
+// tracing SDK allocates and two of the observer's own (the attempt's
+// context). No-op providers (the noop packages of
 // the OpenTelemetry API) are recognised and cost no more than the event
 // seam itself. The observer never logs.
 //

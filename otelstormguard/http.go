@@ -1,13 +1,14 @@
 package otelstormguard
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
@@ -42,7 +43,7 @@ func (o *Observer) httpRequest(req *http.Request, resp *http.Response, err error
 	if err != nil {
 		errType = errorType(err)
 	}
-	method, known := httpMethod(req.Method)
+	method, known := o.httpMethod(req.Method)
 	if o.metrics {
 		dep := o.deps.get(strings.ToLower(req.URL.Host)) // no allocation when already lower case
 		port := urlPort(req.URL)
@@ -61,19 +62,23 @@ func (o *Observer) httpRequest(req *http.Request, resp *http.Response, err error
 	}
 	span := tag.span
 	span.SetAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.URLFullKey.String(redactedURL(req.URL)))
+	if port := urlPort(req.URL); port > 0 {
+		span.SetAttributes(semconv.ServerPortKey.Int(port))
+	}
 	if !known {
 		span.SetAttributes(semconv.HTTPRequestMethodOriginalKey.String(req.Method))
 	}
 	if status > 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCodeKey.Int(status))
 	}
-	if et := httpErrorType(status, errType); et != "" {
-		span.SetAttributes(semconv.ErrorTypeKey.String(et))
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-		} else {
-			span.SetStatus(codes.Error, "HTTP "+et)
-		}
+	// The span's error is its last request's, set when the attempt ends
+	// (an attempt may send twice: a 401, then the refreshed request's 200).
+	tag.errType, tag.errMsg, tag.canceled = httpErrorType(status, errType), "", errors.Is(err, context.Canceled)
+	switch {
+	case err != nil:
+		tag.errMsg = err.Error()
+	case tag.errType != "":
+		tag.errMsg = "HTTP " + tag.errType
 	}
 }
 
@@ -92,8 +97,19 @@ func httpErrorType(status int, errType string) string {
 }
 
 // httpMethod returns the http.request.method of m: one of the methods the
-// semantic conventions know ("" is GET), or "_OTHER" (known false).
-func httpMethod(m string) (method string, known bool) {
+// semantic conventions know ("" is GET), or those of the environment's
+// OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS when it names any, or "_OTHER"
+// (known false).
+func (o *Observer) httpMethod(m string) (method string, known bool) {
+	if m == "" {
+		return http.MethodGet, true
+	}
+	if o.knownMethods != nil {
+		if o.knownMethods[m] {
+			return m, true
+		}
+		return "_OTHER", false
+	}
 	switch m {
 	case "":
 		return http.MethodGet, true

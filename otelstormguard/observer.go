@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -59,7 +61,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithAttemptSpanKind sets the kind of the attempt spans. The default,
 // [trace.SpanKindClient], makes each attempt span the client span of the
 // request it sends, as the semantic conventions ask of a resend (one
-// CLIENT span per physical request). Use [trace.SpanKindInternal] when the
+// CLIENT span per attempt; a resend after a credentials refresh is part of
+// its attempt). Use [trace.SpanKindInternal] when the
 // protocol's own instrumentation (otelhttp, otelgrpc as the base
 // transport) makes a client span of its own under each attempt, so that
 // each request has one CLIENT span. An invalid kind means the default.
@@ -90,7 +93,9 @@ type Observer struct {
 	traces  bool // false: a no-op tracer provider
 	tracer  trace.Tracer
 	deps    *deps
-	reg     metric.Registration // the gauges' callback; nil without metrics
+
+	knownMethods map[string]bool     // OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS at NewObserver; nil: the conventions' list
+	reg          metric.Registration // the gauges' callback; nil without metrics
 
 	attempts, retries, giveUps               metric.Int64Counter
 	attemptDuration, retryDelay, breakerWait metric.Float64Histogram
@@ -157,17 +162,39 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		breakerStates: map[*dep]string{},
 		fleetModes:    map[*dep]string{},
 	}
-	if _, noop := c.tp.(tracenoop.TracerProvider); !noop {
+	switch c.tp.(type) {
+	case tracenoop.TracerProvider, *tracenoop.TracerProvider:
+	default:
 		o.traces = true
 		o.tracer = c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(version), trace.WithSchemaURL(semconv.SchemaURL))
 	}
-	if _, noop := c.mp.(metricnoop.MeterProvider); !noop {
+	o.knownMethods = knownMethods(os.Getenv("OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS"))
+	switch c.mp.(type) {
+	case metricnoop.MeterProvider, *metricnoop.MeterProvider:
+	default:
 		o.metrics = true
 		if err := o.instruments(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(version), metric.WithSchemaURL(semconv.SchemaURL))); err != nil {
 			return nil, err
 		}
 	}
 	return o, nil
+}
+
+// knownMethods returns the set of HTTP methods a comma-separated list
+// names (OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS, which the semantic
+// conventions give for overriding the methods known; case-sensitive, as
+// methods are), nil for an empty list: the conventions' own.
+func knownMethods(list string) map[string]bool {
+	var m map[string]bool
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			if m == nil {
+				m = map[string]bool{}
+			}
+			m[f] = true
+		}
+	}
+	return m
 }
 
 // instruments creates the instruments on m.
@@ -243,8 +270,15 @@ func (o *Observer) TagAttempt(ctx context.Context, e observe.Event) context.Cont
 		return ctx
 	}
 	a := o.deps.get(e.Name).get(labels{kind: kindSpan, n: e.Attempt})
+	parent := trace.SpanFromContext(ctx)
+	if t, ok := attemptSpan(ctx); ok && t.span == parent {
+		// A hedge starts on its race's first attempt's context: its span
+		// is that attempt's sibling, under the caller's span.
+		parent = t.parent
+		ctx = trace.ContextWithSpan(ctx, parent)
+	}
 	ctx, span := o.tracer.Start(ctx, "stormguard.attempt", a.span...)
-	return context.WithValue(ctx, attemptSpanKey{}, &attemptTag{span: span, name: e.Name, attempt: e.Attempt})
+	return context.WithValue(ctx, attemptSpanKey{}, &attemptTag{span: span, parent: parent, name: e.Name, attempt: e.Attempt})
 }
 
 // attemptTag is the context value of an attempt TagAttempt started: its
@@ -253,8 +287,16 @@ func (o *Observer) TagAttempt(ctx context.Context, e observe.Event) context.Cont
 // does not tag) does not end this one's span.
 type attemptTag struct {
 	span    trace.Span
+	parent  trace.Span // the span in the context TagAttempt was given
 	name    string
 	attempt int
+
+	// The last HTTP request of the attempt (ObserveHTTP): its error.type
+	// ("" for a success) and status message, and whether it was canceled;
+	// the span takes them when the attempt ends. Written and read on the
+	// attempt's goroutine.
+	errType, errMsg string
+	canceled        bool
 }
 
 // attemptSpan returns the span of the attempt TagAttempt started in ctx,
@@ -356,9 +398,15 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 		if e.Hedge {
 			span.SetAttributes(attrHedge.Bool(true))
 		}
-		if e.Outcome != "success" && e.Err != nil {
+		switch {
+		case e.Outcome != "success" && e.Err != nil:
 			span.SetAttributes(semconv.ErrorTypeKey.String(errorType(e.Err)))
 			span.SetStatus(codes.Error, e.Err.Error())
+		case tag.errType != "" && !(e.Outcome == "success" && tag.canceled):
+			// The last request's error (a 404 the caller gets); not a copy
+			// the race canceled because another won.
+			span.SetAttributes(semconv.ErrorTypeKey.String(tag.errType))
+			span.SetStatus(codes.Error, tag.errMsg)
 		}
 	}
 	span.End()
