@@ -215,7 +215,7 @@ func TestAttackStress(t *testing.T) {
 						p, err = b.Wait(ctx, time.Duration(i%5)*100*time.Millisecond)
 						cancel()
 					case 2:
-						err = b.Execute(func() error {
+						_ = b.Execute(func() error {
 							time.Sleep(time.Duration(i%4) * 20 * time.Millisecond)
 							if (g*i)%3 == 0 {
 								return errors.New("x")

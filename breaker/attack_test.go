@@ -229,7 +229,7 @@ func TestAttackOpenPeriodAndError(t *testing.T) {
 		if s := b.State(); s != breaker.Open {
 			t.Errorf("half-open early: %v", s)
 		}
-		time.Sleep(1)
+		time.Sleep(time.Nanosecond)
 		if s := b.State(); s != breaker.HalfOpen {
 			t.Errorf("not half-open at OpenFor: %v", s)
 		}

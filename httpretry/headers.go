@@ -134,8 +134,8 @@ func canonicalHeader(h http.Header) http.Header {
 // with no allocation and no walk over its fields. Other spellings are
 // found only when the request goes as a copy (see attemptHeader).
 func callerMarks(h http.Header) bool {
-	return len(h[wire.AttemptHeader]) > 0 || len(h[wire.ProbeHeader]) > 0 ||
-		len(h[attemptLower]) > 0 || len(h[probeLower]) > 0
+	//lint:ignore SA1008 a field assigned to the map under its lower-case name is sent so: looked up on purpose
+	return len(h[wire.AttemptHeader]) > 0 || len(h[wire.ProbeHeader]) > 0 || len(h[attemptLower]) > 0 || len(h[probeLower]) > 0
 }
 
 // attemptLower and probeLower are the lower-case spellings of the marks

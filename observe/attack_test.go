@@ -144,8 +144,6 @@ type atkKey struct{}
 
 type atkTagger struct {
 	atkRec
-	ends []context.Context
-	mu2  sync.Mutex
 }
 
 func (z *atkTagger) TagAttempt(ctx context.Context, e observe.Event) context.Context {

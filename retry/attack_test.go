@@ -19,7 +19,7 @@ import (
 	"github.com/stormguard/stormguard/retry"
 )
 
-var atkSentinel = errors.New("attack: sentinel")
+var errAtkSentinel = errors.New("attack: sentinel")
 
 type atkTimeout struct{ t bool }
 
@@ -55,7 +55,7 @@ func TestAttackPermanentMarkRemovedOnCancel(t *testing.T) {
 	p, _ := retry.New()
 	err := p.Do(ctx, func(ctx context.Context, attempt int) error {
 		cancel()
-		return retry.Permanent(atkSentinel)
+		return retry.Permanent(errAtkSentinel)
 	})
 	var re *retry.Error
 	if !errors.As(err, &re) {
@@ -64,7 +64,7 @@ func TestAttackPermanentMarkRemovedOnCancel(t *testing.T) {
 	if re.Reason != retry.Canceled {
 		t.Fatalf("Reason %v, want Canceled", re.Reason)
 	}
-	if re.Err != atkSentinel {
+	if re.Err != errAtkSentinel {
 		t.Errorf("Err = %#v (%T), want the sentinel itself (the Permanent mark removed)", re.Err, re.Err)
 	}
 }
@@ -76,14 +76,14 @@ func TestAttackPermanentMarkRemovedAtDeadline(t *testing.T) {
 		p, _ := retry.New()
 		err := p.Do(ctx, func(ctx context.Context, attempt int) error {
 			time.Sleep(2 * time.Second)
-			return retry.Permanent(atkSentinel)
+			return retry.Permanent(errAtkSentinel)
 		})
 		var re *retry.Error
 		if !errors.As(err, &re) {
 			t.Fatalf("err %v not *Error", err)
 		}
 		t.Logf("reason %v err %v", re.Reason, err)
-		if re.Err != atkSentinel {
+		if re.Err != errAtkSentinel {
 			t.Errorf("Err = %#v (%T), want the sentinel itself (the Permanent mark removed)", re.Err, re.Err)
 		}
 	})
@@ -495,7 +495,7 @@ func TestAttackClassifierNotAskedPastDeadline(t *testing.T) {
 			defer cancel()
 			_ = p.Do(ctx, func(ctx context.Context, attempt int) error {
 				time.Sleep(time.Second)
-				return atkSentinel
+				return errAtkSentinel
 			})
 			if asked != 0 {
 				bad++
@@ -582,7 +582,7 @@ func TestAttackErrorMessages(t *testing.T) {
 		if got, want := err.Error(), "retry: attempts exhausted after 3 attempts: attack timeout"; got != want {
 			t.Errorf("%q want %q", got, want)
 		}
-		err = p.Do(context.Background(), func(ctx context.Context, attempt int) error { return atkSentinel })
+		err = p.Do(context.Background(), func(ctx context.Context, attempt int) error { return errAtkSentinel })
 		want := "retry: not retryable after 1 attempt (the default classifier retries only timeouts, broken connections and errors that carry a server hint or say they are temporary; to retry others, use retry.WithClassifier): attack: sentinel"
 		if got := err.Error(); got != want {
 			t.Errorf("%q want %q", got, want)
