@@ -3,6 +3,7 @@ package admission
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -356,6 +357,11 @@ func (c *Controller) acquire(ctx context.Context, attempt int, probe bool, dl ti
 	if !dl.IsZero() && !c.now().Before(dl) {
 		// The caller has left: do nothing for it.
 		return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl, deadline: true, probe: probe && attempt >= 2}, Canceled)
+	}
+	if ctx != nil && ctx.Err() != nil {
+		// Canceled before it came (its deadline, by a clock of its own,
+		// or its caller): as the passed deadline, whatever the load.
+		return Permit{}, c.refuse(ctx, decision{attempt: attempt, dl: dl, deadline: errors.Is(ctx.Err(), context.DeadlineExceeded), probe: probe && attempt >= 2}, Canceled)
 	}
 	marked := false // a marked probe that found no idle slot
 	switch {

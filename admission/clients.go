@@ -59,7 +59,7 @@ func (t *clientTable) bucket(id string) *clientBucket {
 
 // sliceAt returns the number of the slice now falls in, never 0.
 func (t *clientTable) sliceAt(now time.Time) uint64 {
-	return uint64(now.Sub(t.epoch)/t.slice+1) & sliceMask
+	return sliceNumber(now.Sub(t.epoch) / t.slice)
 }
 
 // add adds dOrig originals and dRetry retries (each 0, 1 or, for dRetry

@@ -119,7 +119,9 @@ type Config struct {
 	// buckets (80 KiB per Controller) chosen by a hash of the name: two
 	// clients that share a bucket share one allowance, and the global
 	// window still bounds them, so a collision never admits more than the
-	// global ratio. It is called once per request on the serving
+	// global ratio. A bucket counts at most 1,048,575 originals (and as
+	// many retries) per slice of the window: a client busier than that
+	// (a gateway's address) has its allowance capped there. It is called once per request on the serving
 	// goroutine; it must be safe for concurrent use and should not
 	// allocate (Wrap's admitted path allocates nothing beyond it).
 	// [Controller.Acquire] and AcquireProbe have no request and are

@@ -67,6 +67,19 @@ func newKeyTable(now time.Time, window, longest time.Duration) *keyTable {
 	return &keyTable{seed: maphash.MakeSeed(), epoch: now, slice: slice, span: span}
 }
 
+// sliceNumber returns the 24-bit number of slice n (counted from the
+// table's epoch): n+1 modulo 2^24, and 1 for the 0 that would fall on
+// every 2^24th slice, since 0 means never (a slice that wrapped to 0 was
+// taken for an empty word: for a second every 194 days with 1 s slices, no
+// resend was recognised and a client's retries went unbounded). That
+// slice shares its number, and its words, with the next.
+func sliceNumber(n time.Duration) uint64 {
+	if s := uint64(n+1) & sliceMask; s != 0 {
+		return s
+	}
+	return 1
+}
+
 // maxKeySpan bounds a key's span in slices, well within the 24-bit slice
 // numbers (an age is read modulo 2^24).
 const maxKeySpan = 1 << 22
@@ -79,7 +92,7 @@ const maxKeySpan = 1 << 22
 func (t *keyTable) seen(key string, now time.Time) bool {
 	h := maphash.String(t.seed, key)
 	fp := h & fingerMask
-	cur := uint64(now.Sub(t.epoch)/t.slice+1) & sliceMask // +1: slice 0 means never
+	cur := sliceNumber(now.Sub(t.epoch) / t.slice)
 	i := (h & (keysSize/keysWays - 1)) * keysWays
 	b := t.words[i : i+keysWays : i+keysWays]
 	victim, oldest := 0, uint64(0)
@@ -89,7 +102,10 @@ func (t *keyTable) seen(key string, now time.Time) bool {
 		if old&sliceMask == 0 {
 			age = sliceMask // empty: the best place for a new key
 		}
-		if old&fingerMask == fp && age < t.span {
+		// At most span slices old: a key seen late in its slice is
+		// remembered a whole Window (and up to a slice more), not forgotten
+		// up to a slice early.
+		if old&fingerMask == fp && age <= t.span {
 			if age != 0 {
 				b[j].Store(fp | cur)
 			}

@@ -90,5 +90,8 @@ func (l *limiter) sample(ctx context.Context, now, start, dl time.Time, inFlight
 	default:
 		l.limit = max(1, l.limit*(1-slowShrink*(1-float64(ref)/float64(lat))))
 	}
+	if !(l.limit < math.MaxInt64) {
+		return math.MaxInt64 // float64(MaxInt64) is 2^63: int64 of it overflows
+	}
 	return int64(l.limit)
 }

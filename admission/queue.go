@@ -121,23 +121,18 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		c.mu.Unlock()
 		return c.admit(ctx, &d)
 	}
-	if c.qlen.Load() >= int64(c.maxQueue) {
-		if cls == classRetry || c.queues[classRetry].Len() == 0 {
-			c.nwait.Add(-1)
-			c.mu.Unlock()
-			return Permit{}, c.refuse(ctx, d, QueueFull)
-		}
-		// An original takes the place of the oldest retry.
-		v := c.queues[classRetry].Front().Value.(*waiter)
-		c.unlink(v)
-		v.state = evicted
-		v.ready <- struct{}{} // buffered: never blocks
+	full := c.qlen.Load() >= int64(c.maxQueue)
+	if full && (cls == classRetry || c.queues[classRetry].Len() == 0) {
+		c.nwait.Add(-1)
+		c.mu.Unlock()
+		return Permit{}, c.refuse(ctx, d, QueueFull)
 	}
 	limit := c.queueTimeout(start, cls)
 	if !dl.IsZero() {
 		// The caller leaves at dl: a request that would wait past it, as
 		// long as the last one of its class that got a slot waited, is
-		// dropped now.
+		// dropped now (before it takes a retry's place: a request dropped
+		// evicts nobody).
 		left := dl.Sub(start)
 		if left <= time.Duration(c.sojourn[cls].Load()) {
 			c.nwait.Add(-1)
@@ -147,6 +142,19 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		}
 		if left <= limit { // a deadline at the queue's limit is the caller's: it has left by then
 			limit, d.deadline = left, true
+		}
+	}
+	if full {
+		// An original takes the place of the oldest retry.
+		v := c.queues[classRetry].Front().Value.(*waiter)
+		c.unlink(v)
+		v.state = evicted
+		v.ready <- struct{}{} // buffered: never blocks
+		if c.queues[classRetry].Len() == 0 {
+			// No retry waits now: no wait to drop retries by on arrival
+			// (a stale one dropped a retry with none queued).
+			c.lastGood[classRetry] = start
+			c.sojourn[classRetry].Store(0)
 		}
 	}
 	w := &waiter{ready: make(chan struct{}, 1), since: start, at: c.grants, class: uint8(cls)}
