@@ -41,3 +41,32 @@ func TestAttackCounterSaturation(t *testing.T) {
 		}
 	})
 }
+
+// "A bucket that fills one of its counts (16,777,215 outcomes) halves both,
+// which keeps their ratio": one success among 16,777,215 failures, at
+// FailureRatio 1 (trip only when every call failed).
+func TestAttackCounterSaturationKeepsRatio(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b, err := breaker.New(breaker.Config{FailureRatio: 1, Window: time.Hour, Buckets: 1, MinCalls: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := b.Allow()
+		b.Done(p, true)
+		const full = 1<<24 - 1
+		for i := 0; i < full+1; i++ {
+			p, err := b.Allow()
+			if err != nil {
+				s := b.Snapshot()
+				t.Fatalf("tripped after %d failures with a success in the window (ratio < 1): %+v", i, s)
+			}
+			b.Done(p, false)
+		}
+		if s := b.Snapshot(); s.State != breaker.Closed {
+			t.Errorf("tripped by the halving of a full bucket, with a success in it (ratio 1/%d < FailureRatio 1): %+v", full+2, s)
+		}
+	})
+}

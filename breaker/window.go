@@ -118,7 +118,9 @@ func halve(ctr *atomic.Uint64, e int64) {
 	for {
 		old := ctr.Load()
 		otag, n := tagged.Unpack(old)
-		if tagged.Diff(tagged.Tag(e), otag) != 0 || ctr.CompareAndSwap(old, tagged.Pack(e, n/2)) {
+		// Rounded up: a count of 1 stays 1 (at 0, one success among 2^24
+		// failures read as none, and FailureRatio 1 tripped).
+		if tagged.Diff(tagged.Tag(e), otag) != 0 || ctr.CompareAndSwap(old, tagged.Pack(e, (n+1)/2)) {
 			return
 		}
 	}

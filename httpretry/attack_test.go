@@ -1570,9 +1570,9 @@ func TestAttackLimitSlotHeldWhileFailedBodyRead(t *testing.T) {
 	})
 }
 
-// A body that cannot be rewound fails the call before anything is sent:
-// no answer from the host, so neither a breaker success nor a latency
-// sample of the host's.
+// A body that cannot be rewound ends the call with the answer of the
+// attempt that failed (GetBody is called as soon as it fails): the breaker
+// counts that answer, and the limiter takes no latency sample of 0 s.
 func TestAttackGetBodyFailureNotAnAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := &atkSeqBase{f: func(i int, r *http.Request) (*http.Response, error) {
@@ -1582,10 +1582,11 @@ func TestAttackGetBodyFailureNotAnAnswer(t *testing.T) {
 		tr, _ := httpretry.NewTransport(base, zeroBackoff(t), httpretry.WithLimit(&limit.Config{Max: 2}), httpretry.WithBudget(nil))
 		req, _ := http.NewRequest("PUT", "http://h.example/", strings.NewReader("x"))
 		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("cannot rewind") }
-		_, err := tr.RoundTrip(req)
-		if err == nil || len(base.reqs) != 1 {
-			t.Fatalf("err %v sends %d", err, len(base.reqs))
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != 503 || resp.Header.Get(wire.GiveUpHeader) == "" || len(base.reqs) != 1 {
+			t.Fatalf("RoundTrip = %v, %v after %d sends; want the 503, given up, after 1 (the package doc: the call ends with that attempt's answer)", resp, err, len(base.reqs))
 		}
+		resp.Body.Close()
 		g := tr.Hosts()["h.example"]
 		s := g.Breaker.Snapshot()
 		_, _, _, lat, fastest, samples := g.Limiter.SetRate(math.NaN(), 0)

@@ -30,8 +30,10 @@
 // reused on every attempt; [IdempotencyKey] tells the caller which), and its body can
 // be sent again: a body with GetBody (as [http.NewRequest] sets for
 // in-memory bodies) is replayed through it (called as soon as an attempt
-// fails: if it fails, the call ends with an error wrapping its error and
-// the attempt's answer, which the breaker counts as it is); a body without one is sent once,
+// fails, the last one too: if it fails, the call ends there with that
+// attempt's answer, which the breaker counts as it is: a failure response
+// handed back as at any give-up, with the give-up reason not-retryable, or
+// the send's error wrapped with GetBody's); a body without one is sent once,
 // or buffered up to a bound with [WithBufferBodies]. A POST without a key
 // gets exactly one attempt. An error the base RoundTripper returns without
 // a response is taken for a failure on the way, whatever it says (and the

@@ -153,16 +153,27 @@ func isMark(k string) bool {
 }
 
 // fieldValues returns the values of the field name (canonical) in h,
-// whatever the spelling of its key: h[name], or else the first non-empty
-// line of a key that differs from it only in case.
+// whatever the spelling of its key: h[name] alone, or the lines of every
+// spelling merged in the order of the keys, as net/http writes them
+// (sorted) and so as the server reads them, never in the map's order.
 func fieldValues(h http.Header, name string) []string {
-	if vs := h[name]; len(vs) > 0 {
-		return vs
-	}
+	var buf [2]string // on the stack: one spelling, or two, cost no allocation
+	keys := buf[:0]
 	for k, vs := range h {
-		if len(vs) > 0 && len(k) == len(name) && strings.EqualFold(k, name) {
-			return vs
+		if len(vs) > 0 && len(k) == len(name) && (k == name || strings.EqualFold(k, name)) {
+			keys = append(keys, k)
 		}
 	}
-	return nil
+	switch len(keys) {
+	case 0:
+		return nil
+	case 1:
+		return h[keys[0]]
+	}
+	slices.Sort(keys)
+	var vs []string
+	for _, k := range keys {
+		vs = append(vs, h[k]...)
+	}
+	return vs
 }

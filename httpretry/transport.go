@@ -407,8 +407,9 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		return resp, nil // success, or a failure that is the caller's business
 	}
 	// No hedge to a host that pushes back: a 429 or 503, or a failure
-	// with a Retry-After (of any failed status) or a don't-retry mark.
-	if c.hh != nil {
+	// with a Retry-After (of any failed status) or a don't-retry mark; not
+	// an in-progress 409 (the key's first request still runs: no load).
+	if c.hh != nil && !inProgress {
 		ra := hint
 		if !hasHint { // parsed above only for 429, 503 and 409
 			ra = retryAfterOf(resp)
@@ -438,8 +439,9 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		return resp, retry.Permanent(se)
 	}
 	if rerr := c.rewind(); rerr != nil {
-		c.discardCur()
-		return nil, retry.Permanent(rewindError(se, rerr))
+		// The call ends with this answer, handed back as any give-up's
+		// (the caller gets the host's 503, not an error of ours).
+		return resp, retry.Permanent(rewindError(se, rerr))
 	}
 	return resp, se
 }

@@ -520,7 +520,11 @@ func (p *Policy) stopHint(ctx context.Context, attempts int, last error) error {
 // giveUp reports e and returns it.
 func (p *Policy) giveUp(ctx context.Context, e *Error) error {
 	if p.observer != nil {
-		p.observer.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: e.Attempts, Reason: e.Reason.name(), Delay: e.delay, Err: e.Err})
+		delay := e.delay
+		if e.maxHint > 0 {
+			delay = RetryAfter(e.Err) // the refused sleep: the server's hint
+		}
+		p.observer.Observe(ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: e.Attempts, Reason: e.Reason.name(), Delay: delay, Err: e.Err})
 	}
 	return e
 }
