@@ -40,7 +40,11 @@ func (s *ratkSlow) Extend(ctx context.Context, id store.ID, o store.Owner, ttl t
 	}
 	return s.Store.Extend(ctx, id, o, ttl)
 }
-func (s *ratkSlow) events() []string { s.mu.Lock(); defer s.mu.Unlock(); return append([]string(nil), s.log...) }
+func (s *ratkSlow) events() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.log...)
+}
 
 func ratkRunLate(t *testing.T, lt, delay time.Duration, extendErr error) (ran bool, log []string, err error) {
 	synctest.Test(t, func(t *testing.T) {

@@ -20,9 +20,9 @@ import (
 
 type ratkHintErr struct{ d time.Duration }
 
-func (e ratkHintErr) Error() string              { return "503 with hint" }
+func (e ratkHintErr) Error() string             { return "503 with hint" }
 func (e ratkHintErr) RetryAfter() time.Duration { return e.d }
-func (e ratkHintErr) Timeout() bool              { return true }
+func (e ratkHintErr) Timeout() bool             { return true }
 
 type ratkRec struct {
 	mu sync.Mutex
