@@ -746,15 +746,14 @@ func TestAttack2AdaptiveFigures(t *testing.T) {
 			p.Release()
 		}
 		// a caller who left, fast: no sample
-		before, ps := atk2Limit(t, ctl)
+		_, ps = atk2Limit(t, ctl)
 		for _, p := range ps {
 			p.Release()
 		}
-		before, ps = atk2Limit(t, ctl)
+		_, ps = atk2Limit(t, ctl)
 		for _, p := range ps {
 			p.Release()
 		}
-		_ = before
 	})
 }
 

@@ -186,6 +186,26 @@ func (c *client) attemptContext(ctx context.Context, n int, strip bool) context.
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
+// withKey returns ctx with the call's idempotency key made by the client:
+// in place of a blank one the caller's metadata carries (which does not
+// count as a key), never beside it (two values: the server refuses them).
+func withKey(ctx context.Context, key string) context.Context {
+	if metadata.ValueFromOutgoingContext(ctx, keyMetadata) == nil {
+		return metadata.AppendToOutgoingContext(ctx, keyMetadata, key)
+	}
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy
+	md[keyMetadata] = []string{key}
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// inheritedMarks reports whether ctx's outgoing metadata carries an
+// attempt count or a probe mark from elsewhere (a proxy forwarding the
+// metadata it got): the first attempt then goes without them.
+func inheritedMarks(ctx context.Context) bool {
+	return metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil ||
+		metadata.ValueFromOutgoingContext(ctx, probeMetadata) != nil
+}
+
 // probeMetadata is the gRPC form of wire.ProbeHeader: its name in lower
 // case; probeValue its one value, shared and never modified.
 const probeMetadata = "stormguard-probe"
@@ -253,15 +273,16 @@ type holder struct {
 func (c *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	t, err := c.target(cc)
 	if err != nil {
+		onFinish(opts, err) // its callbacks run once per call, this one too
 		return err
 	}
 	u := unaryCall{c: c, t: t, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	u.finish = hasOnFinish(opts)
 	u.s = c.classify(ctx, method)
 	if u.s.key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, u.s.key)
+		ctx = withKey(ctx, u.s.key)
 	}
-	u.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
+	u.strip = inheritedMarks(ctx)
 	u.hh, u.hedged = c.hedgeState(t, method, reply)
 	err = t.Policy.Do(ctx, u.attempt)
 	if re, ok := err.(*retry.Error); ok {

@@ -81,7 +81,7 @@
 //
 // # Streams
 //
-// A server-streaming call is retried until the first response (its first
+// A server-streaming call of a method that is safe to repeat (see the table) is retried until the first response (its first
 // message, or its header if the caller asks for it with Header) reaches the
 // caller: the stream opens when the caller first asks for a response, with
 // the request message kept for replay; once a response arrived, the stream
@@ -92,7 +92,9 @@
 // when an attempt fails before the first response; a message past the
 // bound commits the call to the attempt that sends it. Sent messages are
 // kept by reference: as grpc-go asks, a caller must not modify a message
-// after sending it. A stream has no fallback.
+// after sending it. A stream of a method that is not safe to repeat passes
+// through untouched too (not guarded: its failures are not counted, and
+// an open breaker does not hold it). A stream has no fallback.
 //
 // # grpc-go's own retry
 //

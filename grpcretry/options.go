@@ -243,7 +243,8 @@ func WithAutoIdempotencyKey() Option {
 // WithBufferMessages lets the client retry client-streaming and
 // bidirectional calls, and sets the bound on the request messages any
 // retried stream keeps for replay: up to maxBytes (by proto.Size) of the
-// messages a call sent are kept (as clones) until the first response
+// messages a call sent are kept (by reference: as grpc-go asks, a caller
+// must not modify a message after sending it) until the first response
 // arrives, and sent again on a new stream if the attempt fails before it.
 // A call whose messages outgrow maxBytes, or that sends a message that is
 // not a proto.Message, is committed to the attempt it is on and no longer

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stormguard/stormguard/retry"
-	"github.com/stormguard/stormguard/wire"
 )
 
 // errAttemptTimeout is the cause of a stream attempt cut off by the
@@ -42,10 +41,10 @@ func (c *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 		return nil, err
 	}
 	if s.key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, keyMetadata, s.key)
+		ctx = withKey(ctx, s.key)
 	}
 	rs := &retryStream{c: c, t: t, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, s: s, ctx: ctx}
-	rs.strip = metadata.ValueFromOutgoingContext(ctx, wire.PreviousAttemptsMetadata) != nil
+	rs.strip = inheritedMarks(ctx)
 	rs.cond.L = &rs.mu
 	return rs, nil
 }
@@ -90,6 +89,9 @@ type retryStream struct {
 	size      int   // their proto.Size total
 	closed    bool  // CloseSend was called
 	pinned    bool  // a message could not be kept: the open attempt is the last
+	opened    int   // attempts whose stream was opened
+	pinnedAt  int   // opened when pinned was set: a later attempt may not run
+	lastFail  error // the judged error of the last failed attempt
 	looping   bool  // the retry loop runs
 	err       error // the give-up, returned by every later call
 	eof       bool  // the stream ended with OK and no message
@@ -204,7 +206,7 @@ func (rs *retryStream) sendUncommitted(m any) (done bool, err error) {
 				return true, nil
 			}
 		}
-		rs.pinned = true
+		rs.pinned, rs.pinnedAt = true, rs.opened
 	}
 	// m cannot be kept: the attempt that sends it is the last one.
 	for {
@@ -295,6 +297,16 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 // deferred CloseSend of the caller's must not block).
 func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, hdr *metadata.MD, eof *bool) error {
 	rs.mu.Lock()
+	if rs.pinned && rs.pinnedAt > 0 && rs.lastFail != nil {
+		// A message past the bound went to attempt pinnedAt while the
+		// loop slept after its failure: the call is committed to that
+		// attempt, and ends with its error (a new stream would lack the
+		// message; it once ended "OK" with the messages lost).
+		err := rs.lastFail
+		rs.mu.Unlock()
+		return retry.Permanent(err)
+	}
+	rs.opened++
 	if rs.curCancel != nil {
 		rs.curCancel(errSuperseded)
 		rs.cur, rs.curCancel = nil, nil
@@ -382,6 +394,9 @@ func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCa
 		cancel(nil)
 	}
 	judged := rs.s.judge(err, trailer, timedOut)
+	rs.mu.Lock()
+	rs.lastFail = judged
+	rs.mu.Unlock()
 	if ae, ok := judged.(*attemptError); ok && final {
 		return retry.Permanent(ae) // a failure of the target all the same
 	}
