@@ -184,7 +184,9 @@ func TestAttackBlackholeAndBack(t *testing.T) {
 		}
 		g.Breaker.Done(pm, true)
 	}
-	if d := time.Since(start); d > 50*time.Millisecond {
+	// A bound, not a speed: one wait on the blackholed Redis would cost a
+	// Timeout per call (1000 of them); the margin is for a loaded machine.
+	if d := time.Since(start); d > time.Second {
 		t.Errorf("success path took %v with Redis blackholed", d)
 	}
 	var worst time.Duration
@@ -193,7 +195,7 @@ func TestAttackBlackholeAndBack(t *testing.T) {
 		b.Withdraw()
 		worst = max(worst, time.Since(s))
 	}
-	if worst > timeout+100*time.Millisecond {
+	if worst > timeout+time.Second { // a bound: the blackhole itself never answers
 		t.Errorf("a Withdraw waited %v, Timeout %v", worst, timeout)
 	}
 	if !atkEventually(2*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
