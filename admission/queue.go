@@ -173,8 +173,14 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 	o := Admitted
 	select {
 	case <-w.ready:
-		if w.state == evicted {
+		switch {
+		case w.state == evicted:
 			o = QueueFull
+		case !dl.IsZero() && !c.now().Before(dl):
+			// Granted at the caller's deadline, the timer set for it due
+			// at the same moment (which of the two the select sees is
+			// chance): the caller has left, and the slot goes on below.
+			o, d.deadline = Canceled, true
 		}
 	case <-timer.C:
 		o = QueueTimeout
