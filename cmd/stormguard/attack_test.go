@@ -114,13 +114,13 @@ func TestAttackOutageTriggerAtHorizonEnd(t *testing.T) {
 }
 
 // `stormguard help` says every input is bounded so that a run takes
-// seconds, "the live demo: at most about two minutes"; `demo --help` says
-// "at most about three minutes", and the demo itself, at the flags' limits,
-// announces "at most 2m40s".
+// seconds, "the live demo: at most about three minutes", as `demo --help`
+// does; the demo itself, at the flags' limits, announces "at most 2m40s". A
+// black-box attack found the main help saying two minutes.
 func TestAttackDemoLongestRunVsHelp(t *testing.T) {
 	_, help, _ := runCLI(t, "help")
-	if !strings.Contains(help, "at most about two") {
-		t.Skip("help no longer says two minutes")
+	if !strings.Contains(help, "at most about three") {
+		t.Errorf("`stormguard help` does not say the demo takes at most about three minutes: %q", help)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no run: only the announcement
@@ -137,8 +137,8 @@ func TestAttackDemoLongestRunVsHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d > 2*time.Minute+10*time.Second {
-		t.Errorf("`stormguard help` says the demo takes at most about two minutes; with accepted flags it announces at most %v", d)
+	if d > 3*time.Minute {
+		t.Errorf("`stormguard help` says the demo takes at most about three minutes; with accepted flags it announces at most %v", d)
 	}
 }
 
