@@ -47,6 +47,9 @@ func (b *Budget) Deposit() {
 	}
 	if b.h.f.fleetMode() {
 		b.h.requests.Add(1)
+		if b.h.watch != nil {
+			b.h.started()
+		}
 	} else {
 		b.h.local.Deposit()
 	}
@@ -266,7 +269,7 @@ func (h *host) leased(lc *leaseCall, now, want int64, v []int64, err error) erro
 		return err
 	}
 	if r.state == fleetOpen {
-		h.steer(r.state, r.epoch) // open this process's breaker if it has not heard
+		h.steer(r.state, r.epoch, r.now) // open this process's breaker if it has not heard
 	}
 	return nil
 }

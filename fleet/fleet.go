@@ -94,6 +94,8 @@ type Fleet struct {
 	ctx                  context.Context
 	cancel               context.CancelFunc
 	kick, stop, loopDone chan struct{}
+	listenDone           chan struct{} // closed when listen returns (nil: no listener)
+	news                 atomic.Int64  // openings heard on the channel that tripped a breaker (for the tests)
 	wg                   sync.WaitGroup // round-trip goroutines
 	closeOnce            sync.Once
 	closeErr             error
@@ -101,24 +103,9 @@ type Fleet struct {
 
 // New returns a Fleet on client (a *redis.Client, *redis.ClusterClient, a
 // Sentinel failover client, or whatever redis.NewUniversalClient returns),
-// after one first sync, and starts its background sync. New returns an
-// error wrapping [ErrInvalidConfig] for a bad cfg, and one for a nil client,
-// including a typed nil such as (*redis.Client)(nil).
-//
-// Redis not answering is not an error, at New or later: a process that
-// starts during a Redis outage serves its callers on its local guards. If
-// the first sync fails, New returns a Fleet in local mode, logs the reason
-// at Warn (Config.Logger) and reports it (Config.Observer, and LastError in
-// [Fleet.Stats]); the Fleet switches to fleet mode by itself when a sync
-// succeeds. A client that panics in a round trip is taken for a failing
-// Redis in the same way: the panic becomes the round trip's error.
-//
-// Give the client ContextTimeoutEnabled: true, so that a round trip that
-// outlives Timeout is abandoned at once (the fleet stops waiting for it
-// after Timeout either way, and [Fleet.Close] waits for it to end).
-// New returns a Fleet on client (a *redis.Client, *redis.ClusterClient, a
-// Sentinel failover client, or whatever redis.NewUniversalClient returns),
-// after one first sync, and starts its background sync. New returns an
+// after one first sync, and starts its background sync and its
+// subscription to the fleet's news (see the package documentation, A hang
+// is news: one more connection to Redis). New returns an
 // error wrapping [ErrInvalidConfig] for a bad cfg, and one for a nil client,
 // including a typed nil such as (*redis.Client)(nil).
 //
@@ -157,6 +144,10 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	f.kick, f.stop, f.loopDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	f.sync(false)
 	go f.loop()
+	if sub, ok := be.(subscriber); ok {
+		f.listenDone = make(chan struct{})
+		go f.listen(sub)
+	}
 	return f, nil
 }
 
@@ -236,6 +227,22 @@ func (f *Fleet) Close() error {
 		f.closed.Store(true)
 		f.cancel()
 		f.wg.Wait()
+		if f.listenDone != nil {
+			// The subscription ends with f.ctx; a dial in progress (on a
+			// Redis that does not answer) may outlive Close by the
+			// client's dial and read timeouts, not more.
+			t := time.NewTimer(f.cfg.Timeout)
+			select {
+			case <-f.listenDone:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		for _, h := range *f.list.Load() {
+			if h.watch != nil {
+				h.watch.Stop()
+			}
+		}
 		f.ungate()
 	})
 	return f.closeErr

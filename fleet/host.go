@@ -67,6 +67,23 @@ type host struct {
 	rateOK, rateBad atomic.Uint64 // outcomes since the last rate report
 	rateAt          atomic.Int64  // when the last rate report was collected (or the first sync, see rateReport), on f's clock (ns; 0: no sync yet)
 	rateNow         atomic.Bool   // the next sync reports to the rate, due or not (after a failed sync)
+
+	steerMu sync.Mutex // held by steer
+	steerAt int64      // guarded by steerMu: the server's time of the newest state steer acted on (µs)
+
+	// A hang is news (with a limiter; see stall.go): the first attempt
+	// unanswered since the last outcome, and how many since.
+	_          [64]byte
+	pend       atomic.Int64 // when it started, on f's clock (ns; 0: every attempt answered)
+	unanswered atomic.Int64
+	_          [48]byte
+	stallAfter atomic.Int64 // ns without an answer that make a stall (0: off, no baseline yet)
+	stallN     atomic.Int64 // unanswered attempts of a stall for the next sync to report (0: none)
+	stallSent  atomic.Bool  // this stall has been reported: the next is after an answer
+	stalls     atomic.Int64 // stalls reported (for the tests)
+	lastAnswer atomic.Int64 // when the last answer after a deposit came, on f's clock (ns; 0: none yet)
+	armed      atomic.Bool  // watch is set
+	watch      *time.Timer  // runs checkStall (nil without a limiter)
 }
 
 func newHost(f *Fleet, name string) (*host, error) {
@@ -89,6 +106,8 @@ func newHost(f *Fleet, name string) (*host, error) {
 		if h.lim, err = limit.New(*f.cfg.Limit); err != nil {
 			return nil, err
 		}
+		h.watch = time.AfterFunc(time.Hour, h.checkStall)
+		h.watch.Stop()
 	}
 	return h, nil
 }
@@ -229,12 +248,25 @@ func (h *host) collect(now int64, all bool) syncHost {
 		h.rateNow.Store(true)
 	}
 	s := syncHost{
+		stalled:   h.stallN.Swap(0),
 		requests:  h.takeRequests(),
 		successes: o & math.MaxUint32,
 		failures:  o >> 32,
 		seen:      h.seen.Load(),
 		limit:     h.rateReport(now, o&math.MaxUint32, o>>32, all),
 		close:     closed,
+	}
+	s.stallAge, s.answerAge = -1, -1
+	if at := h.lastAnswer.Load(); at > 0 {
+		s.answerAge = max(time.Duration(now-at).Microseconds(), 0)
+	}
+	if s.stalled > 0 {
+		s.stallAfter = max(time.Duration(h.stallAfter.Load()).Microseconds(), 1)
+		if p := h.pend.Load(); p > 0 {
+			s.stallAge = max(time.Duration(now-p).Microseconds(), 0)
+		} else {
+			s.stalled = 0 // answered since: no stall
+		}
 	}
 	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)
@@ -279,7 +311,8 @@ func (h *host) synced(s syncHost, w hostWindow) {
 			h.addSamples(refused, lat, fastest, n)
 		}
 	}
-	h.steer(w.state, w.epoch)
+	h.stallAfter.Store(h.f.stallAfter(w.baseline))
+	h.steer(w.state, w.epoch, w.at)
 }
 
 // window records the fleet's windows from a reply.
@@ -302,19 +335,33 @@ func (s *settings) available(requests, retries int64) int64 {
 
 // steer brings h's breaker in line with the fleet's breaker, the first time
 // this process sees epoch: the fleet opened (trip a closed breaker) or
-// closed (reset one that is not closed).
-func (h *host) steer(state, epoch int64) {
-	old := h.seen.Load()
-	if old == epoch || !h.seen.CompareAndSwap(old, epoch) {
-		return
+// closed (reset one that is not closed). at is the server's time of the
+// news (a reply's, or an opening's on the channel): news older than what
+// steer last acted on is ignored. It reports whether it tripped the
+// breaker.
+func (h *host) steer(state, epoch, at int64) bool {
+	// One at a time, newest news only: a sync's reply that left Redis
+	// before an opening the channel brought first must not close the
+	// breaker the opening tripped.
+	h.steerMu.Lock()
+	defer h.steerMu.Unlock()
+	if at < h.steerAt {
+		return false
 	}
+	h.steerAt = at
+	if h.seen.Load() == epoch {
+		return false
+	}
+	h.seen.Store(epoch)
 	switch local := h.brk.State(); {
 	case state == fleetOpen && local == breaker.Closed:
 		h.brk.Trip(0)
+		return true
 	case state == fleetClosed && local != breaker.Closed:
 		h.spread() // before the breaker releases its waiting calls
 		h.brk.Reset()
 	}
+	return false
 }
 
 // addReturn queues n leased retries of slice for the next sync to give back.
@@ -348,6 +395,10 @@ func (h *host) expire(now int64, all bool) {
 // this process's closed breaker sees a majority of failures (once the
 // breakers open, there are no closed-state outcomes).
 func (h *host) Outcome(success bool) {
+	if h.pend.Load() != 0 {
+		h.answered()
+		h.lastAnswer.Store(max(h.f.since(), 1))
+	}
 	if success {
 		h.outcomes.Add(1)
 		return
@@ -396,7 +447,7 @@ func (h *host) ProbeRound() bool {
 	// heard of (the fleet closed and opened again since this breaker
 	// opened): steer records it, so that this process's probes, if they
 	// close its breaker, close the fleet's.
-	h.steer(r.state, r.epoch)
+	h.steer(r.state, r.epoch, r.now)
 	if r.state == fleetClosed && fresh {
 		return true
 	}
@@ -420,6 +471,7 @@ func (h *host) ProbeRound() bool {
 // opened: the fleet refuses a slow probe's close for a while, see the
 // package documentation, The fleet's rate).
 func (h *host) StateChanged(from, to breaker.State) {
+	h.answered() // a stall is of the closed state's attempts
 	if from == breaker.HalfOpen { // the round ends: its probe's time, if it closed the breaker
 		var us int64
 		if at := h.probeAt.Swap(0); at > 0 && to == breaker.Closed {

@@ -70,11 +70,54 @@ local function outcome_window(cur)
   return succ + fails, fails
 end
 
+local opened -- the host's breaker opened in this call: news for every process (see news)
 local function flip(st)
   if st == 1 and get('st') == 0 then set('so', now) end
   set('st', st); set('ep', get('ep') + 1)
+  if st == 1 then opened = true end
   for i = 0, buckets - 1 do
     if get('on' .. i) ~= -1 then set('on' .. i, -1) end
+  end
+end
+
+-- news publishes the opening of the breaker of the host whose key is key
+-- on the fleet's channel "{Name}/open" (a Name has no braces: the first
+-- "}" ends it), as "<epoch> <now> <key>": every process subscribed trips
+-- its breaker at once instead of at its next round trip.
+local function news(key)
+  if not opened then return end
+  opened = false
+  local tag = string.match(key, '^[^}]*}')
+  if tag then redis.call('PUBLISH', tag .. '/open', get('ep') .. ' ' .. string.format('%.17g', now) .. ' ' .. key) end
+end
+
+-- load_answer records an answer a process heard age µs ago: la is the
+-- latest answer the fleet has heard of.
+--
+-- stalled counts n unanswered attempts, reported stalled (no answer for
+-- after µs since the oldest, which started after the latest answer any
+-- process heard of, itself at most 3·after old: the fleet knows how its
+-- host answered just before), and opens the breaker when the fleet's
+-- reports in a span of max(after, 100 ms) reach a quarter of the
+-- requests the fleet starts in such a span (the budget's window's rate),
+-- and at least 3: a host that hangs answers nobody, and every process
+-- that sends to it reports within after of its first unanswered attempt,
+-- long before the attempts time out (see the package documentation, A
+-- hang is news). Only in a steady state: a queue is slow, not stalled,
+-- but a release that fills the host on purpose (after an outage, or a
+-- cold start's slow start) makes attempts as slow as a hang's first ones.
+local function load_answer(age)
+  if age >= 0 and now - age > get('la') then set('la', now - age) end
+end
+
+local function stalled(n, after, q)
+  local span = math.max(after, 100000)
+  if now - get('zs') > span then set('zs', now); set('zn', 0) end
+  set('zn', get('zn') + n)
+  if get('zn') >= math.max(3, q * span / (slices * slice_us) / 4) then
+    set('zn', 0)
+    set('zo', get('zo') + 1)
+    flip(1)
   end
 end
 
@@ -191,6 +234,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local proven = rate_proven(id, ev)
   if proven <= 0 then proven = get('rh') end
   local binding = dem >= R * win
+  if binding then set('zb', 1) else set('zb', 0) end
   if R > 0 and (fl > 0 or (not binding and cg >= get('rs') + 2)) then set('rw', 1) end
   local margin = 1.0625
   if get('rw') ~= 1 then margin = 2 elseif binding then
@@ -399,7 +443,9 @@ if mode == 's' then
     local cur, bcur = math.floor(now / slice_us), math.floor(now / bucket_us)
     local dq, ds, df = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     local seen, close, nret = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    a = a + 6
+    local stall, stall_after = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+    local stall_age, answer_age = tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
+    a = a + 10
     if dq > 0 then
       local i = budget_slot(cur)
       set('bq' .. i, get('bq' .. i) + dq)
@@ -448,9 +494,22 @@ if mode == 's' then
          (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls) then flip(1) end
     end
     local q, r = budget_window(cur)
+    -- Stalls count in a steady state only: warm, the last window of the
+    -- rate clean (near its baseline, no drops) and its demand below R (no
+    -- calls waiting for the rate: no backlog). A cold start's slow start,
+    -- and a release after an outage, queue on purpose (see stalled).
+    -- The last answer any process heard of, and whether the stalled
+    -- attempts started after it: a host that answers anybody is slow,
+    -- not hung.
+    load_answer(answer_age)
+    if stall > 0 and stall_age >= 0 and now - stall_age > get('la') and now - get('la') <= 3 * stall_after and
+       get('st') == 0 and seen == get('ep') and get('rw') == 1 and get('rc') == 1 and get('zb') == 0 then
+      stalled(stall, stall_after, q)
+    end
     local calls, fails = outcome_window(bcur)
+    news(KEYS[k])
     save(KEYS[k])
-    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet}) do
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet, get('rb')}) do
       out[#out + 1] = v
     end
   end
