@@ -94,8 +94,8 @@ type Fleet struct {
 	ctx                  context.Context
 	cancel               context.CancelFunc
 	kick, stop, loopDone chan struct{}
-	listenDone           chan struct{} // closed when listen returns (nil: no listener)
-	news                 atomic.Int64  // openings heard on the channel that tripped a breaker (for the tests)
+	listenDone           chan struct{}  // closed when listen returns (nil: no listener)
+	news                 atomic.Int64   // openings heard on the channel that tripped a breaker (for the tests)
 	wg                   sync.WaitGroup // round-trip goroutines
 	closeOnce            sync.Once
 	closeErr             error

@@ -471,7 +471,8 @@ func (h *host) ProbeRound() bool {
 // opened: the fleet refuses a slow probe's close for a while, see the
 // package documentation, The fleet's rate).
 func (h *host) StateChanged(from, to breaker.State) {
-	h.answered() // a stall is of the closed state's attempts
+	// A stall is of the closed state's attempts.
+	h.answered()
 	if from == breaker.HalfOpen { // the round ends: its probe's time, if it closed the breaker
 		var us int64
 		if at := h.probeAt.Swap(0); at > 0 && to == breaker.Closed {
