@@ -49,6 +49,9 @@ func (b *Budget) Deposit() {
 		b.h.requests.Add(1)
 		if b.h.watch != nil {
 			b.h.started()
+			if b.h.probeAt.Load() == probeNext {
+				b.h.probeAt.CompareAndSwap(probeNext, max(b.h.f.since(), 1))
+			}
 		}
 	} else {
 		b.h.local.Deposit()

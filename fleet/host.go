@@ -45,7 +45,7 @@ type host struct {
 	clean    atomic.Bool  // the last sync carried no failure: the next one is news
 	sentAt   atomic.Int64 // when the last sync collected h's counts, on f's clock (ns)
 	closes   atomic.Int64 // closes of the breaker by its own probes
-	probeAt  atomic.Int64 // when the fleet granted a probe round with calls waiting for it, on f's clock (ns; 0: none)
+	probeAt  atomic.Int64 // when the probe of the round the fleet granted started, on f's clock (ns; 0: none; probeNext: at the next deposit)
 	probeUS  atomic.Int64 // the time of the probe that closed the breaker, for the report that goes with the close (µs; 0: none)
 	closesOK atomic.Int64 // closes the fleet has been told of
 
@@ -456,12 +456,26 @@ func (h *host) ProbeRound() bool {
 		h.probeRounds.Add(1)
 		// With calls waiting, a waiting call takes the probe at once: the
 		// time to the close is the probe's (see StateChanged).
-		if h.lim != nil && h.brk.Snapshot().Waiters > 0 {
-			h.probeAt.Store(max(f.since(), 1))
+		// With none waiting, the round's probe is the next call: its time
+		// starts at its first attempt's deposit (see Budget.Deposit), not
+		// now (the call may come much later), nor never (a close without
+		// a probe's time is taken for a fast one: at a x5 slowdown with
+		// few calls waiting, such closes released the backlog into the
+		// slow host, and 2.7% of its work after it was for callers who
+		// had left).
+		if h.lim != nil {
+			if h.brk.Snapshot().Waiters > 0 {
+				h.probeAt.Store(max(f.since(), 1))
+			} else {
+				h.probeAt.Store(probeNext)
+			}
 		}
 	}
 	return r.granted
 }
+
+// probeNext in host.probeAt: the round's probe starts at the next deposit.
+const probeNext = -1
 
 // StateChanged is told every state change of h's breaker (part of
 // breaker.Shared): a close by its own probes is news for the fleet, sent at

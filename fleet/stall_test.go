@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
@@ -154,11 +155,16 @@ func TestScriptStallOpens(t *testing.T) {
 // every host (the fleet's breaker closed, epoch 0, no rate), and which
 // records the stall each sync reports for its first host.
 type fakeSync struct {
+	probes bool // grant every probe round ("p"), the fleet's breaker open
 	mu     sync.Mutex
-	stalls [][2]int64 // unanswered attempts, threshold (µs)
+	stalls  [][2]int64 // unanswered attempts, threshold (µs)
+	probeUS []int64    // the probe times the reports to the rate carried
 }
 
 func (b *fakeSync) eval(_ context.Context, keys, args []string) ([]int64, error) {
+	if args[0] == "p" && b.probes {
+		return []int64{1, 1, fleetOpen, 1}, nil // a round granted, the fleet open (epoch 1)
+	}
 	if args[0] != "s" {
 		return nil, errDown
 	}
@@ -166,6 +172,13 @@ func (b *fakeSync) eval(_ context.Context, keys, args []string) ([]int64, error)
 	if len(keys) > 0 {
 		n, _ = strconv.ParseInt(args[19], 10, 64)
 		after, _ = strconv.ParseInt(args[20], 10, 64)
+	}
+	if len(keys) == 1 && len(args) > 24 && args[18] == "0" && args[23] == "1" { // no returns, a report to the rate
+		if us, _ := strconv.ParseInt(args[len(args)-1], 10, 64); us > 0 {
+			b.mu.Lock()
+			b.probeUS = append(b.probeUS, us)
+			b.mu.Unlock()
+		}
 	}
 	if n > 0 {
 		b.mu.Lock()
@@ -270,6 +283,42 @@ func TestStallWatch(t *testing.T) {
 	})
 }
 
+// TestProbeTimeWithoutWaiters: a probe round granted while no call waits
+// is taken by the next call, whenever it comes; the probe's time, which
+// goes with the close to the fleet (a slow probe's close is refused), is
+// that call's, from its attempt to the close, not zero (taken for a fast
+// probe) nor from the grant.
+func TestProbeTimeWithoutWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeSync{probes: true}
+		f := mustNew(t, be, Config{Name: "probe", SyncEvery: time.Hour, Limit: &limit.Config{},
+			Breaker: breaker.Config{OpenFor: time.Second}})
+		p := policy(t, f, "api", retry.WithMaxAttempts(1))
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		h := f.hostFor("api")
+		h.brk.Trip(0)
+		time.Sleep(3 * time.Second) // rounds due; no call waits
+		err := p.Do(context.Background(), func(context.Context, int) error {
+			time.Sleep(120 * time.Millisecond) // a slow host
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := h.brk.State(); st != breaker.Closed {
+			t.Fatalf("the probe did not close the breaker: %v", st)
+		}
+		be.mu.Lock()
+		got := be.probeUS
+		be.mu.Unlock()
+		if len(got) != 1 || got[0] != 120_000 {
+			t.Fatalf("the close's report carried probe times %v µs, want [120000] (the probe's own)", got)
+		}
+	})
+}
+
 // TestSteerNewestOnly: news older than what the breaker last acted on is
 // ignored (a sync's reply that left Redis before an opening the channel
 // brought first must not close the breaker the opening tripped); newer
@@ -334,20 +383,43 @@ func FuzzHeard(f *testing.F) {
 
 // TestOpeningHeardAtOnce: one process's failures open the fleet's breaker
 // and another process, which syncs every hour, trips its own at once, on
-// the fleet's channel, without a round trip of its own.
+// the fleet's channel, without a round trip of its own; on one Redis and
+// on a Redis Cluster (the channel's hash tag is the fleet's: the script
+// publishes on the master of the fleet's slot).
 func TestOpeningHeardAtOnce(t *testing.T) {
-	rc := redisClient(t)
+	t.Run("redis", func(t *testing.T) {
+		rc := redisClient(t)
+		openingHeard(t, rc, func() redis.UniversalClient { return rc })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		redisAddr(t) // the same skip-or-require rule as every Redis test
+		c := startRedisCluster(t)
+		client := func() redis.UniversalClient {
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { cc.Close() })
+			return cc
+		}
+		openingHeard(t, client(), client)
+	})
+}
+
+func openingHeard(t *testing.T, rc redis.UniversalClient, client func() redis.UniversalClient) {
 	cfg := Config{Name: uniqueName(t), SyncEvery: time.Hour, Timeout: 2 * time.Second, MinCalls: 10,
 		Breaker: breaker.Config{MinCalls: 1 << 30}}
 	cleanup(t, rc, cfg.Name)
-	fs := newFleets(t, rc, 2, cfg)
+	var fs []*Fleet
+	for range 2 {
+		f, err := New(client(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		fs = append(fs, f)
+	}
 	a, b := fs[0], fs[1]
-	pa, pb := policy(t, a, "api", retry.WithClassifier(always), retry.WithMaxAttempts(1)), policy(t, b, "api")
-	_ = pb
-	if !eventually(5*time.Second, func() bool {
-		n, _ := rc.PubSubNumSub(context.Background(), b.newsChannel()).Result()
-		return n[b.newsChannel()] >= 2
-	}) {
+	pa := policy(t, a, "api", retry.WithClassifier(always), retry.WithMaxAttempts(1))
+	policy(t, b, "api")
+	if !eventually(10*time.Second, func() bool { return subscribers(rc, b.newsChannel()) >= 2 }) {
 		t.Fatal("the fleets did not subscribe to their channel")
 	}
 	syncs := b.syncs.Load()
@@ -366,6 +438,30 @@ func TestOpeningHeardAtOnce(t *testing.T) {
 	if b.news.Load() != 1 {
 		t.Fatalf("news heard %d, want 1", b.news.Load())
 	}
+}
+
+// subscribers returns the subscribers of channel on every node of rc.
+func subscribers(rc redis.UniversalClient, channel string) int64 {
+	count := func(ctx context.Context, c *redis.Client) int64 {
+		n, _ := c.PubSubNumSub(ctx, channel).Result()
+		return n[channel]
+	}
+	switch c := rc.(type) {
+	case *redis.Client:
+		return count(context.Background(), c)
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		var sum int64
+		_ = c.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			k := count(ctx, n)
+			mu.Lock()
+			sum += k
+			mu.Unlock()
+			return nil
+		})
+		return sum
+	}
+	return 0
 }
 
 // TestHangIsNews runs ten processes of a fleet with a limit on Redis,
