@@ -155,8 +155,8 @@ func TestScriptStallOpens(t *testing.T) {
 // every host (the fleet's breaker closed, epoch 0, no rate), and which
 // records the stall each sync reports for its first host.
 type fakeSync struct {
-	probes bool // grant every probe round ("p"), the fleet's breaker open
-	mu     sync.Mutex
+	probes  bool // grant every probe round ("p"), the fleet's breaker open
+	mu      sync.Mutex
 	stalls  [][2]int64 // unanswered attempts, threshold (µs)
 	probeUS []int64    // the probe times the reports to the rate carried
 }
