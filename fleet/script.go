@@ -31,8 +31,9 @@ import (
 //   - zs, zn: the span of stall reports (its start, µs) and the
 //     unanswered attempts reported stalled in it (see stalled); zo the
 //     openings they caused; la the latest answer a process heard of (µs,
-//     the server's clock less the age the process reported); zb the last
-//     window of the rate was binding (the fleet's demand reached R).
+//     the server's clock less the age the process reported); zw, zd the
+//     calls the processes reported waiting in the last window of the
+//     rate, and the attempts it served (with Config.Limit).
 //
 // A sync that opens a host's breaker publishes it on the fleet's channel
 // (see news and Fleet.listen).

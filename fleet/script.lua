@@ -98,7 +98,7 @@ end
 -- after µs since the oldest, which started after the latest answer any
 -- process heard of, itself at most 3·after old: the fleet knows how its
 -- host answered just before), and opens the breaker when the fleet's
--- reports in a span of max(after, 100 ms) reach a quarter of the
+-- reports in a span of max(after, 100 ms) reach an eighth of the
 -- requests the fleet starts in such a span (the budget's window's rate),
 -- and at least 3: a host that hangs answers nobody, and every process
 -- that sends to it reports within after of its first unanswered attempt,
@@ -114,7 +114,7 @@ local function stalled(n, after, q)
   local span = math.max(after, 100000)
   if now - get('zs') > span then set('zs', now); set('zn', 0) end
   set('zn', get('zn') + n)
-  if get('zn') >= math.max(3, q * span / (slices * slice_us) / 4) then
+  if get('zn') >= math.max(3, q * span / (slices * slice_us) / 8) then
     set('zn', 0)
     set('zo', get('zo') + 1)
     flip(1)
@@ -234,7 +234,6 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   local proven = rate_proven(id, ev)
   if proven <= 0 then proven = get('rh') end
   local binding = dem >= R * win
-  if binding then set('zb', 1) else set('zb', 0) end
   if R > 0 and (fl > 0 or (not binding and cg >= get('rs') + 2)) then set('rw', 1) end
   local margin = 1.0625
   if get('rw') ~= 1 then margin = 2 elseif binding then
@@ -329,7 +328,8 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     end
   end
   set('rr', R); set('rg', gen); set('rp', served)
-  set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wm', 0); set('wd', 0)
+  set('zw', get('ww')); set('zd', o)
+  set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wm', 0); set('wd', 0); set('ww', 0)
   local raw = redis.call('HGETALL', reg)
   local e = {}
   for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
@@ -407,6 +407,7 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
   set('wl', get('wl') + lsum); set('wk', get('wk') + lk)
   if lk > 0 and lmin > 0 and (get('wm') == 0 or lmin < get('wm')) then set('wm', lmin) end
   set('wd', get('wd') + ds + df + waiting)
+  set('ww', get('ww') + waiting)
   local d
   local x = ds + df + waiting + refused
   if od and ot then
@@ -495,15 +496,16 @@ if mode == 's' then
     end
     local q, r = budget_window(cur)
     -- Stalls count in a steady state only: warm, the last window of the
-    -- rate clean (near its baseline, no drops) and its demand below R (no
-    -- calls waiting for the rate: no backlog). A cold start's slow start,
-    -- and a release after an outage, queue on purpose (see stalled).
+    -- rate clean (near its baseline, no drops) and no backlog in it (the
+    -- calls the processes reported waiting at most a tenth of the attempts
+    -- it served). A cold start's slow start, and a release after an
+    -- outage, queue on purpose (see stalled).
     -- The last answer any process heard of, and whether the stalled
     -- attempts started after it: a host that answers anybody is slow,
     -- not hung.
     load_answer(answer_age)
     if stall > 0 and stall_age >= 0 and now - stall_age > get('la') and now - get('la') <= 3 * stall_after and
-       get('st') == 0 and seen == get('ep') and get('rw') == 1 and get('rc') == 1 and get('zb') == 0 then
+       get('st') == 0 and seen == get('ep') and get('rw') == 1 and get('rc') == 1 and get('zw') <= 0.1 * get('zd') then
       stalled(stall, stall_after, q)
     end
     local calls, fails = outcome_window(bcur)

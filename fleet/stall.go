@@ -14,7 +14,7 @@ import (
 // script opens the fleet's breaker when such reports come from enough
 // of the fleet's attempts (see stalled in script.lua).
 const (
-	stallFactor = 8
+	stallFactor = 6
 	minStall    = 50 * time.Millisecond
 )
 

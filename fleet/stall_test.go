@@ -19,8 +19,8 @@ import (
 // TestScriptStallOpens drives the script's stall rule at explicit times:
 // with 4500 requests in the budget's window of 10 s (450 a second) and a
 // stall threshold of 160 ms, the span is 160 ms and the fleet's breaker
-// opens at the 18th unanswered attempt reported in it (a quarter of the
-// 72 the fleet starts in a span), not at the 17th; reports further apart
+// opens at the 9th unanswered attempt reported in it (an eighth of the
+// 72 the fleet starts in a span), not at the 8th; reports further apart
 // than a span never add up; a report of an epoch the fleet has left does
 // not count; and the opening is published on the fleet's channel.
 func TestScriptStallOpens(t *testing.T) {
@@ -38,13 +38,14 @@ func TestScriptStallOpens(t *testing.T) {
 		}
 	}
 	t.Run("not in a release or a slow start", func(t *testing.T) {
-		for _, f := range []string{"rw", "rc", "zb"} {
+		for _, f := range []string{"rw", "rc", "zw"} {
 			s := newLimitScript(t, 100)
 			s.sync(t0, syncHost{requests: 4500, answerAge: 200_000})
 			steady(s)
 			v := 0
-			if f == "zb" {
-				v = 1
+			if f == "zw" { // a backlog: calls waiting, more than a tenth of the 450 served
+				s.rc.HSet(context.Background(), s.key, "zd", 450)
+				v = 46
 			}
 			s.rc.HSet(context.Background(), s.key, f, v)
 			if w := stall(s, t0+1000, 100, 0); w.state != fleetClosed {
@@ -52,7 +53,7 @@ func TestScriptStallOpens(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a quarter of a span's attempts", func(t *testing.T) {
+	t.Run("an eighth of a span's attempts", func(t *testing.T) {
 		s := newLimitScript(t, 100)
 		ps := s.rc.Subscribe(context.Background(), s.key[:strings.Index(s.key, "}")+1]+"/open")
 		defer ps.Close()
@@ -61,14 +62,14 @@ func TestScriptStallOpens(t *testing.T) {
 		}
 		s.sync(t0, syncHost{requests: 4500, answerAge: 200_000})
 		steady(s)
-		for i := range int64(17) {
+		for i := range int64(8) {
 			if w := stall(s, t0+1000+i*1000, 1, 0); w.state != fleetClosed {
-				t.Fatalf("opened at the %dth stalled attempt of a span, want the 18th", i+1)
+				t.Fatalf("opened at the %dth stalled attempt of a span, want the 9th", i+1)
 			}
 		}
 		w := stall(s, t0+20_000, 1, 0)
 		if w.state != fleetOpen || w.epoch != 1 {
-			t.Fatalf("after 18 stalled attempts in a span: state %d epoch %d, want open, epoch 1", w.state, w.epoch)
+			t.Fatalf("after 9 stalled attempts in a span: state %d epoch %d, want open, epoch 1", w.state, w.epoch)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -97,7 +98,7 @@ func TestScriptStallOpens(t *testing.T) {
 			}
 		}
 		// 150 ms on, the answer is older than the stalled attempts.
-		for i := range int64(18) {
+		for i := range int64(9) {
 			stall(s, t0+150_000+i*1000, 1, 0)
 		}
 		if w := stall(s, t0+170_000, 1, 0); w.state != fleetOpen {
@@ -121,8 +122,8 @@ func TestScriptStallOpens(t *testing.T) {
 		s := newLimitScript(t, 100)
 		s.sync(t0, syncHost{requests: 4500, answerAge: 200_000})
 		steady(s)
-		if w := stall(s, t0+1000, 18, 0); w.state != fleetOpen {
-			t.Fatalf("18 unanswered attempts in one report: state %d, want open", w.state)
+		if w := stall(s, t0+1000, 9, 0); w.state != fleetOpen {
+			t.Fatalf("9 unanswered attempts in one report: state %d, want open", w.state)
 		}
 	})
 	t.Run("spread out", func(t *testing.T) {
@@ -132,7 +133,7 @@ func TestScriptStallOpens(t *testing.T) {
 		for i := range int64(40) {
 			now := t0 + 1000 + i*(after+1000)/2*3
 			s.sync(now, syncHost{answerAge: 170_000}) // the host answered just before: the fleet knows it
-			if w := stall(s, now, 9, 0); w.state != fleetClosed {
+			if w := stall(s, now, 8, 0); w.state != fleetClosed {
 				t.Fatalf("opened by reports a span and a half apart (report %d)", i+1)
 			}
 		}
@@ -199,7 +200,7 @@ func (b *fakeSync) reported() [][2]int64 {
 }
 
 // TestStallWatch: with a baseline of 20 ms the watch's threshold is
-// 160 ms; an attempt unanswered that long is reported once, by a sync at
+// 120 ms; an attempt unanswered that long is reported once, by a sync at
 // once (the fleet syncs every hour here), with the attempts unanswered
 // since; an answer before the threshold, or a breaker that is not closed,
 // reports nothing; after an answer the next stall is reported again; half
@@ -215,32 +216,32 @@ func TestStallWatch(t *testing.T) {
 		time.Sleep(time.Millisecond) // the new host's first sync: the baseline
 		synctest.Wait()
 		h := f.hostFor("api")
-		if got := time.Duration(h.stallAfter.Load()); got != 160*time.Millisecond {
-			t.Fatalf("threshold %v, want 160ms (8 x the 20 ms baseline)", got)
+		if got := time.Duration(h.stallAfter.Load()); got != 120*time.Millisecond {
+			t.Fatalf("threshold %v, want 120ms (6 x the 20 ms baseline)", got)
 		}
 		// Answered in time: nothing.
 		g.Budget.Deposit()
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(110 * time.Millisecond)
 		h.Outcome(true)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if r := be.reported(); len(r) != 0 {
-			t.Fatalf("an attempt answered in 150 ms reported as stalled: %v", r)
+			t.Fatalf("an attempt answered in 110 ms reported as stalled: %v", r)
 		}
-		// Three attempts, none answered: one report at 160 ms, with 3.
+		// Three attempts, none answered: one report at 120 ms, with 3.
 		g.Budget.Deposit()
 		time.Sleep(50 * time.Millisecond)
 		g.Budget.Deposit()
 		g.Budget.Deposit()
-		time.Sleep(109 * time.Millisecond)
+		time.Sleep(69 * time.Millisecond)
 		synctest.Wait()
 		if r := be.reported(); len(r) != 0 {
-			t.Fatalf("reported at 159 ms: %v", r)
+			t.Fatalf("reported at 119 ms: %v", r)
 		}
 		time.Sleep(2 * time.Millisecond)
 		synctest.Wait()
-		if r := be.reported(); len(r) != 1 || r[0] != [2]int64{3, 160_000} {
-			t.Fatalf("reported %v, want one stall of 3 attempts at 160000 µs", r)
+		if r := be.reported(); len(r) != 1 || r[0] != [2]int64{3, 120_000} {
+			t.Fatalf("reported %v, want one stall of 3 attempts at 120000 µs", r)
 		}
 		time.Sleep(time.Second)
 		g.Budget.Deposit()
