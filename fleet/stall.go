@@ -53,8 +53,12 @@ func (h *host) started() {
 // every change of h's breaker: nothing is unanswered.
 func (h *host) answered() {
 	h.pend.Store(0)
-	h.unanswered.Store(0)
-	h.stallSent.Store(false)
+	if h.unanswered.Load() != 0 {
+		h.unanswered.Store(0)
+	}
+	if h.stallSent.Load() {
+		h.stallSent.Store(false)
+	}
 }
 
 // checkStall runs when h's watch is due: a stall, if the oldest
