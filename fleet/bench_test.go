@@ -9,7 +9,6 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -40,55 +39,10 @@ func TestSuccessPathAllocs(t *testing.T) {
 		{"retry.Do success", func() { _ = p.Do(ctx, ok) }},
 		{"Withdraw from a lease", func() { g.Budget.Withdraw() }},
 	}
-	// With Config.Limit, the stall watch (a hang is news): a deposit sets
-	// it, an answer clears it.
-	fw := mustNew(t, &fakeSync{}, Config{Name: "w", SyncEvery: time.Hour, Limit: &limit.Config{}})
-	gw, err := fw.Guards("api")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(10 * time.Millisecond) // the new host's first sync: the baseline, the watch on
-	if fw.hostFor("api").stallAfter.Load() == 0 {
-		t.Fatal("no stall watch")
-	}
-	tests = append(tests, struct {
-		name string
-		run  func()
-	}{"Deposit and answer, watched", func() {
-		gw.Budget.Deposit()
-		p, _ := gw.Breaker.Allow()
-		gw.Breaker.Done(p, true)
-	}})
 	for _, tt := range tests {
 		if n := testing.AllocsPerRun(1000, tt.run); n != 0 {
 			t.Errorf("%s: %v allocs per run, want 0", tt.name, n)
 		}
-	}
-}
-
-// BenchmarkDepositWatched is a fleet deposit and answer (the breaker's
-// closed-state outcome) without and with the stall watch of Config.Limit,
-// on a backend that answers at once (no Redis; the syncs run every hour).
-func BenchmarkDepositWatched(b *testing.B) {
-	for _, lim := range []*limit.Config{nil, {}} {
-		name := "plain"
-		if lim != nil {
-			name = "watched"
-		}
-		b.Run(name, func(b *testing.B) {
-			f := mustNew(b, &fakeSync{}, Config{Name: "w", SyncEvery: time.Hour, Limit: lim})
-			g, err := f.Guards("api")
-			if err != nil {
-				b.Fatal(err)
-			}
-			time.Sleep(10 * time.Millisecond)
-			b.ReportAllocs()
-			for b.Loop() {
-				g.Budget.Deposit()
-				p, _ := g.Breaker.Allow()
-				g.Breaker.Done(p, true)
-			}
-		})
 	}
 }
 

@@ -104,8 +104,8 @@ type Fleet struct {
 // New returns a Fleet on client (a *redis.Client, *redis.ClusterClient, a
 // Sentinel failover client, or whatever redis.NewUniversalClient returns),
 // after one first sync, and starts its background sync and its
-// subscription to the fleet's news (see the package documentation, A hang
-// is news: one more connection to Redis). New returns an
+// subscription to the fleet's openings (see the package documentation,
+// News on a channel: one more connection to Redis). New returns an
 // error wrapping [ErrInvalidConfig] for a bad cfg, and one for a nil client,
 // including a typed nil such as (*redis.Client)(nil).
 //
@@ -237,11 +237,6 @@ func (f *Fleet) Close() error {
 			case <-t.C:
 			}
 			t.Stop()
-		}
-		for _, h := range *f.list.Load() {
-			if h.watch != nil {
-				h.watch.Stop()
-			}
 		}
 		f.ungate()
 	})

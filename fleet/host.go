@@ -70,20 +70,6 @@ type host struct {
 
 	steerMu sync.Mutex // held by steer
 	steerAt int64      // guarded by steerMu: the server's time of the newest state steer acted on (µs)
-
-	// A hang is news (with a limiter; see stall.go): the first attempt
-	// unanswered since the last outcome, and how many since.
-	_          [64]byte
-	pend       atomic.Int64 // when it started, on f's clock (ns; 0: every attempt answered)
-	unanswered atomic.Int64
-	_          [48]byte
-	stallAfter atomic.Int64 // ns without an answer that make a stall (0: off, no baseline yet)
-	stallN     atomic.Int64 // unanswered attempts of a stall for the next sync to report (0: none)
-	stallSent  atomic.Bool  // this stall has been reported: the next is after an answer
-	stalls     atomic.Int64 // stalls reported (for the tests)
-	lastAnswer atomic.Int64 // when the last answer after a deposit came, on f's clock (ns; 0: none yet)
-	armed      atomic.Bool  // watch is set
-	watch      *time.Timer  // runs checkStall (nil without a limiter)
 }
 
 func newHost(f *Fleet, name string) (*host, error) {
@@ -106,8 +92,6 @@ func newHost(f *Fleet, name string) (*host, error) {
 		if h.lim, err = limit.New(*f.cfg.Limit); err != nil {
 			return nil, err
 		}
-		h.watch = time.AfterFunc(time.Hour, h.checkStall)
-		h.watch.Stop()
 	}
 	return h, nil
 }
@@ -248,25 +232,12 @@ func (h *host) collect(now int64, all bool) syncHost {
 		h.rateNow.Store(true)
 	}
 	s := syncHost{
-		stalled:   h.stallN.Swap(0),
 		requests:  h.takeRequests(),
 		successes: o & math.MaxUint32,
 		failures:  o >> 32,
 		seen:      h.seen.Load(),
 		limit:     h.rateReport(now, o&math.MaxUint32, o>>32, all),
 		close:     closed,
-	}
-	s.stallAge, s.answerAge = -1, -1
-	if at := h.lastAnswer.Load(); at > 0 {
-		s.answerAge = max(time.Duration(now-at).Microseconds(), 0)
-	}
-	if s.stalled > 0 {
-		s.stallAfter = max(time.Duration(h.stallAfter.Load()).Microseconds(), 1)
-		if p := h.pend.Load(); p > 0 {
-			s.stallAge = max(time.Duration(now-p).Microseconds(), 0)
-		} else {
-			s.stalled = 0 // answered since: no stall
-		}
 	}
 	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)
@@ -311,7 +282,6 @@ func (h *host) synced(s syncHost, w hostWindow) {
 			h.addSamples(refused, lat, fastest, n)
 		}
 	}
-	h.stallAfter.Store(h.f.stallAfter(w.baseline))
 	h.steer(w.state, w.epoch, w.at)
 }
 
@@ -395,10 +365,6 @@ func (h *host) expire(now int64, all bool) {
 // this process's closed breaker sees a majority of failures (once the
 // breakers open, there are no closed-state outcomes).
 func (h *host) Outcome(success bool) {
-	if h.pend.Load() != 0 {
-		h.answered()
-		h.lastAnswer.Store(max(h.f.since(), 1))
-	}
 	if success {
 		h.outcomes.Add(1)
 		return
@@ -459,10 +425,10 @@ func (h *host) ProbeRound() bool {
 		// With none waiting, the round's probe is the next call: its time
 		// starts at its first attempt's deposit (see Budget.Deposit), not
 		// now (the call may come much later), nor never (a close without
-		// a probe's time is taken for a fast one: at a x5 slowdown with
-		// few calls waiting, such closes released the backlog into the
-		// slow host, and 2.7% of its work after it was for callers who
-		// had left).
+		// a probe's time is taken for a fast one: live, at a x5 slowdown
+		// with few calls waiting, such closes released the backlog into
+		// the slow host, and 2.7% of its work after it was for callers
+		// who had left).
 		if h.lim != nil {
 			if h.brk.Snapshot().Waiters > 0 {
 				h.probeAt.Store(max(f.since(), 1))
@@ -485,8 +451,6 @@ const probeNext = -1
 // opened: the fleet refuses a slow probe's close for a while, see the
 // package documentation, The fleet's rate).
 func (h *host) StateChanged(from, to breaker.State) {
-	// A stall is of the closed state's attempts.
-	h.answered()
 	if from == breaker.HalfOpen { // the round ends: its probe's time, if it closed the breaker
 		var us int64
 		if at := h.probeAt.Swap(0); at > 0 && to == breaker.Closed {

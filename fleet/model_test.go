@@ -150,17 +150,9 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			cur, bcur := fdiv(now, sliceUS), fdiv(now, bucketUS)
 			dq, ds, df := a.int(ai), a.int(ai+1), a.int(ai+2)
 			seen, cl, nret := a.int(ai+3), a.int(ai+4), a.int(ai+5)
-			// Stalls come with a fleet limit only (see stall.go).
-			if st := a.int(ai + 6); st != 0 && a.err == nil {
-				return nil, fmt.Errorf("the model has no stalls (%d reported)", st)
-			}
-			ansAge := a.int(ai + 9)
-			ai += 10
+			ai += 6
 			if a.err != nil {
 				return nil, a.err
-			}
-			if ansAge >= 0 && now-ansAge > get("la") {
-				set("la", now-ansAge)
 			}
 			if dq > 0 {
 				i := budgetSlot(cur)
@@ -200,7 +192,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			}
 			q, r := budgetWindow(cur)
 			calls, fails := outcomeWindow(bcur)
-			out = append(out, q, r, get("st"), get("ep"), calls, fails, 0, 0, get("rb"))
+			out = append(out, q, r, get("st"), get("ep"), calls, fails, 0, 0)
 		}
 	case "l":
 		load(keys[0])

@@ -28,15 +28,9 @@ import (
 //   - ps: the probe slot of the last probe round granted while the fleet's
 //     breaker is open; a probe interval has ProbeRounds slots, one round
 //     each, so that the rounds are spread over it.
-//   - zs, zn: the span of stall reports (its start, µs) and the
-//     unanswered attempts reported stalled in it (see stalled); zo the
-//     openings they caused; la the latest answer a process heard of (µs,
-//     the server's clock less the age the process reported); zw, zd the
-//     calls the processes reported waiting in the last window of the
-//     rate, and the attempts it served (with Config.Limit).
 //
 // A sync that opens a host's breaker publishes it on the fleet's channel
-// (see news and Fleet.listen).
+// (see news, and Fleet.listen).
 //
 // With Config.Limit, the fields of the fleet-wide rate (see rate_share).
 //
@@ -70,7 +64,6 @@ type hostWindow struct {
 	state, epoch      int64
 	calls, failures   int64
 	rate, fleetRate   int64 // this process's share of the fleet's rate and the rate, in thousandths per second (0, 0: no rate yet, or no limiter)
-	baseline          int64 // the rate's baseline latency, µs (0: none yet, or no limiter)
 	at                int64 // the server's time of the reply, µs (see host.steer)
 }
 
@@ -118,16 +111,15 @@ func checkCounts(vs ...int64) error {
 
 // decodeSync decodes the reply of a sync of n hosts.
 func decodeSync(v []int64, n int) (syncReply, error) {
-	const per = 9 // values per host
-	if len(v) != 1+per*n {
-		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+per*n)
+	if len(v) != 1+8*n {
+		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+8*n)
 	}
 	r := syncReply{now: v[0], hosts: make([]hostWindow, n)}
 	for i := range r.hosts {
-		x := v[1+per*i : 1+per*(i+1)]
+		x := v[1+8*i : 9+8*i]
 		w := hostWindow{requests: x[0], retries: x[1], state: x[2], epoch: x[3], calls: x[4], failures: x[5],
-			rate: x[6], fleetRate: x[7], baseline: x[8], at: v[0]}
-		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.rate, w.fleetRate, w.baseline); err != nil {
+			rate: x[6], fleetRate: x[7], at: v[0]}
+		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.rate, w.fleetRate); err != nil {
 			return syncReply{}, err
 		}
 		if err := checkState(w.state, w.epoch); err != nil {

@@ -91,36 +91,6 @@ local function news(key)
   if tag then redis.call('PUBLISH', tag .. '/open', get('ep') .. ' ' .. string.format('%.17g', now) .. ' ' .. key) end
 end
 
--- load_answer records an answer a process heard age µs ago: la is the
--- latest answer the fleet has heard of.
---
--- stalled counts n unanswered attempts, reported stalled (no answer for
--- after µs since the oldest, which started after the latest answer any
--- process heard of, itself at most 3·after old: the fleet knows how its
--- host answered just before), and opens the breaker when the fleet's
--- reports in a span of max(after, 100 ms) reach an eighth of the
--- requests the fleet starts in such a span (the budget's window's rate),
--- and at least 3: a host that hangs answers nobody, and every process
--- that sends to it reports within after of its first unanswered attempt,
--- long before the attempts time out (see the package documentation, A
--- hang is news). Only in a steady state: a queue is slow, not stalled,
--- but a release that fills the host on purpose (after an outage, or a
--- cold start's slow start) makes attempts as slow as a hang's first ones.
-local function load_answer(age)
-  if age >= 0 and now - age > get('la') then set('la', now - age) end
-end
-
-local function stalled(n, after, q)
-  local span = math.max(after, 100000)
-  if now - get('zs') > span then set('zs', now); set('zn', 0) end
-  set('zn', get('zn') + n)
-  if get('zn') >= math.max(3, q * span / (slices * slice_us) / 8) then
-    set('zn', 0)
-    set('zo', get('zo') + 1)
-    flip(1)
-  end
-end
-
 -- The fleet-wide rate of the host loaded in h (see the package
 -- documentation, The fleet's rate). Main hash fields: rr the rate R
 -- (attempt starts per second, 0 while cold), rk/rq the windows of the last
@@ -328,8 +298,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     end
   end
   set('rr', R); set('rg', gen); set('rp', served)
-  set('zw', get('ww')); set('zd', o)
-  set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wm', 0); set('wd', 0); set('ww', 0)
+  set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wm', 0); set('wd', 0)
   local raw = redis.call('HGETALL', reg)
   local e = {}
   for i = 1, #raw, 2 do e[raw[i]] = raw[i + 1] end
@@ -407,7 +376,6 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
   set('wl', get('wl') + lsum); set('wk', get('wk') + lk)
   if lk > 0 and lmin > 0 and (get('wm') == 0 or lmin < get('wm')) then set('wm', lmin) end
   set('wd', get('wd') + ds + df + waiting)
-  set('ww', get('ww') + waiting)
   local d
   local x = ds + df + waiting + refused
   if od and ot then
@@ -444,9 +412,7 @@ if mode == 's' then
     local cur, bcur = math.floor(now / slice_us), math.floor(now / bucket_us)
     local dq, ds, df = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     local seen, close, nret = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    local stall, stall_after = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-    local stall_age, answer_age = tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
-    a = a + 10
+    a = a + 6
     if dq > 0 then
       local i = budget_slot(cur)
       set('bq' .. i, get('bq' .. i) + dq)
@@ -495,23 +461,10 @@ if mode == 's' then
          (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls) then flip(1) end
     end
     local q, r = budget_window(cur)
-    -- Stalls count in a steady state only: warm, the last window of the
-    -- rate clean (near its baseline, no drops) and no backlog in it (the
-    -- calls the processes reported waiting at most a tenth of the attempts
-    -- it served). A cold start's slow start, and a release after an
-    -- outage, queue on purpose (see stalled).
-    -- The last answer any process heard of, and whether the stalled
-    -- attempts started after it: a host that answers anybody is slow,
-    -- not hung.
-    load_answer(answer_age)
-    if stall > 0 and stall_age >= 0 and now - stall_age > get('la') and now - get('la') <= 3 * stall_after and
-       get('st') == 0 and seen == get('ep') and get('rw') == 1 and get('rc') == 1 and get('zw') <= 0.1 * get('zd') then
-      stalled(stall, stall_after, q)
-    end
     local calls, fails = outcome_window(bcur)
     news(KEYS[k])
     save(KEYS[k])
-    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet, get('rb')}) do
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet}) do
       out[#out + 1] = v
     end
   end

@@ -272,9 +272,6 @@ type syncHost struct {
 	requests, successes, failures uint64
 	seen                          int64
 	close                         bool
-	stalled, stallAfter           int64 // unanswered attempts reported stalled, and the stall's threshold (µs); 0, 0: none
-	stallAge                      int64 // how long ago the oldest of them started (µs; -1: none)
-	answerAge                     int64 // how long ago the last answer came (µs; -1: none yet)
 	returns                       []returned
 	limit                         *limitReport // nil: the host has no limiter
 }
@@ -305,7 +302,7 @@ func appendSync(args []string, h syncHost) []string {
 		cl = "1"
 	}
 	args = append(args, strconv.FormatUint(h.requests, 10), strconv.FormatUint(h.successes, 10),
-		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))), itoa(h.stalled), itoa(h.stallAfter), itoa(h.stallAge), itoa(h.answerAge))
+		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))))
 	for _, r := range h.returns {
 		args = append(args, itoa(r.slice), itoa(r.n))
 	}
