@@ -306,8 +306,9 @@
 // newest news only: a reply or a message whose server time is older than
 // the last one it acted on is ignored, so a sync that left Redis before an
 // opening does not close the breaker the opening tripped. A message that
-// does not parse, or names another fleet or a host the process does not
-// track, is ignored; anyone who may publish on the channel can open the
+// does not parse, names another fleet or a host the process does not
+// track, or claims a time more than a minute past the newest reply's, is
+// ignored; anyone who may publish on the channel can open the
 // breakers of the fleet's processes, as anyone who may write its keys can.
 // A missed message costs what it cost before: the process trips at its
 // next round trip.

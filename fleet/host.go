@@ -310,12 +310,23 @@ func (s *settings) available(requests, retries int64) int64 {
 // steer last acted on is ignored. It reports whether it tripped the
 // breaker.
 func (h *host) steer(state, epoch, at int64) bool {
+	return h.steerWithin(state, epoch, at, math.MaxInt64)
+}
+
+// maxAhead bounds how far past the newest reply an opening heard on the
+// channel may claim to be (µs): a message from the future would make
+// steer ignore every reply until then.
+const maxAhead = 60_000_000
+
+// steerWithin is steer for news at most ahead µs past the newest news
+// acted on (when there is one).
+func (h *host) steerWithin(state, epoch, at, ahead int64) bool {
 	// One at a time, newest news only: a sync's reply that left Redis
 	// before an opening the channel brought first must not close the
 	// breaker the opening tripped.
 	h.steerMu.Lock()
 	defer h.steerMu.Unlock()
-	if at < h.steerAt {
+	if at < h.steerAt || (h.steerAt > 0 && at-h.steerAt > ahead) {
 		return false
 	}
 	h.steerAt = at

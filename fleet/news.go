@@ -53,8 +53,8 @@ func (f *Fleet) listen(sub subscriber) {
 // heard acts on one opening, "<epoch> <server time, µs> <host's key>", as
 // on a sync's reply that shows it (host.steer: a reply or an opening older
 // than the newest one acted on is ignored), in fleet mode only. A message
-// that does not parse, or names a host this process does not track, is
-// ignored.
+// that does not parse, names a host this process does not track, or
+// claims a time more than a minute past the newest reply's is ignored.
 func (f *Fleet) heard(payload string) {
 	ep, rest, ok := strings.Cut(payload, " ")
 	if !ok {
@@ -72,7 +72,7 @@ func (f *Fleet) heard(payload string) {
 	f.mu.Lock()
 	h := f.hosts[key[len(f.keyPrefix):]]
 	f.mu.Unlock()
-	if h != nil && h.steer(fleetOpen, epoch, now) {
+	if h != nil && h.steerWithin(fleetOpen, epoch, now, maxAhead) {
 		f.news.Add(1)
 	}
 }

@@ -151,9 +151,18 @@ func TestSteerNewestOnly(t *testing.T) {
 				t.Fatalf("%q tripped the breaker", p)
 			}
 		}
+		// From the future (more than a minute past the newest reply): it
+		// would make every reply until then ignored.
+		f.heard("7 60000111 " + key)
+		if h.brk.State() != breaker.Closed {
+			t.Fatal("an opening a minute ahead tripped the breaker")
+		}
 		f.heard("7 200 " + key)
 		if h.brk.State() != breaker.Open || f.news.Load() != 1 {
 			t.Fatalf("a good opening: state %v, news %d", h.brk.State(), f.news.Load())
+		}
+		if h.steer(fleetClosed, 8, 300); h.brk.State() != breaker.Closed {
+			t.Fatal("a newer reply did not close the breaker after the opening")
 		}
 	})
 }
