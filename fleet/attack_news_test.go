@@ -74,19 +74,6 @@ func atkNewsNew(t *testing.T, c redis.UniversalClient, cfg fleet.Config) *fleet.
 	return f
 }
 
-func atkNewsEventually(d time.Duration, cond func() bool) bool {
-	end := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 var errZN = errors.New("zn: dependency failed")
 
 var atkNewsClassify = retry.WithClassifier(func(err error) bool { return errors.Is(err, errZN) || retry.IsRetryable(err) })
@@ -253,7 +240,7 @@ func TestAttackNewsCloseWhileBlackholed(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			px.black.Store(true)
 			if mode == "local" {
-				if !atkNewsEventually(3*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
+				if !atkEventually(3*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
 					t.Fatal("never local")
 				}
 			}
@@ -294,7 +281,7 @@ func TestAttackNewsNoGoroutineLeak(t *testing.T) {
 		c.Close()
 	}
 	var after int
-	ok := atkNewsEventually(3*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before+2 })
+	ok := atkEventually(3*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before+2 })
 	if !ok {
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
@@ -374,7 +361,7 @@ func TestAttackNewsForeignMessagesIgnored(t *testing.T) {
 	start := time.Now()
 	f1sync := f.Stats().RoundTrips
 	atkNewsTripFleet(t, f2, "h")
-	if !atkNewsEventually(2*time.Second, func() bool { return g.Breaker.State() != breaker.Closed }) {
+	if !atkEventually(2*time.Second, func() bool { return g.Breaker.State() != breaker.Closed }) {
 		t.Errorf("the subscription no longer trips after foreign messages")
 	}
 	t.Logf("tripped after %v (round trips of f during it: %d)", time.Since(start), f.Stats().RoundTrips-f1sync)
@@ -408,7 +395,7 @@ func TestAttackNewsFutureNewsDoesNotDeafen(t *testing.T) {
 	c2 := atkNewsClient(t, atkNewsAddr())
 	f2 := atkNewsNew(t, c2, fleet.Config{Name: name, MinCalls: 5, Breaker: breaker.Config{MinCalls: 100000}})
 	atkNewsTripFleet(t, f2, "h")
-	if !atkNewsEventually(3*time.Second, func() bool { return g.Breaker.State() != breaker.Closed }) {
+	if !atkEventually(3*time.Second, func() bool { return g.Breaker.State() != breaker.Closed }) {
 		t.Errorf("after a forged opening of h2 with a future server time, the real opening of h never tripped this process (channel nor syncs, 3 s)")
 	}
 }
@@ -455,7 +442,7 @@ func TestAttackNewsLocalModeIgnoresChannel(t *testing.T) {
 	g := atkNewsTrack(t, f, "h")
 	time.Sleep(100 * time.Millisecond)
 	h.on.Store(true)
-	if !atkNewsEventually(2*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
+	if !atkEventually(2*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
 		t.Fatal("not local")
 	}
 	c2 := atkNewsClient(t, atkNewsAddr())
@@ -564,7 +551,7 @@ func atkNewsManyFleets(t *testing.T, ps, nf int) {
 	f2 := atkNewsNew(t, c2, fleet.Config{Name: name, MinCalls: 5, Breaker: breaker.Config{MinCalls: 100000}})
 	start := time.Now()
 	atkNewsTripFleet(t, f2, "h")
-	ok := atkNewsEventually(3*time.Second, func() bool {
+	ok := atkEventually(3*time.Second, func() bool {
 		for _, g := range gs {
 			if g.Breaker.State() == breaker.Closed {
 				return false
@@ -616,7 +603,7 @@ func TestAttackNewsNoLeakBlackholed(t *testing.T) {
 		px.stop()
 	}
 	var after int
-	if !atkNewsEventually(5*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before+2 }) {
+	if !atkEventually(5*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before+2 }) {
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
 		t.Errorf("goroutines %d before, %d after\n%s", before, after, buf[:n])
