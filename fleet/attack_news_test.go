@@ -7,8 +7,6 @@ package fleet_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -28,41 +26,6 @@ import (
 	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 )
-
-func atkNewsAddr() string {
-	if a := os.Getenv("STORMGUARD_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-func atkNewsClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
-		DialTimeout: 200 * time.Millisecond})
-	if err := c.Ping(context.Background()).Err(); err != nil && addr == atkNewsAddr() {
-		t.Skipf("no redis: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func atkNewsName(t *testing.T) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "zn-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		c := redis.NewClient(&redis.Options{Addr: atkNewsAddr()})
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		keys, _ := c.Keys(ctx, "stormguard:fleet:{"+name+"}*").Result()
-		if len(keys) > 0 {
-			c.Del(ctx, keys...)
-		}
-	})
-	return name
-}
 
 func atkNewsNew(t *testing.T, c redis.UniversalClient, cfg fleet.Config) *fleet.Fleet {
 	t.Helper()
@@ -91,7 +54,7 @@ func atkNewsTripFleet(t *testing.T, f *fleet.Fleet, host string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: atkNewsAddr()})
+	c := redis.NewClient(&redis.Options{Addr: atkAddr(t)})
 	defer c.Close()
 	sub := c.PSubscribe(context.Background(), "stormguard:fleet:*/open")
 	defer sub.Close()
@@ -118,8 +81,8 @@ func atkNewsTripFleet(t *testing.T, f *fleet.Fleet, host string) {
 // The doc: an opening is published on "stormguard:fleet:{Name}/open" as
 // "<epoch> <server time, µs> <host's key>".
 func TestAttackNewsOpeningMessageFormat(t *testing.T) {
-	c := atkNewsClient(t, atkNewsAddr())
-	name := atkNewsName(t)
+	c := atkClient(t, atkAddr(t))
+	name := atkName(t, atkClient(t, atkAddr(t)))
 	sub := c.Subscribe(context.Background(), "stormguard:fleet:{"+name+"}/open")
 	defer sub.Close()
 	if _, err := sub.Receive(context.Background()); err != nil {
@@ -226,9 +189,9 @@ var _ = io.EOF
 func TestAttackNewsCloseWhileBlackholed(t *testing.T) {
 	for _, mode := range []string{"fleet", "local"} {
 		t.Run(mode, func(t *testing.T) {
-			px := atkNewsNewProxy(t, atkNewsAddr())
-			c := atkNewsClient(t, px.addr())
-			name := atkNewsName(t)
+			px := atkNewsNewProxy(t, atkAddr(t))
+			c := atkClient(t, px.addr())
+			name := atkName(t, atkClient(t, atkAddr(t)))
 			lc := &limit.Config{Timeout: 2 * time.Second}
 			f, err := fleet.New(c, fleet.Config{Name: name, Timeout: 100 * time.Millisecond, Limit: lc})
 			if err != nil {
@@ -263,10 +226,11 @@ func TestAttackNewsCloseWhileBlackholed(t *testing.T) {
 // The doc: New starts the background sync and the subscription, Close ends
 // them. After Close (and the client's Close) no goroutine of the Fleet is left.
 func TestAttackNewsNoGoroutineLeak(t *testing.T) {
+	nc := atkClient(t, atkAddr(t)) // for the names, before the count
 	before := runtime.NumGoroutine()
 	for i := 0; i < 20; i++ {
-		c := redis.NewClient(&redis.Options{Addr: atkNewsAddr(), ContextTimeoutEnabled: true})
-		name := atkNewsName(t)
+		c := redis.NewClient(&redis.Options{Addr: atkAddr(t), ContextTimeoutEnabled: true})
+		name := atkName(t, nc)
 		f, err := fleet.New(c, fleet.Config{Name: name, SyncEvery: 5 * time.Millisecond, Limit: &limit.Config{}})
 		if err != nil {
 			t.Fatal(err)
@@ -314,8 +278,8 @@ func atkNewsServerMicros(t *testing.T, c *redis.Client) int64 {
 // key, an untracked host's key. The doc promises a Fleet trips "the breaker
 // of a host it tracks when it hears its opening": none of these is one.
 func TestAttackNewsForeignMessagesIgnored(t *testing.T) {
-	c := atkNewsClient(t, atkNewsAddr())
-	name := atkNewsName(t)
+	c := atkClient(t, atkAddr(t))
+	name := atkName(t, atkClient(t, atkAddr(t)))
 	f := atkNewsNew(t, c, fleet.Config{Name: name, SyncEvery: time.Second})
 	g := atkNewsTrack(t, f, "h")
 	time.Sleep(100 * time.Millisecond)
@@ -355,7 +319,7 @@ func TestAttackNewsForeignMessagesIgnored(t *testing.T) {
 		t.Errorf("mode %v after the messages", f.Mode())
 	}
 	// The fleet still hears a real opening (subscription alive).
-	c2 := atkNewsClient(t, atkNewsAddr())
+	c2 := atkClient(t, atkAddr(t))
 	f2 := atkNewsNew(t, c2, fleet.Config{Name: name, MinCalls: 5, Breaker: breaker.Config{MinCalls: 100000}})
 	_ = f2
 	start := time.Now()
@@ -376,8 +340,8 @@ func itoa(v int64) string {
 // server time is older than the last news it acted on is ignored". If that
 // "news" is a forged future time, is the process deaf to real openings?
 func TestAttackNewsFutureNewsDoesNotDeafen(t *testing.T) {
-	c := atkNewsClient(t, atkNewsAddr())
-	name := atkNewsName(t)
+	c := atkClient(t, atkAddr(t))
+	name := atkName(t, atkClient(t, atkAddr(t)))
 	f := atkNewsNew(t, c, fleet.Config{Name: name, SyncEvery: 50 * time.Millisecond})
 	g := atkNewsTrack(t, f, "h")
 	atkNewsTrack(t, f, "h2")
@@ -392,7 +356,7 @@ func TestAttackNewsFutureNewsDoesNotDeafen(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	t.Logf("h2 after forged future opening: %v", func() breaker.State { g2, _ := f.Guards("h2"); return g2.Breaker.State() }())
-	c2 := atkNewsClient(t, atkNewsAddr())
+	c2 := atkClient(t, atkAddr(t))
 	f2 := atkNewsNew(t, c2, fleet.Config{Name: name, MinCalls: 5, Breaker: breaker.Config{MinCalls: 100000}})
 	atkNewsTripFleet(t, f2, "h")
 	if !atkEventually(3*time.Second, func() bool { return g.Breaker.State() != breaker.Closed }) {
@@ -434,10 +398,10 @@ func (h *atkNewsFailHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // opening, in fleet mode". In local mode (its syncs fail, its subscription
 // still up) an opening must not trip it.
 func TestAttackNewsLocalModeIgnoresChannel(t *testing.T) {
-	c := atkNewsClient(t, atkNewsAddr())
+	c := atkClient(t, atkAddr(t))
 	h := &atkNewsFailHook{}
 	c.AddHook(h)
-	name := atkNewsName(t)
+	name := atkName(t, atkClient(t, atkAddr(t)))
 	f := atkNewsNew(t, c, fleet.Config{Name: name, SyncEvery: 20 * time.Millisecond})
 	g := atkNewsTrack(t, f, "h")
 	time.Sleep(100 * time.Millisecond)
@@ -445,7 +409,7 @@ func TestAttackNewsLocalModeIgnoresChannel(t *testing.T) {
 	if !atkEventually(2*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
 		t.Fatal("not local")
 	}
-	c2 := atkNewsClient(t, atkNewsAddr())
+	c2 := atkClient(t, atkAddr(t))
 	f2 := atkNewsNew(t, c2, fleet.Config{Name: name, MinCalls: 5, Breaker: breaker.Config{MinCalls: 100000}})
 	// A subscriber of our own to check the opening went out.
 	sub := c2.Subscribe(context.Background(), "stormguard:fleet:{"+name+"}/open")
@@ -473,9 +437,9 @@ func TestAttackNewsLocalModeIgnoresChannel(t *testing.T) {
 // attempt also reads the clock)". Through retry.Policy: fleet guards with
 // Limit add no allocation to a call's cost without guards.
 func TestAttackNewsSuccessPathAllocs(t *testing.T) {
-	c := atkNewsClient(t, atkNewsAddr())
+	c := atkClient(t, atkAddr(t))
 	for _, lim := range []*limit.Config{nil, {}, {Timeout: time.Second}} {
-		name := atkNewsName(t)
+		name := atkName(t, atkClient(t, atkAddr(t)))
 		f := atkNewsNew(t, c, fleet.Config{Name: name, Limit: lim})
 		g, _ := f.Guards("h")
 		p, _ := retry.New(retry.WithGuards(g))
@@ -500,7 +464,7 @@ func TestAttackNewsSuccessPathAllocs(t *testing.T) {
 
 // Bad Config values: New wraps ErrInvalidConfig.
 func TestAttackNewsBadConfig(t *testing.T) {
-	c := atkNewsClient(t, atkNewsAddr())
+	c := atkClient(t, atkAddr(t))
 	for i, cfg := range []fleet.Config{
 		{}, {Name: "a{b"}, {Name: "a}b"}, {Name: "x", SyncEvery: -1}, {Name: "x", SyncEvery: time.Microsecond},
 		{Name: "x", Timeout: -1}, {Name: "x", MinCalls: -1}, {Name: "x", ProbeRounds: -1}, {Name: "x", MaxHosts: -1},
@@ -527,9 +491,9 @@ func TestAttackNewsManyFleetsOneClient(t *testing.T) {
 }
 
 func atkNewsManyFleets(t *testing.T, ps, nf int) {
-	c := redis.NewClient(&redis.Options{Addr: atkNewsAddr(), ContextTimeoutEnabled: true, PoolSize: ps})
+	c := redis.NewClient(&redis.Options{Addr: atkAddr(t), ContextTimeoutEnabled: true, PoolSize: ps})
 	defer c.Close()
-	name := atkNewsName(t)
+	name := atkName(t, atkClient(t, atkAddr(t)))
 	var fs []*fleet.Fleet
 	var gs []retry.Guards
 	for i := 0; i < nf; i++ {
@@ -547,7 +511,7 @@ func atkNewsManyFleets(t *testing.T, ps, nf int) {
 	if local > 0 {
 		t.Errorf("%d of %d Fleets on one client in local mode", local, nf)
 	}
-	c2 := atkNewsClient(t, atkNewsAddr())
+	c2 := atkClient(t, atkAddr(t))
 	f2 := atkNewsNew(t, c2, fleet.Config{Name: name, MinCalls: 5, Breaker: breaker.Config{MinCalls: 100000}})
 	start := time.Now()
 	atkNewsTripFleet(t, f2, "h")
@@ -583,11 +547,12 @@ func atkNewsManyFleets(t *testing.T, ps, nf int) {
 // Close with Redis blackholed leaves no goroutine behind (the subscription
 // included) once the client is closed.
 func TestAttackNewsNoLeakBlackholed(t *testing.T) {
+	nc := atkClient(t, atkAddr(t)) // for the names, before the count
 	before := runtime.NumGoroutine()
 	for i := 0; i < 5; i++ {
-		px := atkNewsNewProxy(t, atkNewsAddr())
+		px := atkNewsNewProxy(t, atkAddr(t))
 		c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-		f, err := fleet.New(c, fleet.Config{Name: atkNewsName(t), Limit: &limit.Config{}})
+		f, err := fleet.New(c, fleet.Config{Name: atkName(t, nc), Limit: &limit.Config{}})
 		if err != nil {
 			t.Fatal(err)
 		}
