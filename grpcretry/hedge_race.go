@@ -101,10 +101,11 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	u.hh.dues.End(due) // the race is over as far as the due-share bound goes
 	u.held = held
 	if stopped && hedges == 0 {
-		// The timer never fired: no hedge, and rs is free again.
+		// No hedge went, and the timer will not fire (it never did, or
+		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over = false
+		rs.over, rs.due, rs.held = false, false, false
 		h.races.Put(rs)
 		cancel()
 		if !good(first.err) {
@@ -212,7 +213,20 @@ func (rs *raceState) fire() {
 	p := rs.p
 	cfg := p.cfg
 	g := p.t.Guards
-	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !rs.dueAllows(p.hh, cfg.hedge.share) || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
+	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max {
+		rs.mu.Unlock()
+		return
+	}
+	if !rs.dueAllows(p.hh, cfg.hedge.share) {
+		// Held by the due-share bound: look again a delay later. A burst
+		// queued behind a few slow calls clears within a few delays, and
+		// a copy still unanswered then is most likely one of the slow
+		// ones, which its hedge overtakes.
+		rs.timer.Reset(p.delay)
+		rs.mu.Unlock()
+		return
+	}
+	if !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
 		rs.mu.Unlock()
 		return
 	}

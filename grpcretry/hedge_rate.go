@@ -37,13 +37,14 @@ func newDues() *lathist.Dues { return lathist.NewDues(dueWindow) }
 // may go as far as the share of ht's races that reached their delay in the
 // last second, and of those in flight past it, allows. The first hedge
 // counts the race among those (and marks it due: race counts its end); a
-// later one only reads the shares. A race whose first hedge is refused is marked
+// later one, or a held race looking again a delay later, only reads the
+// shares. A race whose first hedge is refused is marked
 // held: its answer's time is a stall's or an overload's, not the target's
 // tail, and does not count in the learned delay. The races the bound lets
 // through still count, so a lasting change of the target's latency is
 // learned.
 func (rs *raceState) dueAllows(ht *hedgeTarget, share float64) bool {
-	if rs.hedges > 0 {
+	if rs.due { // a later hedge, or a held race looking again
 		return ht.dues.Allows(share, dueFloor)
 	}
 	rs.due = true // counted in flight past its delay until the race ends

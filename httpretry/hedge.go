@@ -63,7 +63,11 @@ const (
 // started in it (at most halfway between 1-q and all of them), or while
 // more of its races in flight are past their delay than 5 and than that
 // share of them (a burst queued behind a short stall): that is a
-// stall or an overload, not a tail. With a fixed delay, q (0 meaning 0.95)
+// stall or an overload, not a tail; a race held back looks again each
+// delay while its first copy is unanswered, and its hedge goes once the
+// bound allows (a burst behind a few slow requests clears within a few
+// delays, and a copy unanswered after it is most likely one of the slow
+// ones). With a fixed delay, q (0 meaning 0.95)
 // is the share of answers the delay is expected to cover, for this bound
 // only. The time of a race held back by this bound does not count in the
 // learned delay. Each hedge is an attempt on the wire: it
@@ -337,20 +341,21 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	rs.mu.Lock()
 	rs.over = true
 	stopped := rs.timer.Stop()
-	hedges, lost, due := rs.hedges, rs.lost, rs.due
+	hedges, lost, due, held := rs.hedges, rs.lost, rs.due, rs.held
 	rs.mu.Unlock()
 	c.hh.dues.End(due) // the race is over as far as the due-share bound goes
 	if stopped && hedges == 0 {
-		// The timer never fired: no hedge, and rs is free again.
+		// No hedge went, and the timer will not fire (it never did, or
+		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over = false
+		rs.over, rs.due, rs.held = false, false, false
 		c.t.races.Put(rs)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
-		if good(resp, nil) {
+		if good(resp, nil) && !held {
 			c.hh.lat.Record(start)
 		}
 		if c.t.cfg.attemptTimeout == 0 && ctx.Done() == nil {
@@ -465,7 +470,20 @@ func (rs *raceState) fire() {
 	p := rs.p
 	g := p.dest.Guards
 	cfg := &p.t.cfg
-	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max || !rs.dueAllows(p.hh, cfg.hedge.share) || !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
+	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max {
+		rs.mu.Unlock()
+		return
+	}
+	if !rs.dueAllows(p.hh, cfg.hedge.share) {
+		// Held by the due-share bound: look again a delay later. A burst
+		// queued behind a few slow requests clears within a few delays,
+		// and a copy still unanswered then is most likely one of the slow
+		// ones, which its hedge overtakes.
+		rs.timer.Reset(p.delay)
+		rs.mu.Unlock()
+		return
+	}
+	if !guardsAllow(g) || !p.hh.quiet() || !g.Budget.Withdraw() {
 		rs.mu.Unlock()
 		return
 	}

@@ -36,14 +36,15 @@ func newDues() *lathist.Dues { return lathist.NewDues(dueWindow) }
 // dueAllows reports, with rs.mu held, whether a hedge of rs that is due
 // may go as far as the share of hh's races that reached their delay in the
 // last second allows. The first hedge counts the race among those; a later
-// one only reads the share. A race whose first hedge is refused is marked
+// one, or a held race looking again a delay later, only reads the share.
+// A race whose first hedge is refused is marked
 // held: its answer's time is a stall's or an overload's, not the host's
 // tail, and does not count in the learned delay (so a stall of a second
 // does not hold the delay up for the 10 to 20 s the histogram remembers).
 // The races the bound lets through still count, so a lasting change of
 // the host's latency is learned.
 func (rs *raceState) dueAllows(hh *hedgeHost, share float64) bool {
-	if rs.hedges > 0 {
+	if rs.due { // a later hedge, or a held race looking again
 		return hh.dues.Allows(share, dueFloor)
 	}
 	rs.due = true // counted in flight past its delay until the race ends
