@@ -11,7 +11,6 @@ import (
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/internal/tagged"
-	"github.com/stormguard/stormguard/internal/timed"
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
@@ -282,14 +281,8 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 // the caller: a closed-state permit would count twice, a probe's second
 // Done as another probe outcome.
 func (b *Breaker) Done(p Permit, success bool) {
-	b.done(p, success, 0, time.Time{})
+	b.done(p, success, 0)
 }
-
-// The retry loop of this module reads the clock once per call for its
-// budget and its breaker (see internal/timed): it records a success with
-// done(p, true, 0, t), t read from the breaker's clock, so that a
-// closed-state success is counted without a second reading.
-func init() { timed.Success = (*Breaker).done }
 
 // Fail records a failure of the call p was issued for, like Done(p, false),
 // whose answer asked to wait retryAfter before calling again (an HTTP
@@ -300,10 +293,11 @@ func init() { timed.Success = (*Breaker).done }
 // (the sum saturates; it never wraps round to a short wait). retryAfter 0
 // is Done(p, false).
 func (b *Breaker) Fail(p Permit, retryAfter time.Duration) {
-	b.done(p, false, max(retryAfter, 0), time.Time{})
+	b.done(p, false, max(retryAfter, 0))
 }
 
-func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time) {
+func (b *Breaker) done(p Permit, success bool, hint time.Duration) {
+	var at time.Time // zero: record reads the clock
 	w := b.state.Load()
 	if p.bits == 0 {
 		// A closed-state permit without a SlowCall stamp, the hot path:
@@ -318,8 +312,7 @@ func (b *Breaker) done(p Permit, success bool, hint time.Duration, at time.Time)
 		return // stale, or the zero Permit
 	}
 	if success && p.bits>>1 != 0 {
-		// Slow calls count as failures: the call ends now (a time the
-		// caller read, the retry loop's, is its start, not its end).
+		// Slow calls count as failures: the call ends now.
 		at = b.now()
 		success = b.since(at)-(p.issued()-1) < b.slow
 	}

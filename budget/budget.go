@@ -230,8 +230,8 @@ func (b *Budget) DepositN(n int) {
 }
 
 // depositAt records one original request at time t, which must come from
-// the budget's clock: the retry loop of this module reads the clock once
-// per call for its budget and its breaker (see internal/timed).
+// the budget's clock: the retry loop of this module hands it the reading it
+// made for the call's deadline (see internal/timed).
 func (b *Budget) depositAt(t time.Time) {
 	b.ready()
 	b.deposit(t, 1)

@@ -246,11 +246,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				}
 				g.slot = slot // as g.permit
 			}
-			var at time.Time // the call's one clock reading, if budget and breaker share it
 			if attempt == 1 && p.budget != nil {
-				if p.oneClock != nil {
-					at = p.now()
-					p.depositAt(p.oneClock, at)
+				if p.oneClock != nil && needNow {
+					p.depositAt(p.oneClock, now) // the reading the loop made: no second one
 				} else {
 					p.budget.Deposit()
 				}
@@ -306,11 +304,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if err == nil {
 				if brk != nil {
-					if p.successAt != nil {
-						p.successAt(brk, permit, true, 0, at) // reads the clock itself if at is zero
-					} else {
-						brk.Done(permit, true)
-					}
+					brk.Done(permit, true) // at its end: a long attempt's success counts where it ended
 				}
 				return nil
 			}

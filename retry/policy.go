@@ -8,7 +8,6 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/timed"
 	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/observe"
@@ -49,14 +48,14 @@ type config struct {
 	breaker *breaker.Breaker
 	limiter *limit.Limiter // nil: none; every attempt holds one of its slots
 
-	// oneClock is set when the budget and the breaker both run on the
-	// default monotonic clock: the loop then reads it once per call, for
-	// the deposit and the breaker's record of a success, through now,
-	// depositAt and successAt (see internal/timed).
+	// oneClock is set when the budget runs on the default clock: a loop
+	// that reads the clock anyway (a deadline, an attempt timeout) hands
+	// that reading to the deposit through depositAt (see internal/timed).
+	// The breaker reads its own clock when it is told of a success, at the
+	// attempt's end: a success belongs where the attempt ended, not where
+	// it started (a long attempt's would fall out of the window).
 	oneClock  *budget.Budget
-	now       func() time.Time
 	depositAt func(*budget.Budget, time.Time)
-	successAt func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time)
 
 	// path is how run takes a call, decided once by New from the options
 	// above: a test of one field instead of five on every call.
@@ -149,11 +148,9 @@ func New(opts ...Option) (*Policy, error) {
 	}
 	c.tagger, _ = c.observer.(attemptTagger)
 	c.within, _ = c.budget.(budgetWithin)
-	if bb, ok := c.budget.(*budget.Budget); ok && c.breaker != nil && bb.Config().Now == nil && c.breaker.Config().Now == nil {
-		dep, ok1 := timed.Deposit.(func(*budget.Budget, time.Time))
-		suc, ok2 := timed.Success.(func(*breaker.Breaker, breaker.Permit, bool, time.Duration, time.Time))
-		if ok1 && ok2 {
-			c.oneClock, c.now, c.depositAt, c.successAt = bb, clock.Monotonic(), dep, suc
+	if bb, ok := c.budget.(*budget.Budget); ok && bb.Config().Now == nil {
+		if dep, ok := timed.Deposit.(func(*budget.Budget, time.Time)); ok {
+			c.oneClock, c.depositAt = bb, dep
 		}
 	}
 	switch {
