@@ -38,7 +38,7 @@ const (
 	// Canceled means the request's caller is gone or will be before it can
 	// run: its context ended while it waited in the queue, or its deadline
 	// (the context's, or one its fields sent) had passed on arrival, came
-	// while it waited, or left it less time than the queue's recent delay.
+	// while it waited, or left it no more time than the queue's recent delay.
 	// A refusal for the deadline carries the don't-retry signal.
 	Canceled
 
@@ -286,7 +286,7 @@ func (c *Controller) setup(eff Config) error {
 // frees ([Admitted]), its time in the queue is over ([QueueTimeout]: see
 // the package documentation for the queue's delay control) or ctx ends or
 // its deadline comes ([Canceled]); if the queue is full it is refused at
-// once ([QueueFull]). A request with a deadline that leaves it less time
+// once ([QueueFull]). A request with a deadline that leaves it no more time
 // than the last request of its class given a slot from the queue waited is
 // dropped at once ([Canceled], with the don't-retry signal): it would be
 // answered after its caller left.

@@ -180,6 +180,38 @@ func TestAttack2KeySeenWithin13s(t *testing.T) {
 	})
 }
 
+// Package doc: "keys are remembered in whole slices of the window, so up
+// to a slice longer: up to 14 s, and 66 s with a 60 s Window". A key seen
+// at the start of a slice and resent just within the longer bound counts
+// as a retry; resent at the bound, as an original.
+func TestAttackKeyRememberedUpToASliceLonger(t *testing.T) {
+	tests := []struct {
+		window   time.Duration
+		gap      time.Duration
+		retry    bool
+		describe string
+	}{
+		{0, 13500 * time.Millisecond, true, "defaults, 13.5 s: within the slice past 13 s"},
+		{0, 14 * time.Second, false, "defaults, 14 s: forgotten"},
+		{60 * time.Second, 65500 * time.Millisecond, true, "60 s Window, 65.5 s: within the slice past it"},
+		{60 * time.Second, 66 * time.Second, false, "60 s Window, 66 s: forgotten"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.describe, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctl := atk2New(t, admission.Config{Window: tt.window, MinRetriesPerSecond: 1e6})
+				h := ctl.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+				atk2Keyed(h, "order-1") // at the start of the Controller's first slice
+				time.Sleep(tt.gap)
+				atk2Keyed(h, "order-1")
+				if s := ctl.Stats(); (s.Retries == 1) != tt.retry {
+					t.Errorf("resent %v after it was seen: Retries %d, Originals %d; want a retry: %v", tt.gap, s.Retries, s.Originals, tt.retry)
+				}
+			})
+		})
+	}
+}
+
 // Config validation: finite MinRetriesPerSecond, negative RetryRatio, large
 // valid Window are all accepted.
 func TestAttack2ConfigEdges(t *testing.T) {

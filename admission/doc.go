@@ -216,8 +216,9 @@
 // idempotency key (Idempotency-Key or X-Idempotency-Key) that was last
 // seen less than a Window ago, or less than the longest Retry-After the
 // Controller sends plus a slice of the window if that is longer (13 s
-// with the defaults), counts as a retry whatever its attempt header says
-// (a client that honoured a 10 s Retry-After and resends is still
+// with the defaults; keys are remembered in whole slices of the window,
+// so up to a slice longer: up to 14 s, and 66 s with a 60 s Window),
+// counts as a retry whatever its attempt header says (a client that honoured a 10 s Retry-After and resends is still
 // resending: with the window alone such resends passed for originals, 10%
 // of the load after a trigger in TestNaiveClientsRecover's go-retryablehttp
 // row), so a keyed client that sends no attempt header (every client not
