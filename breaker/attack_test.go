@@ -43,6 +43,7 @@ func TestAttackConfigValidation(t *testing.T) {
 		{"buckets<0", "Buckets", breaker.Config{Buckets: -1}},
 		{"mincalls<0", "MinCalls", breaker.Config{MinCalls: -1}},
 		{"consec<0", "ConsecutiveFailures", breaker.Config{ConsecutiveFailures: -1}},
+		{"consec>2^32-1", "ConsecutiveFailures", breaker.Config{ConsecutiveFailures: math.MaxUint32 + 1}}, // a run counted in 32 bits never reaches it
 		{"openfor<0", "OpenFor", breaker.Config{OpenFor: -1}},
 		{"probes<0", "Probes", breaker.Config{Probes: -1}},
 		{"buckets>3600", "Buckets", breaker.Config{Buckets: 3601, Window: 3601 * time.Millisecond}},
@@ -89,7 +90,7 @@ func TestAttackConfigValidation(t *testing.T) {
 		{SlowCall: math.MaxInt64},
 		{MinCalls: math.MaxInt},
 		{Probes: 1},
-		{ConsecutiveFailures: math.MaxInt},
+		{ConsecutiveFailures: math.MaxUint32}, // the largest a 32-bit run reaches
 		{Window: time.Duration(math.MaxInt64 / 3600 * 3600), Buckets: 3600},
 		{Window: math.MaxInt64, Buckets: 1},
 	}

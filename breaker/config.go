@@ -59,7 +59,8 @@ type Config struct {
 	// breaker that closes starts counting from 0. It catches a
 	// low-traffic dependency that fails every call before the window holds
 	// MinCalls calls. 0, the default, turns the rule off: only the ratio
-	// trips the breaker. A negative value is an error. With it on, a
+	// trips the breaker. A negative value, or one above 4294967295 (the run
+	// is counted in 32 bits), is an error. With it on, a
 	// closed-state success costs one more atomic load (no store while no
 	// failure is pending).
 	ConsecutiveFailures int
@@ -195,8 +196,8 @@ func (c Config) withDefaults() (Config, error) {
 			errInvalidConfig, c.Window/time.Duration(c.Buckets), c.Window, c.Buckets, minBucket)
 	case c.MinCalls < 1:
 		return c, fmt.Errorf("%w: MinCalls %d must be at least 1", errInvalidConfig, c.MinCalls)
-	case c.ConsecutiveFailures < 0:
-		return c, fmt.Errorf("%w: ConsecutiveFailures %d must not be negative", errInvalidConfig, c.ConsecutiveFailures)
+	case c.ConsecutiveFailures < 0 || uint64(c.ConsecutiveFailures) > math.MaxUint32:
+		return c, fmt.Errorf("%w: ConsecutiveFailures %d must be in [0, %d]", errInvalidConfig, c.ConsecutiveFailures, uint64(math.MaxUint32))
 	case c.OpenFor < 0:
 		return c, fmt.Errorf("%w: OpenFor %v must be positive", errInvalidConfig, c.OpenFor)
 	case c.MaxOpenFor != 0 && c.MaxOpenFor < c.OpenFor:
