@@ -9,7 +9,8 @@ import (
 // it is sent: a client-side rate limit on the calls to the dependency.
 // Anything with a method Wait(context.Context) error fits, such as a
 // *rate.Limiter of golang.org/x/time/rate, which this module does not
-// import. nil means no limit, the default.
+// import. nil means no limit, the default; a typed nil (a nil
+// *rate.Limiter in the interface) is not nil, and its Wait is called.
 //
 // The wait comes before the breaker is asked (no probe is held while the
 // limiter waits) and on the call's context: it counts against the call's
