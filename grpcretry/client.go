@@ -217,14 +217,19 @@ var probeValue = []string{"1"}
 // after the client set it) and still count as the attempt's timeout.
 const deadlineSlack = 5 * time.Millisecond
 
-// attemptExpired reports whether an attempt that failed with err ended
-// because actx's deadline (the attempt timeout) came: actx has ended, or the
-// server answered DEADLINE_EXCEEDED within deadlineSlack of it.
-func attemptExpired(actx context.Context, err error) bool {
+// attemptExpired reports whether an attempt on actx, a child of the call's
+// ctx, that failed with err ended because the attempt timeout came: actx
+// has ended, or the server answered DEADLINE_EXCEEDED within deadlineSlack
+// of its deadline; never when that deadline is the caller's (an attempt
+// timeout capped by it), which is no attempt's timeout.
+func attemptExpired(ctx, actx context.Context, err error) bool {
+	dl, ok := actx.Deadline()
+	if pdl, pok := ctx.Deadline(); ok && pok && !dl.Before(pdl) {
+		return false
+	}
 	if actx.Err() != nil {
 		return true
 	}
-	dl, ok := actx.Deadline()
 	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) <= deadlineSlack
 }
 
@@ -368,7 +373,7 @@ func (u *unaryCall) send(ctx context.Context) end {
 	err := u.invoker(actx, u.method, u.req, u.reply, u.cc, h.opts...)
 	timedOut := false
 	if cancel != nil {
-		timedOut = err != nil && attemptExpired(actx, err) && ctx.Err() == nil
+		timedOut = err != nil && attemptExpired(ctx, actx, err) && ctx.Err() == nil
 		cancel()
 	}
 	return end{err: err, trailer: h.trailer, timedOut: timedOut}

@@ -3,6 +3,7 @@ package grpcretry
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +64,8 @@ const (
 // is one withdrawal: no budget, no hedge), its breaker is closed, its
 // concurrency limiter ([WithLimit]) has a free slot at once (the hedge
 // holds it until it ends) and is not throttling, the target has not pushed
-// back in the last 5 s (RESOURCE_EXHAUSTED, or a failure but ABORTED with
+// back in the last 5 s to any call (a stream's attempts too, unless the
+// stream passes through unguarded) (RESOURCE_EXHAUSTED, or a failure but ABORTED with
 // a pushback trailer or a RetryInfo, a don't-retry pushback included; a
 // longer hint holds for as long, up to about 35 years), and its recent
 // median latency is at most 3 times its baseline. Nor does a hedge go
@@ -96,6 +98,7 @@ const (
 // timeout, comes first) runs no race, and costs what it costs without
 // hedging. A later WithHedging replaces the earlier one. Off by default.
 func WithHedging(delay time.Duration, q float64, max int, methods ...string) Option {
+	methods = slices.Clone(methods) // an Option is a value: the caller may reuse its slice
 	return option(func(c *config) error {
 		switch {
 		case delay < 0:
@@ -166,7 +169,8 @@ func newHedging(cfg *hedgeConfig) *hedging {
 // with reply (nil without WithHedging), and whether the call may be
 // hedged. Every call gets the state, hedged or not: its target's
 // push-back holds the hedges of the others (RESOURCE_EXHAUSTED to any
-// method).
+// method, a guarded stream's attempts included; a stream that passes
+// through unguarded is not seen).
 func (c *client) hedgeState(t *target, method string, reply any) (*hedgeTarget, bool) {
 	if c.hedges == nil {
 		return nil, false

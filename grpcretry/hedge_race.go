@@ -136,7 +136,7 @@ func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
 	}()
 	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
 	sent = true
-	return end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && ctx.Err() == nil}
+	return end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(ctx, lctx, err) && ctx.Err() == nil}
 }
 
 // settle ends a race whose timer fired, once its first copy returned
@@ -255,7 +255,7 @@ func (rs *raceState) fire() {
 		timeout: cfg.attemptTimeout > 0}
 	t0 := time.Now()
 	pv, err := invoke(l, lctx)
-	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(lctx, err) && p.ctx.Err() == nil}
+	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(p.ctx, lctx, err) && p.ctx.Err() == nil}
 	ours := errors.Is(lctx.Err(), context.Canceled) && (rs.won.Load() || p.ctx.Err() == nil) // the race canceled it
 	if g.Limiter != nil {
 		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload

@@ -3,6 +3,7 @@ package grpcretry
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,7 @@ func (o option) apply(c *config) error { return o(c) }
 // The call's deadline is its context's. A later WithRetry adds to the
 // earlier ones.
 func WithRetry(opts ...retry.ScheduleOption) Option {
+	opts = slices.Clone(opts) // an Option is a value: the caller may reuse its slice
 	return option(func(c *config) error {
 		c.schedule = append(c.schedule[:len(c.schedule):len(c.schedule)], opts...)
 		return nil
@@ -84,7 +86,9 @@ func WithRetry(opts ...retry.ScheduleOption) Option {
 
 // WithAttemptTimeout caps each attempt at d (a unary attempt's context
 // carries the deadline, so the server sees it as grpc-timeout; a stream
-// attempt is cut off if no response arrives within d). An attempt never
+// attempt is cut off if no response arrives within d, also one committed
+// by a message past WithBufferMessages's bound, and ends
+// DEADLINE_EXCEEDED, as a unary attempt does). An attempt never
 // runs past the call's deadline. An attempt that fails because its own
 // timeout fired, while the call still has time, is retried like
 // UNAVAILABLE: this is the only DEADLINE_EXCEEDED that is retried. d = 0
@@ -104,6 +108,10 @@ func WithAttemptTimeout(d time.Duration) Option {
 // turns the budget off: only the attempt limit bounds the retries. The
 // default is the zero budget.Config: 10% plus 1 per second over 10 s.
 func WithBudget(cfg *budget.Config) Option {
+	if cfg != nil { // an Option is a value: the config is copied when it is made
+		cp := *cfg
+		cfg = &cp
+	}
 	return option(func(c *config) error {
 		// A copy per config, into a variable of its own: an Option may
 		// be applied by several transports at once.
@@ -122,6 +130,10 @@ func WithBudget(cfg *budget.Config) Option {
 // about every second. The client's logger and observer hear of its state
 // changes, with the target, besides cfg.OnStateChange.
 func WithBreaker(cfg *breaker.Config) Option {
+	if cfg != nil { // an Option is a value: the config is copied when it is made
+		cp := *cfg
+		cfg = &cp
+	}
 	return option(func(c *config) error {
 		// A copy per config, into a variable of its own: an Option may
 		// be applied by several transports at once.
@@ -172,6 +184,10 @@ func WithBreaker(cfg *breaker.Config) Option {
 // attempt without one holds its slot until the call's own deadline, if
 // any.
 func WithLimit(cfg *limit.Config) Option {
+	if cfg != nil { // an Option is a value: the config is copied when it is made
+		cp := *cfg
+		cfg = &cp
+	}
 	return option(func(c *config) error {
 		// A copy per config, into a variable of its own: an Option may
 		// be applied by several transports at once.
@@ -210,6 +226,7 @@ func WithGuards(f func(target string) (retry.Guards, error)) Option {
 // Without it no method is idempotent: only calls carrying an idempotency
 // key are retried.
 func WithIdempotentMethods(methods ...string) Option {
+	methods = slices.Clone(methods) // an Option is a value: the caller may reuse its slice
 	return option(func(c *config) error {
 		m := make(map[string]bool, len(c.idempotent)+len(methods))
 		for k := range c.idempotent {

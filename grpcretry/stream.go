@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -19,6 +21,17 @@ import (
 // errAttemptTimeout is the cause of a stream attempt cut off by the
 // client's attempt timeout.
 var errAttemptTimeout = errors.New("grpcretry: attempt timeout")
+
+// cutOff returns err, an attempt's error on actx, as the caller is to see
+// an attempt the attempt timeout cut off: DEADLINE_EXCEEDED, as a unary
+// attempt's (the cancel that cuts a stream makes gRPC report CANCELED,
+// which says the caller left).
+func cutOff(actx context.Context, err error) error {
+	if err == nil || err == io.EOF || context.Cause(actx) != errAttemptTimeout || status.Code(err) != codes.Canceled {
+		return err
+	}
+	return status.Error(codes.DeadlineExceeded, "grpcretry: attempt timeout: no response in time ("+status.Convert(err).Message()+")")
+}
 
 // errAttemptPanicked is what a stream returns once an attempt panicked
 // (the streamer, or an interceptor under the client's).
@@ -146,7 +159,8 @@ func (rs *retryStream) Header() (metadata.MD, error) {
 	if rs.err != nil {
 		return nil, rs.err
 	}
-	return rs.cur.Header()
+	h, err := rs.cur.Header()
+	return h, rs.answered(err)
 }
 
 // RecvMsg receives a message; the first one is worth retries.
@@ -162,7 +176,7 @@ func (rs *retryStream) RecvMsg(m any) error {
 	case rs.eof:
 		return io.EOF
 	}
-	err := rs.cur.RecvMsg(m)
+	err := rs.answered(rs.cur.RecvMsg(m))
 	if err != nil {
 		rs.finish()
 	}
@@ -261,7 +275,10 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	returned = true
 	rs.mu.Lock()
 	rs.looping, rs.sent = false, nil
-	if rs.timer != nil {
+	if rs.timer != nil && (err != nil || trig != trigFlush) {
+		// A stream committed by a message past the buffer has had no
+		// response yet: its attempt timeout runs on until the first one
+		// (see answered).
 		rs.timer.Stop()
 	}
 	if err != nil {
@@ -374,10 +391,22 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, err, cs, final)
 	}
-	if timer != nil {
+	if timer != nil && trig != trigFlush {
 		timer.Stop()
 	}
 	return nil
+}
+
+// answered is told of the end of a committed stream's Header or RecvMsg
+// with err: the first answer stops the attempt timeout that a stream
+// committed before its first response still runs (see run), and an attempt
+// it cut off ends DEADLINE_EXCEEDED.
+func (rs *retryStream) answered(err error) error {
+	if rs.timer == nil {
+		return err
+	}
+	rs.timer.Stop()
+	return cutOff(rs.cur.Context(), err)
 }
 
 // failed judges a failed stream attempt; final says it may not be retried
@@ -387,11 +416,17 @@ func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCa
 		timer.Stop()
 	}
 	timedOut := context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil
+	if timedOut {
+		err = cutOff(actx, err)
+	}
 	var trailer metadata.MD
 	if cs != nil {
 		trailer = cs.Trailer()
 	} else {
 		cancel(nil)
+	}
+	if ht, _ := rs.c.hedgeState(rs.t, rs.method, nil); ht != nil {
+		ht.pushback(err, trailer) // held for the target's hedged calls
 	}
 	judged := rs.s.judge(err, trailer, timedOut)
 	rs.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -73,6 +74,7 @@ func (o option) apply(c *config) error { return o(c) }
 // because they cover the reading of the response body ([WithTimeout],
 // [WithAttemptTimeout]). A later WithRetry adds to the earlier ones.
 func WithRetry(opts ...retry.ScheduleOption) Option {
+	opts = slices.Clone(opts) // an Option is a value: the caller may reuse its slice
 	return option(func(c *config) error {
 		c.schedule = append(c.schedule[:len(c.schedule):len(c.schedule)], opts...)
 		return nil
@@ -116,6 +118,10 @@ func WithAttemptTimeout(d time.Duration) Option {
 // retries. The default is the zero budget.Config: 10% plus 1 per second
 // over 10 s.
 func WithBudget(cfg *budget.Config) Option {
+	if cfg != nil { // an Option is a value: the config is copied when it is made
+		cp := *cfg
+		cfg = &cp
+	}
 	return option(func(c *config) error {
 		// A copy per config, into a variable of its own: an Option may
 		// be applied by several transports at once.
@@ -135,6 +141,10 @@ func WithBudget(cfg *budget.Config) Option {
 // observer hear of its state changes, with the host, besides
 // cfg.OnStateChange.
 func WithBreaker(cfg *breaker.Config) Option {
+	if cfg != nil { // an Option is a value: the config is copied when it is made
+		cp := *cfg
+		cfg = &cp
+	}
 	return option(func(c *config) error {
 		// A copy per config, into a variable of its own: an Option may
 		// be applied by several transports at once.
@@ -196,6 +206,10 @@ func WithBreaker(cfg *breaker.Config) Option {
 // [WithAttemptTimeout] too: a hung attempt without one holds its slot
 // until the request's own deadline, if any.
 func WithLimit(cfg *limit.Config) Option {
+	if cfg != nil { // an Option is a value: the config is copied when it is made
+		cp := *cfg
+		cfg = &cp
+	}
 	return option(func(c *config) error {
 		// A copy per config, into a variable of its own: an Option may
 		// be applied by several transports at once.

@@ -9,6 +9,7 @@ import (
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/limit"
+	"github.com/stormguard/stormguard/retry"
 )
 
 // TestOptionsSharedByTransports: "an Option is a value: it may be passed to
@@ -33,4 +34,21 @@ func TestOptionsSharedByTransports(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestOptionsCopiedWhenMade: "an Option is a value". The configuration a
+// WithBudget, WithBreaker or WithLimit points to, and the slice WithRetry
+// is given, are copied when the option is made: a caller that reuses them
+// afterwards (here: makes them invalid) does not change the option.
+func TestOptionsCopiedWhenMade(t *testing.T) {
+	bu, br, li := budget.Config{Ratio: 0.2}, breaker.Config{MinCalls: 5}, limit.Config{Max: 8}
+	sched := []retry.ScheduleOption{retry.WithMaxAttempts(2)}
+	opts := []httpretry.Option{
+		httpretry.WithBudget(&bu), httpretry.WithBreaker(&br), httpretry.WithLimit(&li), httpretry.WithRetry(sched...),
+	}
+	bu.Ratio, br.FailureRatio, li.Max = -1, 2, -1
+	sched[0] = retry.WithMaxAttempts(-1)
+	if _, err := httpretry.NewTransport(http.DefaultTransport, opts...); err != nil {
+		t.Errorf("NewTransport after the caller changed what the options were made from: %v, want nil", err)
+	}
 }
