@@ -74,11 +74,12 @@ const (
 // the races started in it (at most halfway between 1-q and all of them),
 // or while more of its races in flight are past their delay than 5 and
 // than that share of them (a burst queued behind a short stall): that is
-// a stall or an overload, not a tail; a race held back looks again each
-// delay while its first copy is unanswered, and its hedge goes once the
-// bound allows (a burst behind a few slow calls clears within a few
-// delays, and a copy unanswered after it is most likely one of the slow
-// ones). With a fixed delay, q (0
+// a stall or an overload, not a tail; a race held back looks again every
+// half delay for three delays, then after one delay, doubling, while its
+// first copy is unanswered and a hedge could go but for the bound, and its
+// hedge goes once the bound allows (a burst behind a few slow calls clears
+// within a few delays, and a copy unanswered after it is most likely one of
+// the slow ones). With a fixed delay, q (0
 // meaning 0.95) is the share of answers the delay is expected to cover,
 // for this bound only. The time of a race held back by this bound does not
 // count in the learned delay. An ABORTED says the

@@ -62,9 +62,10 @@ func TestHedgeHeldRaceLooksAgain(t *testing.T) {
 		srv.settle(t)
 
 		// The slow call (1 ms after the burst) is due at 20 ms, with 10
-		// burst races past their delay: held. At 40 ms the burst is still
-		// in flight: held again. At 60 ms the burst has ended (at 54 ms from
-		// the slow one's start): its hedge goes, and answers 10 ms later.
+		// burst races past their delay: held. It looks again every 10 ms
+		// (half the delay): at 30, 40 and 50 ms the burst is still in
+		// flight. At 60 ms it has ended (at 54 ms from the slow one's
+		// start): the hedge goes, and answers 10 ms later.
 		if want := 70 * time.Millisecond; slow != want || name != "call-616" {
 			t.Errorf("slow call took %v, answered by %s; want %v, by call-616 (its hedge, once the burst cleared)", slow, name, want)
 		}

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/stormguard/stormguard/grpcretry/internal/lathist"
 )
 
 // raceState is what one race uses: its copies' cancels, the hedges' ends
@@ -33,6 +35,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+	looks   int                               // the looks of a held race since its delay (see lathist.LookAgain)
 	due     bool                              // the race reached its delay: counted as due until it ends
 	won     atomic.Bool                       // a copy's end (a good answer, a panic) ended the race: it canceled the others
 }
@@ -105,7 +108,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over, rs.due, rs.held = false, false, false
+		rs.over, rs.due, rs.held, rs.looks = false, false, false, 0
 		h.races.Put(rs)
 		cancel()
 		if !good(first.err) {
@@ -218,11 +221,15 @@ func (rs *raceState) fire() {
 		return
 	}
 	if !rs.dueAllows(p.hh, cfg.hedge.share) {
-		// Held by the due-share bound: look again a delay later. A burst
-		// queued behind a few slow calls clears within a few delays, and
-		// a copy still unanswered then is most likely one of the slow
-		// ones, which its hedge overtakes.
-		rs.timer.Reset(p.delay)
+		// Held by the due-share bound: look again soon, while a hedge
+		// could go but for the bound. A burst queued behind a few slow
+		// calls clears within a few delays, and a copy still unanswered
+		// then is most likely one of the slow ones, which its hedge
+		// overtakes; a stall or an overload that lasts costs a few looks.
+		if guardsAllow(g) && p.hh.quiet() {
+			rs.timer.Reset(lathist.LookAgain(p.delay, rs.looks))
+			rs.looks++
+		}
 		rs.mu.Unlock()
 		return
 	}

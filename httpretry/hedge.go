@@ -63,11 +63,12 @@ const (
 // started in it (at most halfway between 1-q and all of them), or while
 // more of its races in flight are past their delay than 5 and than that
 // share of them (a burst queued behind a short stall): that is a
-// stall or an overload, not a tail; a race held back looks again each
-// delay while its first copy is unanswered, and its hedge goes once the
-// bound allows (a burst behind a few slow requests clears within a few
-// delays, and a copy unanswered after it is most likely one of the slow
-// ones). With a fixed delay, q (0 meaning 0.95)
+// stall or an overload, not a tail; a race held back looks again every half
+// delay for three delays, then after one delay, doubling, while its first
+// copy is unanswered and a hedge could go but for the bound, and its hedge
+// goes once the bound allows (a burst behind a few slow requests clears
+// within a few delays, and a copy unanswered after it is most likely one of
+// the slow ones). With a fixed delay, q (0 meaning 0.95)
 // is the share of answers the delay is expected to cover, for this bound
 // only. The time of a race held back by this bound does not count in the
 // learned delay. Each hedge is an attempt on the wire: it
@@ -283,6 +284,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
+	looks   int                               // the looks of a held race since its delay (see lathist.LookAgain)
 	due     bool                              // the race reached its delay: counted as due until it ends
 	won     atomic.Bool                       // a good answer won: the race canceled the other copies
 }
@@ -349,7 +351,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over, rs.due, rs.held = false, false, false
+		rs.over, rs.due, rs.held, rs.looks = false, false, false, 0
 		c.t.races.Put(rs)
 		if err != nil {
 			cancel()
@@ -475,11 +477,15 @@ func (rs *raceState) fire() {
 		return
 	}
 	if !rs.dueAllows(p.hh, cfg.hedge.share) {
-		// Held by the due-share bound: look again a delay later. A burst
-		// queued behind a few slow requests clears within a few delays,
-		// and a copy still unanswered then is most likely one of the slow
-		// ones, which its hedge overtakes.
-		rs.timer.Reset(p.delay)
+		// Held by the due-share bound: look again soon, while a hedge
+		// could go but for the bound. A burst queued behind a few slow
+		// requests clears within a few delays, and a copy still unanswered
+		// then is most likely one of the slow ones, which its hedge
+		// overtakes; a stall or an overload that lasts costs a few looks.
+		if guardsAllow(g) && p.hh.quiet() {
+			rs.timer.Reset(lathist.LookAgain(p.delay, rs.looks))
+			rs.looks++
+		}
 		rs.mu.Unlock()
 		return
 	}

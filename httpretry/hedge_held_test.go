@@ -90,9 +90,10 @@ func TestHedgeHeldRaceLooksAgain(t *testing.T) {
 		wg.Wait()
 
 		// The slow request (1 ms after the burst) is due at 20 ms, with 10
-		// burst races past their delay: held. At 40 ms the burst is still
-		// in flight: held again. At 60 ms the burst has ended (at 54 ms from
-		// the slow one's start): its hedge goes, and answers 10 ms later.
+		// burst races past their delay: held. It looks again every 10 ms
+		// (half the delay): at 30, 40 and 50 ms the burst is still in
+		// flight. At 60 ms it has ended (at 54 ms from the slow one's
+		// start): the hedge goes, and answers 10 ms later.
 		if want := 70 * time.Millisecond; slow != want {
 			t.Errorf("slow GET took %v, want %v (held at its delay, hedged once the burst cleared)", slow, want)
 		}

@@ -133,3 +133,22 @@ func (d *Dues) read(now time.Time, due uint64) (float64, float64) {
 	left := 1 - float64(since%d.period)/float64(d.period) // the previous period's part still within one period of now
 	return float64(s) + left*float64(prev&countMax), float64(u) + left*float64(prev>>countBits&countMax)
 }
+
+// LookAgain returns when a race held back by the bound (see Due) looks
+// again for its hedge, after it has looked looks times since its delay
+// (0 the first time): every half delay for the first 6 looks (three delays:
+// a burst queued behind a few slow requests clears within a few delays,
+// and a copy unanswered after it is most likely a slow one), then after
+// one delay, doubling each time (a stall or an overload that lasts costs
+// a race a few looks, not one per delay). At least 1 ms, at most a minute.
+func LookAgain(delay time.Duration, looks int) time.Duration {
+	d := delay / 2
+	if looks >= 6 {
+		k := min(looks-6, 16)
+		if delay > time.Minute>>k {
+			return time.Minute
+		}
+		d = delay << k
+	}
+	return min(max(d, time.Millisecond), time.Minute)
+}

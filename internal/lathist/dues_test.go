@@ -197,3 +197,26 @@ func TestDuesAllocs(t *testing.T) {
 		t.Errorf("Start, Due and End allocate %v times, want 0", n)
 	}
 }
+
+func TestLookAgain(t *testing.T) {
+	tests := []struct {
+		delay time.Duration
+		looks int
+		want  time.Duration
+	}{
+		{10 * time.Millisecond, 0, 5 * time.Millisecond},
+		{10 * time.Millisecond, 5, 5 * time.Millisecond},
+		{10 * time.Millisecond, 6, 10 * time.Millisecond},
+		{10 * time.Millisecond, 7, 20 * time.Millisecond},
+		{10 * time.Millisecond, 9, 80 * time.Millisecond},
+		{10 * time.Millisecond, 1000, time.Minute},
+		{time.Microsecond, 0, time.Millisecond},
+		{time.Hour, 0, time.Minute},
+		{time.Duration(1 << 62), 40, time.Minute},
+	}
+	for _, tt := range tests {
+		if got := LookAgain(tt.delay, tt.looks); got != tt.want {
+			t.Errorf("LookAgain(%v, %d) = %v, want %v", tt.delay, tt.looks, got, tt.want)
+		}
+	}
+}
