@@ -43,14 +43,7 @@ func (b *stallBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	if end := now + d; end >= b.stallFrom && end < b.stallTo {
 		d = b.stallTo - now
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
+	return okAfter(r, d)
 }
 
 // in counts the times of ts within [from, to).

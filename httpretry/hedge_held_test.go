@@ -35,14 +35,7 @@ func (b *pathBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !ok {
 		d = 10 * time.Millisecond
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
+	return okAfter(r, d)
 }
 
 // TestHedgeHeldRaceLooksAgain: a slow request (1 s) that reaches its delay

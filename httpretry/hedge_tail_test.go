@@ -44,14 +44,7 @@ func (b *tailBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	if now >= b.slowFrom && now < b.slowTo {
 		d = time.Duration(float64(d) * b.slow)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
+	return okAfter(r, d)
 }
 
 // tailRun sends a GET every 5 ms for 60 s through a transport over base

@@ -345,3 +345,16 @@ func writeOverloaded(w http.ResponseWriter) {
 func overloaded(resp *http.Response, err error) bool {
 	return admission.PushBack(httptest.NewRecorder(), resp, err)
 }
+
+// okAfter answers r 200 with an empty body after d, or fails with r's
+// context's error if it ends first: a simulated destination's answer.
+func okAfter(r *http.Request, d time.Duration) (*http.Response, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+}
