@@ -11,6 +11,7 @@ import (
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/internal/tagged"
+	"github.com/stormguard/stormguard/internal/timed"
 	"github.com/stormguard/stormguard/internal/waitq"
 )
 
@@ -226,6 +227,20 @@ func (b *Breaker) stamp(p Permit) Permit {
 	}
 	return p
 }
+
+// restamp returns p issued now: with Config.SlowCall, a call is timed from
+// when its attempt starts, not from a wait between its admission and its
+// attempt (the retry loop's wait for a concurrency limiter's slot, see
+// internal/timed). A permit without a stamp is returned as it is.
+func (b *Breaker) restamp(p Permit) Permit {
+	if b.slow <= 0 || p.gen == 0 {
+		return p
+	}
+	p.bits &= isProbe
+	return b.stamp(p)
+}
+
+func init() { timed.Restamp = (*Breaker).restamp }
 
 func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 	for {

@@ -105,7 +105,9 @@ type Config struct {
 	// failure): a dependency that answers, but slowly, trips the breaker
 	// by the same rule as one that fails, and a slow probe reopens it. A
 	// call's time runs from the [Breaker.Allow] or [Breaker.Wait] that
-	// issued its permit (for a call that waited, from its admission) to
+	// issued its permit (for a call that waited, from its admission; for
+	// an attempt of package retry's loop that waited for a concurrency
+	// limiter's slot after its admission, from the end of that wait) to
 	// its Done, Fail or Execute's return. 0, the default, counts no call
 	// as slow; negative is an error. Set, it costs two clock readings per
 	// call.

@@ -3,12 +3,15 @@ package retry_test
 import (
 	"context"
 	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -160,4 +163,100 @@ func TestAttackSuccessesCountInTheirBucket(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Guards doc: "Each call deposits once, just before its first attempt runs".
+// A call that waited 12 s for a limiter slot (its deadline allows it) must
+// have its deposit in the budget's window once its first attempt runs.
+func TestAttackDepositAfterLimiterWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := budget.New(budget.Config{}) // default clock: the loop hands it its own reading
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := limit.New(limit.Config{Max: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := retry.New(retry.WithGuards(retry.Guards{Budget: b, Limiter: lim}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // holds the only slot for 12 s
+			defer wg.Done()
+			_ = p.Do(ctx, func(context.Context, int) error { time.Sleep(12 * time.Second); return nil })
+		}()
+		synctest.Wait()
+		var during budget.Stats
+		wg.Add(1)
+		go func() { // waits 12 s for the slot, then runs its first attempt
+			defer wg.Done()
+			_ = p.Do(ctx, func(context.Context, int) error {
+				during = b.Stats()
+				<-release
+				return nil
+			})
+		}()
+		time.Sleep(13 * time.Second)
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		// At 12 s the first call's deposit (made at 0) has left the 10 s
+		// window; the second call's, made "just before its first attempt
+		// runs" (at 12 s), must be there.
+		if during.Requests < 1 {
+			t.Fatalf("second call's first attempt ran at 12 s, but the budget's window holds %d requests (its deposit was stamped with the clock reading from before its 12 s wait for a limiter slot, and fell out of the 10 s window at once)", during.Requests)
+		}
+	})
+}
+
+// WithGuards: "success (nil error) is a success (unless it took the
+// breaker's SlowCall or longer)". Three calls at once through a limiter of
+// one slot: each attempt takes 900 ms, under SlowCall (1 s), and succeeds;
+// the second and third wait 0.9 s and 1.8 s for the slot first (the
+// limiter is asked after the breaker). None of the attempts took SlowCall.
+func TestAttackLimiterWaitIsNotSlowCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		brk, err := breaker.New(breaker.Config{SlowCall: time.Second, ConsecutiveFailures: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := limit.New(limit.Config{Max: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := retry.New(retry.WithGuards(retry.Guards{Breaker: brk, Limiter: lim}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		var longest atomic.Int64
+		for range 3 {
+			wg.Go(func() {
+				err := p.Do(ctx, func(context.Context, int) error {
+					s := time.Now()
+					time.Sleep(900 * time.Millisecond)
+					if d := int64(time.Since(s)); d > longest.Load() {
+						longest.Store(d)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("Do: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		s := brk.Snapshot()
+		if s.State != breaker.Closed || s.Failures != 0 {
+			t.Errorf("3 successful attempts of at most %v each (SlowCall 1s): breaker %v with %d failures of %d calls (the wait for a limiter slot counted as the attempt's time)", time.Duration(longest.Load()), s.State, s.Failures, s.Calls)
+		}
+	})
 }

@@ -245,6 +245,13 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					return p.limited(ctx, attempt, lastErr, lerr)
 				}
 				g.slot = slot // as g.permit
+				if needNow {
+					now = time.Now() // the attempt starts after any wait for a slot
+				}
+				if p.restamp != nil && brk != nil {
+					permit = p.restamp(brk, permit) // SlowCall times the attempt, not the wait
+					g.permit = permit
+				}
 			}
 			if attempt == 1 && p.budget != nil {
 				if p.oneClock != nil && needNow {
@@ -258,10 +265,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			actx := ctx
 			var cancel context.CancelFunc
 			if p.attemptTimeout > 0 {
-				if lim != nil {
-					now = time.Now() // the attempt's cap starts now, after any wait for a slot
-				}
-				adl := now.Add(p.attemptTimeout)
+				adl := now.Add(p.attemptTimeout) // now: read after any wait for a slot
 				if hasDL && !adl.Before(deadline) {
 					adl = deadline
 				} else {

@@ -112,7 +112,8 @@ type Guards struct {
 //
 // Every admitted attempt is reported back to the breaker, exactly once:
 //   - success (nil error) is a success (unless it took the breaker's
-//     SlowCall or longer: see [breaker.Config]);
+//     SlowCall or longer: see [breaker.Config]; the loop times it from
+//     the attempt's start, after any wait for a Limiter's slot);
 //   - an error the classifier judges retryable (a timeout, a broken
 //     connection, 503, ...: a transient failure of the dependency) is a
 //     failure, with its server hint ([RetryAfter]) given to

@@ -56,6 +56,9 @@ type config struct {
 	// it started (a long attempt's would fall out of the window).
 	oneClock  *budget.Budget
 	depositAt func(*budget.Budget, time.Time)
+	// restamp, set when the policy has a limiter and a breaker with
+	// SlowCall, times the attempt's permit from after the wait for a slot.
+	restamp func(*breaker.Breaker, breaker.Permit) breaker.Permit
 
 	// path is how run takes a call, decided once by New from the options
 	// above: a test of one field instead of five on every call.
@@ -148,6 +151,9 @@ func New(opts ...Option) (*Policy, error) {
 	}
 	c.tagger, _ = c.observer.(attemptTagger)
 	c.within, _ = c.budget.(budgetWithin)
+	if c.limiter != nil && c.breaker != nil && c.breaker.Config().SlowCall > 0 {
+		c.restamp, _ = timed.Restamp.(func(*breaker.Breaker, breaker.Permit) breaker.Permit)
+	}
 	if bb, ok := c.budget.(*budget.Budget); ok && bb.Config().Now == nil {
 		if dep, ok := timed.Deposit.(func(*budget.Budget, time.Time)); ok {
 			c.oneClock, c.depositAt = bb, dep

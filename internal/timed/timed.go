@@ -3,6 +3,8 @@
 // time: users give a budget its clock in Config.Now (or run in a
 // testing/synctest bubble), and that is all.
 //
+// It also lets the loop restamp a breaker's permit (see Restamp).
+//
 // A retry loop that reads the clock for a call's deadline or its attempt
 // timeout deposits the call's first attempt into a budget on the default
 // clock at that reading, not at a second one. (The breaker reads its own
@@ -17,3 +19,10 @@ package timed
 // request at a time read from the budget's clock (or from time.Now, for a
 // budget on the default clock). Set by package budget.
 var Deposit any
+
+// Restamp is a func(*breaker.Breaker, breaker.Permit) breaker.Permit that
+// returns the permit as issued now, for a breaker with Config.SlowCall: the
+// retry loop restamps a permit after it waited for a concurrency limiter's
+// slot, so that the wait does not count as the dependency's slowness. Set
+// by package breaker.
+var Restamp any

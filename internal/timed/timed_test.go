@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/timed"
 )
@@ -30,5 +31,12 @@ func TestEntryPoint(t *testing.T) {
 	now = start
 	if s := bu.Stats(); s.Requests != 1 {
 		t.Errorf("budget at the time given: %d requests, want 1", s.Requests)
+	}
+}
+
+// Package breaker sets Restamp, with the type package retry asserts.
+func TestRestampEntryPoint(t *testing.T) {
+	if _, ok := timed.Restamp.(func(*breaker.Breaker, breaker.Permit) breaker.Permit); !ok {
+		t.Fatalf("timed.Restamp is %T, want func(*breaker.Breaker, breaker.Permit) breaker.Permit", timed.Restamp)
 	}
 }
