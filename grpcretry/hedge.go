@@ -75,11 +75,14 @@ const (
 // or while more of its races in flight are past their delay than 5 and
 // than that share of them (a burst queued behind a short stall): that is
 // a stall or an overload, not a tail; a race held back looks again every
-// half delay for three delays, then after one delay, doubling, while its
-// first copy is unanswered and a hedge could go but for the bound, and its
-// hedge goes once the bound allows (a burst behind a few slow calls clears
-// within a few delays, and a copy unanswered after it is most likely one of
-// the slow ones). With a fixed delay, q (0
+// half delay for three delays, then after one delay, doubling (the looks at
+// least 1 ms and at most a minute apart), while its first copy is unanswered
+// and a hedge could go but for the bound, and its hedge goes once the bound
+// allows (a burst behind a few slow calls clears within a few delays, and a
+// copy unanswered after it is most likely one of the slow ones); a held race
+// that finds its hedge held for another reason as well (a push-back,
+// inflated latency, a breaker not closed, no budget) stops looking, as a
+// race not held gets no hedge then. With a fixed delay, q (0
 // meaning 0.95) is the share of answers the delay is expected to cover,
 // for this bound only. The time of a race held back by this bound does not
 // count in the learned delay. An ABORTED says the
