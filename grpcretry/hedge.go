@@ -103,6 +103,14 @@ const (
 // hedging. A later WithHedging replaces the earlier one. Off by default.
 func WithHedging(delay time.Duration, q float64, max int, methods ...string) Option {
 	methods = slices.Clone(methods) // an Option is a value: the caller may reuse its slice
+	// The defaults, before the closure: an Option is a value, applied by
+	// any number of constructors at once, and writes nothing it shares.
+	if q == 0 {
+		q = 0.95
+	}
+	if max == 0 {
+		max = 1
+	}
 	return option(func(c *config) error {
 		switch {
 		case delay < 0:
@@ -120,12 +128,6 @@ func WithHedging(delay time.Duration, q float64, max int, methods ...string) Opt
 				return invalid("hedged method %q is not a full method name (/package.Service/Method)", name)
 			}
 			m[name] = true
-		}
-		if q == 0 {
-			q = 0.95
-		}
-		if max == 0 {
-			max = 1
 		}
 		c.hedge = &hedgeConfig{delay: delay, q: q, max: max, methods: m, share: dueShare(q)}
 		return nil

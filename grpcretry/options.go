@@ -88,7 +88,11 @@ func WithRetry(opts ...retry.ScheduleOption) Option {
 // carries the deadline, so the server sees it as grpc-timeout; a stream
 // attempt is cut off if no response arrives within d, also one committed
 // by a message past WithBufferMessages's bound, and ends
-// DEADLINE_EXCEEDED, as a unary attempt does). An attempt never
+// DEADLINE_EXCEEDED, as a unary attempt does; exactly one of the first
+// answer and the timeout wins, even at the same instant). A stream
+// committed by a message past the bound counts as its attempt's success
+// when it opens (for the breaker and the limiter); a cut-off after that is
+// the caller's, as any failure after a commit. An attempt never
 // runs past the call's deadline. An attempt that fails because its own
 // timeout fired, while the call still has time, is retried like
 // UNAVAILABLE: this is the only DEADLINE_EXCEEDED that is retried. d = 0

@@ -33,6 +33,56 @@ func cutOff(actx context.Context, err error) error {
 	return status.Error(codes.DeadlineExceeded, "grpcretry: attempt timeout: no response in time ("+status.Convert(err).Message()+")")
 }
 
+// cutTimer is a stream attempt's timeout: it cuts the attempt off (cancel
+// with errAttemptTimeout) unless the first answer comes first. Exactly one
+// of the two wins, so a stream whose first response reached the caller is
+// never cut off after it, even when both come at the same instant.
+type cutTimer struct {
+	t     *time.Timer
+	state atomic.Int32 // cutPending, cutAnswered or cutFired
+}
+
+const (
+	cutPending int32 = iota
+	cutAnswered
+	cutFired
+)
+
+// newCutTimer starts a timeout of d that calls cancel(errAttemptTimeout).
+func newCutTimer(d time.Duration, cancel context.CancelCauseFunc) *cutTimer {
+	ct := &cutTimer{}
+	ct.t = time.AfterFunc(d, func() {
+		if ct.state.CompareAndSwap(cutPending, cutFired) {
+			cancel(errAttemptTimeout)
+		}
+	})
+	return ct
+}
+
+// answer reports whether the attempt's first answer came before its
+// timeout (a nil ct has none), and stops the timeout if so.
+func (ct *cutTimer) answer() bool {
+	if ct == nil {
+		return true
+	}
+	if ct.state.CompareAndSwap(cutPending, cutAnswered) {
+		ct.t.Stop()
+		return true
+	}
+	return ct.state.Load() == cutAnswered
+}
+
+// stop stops the timeout of a failed attempt (a nil ct has none).
+func (ct *cutTimer) stop() {
+	if ct != nil {
+		ct.t.Stop()
+	}
+}
+
+// errCutOff is the error of an attempt whose timeout came before its first
+// answer, though the answer came too.
+var errCutOff = status.Error(codes.DeadlineExceeded, "grpcretry: attempt timeout: no response in time")
+
 // errAttemptPanicked is what a stream returns once an attempt panicked
 // (the streamer, or an interceptor under the client's).
 var errAttemptPanicked = errors.New("grpcretry: a stream attempt panicked")
@@ -97,7 +147,7 @@ type retryStream struct {
 	// never change.
 	cur       grpc.ClientStream
 	curCancel context.CancelCauseFunc
-	timer     *time.Timer
+	timer     *cutTimer
 	sent      []any // the messages sent so far, for replay
 	size      int   // their proto.Size total
 	closed    bool  // CloseSend was called
@@ -275,11 +325,11 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	returned = true
 	rs.mu.Lock()
 	rs.looping, rs.sent = false, nil
-	if rs.timer != nil && (err != nil || trig != trigFlush) {
+	if err != nil || trig != trigFlush {
 		// A stream committed by a message past the buffer has had no
 		// response yet: its attempt timeout runs on until the first one
 		// (see answered).
-		rs.timer.Stop()
+		rs.timer.stop()
 	}
 	if err != nil {
 		if re, ok := err.(*retry.Error); ok {
@@ -329,17 +379,15 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 		rs.cur, rs.curCancel = nil, nil
 	}
 	actx, cancel := context.WithCancelCause(rs.c.attemptContext(ctx, n, rs.strip))
-	var timer *time.Timer
+	var timer *cutTimer
 	if d := rs.c.cfg.attemptTimeout; d > 0 {
-		timer = time.AfterFunc(d, func() { cancel(errAttemptTimeout) })
+		timer = newCutTimer(d, cancel)
 	}
 	held := true
 	defer func() {
 		if held { // the streamer or a replay panicked: leave nothing held
 			rs.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
+			timer.stop()
 			cancel(nil)
 		}
 	}()
@@ -371,6 +419,18 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 	}
 
 	switch trig {
+	case trigFlush:
+		if timer != nil {
+			// The stream is the caller's once open, read when the caller
+			// reads: its first answer stops the timeout when it arrives
+			// (the server's header comes before any response), not when
+			// the caller reads it. The goroutine ends with the stream.
+			go func() {
+				if _, err := cs.Header(); err == nil {
+					timer.answer()
+				}
+			}()
+		}
 	case trigRecv:
 		err = cs.RecvMsg(m)
 		if err == io.EOF {
@@ -391,8 +451,14 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, err, cs, final)
 	}
-	if timer != nil && trig != trigFlush {
-		timer.Stop()
+	if trig != trigFlush && !timer.answer() {
+		// The timeout came first (at the same instant): cut off.
+		*eof = false
+		cancel(errAttemptTimeout)
+		rs.mu.Lock()
+		final := rs.pinned
+		rs.mu.Unlock()
+		return rs.failed(ctx, actx, cancel, timer, errCutOff, cs, final)
 	}
 	return nil
 }
@@ -402,19 +468,29 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 // committed before its first response still runs (see run), and an attempt
 // it cut off ends DEADLINE_EXCEEDED.
 func (rs *retryStream) answered(err error) error {
+	if err != nil && err != io.EOF {
+		if ht, _ := rs.c.hedgeState(rs.t, rs.method, nil); ht != nil {
+			ht.pushback(err, rs.cur.Trailer()) // held for the target's hedged calls
+		}
+	}
 	if rs.timer == nil {
 		return err
 	}
-	rs.timer.Stop()
+	if !rs.timer.answer() {
+		// The timeout came first (at the same instant as this answer):
+		// the stream is cut off.
+		rs.curCancel(errAttemptTimeout)
+		if err == nil || err == io.EOF {
+			return errCutOff
+		}
+	}
 	return cutOff(rs.cur.Context(), err)
 }
 
 // failed judges a failed stream attempt; final says it may not be retried
 // whatever the error.
-func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCauseFunc, timer *time.Timer, err error, cs grpc.ClientStream, final bool) error {
-	if timer != nil {
-		timer.Stop()
-	}
+func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCauseFunc, timer *cutTimer, err error, cs grpc.ClientStream, final bool) error {
+	timer.stop()
 	timedOut := context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil
 	if timedOut {
 		err = cutOff(actx, err)

@@ -89,6 +89,14 @@ const (
 // could pass (the request's deadline, or an attempt timeout, comes first)
 // runs no race, and costs what it costs without hedging. Off by default.
 func WithHedging(delay time.Duration, q float64, max int) Option {
+	// The defaults, before the closure: an Option is a value, applied by
+	// any number of constructors at once, and writes nothing it shares.
+	if q == 0 {
+		q = 0.95
+	}
+	if max == 0 {
+		max = 1
+	}
 	return option(func(c *config) error {
 		switch {
 		case delay < 0:
@@ -97,12 +105,6 @@ func WithHedging(delay time.Duration, q float64, max int) Option {
 			return invalid("hedge quantile %v must be in [0, 1)", q)
 		case max < 0 || max > maxHedges:
 			return invalid("hedges %d must be in [0, %d]", max, maxHedges)
-		}
-		if q == 0 {
-			q = 0.95
-		}
-		if max == 0 {
-			max = 1
 		}
 		c.hedge = &hedgeConfig{delay: delay, q: q, max: max, share: dueShare(q)}
 		return nil
