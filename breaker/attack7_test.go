@@ -7,6 +7,7 @@
 package breaker_test
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -69,4 +70,51 @@ func TestAttackCounterSaturationKeepsRatio(t *testing.T) {
 			t.Errorf("tripped by the halving of a full bucket, with a success in it (ratio 1/%d < FailureRatio 1): %+v", full+2, s)
 		}
 	})
+}
+
+// README: "It trips within about a second of an outage at 20 calls a
+// second or more ..., in about half its 10 s window below that". The
+// default Config after 20 s of healthy traffic at each rate, then every
+// call failing.
+func TestAttackReadmeTripTime(t *testing.T) {
+	tests := []struct {
+		rate     int
+		min, max time.Duration
+	}{
+		{10, 4 * time.Second, 6 * time.Second},
+		{19, 4 * time.Second, 6 * time.Second},
+		{20, 0, 1500 * time.Millisecond},
+		{100, 0, 1500 * time.Millisecond},
+		{1000, 0, 1500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.rate), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := breaker.New(breaker.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				call := func(ok bool) {
+					p, err := b.Allow()
+					if err != nil {
+						t.Fatalf("Allow: %v", err)
+					}
+					b.Done(p, ok)
+				}
+				gap := time.Second / time.Duration(tt.rate)
+				for range 20 * tt.rate {
+					call(true)
+					time.Sleep(gap)
+				}
+				start := time.Now()
+				for b.State() == breaker.Closed && time.Since(start) < 20*time.Second {
+					call(false)
+					time.Sleep(gap)
+				}
+				if took := time.Since(start); took < tt.min || took > tt.max {
+					t.Errorf("%d calls a second: tripped %v after the outage began, want within [%v, %v]", tt.rate, took, tt.min, tt.max)
+				}
+			})
+		})
+	}
 }
