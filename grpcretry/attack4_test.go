@@ -144,19 +144,7 @@ func TestAttack4StreamPushbackHoldsHedges(t *testing.T) {
 		if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("stream: %v, want RESOURCE_EXHAUSTED", err)
 		}
-		time.Sleep(time.Second)
-		if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Second)
-		synctest.Wait()
-		u, s := srv.counts()
-		if s != 1 {
-			t.Errorf("stream attempts %d, want 1", s)
-		}
-		if u != 1 {
-			t.Errorf("unary call 1 s after the target's RESOURCE_EXHAUSTED: the server got %d copies (a hedge went), want 1", u)
-		}
+		atkNoHedgeAfterPushback(t, ctx, c, srv.counts)
 	})
 }
 
@@ -350,5 +338,26 @@ func TestAttack4OptionsCopiedWhenMade(t *testing.T) {
 	idem[0], hedged[0] = "not a method", "not a method"
 	if _, err := grpcretry.DialOptions(opts...); err != nil {
 		t.Errorf("DialOptions after the caller changed what the options were made from: %v, want nil", err)
+	}
+}
+
+// atkNoHedgeAfterPushback makes a hedged unary call 1 s after the target
+// pushed back on a stream, and checks in counts (the server's unary calls
+// and stream attempts) that the call went once (no hedge) and the stream
+// had one attempt.
+func atkNoHedgeAfterPushback(t *testing.T, ctx context.Context, c testpb.TestServiceClient, counts func() (unary, stream int)) {
+	t.Helper()
+	time.Sleep(time.Second)
+	if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	synctest.Wait()
+	u, s := counts()
+	if s != 1 {
+		t.Errorf("stream attempts %d, want 1", s)
+	}
+	if u != 1 {
+		t.Errorf("unary call 1 s after the target pushed back on a stream: the server got %d copies (a hedge went), want 1", u)
 	}
 }
