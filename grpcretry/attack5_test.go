@@ -419,8 +419,7 @@ func (s *atk5TimedOut) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest,
 func TestAttack5FirstResponseAtTimeoutNotCutAfter(t *testing.T) {
 	// The order of two events at one fake instant varies from run to run:
 	// 300 runs (a cut after the first response showed in about 1 in 50).
-	cut, committed, retried := 0, 0, 0
-	firstCut := ""
+	var tally atk5Tally
 	for range 300 {
 		synctest.Test(t, func(t *testing.T) {
 			srv := &atk5TimedOut{first: 50 * time.Millisecond}
@@ -438,26 +437,10 @@ func TestAttack5FirstResponseAtTimeoutNotCutAfter(t *testing.T) {
 				cancel()
 				synctest.Wait()
 			}()
-			if _, err := st.Recv(); err != nil {
-				retried++
-				return
-			}
-			committed++
-			for i := range 2 {
-				if _, err := st.Recv(); err != nil {
-					if cut == 0 {
-						firstCut = fmt.Sprintf("message %d after the first: %v", i+2, err)
-					}
-					cut++
-					return
-				}
-			}
+			tally.read(func() error { _, err := st.Recv(); return err })
 		})
 	}
-	t.Logf("300 runs: %d cut off before the first response, %d committed, of which %d cut off after it", retried, committed, cut)
-	if cut > 0 {
-		t.Errorf("%d of %d streams whose first response reached the caller were then cut off by the attempt timeout (%s)", cut, committed, firstCut)
-	}
+	tally.check(t, 300)
 }
 
 type atk5Echo struct {
@@ -586,8 +569,7 @@ func (s atk5DuplexAt) FullDuplexCall(ss testpb.TestService_FullDuplexCallServer)
 // caller either gets DEADLINE_EXCEEDED first, or its first message and then
 // the stream; never the first message and then a cut-off.
 func TestAttack5FlushCommittedFirstResponseAtTimeoutNotCutAfter(t *testing.T) {
-	cut, committed, timedOut := 0, 0, 0
-	firstCut := ""
+	var tally atk5Tally
 	for range 1500 {
 		synctest.Test(t, func(t *testing.T) {
 			c := serveInMemory(t, atk5DuplexAt{first: 50 * time.Millisecond}, newClient(t,
@@ -605,26 +587,10 @@ func TestAttack5FlushCommittedFirstResponseAtTimeoutNotCutAfter(t *testing.T) {
 				synctest.Wait()
 			}()
 			_ = st.Send(atk5Big)
-			if _, err := st.Recv(); err != nil {
-				timedOut++
-				return
-			}
-			committed++
-			for i := range 2 {
-				if _, err := st.Recv(); err != nil {
-					if cut == 0 {
-						firstCut = fmt.Sprintf("message %d after the first: %v", i+2, err)
-					}
-					cut++
-					return
-				}
-			}
+			tally.read(func() error { _, err := st.Recv(); return err })
 		})
 	}
-	t.Logf("1500 runs: %d cut off before the first response, %d got it, of which %d cut off after it", timedOut, committed, cut)
-	if cut > 0 {
-		t.Errorf("%d of %d streams whose first response reached the caller were then cut off by the attempt timeout (%s)", cut, committed, firstCut)
-	}
+	tally.check(t, 1500)
 }
 
 // atk5Answer answers a stream on ctx: its first response after first, then
@@ -650,4 +616,39 @@ func atk5Answer(ctx context.Context, first time.Duration, send func() error) err
 		}
 	}
 	return nil
+}
+
+// atk5Tally counts how streams whose first response came at the instant of
+// their attempt timeout ended: cut off before it, or committed and then
+// (never, as documented) cut off after it.
+type atk5Tally struct {
+	before, committed, cut int
+	firstCut               string
+}
+
+// read reads a stream's first response and two more with recv.
+func (r *atk5Tally) read(recv func() error) {
+	if recv() != nil {
+		r.before++
+		return
+	}
+	r.committed++
+	for i := range 2 {
+		if err := recv(); err != nil {
+			if r.cut == 0 {
+				r.firstCut = fmt.Sprintf("message %d after the first: %v", i+2, err)
+			}
+			r.cut++
+			return
+		}
+	}
+}
+
+// check fails t if a committed stream was cut off after its first response.
+func (r *atk5Tally) check(t *testing.T, runs int) {
+	t.Helper()
+	t.Logf("%d runs: %d cut off before the first response, %d committed, of which %d cut off after it", runs, r.before, r.committed, r.cut)
+	if r.cut > 0 {
+		t.Errorf("%d of %d streams whose first response reached the caller were then cut off by the attempt timeout (%s)", r.cut, r.committed, r.firstCut)
+	}
 }
