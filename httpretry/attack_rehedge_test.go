@@ -198,19 +198,7 @@ func TestAttackRehedgeTransportLimiterQueueTripsBreaker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		for range 3 {
-			wg.Go(func() {
-				req, _ := http.NewRequest(http.MethodGet, "http://slow.test/x", nil)
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Errorf("GET: %v", err)
-					return
-				}
-				resp.Body.Close()
-			})
-		}
-		wg.Wait()
+		getAtOnce(t, tr, "http://slow.test/x", 3)
 		s := tr.Hosts()["slow.test"].Breaker.Snapshot()
 		if s.State != breaker.Closed {
 			t.Errorf("three 200s of 900 ms each (SlowCall 1 s): breaker %v (the wait for the limiter's slot counted in each call's time)", s.State)
@@ -268,19 +256,7 @@ func TestAttackRehedgeHeldRaceBudgetAndNumbers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		for range 6 {
-			wg.Go(func() {
-				req, _ := http.NewRequest(http.MethodGet, "http://rh.test/x", nil)
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Errorf("GET: %v", err)
-					return
-				}
-				resp.Body.Close()
-			})
-		}
-		wg.Wait()
+		getAtOnce(t, tr, "http://rh.test/x", 6)
 		st := tr.Hosts()["rh.test"].Budget.(interface{ Stats() budget.Stats }).Stats()
 		b.mu.Lock()
 		defer b.mu.Unlock()

@@ -358,3 +358,22 @@ func okAfter(r *http.Request, d time.Duration) (*http.Response, error) {
 		return nil, r.Context().Err()
 	}
 }
+
+// getAtOnce sends n GETs of url through rt at once and waits for them all;
+// a failed GET fails t.
+func getAtOnce(t *testing.T, rt http.RoundTripper, url string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+}
