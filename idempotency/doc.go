@@ -32,7 +32,9 @@
 //
 // Within the retention period (24 h by default, [WithRetention]) a key's
 // handler runs at most once, whatever happens to the response on its way
-// to the client: what is stored is what the handler produced, whole, even
+// to the client: what is stored is what the handler produced, whole (its
+// status, allow-listed header fields as they were when it wrote the header,
+// and body; not its trailers: a replay carries none), even
 // when the client went away mid-response or a [net/http.TimeoutHandler]
 // in front gave up; a handler that returns without a word because its
 // request was canceled produced nothing, and its key is released. A store

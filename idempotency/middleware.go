@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 
@@ -273,6 +274,10 @@ func keyProblem(err error) string {
 	return "The Idempotency-Key must be 1 to 255 printable ASCII characters, bare or as a quoted string."
 }
 
+// growFirst is the most a request body's buffer is grown to before its
+// bytes arrive (1 MiB, the default cap).
+const growFirst = 1 << 20
+
 // readBody reads the whole body, at most m.maxReqBody bytes.
 func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
@@ -283,9 +288,14 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1) // +1: reading to EOF needs room
+		// Room for the declared length, +1 for reading to EOF, but no more
+		// than growFirst: the length is the client's word, and the buffer
+		// grows as the bytes come.
+		buf.Grow(int(min(r.ContentLength, growFirst)) + 1)
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, m.maxReqBody+1))
+	// One byte past the cap tells a longer body (the cap at MaxInt64 has
+	// no byte past it).
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, min(m.maxReqBody, math.MaxInt64-1)+1))
 	if err != nil {
 		return nil, err
 	}
