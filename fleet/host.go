@@ -41,7 +41,7 @@ type host struct {
 	retMu   sync.Mutex
 	returns []returned // guarded by retMu: unused leased retries to give back
 
-	seen     atomic.Int64 // the fleet breaker's epoch this process last acted on
+	seen     atomic.Int64 // the fleet breaker's epoch this process last acted on (unseen: none yet)
 	clean    atomic.Bool  // the last sync carried no failure: the next one is news
 	sentAt   atomic.Int64 // when the last sync collected h's counts, on f's clock (ns)
 	closes   atomic.Int64 // closes of the breaker by its own probes
@@ -72,9 +72,16 @@ type host struct {
 	steerAt int64      // guarded by steerMu: the server's time of the newest state steer acted on (µs)
 }
 
+// unseen is host.seen before the first news of the fleet's breaker: a
+// new host's breaker is closed and knows of no epoch, so its outcomes are
+// of the fleet's current closed epoch, whichever it is (a new process's
+// first failures once counted only if the fleet had never opened).
+const unseen = -1
+
 func newHost(f *Fleet, name string) (*host, error) {
 	h := &host{f: f, name: name, key: f.keyPrefix + name}
 	h.budget.h = h
+	h.seen.Store(unseen)
 	h.want.Store(1)
 	h.clean.Store(true)
 	var err error

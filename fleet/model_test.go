@@ -178,7 +178,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			if cl == 1 && get("st") == 1 && seen == get("ep") {
 				flip(0)
 			}
-			if (ds > 0 || df > 0) && get("st") == 0 && seen == get("ep") {
+			if (ds > 0 || df > 0) && get("st") == 0 && (seen == get("ep") || seen == -1) {
 				i := ringSlot("on", "os", "of", bcur, buckets)
 				set(f("os", i), get(f("os", i))+ds)
 				set(f("of", i), get(f("of", i))+df)

@@ -448,7 +448,9 @@ if mode == 's' then
     -- Without a report, the rate alone: the process scales its share by
     -- its change (R moves when a window closes, at another process's report).
     if lrate == 0 and get('rr') > 0 then lfleet = math.max(1, math.floor(get('rr') * 1000 + 0.5)) end
-    if (ds > 0 or df > 0) and get('st') == 0 and seen == get('ep') then
+    -- seen -1: a new host, which has heard of no epoch: its breaker is
+    -- closed, and its outcomes are of the current closed epoch.
+    if (ds > 0 or df > 0) and get('st') == 0 and (seen == get('ep') or seen == -1) then
       local i = ring_slot('on', 'os', 'of', bcur, buckets)
       set('os' .. i, get('os' .. i) + ds)
       set('of' .. i, get('of' .. i) + df)
