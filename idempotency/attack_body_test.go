@@ -18,16 +18,6 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 )
 
-func atkIdemMW(t *testing.T, h http.Handler, opts ...idempotency.Option) http.Handler {
-	t.Helper()
-	opts = append([]idempotency.Option{idempotency.WithScope(func(*http.Request) (string, error) { return "s", nil })}, opts...)
-	mw, err := idempotency.NewMiddleware(&idempotency.MemoryStore{}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mw(h)
-}
-
 func atkIdemDo(h http.Handler, method, target, body, key string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
 	r.Header.Set(idempotency.Header, key)
@@ -44,7 +34,7 @@ func atkIdemDo(h http.Handler, method, target, body, key string) *httptest.Respo
 func TestAttackMaxRequestBodyMaxInt64(t *testing.T) {
 	var runs atomic.Int32
 	var got atomic.Value
-	h := atkIdemMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := atkMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		runs.Add(1)
 		got.Store(string(b))
@@ -73,7 +63,7 @@ func TestAttackMaxRequestBodyHugeContentLength(t *testing.T) {
 }
 
 func atkIdemHugeContentLength(t *testing.T, n int64) {
-	h := atkIdemMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }),
+	h := atkMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }),
 		idempotency.WithMaxRequestBody(n))
 	r := httptest.NewRequest("POST", "/pay", strings.NewReader("x"))
 	r.ContentLength = n // what a client may declare (net/http parses up to MaxInt64); the body is 1 byte
@@ -95,7 +85,7 @@ func atkIdemHugeContentLength(t *testing.T, n int64) {
 // trailers (Etag declared, Location undeclared) reach the client on the
 // first answer; the replay has neither, as a header or a trailer.
 func TestAttackReplayCarriesNoTrailers(t *testing.T) {
-	h := atkIdemMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := atkMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "Etag")
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(201)
@@ -135,7 +125,7 @@ func TestAttackReplayCarriesNoTrailers(t *testing.T) {
 
 // Over the wire: a client declares a huge Content-Length and sends one byte.
 func TestAttackHugeContentLengthOverTheWire(t *testing.T) {
-	h := atkIdemMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }),
+	h := atkMW(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }),
 		idempotency.WithMaxRequestBody(1<<62))
 	var panicked atomic.Value
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
