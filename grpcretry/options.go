@@ -112,18 +112,9 @@ func WithAttemptTimeout(d time.Duration) Option {
 // turns the budget off: only the attempt limit bounds the retries. The
 // default is the zero budget.Config: 10% plus 1 per second over 10 s.
 func WithBudget(cfg *budget.Config) Option {
-	if cfg != nil { // an Option is a value: the config is copied when it is made
-		cp := *cfg
-		cfg = &cp
-	}
+	cfg = copied(cfg) // an Option is a value: the config is copied when it is made
 	return option(func(c *config) error {
-		// A copy per config, into a variable of its own: an Option may
-		// be applied by several transports at once.
-		c.budget = nil
-		if cfg != nil {
-			cp := *cfg
-			c.budget = &cp
-		}
+		c.budget = copied(cfg) // a copy per config: an Option may be applied by several clients at once
 		return nil
 	})
 }
@@ -134,18 +125,9 @@ func WithBudget(cfg *budget.Config) Option {
 // about every second. The client's logger and observer hear of its state
 // changes, with the target, besides cfg.OnStateChange.
 func WithBreaker(cfg *breaker.Config) Option {
-	if cfg != nil { // an Option is a value: the config is copied when it is made
-		cp := *cfg
-		cfg = &cp
-	}
+	cfg = copied(cfg) // an Option is a value: the config is copied when it is made
 	return option(func(c *config) error {
-		// A copy per config, into a variable of its own: an Option may
-		// be applied by several transports at once.
-		c.breaker = nil
-		if cfg != nil {
-			cp := *cfg
-			c.breaker = &cp
-		}
+		c.breaker = copied(cfg) // a copy per config: an Option may be applied by several clients at once
 		return nil
 	})
 }
@@ -188,18 +170,9 @@ func WithBreaker(cfg *breaker.Config) Option {
 // attempt without one holds its slot until the call's own deadline, if
 // any.
 func WithLimit(cfg *limit.Config) Option {
-	if cfg != nil { // an Option is a value: the config is copied when it is made
-		cp := *cfg
-		cfg = &cp
-	}
+	cfg = copied(cfg) // an Option is a value: the config is copied when it is made
 	return option(func(c *config) error {
-		// A copy per config, into a variable of its own: an Option may
-		// be applied by several transports at once.
-		c.limit = nil
-		if cfg != nil {
-			cp := *cfg
-			c.limit = &cp
-		}
+		c.limit = copied(cfg) // a copy per config: an Option may be applied by several clients at once
 		return nil
 	})
 }
@@ -311,4 +284,13 @@ func WithObserver(o observe.Observer) Option {
 func fullMethod(name string) bool {
 	svc, method, ok := strings.Cut(strings.TrimPrefix(name, "/"), "/")
 	return ok && name[0] == '/' && svc != "" && method != "" && !strings.Contains(method, "/")
+}
+
+// copied returns a copy of *p in a variable of its own, or nil for nil.
+func copied[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }

@@ -118,18 +118,9 @@ func WithAttemptTimeout(d time.Duration) Option {
 // retries. The default is the zero budget.Config: 10% plus 1 per second
 // over 10 s.
 func WithBudget(cfg *budget.Config) Option {
-	if cfg != nil { // an Option is a value: the config is copied when it is made
-		cp := *cfg
-		cfg = &cp
-	}
+	cfg = copied(cfg) // an Option is a value: the config is copied when it is made
 	return option(func(c *config) error {
-		// A copy per config, into a variable of its own: an Option may
-		// be applied by several transports at once.
-		c.budget = nil
-		if cfg != nil {
-			cp := *cfg
-			c.budget = &cp
-		}
+		c.budget = copied(cfg) // a copy per config: an Option may be applied by several transports at once
 		return nil
 	})
 }
@@ -141,18 +132,9 @@ func WithBudget(cfg *budget.Config) Option {
 // observer hear of its state changes, with the host, besides
 // cfg.OnStateChange.
 func WithBreaker(cfg *breaker.Config) Option {
-	if cfg != nil { // an Option is a value: the config is copied when it is made
-		cp := *cfg
-		cfg = &cp
-	}
+	cfg = copied(cfg) // an Option is a value: the config is copied when it is made
 	return option(func(c *config) error {
-		// A copy per config, into a variable of its own: an Option may
-		// be applied by several transports at once.
-		c.breaker = nil
-		if cfg != nil {
-			cp := *cfg
-			c.breaker = &cp
-		}
+		c.breaker = copied(cfg) // a copy per config: an Option may be applied by several transports at once
 		return nil
 	})
 }
@@ -206,18 +188,9 @@ func WithBreaker(cfg *breaker.Config) Option {
 // [WithAttemptTimeout] too: a hung attempt without one holds its slot
 // until the request's own deadline, if any.
 func WithLimit(cfg *limit.Config) Option {
-	if cfg != nil { // an Option is a value: the config is copied when it is made
-		cp := *cfg
-		cfg = &cp
-	}
+	cfg = copied(cfg) // an Option is a value: the config is copied when it is made
 	return option(func(c *config) error {
-		// A copy per config, into a variable of its own: an Option may
-		// be applied by several transports at once.
-		c.limit = nil
-		if cfg != nil {
-			cp := *cfg
-			c.limit = &cp
-		}
+		c.limit = copied(cfg) // a copy per config: an Option may be applied by several transports at once
 		return nil
 	})
 }
@@ -360,4 +333,13 @@ func WithMaxHosts(n int) Option {
 		c.maxHosts = n
 		return nil
 	})
+}
+
+// copied returns a copy of *p in a variable of its own, or nil for nil.
+func copied[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }

@@ -248,7 +248,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				if needNow {
 					now = time.Now() // the attempt starts after any wait for a slot
 				}
-				if p.restamp != nil && brk != nil {
+				if p.restamp != nil { // set only with a breaker (see New)
 					permit = p.restamp(brk, permit) // SlowCall times the attempt, not the wait
 					g.permit = permit
 				}
