@@ -24,8 +24,9 @@ type leg struct {
 // and the timer that sends them. A Transport keeps a pool of them: a call
 // whose first copy answers before the delay takes one, stops its timer
 // before it fires and gives it back, allocating none of it. A race whose
-// timer fired is never given back: a callback of its timer may still be
-// running.
+// timer fired is never given back (a callback of its timer may still be
+// running), unless the callback found it held and set the timer again,
+// which the race then stopped: that callback is over.
 type raceState struct {
 	timer   *time.Timer // time.AfterFunc(fire): sends a hedge; stopped in the pool
 	results chan leg    // the hedges' ends, maxHedges deep: a hedge never waits
