@@ -26,7 +26,7 @@ type leg struct {
 // before it fires and gives it back, allocating none of it. A race whose
 // timer fired is never given back (a callback of its timer may still be
 // running), unless the callback found it held and set the timer again,
-// which the race then stopped: that callback is over.
+// which the race then stopped: that callback touches rs no more.
 type raceState struct {
 	timer   *time.Timer // time.AfterFunc(fire): sends a hedge; stopped in the pool
 	results chan leg    // the hedges' ends, maxHedges deep: a hedge never waits
