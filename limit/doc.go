@@ -39,8 +39,9 @@
 //     the queue the limit allows above the measured capacity. The limit
 //     grows only in windows that used at least half of it. The reference
 //     is the baseline, or, when higher, the latency the destination
-//     showed in the last window run at a low limit (at most 2, or an
-//     eighth of the last healthy limit): latency that stays high while
+//     showed in the last window run at a low limit (at most 5, or an
+//     eighth of the last healthy limit; the gradient alone does not take
+//     the limit below 4): latency that stays high while
 //     this client sends little is the destination's (a slower service,
 //     other clients' queue), not this client's queue, so the limit
 //     settles at what the slower destination serves instead of
@@ -140,7 +141,20 @@
 // per smoothed round trip), and while waiting when the deadline comes
 // within the baseline latency (a slot granted later could not be answered
 // in time) or when, at the end of a round trip, the waiters ahead of it
-// leave it no expected turn. A call without a deadline is never hopeless:
+// leave it no expected turn. And at its turn: a call whose slot comes with
+// less time left than twice the smoothed latency of the destination's
+// answers (at least the baseline) fails then, when another call waits
+// after it, and the slot goes to that call. Earliest deadline first is
+// the order that serves every call when all can be served; when the
+// destination slows down and they cannot, it hands each slot to the call
+// with the least time left, whose answer then comes after its caller
+// left: the destination serves abandoned work, every abandoned attempt
+// is a drop that lowers the limit, and the calls served in time fall
+// towards none (in the package's tests, a destination of 10 servers at
+// 95% load made 5 times slower for 5 s answered 354 waiting callers of a
+// possible 1,000, and served 160 answers after their caller left; with
+// the check, 923 and none). The last call waiting gets its slot whatever
+// its time left. A call without a deadline is never hopeless:
 // it waits until it gets a slot or its context ends. A call whose context
 // ends while it waits leaves then, with an error wrapping ErrLimited and
 // the context's error. A call beyond Config.Waiting, or any call over the

@@ -24,6 +24,15 @@ const (
 	// window counts as an outage (the limit halves, and slow start from
 	// the last healthy limit follows the first clean window).
 	outageShare = 0.5
+	// lowLimit is the highest limit that counts as low for the reference
+	// latency (see learner.ref) whatever the healthy limit. With g at its
+	// floor of 0.5, limit·0.5 + allowance(limit) equals the limit for
+	// every limit up to 4 (the allowance is then limit/2), so a limit the
+	// gradient lowers without drops approaches 4 from above and never
+	// gets below it: with a lower bound for "low", the limit would stay
+	// near 4 with the reference at the baseline, below what a slowed
+	// destination with more than 4 servers serves.
+	lowLimit = 5
 )
 
 // learner is the limit's state. Not safe for concurrent use: the Limiter
@@ -139,7 +148,7 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 	b := c.base.value
 	was := c.limit
 	if c.n > 0 && drops == 0 {
-		if was <= math.Max(2, c.healthy/8) || c.min < c.ref {
+		if was <= math.Max(lowLimit, c.healthy/8) || c.min < c.ref {
 			c.ref = c.min
 		}
 	}

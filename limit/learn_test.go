@@ -99,7 +99,7 @@ func TestLearnerProperties(t *testing.T) {
 				mean = c.sum / time.Duration(c.n)
 			}
 			hadDrops := drops+c.ceilDrops > 0
-			low := before <= math.Max(2, c.healthy/8)
+			low := before <= math.Max(lowLimit, c.healthy/8)
 			after := c.window(now, attempts, 0, drops, rng.IntN(2) == 0)
 			if hadDrops && after > before {
 				t.Fatalf("run %d: a window with drops raised the limit %v → %v", run, before, after)

@@ -14,6 +14,7 @@ import (
 var (
 	errTooClose = fmt.Errorf("%w: the deadline leaves less than the destination's fastest answer", ErrLimited)
 	errNoTurn   = fmt.Errorf("%w: no slot expected before the deadline", ErrLimited)
+	errNoTime   = fmt.Errorf("%w: a slot came with less time left than the destination's latency, and later calls wait", ErrLimited)
 )
 
 // maxWalk bounds the waiters the hopeless checks walk at a time.
@@ -26,6 +27,7 @@ type waiter struct {
 	granted  bool          // a slot is the call's
 	hopeless bool          // the call cannot make its deadline: it fails
 	noToken  bool          // hopeless for want of a token (the rate gate)
+	noTime   bool          // hopeless at its turn: less time left than the latency
 }
 
 // openShare is the share of the slots that calls without a deadline get
@@ -130,8 +132,11 @@ func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose <
 	case <-n.Value.ch:
 		if n.Value.hopeless {
 			l.undoThrottle()
-			if n.Value.noToken {
+			switch {
+			case n.Value.noToken:
 				return Permit{}, errNoToken
+			case n.Value.noTime:
+				return Permit{}, errNoTime
 			}
 			return Permit{}, errNoTurn
 		}
@@ -222,12 +227,17 @@ func (l *Limiter) sampleWaiter() bool {
 // both wait, one grant in openShare goes to the oldest call without a
 // deadline; each with a token when the rate gate is on (the gate's timer
 // is armed for the next token when the waiter next in turn finds none).
-// Calls with mu held.
+// A call with a deadline whose turn comes with less time left than the
+// destination's latency (see answerLocked) fails instead, with errNoTime,
+// when another call waits after it: the slot goes to a call that can use
+// it, not to an answer that would come after its caller left. The last
+// waiter gets its slot whatever its time left. Calls with mu held.
 func (l *Limiter) grantLocked() {
 	iv := l.riv.Load()
 	var now time.Duration
+	clocked := false
 	if iv > 0 && (l.waiters.Len() > 0 || l.open.Len() > 0) {
-		now = l.since()
+		now, clocked = l.since(), true
 	}
 	for {
 		d, o := l.waiters.Front(), l.open.Front()
@@ -241,6 +251,18 @@ func (l *Limiter) grantLocked() {
 		s := l.state.Load()
 		if int64(uint32(s)) >= l.lim.Load() {
 			return
+		}
+		if list == &l.waiters && (w.Next() != nil || o != nil) {
+			if !clocked {
+				now, clocked = l.since(), true
+			}
+			if w.Deadline() < sat.Add(now, l.answerLocked()) {
+				l.waiters.Remove(w)
+				l.nwait.Add(-1)
+				w.Value.hopeless, w.Value.noTime = true, true
+				w.Value.ch <- struct{}{}
+				continue
+			}
 		}
 		if iv > 0 && !l.takeToken(now, iv) {
 			l.armLocked(now, l.nextToken(now))
@@ -267,4 +289,11 @@ func (l *Limiter) grantLocked() {
 		w.Value.granted = true
 		w.Value.ch <- struct{}{}
 	}
+}
+
+// answerLocked returns how long the destination takes to answer now: the
+// smoothed latency of the sampled attempts, or the baseline when that is
+// higher or none is known yet (0 before any latency). Calls with mu held.
+func (l *Limiter) answerLocked() time.Duration {
+	return max(l.learn.base.value, 2*l.learn.srtt)
 }

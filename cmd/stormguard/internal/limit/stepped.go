@@ -150,7 +150,7 @@ func (s *Stepped[T]) TryAcquire(now time.Duration) (Permit, bool) {
 // baseline; the deadline with no baseline yet; math.MaxInt64, never, for
 // a call without a deadline, which waits behind the calls with one), and
 // grant hands out what is free now (possibly to w).
-func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant func(T, Permit)) (time.Duration, error) {
+func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant func(T, Permit), hopeless func(T)) (time.Duration, error) {
 	if !s.waiting {
 		return 0, ErrNoWaiting
 	}
@@ -159,7 +159,7 @@ func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant
 			return 0, ErrTooMany
 		}
 		s.open.Push(w, math.MaxInt64)
-		s.grant(now, grant)
+		s.grant(now, grant, hopeless)
 		return math.MaxInt64, nil
 	}
 	left := deadline - now
@@ -182,7 +182,7 @@ func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant
 			return 0, ErrNoTurn
 		}
 	}
-	s.grant(now, grant)
+	s.grant(now, grant, hopeless)
 	return deadline - b, nil
 }
 
@@ -214,12 +214,12 @@ func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant fu
 			utilized := s.utilized
 			s.utilized = false
 			s.setLimit(s.learn.window(now, attempts, s.inflight, drops, utilized))
-			s.grant(now, grant)
+			s.grant(now, grant, hopeless)
 			s.expire(now, hopeless)
 		}
 	}
 	if s.Waiting() > 0 {
-		s.grant(now, grant)
+		s.grant(now, grant, hopeless)
 	}
 }
 
@@ -259,8 +259,11 @@ func (s *Stepped[T]) expire(now time.Duration, hopeless func(T)) {
 // grant hands free slots to the waiters, earliest deadline first, then
 // the calls without a deadline in arrival order (one grant in openShare
 // to them while both wait); a waiter's permit is sampled as the loaded
-// fast path's.
-func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit)) {
+// fast path's. A call with a deadline whose turn comes with less time
+// left than the destination's latency (twice the smoothed latency, at
+// least the baseline) while another call waits after it is hopeless
+// instead, as in package limit.
+func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit), hopeless func(T)) {
 	for s.inflight < s.lim {
 		d, o := s.waiters.Front(), s.open.Front()
 		w, list := d, &s.waiters
@@ -269,6 +272,12 @@ func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit)) {
 		}
 		if w == nil {
 			return
+		}
+		if list == &s.waiters && (w.Next() != nil || o != nil) &&
+			w.Deadline() < now+max(s.learn.base.value, 2*s.learn.srtt) {
+			s.waiters.Remove(w)
+			hopeless(w.Value)
+			continue
 		}
 		if d != nil && o != nil {
 			if list == &s.open {

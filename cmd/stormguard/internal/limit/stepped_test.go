@@ -119,21 +119,22 @@ func TestSteppedWaits(t *testing.T) {
 	}
 	var granted []int
 	grant := func(v int, _ Permit) { granted = append(granted, v) }
+	fail := func(v int) { t.Errorf("waiter %d found hopeless", v) }
 	open := &waitq.Waiter[int]{Value: 9}
-	if at, err := s.Wait(0, 0, open, grant); err != nil || at != math.MaxInt64 {
+	if at, err := s.Wait(0, 0, open, grant, fail); err != nil || at != math.MaxInt64 {
 		t.Errorf("Wait without a deadline = %v, %v; want it waiting, never giving up", at, err)
 	}
 	late, early := &waitq.Waiter[int]{Value: 1}, &waitq.Waiter[int]{Value: 2}
-	if at, err := s.Wait(0, 5*time.Second, late, grant); err != nil || at != 5*time.Second {
+	if at, err := s.Wait(0, 5*time.Second, late, grant, fail); err != nil || at != 5*time.Second {
 		t.Fatalf("Wait(deadline 5s) = %v, %v; want to give up at 5s (no baseline yet)", at, err)
 	}
-	if _, err := s.Wait(0, 3*time.Second, early, grant); err != nil {
+	if _, err := s.Wait(0, 3*time.Second, early, grant, fail); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Wait(0, 4*time.Second, &waitq.Waiter[int]{Value: 3}, grant); !errors.Is(err, ErrTooMany) {
+	if _, err := s.Wait(0, 4*time.Second, &waitq.Waiter[int]{Value: 3}, grant, fail); !errors.Is(err, ErrTooMany) {
 		t.Errorf("a fourth waiter beyond Waiting 3 = %v, want ErrTooMany", err)
 	}
-	if _, err := s.Wait(0, 0, &waitq.Waiter[int]{Value: 4}, grant); !errors.Is(err, ErrTooMany) {
+	if _, err := s.Wait(0, 0, &waitq.Waiter[int]{Value: 4}, grant, fail); !errors.Is(err, ErrTooMany) {
 		t.Errorf("a fourth waiter, without a deadline, beyond Waiting 3 = %v, want ErrTooMany", err)
 	}
 	s.Release(10*time.Millisecond, p, false, grant, nil)
@@ -149,10 +150,10 @@ func TestSteppedWaits(t *testing.T) {
 	}
 	off := New[int](1, 0, -1)
 	off.TryAcquire(0)
-	if _, err := off.Wait(0, time.Second, &waitq.Waiter[int]{}, grant); !errors.Is(err, ErrNoWaiting) {
+	if _, err := off.Wait(0, time.Second, &waitq.Waiter[int]{}, grant, fail); !errors.Is(err, ErrNoWaiting) {
 		t.Errorf("Wait with waiting off = %v, want ErrNoWaiting", err)
 	}
-	if _, err := off.Wait(0, 0, &waitq.Waiter[int]{}, grant); !errors.Is(err, ErrNoWaiting) {
+	if _, err := off.Wait(0, 0, &waitq.Waiter[int]{}, grant, fail); !errors.Is(err, ErrNoWaiting) {
 		t.Errorf("Wait without a deadline, waiting off = %v, want ErrNoWaiting", err)
 	}
 }

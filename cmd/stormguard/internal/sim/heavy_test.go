@@ -409,5 +409,5 @@ func ExampleOutage() {
 	// full+budget+breaker+retry-after            peak  104 per 100ms, 0.02x offered during the outage,   0% of its requests served, recovered +3.8s
 	// full+budget+breaker+retry-after+wait       peak  215 per 100ms, 0.02x offered during the outage,  60% of its requests served, recovered never
 	// fleet+retry-after+wait                     peak  298 per 100ms, 0.10x offered during the outage,  35% of its requests served, recovered never
-	// full+budget+breaker+retry-after+wait+limit peak  179 per 100ms, 0.02x offered during the outage, 100% of its requests served, recovered +0s
+	// full+budget+breaker+retry-after+wait+limit peak  183 per 100ms, 0.02x offered during the outage, 100% of its requests served, recovered +0s
 }

@@ -44,7 +44,7 @@ func (r *outRun) send(id int32) {
 	if r.c.Deadline == 0 {
 		deadline = 0 // none: it waits behind the calls with one, never giving up (at is math.MaxInt64, past the horizon)
 	}
-	at, err := lim.Wait(r.now, deadline, w, r.limGrant)
+	at, err := lim.Wait(r.now, deadline, w, r.limGrant, r.limHopeless)
 	if err != nil {
 		r.spare = append(r.spare, w)
 		req.lwait, req.state = nil, reqIdle
