@@ -142,8 +142,9 @@
 // within the baseline latency (a slot granted later could not be answered
 // in time) or when, at the end of a round trip, the waiters ahead of it
 // leave it no expected turn. And at its turn: a call whose slot comes with
-// less time left than twice the smoothed latency of the destination's
-// answers (at least the baseline) fails then, when another call waits
+// less time left than twice the destination's latency (the smoothed
+// latency of its answers, or the last round trip's when lower; at least
+// the baseline) fails then, when another call waits
 // after it, and the slot goes to that call. Earliest deadline first is
 // the order that serves every call when all can be served; when the
 // destination slows down and they cannot, it hands each slot to the call

@@ -47,6 +47,7 @@ type learner struct {
 	recovering bool    // an outage window came after the last clean one
 	restored   bool    // healthy was restored and no clean window confirmed it yet
 	srtt       time.Duration
+	recent     time.Duration // the mean latency of the last window with samples
 	base       baseline
 	// ref is the latency the destination shows when this limiter barely
 	// loads it: the minimum of the last window run at a low limit, lowered
@@ -221,6 +222,7 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 		} else {
 			c.srtt += (mean - c.srtt) / 4
 		}
+		c.recent = mean
 	}
 	c.end = now + max(minWindow, c.srtt)
 	c.n, c.sum, c.min, c.ceilDrops = 0, 0, 0, 0

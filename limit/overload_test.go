@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,4 +146,75 @@ func TestOverloadSlotsGoToCallsThatCanUseThem(t *testing.T) {
 			t.Errorf("%d answers served after their caller left in the slowdown (%d to waiting callers), want at most a tenth", wasted, served)
 		}
 	})
+}
+
+// At its turn a call with a deadline needs twice the destination's
+// latency left when a later call waits: the lower of the smoothed latency
+// and the last round trip's, so that a destination that just recovered
+// (smoothed 100 ms, last round trip 10 ms) is seen at once. The last
+// waiter gets its slot whatever its time left.
+func TestTurnNeedsTwiceTheLatency(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		srtt, recent time.Duration
+		left         time.Duration // the first waiter's time left
+		alone        bool          // no other waiter
+		wantNoTime   bool
+	}{
+		{"slow destination", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, false, true},
+		{"slow destination, enough time", 100 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, false, false},
+		{"recovered destination", 100 * time.Millisecond, 10 * time.Millisecond, 150 * time.Millisecond, false, false},
+		{"latency rising", 10 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, false, false},
+		{"last waiter", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := mustNew(t, Config{Max: 1})
+				l.mu.Lock()
+				l.learn.base.value, l.learn.srtt, l.learn.recent = 5*time.Millisecond, tc.srtt, tc.recent
+				l.mu.Unlock()
+				p, err := l.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := make(chan error, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+					defer cancel()
+					p, err := l.Acquire(ctx)
+					if err == nil {
+						l.Release(p, false)
+					}
+					first <- err
+				}()
+				synctest.Wait()
+				second := make(chan error, 1)
+				if !tc.alone {
+					go func() {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						defer cancel()
+						p, err := l.Acquire(ctx)
+						if err == nil {
+							l.Release(p, false)
+						}
+						second <- err
+					}()
+					synctest.Wait()
+				}
+				// Dropped: a latency sample would end a window and set
+				// the latencies this case sets.
+				l.Release(p, true)
+				err = <-first
+				if got := errors.Is(err, errNoTime); got != tc.wantNoTime {
+					t.Errorf("the first waiter (%v left; latency smoothed %v, last %v) got %v, want errNoTime %v", tc.left, tc.srtt, tc.recent, err, tc.wantNoTime)
+				}
+				if !tc.alone {
+					if err := <-second; err != nil {
+						t.Errorf("the second waiter got %v, want its slot", err)
+					}
+				}
+			})
+		})
+	}
 }

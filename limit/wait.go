@@ -227,8 +227,8 @@ func (l *Limiter) sampleWaiter() bool {
 // both wait, one grant in openShare goes to the oldest call without a
 // deadline; each with a token when the rate gate is on (the gate's timer
 // is armed for the next token when the waiter next in turn finds none).
-// A call with a deadline whose turn comes with less time left than the
-// destination's latency (see answerLocked) fails instead, with errNoTime,
+// A call with a deadline whose turn comes with less time left than twice
+// the destination's latency (see answerLocked) fails instead, with errNoTime,
 // when another call waits after it: the slot goes to a call that can use
 // it, not to an answer that would come after its caller left. The last
 // waiter gets its slot whatever its time left. Calls with mu held.
@@ -291,9 +291,11 @@ func (l *Limiter) grantLocked() {
 	}
 }
 
-// answerLocked returns how long the destination takes to answer now: the
-// smoothed latency of the sampled attempts, or the baseline when that is
-// higher or none is known yet (0 before any latency). Calls with mu held.
+// answerLocked returns the time left that a call needs at its turn for
+// its answer to come in time: twice the destination's latency now (the
+// smoothed latency of the sampled attempts, or the last window's mean
+// when lower, so that a destination that recovered is seen at once), at
+// least the baseline (0 before any latency). Calls with mu held.
 func (l *Limiter) answerLocked() time.Duration {
-	return max(l.learn.base.value, 2*l.learn.srtt)
+	return max(l.learn.base.value, 2*min(l.learn.srtt, l.learn.recent))
 }

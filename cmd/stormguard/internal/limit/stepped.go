@@ -260,9 +260,9 @@ func (s *Stepped[T]) expire(now time.Duration, hopeless func(T)) {
 // the calls without a deadline in arrival order (one grant in openShare
 // to them while both wait); a waiter's permit is sampled as the loaded
 // fast path's. A call with a deadline whose turn comes with less time
-// left than the destination's latency (twice the smoothed latency, at
-// least the baseline) while another call waits after it is hopeless
-// instead, as in package limit.
+// left than twice the destination's latency (the smoothed latency or the
+// last window's mean, the lower; at least the baseline) while another
+// call waits after it is hopeless instead, as in package limit.
 func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit), hopeless func(T)) {
 	for s.inflight < s.lim {
 		d, o := s.waiters.Front(), s.open.Front()
@@ -274,7 +274,7 @@ func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit), hopeless fu
 			return
 		}
 		if list == &s.waiters && (w.Next() != nil || o != nil) &&
-			w.Deadline() < now+max(s.learn.base.value, 2*s.learn.srtt) {
+			w.Deadline() < now+max(s.learn.base.value, 2*min(s.learn.srtt, s.learn.recent)) {
 			s.waiters.Remove(w)
 			hopeless(w.Value)
 			continue
