@@ -178,29 +178,25 @@ func TestTurnNeedsTwiceTheLatency(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				first := make(chan error, 1)
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), tc.left)
-					defer cancel()
-					p, err := l.Acquire(ctx)
-					if err == nil {
-						l.Release(p, false)
-					}
-					first <- err
-				}()
-				synctest.Wait()
-				second := make(chan error, 1)
-				if !tc.alone {
+				// wait starts a call that waits with left to its deadline.
+				wait := func(left time.Duration) <-chan error {
+					done := make(chan error, 1)
 					go func() {
-						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						ctx, cancel := context.WithTimeout(context.Background(), left)
 						defer cancel()
 						p, err := l.Acquire(ctx)
 						if err == nil {
 							l.Release(p, false)
 						}
-						second <- err
+						done <- err
 					}()
 					synctest.Wait()
+					return done
+				}
+				first := wait(tc.left)
+				var second <-chan error
+				if !tc.alone {
+					second = wait(10 * time.Second)
 				}
 				// Dropped: a latency sample would end a window and set
 				// the latencies this case sets.
