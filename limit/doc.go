@@ -39,12 +39,12 @@
 //     the queue the limit allows above the measured capacity. The limit
 //     grows only in windows that used at least half of it. The reference
 //     is the baseline, or, when higher, the latency the destination
-//     showed in the last window run at a low limit (at most 5, or an
-//     eighth of the last healthy limit; the gradient alone does not take
-//     the limit below 4): latency that stays high while
-//     this client sends little is the destination's (a slower service,
-//     other clients' queue), not this client's queue, so the limit
-//     settles at what the slower destination serves instead of
+//     showed in the last window run at a low limit (a limit in force, a
+//     cap included, of at most 5 or an eighth of the last healthy limit;
+//     the gradient alone does not take the limit below 4): latency that
+//     stays high while this client sends little is the destination's (a
+//     slower service, other clients' queue), not this client's queue, so
+//     the limit settles at what the slower destination serves instead of
 //     collapsing to 1.
 //   - Throughput probe: latency above the baseline is not always a queue
 //     at the destination (a round trip also spends time in the network
@@ -144,8 +144,10 @@
 // leave it no expected turn. And at its turn: a call whose slot comes with
 // less time left than twice the destination's latency (the smoothed
 // latency of its answers, or the last round trip's when lower; at least
-// the baseline) fails then, when another call waits
-// after it, and the slot goes to that call. Earliest deadline first is
+// the baseline) fails then, and the slot goes on to the next in turn,
+// when a later call has that much time left (or a call without a deadline
+// waits) and the free slots are fewer than the calls waiting (with the
+// rate gate on, whenever a token is due). Earliest deadline first is
 // the order that serves every call when all can be served; when the
 // destination slows down and they cannot, it hands each slot to the call
 // with the least time left, whose answer then comes after its caller
@@ -155,7 +157,8 @@
 // 95% load made 5 times slower for 5 s answered 354 waiting callers of a
 // possible 1,000, and served 160 answers after their caller left; with
 // the check, 923 and none). The last call waiting gets its slot whatever
-// its time left. A call without a deadline is never hopeless:
+// its time left, and so does the first in turn when no later call has the
+// time either. A call without a deadline is never hopeless:
 // it waits until it gets a slot or its context ends. A call whose context
 // ends while it waits leaves then, with an error wrapping ErrLimited and
 // the context's error. A call beyond Config.Waiting, or any call over the

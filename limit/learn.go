@@ -48,7 +48,10 @@ type learner struct {
 	restored   bool    // healthy was restored and no clean window confirmed it yet
 	srtt       time.Duration
 	recent     time.Duration // the mean latency of the last window with samples
-	base       baseline
+	// capped is a cap from outside on the limit in force (Limiter.SetCap),
+	// negative for none: a window run at a low cap runs at a low limit.
+	capped float64
+	base   baseline
 	// ref is the latency the destination shows when this limiter barely
 	// loads it: the minimum of the last window run at a low limit, lowered
 	// by any lower window minimum since. The gradient compares with
@@ -93,7 +96,7 @@ type learner struct {
 }
 
 func newLearner(max int, timeout time.Duration) learner {
-	c := learner{max: float64(max), slow: true}
+	c := learner{max: float64(max), slow: true, capped: -1}
 	c.limit = math.Min(initialLimit, c.max)
 	if timeout > 0 {
 		c.ceiling = timeout / 2
@@ -149,7 +152,11 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 	b := c.base.value
 	was := c.limit
 	if c.n > 0 && drops == 0 {
-		if was <= math.Max(lowLimit, c.healthy/8) || c.min < c.ref {
+		run := was // the limit in force in the window
+		if c.capped >= 0 && c.capped < run {
+			run = c.capped
+		}
+		if run <= math.Max(lowLimit, c.healthy/8) || c.min < c.ref {
 			c.ref = c.min
 		}
 	}

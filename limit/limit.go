@@ -31,12 +31,17 @@ var (
 )
 
 // waitError returns the refusal of a call whose context ended while it
-// waited: it wraps ErrLimited and the context's cause.
+// waited: it wraps ErrLimited, the context's error and, when the context
+// was ended with one, its cause.
 func waitError(ctx context.Context) error {
+	what := "context ended while waiting for a slot"
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("%w: deadline passed while waiting for a slot: %w", ErrLimited, context.Cause(ctx))
+		what = "deadline passed while waiting for a slot"
 	}
-	return fmt.Errorf("%w: context ended while waiting for a slot: %w", ErrLimited, context.Cause(ctx))
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf("%w: %s: %w (%w)", ErrLimited, what, ctx.Err(), cause)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrLimited, what, ctx.Err())
 }
 
 // Limiter bounds the attempts in flight to one destination by a limit it
@@ -343,6 +348,7 @@ func (l *Limiter) SetCap(n int) (inFlight, waiting int) {
 	l.mu.Lock()
 	if l.capped.Load() != c {
 		l.capped.Store(c)
+		l.learn.capped = float64(c)
 		l.setLimit(l.learn.limit)
 		l.grantLocked()
 	}

@@ -149,24 +149,25 @@ func TestOverloadSlotsGoToCallsThatCanUseThem(t *testing.T) {
 }
 
 // At its turn a call with a deadline needs twice the destination's
-// latency left when a later call waits: the lower of the smoothed latency
-// and the last round trip's, so that a destination that just recovered
-// (smoothed 100 ms, last round trip 10 ms) is seen at once. The last
-// waiter gets its slot whatever its time left.
+// latency left when a later call that has that much waits: the lower of
+// the smoothed latency and the last round trip's, so that a destination
+// that just recovered (smoothed 100 ms, last round trip 10 ms) is seen at
+// once. The last waiter gets its slot whatever its time left, and so does
+// the first when no later one has the time either.
 func TestTurnNeedsTwiceTheLatency(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name         string
 		srtt, recent time.Duration
-		left         time.Duration // the first waiter's time left
-		alone        bool          // no other waiter
+		left, second time.Duration // the waiters' time left (second 0: none)
 		wantNoTime   bool
 	}{
-		{"slow destination", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, false, true},
-		{"slow destination, enough time", 100 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, false, false},
-		{"recovered destination", 100 * time.Millisecond, 10 * time.Millisecond, 150 * time.Millisecond, false, false},
-		{"latency rising", 10 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, false, false},
-		{"last waiter", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, true, false},
+		{"slow destination", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 10 * time.Second, true},
+		{"slow destination, enough time", 100 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 10 * time.Second, false},
+		{"recovered destination", 100 * time.Millisecond, 10 * time.Millisecond, 150 * time.Millisecond, 10 * time.Second, false},
+		{"latency rising", 10 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 10 * time.Second, false},
+		{"last waiter", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 0, false},
+		{"no later waiter has the time", 100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 190 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -195,8 +196,8 @@ func TestTurnNeedsTwiceTheLatency(t *testing.T) {
 				}
 				first := wait(tc.left)
 				var second <-chan error
-				if !tc.alone {
-					second = wait(10 * time.Second)
+				if tc.second > 0 {
+					second = wait(tc.second)
 				}
 				// Dropped: a latency sample would end a window and set
 				// the latencies this case sets.
@@ -205,7 +206,7 @@ func TestTurnNeedsTwiceTheLatency(t *testing.T) {
 				if got := errors.Is(err, errNoTime); got != tc.wantNoTime {
 					t.Errorf("the first waiter (%v left; latency smoothed %v, last %v) got %v, want errNoTime %v", tc.left, tc.srtt, tc.recent, err, tc.wantNoTime)
 				}
-				if !tc.alone {
+				if second != nil {
 					if err := <-second; err != nil {
 						t.Errorf("the second waiter got %v, want its slot", err)
 					}

@@ -14,7 +14,7 @@ import (
 var (
 	errTooClose = fmt.Errorf("%w: the deadline leaves less than the destination's fastest answer", ErrLimited)
 	errNoTurn   = fmt.Errorf("%w: no slot expected before the deadline", ErrLimited)
-	errNoTime   = fmt.Errorf("%w: a slot came with less time left than the destination's latency, and later calls wait", ErrLimited)
+	errNoTime   = fmt.Errorf("%w: a slot came with less time left than twice the destination's latency, and a later call has more", ErrLimited)
 )
 
 // maxWalk bounds the waiters the hopeless checks walk at a time.
@@ -228,10 +228,13 @@ func (l *Limiter) sampleWaiter() bool {
 // deadline; each with a token when the rate gate is on (the gate's timer
 // is armed for the next token when the waiter next in turn finds none).
 // A call with a deadline whose turn comes with less time left than twice
-// the destination's latency (see answerLocked) fails instead, with errNoTime,
-// when another call waits after it: the slot goes to a call that can use
-// it, not to an answer that would come after its caller left. The last
-// waiter gets its slot whatever its time left. Calls with mu held.
+// the destination's latency (see answerLocked) fails instead, with
+// errNoTime, when a call that has that much time left waits after it (or
+// a call without a deadline waits) and the free slots are fewer than the
+// waiters (or the rate gate is on): the slot goes to a call that can use
+// it, not to an answer that would come after its caller left. When no
+// later call has the time, the slot goes to the first in turn as before:
+// failing them all would serve no one. Calls with mu held.
 func (l *Limiter) grantLocked() {
 	iv := l.riv.Load()
 	var now time.Duration
@@ -249,24 +252,30 @@ func (l *Limiter) grantLocked() {
 			return
 		}
 		s := l.state.Load()
-		if int64(uint32(s)) >= l.lim.Load() {
+		free := l.lim.Load() - int64(uint32(s))
+		if free <= 0 {
 			return
 		}
-		if list == &l.waiters && (w.Next() != nil || o != nil) {
+		if iv > 0 && !l.takeToken(now, iv) {
+			l.armLocked(now, l.nextToken(now))
+			return
+		}
+		if list == &l.waiters && (iv > 0 || free < int64(l.waiters.Len()+l.open.Len())) && (w.Next() != nil || o != nil) {
+			// A slot (and a token) for w, not for every waiter: the turn
+			// rule decides whether w or a later call gets it.
 			if !clocked {
 				now, clocked = l.since(), true
 			}
-			if w.Deadline() < sat.Add(now, l.answerLocked()) {
+			if need := sat.Add(now, l.answerLocked()); w.Deadline() < need && (o != nil || l.waiters.Back().Deadline() >= need) {
+				if iv > 0 {
+					l.giveToken(iv)
+				}
 				l.waiters.Remove(w)
 				l.nwait.Add(-1)
 				w.Value.hopeless, w.Value.noTime = true, true
 				w.Value.ch <- struct{}{}
 				continue
 			}
-		}
-		if iv > 0 && !l.takeToken(now, iv) {
-			l.armLocked(now, l.nextToken(now))
-			return
 		}
 		if !l.state.CompareAndSwap(s, s+1<<32+1) {
 			if iv > 0 {

@@ -62,6 +62,9 @@ func (l *List[T]) Full() bool { return l.Max > 0 && l.n >= l.Max }
 // Front returns the waiter with the earliest deadline, or nil.
 func (l *List[T]) Front() *Waiter[T] { return l.head }
 
+// Back returns the waiter with the latest deadline, or nil.
+func (l *List[T]) Back() *Waiter[T] { return l.tail }
+
 // Next returns the waiter after w in l's order, or nil.
 func (w *Waiter[T]) Next() *Waiter[T] { return w.next }
 

@@ -261,8 +261,10 @@ func (s *Stepped[T]) expire(now time.Duration, hopeless func(T)) {
 // to them while both wait); a waiter's permit is sampled as the loaded
 // fast path's. A call with a deadline whose turn comes with less time
 // left than twice the destination's latency (the smoothed latency or the
-// last window's mean, the lower; at least the baseline) while another
-// call waits after it is hopeless instead, as in package limit.
+// last window's mean, the lower; at least the baseline) while a call with
+// that much time left (or one without a deadline) waits after it, and
+// the free slots are fewer than the waiters, is hopeless instead, as in
+// package limit.
 func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit), hopeless func(T)) {
 	for s.inflight < s.lim {
 		d, o := s.waiters.Front(), s.open.Front()
@@ -273,8 +275,9 @@ func (s *Stepped[T]) grant(now time.Duration, grant func(T, Permit), hopeless fu
 		if w == nil {
 			return
 		}
-		if list == &s.waiters && (w.Next() != nil || o != nil) &&
-			w.Deadline() < now+max(s.learn.base.value, 2*min(s.learn.srtt, s.learn.recent)) {
+		if need := now + max(s.learn.base.value, 2*min(s.learn.srtt, s.learn.recent)); list == &s.waiters &&
+			s.lim-s.inflight < int64(s.Waiting()) && w.Deadline() < need &&
+			(o != nil || (w.Next() != nil && s.waiters.Back().Deadline() >= need)) {
 			s.waiters.Remove(w)
 			hopeless(w.Value)
 			continue
