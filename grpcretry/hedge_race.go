@@ -217,9 +217,9 @@ func (rs *raceState) fire() {
 	p := rs.p
 	cfg := p.cfg
 	g := p.t.Guards
-	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max {
+	if rs.over || rs.failed || rs.lost || rs.hedges >= cfg.hedge.max {
 		rs.mu.Unlock()
-		return
+		return // answered, failed, won by a hedge, or every hedge sent
 	}
 	if !rs.dueAllows(p.hh, cfg.hedge.share) {
 		// Held by the due-share bound: look again soon, while a hedge

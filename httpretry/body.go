@@ -153,7 +153,7 @@ func closeReqBody(req *http.Request) {
 // on in the background and handed whole to the caller if it gets it (a
 // body that came 120 ms after its headers was closed at 50 ms, and the
 // caller read nothing).
-func (c *call) detachBody(resp *http.Response) {
+func detachBody(resp *http.Response) {
 	rc := resp.Body
 	if rc == nil || rc == http.NoBody {
 		return

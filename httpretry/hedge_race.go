@@ -227,9 +227,9 @@ func (rs *raceState) fire() {
 	p := rs.p
 	g := p.dest.Guards
 	cfg := &p.t.cfg
-	if rs.over || rs.failed || rs.hedges >= cfg.hedge.max {
+	if rs.over || rs.failed || rs.lost || rs.hedges >= cfg.hedge.max {
 		rs.mu.Unlock()
-		return
+		return // answered, failed, won by a hedge, or every hedge sent
 	}
 	if !rs.dueAllows(p.hh, cfg.hedge.share) {
 		// Held by the due-share bound: look again soon, while a hedge
@@ -268,8 +268,11 @@ func (rs *raceState) fire() {
 	}
 	t0 := time.Now()
 	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
-	releaseSlot(g, slot, p.ctx, lctx, rs.won.Load(), resp, err)
 	won := good(resp, err)
+	if !won && resp != nil {
+		detachBody(resp) // a failed answer holds its slot while its body is read, as send's does
+	}
+	releaseSlot(g, slot, p.ctx, lctx, rs.won.Load(), resp, err)
 	if !won && resp != nil {
 		p.hh.pushback(resp.StatusCode, retryAfterOf(resp), resp.Header)
 		capacityHint(p.dest, resp.StatusCode, resp.Header) // a losing hedge's hint counts too
@@ -287,7 +290,7 @@ func (rs *raceState) fire() {
 	if cfg.observer != nil {
 		// A good answer that came after another copy won lost the race:
 		// "canceled", like a loser that its cancel stopped.
-		hedgeEnd(cfg.observer, p.dest, lctx, num, resp, err, t0, won && !winner)
+		hedgeEnd(cfg.observer, p.dest, p.ctx, lctx, num, resp, err, t0, won && !winner)
 	}
 	rs.results <- leg{i: i, resp: resp, err: err}
 }
@@ -310,7 +313,7 @@ func (c *call) closeLeg(l leg, rs *raceState) {
 		return
 	}
 	if l.resp != nil && l.resp.Body != nil {
-		drainClose(l.resp.Body)
+		discardBody(l.resp.Body) // read already, if a hedge's (detachBody)
 	}
 	rs.cancels[l.i]()
 }

@@ -2,6 +2,7 @@ package httpretry
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -55,12 +56,15 @@ func hedgeStart(o observe.Observer, dest *host, ctx context.Context, num int) co
 	return ctx
 }
 
-// hedgeEnd reports the end of hedge num to dest to o.
-// lost: its answer was good but another copy had won the race.
-func hedgeEnd(o observe.Observer, dest *host, ctx context.Context, num int, resp *http.Response, err error, t0 time.Time, lost bool) {
+// hedgeEnd reports the end of hedge num to dest to o; parent is the
+// attempt's context, ctx the hedge's own. lost: its answer was good but
+// another copy had won the race. A hedge that failed because the race
+// canceled it or its call's context ended is "canceled"; one that failed
+// on its own attempt timeout is a "failure", as a first copy that did.
+func hedgeEnd(o observe.Observer, dest *host, parent, ctx context.Context, num int, resp *http.Response, err error, t0 time.Time, lost bool) {
 	e := observe.Event{Kind: observe.AttemptEnd, Name: dest.Name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
 	switch {
-	case lost || ctx.Err() != nil && !good(resp, err):
+	case lost || !good(resp, err) && (parent.Err() != nil || errors.Is(ctx.Err(), context.Canceled)):
 		e.Outcome = "canceled"
 	case good(resp, err):
 		e.Outcome = "success"

@@ -420,7 +420,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	// The attempt's answer, for the loop: the status, and Retry-After on
 	// 429, 503 and 409 (the loop's floor on the next sleep).
 	se := &StatusError{Code: code, After: hint}
-	c.detachBody(resp)
+	detachBody(resp)
 	switch {
 	case !c.retryable:
 		return resp, retry.Permanent(se)
