@@ -407,16 +407,23 @@ func hedgeStart(o observe.Observer, ctx context.Context, name string, num int) c
 	return ctx
 }
 
-// hedgeEnd reports the end of hedge num to target name to o; lost: its
-// answer was good but another copy had won the race.
-func hedgeEnd(o observe.Observer, ctx context.Context, name string, num int, err error, t0 time.Time, lost bool) {
+// hedgeEnd reports the end of hedge num to target name to o; parent is
+// the attempt's context, ctx the hedge's own. lost: its answer was good
+// but another copy had won the race. As the loop's attempts: "success"
+// for an OK answer, "rejected" for another answer that wins a race (a
+// NOT_FOUND: the dependency answered, but no), "canceled" for a hedge the
+// race canceled or whose call's context had ended (the caller's deadline
+// or cancel), "failure" for the rest (its own attempt timeout included).
+func hedgeEnd(o observe.Observer, parent, ctx context.Context, name string, num int, err error, t0 time.Time, lost bool) {
 	e := observe.Event{Kind: observe.AttemptEnd, Name: name, Attempt: num, Hedge: true, Elapsed: time.Since(t0), Err: err}
 	switch {
 	case lost:
 		e.Outcome = "canceled"
-	case good(err):
+	case err == nil:
 		e.Outcome = "success"
-	case errors.Is(ctx.Err(), context.Canceled):
+	case good(err):
+		e.Outcome = "rejected"
+	case parent.Err() != nil || errors.Is(ctx.Err(), context.Canceled):
 		e.Outcome = "canceled"
 	default:
 		e.Outcome = "failure"

@@ -3,6 +3,7 @@ package grpcretry
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stormguard/stormguard/grpcretry/internal/lathist"
+	"github.com/stormguard/stormguard/limit"
 )
 
 // raceState is what one race uses: its copies' cancels, the hedges' ends
@@ -166,6 +168,9 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 			switch {
 			case l.p != nil:
 				reap(rs, legs, pending, true)
+				if l.p == goexited {
+					runtime.Goexit()
+				}
 				panic(l.p)
 			case good(l.e.err):
 				reap(rs, legs, pending, true)
@@ -262,7 +267,29 @@ func (rs *raceState) fire() {
 	l := legCall{invoker: p.invoker, method: p.method, req: p.req, reply: hl.reply, cc: p.cc, opts: hl.opts, trailer: &hl.trailer,
 		timeout: cfg.attemptTimeout > 0}
 	t0 := time.Now()
+	returned := false
+	defer func() {
+		if !returned {
+			// runtime.Goexit in the invoker (an interceptor's t.FailNow):
+			// the hedge still ends, its slot given back and its end sent
+			// to the race, which goes on with the Goexit in the caller's
+			// goroutine as it does with a panic.
+			rs.hedgeEnded(i, num, hl, l, lctx, slot, t0, goexited, errGoexited)
+		}
+	}()
 	pv, err := invoke(l, lctx)
+	returned = true
+	rs.hedgeEnded(i, num, hl, l, lctx, slot, t0, pv, err)
+}
+
+// hedgeEnded ends hedge i (numbered num on the wire) of rs, made by l on
+// lctx from t0 with slot: its slot goes back, a failure's pushback counts,
+// a good answer (or a panic) that comes first wins the race, an observer
+// hears its end, and the race gets it. pv is its panic (goexited for a
+// runtime.Goexit), err its error.
+func (rs *raceState) hedgeEnded(i, num int, hl *hedgeLeg, l legCall, lctx context.Context, slot limit.Permit, t0 time.Time, pv any, err error) {
+	p := rs.p
+	g := p.t.Guards
 	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(p.ctx, lctx, err) && p.ctx.Err() == nil}
 	ours := errors.Is(lctx.Err(), context.Canceled) && (rs.won.Load() || p.ctx.Err() == nil) // the race canceled it
 	if g.Limiter != nil {
@@ -282,10 +309,10 @@ func (rs *raceState) fire() {
 		rs.failed = true // a failure: no more hedges in this race
 	}
 	rs.mu.Unlock()
-	if o != nil {
+	if o := p.cfg.observer; o != nil {
 		// A good answer that came after another copy won lost the race:
 		// "canceled", like a loser that its cancel stopped.
-		hedgeEnd(o, lctx, p.t.Name, num, err, t0, won && !winner)
+		hedgeEnd(o, p.ctx, lctx, p.t.Name, num, err, t0, won && !winner)
 	}
 	rs.results <- leg{i: i, e: e, hl: hl, p: pv}
 }
@@ -314,8 +341,17 @@ type legCall struct {
 }
 
 // errPanicked is the end of a copy whose invoker panicked: a failure
-// (its limiter slot is given back as a drop), never a race's winner.
-var errPanicked = status.Error(codes.Internal, "grpcretry: the invoker panicked")
+// (its limiter slot is given back as a drop), never a race's winner;
+// errGoexited the same for one whose invoker called runtime.Goexit.
+var (
+	errPanicked = status.Error(codes.Internal, "grpcretry: the invoker panicked")
+	errGoexited = status.Error(codes.Internal, "grpcretry: the invoker called runtime.Goexit")
+)
+
+// goexited is the panic value of a hedge whose invoker called
+// runtime.Goexit: the race raises runtime.Goexit in the caller's
+// goroutine for it, as it raises a hedge's panic.
+var goexited any = &errGoexited
 
 // invoke makes l's call on lctx. A panic of the invoker (an interceptor
 // under the client's) is recovered, for the race to raise it again in the
