@@ -14,7 +14,10 @@ import (
 var (
 	errTooClose = fmt.Errorf("%w: the deadline leaves less than the destination's fastest answer", ErrLimited)
 	errNoTurn   = fmt.Errorf("%w: no slot expected before the deadline", ErrLimited)
-	errNoTime   = fmt.Errorf("%w: a slot came with less time left than twice the destination's latency, and a later call has more", ErrLimited)
+	// errWaitDeadline refuses a call granted a slot at or after its
+	// deadline, its context's timer not run yet.
+	errWaitDeadline = fmt.Errorf("%w: deadline passed while waiting for a slot: %w", ErrLimited, context.DeadlineExceeded)
+	errNoTime       = fmt.Errorf("%w: a slot came with less time left than twice the destination's latency, and a later call has more", ErrLimited)
 )
 
 // maxWalk bounds the waiters the hopeless checks walk at a time.
@@ -139,6 +142,15 @@ func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose <
 				return Permit{}, errNoTime
 			}
 			return Permit{}, errNoTurn
+		}
+		// A slot granted as the call's context ended, or at or after its
+		// deadline (before the context's timer ran): the call gets no slot
+		// it has no time to use, and the slot goes back unused.
+		if ctx.Err() != nil {
+			return Permit{}, l.leave(n, waitError(ctx))
+		}
+		if n.Deadline() != math.MaxInt64 && l.since() >= n.Deadline() {
+			return Permit{}, l.leave(n, errWaitDeadline)
 		}
 	case <-tooClose:
 		return Permit{}, l.leave(n, errTooClose)

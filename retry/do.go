@@ -128,10 +128,11 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 	if p.path != pathGuarded {
 		return p.loop(ctx, op, first, nil)
 	}
-	// A breaker, a limiter, an observer or an attempt timeout: if op
-	// panics or calls runtime.Goexit, the deferred function ends the
-	// attempt as the loop would have had op returned, before the panic
-	// goes on (see attempt). The loop itself has too many returns for a
+	// A breaker, a limiter, an observer or an attempt timeout: if op (or
+	// the observer or the classifier, from the attempt's start to the
+	// report of its outcome) panics or calls runtime.Goexit, the deferred
+	// function ends the attempt as the loop would have had op returned,
+	// before the panic goes on (see attempt). The loop itself has too many returns for a
 	// defer of its own to be cheap; here it costs a guarded call one
 	// deferred call that tests a flag.
 	a := attempt{p: p, ctx: ctx}
@@ -278,17 +279,18 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				actx = markProbe(actx) // see IsProbe
 			}
 			var started time.Time
-			if p.observer != nil {
-				actx, started = p.attemptStart(actx, attempt)
-				g.actx, g.n, g.started = actx, attempt, started // as g.permit
-			}
 			if g != nil {
+				// Until the attempt's outcome is reported, a panic (or a
+				// runtime.Goexit) of op, of the observer or of the
+				// classifier ends the attempt as op's would (see run).
 				g.running = true
-				err = op(actx, attempt)
-				g.running = false
-			} else {
-				err = op(actx, attempt)
 			}
+			if p.observer != nil {
+				g.actx, g.n = actx, attempt // as g.permit; for an AttemptStart that panics
+				actx, started = p.attemptStart(actx, attempt)
+				g.actx, g.started = actx, started
+			}
+			err = op(actx, attempt)
 			attemptExpired = cancel != nil && actx.Err() != nil
 			// Late: the caller went away or the call's deadline passed
 			// while the attempt ran, its context's timer run or not yet.
@@ -302,11 +304,15 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			}
 			if lim != nil {
 				lim.Release(slot, err != nil && p.dropped(ctx, err, attemptExpired || late))
+				g.slot = limit.Permit{} // given back: not again if the classifier panics below
 			}
 			if cancel != nil {
 				cancel()
 			}
 			if err == nil {
+				if g != nil {
+					g.running = false
+				}
 				if brk != nil {
 					brk.Done(permit, true) // at its end: a long attempt's success counts where it ended
 				}
@@ -318,6 +324,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		// The caller's end and the deadline come before the classifier:
 		// they are never retried, whatever the error says.
 		if late {
+			if g != nil {
+				g.running = false
+			}
 			if brk != nil {
 				brk.Cancel(permit) // the caller went away: no outcome
 			}
@@ -336,6 +345,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			} else {
 				brk.Done(permit, true)
 			}
+		}
+		if g != nil {
+			g.running = false // the attempt's outcome is reported
 		}
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			return p.stop(ctx, Deadline, attempt, err, 0)

@@ -50,11 +50,12 @@ type attempt struct {
 	slot    limit.Permit       // the limiter's, if the policy has one
 	n       int                // the attempt's number
 	started time.Time          // when it began, for the observer
-	running bool               // op is running: set just before it, cleared when it returns
+	running bool               // the attempt runs: set before the observer hears of its start, cleared once its outcome is reported
 }
 
 // panicked ends an attempt whose op panicked with v (nil: it called
-// runtime.Goexit, or no observer recovered the panic): the attempt is a
+// runtime.Goexit, or no observer recovered the panic), or whose observer
+// or classifier did before its outcome was reported: the attempt is a
 // failure for the breaker (so that a half-open probe never holds its slot
 // forever), the observer hears of the attempt's end and of the call's (so
 // that the attempt's span ends), the attempt's context is released, and,
@@ -70,7 +71,11 @@ func (a *attempt) panicked(v any) {
 	}
 	if p.observer != nil {
 		e := &panicError{value: v}
-		p.attemptEnd(a.actx, a.n, e, a.started, false)
+		started := a.started
+		if started.IsZero() { // AttemptStart panicked
+			started = time.Now()
+		}
+		p.attemptEnd(a.actx, a.n, e, started, false)
 		p.observer.Observe(a.ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: a.n, Reason: "panic", Err: e})
 	}
 	if a.cancel != nil {
