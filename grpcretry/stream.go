@@ -491,10 +491,11 @@ func (rs *retryStream) answered(err error) error {
 // whatever the error.
 func (rs *retryStream) failed(ctx, actx context.Context, cancel context.CancelCauseFunc, timer *cutTimer, err error, cs grpc.ClientStream, final bool) error {
 	timer.stop()
+	// Cut off by its timeout: DEADLINE_EXCEEDED, also when the caller's
+	// deadline came at the same instant (the cut's CANCELED would say the
+	// caller left); retried only if the caller still waits.
+	err = cutOff(actx, err)
 	timedOut := context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil
-	if timedOut {
-		err = cutOff(actx, err)
-	}
 	var trailer metadata.MD
 	if cs != nil {
 		trailer = cs.Trailer()
