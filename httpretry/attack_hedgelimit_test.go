@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ type hlAnswer struct {
 	deaf   bool          // ignore the request's context
 	slow   time.Duration // the body's first Read waits this long
 	panic  bool          // panic after the wait
+	goexit bool          // runtime.Goexit after the wait
 }
 
 // hlBase is an in-memory RoundTripper for synctest bubbles. plan gets the
@@ -87,6 +89,9 @@ func (b *hlBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if a.panic {
 		panic(http.ErrAbortHandler)
+	}
+	if a.goexit {
+		runtime.Goexit()
 	}
 	if a.err != nil {
 		return nil, a.err

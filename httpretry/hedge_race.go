@@ -2,12 +2,15 @@ package httpretry
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/stormguard/stormguard/internal/lathist"
+	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
@@ -18,6 +21,7 @@ type leg struct {
 	i    int
 	resp *http.Response
 	err  error
+	p    any // the panic of a hedge's base (goexited for runtime.Goexit), raised in the caller's goroutine
 }
 
 // raceState is what one race uses: its copies' cancels, the hedges' ends
@@ -187,6 +191,13 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 		case l := <-rs.results:
 			pending--
 			c.closeLeg(held, rs)
+			if l.p != nil {
+				reap(rs, legs, pending, -1)
+				if l.p == goexited {
+					runtime.Goexit()
+				}
+				panic(l.p)
+			}
 			if good(l.resp, l.err) {
 				return c.win(rs, l, legs, pending, start)
 			}
@@ -267,8 +278,36 @@ func (rs *raceState) fire() {
 		lctx = hedgeStart(cfg.observer, p.dest, lctx, num)
 	}
 	t0 := time.Now()
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// The base panicked, or called runtime.Goexit, on the timer's
+		// goroutine, where a panic would end the program: the hedge ends
+		// as a failure that wins the race, and the race raises the panic
+		// (the Goexit) in the caller's goroutine, as a first copy's goes on
+		// there.
+		pv := recover()
+		if pv == nil {
+			pv = goexited
+		}
+		rs.hedgeEnded(i, num, lctx, slot, t0, nil, errPanicked, pv)
+	}()
 	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
-	won := good(resp, err)
+	returned = true
+	rs.hedgeEnded(i, num, lctx, slot, t0, resp, err, nil)
+}
+
+// hedgeEnded ends hedge i (numbered num on the wire) of rs, sent on lctx
+// at t0 with slot: a failed answer's body is read and its slot goes back,
+// its pushback and capacity hint count, a good answer (or a panic, pv not
+// nil) that comes first wins the race, an observer hears its end, and the
+// race gets it.
+func (rs *raceState) hedgeEnded(i, num int, lctx context.Context, slot limit.Permit, t0 time.Time, resp *http.Response, err error, pv any) {
+	p := rs.p
+	g := p.dest.Guards
+	won := pv == nil && good(resp, err)
 	if !won && resp != nil {
 		detachBody(resp) // a failed answer holds its slot while its body is read, as send's does
 	}
@@ -278,7 +317,7 @@ func (rs *raceState) fire() {
 		capacityHint(p.dest, resp.StatusCode, resp.Header) // a losing hedge's hint counts too
 	}
 	rs.mu.Lock()
-	winner := won && !rs.over && !rs.lost
+	winner := (won || pv != nil) && !rs.over && !rs.lost
 	if winner {
 		rs.lost = true
 		rs.cancels[0]()
@@ -287,13 +326,22 @@ func (rs *raceState) fire() {
 		rs.failed = true // a failure: no more hedges in this race
 	}
 	rs.mu.Unlock()
-	if cfg.observer != nil {
+	if o := p.t.cfg.observer; o != nil {
 		// A good answer that came after another copy won lost the race:
 		// "canceled", like a loser that its cancel stopped.
-		hedgeEnd(cfg.observer, p.dest, p.ctx, lctx, num, resp, err, t0, won && !winner)
+		hedgeEnd(o, p.dest, p.ctx, lctx, num, resp, err, t0, won && !winner)
 	}
-	rs.results <- leg{i: i, resp: resp, err: err}
+	rs.results <- leg{i: i, resp: resp, err: err, p: pv}
 }
+
+// errPanicked is the error of a hedge whose base panicked or called
+// runtime.Goexit: a failure (its limiter slot is given back as a drop).
+var errPanicked = errors.New("httpretry: the base transport panicked during a hedge")
+
+// goexited is the panic value of a hedge whose base called
+// runtime.Goexit: the race calls runtime.Goexit in the caller's goroutine
+// for it, as it panics there with a hedge's panic.
+var goexited any = &errPanicked
 
 // legContext returns the context of one copy of a race, on ctx: capped
 // at the attempt timeout d from now as send's attempts are, else only
