@@ -158,15 +158,15 @@
 // possible 1,000, and served 160 answers after their caller left; with
 // the check, 923 and none). The last call waiting gets its slot whatever
 // its time left, and so does the first in turn when no later call has the
-// time either. A call without a deadline is never hopeless:
-// it waits until it gets a slot or its context ends. A call whose context
+// time either. A call without a deadline is never hopeless: it waits
+// until it gets a slot or its context ends. A call whose context
 // ends while it waits leaves then, with an error wrapping ErrLimited and
 // the context's error, and so does one whose slot comes as its context
 // ends or at its deadline (the slot goes back unused): a call that waited
-// never gets a slot it has no time to use. A call beyond Config.Waiting, or any call over the
-// limit with waiting off, fails at once; so does one whose context is
-// already done (with the context's error): pass a done context to take a
-// slot only if one is free now.
+// never gets a slot it has no time to use. A call beyond Config.Waiting,
+// or any call over the limit with waiting off, fails at once; so does one
+// whose context is already done (with the context's error): pass a done
+// context to take a slot only if one is free now.
 //
 // # Rate gate
 //
