@@ -60,6 +60,16 @@ func rlNewRig(t *testing.T, c limit.Config) *rlRig {
 
 // free counts the free slots (up to 3) with Acquire on a done context, and
 // gives them back.
+// giveBack releases p, the slot a test held, and checks that every slot
+// of the rig's limiter is free then.
+func (r *rlRig) giveBack(t *testing.T, p limit.Permit) {
+	t.Helper()
+	r.lim.Release(p, false)
+	if f := r.free(); f != 1 {
+		t.Errorf("free %d", f)
+	}
+}
+
 func (r *rlRig) free() int {
 	var ps []limit.Permit
 	for range 3 {
@@ -327,10 +337,7 @@ func TestAttackLimitRefusalLaterAttempt(t *testing.T) {
 		if got := o.String(); got != "[attempt-start #1  ] [attempt-end #1 failure ] [retry #1 backoff ] [give-up #1  limited] " {
 			t.Errorf("events %s", got)
 		}
-		r.lim.Release(<-took, false)
-		if f := r.free(); f != 1 {
-			t.Errorf("free %d", f)
-		}
+		r.giveBack(t, <-took)
 	})
 }
 
@@ -384,10 +391,7 @@ func TestAttackLimitCancelWhileWaitingForSlot(t *testing.T) {
 						t.Errorf("sent %d deposits %d", sent, b.dep.Load())
 					}
 					time.Sleep(2 * time.Second)
-					r.lim.Release(<-held, false)
-					if f := r.free(); f != 1 {
-						t.Errorf("free %d", f)
-					}
+					r.giveBack(t, <-held)
 					t.Logf("events %s", o)
 				})
 			})
@@ -419,10 +423,7 @@ func TestAttackLimitDeadlineWhileWaitingForSlot(t *testing.T) {
 		if got := o.String(); got != "[give-up #0  limited] " {
 			t.Errorf("events %s", got)
 		}
-		r.lim.Release(hold, false)
-		if f := r.free(); f != 1 {
-			t.Errorf("free %d", f)
-		}
+		r.giveBack(t, hold)
 	})
 }
 
@@ -770,10 +771,7 @@ func TestAttackLimitWaitingFullLimited(t *testing.T) {
 		if got := o.String(); got != "[give-up #0  limited] [give-up #0  canceled] " {
 			t.Errorf("events %s", got)
 		}
-		r.lim.Release(hold, false)
-		if f := r.free(); f != 1 {
-			t.Errorf("free %d", f)
-		}
+		r.giveBack(t, hold)
 	})
 }
 
@@ -796,10 +794,7 @@ func TestAttackLimitDoValueIfLimitedKeepsValue(t *testing.T) {
 			!strings.Contains(fmt.Sprint(re.Err), "asked for another attempt") {
 			t.Errorf("v %d err %v", v, err)
 		}
-		r.lim.Release(<-took, false)
-		if f := r.free(); f != 1 {
-			t.Errorf("free %d", f)
-		}
+		r.giveBack(t, <-took)
 	})
 }
 
