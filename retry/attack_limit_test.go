@@ -121,7 +121,7 @@ type rlTemp struct{}
 func (rlTemp) Error() string   { return "transient" }
 func (rlTemp) Temporary() bool { return true }
 
-var rlPlain = errors.New("plain answer")
+var errPlainAnswer = errors.New("plain answer")
 
 func rlPolicy(t *testing.T, g retry.Guards, opts ...retry.Option) *retry.Policy {
 	t.Helper()
@@ -156,7 +156,7 @@ func TestAttackLimitSlotGivenBackOnceAsDocumented(t *testing.T) {
 	}
 	cases := []tc{
 		{"success", nil, bg, do(func(context.Context, int) error { return nil }), 1},
-		{"plain error", nil, bg, do(func(context.Context, int) error { return rlPlain }), 1},
+		{"plain error", nil, bg, do(func(context.Context, int) error { return errPlainAnswer }), 1},
 		{"retryable once", []retry.Option{retry.WithMaxAttempts(1)}, bg, do(func(context.Context, int) error { return rlTemp{} }), 0},
 		{"retryable then success", nil, bg, do(func(_ context.Context, a int) error {
 			if a == 1 {
@@ -165,21 +165,21 @@ func TestAttackLimitSlotGivenBackOnceAsDocumented(t *testing.T) {
 			return nil
 		}), 1},
 		{"permanent retryable", nil, bg, do(func(context.Context, int) error { return retry.Permanent(rlTemp{}) }), 0},
-		{"permanent plain", nil, bg, do(func(context.Context, int) error { return retry.Permanent(rlPlain) }), 1},
+		{"permanent plain", nil, bg, do(func(context.Context, int) error { return retry.Permanent(errPlainAnswer) }), 1},
 		{"attempt timeout", []retry.Option{retry.WithMaxAttempts(1), retry.WithAttemptTimeout(10 * time.Millisecond)}, bg,
 			do(func(ctx context.Context, _ int) error { <-ctx.Done(); return ctx.Err() }), 0},
 		{"attempt timeout plain", []retry.Option{retry.WithMaxAttempts(1), retry.WithAttemptTimeout(10 * time.Millisecond)}, bg,
-			do(func(ctx context.Context, _ int) error { <-ctx.Done(); return rlPlain }), 0},
+			do(func(ctx context.Context, _ int) error { <-ctx.Done(); return errPlainAnswer }), 0},
 		{"attempt timeout, classifier says no", []retry.Option{retry.WithAttemptTimeout(10 * time.Millisecond), retry.WithClassifier(func(error) bool { return false })}, bg,
 			do(func(ctx context.Context, _ int) error { <-ctx.Done(); return ctx.Err() }), 0},
-		{"call deadline plain", nil, dl, do(func(ctx context.Context, _ int) error { <-ctx.Done(); return rlPlain }), 0},
-		{"call deadline plain, attempt timeout", []retry.Option{retry.WithAttemptTimeout(time.Hour)}, dl, do(func(ctx context.Context, _ int) error { <-ctx.Done(); return rlPlain }), 0},
-		{"call deadline passes, op ignores ctx", nil, dl, do(func(ctx context.Context, _ int) error { time.Sleep(2 * time.Second); return rlPlain }), 0},
+		{"call deadline plain", nil, dl, do(func(ctx context.Context, _ int) error { <-ctx.Done(); return errPlainAnswer }), 0},
+		{"call deadline plain, attempt timeout", []retry.Option{retry.WithAttemptTimeout(time.Hour)}, dl, do(func(ctx context.Context, _ int) error { <-ctx.Done(); return errPlainAnswer }), 0},
+		{"call deadline passes, op ignores ctx", nil, dl, do(func(ctx context.Context, _ int) error { time.Sleep(2 * time.Second); return errPlainAnswer }), 0},
 		{"canceled during attempt", nil, bg, func(ctx context.Context, p *retry.Policy, cancel context.CancelFunc) error {
-			return p.Do(ctx, func(context.Context, int) error { cancel(); return rlPlain })
+			return p.Do(ctx, func(context.Context, int) error { cancel(); return errPlainAnswer })
 		}, 0},
 		{"canceled during attempt, deadline", nil, dl, func(ctx context.Context, p *retry.Policy, cancel context.CancelFunc) error {
-			return p.Do(ctx, func(context.Context, int) error { cancel(); return rlPlain })
+			return p.Do(ctx, func(context.Context, int) error { cancel(); return errPlainAnswer })
 		}, 0},
 		{"canceled during sleep", []retry.Option{retry.WithBackoff(mustBackoff(t, 0, time.Second, time.Second, 0.99))}, bg, func(ctx context.Context, p *retry.Policy, cancel context.CancelFunc) error {
 			go func() { time.Sleep(100 * time.Millisecond); cancel() }()
@@ -194,7 +194,7 @@ func TestAttackLimitSlotGivenBackOnceAsDocumented(t *testing.T) {
 			return err
 		}, 1},
 		{"DoValueIf plain error", nil, bg, func(ctx context.Context, p *retry.Policy, _ context.CancelFunc) error {
-			_, err := retry.DoValueIf(ctx, p, func(context.Context, int) (int, error) { return 0, rlPlain }, func(int) bool { return true })
+			_, err := retry.DoValueIf(ctx, p, func(context.Context, int) (int, error) { return 0, errPlainAnswer }, func(int) bool { return true })
 			return err
 		}, 1},
 		{"DoValue success", nil, bg, func(ctx context.Context, p *retry.Policy, _ context.CancelFunc) error {
@@ -655,7 +655,7 @@ func TestAttackLimitPanicOutsideOpKeepsSlot(t *testing.T) {
 			var v any
 			func() {
 				defer func() { v = recover() }()
-				_ = p.Do(context.Background(), func(context.Context, int) error { return rlPlain })
+				_ = p.Do(context.Background(), func(context.Context, int) error { return errPlainAnswer })
 			}()
 			if f := r.free(); f != 1 {
 				t.Errorf("panicked with %v; free slots after = %d, want 1", v, f)
