@@ -250,10 +250,11 @@
 // first R (cold). Latency is the attempts' as the limiters measure it,
 // including any time spent in the client (a loaded machine, a
 // contended scheduler): a process that is itself the bottleneck makes the
-// fleet's rate fall. In local mode (a failed sync) the gates are lifted
-// and each process's limiter decides alone, by its own learned limit (at
-// most Limit.Max, never unlimited); the next sync that succeeds gates
-// them again, and Close lifts them.
+// fleet's rate fall. In local mode (a failed round trip: a sync, a
+// lease, a probe round) the gates are lifted and each process's limiter
+// decides alone, by its own learned limit (at most Limit.Max, never
+// unlimited); the next sync that succeeds gates them again, and Close
+// lifts them.
 //
 // What it costs: the success path with a token due is one more
 // compare-and-swap (no lock, no allocation); each sync carries nine more

@@ -187,7 +187,6 @@ func (f *Fleet) sync(final bool) error {
 	}
 	f.syncFailures.Add(1)
 	f.failed(tr, fmt.Errorf("fleet: sync: %w", err))
-	f.ungate()
 	if r, ok := f.be.(interface{ reload() }); ok {
 		r.reload()
 	}
@@ -208,11 +207,13 @@ func (f *Fleet) ungate() {
 	}
 }
 
-// failed records err, the failure of round trip tr, and switches to local
-// mode.
+// failed records err, the failure of round trip tr (a sync, a lease, a
+// probe round), and switches to local mode, where the rate gates are
+// lifted and each limiter decides alone.
 func (f *Fleet) failed(tr *trip, err error) {
 	f.noteFailure(tr, err, true)
 	f.setMode(ModeLocal, err)
+	f.ungate()
 }
 
 // noteFailure counts the failure of round trip tr once (its caller's
