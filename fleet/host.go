@@ -66,7 +66,7 @@ type host struct {
 	// rateReport), with the outcomes of the syncs in between.
 	rateOK, rateBad atomic.Uint64 // outcomes since the last rate report
 	rateAt          atomic.Int64  // when the last rate report was collected (or the first sync, see rateReport), on f's clock (ns; 0: no sync yet)
-	rateNow         atomic.Bool   // the next sync reports to the rate, due or not (after a failed sync)
+	rateNow         atomic.Bool   // the next sync reports to the rate, due or not (after a failed round trip)
 
 	steerMu sync.Mutex // held by steer
 	steerAt int64      // guarded by steerMu: the server's time of the newest state steer acted on (µs)
@@ -152,7 +152,7 @@ func (h *host) limitReport(final bool) *limitReport {
 // has not been told of, and returns h's report to the rate (nil without a
 // limiter, or when none is due): one per rate window (a sync due within
 // half a sync interval of the window's end counts), the last (final)
-// always, and the first after a failed sync (it gates the limiter again).
+// always, and the first after a failed round trip (it gates the limiter again).
 // The first report comes at the first sync when the sync interval is the
 // window, as it always did; with shorter syncs, one window after the first
 // sync, so that it carries a window's demand, not a sync's (a cold fleet's
