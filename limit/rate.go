@@ -183,11 +183,9 @@ func (l *Limiter) expireRateLocked(now time.Duration) {
 	for w := l.waiters.Front(); w != nil && i < maxWalk; {
 		next := w.Next()
 		if !l.rateTurnLocked(now, w.Deadline(), i) {
-			l.waiters.Remove(w)
-			l.nwait.Add(-1)
-			w.Value.hopeless, w.Value.noToken = true, true
+			w.Value.noToken = true
 			l.repNoTok++
-			w.Value.ch <- struct{}{}
+			l.failLocked(w)
 		} else {
 			i++
 		}

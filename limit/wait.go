@@ -217,10 +217,7 @@ func (l *Limiter) expireLocked(now time.Duration) {
 	for w := l.waiters.Front(); w != nil && i < maxWalk; {
 		next := w.Next()
 		if w.Deadline() < now+time.Duration(i+1)*gap+b {
-			l.waiters.Remove(w)
-			l.nwait.Add(-1)
-			w.Value.hopeless = true
-			w.Value.ch <- struct{}{}
+			l.failLocked(w)
 		} else {
 			i++
 		}
@@ -282,10 +279,8 @@ func (l *Limiter) grantLocked() {
 				if iv > 0 {
 					l.giveToken(iv)
 				}
-				l.waiters.Remove(w)
-				l.nwait.Add(-1)
-				w.Value.hopeless, w.Value.noTime = true, true
-				w.Value.ch <- struct{}{}
+				w.Value.noTime = true
+				l.failLocked(w)
 				continue
 			}
 		}
@@ -310,6 +305,16 @@ func (l *Limiter) grantLocked() {
 		w.Value.granted = true
 		w.Value.ch <- struct{}{}
 	}
+}
+
+// failLocked takes w, a call with a deadline, off the list and wakes it
+// as hopeless (its flags say why, errNoTurn when none is set). Calls with
+// mu held.
+func (l *Limiter) failLocked(w *waitq.Waiter[waiter]) {
+	l.waiters.Remove(w)
+	l.nwait.Add(-1)
+	w.Value.hopeless = true
+	w.Value.ch <- struct{}{}
 }
 
 // answerLocked returns the time left that a call needs at its turn for
