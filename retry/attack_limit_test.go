@@ -442,7 +442,9 @@ func TestAttackLimitCancelBeforeGrantSendsNothing(t *testing.T) {
 			p := rlPolicy(t, retry.Guards{Limiter: r.lim, Budget: b})
 			ctx, cancel := context.WithCancel(context.Background())
 			var canceled atomic.Bool
+			released := make(chan struct{})
 			go func() {
+				defer close(released)
 				time.Sleep(time.Second)
 				canceled.Store(true)
 				cancel()
@@ -459,6 +461,9 @@ func TestAttackLimitCancelBeforeGrantSendsNothing(t *testing.T) {
 					t.Logf("run %d: op called after its caller canceled while waiting for a slot: err %v, deposits %d", i, err, b.dep.Load())
 				}
 			}
+			// Do may return on the cancel before the goroutine gives the
+			// held slot back: count the free slots after it did.
+			<-released
 			if f := r.free(); f != 1 {
 				t.Errorf("free %d", f)
 			}
