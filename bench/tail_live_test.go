@@ -537,10 +537,7 @@ func TestLiveTail(t *testing.T) {
 	for _, p := range scenarios {
 		var rows []tailRow
 		var fixed time.Duration
-		for _, s := range tailSetups() {
-			if !tailWanted(s.name) {
-				continue
-			}
+		for _, s := range tailOrdered(tailSetups()) {
 			row, err := runTail(p, s, fixed)
 			if err != nil {
 				t.Fatalf("%s, %s: %v", p.name, s.name, err)
@@ -746,17 +743,33 @@ func tailOverloadHold(rows []tailRow, recs []tailRecovery) string {
 
 // tailWanted reports whether STORMGUARD_LIVE_TAIL_ROWS (|-separated parts
 // of row names; unset: every row) selects the row named name.
-func tailWanted(name string) bool {
+func tailWanted(name string) bool { return tailRank(name) >= 0 }
+
+// tailRank is the index in STORMGUARD_LIVE_TAIL_ROWS of the first part
+// that the row named name contains (0 for every row when it is unset), or
+// -1 if none does.
+func tailRank(name string) int {
 	only := os.Getenv("STORMGUARD_LIVE_TAIL_ROWS")
 	if only == "" {
-		return true
+		return 0
 	}
-	for _, part := range strings.Split(only, "|") {
+	for i, part := range strings.Split(only, "|") {
 		if part != "" && strings.Contains(name, part) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
+}
+
+// tailOrdered returns the setups STORMGUARD_LIVE_TAIL_ROWS selects, in the
+// order of its parts (setups that one part selects in their own order):
+// _ROWS='WithHedging|no hedging' runs the hedging row first, so that a
+// comparison of two rows can be run both ways round on a machine whose
+// load drifts.
+func tailOrdered(setups []tailSetup) []tailSetup {
+	setups = slices.DeleteFunc(setups, func(s tailSetup) bool { return !tailWanted(s.name) })
+	slices.SortStableFunc(setups, func(a, b tailSetup) int { return tailRank(a.name) - tailRank(b.name) })
+	return setups
 }
 
 // TestLiveTailSmoke runs every setup through a one-second random scenario
@@ -829,6 +842,26 @@ func TestTailRecovery(t *testing.T) {
 		if rc.recovered != tt.recovered || rc.after != tt.after || rc.before != 10*time.Millisecond || rc.hedgesDuring != 1 || rc.arrDuring != 20 {
 			t.Errorf("bad seconds %v: recovered %v after %v (want %v after %v), before %v, %d hedges / %d requests in the trigger",
 				tt.bad, rc.recovered, rc.after, tt.recovered, tt.after, rc.before, rc.hedgesDuring, rc.arrDuring)
+		}
+	}
+}
+
+// TestTailOrdered: _ROWS selects rows and orders them by its parts.
+func TestTailOrdered(t *testing.T) {
+	for _, tt := range []struct{ rows, want string }{
+		{"", "stormguard, no hedging|stormguard, WithHedging(0, 0.95, 1)|failsafe-go v0.9.8, hedge p95 quantile|failsafe-go v0.9.8, hedge fixed delay"},
+		{"stormguard", "stormguard, no hedging|stormguard, WithHedging(0, 0.95, 1)"},
+		{"WithHedging|no hedging", "stormguard, WithHedging(0, 0.95, 1)|stormguard, no hedging"},
+		{"fixed|stormguard", "failsafe-go v0.9.8, hedge fixed delay|stormguard, no hedging|stormguard, WithHedging(0, 0.95, 1)"},
+		{"nothing", ""},
+	} {
+		t.Setenv("STORMGUARD_LIVE_TAIL_ROWS", tt.rows)
+		var got []string
+		for _, s := range tailOrdered(tailSetups()) {
+			got = append(got, s.name)
+		}
+		if g := strings.Join(got, "|"); g != tt.want {
+			t.Errorf("_ROWS=%q: %s, want %s", tt.rows, g, tt.want)
 		}
 	}
 }
