@@ -86,12 +86,21 @@ func (g *Guard) storeComplete(ctx context.Context, id store.ID, owner store.Owne
 }
 
 // extend renews owner's lock on id, within the store timeout or bound,
-// whichever is shorter.
-func (g *Guard) extend(ctx context.Context, id store.ID, owner store.Owner, bound time.Duration) error {
+// whichever is shorter. ended, if not nil, is called once the store's
+// Extend has returned (which may be after extend did, for a store that
+// answers late).
+func (g *Guard) extend(ctx context.Context, id store.ID, owner store.Owner, bound time.Duration, ended func()) error {
 	if g.local {
-		return g.store.Extend(ctx, id, owner, g.lockTimeout)
+		err := g.store.Extend(ctx, id, owner, g.lockTimeout)
+		if ended != nil {
+			ended()
+		}
+		return err
 	}
 	_, err := call(ctx, min(g.callTimeout, bound), "extend", func(ctx context.Context) (struct{}, error) {
+		if ended != nil {
+			defer ended()
+		}
 		return struct{}{}, g.store.Extend(ctx, id, owner, g.lockTimeout)
 	}, nil)
 	return err

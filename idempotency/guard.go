@@ -23,8 +23,9 @@ var ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 // ErrLockLost is the cause (see [context.Cause]) with which [Guard.Run]
 // (and so the middleware, [NewMiddleware]) cancels an operation's context when the lock
 // on its key is lost: the store says another request holds it, or no
-// renewal was confirmed for a whole lock timeout. Another request may
-// claim the key, so the operation should stop, and its response is not
+// renewal was confirmed for a whole lock timeout (less a twentieth of it,
+// so that the operation is told before the store's lock ends). Another
+// request may claim the key, so the operation should stop, and its response is not
 // stored. The cause also wraps the store's error.
 var ErrLockLost = errors.New("idempotency: lock on the key lost while the handler ran")
 
@@ -112,7 +113,8 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     [ErrLockLost], if the lock on the key is lost while it runs; Run
 //     renews the lock meanwhile (every third of the lock timeout; a
 //     renewal that is slow or fails is tried again, and only the store's
-//     word that another request holds the key, or a whole lock timeout
+//     word that another request holds the key, or a lock timeout (less a
+//     twentieth)
 //     without a confirmed renewal, loses it). When fn returns keep, the
 //     record is stored for replays (without its body, then without its
 //     header, if the store has no room for them: fn must not run again
@@ -146,8 +148,9 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     [ErrStoreUnavailable] when the store could not claim the key (fail
 //     closed: never run fn unguarded), or answered the claim so late
 //     (after a third of the lock timeout or more) that a renewal had to
-//     confirm the lock before fn started and did not, or ctx's cause when ctx ended while
-//     the key was claimed (the claim is released, tried again like a
+//     confirm the lock before fn started and did not (the claim is then
+//     released, one try), or ctx's cause when ctx ended while the key
+//     was claimed (the claim is released, tried again like a
 //     completion).
 //
 // The key reaches the store only as a hash of (scope, key), so keys are
@@ -194,6 +197,41 @@ func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint
 		g.report(ctx, eventMismatch, spent, nil)
 		return store.Mismatch, store.Record{}, nil
 	}
+	if el := time.Since(claimedAt); el >= g.lockTimeout/3 {
+		// A claim answered late (a store slow to answer, a database
+		// waiting on a row lock): its lock may be near its end or past
+		// it, and another request may claim the key. Confirm it before
+		// fn starts, so that fn never runs without the lock; not
+		// canceled with ctx, like the claim.
+		start := time.Now()
+		err := errNoTimeLeft
+		if left := g.lockTimeout - el; left > 0 {
+			err = g.extend(context.WithoutCancel(ctx), id, res.Owner, left, nil)
+		}
+		if g.obs != nil {
+			spent += time.Since(start)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: claim answered %v after it was asked, its lock (%v) not confirmed: %w", ErrStoreUnavailable, el, g.lockTimeout, err)
+			g.logID(ctx, slog.LevelError, "idempotency: late claim not confirmed; handler not run, key released", id, err)
+			// Released (one try, the lock may be gone already), so that
+			// the retry the error asks for is not told "in progress"
+			// until the lock timeout.
+			rstart := time.Now()
+			if rerr := g.storeRelease(context.WithoutCancel(ctx), id, res.Owner); rerr != nil && !errors.Is(rerr, store.ErrStaleOwner) {
+				g.logID(ctx, slog.LevelError, "idempotency: release of an unconfirmed late claim failed; the key stays locked until the lock timeout", id, rerr)
+			}
+			if g.obs != nil {
+				spent += time.Since(rstart)
+			}
+			g.report(ctx, eventStoreError, spent, err)
+			if ctx.Err() != nil {
+				return "", store.Record{}, fmt.Errorf("idempotency: request ended before it ran: %w", context.Cause(ctx))
+			}
+			return "", store.Record{}, err
+		}
+		claimedAt = start
+	}
 	if ctx.Err() != nil { // gone while the key was claimed
 		l := &lease{}
 		g.hold(l, context.WithoutCancel(ctx), id, res.Owner, func(error) {}, claimedAt)
@@ -201,27 +239,6 @@ func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint
 		_, renewals := l.stop()
 		g.settled(ctx, spent+renewals+d, rerr)
 		return "", store.Record{}, fmt.Errorf("idempotency: request ended before it ran: %w", context.Cause(ctx))
-	}
-	if el := time.Since(claimedAt); el >= g.lockTimeout/3 {
-		// A claim answered late (a store slow to answer, a database
-		// waiting on a row lock): its lock may be near its end or past
-		// it, and another request may claim the key. Confirm it before
-		// fn starts, so that fn never runs without the lock.
-		start := time.Now()
-		err := errNoTimeLeft
-		if left := g.lockTimeout - el; left > 0 {
-			err = g.extend(ctx, id, res.Owner, left)
-		}
-		if g.obs != nil {
-			spent += time.Since(start)
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: claim answered %v after it was asked, its lock (%v) not confirmed: %w", ErrStoreUnavailable, el, g.lockTimeout, err)
-			g.logID(ctx, slog.LevelError, "idempotency: late claim not confirmed; handler not run", id, err)
-			g.report(ctx, eventStoreError, spent, err)
-			return "", store.Record{}, err
-		}
-		claimedAt = start
 	}
 	return g.run(ctx, id, res.Owner, claimedAt, spent, fn)
 }

@@ -156,8 +156,10 @@ func WithMaxResponseBody(n int) Option {
 // (store.Store.Extend), so a slow handler keeps its key. A renewal that is
 // slow or fails is tried again, not taken as a loss: the lock is lost
 // only when the store says another request holds it or its time is gone
-// (no renewal confirmed for a whole lock timeout). Then the handler's
-// context is canceled with [ErrLockLost] and its response is not stored.
+// (no renewal confirmed for a whole lock timeout less a twentieth of it,
+// the margin that tells the handler before the store's lock ends). Then
+// the handler's context is canceled with [ErrLockLost] and its response
+// is not stored.
 // A server that dies stops renewing: after the lock timeout its key is
 // free again. Shorter means faster recovery after a crash, more renewals,
 // and a shorter outage of the store that a request's completion rides out
