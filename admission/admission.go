@@ -111,10 +111,7 @@ func (p *Permit) Release() {
 		n := c.lim.sample(p.ctx, c.now(), c.epoch.Add(time.Duration(p.start)), dl, c.inFlight.Load())
 		c.maxInFlight.Store(n)
 	}
-	c.inFlight.Add(-1)
-	if c.nwait.Load() > 0 {
-		c.handOff()
-	}
+	c.freeSlot()
 }
 
 // Controller decides, for every request a server receives, whether it runs
@@ -438,7 +435,7 @@ type decision struct {
 func (c *Controller) admit(ctx context.Context, d *decision) (Permit, Decision) {
 	c.outcomes[Admitted].Add(1)
 	if c.obs != nil {
-		c.report(ctx, d, "admitted")
+		c.reportAdmitted(ctx, d)
 	}
 	if c.lim != nil {
 		p := Permit{c: c, start: int64(c.now().Sub(c.epoch)), ctx: ctx}
@@ -450,6 +447,29 @@ func (c *Controller) admit(ctx context.Context, d *decision) (Permit, Decision) 
 		return p, d.Decision
 	}
 	return Permit{c: c}, d.Decision
+}
+
+// reportAdmitted reports d's admission to the observer. An observer that
+// panics (or calls runtime.Goexit) gives the slot the request took back:
+// the request does not run, and the panic goes on.
+func (c *Controller) reportAdmitted(ctx context.Context, d *decision) {
+	reported := false
+	defer func() {
+		if !reported {
+			c.freeSlot()
+		}
+	}()
+	c.report(ctx, d, "admitted")
+	reported = true
+}
+
+// freeSlot gives back a slot taken by a request that does not run (or no
+// longer runs) and hands it to the next in line.
+func (c *Controller) freeSlot() {
+	c.inFlight.Add(-1)
+	if c.nwait.Load() > 0 {
+		c.handOff()
+	}
 }
 
 // refuse fills in a refusal, counts and reports it.
@@ -499,9 +519,7 @@ func (c *Controller) retryAfter() time.Duration {
 	if c.rnd == nil {
 		u = rand.Float64()
 	} else {
-		c.rndMu.Lock()
-		u = c.rnd()
-		c.rndMu.Unlock()
+		u = c.callRand()
 	}
 	if !(u >= 0) { // also NaN from a faulty source
 		u = 0
@@ -509,6 +527,14 @@ func (c *Controller) retryAfter() time.Duration {
 		u = math.Nextafter(1, 0)
 	}
 	return c.raBase + time.Duration(u*float64(c.raSpread))
+}
+
+// callRand returns a draw of Config.Rand, one call at a time; a Rand that
+// panics leaves the next draw free to go (the panic goes on).
+func (c *Controller) callRand() float64 {
+	c.rndMu.Lock()
+	defer c.rndMu.Unlock()
+	return c.rnd()
 }
 
 // Stats is a snapshot of a [Controller]'s counters. The totals count from

@@ -144,7 +144,10 @@ type Config struct {
 	// queue. So every request makes one event, and one more if it queued.
 	// The Observer must be quick and safe for concurrent use; it must not
 	// call Acquire or Release of the same Controller for the request at
-	// hand. nil costs nothing, and the admitted path allocates nothing
+	// hand. An Observer that panics (or calls runtime.Goexit) on
+	// "admitted" or "queued" gives back the slot or the place in the
+	// queue the request held: the request does not run, and the panic
+	// goes on. nil costs nothing, and the admitted path allocates nothing
 	// either way.
 	Observer observe.Observer
 }

@@ -28,7 +28,9 @@
 //     times the request's Stormguard-Timeout-Ms field (wire.TimeoutHeader,
 //     which package httpretry sends on every attempt with a deadline) and
 //     Envoy's x-envoy-expected-rq-timeout-ms say, counted from when the
-//     request is read.
+//     request is read (a field sent on several lines, or as a
+//     comma-separated list, says the earliest of its valid values;
+//     malformed ones are ignored).
 //
 //  2. Retry ratio. Originals are counted in a sliding window. A retry is
 //     admitted only while, over the window,

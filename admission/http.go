@@ -105,14 +105,26 @@ func (c *Controller) fieldDeadline(dl time.Time, own, envoy []string) time.Time 
 }
 
 // earlierField returns the earlier of dl (zero: none) and now plus the
-// milliseconds of a timeout field's values vs; dl if vs is empty,
-// malformed or 100 years or more.
+// fewest milliseconds a timeout field's values vs say: every line, and
+// every element of a comma-separated list, counts; a malformed element is
+// ignored, and so is one of 100 years or more. dl if none is left.
 func earlierField(dl, now time.Time, vs []string) time.Time {
-	if len(vs) == 0 {
-		return dl
+	left, found := farTimeout, false
+	for _, v := range vs {
+		for v != "" {
+			elem := v
+			if i := strings.IndexByte(v, ','); i >= 0 {
+				elem, v = v[:i], v[i+1:]
+			} else {
+				v = ""
+			}
+			// >= farTimeout: no deadline worth keeping (and no overflow)
+			if d, ok := parseMillis(elem); ok && d < left {
+				left, found = d, true
+			}
+		}
 	}
-	left, ok := parseMillis(vs[0])
-	if !ok || left >= farTimeout { // >= farTimeout: no deadline worth keeping (and no overflow)
+	if !found {
 		return dl
 	}
 	if at := now.Add(left); dl.IsZero() || at.Before(dl) {

@@ -162,7 +162,7 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 	c.qlen.Add(1)
 	c.mu.Unlock()
 	if c.obs != nil {
-		c.report(ctx, &d, "queued")
+		c.reportQueued(ctx, &d, w)
 	}
 
 	var done <-chan struct{}
@@ -181,6 +181,12 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 			// at the same moment (which of the two the select sees is
 			// chance): the caller has left, and the slot goes on below.
 			o, d.deadline = Canceled, true
+		case done != nil && ctx.Err() != nil:
+			// Granted after the caller's context ended (which of the two
+			// the select sees is chance): the caller has left, and the
+			// slot goes on below.
+			o = Canceled
+			d.deadline = d.deadline && !c.now().Before(dl)
 		}
 	case <-timer.C:
 		o = QueueTimeout
@@ -201,33 +207,23 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		c.mu.Lock()
 		switch w.state {
 		case granted:
-			if o == Canceled && d.deadline {
-				// The slot came with the caller's deadline: the handler
-				// must not start for a caller that has left. The slot goes
-				// to the next in line.
+			if o == Canceled {
+				// The slot came for a caller that has left (its context
+				// ended, at its deadline or before): the handler must not
+				// start. The slot goes to the next in line.
 				giveBack = true
 				break
 			}
-			o = Admitted // a slot came at the same moment: take it
+			o = Admitted // the queue's timeout and a slot at the same moment: take it
 		case evicted:
 			o, d.deadline = QueueFull, false // so did an original that took its place
 		default:
-			c.unlink(w)
-			if c.queues[cls].Len() == 0 {
-				c.lastGood[cls] = c.now()
-				// Nobody of its class waits: no wait to drop arrivals by
-				// (as handOff when it empties the list; a stale one
-				// dropped requests on arrival with the queue empty).
-				c.sojourn[cls].Store(0)
-			}
+			c.dequeueLocked(w)
 		}
 		c.mu.Unlock()
 	}
 	if giveBack {
-		c.inFlight.Add(-1)
-		if c.nwait.Load() > 0 {
-			c.handOff()
-		}
+		c.freeSlot()
 	}
 	d.waited = max(c.now().Sub(start), 0)
 	if o == Admitted {
@@ -238,6 +234,43 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 		d.deadline = false
 	}
 	return Permit{}, c.refuse(ctx, d, o)
+}
+
+// dequeueLocked takes w, still waiting, out of its queue, for a caller
+// that leaves. It requires mu held.
+func (c *Controller) dequeueLocked(w *waiter) {
+	c.unlink(w)
+	if c.queues[w.class].Len() == 0 {
+		c.lastGood[w.class] = c.now()
+		// Nobody of its class waits: no wait to drop arrivals by (as
+		// handOff when it empties the list; a stale one dropped requests
+		// on arrival with the queue empty).
+		c.sojourn[w.class].Store(0)
+	}
+}
+
+// reportQueued reports d's wait in the queue to the observer. An observer
+// that panics (or calls runtime.Goexit) takes w out of the queue, or gives
+// on the slot it was granted meanwhile: the request does not run, and the
+// panic goes on.
+func (c *Controller) reportQueued(ctx context.Context, d *decision, w *waiter) {
+	reported := false
+	defer func() {
+		if reported {
+			return
+		}
+		c.mu.Lock()
+		state := w.state
+		if state != granted && state != evicted {
+			c.dequeueLocked(w)
+		}
+		c.mu.Unlock()
+		if state == granted {
+			c.freeSlot()
+		}
+	}()
+	c.report(ctx, d, "queued")
+	reported = true
 }
 
 // unlink removes w from the queue. It requires mu held.
