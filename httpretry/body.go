@@ -60,9 +60,15 @@ type body struct {
 
 // Read reads from the response body; at EOF it releases the contexts.
 func (b *body) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.keep != nil {
-		b.keep.read(p[:n], err)
+	var n int
+	var err error
+	if k := b.keep; k != nil {
+		k.rmu.Lock()
+		n, err = b.ReadCloser.Read(p)
+		k.read(p[:n], err)
+		k.rmu.Unlock()
+	} else {
+		n, err = b.ReadCloser.Read(p)
 	}
 	if err == io.EOF {
 		b.cancel()

@@ -1,19 +1,12 @@
 package httpretry
 
 import (
-	"bytes"
 	"container/list"
 	"crypto/sha256"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/internal/sat"
-	"github.com/stormguard/stormguard/retry"
 )
 
 // staleHeader is the response header field of a response served from the
@@ -59,8 +52,11 @@ const (
 // credentials, and a response marked private is kept only for such a
 // request (a private response to a request without credentials is never
 // kept: the cache cannot tell whose it is). A later answer to the same
-// request that is not kept (a 404, a no-store; not a 206 or a 304) drops
-// the kept one. The request that decides is the one sent: after
+// request that is not kept (a 404, a no-store, a body larger than the
+// bound; not a 206 or a 304, nor a body cut short or closed by the caller
+// before its end) drops the kept one; answers decide in the order they
+// arrived, not in the order their bodies are read to the end (an earlier
+// one read last does not replace a later one). The request that decides is the one sent: after
 // [WithRefreshOn401], the refreshed one with its credentials. Header
 // fields are read under any spelling of their key ("authorization" set
 // by assigning to the header's map is sent as written, and the server
@@ -121,10 +117,11 @@ type staleConfig struct {
 type staleCache struct {
 	staleConfig
 
-	mu     sync.Mutex
-	used   int64                  // bytes charged, at most maxBytes
-	groups map[string]*staleGroup // by method and URL
-	lru    list.List              // of *staleEntry, most recently used first
+	mu      sync.Mutex
+	used    int64                    // bytes charged, at most maxBytes
+	groups  map[string]*staleGroup   // by method and URL
+	lru     list.List                // of *staleEntry, most recently used first
+	pending map[string][]*staleEntry // by method and URL: responses whose bodies are being read
 }
 
 // newStaleCache returns a cache configured by c; nil (no cache) for a nil c.
@@ -132,7 +129,7 @@ func newStaleCache(c *staleConfig) *staleCache {
 	if c == nil {
 		return nil
 	}
-	return &staleCache{staleConfig: *c, groups: make(map[string]*staleGroup)}
+	return &staleCache{staleConfig: *c, groups: make(map[string]*staleGroup), pending: make(map[string][]*staleEntry)}
 }
 
 // staleGroup is the responses kept for one method and URL.
@@ -146,6 +143,10 @@ type staleEntry struct {
 	group *staleGroup
 	elem  *list.Element
 	size  int64
+	// superseded (guarded by the cache's mu): while its body was being
+	// read, a later answer to the same request came (kept or not): this
+	// one is not stored, and does not drop what is kept.
+	superseded bool
 
 	cred     [sha256.Size]byte // of the request's credentials; zero if none
 	vary     []string          // the field names Vary named, canonical
@@ -284,7 +285,10 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 		if req.Method != http.MethodHead {
 			e.length = 0
 		}
-		s.store(ri.key, e)
+		s.mu.Lock()
+		s.supersedeLocked(ri.key, e.matchesEntry)
+		s.storeLocked(ri.key, e)
+		s.mu.Unlock()
 		return resp
 	}
 	room := s.maxBytes - e.size
@@ -296,6 +300,10 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 	if resp.ContentLength > 0 {
 		k.buf = make([]byte, 0, resp.ContentLength)
 	}
+	s.mu.Lock()
+	s.supersedeLocked(ri.key, e.matchesEntry)
+	s.pending[ri.key] = append(s.pending[ri.key], e)
+	s.mu.Unlock()
 	if b, ok := resp.Body.(*body); ok { // the call's contexts end with it
 		b.keep = k
 	} else {
@@ -331,7 +339,7 @@ func (s *staleCache) entryFor(req *http.Request, ri reqInfo, resp *http.Response
 		header: cloneHeader(h), length: resp.ContentLength, uncompressed: resp.Uncompressed,
 		received: now, sie: -1,
 	}
-	size := int64(entryOverhead + 2*len(ri.key))
+	size := int64(entryOverhead + len(ri.key))
 	for i, name := range vary {
 		e.varyVals[i] = fieldValue(ri.h, name)
 		size += int64(len(name) + len(e.varyVals[i]))
@@ -386,13 +394,56 @@ func parseHTTPDate(v string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// store keeps e under key, in place of the response it replaces, and
-// evicts the least recently used responses while the cache is over its
-// bound.
-func (s *staleCache) store(key string, e *staleEntry) {
-	e.size += int64(len(e.body))
+// matchesEntry reports whether e and o answer the same request: the same
+// credentials and the same values of the same Vary-named fields.
+func (e *staleEntry) matchesEntry(o *staleEntry) bool {
+	return o.cred == e.cred && equalStrings(o.vary, e.vary) && equalStrings(o.varyVals, e.varyVals)
+}
+
+// supersedeLocked marks the responses of key whose bodies are being read
+// and that like says answer the same request as a later answer: the later
+// answer decides what is kept. It requires mu held.
+func (s *staleCache) supersedeLocked(key string, like func(*staleEntry) bool) {
+	for _, p := range s.pending[key] {
+		if like(p) {
+			p.superseded = true
+		}
+	}
+}
+
+// settle ends the wait of e, a response of key whose body was being read:
+// it is stored if keep (and no later answer superseded it); if not kept
+// and drop, the response kept for the same request goes (a later answer
+// not kept replaces it), unless a later answer came since.
+func (s *staleCache) settle(key string, e *staleEntry, keep, drop bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ps := s.pending[key]
+	for i, p := range ps {
+		if p == e {
+			ps = append(ps[:i], ps[i+1:]...)
+			break
+		}
+	}
+	if len(ps) == 0 {
+		delete(s.pending, key)
+	} else {
+		s.pending[key] = ps
+	}
+	switch {
+	case e.superseded:
+	case keep:
+		s.storeLocked(key, e)
+	case drop:
+		s.dropLikeLocked(key, e)
+	}
+}
+
+// storeLocked keeps e under key, in place of the response it replaces, and
+// evicts the least recently used responses while the cache is over its
+// bound. It requires mu held.
+func (s *staleCache) storeLocked(key string, e *staleEntry) {
+	e.size += int64(len(e.body))
 	s.dropLikeLocked(key, e)
 	if e.size > s.maxBytes {
 		return
@@ -450,7 +501,7 @@ func (s *staleCache) dropLikeLocked(key string, e *staleEntry) {
 		return
 	}
 	for _, old := range g.entries {
-		if old.cred == e.cred && equalStrings(old.vary, e.vary) && equalStrings(old.varyVals, e.varyVals) {
+		if old.matchesEntry(e) {
 			s.removeLocked(old)
 			return
 		}
@@ -458,10 +509,11 @@ func (s *staleCache) dropLikeLocked(key string, e *staleEntry) {
 }
 
 // drop forgets the responses kept under key that answer a request with
-// credentials cred and header h.
+// credentials cred and header h, and those still being read for it.
 func (s *staleCache) drop(key string, cred [sha256.Size]byte, h http.Header) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.supersedeLocked(key, func(p *staleEntry) bool { return p.matches(cred, h) })
 	g := s.groups[key]
 	if g == nil {
 		return
@@ -471,119 +523,4 @@ func (s *staleCache) drop(key string, cred [sha256.Size]byte, h http.Header) {
 			s.removeLocked(e)
 		}
 	}
-}
-
-// staleAtOnce returns the stale cache's answer to a request that meets its
-// host's breaker open, with the call's resources released, or nil.
-func (c *call) staleAtOnce(h *host) *http.Response {
-	if c.t.stale == nil {
-		return nil
-	}
-	sr := c.t.stale.serveOpen(c.req, h.Guards.Breaker)
-	if sr != nil {
-		if c.owned != nil {
-			_ = c.owned.Close()
-		}
-		if c.cancel != nil {
-			c.cancel()
-		}
-	}
-	return sr
-}
-
-// serveOpen returns the kept response for req if brk is open (its open
-// period not over), as the give-up of a request the breaker refused, or
-// nil: a request the cache can answer does not wait behind the breaker.
-func (s *staleCache) serveOpen(req *http.Request, brk *breaker.Breaker) *http.Response {
-	if brk == nil || brk.State() != breaker.Open || req.Context().Err() != nil {
-		return nil // closed or probing, or the caller has gone
-	}
-	snap := brk.Snapshot()
-	if snap.State != breaker.Open {
-		return nil
-	}
-	oe := &breaker.OpenError{State: breaker.Open, Wait: snap.HalfOpenIn}
-	return s.serve(req, &retry.Error{Reason: retry.CircuitOpen, Err: oe}, nil)
-}
-
-// serve returns the kept response for req when the transport gave up on it
-// with re (resp is the last attempt's response, if any), or nil (always
-// for a nil s: no cache, and a nil re: no give-up).
-func (s *staleCache) serve(req *http.Request, re *retry.Error, resp *http.Response) *http.Response {
-	if s == nil || re == nil || re.Reason == retry.Canceled {
-		return nil
-	}
-	if !fallsBack(re.Reason) && (resp == nil || !errorStatus(resp.StatusCode)) {
-		return nil
-	}
-	ri, ok := s.requestInfo(req)
-	if !ok {
-		return nil
-	}
-	now := time.Now()
-	s.mu.Lock()
-	var e *staleEntry
-	if g := s.groups[ri.key]; g != nil {
-		for i := len(g.entries) - 1; i >= 0; i-- {
-			if g.entries[i].matches(ri.cred, ri.h) {
-				e = g.entries[i]
-				break
-			}
-		}
-	}
-	if e == nil {
-		s.mu.Unlock()
-		return nil
-	}
-	// Saturating: a Date centuries old makes the age the largest
-	// Duration, which must stay the oldest, not wrap to a negative one.
-	age := sat.Add(e.initialAge, max(now.Sub(e.received), 0))
-	stale := max(age-e.lifetime, 0)
-	limit := s.maxStale
-	if e.sie >= 0 {
-		limit = e.sie
-	}
-	if ri.cc.staleIfError >= 0 {
-		limit = min(limit, seconds(ri.cc.staleIfError))
-	}
-	if stale > limit {
-		s.mu.Unlock()
-		return nil
-	}
-	s.lru.MoveToFront(e.elem)
-	s.mu.Unlock()
-	// e is immutable once stored: build the copy without the lock.
-	out := &http.Response{
-		Status: e.statusText, StatusCode: e.status,
-		Proto: e.proto, ProtoMajor: e.major, ProtoMinor: e.minor,
-		Header: e.header.Clone(), ContentLength: e.length, Uncompressed: e.uncompressed,
-		Body: http.NoBody, Request: req,
-	}
-	if len(e.body) > 0 && req.Method != http.MethodHead {
-		out.Body = io.NopCloser(bytes.NewReader(e.body))
-	}
-	out.Header["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
-	out.Header[staleHeader] = []string{giveUpValue(re) + ";stale=" + strconv.FormatInt(int64(stale/time.Second), 10)}
-	return out
-}
-
-// fallsBack reports whether a give-up for reason r gets the fallback: the
-// host's failure defeated the request (not the request's own answer, not the
-// caller's cancel).
-func fallsBack(r retry.Reason) bool {
-	switch r {
-	case retry.AttemptsExhausted, retry.Deadline, retry.BudgetExhausted, retry.CircuitOpen, retry.Limited:
-		return true
-	}
-	return false
-}
-
-// errorStatus reports whether code is one of the errors RFC 5861 serves
-// stale content for: 500, 502, 503, 504.
-func errorStatus(code int) bool {
-	switch code {
-	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return true
-	}
-	return false
 }

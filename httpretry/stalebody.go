@@ -7,10 +7,12 @@ import (
 
 // keeper keeps the body of a response the cache stores once it has been
 // read to the end: it copies what the caller reads, up to room bytes. It
-// belongs to the response's body: read by one goroutine at a time, but
-// closed maybe by another while a Read runs (net/http lets a Close abort
-// a Read), so mu orders the two.
+// belongs to the response's body: rmu orders the body's Reads (one that
+// net/http allows to run at once would append its bytes out of order),
+// and mu orders a Read's bytes with a Close, which may come from another
+// goroutine while a Read runs (net/http lets a Close abort a Read).
 type keeper struct {
+	rmu    sync.Mutex
 	mu     sync.Mutex
 	s      *staleCache
 	key    string
@@ -34,17 +36,22 @@ func (k *keeper) read(p []byte, err error) {
 	}
 	k.buf = append(k.buf, p...)
 	switch {
-	case err == io.EOF:
+	case err == io.EOF, err == nil && k.length >= 0 && int64(len(k.buf)) == k.length:
+		// The end, or all its Content-Length said (a body need not say
+		// io.EOF with its last bytes, nor the caller read again for it).
 		k.finish()
 	case err != nil:
 		// Cut short (a broken connection, a timeout, a cancel): not an
 		// answer of the host's, so the one kept before stands.
 		k.done, k.buf = true, nil
+		k.s.settle(k.key, k.e, false, false)
 	}
 }
 
 // close is told the caller closed the body: one read to its Content-Length
-// is kept even if the caller stopped before it saw io.EOF.
+// is kept even if the caller stopped before it saw io.EOF; one closed
+// before its end is not kept, and the one kept before for the same
+// request stands (the caller, not the host, cut it short).
 func (k *keeper) close() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -53,6 +60,7 @@ func (k *keeper) close() {
 			k.finish()
 		} else {
 			k.done, k.buf = true, nil
+			k.s.settle(k.key, k.e, false, false)
 		}
 	}
 }
@@ -60,16 +68,17 @@ func (k *keeper) close() {
 func (k *keeper) finish() {
 	k.done = true
 	if k.length >= 0 && int64(len(k.buf)) != k.length {
-		return // cut short: not the response the server sent
+		// Cut short: not the response the server sent.
+		k.buf = nil
+		k.s.settle(k.key, k.e, false, false)
+		return
 	}
 	k.e.body, k.e.length = k.buf, int64(len(k.buf))
 	k.buf = nil
-	k.s.store(k.key, k.e)
+	k.s.settle(k.key, k.e, true, false)
 }
 
 func (k *keeper) giveUp() {
 	k.done, k.buf = true, nil
-	k.s.mu.Lock()
-	k.s.dropLikeLocked(k.key, k.e)
-	k.s.mu.Unlock()
+	k.s.settle(k.key, k.e, false, true)
 }

@@ -263,7 +263,7 @@ func (c *call) run(h *host) (*http.Response, error) {
 	re, _ := err.(*retry.Error)
 	var stale *http.Response
 	if sc != nil && err != nil {
-		stale = sc.serve(c.src, re, resp) // the stale cache's answer to a give-up, if any: for the request sent (after a refresh, with its credentials)
+		stale = sc.serve(c.src, c.req, re, resp) // the stale cache's answer to a give-up, if any: for the request sent (after a refresh, with its credentials)
 	}
 	if resp != nil && resp == c.cur {
 		switch {
