@@ -759,15 +759,21 @@ func TestAttackAdmZeroControllerNilCtx(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var c admission.Controller
 		//lint:ignore SA1012 nil ctx is documented
-		p, d := c.Acquire(nil, 1) //nolint:staticcheck
+		p, d := c.Acquire(nil, 1)
 		if d.Outcome != admission.Admitted {
 			t.Fatalf("zero Controller: %v", d.Outcome)
 		}
 		p.Release()
 		ctl := atkNew(t, admission.Config{MaxInFlight: 1, LatencyCeiling: time.Second})
-		p, _ = ctl.Acquire(nil, 1) //nolint:staticcheck
+		//lint:ignore SA1012 nil ctx is documented
+		p, _ = ctl.Acquire(nil, 1)
 		res := make(chan admission.Decision, 1)
-		go func() { q, d := ctl.Acquire(nil, 2); q.Release(); res <- d }() //nolint:staticcheck
+		go func() {
+			//lint:ignore SA1012 nil ctx is documented
+			q, d := ctl.Acquire(nil, 2)
+			q.Release()
+			res <- d
+		}()
 		synctest.Wait()
 		time.Sleep(10 * time.Millisecond)
 		p.Release()
