@@ -196,8 +196,8 @@ func (c *client) hedgeState(t *target, method string, reply any) (*hedgeTarget, 
 // says the call met another, not load: a keyed hedge meets its own first
 // copy still running on the server (the idempotency interceptor's answer).
 func (ht *hedgeTarget) pushback(err error, trailer metadata.MD) {
-	if ht == nil || err == nil {
-		return
+	if ht == nil || good(err) {
+		return // no answer yet, or the target's answer: no failure to push back with
 	}
 	st := statusOf(err)
 	if st.Code() == codes.Aborted {
@@ -207,7 +207,11 @@ func (ht *hedgeTarget) pushback(err error, trailer metadata.MD) {
 	if st.Code() != codes.ResourceExhausted && !h.set && !h.stop {
 		return
 	}
-	to := int64(time.Since(ht.base) + max(h.after, pushbackHold))
+	hold := h.after
+	if d, ok := retryInfo(st); ok && h.stop {
+		hold = d // a don't-retry pushback beside a RetryInfo: the RetryInfo's delay is its hold's hint
+	}
+	to := int64(time.Since(ht.base) + max(hold, pushbackHold))
 	for {
 		cur := ht.pushedTo.Load()
 		if cur >= to || ht.pushedTo.CompareAndSwap(cur, to) {

@@ -103,6 +103,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	rs.over = true
 	stopped := rs.timer.Stop()
 	hedges, lost, held, due := rs.hedges, rs.lost, rs.held, rs.due
+	earlier := len(rs.results) // the hedges that ended before the first copy returned
 	rs.mu.Unlock()
 	u.hh.dues.End(due) // the race is over as far as the due-share bound goes
 	u.held = held
@@ -120,7 +121,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		return first
 	}
 	u.extra += hedges
-	return u.settle(rs, ctx, first, lost, hedges)
+	return u.settle(rs, ctx, first, lost, hedges, earlier)
 }
 
 // sendFirst makes l's call, the first copy of rs's race, on lctx, a child
@@ -149,9 +150,10 @@ func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
 // (first; lost if a hedge's good answer or panic canceled it) and hedges
 // were sent (none starts after that): the first good answer wins, the
 // first copy's if it has one (the caller's reply holds it), or the last
-// failure if every copy fails. A hedge's panic goes on in the caller's
-// goroutine unless a good answer came first.
-func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost bool, hedges int) end {
+// failure in time if every copy fails (earlier: the hedges that had ended
+// when the first copy returned, the first ends on rs.results). A hedge's
+// panic goes on in the caller's goroutine unless a good answer came first.
+func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost bool, hedges, earlier int) end {
 	legs, pending := 1+hedges, hedges
 	if good(first.err) {
 		reap(rs, legs, pending, true)
@@ -161,7 +163,7 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 		u.hh.pushback(first.err, first.trailer)
 	}
 	last := leg{i: 0, e: first} // the latest failure, returned if every copy fails
-	for pending > 0 {
+	for read := 1; pending > 0; read++ {
 		select {
 		case l := <-rs.results:
 			pending--
@@ -176,6 +178,8 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 				reap(rs, legs, pending, true)
 				l.hl.won(u.reply, l.e.err == nil)
 				return l.e
+			case read <= earlier:
+				continue // failed before the first copy did: not the last failure
 			}
 			last = l
 		case <-ctx.Done():

@@ -103,6 +103,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	rs.over = true
 	stopped := rs.timer.Stop()
 	hedges, lost, due, held := rs.hedges, rs.lost, rs.due, rs.held
+	earlier := len(rs.results) // the hedges that ended before the first copy answered
 	rs.mu.Unlock()
 	c.hh.dues.End(due) // the race is over as far as the due-share bound goes
 	if stopped && hedges == 0 {
@@ -130,7 +131,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	}
 	c.extra += hedges
 	c.sends += hedges
-	return c.settle(rs, ctx, leg{i: 0, resp: resp, err: err}, lost, hedges, start)
+	return c.settle(rs, ctx, leg{i: 0, resp: resp, err: err}, lost, hedges, earlier, start)
 }
 
 // sendFirst sends r, the first copy of rs's race, through t. A panic of
@@ -168,8 +169,9 @@ func (c *call) firstCopy(ctx, lctx context.Context, num int) *http.Request {
 // settle ends a race whose timer fired, once its first copy answered
 // (first; lost if a hedge's good answer canceled it) and hedges were sent
 // (none starts after that): the first good answer wins, or the last
-// failure if every copy fails.
-func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, hedges int, start time.Time) (*http.Response, error) {
+// failure in time if every copy fails (earlier: the hedges that had ended
+// when the first copy answered, the first ends on rs.results).
+func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, hedges, earlier int, start time.Time) (*http.Response, error) {
 	legs, pending := 1+hedges, hedges
 	held := leg{i: -1} // the latest failure, returned if every copy fails
 	switch {
@@ -186,10 +188,15 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 		}
 		held = first
 	}
-	for pending > 0 {
+	for read := 1; pending > 0; read++ {
 		select {
 		case l := <-rs.results:
 			pending--
+			if l.p == nil && !good(l.resp, l.err) && read <= earlier && held.i >= 0 {
+				// Failed before the first copy did: not the last failure.
+				c.closeLeg(l, rs)
+				continue
+			}
 			c.closeLeg(held, rs)
 			if l.p != nil {
 				reap(rs, legs, pending, -1)
