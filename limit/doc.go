@@ -74,10 +74,14 @@
 //     half or more drops (an outage, a hang) halves it. Nothing in a
 //     window with drops raises the limit: a hang lowers it, window after
 //     window, down to 1.
-//   - Ceiling: with Config.Timeout set, an attempt released after half the
-//     timeout or later counts as a drop, so that latency sitting near the
-//     callers' timeout (with no attempt actually timing out) lowers the
-//     limit instead of raising it.
+//   - Ceiling: with Config.Timeout set, a latency sample (see below: every
+//     attempt while at least half the limit is in flight and the limit is
+//     under 64, fewer otherwise) released after half the timeout or later
+//     counts as a drop, so that latency sitting near the callers' timeout
+//     (with no attempt actually timing out) lowers the limit instead of
+//     raising it. Below half the limit, where the limit does not bind,
+//     one attempt in 16 is a sample, and slow attempts lower the limit
+//     window by window more gently than drops released as such.
 //   - Recovery: after an outage window, the first clean window near the
 //     baseline restores the last healthy limit (the limit of the last
 //     clean, used window near the baseline; the initial limit if there
@@ -119,8 +123,9 @@
 // Latency is measured on a sample of the attempts, so that the common
 // path reads no clock: every attempt while the limit is under 64 and at
 // least half of it is in flight, about 32 to 64 per round trip above, and
-// one in 16 when less than half is in flight. Drops are counted on every
-// attempt.
+// one in 16 when less than half is in flight. Drops released as such
+// (Release's dropped) are counted on every attempt; the ceiling's, on the
+// samples.
 //
 // # Waiting
 //

@@ -24,7 +24,10 @@ var ErrLimited = errors.New("limit: refused")
 var (
 	errNoWaiting = fmt.Errorf("%w: limit reached and waiting is off", ErrLimited)
 	errTooMany   = fmt.Errorf("%w: limit reached and too many calls are waiting", ErrLimited)
-	errThrottled = fmt.Errorf("%w: throttled, the destination accepts too few requests", ErrLimited)
+	// The same for a call that finds no token at the rate set by SetRate.
+	errNoTokenNoWaiting = fmt.Errorf("%w: no token at the rate in force and waiting is off", ErrLimited)
+	errNoTokenTooMany   = fmt.Errorf("%w: no token at the rate in force and too many calls are waiting", ErrLimited)
+	errThrottled        = fmt.Errorf("%w: throttled, the destination accepts too few requests", ErrLimited)
 	// A call that would wait with its context already done.
 	errDoneCanceled = fmt.Errorf("%w: limit reached and the context was canceled: %w", ErrLimited, context.Canceled)
 	errDoneDeadline = fmt.Errorf("%w: limit reached and the context's deadline had passed: %w", ErrLimited, context.DeadlineExceeded)
@@ -200,7 +203,25 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 	if l.nwait.Load() == 0 {
 		iv := l.riv.Load()
 		if iv > 0 && !l.takeToken(l.since(), iv) {
-			return l.waitFor(ctx, flags)
+			p, err := l.waitFor(ctx, flags)
+			switch err {
+			case errNoWaiting, errTooMany:
+				// Refused at once for want of a token (a call that could
+				// not wait): said, and counted as demand the gate refused
+				// (a call that waited is counted where it fails; a done
+				// context's, a hedge's say, asked only for a free slot and
+				// token, and is no demand).
+				l.mu.Lock()
+				l.repNoTok++
+				l.mu.Unlock()
+				switch err {
+				case errNoWaiting:
+					err = errNoTokenNoWaiting
+				case errTooMany:
+					err = errNoTokenTooMany
+				}
+			}
+			return p, err
 		}
 		lim := l.lim.Load()
 		for s := l.state.Load(); int64(uint32(s)) < lim; s = l.state.Load() {
@@ -256,10 +277,9 @@ func (l *Limiter) waitFor(ctx context.Context, flags uint8) (Permit, error) {
 // allocates nothing.
 func (l *Limiter) Release(p Permit, dropped bool) {
 	if p.bits == permitOK && !dropped {
-		// The fast path, inlined: not a sample, not a drop.
-		if uint32(l.state.Add(^uint64(0))) == math.MaxUint32 { // in-flight − 1
-			l.state.Add(1) // a Release with none in flight: undone
-			return
+		// The fast path: not a sample, not a drop.
+		if !l.dec() {
+			return // a Release with none in flight: ignored
 		}
 		if l.nwait.Load() > 0 {
 			l.grant()
@@ -269,14 +289,30 @@ func (l *Limiter) Release(p Permit, dropped bool) {
 	l.release(p, dropped)
 }
 
+// dec takes one attempt off the count in flight, and reports false (and
+// changes nothing) if none is in flight: a compare-and-swap, so that the
+// count is never seen below zero (an add undone afterwards let a
+// concurrent Release keep its own decrement, and a concurrent Acquire see
+// four billion attempts in flight and wait for a grant that never came).
+func (l *Limiter) dec() bool {
+	for {
+		s := l.state.Load()
+		if uint32(s) == 0 {
+			return false
+		}
+		if l.state.CompareAndSwap(s, s-1) {
+			return true
+		}
+	}
+}
+
 // release is Release off its fast path.
 func (l *Limiter) release(p Permit, dropped bool) {
 	if p.flags()&permitOK == 0 {
 		return
 	}
-	if uint32(l.state.Add(^uint64(0))) == math.MaxUint32 { // in-flight − 1
-		l.state.Add(1) // a Release with none in flight: undone
-		return
+	if !l.dec() {
+		return // a Release with none in flight: ignored
 	}
 	if dropped {
 		l.drops.Add(1)

@@ -44,7 +44,8 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 }
 
 // SetRate gates the starts of attempts by a token bucket of perSecond
-// tokens per second holding up to burst tokens (a fleet's share of a
+// tokens per second holding up to burst tokens, and at most a day's worth
+// of them at that rate (a fleet's share of a
 // fleet-wide rate, see package fleet), on top of the limit of attempts in
 // flight: Acquire then needs a token as well as a slot. A token is taken
 // without a lock when one is due; a call that finds none waits, as over
@@ -67,8 +68,9 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 //
 // SetRate also returns what a fleet's sync reads: the attempts in flight
 // and the calls waiting now; the calls refused ("no token", on arrival
-// or while waiting) since the previous SetRate call, demand the rate in
-// force did not serve; and the sum, the fastest (0: none) and the number
+// or while waiting; a call with a done context, which asked only for a
+// free slot and token, is not counted) since the previous SetRate call,
+// demand the rate in force did not serve; and the sum, the fastest (0: none) and the number
 // of latency samples (sampled attempts released not dropped, the
 // limiter's own sample of about one in 16 calls, or of 32 to 64 per round
 // trip when loaded) taken since the previous SetRate call: the fastest
