@@ -211,10 +211,11 @@ func announce(w io.Writer, c demoConfig, names []string) {
 	// A run sends for Duration, then waits for its last calls. Their tail
 	// is about the outage's length plus two attempt timeouts (the backlog
 	// the outage leaves; 4-9 s with the defaults on the development
-	// machine), and at most the deadline.
+	// machine), and at most the deadline; then the provider stops, waiting
+	// at most live.StopGrace for work still queued for callers who left.
 	tail := min(c.Deadline, c.FailFor+2*max(c.Timeout, c.Work))
 	about := (n * (c.Duration + tail)).Round(time.Second)
-	most := (n * (c.Duration + c.Deadline)).Round(time.Second)
+	most := (n * (c.Duration + c.Deadline + live.StopGrace)).Round(time.Second)
 	text := fmt.Sprintf("stormguard demo: %d runs, one after another: %d clients send %.0f requests per second for %v to a "+
 		"provider on loopback that answers 503 from %v to %v; each run ends when its last request does "+
 		"(a %v deadline each): about %v in all, at most %v.",

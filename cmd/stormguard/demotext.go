@@ -54,7 +54,35 @@ func headline(s live.Summary) string {
 // WriteText writes a headline line per run, the attempts per window as a
 // sparkline per run, and with wide the table of every figure. Every line
 // but the table's fits in maxColumns.
-func (r *demoResult) WriteText(w io.Writer) error {
+func (r *demoResult) WriteText(out io.Writer) error {
+	w := &stickyWriter{w: out}
+	if err := r.writeText(w); err != nil {
+		return err
+	}
+	return w.err
+}
+
+// stickyWriter writes to w until a write fails, and then keeps that error
+// (and writes nothing more): a text written with many Fprintf calls is
+// checked once, at its end.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	if err != nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// writeText is WriteText to a writer whose errors are read at the end.
+func (r *demoResult) writeText(w io.Writer) error {
 	num := len(fmt.Sprint(len(r.Runs)))
 	figs := make([]string, len(r.Runs))
 	nameWidth := 0

@@ -296,5 +296,10 @@ func (o *output) validate() error {
 	if st, err := os.Stat(filepath.Dir(o.chart)); err != nil || !st.IsDir() {
 		return usageError{fmt.Errorf("-chart %.60q: no directory %.60q to write it in", o.chart, filepath.Dir(o.chart))}
 	}
+	if st, err := os.Stat(o.chart); err == nil && !st.Mode().IsRegular() {
+		// Refused before the work, not after it: a directory (or a
+		// device, a socket) of that name cannot take the chart.
+		return usageError{fmt.Errorf("-chart %.60q: not a file that can be written (%v)", o.chart, st.Mode().Type())}
+	}
 	return nil
 }

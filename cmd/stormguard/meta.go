@@ -11,11 +11,16 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// Limits of `sim meta`: like sim outage's, per trigger; the naive rows
-// make up to about 30 attempts per request, so at the limit a run takes
-// some tens of seconds.
+// Limits of `sim meta`: like sim outage's, per trigger. The naive rows
+// make up to about 30 attempts per request, as many as the deadline holds
+// attempt timeouts, so the attempts are bounded too: runs at the limits
+// measured 14-25 s on the development machine (the requests' bound alone
+// let one run two minutes: 200,000 requests of 30 attempts each, a 1 ms
+// timeout and a 1 h deadline).
 const (
-	maxMetaRequests = 200_000 // rho x capacity x horizon, per trigger
+	maxMetaRequests = 200_000   // rho x capacity x horizon, per trigger
+	maxMetaAttempts = 4_000_000 // the requests x min(30, deadline / timeout), per trigger
+	metaMaxTries    = 30        // the most attempts a naive row makes per request
 )
 
 // metaAfter is the least time sim meta leaves after the trigger: one span
@@ -36,8 +41,9 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 			"cut by 80%); each client setup runs against it. Prints goodput before, during, the first\n"+
 			"10 s after and the rest, attempts per offered request and wasted work after the trigger,\n"+
 			"the time to recover (or \"stuck\") and the share of the trigger's requests served.",
-		fmt.Sprintf("rho x capacity x horizon at most %d requests; trigger-start + trigger-for <= horizon - 1s;\n"+
-			"queue-seconds x capacity at least 1; the capacity cut needs at least 5 workers.", maxMetaRequests), e)
+		fmt.Sprintf("rho x capacity x horizon at most %d requests, and those x min(%d, deadline /\n"+
+			"timeout) at most %d attempts; trigger-start + trigger-for <= horizon - 1s;\n"+
+			"queue-seconds x capacity at least 1; the capacity cut needs at least 5 workers.", maxMetaRequests, metaMaxTries, maxMetaAttempts), e)
 	fs.floatVar(&c.Rho, "rho", 0.01, 2, "offered load as a share of the provider's capacity")
 	fs.intVar(&c.Clients, "clients", 1, 1000, "clients sharing the load, each with its own guards")
 	fs.floatVar(&c.Capacity, "capacity", 1, 1e5, "requests per second the provider serves")
@@ -59,8 +65,14 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 	if err := out.validate(); err != nil {
 		return nil, err
 	}
-	if requests := c.Rho * c.Capacity * c.Horizon.Seconds(); requests > maxMetaRequests {
+	requests := c.Rho * c.Capacity * c.Horizon.Seconds()
+	if requests > maxMetaRequests {
 		return nil, usageError{fmt.Errorf("-rho %g x -capacity %g x -horizon %v is %.0f requests, at most %d", c.Rho, c.Capacity, fmtDuration(c.Horizon), requests, maxMetaRequests)}
+	}
+	tries := math.Min(metaMaxTries, math.Ceil(c.Deadline.Seconds()/c.Timeout.Seconds()))
+	if attempts := requests * tries; attempts > maxMetaAttempts {
+		return nil, usageError{fmt.Errorf("-rho %g x -capacity %g x -horizon %v is %.0f requests of up to %.0f attempts each (-deadline %v / -timeout %v, at most %d): %.0f attempts, at most %d",
+			c.Rho, c.Capacity, fmtDuration(c.Horizon), requests, tries, fmtDuration(c.Deadline), fmtDuration(c.Timeout), metaMaxTries, attempts, maxMetaAttempts)}
 	}
 	if c.TriggerStart+c.TriggerFor+metaAfter > c.Horizon {
 		return nil, usageError{fmt.Errorf("-trigger-start %v + -trigger-for %v must end at least %v before -horizon %v (the recovery is judged over the time after the trigger)",

@@ -326,8 +326,14 @@ func (p *Provider) Windows() []Window {
 	return out
 }
 
+// StopGrace is how long the stop function of [Provider.Listen] waits for
+// the requests in progress (work for callers who left included) before it
+// closes their connections.
+const StopGrace = 2 * time.Second
+
 // Listen serves p on a new loopback listener (127.0.0.1, a free port) and
-// returns its base URL and a function that stops the server.
+// returns its base URL and a function that stops the server, waiting at
+// most StopGrace for the requests in progress.
 func (p *Provider) Listen() (url string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -340,7 +346,7 @@ func (p *Provider) Listen() (url string, stop func(), err error) {
 		srv.Serve(ln)
 	}()
 	stop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), StopGrace)
 		defer cancel()
 		if srv.Shutdown(ctx) != nil {
 			srv.Close()
