@@ -68,7 +68,7 @@ func hedgeEnd(o observe.Observer, dest *host, parent, ctx context.Context, num i
 		e.Outcome = "canceled"
 	case good(resp, err):
 		e.Outcome = "success"
-	case err != nil || isRetryableStatus(resp.StatusCode) || resp.StatusCode == http.StatusInternalServerError:
+	default: // an error, a retryable status, a 500, a 409 with Retry-After (a keyed copy in progress)
 		e.Outcome = "failure"
 		if err == nil {
 			e.Err = &StatusError{Code: resp.StatusCode}

@@ -28,7 +28,9 @@ const (
 	// AttemptEnd: attempt Attempt ended after Elapsed, with Err (nil on
 	// success) and Outcome "success", "failure" (a failure of the
 	// dependency: the breaker counts it) or "rejected" (the dependency
-	// answered, but no: a 404, a 400; not its failure); a hedge that
+	// answered, but no: an error the loop's classifier does not retry,
+	// a 404 or a 400 of a retry.Do operation say; not its failure; over
+	// httpretry a 404 is the call's answer, passed back: a "success"); a hedge that
 	// lost its race ends with "canceled" (see Event.Hedge), and so does an
 	// attempt that failed after its call's context ended (the caller's
 	// deadline or cancel: the breaker counts it neither way).
@@ -85,7 +87,11 @@ type Event struct {
 	// breaker; "" if none was given.
 	Name string
 	// Attempt is the attempt number (1 for the first), or for GiveUp the
-	// attempts made.
+	// attempts made. The retry loop numbers its own attempts, a hedged
+	// race counting as one; a hedge (Hedge set) carries its number on the
+	// wire, the next after its race's first copy: a hedge and a retry
+	// after its race may then carry the same number (the retry's wire
+	// header is the one after the hedges').
 	Attempt int
 	// Delay is the sleep chosen before a retry, the sleep refused by a
 	// GiveUp for the deadline, or the Retry-After of a shed request.

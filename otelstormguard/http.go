@@ -73,7 +73,10 @@ func (o *Observer) httpRequest(req *http.Request, resp *http.Response, err error
 	}
 	// The span's error is its last request's, set when the attempt ends
 	// (an attempt may send twice: a 401, then the refreshed request's 200).
-	tag.errType, tag.errMsg, tag.canceled = httpErrorType(status, errType), "", errors.Is(err, context.Canceled)
+	// Canceled: the request's error says so, or its context does (a race's
+	// loser whose answer was on its way when the race canceled it).
+	tag.errType, tag.errMsg = httpErrorType(status, errType), ""
+	tag.canceled = errors.Is(err, context.Canceled) || errors.Is(req.Context().Err(), context.Canceled)
 	switch {
 	case err != nil:
 		tag.errMsg = err.Error()
