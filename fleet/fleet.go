@@ -96,6 +96,7 @@ type Fleet struct {
 	kick, stop, loopDone chan struct{}
 	listenDone           chan struct{}  // closed when listen returns (nil: no listener)
 	news                 atomic.Int64   // openings heard on the channel that tripped a breaker (for the tests)
+	newest               atomic.Int64   // the server's time of the newest reply (µs; 0: none yet)
 	wg                   sync.WaitGroup // round-trip goroutines
 	closeOnce            sync.Once
 	closeErr             error
@@ -200,14 +201,15 @@ func (f *Fleet) Guards(host string) (retry.Guards, error) {
 // Close stops the background sync, flushes the counts and returns the
 // unused leases in one last sync (bounded by Timeout), and waits for every
 // round trip to end. Budgets and breakers keep working afterwards, in
-// local mode. It returns the last sync's error, if any; the Fleet is closed
+// local mode (the change logged and observed as any other). It returns the last sync's error, if any; the Fleet is closed
 // either way. Close is safe to call more than once.
 func (f *Fleet) Close() error {
 	f.closeOnce.Do(func() {
 		f.modeMu.Lock()
 		f.closing.Store(true)
-		f.mode.Store(uint32(ModeLocal))
+		from := Mode(f.mode.Swap(uint32(ModeLocal)))
 		f.modeMu.Unlock()
+		f.modeChanged(from, ModeLocal, nil) // logged and observed as any change
 		close(f.stop)
 		<-f.loopDone
 		// Wait for the lease requests in flight (none starts in local

@@ -317,6 +317,7 @@ func (s *settings) available(requests, retries int64) int64 {
 // steer last acted on is ignored. It reports whether it tripped the
 // breaker.
 func (h *host) steer(state, epoch, at int64) bool {
+	h.f.replied(at)
 	return h.steerWithin(state, epoch, at, math.MaxInt64)
 }
 

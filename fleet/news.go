@@ -69,6 +69,9 @@ func (f *Fleet) heard(payload string) {
 	if err1 != nil || err2 != nil || epoch < 0 || !f.fleetMode() {
 		return
 	}
+	if newest := f.newest.Load(); newest > 0 && now-newest > maxAhead {
+		return // from the future: it would deafen a host to the fleet until then
+	}
 	f.mu.Lock()
 	h := f.hosts[key[len(f.keyPrefix):]]
 	f.mu.Unlock()

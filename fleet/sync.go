@@ -177,6 +177,7 @@ func (f *Fleet) sync(final bool) error {
 	if err == nil {
 		var r syncReply
 		if r, err = decodeSync(v, len(hosts)); err == nil {
+			f.replied(r.now)
 			f.syncs.Add(1)
 			f.setMode(ModeFleet, nil)
 			for i, h := range hosts {
@@ -191,6 +192,13 @@ func (f *Fleet) sync(final bool) error {
 		r.reload()
 	}
 	return err
+}
+
+// replied records now, the server's time of a reply (µs), if it is the
+// newest: the reference for news heard on the channel.
+func (f *Fleet) replied(now int64) {
+	for cur := f.newest.Load(); now > cur && !f.newest.CompareAndSwap(cur, now); cur = f.newest.Load() {
+	}
 }
 
 // ungate lifts the fleet's rate gates of the hosts' limiters: in local
@@ -247,6 +255,12 @@ func (f *Fleet) setMode(to Mode, err error) {
 	}
 	from := Mode(f.mode.Swap(uint32(to)))
 	f.modeMu.Unlock()
+	f.modeChanged(from, to, err)
+}
+
+// modeChanged logs and observes a change of mode from from to to (none
+// if they are the same).
+func (f *Fleet) modeChanged(from, to Mode, err error) {
 	if from == to {
 		return
 	}
