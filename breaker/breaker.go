@@ -253,7 +253,7 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 				return Permit{}, &OpenError{State: Open, Wait: wait}
 			}
 			if !b.startRound(w, now) {
-				return Permit{}, &OpenError{State: Open, Wait: b.openIn(now)}
+				return Permit{}, &OpenError{State: Open, Wait: b.openIn(b.now())} // after the fleet's answer
 			}
 		default: // HalfOpen
 			b.mu.Lock()

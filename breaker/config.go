@@ -91,9 +91,11 @@ type Config struct {
 	// one spike. The release starts at a quarter of it, or at Probes per
 	// OpenFor if that is more (a floor the pace never goes below; at most
 	// ReleaseRate itself), and doubles every half second up to it; a
-	// failure while it runs halves the pace (down to that floor), and
-	// Probes failing calls in the window (rather than MinCalls) trip the
-	// breaker again. 0 means the rate of
+	// failure while it runs halves the pace (down to that floor), and the
+	// trip rule with Probes calls in the window in place of MinCalls
+	// (failures >= FailureRatio of them; the window holds only the calls
+	// since the close) trips the breaker again. It runs until the last
+	// waiting call's release time. 0 means the rate of
 	// calls the breaker saw before it tripped (the pace the dependency
 	// served before the outage), at least Probes per OpenFor; a negative
 	// value releases every waiting call at once. New calls are not held

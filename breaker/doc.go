@@ -50,7 +50,8 @@
 // default the rate of calls the breaker saw before it tripped: the pace the
 // dependency served) and doubles every half second up to it, and a failure
 // while it releases halves it. If failures reach the trip rule again (while
-// it releases, Probes failing calls in the window are enough), the breaker
+// it releases, Probes calls in the window are enough in place of MinCalls,
+// failures at least FailureRatio of them), the breaker
 // opens and the calls not yet released go back to waiting. At most
 // MaxWaiters calls wait (default 10,000); a waiting call holds no lock and
 // starts no goroutine (the probe rounds and the pacer run on one timer each

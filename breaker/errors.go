@@ -21,7 +21,9 @@ type OpenError struct {
 	State State
 	// Wait is how long after the rejection the breaker half-opens; 0 when
 	// State is HalfOpen (the next call may be admitted as soon as a probe
-	// finishes badly, or the breaker closes).
+	// finishes badly, or the breaker closes), and 0 when the open period
+	// is over and another call is asking the fleet for the probe round
+	// (Config.Shared): the breaker may half-open as soon as it answers.
 	Wait time.Duration
 }
 

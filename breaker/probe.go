@@ -22,6 +22,7 @@ func (b *Breaker) startRound(w uint64, now time.Time) bool {
 		}
 		ok := b.shared.ProbeRound()
 		b.asking.Store(false)
+		now = b.now() // the round trip took time: the next interval counts from its answer
 		if !ok {
 			b.mu.Lock()
 			if t := b.since(now); b.state.Load() == w && b.openUntil.Load() <= int64(t) {

@@ -15,7 +15,8 @@ import (
 // Its fields are guarded by mu.
 type release struct {
 	pace  pace.Pacer
-	gen   uint64 // the closed generation it releases for
+	gen   uint64        // the closed generation it releases for
+	until time.Duration // the latest release time handed out (since base): the release lasts until then
 	timer *time.Timer
 }
 
@@ -33,9 +34,16 @@ func (r *release) slowDown(now time.Duration, gen uint64) {
 func (b *Breaker) startReleaseLocked(now time.Time, rate float64) {
 	b.rel.gen = genOf(b.state.Load())
 	b.rel.pace.Start(b.since(now), rate, b.releaseFloor())
+	b.rel.until = 0
 	if b.releaseLocked(now) {
 		b.releasing.Store(true)
 		b.armReleaseLocked()
+	} else if d := b.rel.until - b.since(now); d > 0 {
+		// Every waiting call has its time, the last one still to come:
+		// the release lasts until then (the trip rule's Probes, and the
+		// slow-down after a failure, apply to its calls).
+		b.releasing.Store(true)
+		b.armReleaseIn(d)
 	}
 }
 
@@ -61,7 +69,9 @@ func (b *Breaker) releaseLocked(now time.Time) bool {
 			break
 		}
 		// release holds the time + 1, so that 0 means none.
-		c.release, c.releaseGen = sat.Add(t, time.Duration(b.u()*spread)+1), b.rel.gen
+		at := sat.Add(t, time.Duration(b.u()*spread))
+		c.release, c.releaseGen = sat.Add(at, 1), b.rel.gen
+		b.rel.until = max(b.rel.until, at)
 		c.signal()
 	}
 	p.EndTick(left)
@@ -80,8 +90,11 @@ func (b *Breaker) unreleaseLocked() {
 }
 
 // armReleaseLocked schedules the pacer's next tick. It requires mu held.
-func (b *Breaker) armReleaseLocked() {
-	d := b.rel.pace.Interval()
+func (b *Breaker) armReleaseLocked() { b.armReleaseIn(b.rel.pace.Interval()) }
+
+// armReleaseIn schedules the pacer's next tick d from now. It requires mu
+// held.
+func (b *Breaker) armReleaseIn(d time.Duration) {
 	if b.rel.timer == nil {
 		b.rel.timer = time.AfterFunc(d, b.releaseDue)
 	} else {
@@ -99,6 +112,10 @@ func (b *Breaker) releaseDue() {
 	}
 	if b.releaseLocked(now) {
 		b.armReleaseLocked()
+		return
+	}
+	if d := b.rel.until - b.since(now); d > 0 {
+		b.armReleaseIn(d) // the last release time handed out is still to come
 		return
 	}
 	b.releasing.Store(false)

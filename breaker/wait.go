@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/stormguard/stormguard/internal/waitq"
@@ -44,14 +45,19 @@ func (b *Breaker) Wait(ctx context.Context, maxWait time.Duration) (Permit, erro
 	return p, err
 }
 
+// noBound is where a maxWait means no bound: an open period that saturated
+// at the largest Duration (a Retry-After of centuries) does not turn away a
+// call that set none.
+const noBound = time.Duration(math.MaxInt64 / 2)
+
 // waitSlow is Wait for a breaker that was not closed (state word w).
 func (b *Breaker) waitSlow(ctx context.Context, w uint64, maxWait time.Duration) (Permit, error) {
 	p, err := b.allowSlow(w)
 	if err == nil || maxWait <= 0 || b.waiters.Max == 0 || ctx.Err() != nil {
 		return p, err
 	}
-	if oe, ok := err.(*OpenError); ok && oe.State == Open && oe.Wait >= maxWait {
-		return p, err
+	if oe, ok := err.(*OpenError); ok && oe.State == Open && oe.Wait >= maxWait && maxWait < noBound {
+		return p, err // the round comes too late (a call without a bound waits for it, however far)
 	}
 	return b.wait(ctx, maxWait, err)
 }
