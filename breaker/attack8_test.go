@@ -556,7 +556,7 @@ func TestAttackBreaker8ReleaseRateSlidingBound(t *testing.T) {
 					if p.Probe() {
 						closedAt = time.Now()
 					} else {
-						times = append(times, time.Now().Sub(closedAt))
+						times = append(times, time.Since(closedAt))
 					}
 					mu.Unlock()
 					b.Done(p, true)

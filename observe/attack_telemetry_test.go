@@ -362,30 +362,6 @@ func telHedgeAnswer(t *testing.T, cases []telHedgeCase) {
 	}
 }
 
-// telAllFail: the first request answers 503 after 80 ms, the hedge 503
-// after 10 ms, and every later request 200 at once.
-type telAllFail struct{ n atomic.Int64 }
-
-func (s *telAllFail) RoundTrip(r *http.Request) (*http.Response, error) {
-	n := s.n.Add(1)
-	var d time.Duration
-	switch n {
-	case 1:
-		d = 80 * time.Millisecond
-	case 2:
-		d = 10 * time.Millisecond
-	}
-	if d > 0 {
-		select {
-		case <-time.After(d):
-		case <-r.Context().Done():
-			return nil, r.Context().Err()
-		}
-		return telResp(r, 503), nil
-	}
-	return telResp(r, 200), nil
-}
-
 // httpretry.WithAttemptTimeout: an attempt that times out while the call
 // has time is a "failure" (AttemptEnd: "canceled" only after its call's
 // context ended), and Elapsed is the attempt's duration.

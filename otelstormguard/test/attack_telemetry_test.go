@@ -53,28 +53,6 @@ func ztBackoff(t testing.TB) *backoff.Backoff {
 	return b
 }
 
-// ztAllFail: request 1 answers 503 after 80 ms, request 2 (the hedge) 503
-// after 10 ms, every later one 200 at once.
-type ztAllFail struct{ n atomic.Int64 }
-
-func (s *ztAllFail) RoundTrip(r *http.Request) (*http.Response, error) {
-	var d time.Duration
-	switch s.n.Add(1) {
-	case 1:
-		d = 80 * time.Millisecond
-	case 2:
-		d = 10 * time.Millisecond
-	default:
-		return ztResp(r, 200), nil
-	}
-	select {
-	case <-time.After(d):
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
-	return ztResp(r, 503), nil
-}
-
 // stormguard.outcome of an attempt takes "success, failure, rejected,
 // canceled" ("Every other attribute takes values from a fixed set"): a
 // hedge answered 409 with Retry-After.
