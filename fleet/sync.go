@@ -255,6 +255,9 @@ func (f *Fleet) setMode(to Mode, err error) {
 	}
 	from := Mode(f.mode.Swap(uint32(to)))
 	f.modeMu.Unlock()
+	if from != to {
+		f.modeChanges.Add(1) // a change a round trip made (Close's is not counted)
+	}
 	f.modeChanged(from, to, err)
 }
 
@@ -264,7 +267,6 @@ func (f *Fleet) modeChanged(from, to Mode, err error) {
 	if from == to {
 		return
 	}
-	f.modeChanges.Add(1)
 	if f.logger != nil {
 		attrs := []slog.Attr{slog.String("fleet", f.cfg.Name), slog.String("from", from.String()), slog.String("to", to.String())}
 		if err != nil {
