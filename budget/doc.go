@@ -38,11 +38,14 @@
 // counters, and a clock reading is measured from the budget's creation as
 // a time.Duration: the rule holds while the clock readings of a budget's
 // calls are less than 2^39 slices apart (17 years with slices of a
-// millisecond) and within about 292 years of New (the range of a
-// time.Duration; the monotonic clock of time.Now never leaves it); a
-// budget left unused longer, or a Config.Now that jumps so far, may count
-// a window of that long ago again, or, past 292 years, stop sliding (every
-// later reading falls in one slice).
+// millisecond), no reading is more than 2^32 slices before New's (a
+// Config.Now that goes back 50 days with 1 ms slices, 136 years with the
+// default 1 s ones: earlier slices lose their deposits and count their
+// retries as never expiring), and within about 292 years of New (the
+// range of a time.Duration; the monotonic clock of time.Now never leaves
+// it, nor goes back); a budget left unused longer, or a Config.Now that
+// jumps so far, may count a window of that long ago again, or, past 292
+// years, stop sliding (every later reading falls in one slice).
 //
 // # Concurrency
 //

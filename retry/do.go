@@ -381,6 +381,12 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		default:
 			return p.stop(ctx, reason, attempt, err, 0)
 		}
+		if hasDL && p.within != nil && !time.Now().Add(sleep).Before(deadline) {
+			// The budget's withdrawal waited (a fleet's round trip) and
+			// the sleep no longer fits: give up now, not past the
+			// deadline (the retry withdrawn goes unused).
+			return p.stop(ctx, Deadline, attempt, err, sleep)
+		}
 		if p.observer != nil {
 			p.retrying(ctx, attempt, sleep, pl.byHint, err)
 		}

@@ -136,10 +136,11 @@ type Guards struct {
 // limiter adds is its own (package limit).
 func WithGuards(g Guards) Option {
 	return option(func(p *config) error {
-		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
-			g.Budget = nil
+		b := g.Budget // a local: the option is a value, applied by many New calls at once
+		if bb, ok := b.(*budget.Budget); ok && bb == nil {
+			b = nil
 		}
-		p.budget, p.breaker, p.limiter = g.Budget, g.Breaker, g.Limiter
+		p.budget, p.breaker, p.limiter = b, g.Breaker, g.Limiter
 		return nil
 	})
 }
