@@ -59,6 +59,12 @@ func classify(err error) bool {
 	if _, ok := err.(*StatusError); ok {
 		return true
 	}
+	if errors.As(err, new(callerError)) {
+		// The caller's side failed (a refresh of credentials whose server
+		// refused the connection, say): not the host's failure, whatever
+		// it wraps; the breaker judges it so too.
+		return false
+	}
 	return retry.IsRetryable(err) || sendFailure(err)
 }
 

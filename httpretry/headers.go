@@ -86,7 +86,15 @@ func (tv *timeoutValues) get(left time.Duration) []string {
 func attemptHeader(src http.Header, key []string, n int) http.Header {
 	h := make(http.Header, len(src)+2)
 	for k, v := range src {
-		if !isMark(k) {
+		switch {
+		case isMark(k):
+		case len(k) == len(wire.TimeoutHeader) && strings.EqualFold(k, wire.TimeoutHeader):
+			// Every spelling under the canonical key, which an attempt with
+			// a deadline replaces: a forwarded spelling of the caller's
+			// must not go beside the transport's own value.
+			old := h[wire.TimeoutHeader]
+			h[wire.TimeoutHeader] = append(old[:len(old):len(old)], v...)
+		default:
 			h[k] = v
 		}
 	}

@@ -248,7 +248,8 @@ func WithBufferBodies(maxBytes int64) Option {
 // WithRefreshOn401 sets a hook for 401 Unauthorized, which is never
 // retried. When an attempt gets a 401, refresh is called once per
 // RoundTrip with a copy of the request that got it (headers deep-copied,
-// no body; the hook may modify and return it, e.g. with a new
+// no body, its context the attempt's: bounded by WithTimeout and the
+// attempt timeout; the hook may modify and return it, e.g. with a new
 // Authorization header, or return a new request to the same host: one to
 // another host is an error, since its sends would count against this
 // host's guards). The transport then sends
@@ -256,7 +257,9 @@ func WithBufferBodies(maxBytes int64) Option {
 // of the same attempt: it does not count as an attempt and does not draw
 // on the retry budget; later retries, if any, send it too. If refresh
 // returns an error, RoundTrip returns that error (wrapped); if it returns a
-// nil request, or the body cannot be replayed, the 401 is returned as is.
+// nil request, or the body cannot be replayed (a body without GetBody, not
+// buffered), the 401 is returned as is; if GetBody fails for the resend,
+// RoundTrip returns its error.
 // refresh must be safe for concurrent use. nil (the default) means a 401
 // is returned to the caller.
 func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Option {

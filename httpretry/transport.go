@@ -333,6 +333,10 @@ func (c *call) giveBack(resp *http.Response, re *retry.Error) *http.Response {
 	if c.owned != nil {
 		_ = c.owned.Close()
 	}
+	if c.next != nil {
+		_ = c.next.Close() // the body got for a next attempt that will not be sent
+		c.next = nil
+	}
 	if re != nil {
 		if resp.Header == nil {
 			resp.Header = make(http.Header)
@@ -381,12 +385,18 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	}
 	if resp.StatusCode == http.StatusUnauthorized && c.t.cfg.refresh != nil && !c.refreshed && c.replayable {
 		c.refreshed = true
-		nr, err := c.refresh()
+		nr, err := c.refresh(ctx)
 		if err != nil {
 			return nil, retry.Permanent(callerError{err})
 		}
 		if nr != nil {
 			c.discardCur()
+			if c.hasKey && c.key == nil && requestKey(nr.Header) == "" {
+				// The caller's key, which the refreshed request left out:
+				// it goes on every attempt still (a write sent again
+				// without its key would run again).
+				c.key = []string{requestKey(c.req.Header)}
+			}
 			c.src = nr
 			if resp, err = c.send(ctx, n); err != nil {
 				return nil, c.sendError(err)
@@ -546,9 +556,10 @@ func (c *call) header(n int) http.Header {
 	return attemptHeader(c.src.Header, c.key, n)
 }
 
-// refresh calls the 401 hook with a copy of the request that got the 401.
-func (c *call) refresh() (*http.Request, error) {
-	cp := c.src.Clone(c.src.Context())
+// refresh calls the 401 hook with a copy of the request that got the 401,
+// on ctx, the attempt's context.
+func (c *call) refresh(ctx context.Context) (*http.Request, error) {
+	cp := c.src.Clone(ctx) // the attempt's context: the hook is part of the attempt, bounded by its time
 	cp.Body, cp.GetBody = nil, nil
 	if cp.Header == nil {
 		cp.Header = make(http.Header)
