@@ -88,6 +88,9 @@ func attemptHeader(src http.Header, key []string, n int) http.Header {
 	for k, v := range src {
 		switch {
 		case isMark(k):
+		case key != nil && isKeyField(k):
+			// The transport's key goes instead: the request had none but
+			// blank fields, which a server would refuse as an empty key.
 		case len(k) == len(wire.TimeoutHeader) && strings.EqualFold(k, wire.TimeoutHeader):
 			// Every spelling under the canonical key, which an attempt with
 			// a deadline replaces: a forwarded spelling of the caller's
@@ -152,6 +155,13 @@ const (
 	attemptLower = "stormguard-attempt"
 	probeLower   = "stormguard-probe"
 )
+
+// isKeyField reports whether k is a spelling of an idempotency key field:
+// Idempotency-Key or X-Idempotency-Key.
+func isKeyField(k string) bool {
+	return len(k) == len(idempotency.Header) && strings.EqualFold(k, idempotency.Header) ||
+		len(k) == len("X-Idempotency-Key") && strings.EqualFold(k, "X-Idempotency-Key")
+}
 
 // isMark reports whether header key k names wire.AttemptHeader or
 // wire.ProbeHeader, in any spelling.

@@ -36,12 +36,16 @@
 // status, allow-listed header fields as they were when it wrote the header,
 // and body; not its trailers: a replay carries none), even
 // when the client went away mid-response or a [net/http.TimeoutHandler]
-// in front gave up; a handler that returns without a word because its
-// request was canceled produced nothing, and its key is released. A store
+// in front gave up; a handler that returns without a word after its
+// request was canceled is taken to have produced nothing, and its key is
+// released. So a handler that does its work whatever the cancel (a charge
+// that ignores its context) must say so: call WriteHeader (200 included)
+// before it returns, rather than rely on net/http's implicit 200, or a
+// retry after the cancel runs it again. A store
 // that fails or is slow while the response is being stored is waited for,
 // the key locked meanwhile (see [Guard.Run]), so a brief outage of the
 // store does not run a handler twice. The handler runs again only after it
-// panicked, ended with a status that is not stored (5xx, 401, 429 by
+// panicked, ended with a status that is not stored (5xx, 401, 408, 429 by
 // default), hijacked the connection, or lost its lock (the store said
 // another request holds it, or could confirm none of its renewals for a
 // lock timeout, less a twentieth), or when the store refused its response for a whole

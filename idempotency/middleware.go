@@ -41,7 +41,7 @@ var defaultReplayHeaders = []string{
 var neverStored = []string{
 	"Set-Cookie", "Set-Cookie2", "Authorization", "Proxy-Authorization",
 	"Www-Authenticate", "Proxy-Authenticate", "Authentication-Info", "Proxy-Authentication-Info", "Cookie",
-	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade",
+	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade",
 	ReplayHeader, BodyOmittedHeader,
 }
 

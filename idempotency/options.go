@@ -206,8 +206,9 @@ func WithStoreTimeout(d time.Duration) GuardOption {
 }
 
 // WithStoreStatus sets which final statuses are stored for replay. The
-// default stores everything except 5xx, 401 and 429: those release the key
-// so that a retry runs the handler again. Stripe stores 500s too; pass
+// default stores everything except 5xx, 401, 408 and 429: those release
+// the key so that a retry runs the handler again (408 and 429, like 5xx,
+// are answers clients retry: stored, every retry would meet the replay). Stripe stores 500s too; pass
 // func(code int) bool { return true } for that.
 func WithStoreStatus(f func(code int) bool) Option {
 	return httpOption(func(m *middleware) error {
@@ -220,9 +221,9 @@ func WithStoreStatus(f func(code int) bool) Option {
 }
 
 // defaultStoreStatus reports whether the middleware stores a response with
-// status code by default: everything but 5xx, 401 and 429.
+// status code by default: everything but 5xx, 401, 408 and 429.
 func defaultStoreStatus(code int) bool {
-	return code < 500 && code != http.StatusUnauthorized && code != http.StatusTooManyRequests
+	return code < 500 && code != http.StatusUnauthorized && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
 // WithReplayHeaders replaces the allow-list of response header fields that
