@@ -119,7 +119,7 @@ const (
 // retry" error.
 func DontRetry(h http.Header) bool {
 	for _, v := range h[dontRetryHeader] {
-		if strings.EqualFold(strings.Trim(v, " \t"), "no") {
+		if asciiEqualFold(strings.Trim(v, " \t"), "no") {
 			return true
 		}
 	}
@@ -208,7 +208,7 @@ func ParseGiveUp(value string) (g GiveUp, ok bool) {
 	tok, params, _ := strings.Cut(value, ";")
 	tok = strings.Trim(tok, " \t")
 	for _, r := range giveUpReasons {
-		if strings.EqualFold(tok, r) {
+		if asciiEqualFold(tok, r) {
 			g.Reason = r
 		}
 	}
@@ -219,11 +219,11 @@ func ParseGiveUp(value string) (g GiveUp, ok bool) {
 		k, v, found := strings.Cut(strings.Trim(p, " \t"), "=")
 		switch {
 		case !found:
-		case strings.EqualFold(k, "attempts"):
+		case asciiEqualFold(k, "attempts"):
 			if n, ok := ParseAttempt(v); ok { // a malformed value is ignored, not a reset
 				g.Attempts = n
 			}
-		case strings.EqualFold(k, "retry-after"):
+		case asciiEqualFold(k, "retry-after"):
 			if d, isNum := parseSeconds(strings.Trim(v, " \t")); isNum {
 				g.RetryAfter = d
 			}
@@ -245,4 +245,26 @@ func parseSeconds(v string) (d time.Duration, isNum bool) {
 		return math.MaxInt64, true
 	}
 	return 0, false
+}
+
+// asciiEqualFold reports whether s and t are equal under ASCII case
+// folding only: a header's tokens are ASCII, and Unicode folding would
+// take "\u017f" (long s) for an "s".
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
 }

@@ -148,6 +148,13 @@ func DecodeRecord(data []byte) (Record, error) {
 		}
 		rec.BodyOmitted = flags&flagBodyOmitted != 0
 	}
+	// The header fields and the body, walked once without a copy: a
+	// corrupt record is refused before anything is allocated for it (a
+	// field of a million empty values would otherwise cost a hundred times
+	// its bytes before its bad end was found).
+	if err := (&decoder{data: data, off: d.off}).check(); err != nil {
+		return Record{}, err
+	}
 	n, err := d.count("header count")
 	if err != nil {
 		return Record{}, err
@@ -174,7 +181,7 @@ func DecodeRecord(data []byte) (Record, error) {
 		if err != nil {
 			return Record{}, err
 		}
-		vs := make([]string, 0, min(m, 16))
+		vs := make([]string, 0, m) // the record was checked whole: m values follow
 		for range m {
 			v, err := d.bytes("header value")
 			if err != nil {
@@ -205,14 +212,49 @@ type decoder struct {
 	off  int
 }
 
-func (d *decoder) uvarint(what string) (uint64, error) {
+// check walks the header fields and the body from d's offset to the end
+// of the data, and returns the error the decoding would meet, if any,
+// without allocating.
+func (d *decoder) check() error {
+	n, err := d.count("header count")
+	if err != nil {
+		return err
+	}
+	for range n {
+		name, err := d.bytes("header name")
+		if err != nil {
+			return err
+		}
+		if len(name) == 0 {
+			return fmt.Errorf("%w: empty header name at offset %d", errCorrupt, d.off)
+		}
+		m, err := d.count("value count")
+		if err != nil {
+			return err
+		}
+		for range m {
+			if _, err := d.bytes("header value"); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := d.bytes("body"); err != nil {
+		return err
+	}
+	if d.off != len(d.data) {
+		return fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(d.data)-d.off)
+	}
+	return nil
+}
+
+func (d *decoder) uvarint(what, suffix string) (uint64, error) {
 	v, n := binary.Uvarint(d.data[d.off:])
 	if n <= 0 {
-		return 0, fmt.Errorf("%w: bad %s at offset %d", errCorrupt, what, d.off)
+		return 0, fmt.Errorf("%w: bad %s%s at offset %d", errCorrupt, what, suffix, d.off)
 	}
 	var min [binary.MaxVarintLen64]byte
 	if n != binary.PutUvarint(min[:], v) { // one encoding per value
-		return 0, fmt.Errorf("%w: non-minimal %s at offset %d", errCorrupt, what, d.off)
+		return 0, fmt.Errorf("%w: non-minimal %s%s at offset %d", errCorrupt, what, suffix, d.off)
 	}
 	d.off += n
 	return v, nil
@@ -220,19 +262,23 @@ func (d *decoder) uvarint(what string) (uint64, error) {
 
 // count reads an element count; each element takes at least one byte, so a
 // count above the bytes left is corrupt (this bounds allocations).
-func (d *decoder) count(what string) (int, error) {
-	v, err := d.uvarint(what)
+func (d *decoder) count(what string) (int, error) { return d.countOf(what, "") }
+
+// countOf is count of the element named what+suffix (joined only in an
+// error: a name built for every value cost an allocation each).
+func (d *decoder) countOf(what, suffix string) (int, error) {
+	v, err := d.uvarint(what, suffix)
 	if err != nil {
 		return 0, err
 	}
 	if v > uint64(len(d.data)-d.off) {
-		return 0, fmt.Errorf("%w: %s %d exceeds the %d bytes left", errCorrupt, what, v, len(d.data)-d.off)
+		return 0, fmt.Errorf("%w: %s%s %d exceeds the %d bytes left", errCorrupt, what, suffix, v, len(d.data)-d.off)
 	}
 	return int(v), nil
 }
 
 func (d *decoder) bytes(what string) ([]byte, error) {
-	n, err := d.count(what + " length")
+	n, err := d.countOf(what, " length")
 	if err != nil {
 		return nil, err
 	}
