@@ -111,7 +111,8 @@
 //
 // # Giving up
 //
-// A call that ends without success returns an [*Error]: it reads as a gRPC
+// A call that ends without success returns an [*Error] (but one whose
+// guards could not be had: see [WithGuards]): it reads as a gRPC
 // status (status.Code(err) is the last attempt's code; UNAVAILABLE when an
 // open circuit refused the call before any attempt) and wraps the
 // [*retry.Error] that says why the retrying stopped (errors.Is with

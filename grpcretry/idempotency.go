@@ -162,6 +162,7 @@ func (s *idemServer) intercept(ctx context.Context, req any, info *grpc.UnarySer
 		s.g.ReportInvalid(ctx)
 		return nil, badKey(err.Error())
 	case raw == "" && s.cfg.required:
+		s.g.ReportInvalid(ctx)
 		return nil, badKey("this method needs an idempotency key: send it in the " + keyMetadata + " metadata")
 	case raw == "":
 		return handler(ctx, req)

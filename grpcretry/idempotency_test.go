@@ -402,8 +402,8 @@ func TestIdempotencyKeys(t *testing.T) {
 	if n := f.srv.runs.Load(); n != 0 {
 		t.Fatalf("handler ran %d times for bad keys, want 0", n)
 	}
-	if got := f.log.outcomes(); len(got) != 8 || slices.IndexFunc(got, func(o string) bool { return o != "invalid" }) >= 0 {
-		t.Fatalf("events %q, want 8 \"invalid\" (none for the call without a key)", got)
+	if got := f.log.outcomes(); len(got) != 9 || slices.IndexFunc(got, func(o string) bool { return o != "invalid" }) >= 0 {
+		t.Fatalf("events %q, want 9 \"invalid\" (the call without a key too: the key is required)", got)
 	}
 	f.call(t, unaryMethod, charge("1"), "alice", `"k-\"1\""`)
 	if a := f.call(t, unaryMethod, charge("1"), "alice", `k-"1"`); !a.replayed || f.srv.runs.Load() != 1 {

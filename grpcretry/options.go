@@ -183,7 +183,8 @@ func WithLimit(cfg *limit.Config) Option {
 // transport to the same dependency), or across a fleet of processes. f is
 // called once per target (grpc.ClientConn.Target), when the target is first
 // seen, and again if it was evicted from the client's table (which holds
-// 1024 targets); an error fails that call with UNAVAILABLE. It must be safe
+// 1024 targets); an error fails that call with UNAVAILABLE (a plain status
+// error whose message carries f's, not an [*Error]: no retry loop ran). It must be safe
 // for concurrent use. Breaker state changes reach the client's logger and
 // observer only if f wires them (breaker.Config.OnStateChange).
 func WithGuards(f func(target string) (retry.Guards, error)) Option {

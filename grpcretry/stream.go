@@ -151,9 +151,9 @@ type retryStream struct {
 	sent      []any // the messages sent so far, for replay
 	size      int   // their proto.Size total
 	closed    bool  // CloseSend was called
-	pinned    bool  // a message could not be kept: the open attempt is the last
+	pinned    bool  // a message could not be kept: the attempt that sends it is the last
 	opened    int   // attempts whose stream was opened
-	pinnedAt  int   // opened when pinned was set: a later attempt may not run
+	pinnedOut bool  // the message that could not be kept went out on a stream: a later attempt may not run
 	lastFail  error // the judged error of the last failed attempt
 	looping   bool  // the retry loop runs
 	err       error // the give-up, returned by every later call
@@ -270,7 +270,7 @@ func (rs *retryStream) sendUncommitted(m any) (done bool, err error) {
 				return true, nil
 			}
 		}
-		rs.pinned, rs.pinnedAt = true, rs.opened
+		rs.pinned = true
 	}
 	// m cannot be kept: the attempt that sends it is the last one.
 	for {
@@ -280,6 +280,7 @@ func (rs *retryStream) sendUncommitted(m any) (done bool, err error) {
 			return false, nil
 		case rs.cur != nil:
 			rs.sent = nil
+			rs.pinnedOut = true
 			err := rs.cur.SendMsg(m)
 			rs.mu.Unlock()
 			return true, err
@@ -364,9 +365,9 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 // deferred CloseSend of the caller's must not block).
 func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, hdr *metadata.MD, eof *bool) error {
 	rs.mu.Lock()
-	if rs.pinned && rs.pinnedAt > 0 && rs.lastFail != nil {
-		// A message past the bound went to attempt pinnedAt while the
-		// loop slept after its failure: the call is committed to that
+	if rs.pinnedOut && rs.lastFail != nil {
+		// A message past the bound went to an attempt while the loop
+		// slept after its failure: the call is committed to that
 		// attempt, and ends with its error (a new stream would lack the
 		// message; it once ended "OK" with the messages lost).
 		err := rs.lastFail
@@ -393,7 +394,10 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 	}()
 	cs, err := rs.streamer(actx, rs.desc, rs.cc, rs.method, rs.opts...)
 	if err != nil {
-		final := rs.pinned
+		// Final only if the message past the bound went out already: a
+		// stream that did not open sent nothing, and the next one will
+		// carry it.
+		final := rs.pinnedOut
 		held = false
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, err, nil, final)
@@ -447,7 +451,7 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 	}
 	if err != nil {
 		rs.mu.Lock()
-		final := rs.pinned
+		final := rs.pinnedOut
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, err, cs, final)
 	}
@@ -456,7 +460,7 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 		*eof = false
 		cancel(errAttemptTimeout)
 		rs.mu.Lock()
-		final := rs.pinned
+		final := rs.pinnedOut
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, errCutOff, cs, final)
 	}

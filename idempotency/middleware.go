@@ -138,6 +138,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		problem(w, http.StatusBadRequest, "key-invalid", "Idempotency-Key invalid", keyProblem(err))
 		return
 	case raw == "" && m.required:
+		m.g.ReportInvalid(r.Context())
 		problem(w, http.StatusBadRequest, "key-missing", "Idempotency-Key missing",
 			"This request needs an Idempotency-Key header.")
 		return

@@ -274,8 +274,9 @@ func WithLogger(l *slog.Logger) GuardOption {
 //     "replay" (a stored response was replayed), "in-progress" (another
 //     request holds the key), "mismatch" (the key was used for a different
 //     request), "invalid" (the request was refused before the store was
-//     consulted: a malformed key, a body over the cap, a caller that could
-//     not be identified) or "store-error" (a store call failed, whatever
+//     consulted: a malformed key, a missing one that WithKeyRequired asks
+//     for, a body over the cap, a caller that could not be identified) or
+//     "store-error" (a store call failed, whatever
 //     the answer: the claim, so nothing ran, or, after the handler ran,
 //     the completion or release, or the lock was lost);
 //   - Elapsed: the time spent in store calls for the request (claim,
