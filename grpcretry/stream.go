@@ -394,10 +394,7 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 	}()
 	cs, err := rs.streamer(actx, rs.desc, rs.cc, rs.method, rs.opts...)
 	if err != nil {
-		// Final only if the message past the bound went out already: a
-		// stream that did not open sent nothing, and the next one will
-		// carry it.
-		final := rs.pinnedOut
+		final := rs.pinnedOut // a stream that did not open sent nothing: the next one carries it
 		held = false
 		rs.mu.Unlock()
 		return rs.failed(ctx, actx, cancel, timer, err, nil, final)
