@@ -95,8 +95,7 @@ func attemptHeader(src http.Header, key []string, n int) http.Header {
 			// Every spelling under the canonical key, which an attempt with
 			// a deadline replaces: a forwarded spelling of the caller's
 			// must not go beside the transport's own value.
-			old := h[wire.TimeoutHeader]
-			h[wire.TimeoutHeader] = append(old[:len(old):len(old)], v...)
+			h[wire.TimeoutHeader] = slices.Concat(h[wire.TimeoutHeader], v) // a new slice: the caller's stays as it is
 		default:
 			h[k] = v
 		}

@@ -204,24 +204,7 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 		iv := l.riv.Load()
 		if iv > 0 && !l.takeToken(l.since(), iv) {
 			p, err := l.waitFor(ctx, flags)
-			switch err {
-			case errNoWaiting, errTooMany:
-				// Refused at once for want of a token (a call that could
-				// not wait): said, and counted as demand the gate refused
-				// (a call that waited is counted where it fails; a done
-				// context's, a hedge's say, asked only for a free slot and
-				// token, and is no demand).
-				l.mu.Lock()
-				l.repNoTok++
-				l.mu.Unlock()
-				switch err {
-				case errNoWaiting:
-					err = errNoTokenNoWaiting
-				case errTooMany:
-					err = errNoTokenTooMany
-				}
-			}
-			return p, err
+			return p, l.noToken(err)
 		}
 		lim := l.lim.Load()
 		for s := l.state.Load(); int64(uint32(s)) < lim; s = l.state.Load() {
@@ -252,6 +235,27 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	return l.waitFor(ctx, flags)
+}
+
+// noToken is the error of a call that found no token, given err, what
+// waitFor returned for it: a refusal at once (the call could not wait) is
+// said to be for want of a token and counted as demand the gate refused.
+// A call that waited is counted where it fails; a done context's (a
+// hedge's, say) asked only for a free slot and token, and is no demand.
+func (l *Limiter) noToken(err error) error {
+	var refusal error
+	switch err {
+	case errNoWaiting:
+		refusal = errNoTokenNoWaiting
+	case errTooMany:
+		refusal = errNoTokenTooMany
+	default:
+		return err
+	}
+	l.mu.Lock()
+	l.repNoTok++
+	l.mu.Unlock()
+	return refusal
 }
 
 // waitFor is the slow end of acquire: a call that must wait.
