@@ -26,7 +26,7 @@ func TestSuccessPathAllocs(t *testing.T) {
 	p := policy(t, f, "api")
 	ctx := context.Background()
 	h := f.hostFor("api")
-	h.lease.install(math.MaxUint32, 0, math.MaxInt64)
+	h.lease.install(math.MaxUint32, slot{}, math.MaxInt64)
 	tests := []struct {
 		name string
 		run  func()
@@ -165,7 +165,7 @@ func BenchmarkWithdrawLeaseHit(b *testing.B) {
 		h := f.hostFor("api")
 		h.leaseMu.Lock()
 		h.expire(0, true)
-		h.lease.install(math.MaxUint32, 0, math.MaxInt64)
+		h.lease.install(math.MaxUint32, slot{}, math.MaxInt64)
 		h.leaseMu.Unlock()
 		calls := f.stats().LeaseCalls
 		b.ReportAllocs()

@@ -252,7 +252,7 @@ func (h *host) leased(lc *leaseCall, now, want int64, v []int64, err error) erro
 				h.denied.Store(true) // the fleet's budget is spent
 			}
 		case !f.fleetMode():
-			h.addReturn(r.slice, n)
+			h.addReturn(r.slot, n)
 		default:
 			if lc.claim.CompareAndSwap(claimWaiting, claimKept) {
 				n--
@@ -260,7 +260,7 @@ func (h *host) leased(lc *leaseCall, now, want int64, v []int64, err error) erro
 			// The lease ends with the slice it was counted in. now was
 			// read before the request left, so now+left is no later
 			// than the slice's end.
-			h.lease.install(n, r.slice, leaseDeadline(now, r.left))
+			h.lease.install(n, r.slot, leaseDeadline(now, r.left))
 		}
 	}
 	h.leaseMu.Unlock()
@@ -286,15 +286,16 @@ func leaseDeadline(now, leftUS int64) int64 {
 
 // lease is a process's leased fleet retries: a number of retries it may
 // spend until a deadline, counted by the fleet in one slice. take is one
-// compare-and-swap; install and expire keep the three words consistent:
-// deadline and slice are written only while the word holds no retries, and
+// compare-and-swap; install and expire keep the four words consistent:
+// deadline and slot are written only while the word holds no retries, and
 // every change of the word's retries from non-zero is a compare-and-swap,
-// so a successful take or expire saw the deadline and slice of its own
+// so a successful take or expire saw the deadline and slot of its own
 // generation.
 type lease struct {
 	word     atomic.Uint64 // generation in the high 32 bits, retries left in the low 32
 	deadline atomic.Int64  // process clock, ns: no retry may be taken at or after it
 	slice    atomic.Int64  // the fleet slice the retries were counted in
+	inc      atomic.Int64  // and the incarnation of the host's key then
 }
 
 // take spends one retry of the lease at now, and reports whether there
@@ -313,14 +314,14 @@ func (l *lease) take(now int64) bool {
 
 // expire empties the lease if its deadline is at or before now (or
 // whatever its deadline, if all), and returns the retries it held and their
-// slice; 0 if it held none or has not expired.
-func (l *lease) expire(now int64, all bool) (n, slice int64) {
+// slot; 0 if it held none or has not expired.
+func (l *lease) expire(now int64, all bool) (n int64, s slot) {
 	for {
 		w := l.word.Load()
 		if uint32(w) == 0 || (!all && now < l.deadline.Load()) {
-			return 0, 0
+			return 0, slot{}
 		}
-		s := l.slice.Load()
+		s = slot{l.slice.Load(), l.inc.Load()}
 		if l.word.CompareAndSwap(w, w&^math.MaxUint32) {
 			return int64(uint32(w)), s
 		}
@@ -334,12 +335,13 @@ func (l *lease) usedUp(now int64) bool {
 	return w>>32 != 0 && uint32(w) == 0 && now < l.deadline.Load()
 }
 
-// install starts a new generation of n retries counted in slice, valid
+// install starts a new generation of n retries counted in slot s, valid
 // until deadline. It requires the lease empty (expire it first) and one
 // installer at a time.
-func (l *lease) install(n, slice, deadline int64) {
+func (l *lease) install(n int64, s slot, deadline int64) {
 	n = min(max(n, 0), math.MaxUint32)
-	l.slice.Store(slice)
+	l.slice.Store(s.slice)
+	l.inc.Store(s.inc)
 	l.deadline.Store(deadline)
 	gen := l.word.Load()>>32 + 1
 	l.word.Store(gen<<32 | uint64(n))

@@ -31,6 +31,7 @@ func FuzzModelBudget(f *testing.F) {
 		ref := map[int64]*counts{}
 		now := int64(1_000_000_000) + int64(src.next(1<<16))
 		var hw int64
+		var inc int64 // the key's incarnation, from its first call
 		key := []string{"k"}
 		for len(src.b) > 0 {
 			switch src.next(6) {
@@ -40,6 +41,9 @@ func FuzzModelBudget(f *testing.F) {
 				now += int64(src.next(uint64(s.slices*s.sliceUS*2)) + 1)
 			}
 			hw = max(hw, now)
+			if inc == 0 {
+				inc = hw
+			}
 			cur := hw / s.sliceUS
 			at := func(sl int64) *counts {
 				if ref[sl] == nil {
@@ -61,7 +65,9 @@ func FuzzModelBudget(f *testing.F) {
 				h := syncHost{requests: src.next(50)}
 				for range src.next(3) {
 					sl := cur - int64(src.next(uint64(s.slices)+2))
-					h.returns = append(h.returns, returned{sl, int64(src.next(4))})
+					// One return in four names another incarnation: it is
+					// not taken off the count.
+					h.returns = append(h.returns, returned{slot{sl, inc + int64(src.next(4)/3)}, int64(src.next(4))})
 				}
 				v, err := m.eval(key, appendSync(s.args("s", now), h))
 				if err != nil {
@@ -71,7 +77,7 @@ func FuzzModelBudget(f *testing.F) {
 					at(cur).q += int64(h.requests)
 				}
 				for _, r := range h.returns {
-					if c := ref[r.slice]; c != nil && r.slice > cur-s.slices {
+					if c := ref[r.slice]; c != nil && r.slice > cur-s.slices && r.inc == inc {
 						c.r = max(0, c.r-r.n)
 					}
 				}
@@ -91,8 +97,8 @@ func FuzzModelBudget(f *testing.F) {
 				}
 				q, r := window()
 				limit := float64(s.ratio*float64(q)) + s.reserve
-				if lr.slice != cur || lr.left <= 0 || lr.left > s.sliceUS {
-					t.Fatalf("lease at %d: slice %d (want %d), %dµs left of %d", hw, lr.slice, cur, lr.left, s.sliceUS)
+				if lr.slot != (slot{cur, inc}) || lr.left <= 0 || lr.left > s.sliceUS {
+					t.Fatalf("lease at %d: slot %+v (want slice %d, incarnation %d), %dµs left of %d", hw, lr.slot, cur, inc, lr.left, s.sliceUS)
 				}
 				if lr.requests != q || lr.retries != r+lr.granted {
 					t.Fatalf("lease: window %d/%d, reference %d/%d plus %d granted", lr.requests, lr.retries, q, r, lr.granted)
@@ -133,7 +139,7 @@ func FuzzLease(f *testing.F) {
 				if l.left(now) == 0 && uint32(l.word.Load()) == 0 {
 					n := int64(src.next(20))
 					deadline = leaseDeadline(now, int64(src.next(5000)))
-					l.install(n, int64(src.next(100)), deadline)
+					l.install(n, slot{int64(src.next(100)), 1}, deadline)
 					installed += n
 				}
 			case 1:
@@ -206,7 +212,7 @@ func TestLeaseConcurrent(t *testing.T) {
 		n, _ := l.expire(now, false)
 		returned.Add(n)
 		if !l.take(now) && uint32(l.word.Load()) == 0 {
-			l.install(int64(i%13), int64(i), now+50)
+			l.install(int64(i%13), slot{int64(i), 1}, now+50)
 			installed += int64(i % 13)
 		} else {
 			taken.Add(1)

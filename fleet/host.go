@@ -353,21 +353,21 @@ func (h *host) steerWithin(state, epoch, at, ahead int64) bool {
 	return false
 }
 
-// addReturn queues n leased retries of slice for the next sync to give back.
-func (h *host) addReturn(slice, n int64) {
+// addReturn queues n leased retries of slot s for the next sync to give back.
+func (h *host) addReturn(s slot, n int64) {
 	if n <= 0 {
 		return
 	}
 	h.retMu.Lock()
-	h.returns = append(h.returns, returned{slice, n})
+	h.returns = append(h.returns, returned{s, n})
 	h.retMu.Unlock()
 }
 
 // expire queues the retries left in h's lease for return if it has expired
 // at now (or whatever its state, if all), and halves the next ask.
 func (h *host) expire(now int64, all bool) {
-	if n, slice := h.lease.expire(now, all); n > 0 {
-		h.addReturn(slice, n)
+	if n, s := h.lease.expire(now, all); n > 0 {
+		h.addReturn(s, n)
 		h.want.Store(max(h.want.Load()/2, 1))
 	}
 }

@@ -101,6 +101,9 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 		} else {
 			set("t", now)
 		}
+		if get("in") == 0 {
+			set("in", now)
+		}
 	}
 	f := func(p string, i int64) string { return p + strconv.FormatInt(i, 10) }
 	ringSum := func(t, a, b string, cur, n int64) (x, y int64) {
@@ -159,10 +162,10 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 				set(f("bq", i), get(f("bq", i))+dq)
 			}
 			for range nret {
-				s, n := a.int(ai), a.int(ai+1)
-				ai += 2
+				s, inc, n := a.int(ai), a.int(ai+1), a.int(ai+2)
+				ai += 3
 				i := fmod(s, slices)
-				if s <= cur && s > cur-slices && get(f("bn", i)) == s {
+				if s <= cur && s > cur-slices && get(f("bn", i)) == s && get("in") == inc {
 					set(f("br", i), max(0, get(f("br", i))-n))
 				}
 			}
@@ -213,7 +216,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 		} else {
 			k = 0
 		}
-		out = []int64{k, cur, (cur+1)*sliceUS - now, q, r, get("st"), get("ep")}
+		out = []int64{k, cur, (cur+1)*sliceUS - now, q, r, get("st"), get("ep"), get("in")}
 	case "p":
 		load(keys[0])
 		seen := a.int(14)

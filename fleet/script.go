@@ -76,8 +76,8 @@ type syncReply struct {
 // leaseReply is the decoded reply of a lease request.
 type leaseReply struct {
 	now               int64
-	granted           int64 // retries granted, counted in slice
-	slice             int64
+	granted           int64 // retries granted, counted in slot
+	slot              slot
 	left              int64 // microseconds until slice ends
 	requests, retries int64 // the window after the grant
 	state, epoch      int64
@@ -135,11 +135,11 @@ func decodeSync(v []int64, n int) (syncReply, error) {
 
 // decodeLease decodes the reply of a lease request for want retries.
 func decodeLease(v []int64, want int64) (leaseReply, error) {
-	if len(v) != 8 {
-		return leaseReply{}, badReply("lease: %d values, want 8", len(v))
+	if len(v) != 9 {
+		return leaseReply{}, badReply("lease: %d values, want 9", len(v))
 	}
-	r := leaseReply{now: v[0], granted: v[1], slice: v[2], left: v[3], requests: v[4], retries: v[5], state: v[6], epoch: v[7]}
-	if err := checkCounts(r.granted, r.slice, r.requests, r.retries); err != nil {
+	r := leaseReply{now: v[0], granted: v[1], slot: slot{v[2], v[8]}, left: v[3], requests: v[4], retries: v[5], state: v[6], epoch: v[7]}
+	if err := checkCounts(r.granted, r.slot.slice, r.slot.inc, r.requests, r.retries); err != nil {
 		return leaseReply{}, err
 	}
 	if r.granted > want {

@@ -20,6 +20,11 @@ local function load(key)
   local raw = redis.call('HGETALL', key)
   for i = 1, #raw, 2 do h[raw[i]] = tonumber(raw[i + 1]) end
   if get('t') > now then now = get('t') else set('t', now) end
+  -- The key's incarnation: its time (µs) when it was created, sent with
+  -- every lease, so that retries leased on a key since lost (a restart,
+  -- an eviction, an expiry) are not taken off the count of the same slice
+  -- on the key that replaced it.
+  if get('in') == 0 then set('in', now) end
 end
 
 -- registry returns the key of the registry of processes of the host whose
@@ -418,10 +423,10 @@ if mode == 's' then
       set('bq' .. i, get('bq' .. i) + dq)
     end
     for j = 1, nret do
-      local s, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-      a = a + 2
+      local s, inc, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+      a = a + 3
       local i = s % slices
-      if s <= cur and s > cur - slices and get('bn' .. i) == s then
+      if s <= cur and s > cur - slices and get('bn' .. i) == s and get('in') == inc then
         set('br' .. i, math.max(0, get('br' .. i) - n))
       end
     end
@@ -484,7 +489,7 @@ elseif mode == 'l' then
     k = 0
   end
   save(KEYS[1])
-  out = {k, cur, (cur + 1) * slice_us - now, q, r, get('st'), get('ep')}
+  out = {k, cur, (cur + 1) * slice_us - now, q, r, get('st'), get('ep'), get('in')}
 elseif mode == 'p' then
   load(KEYS[1])
   local seen = tonumber(ARGV[14])

@@ -65,6 +65,16 @@ func genCase(next func(n uint64) uint64, prefix string, n int) scriptCase {
 	}
 	now := int64(1_700_000_000_000_000) + int64(next(1<<16))
 	epochs := []int64{0, 1, 2, 3}
+	// incs holds each key's incarnation (its time when a call first
+	// touched it), so that most returns name the right one.
+	incs := map[string]int64{}
+	touch := func(keys []string) {
+		for _, k := range keys {
+			if incs[k] == 0 {
+				incs[k] = now
+			}
+		}
+	}
 	for range n {
 		// Time moves on by up to about two slices, sometimes back.
 		switch next(8) {
@@ -79,7 +89,8 @@ func genCase(next func(n uint64) uint64, prefix string, n int) scriptCase {
 		case 0, 1:
 			keys := c.keys[:1+next(uint64(len(c.keys)))]
 			base[0] = "s"
-			for range keys {
+			touch(keys)
+			for _, k := range keys {
 				h := syncHost{
 					requests:  next(40),
 					successes: next(30),
@@ -89,17 +100,21 @@ func genCase(next func(n uint64) uint64, prefix string, n int) scriptCase {
 				}
 				for range next(3) {
 					cur := now / c.set.sliceUS
-					h.returns = append(h.returns, returned{cur - int64(next(uint64(c.set.slices)+2)) + 1, int64(next(5))})
+					h.returns = append(h.returns, returned{slot{cur - int64(next(uint64(c.set.slices)+2)) + 1, incs[k] + int64(next(4)/3)}, int64(next(5))})
 				}
 				base = appendSync(base, h)
 			}
 			c.calls = append(c.calls, scriptCall{keys, base})
 		case 2:
 			base[0] = "l"
-			c.calls = append(c.calls, scriptCall{c.keys[next(uint64(len(c.keys))):][:1], append(base, itoa(int64(next(9))+1))})
+			keys := c.keys[next(uint64(len(c.keys))):][:1]
+			touch(keys)
+			c.calls = append(c.calls, scriptCall{keys, append(base, itoa(int64(next(9))+1))})
 		case 3:
 			base[0] = "p"
-			c.calls = append(c.calls, scriptCall{c.keys[next(uint64(len(c.keys))):][:1], append(base, itoa(epochs[next(4)]))})
+			keys := c.keys[next(uint64(len(c.keys))):][:1]
+			touch(keys)
+			c.calls = append(c.calls, scriptCall{keys, append(base, itoa(epochs[next(4)]))})
 		}
 	}
 	return c

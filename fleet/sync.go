@@ -280,9 +280,19 @@ func (f *Fleet) modeChanged(from, to Mode, err error) {
 	}
 }
 
-// returned is a number of leased retries given back unused, and the slice
+// slot names the window slot a lease's retries were counted in: its slice
+// and the incarnation of the host's key on Redis (the server's clock, µs,
+// when the key was created), so that retries counted on a key since lost
+// (a restarted Redis, an evicted or expired key) are not taken off the
+// count of another process's retries in the same slice of the new key.
+type slot struct{ slice, inc int64 }
+
+// returned is a number of leased retries given back unused, and the slot
 // they were counted in.
-type returned struct{ slice, n int64 }
+type returned struct {
+	slot
+	n int64
+}
 
 // syncHost is one host's part of a sync.
 type syncHost struct {
@@ -321,7 +331,7 @@ func appendSync(args []string, h syncHost) []string {
 	args = append(args, strconv.FormatUint(h.requests, 10), strconv.FormatUint(h.successes, 10),
 		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))))
 	for _, r := range h.returns {
-		args = append(args, itoa(r.slice), itoa(r.n))
+		args = append(args, itoa(r.slice), itoa(r.inc), itoa(r.n))
 	}
 	if l := h.limit; l != nil {
 		return append(args, "1", l.pid, itoa(l.waiting), itoa(l.latUS), itoa(l.latN), itoa(l.windowUS), itoa(l.max), itoa(l.initRate), itoa(l.refused), itoa(l.latMinUS),
