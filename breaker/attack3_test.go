@@ -37,12 +37,12 @@ func TestAttackWaitTimeoutError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := atkMust(t, breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Second, Probes: 1, Rand: atkHalf})
 		atkTrip(b)
-		// first waiter takes the single probe at 1s and holds it
+		// first waiter (the most time left) takes the single probe at 1s and holds it
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() {
 			defer close(done)
-			p, err := b.Wait(context.Background(), 1500*time.Millisecond)
+			p, err := b.Wait(context.Background(), 5*time.Second)
 			if err != nil {
 				t.Error(err)
 				return

@@ -52,8 +52,10 @@ func TestAttackBreaker8ReleaseTailFailureRetrips(t *testing.T) {
 		}
 		ch := make(chan res, 3)
 		var wg sync.WaitGroup
-		for i, name := range []string{"P", "A", "B"} {
-			maxWait := time.Duration(10*(i+1)) * time.Second
+		// P, with the most time left, gets the probe; A and B are released
+		// earliest deadline first.
+		for _, name := range []string{"P", "A", "B"} {
+			maxWait := map[string]time.Duration{"P": 30 * time.Second, "A": 10 * time.Second, "B": 20 * time.Second}[name]
 			wg.Go(func() {
 				p, err := b.Wait(context.Background(), maxWait)
 				ch <- res{name, time.Since(start), p.Probe(), err}
@@ -105,8 +107,10 @@ func TestAttackBreaker8ReleaseMidFailureRetrips(t *testing.T) {
 		start := time.Now()
 		var wg sync.WaitGroup
 		var bAt atomic.Int64
-		for i, name := range []string{"P", "A", "B"} {
-			maxWait := time.Duration(10*(i+1)) * time.Second
+		// P, with the most time left, gets the probe; A and B are released
+		// earliest deadline first.
+		for _, name := range []string{"P", "A", "B"} {
+			maxWait := map[string]time.Duration{"P": 30 * time.Second, "A": 10 * time.Second, "B": 20 * time.Second}[name]
 			wg.Go(func() {
 				p, err := b.Wait(context.Background(), maxWait)
 				if name == "B" {

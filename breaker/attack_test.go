@@ -373,8 +373,9 @@ func TestAttackMaxWaiters(t *testing.T) {
 	})
 }
 
-// Probes go to waiters earliest deadline first.
-func TestAttackProbesEDF(t *testing.T) {
+// Probes go to the waiters with the most time left (Wait: "the calls with
+// the most time left first"); a canceled probe's slot to the next of them.
+func TestAttackProbesMostTimeLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := atkMust(t, breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Second, Probes: 1, Rand: atkHalf})
 		p, _ := b.Allow()
@@ -398,8 +399,8 @@ func TestAttackProbesEDF(t *testing.T) {
 			synctest.Wait()
 		}
 		r := <-ch
-		if r.id != 1 || !r.p.Probe() || r.at != time.Second {
-			t.Errorf("first admitted %+v, want id 1 probe at 1s", r)
+		if r.id != 0 || !r.p.Probe() || r.at != time.Second {
+			t.Errorf("first admitted %+v, want id 0 (9 s) probe at 1s", r)
 		}
 		select {
 		case r2 := <-ch:
@@ -411,7 +412,7 @@ func TestAttackProbesEDF(t *testing.T) {
 		select {
 		case r2 := <-ch:
 			if r2.id != 2 || !r2.p.Probe() {
-				t.Errorf("after Cancel: %+v, want id 2 probe", r2)
+				t.Errorf("after Cancel: %+v, want id 2 (6 s) probe", r2)
 			}
 			b.Done(r2.p, true)
 		default:
@@ -422,8 +423,8 @@ func TestAttackProbesEDF(t *testing.T) {
 			t.Errorf("state %v after probe success", b.State())
 		}
 		r3 := <-ch
-		if r3.id != 0 || r3.p.Probe() {
-			t.Errorf("third %+v", r3)
+		if r3.id != 1 || r3.p.Probe() {
+			t.Errorf("third %+v, want id 1 released", r3)
 		}
 		b.Done(r3.p, true)
 	})

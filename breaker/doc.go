@@ -42,8 +42,10 @@
 // A call that meets an open breaker and still has time (its deadline lies
 // beyond the next probe round) can wait with [Breaker.Wait] rather than fail:
 // nothing is sent while it waits. Waiting calls get the next round's probes
-// first, those with the least time left first. When the breaker closes, the
-// waiting calls are released in the same order by a pacer, each at a
+// first, those with the most time left first (a probe must live to bring
+// back the dependency's answer: a call about to give up would hand it on
+// unanswered). When the breaker closes, the waiting calls are released
+// earliest deadline first by a pacer, each at a
 // jittered point of its slot (above 100 calls a second, a tick of the pacer releases several, each
 // at a jittered point of the tick: within one tick they may go in any order), so that a recovering dependency does not meet
 // its backlog as one spike: the pace starts at a quarter of ReleaseRate (by

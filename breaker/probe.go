@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/internal/sat"
+	"github.com/stormguard/stormguard/internal/waitq"
 )
 
 // The state changes (open, half-open, close) and the probe rounds: an open
@@ -96,7 +97,7 @@ func (b *Breaker) intervalLocked() time.Duration {
 
 // halfOpenLocked moves the breaker from Open to HalfOpen if its state is
 // still w and the open period is over at now, and hands the probes to the
-// waiting calls with the earliest deadlines. It requires mu held.
+// waiting calls with the most time left. It requires mu held.
 func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 	if b.state.Load() != w || stateOf(w) != Open || b.openIn(now) > 0 {
 		return
@@ -120,23 +121,36 @@ func (b *Breaker) closeLocked(from State, now time.Time) {
 }
 
 // grantProbesLocked hands the free probes of the current half-open round
-// to the waiting calls with the earliest deadlines. It requires mu held.
+// to the waiting calls with the most time left: the latest deadlines, of
+// equal ones the first to come. A probe is there to bring back the
+// dependency's answer; a call about to give up would carry it to its
+// deadline and hand it on unanswered (the next such call the same), so
+// that a round to a dependency that is down would never end. It requires
+// mu held.
 func (b *Breaker) grantProbesLocked() {
 	s := b.state.Load()
 	if stateOf(s) != HalfOpen {
 		return
 	}
-	for w := b.waiters.Front(); w != nil && b.admitted < b.probes; w = w.Next() {
-		if c := &w.Value; !c.granted {
-			c.granted, c.permit = true, Permit{gen: genOf(s), bits: isProbe}
-			b.admitted++
-			c.signal()
+	// Groups of equal deadlines from the back, each in arrival order.
+	for last := b.waiters.Back(); last != nil && b.admitted < b.probes; {
+		first := waitq.LastFirst(last)
+		for w := first; b.admitted < b.probes; w = w.Next() {
+			if c := &w.Value; !c.granted {
+				c.granted, c.permit = true, Permit{gen: genOf(s), bits: isProbe}
+				b.admitted++
+				c.signal()
+			}
+			if w == last {
+				break
+			}
 		}
+		last = first.Prev()
 	}
 }
 
 // cancelProbeLocked frees the slot of probe p and hands it to the waiting
-// call with the earliest deadline, if any. It requires mu held.
+// call with the most time left, if any. It requires mu held.
 func (b *Breaker) cancelProbeLocked(p Permit) {
 	if b.state.Load() == word(p.gen, HalfOpen) && b.admitted > b.succeeded {
 		b.admitted--

@@ -88,16 +88,16 @@ func TestHugeOpenForStaysOpen(t *testing.T) {
 }
 
 // A call that can wait without bound (maxWait the largest Duration) has
-// the latest deadline of all: it does not overflow into the earliest and
-// take the probe from a call with 5 s left.
+// the latest deadline of all: it does not overflow into the earliest, and
+// it takes the probe (the most time left) from a call with 5 s left.
 func TestUnboundedWaitKeepsDeadlineOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newWaitBreaker(t, func(c *breaker.Config) { c.ReleaseRate = -1 })
 		time.Sleep(time.Second) // the breaker's clock is not at its origin
 		trip(t, b)
 		order := servedOrder(t, b, []time.Duration{5 * time.Second, math.MaxInt64})
-		if len(order) != 2 || order[0] != 0 {
-			t.Errorf("served in order %v (0: 5 s left, 1: unbounded), want the call with 5 s left first (earliest deadline first)", order)
+		if len(order) != 2 || order[0] != 1 {
+			t.Errorf("served in order %v (0: 5 s left, 1: unbounded), want the unbounded call first (the probe to the most time left)", order)
 		}
 	})
 }
@@ -215,12 +215,12 @@ func FuzzBreakerTimes(f *testing.F) {
 			if len(order) == 0 {
 				return
 			}
-			// The probe (served first) goes to the earliest deadline, the
+			// The probe (served first) goes to the latest deadline, the
 			// first of equal ones (deadlines that saturate are equal).
 			first := order[0]
 			for _, i := range order[1:] {
-				if deadlines[i] < deadlines[first] || deadlines[i] == deadlines[first] && i < first {
-					t.Fatalf("served %v (deadlines %v): the probe went to %v, not to the earliest %v", order, deadlines, deadlines[first], deadlines[i])
+				if deadlines[i] > deadlines[first] || deadlines[i] == deadlines[first] && i < first {
+					t.Fatalf("served %v (deadlines %v): the probe went to %v, not to the latest %v", order, deadlines, deadlines[first], deadlines[i])
 				}
 			}
 		})

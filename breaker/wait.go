@@ -16,9 +16,9 @@ import (
 // time its deadline leaves) to be admitted. A closed breaker admits at
 // once. An open one makes the call wait, without sending it, when the next
 // probe round comes before maxWait ends and fewer than MaxWaiters calls are
-// waiting already: the call may be handed one of the round's probes
-// (earliest deadline first), or, once the breaker closes, is released in
-// its turn (earliest deadline first, at the release rate; see
+// waiting already: the call may be handed one of the round's probes (the
+// calls with the most time left first), or, once the breaker closes, is
+// released in its turn (earliest deadline first, at the release rate; see
 // [Config].ReleaseRate). If the breaker reopens first, the call keeps
 // waiting. A maxWait near the largest Duration means no bound: such a call
 // is served after every call with a nearer deadline.

@@ -598,9 +598,9 @@ func TestTripsWithinABucket(t *testing.T) {
 	}
 }
 
-// Waiting calls are served earliest deadline first, not in arrival order:
-// a call that arrives later with less time left gets the probe, and the
-// release follows the deadlines.
+// Waiting calls are served by deadline, not in arrival order: the probe to
+// the call with the most time left (the first to arrive here), and the
+// release earliest deadline first.
 func TestWaitersByDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newWaitBreaker(t, func(c *breaker.Config) { c.ReleaseRate = 10 })
@@ -608,8 +608,8 @@ func TestWaitersByDeadline(t *testing.T) {
 		// Arrival order 0..4, deadlines 50, 40, 30, 20, 10 s: the last to
 		// arrive has the least time left.
 		order := servedOrder(t, b, []time.Duration{50 * time.Second, 40 * time.Second, 30 * time.Second, 20 * time.Second, 10 * time.Second})
-		if want := []int{4, 3, 2, 1, 0}; !slices.Equal(order, want) {
-			t.Errorf("served in order %v, want %v (earliest deadline first)", order, want)
+		if want := []int{0, 4, 3, 2, 1}; !slices.Equal(order, want) {
+			t.Errorf("served in order %v, want %v (the probe to the most time left, then earliest deadline first)", order, want)
 		}
 	})
 }

@@ -197,13 +197,13 @@ func TestBreakerWaitCases(t *testing.T) {
 				b := &countingBudget{inner: mustBudget(t, 0.1, 1)}
 				p := mustNew(t, retry.WithGuards(retry.Guards{Budget: b, Breaker: brk}))
 				if tt.hold {
-					// Another caller, with less time left than ours (2 s), is
-					// handed the round's probe at 1 s and holds it past our
-					// deadline.
+					// Another caller, with more time left than ours (10 s
+					// against 5 s), is handed the round's probe at 1 s and
+					// holds it past our deadline.
 					finished := make(chan struct{})
 					defer close(finished)
 					go func() {
-						pm, err := brk.Wait(context.Background(), 2*time.Second)
+						pm, err := brk.Wait(context.Background(), 10*time.Second)
 						if err != nil || !pm.Probe() {
 							t.Errorf("other caller's Wait = %+v, %v; want the probe", pm, err)
 							return
@@ -365,7 +365,7 @@ func TestReleasedAfterClose(t *testing.T) {
 			// A waiter with less time left (2 s against 5 s) is handed the
 			// probe at 1 s; it succeeds 200 ms later and closes the
 			// breaker.
-			pm, err := brk.Wait(context.Background(), 2*time.Second)
+			pm, err := brk.Wait(context.Background(), 10*time.Second)
 			if err != nil || !pm.Probe() {
 				t.Errorf("other caller's Wait = %+v, %v; want the probe", pm, err)
 				return

@@ -234,8 +234,8 @@ func TestObserverBreakerWait(t *testing.T) {
 			brk := openBreaker(t, nil)
 			finished := make(chan struct{})
 			defer close(finished)
-			go func() { // a waiter with less time left takes the round's probe and holds it
-				pm, err := brk.Wait(context.Background(), 1500*time.Millisecond)
+			go func() { // a waiter with more time left takes the round's probe and holds it
+				pm, err := brk.Wait(context.Background(), 10*time.Second)
 				if err == nil {
 					<-finished
 					brk.Cancel(pm)

@@ -68,6 +68,21 @@ func (l *List[T]) Back() *Waiter[T] { return l.tail }
 // Next returns the waiter after w in l's order, or nil.
 func (w *Waiter[T]) Next() *Waiter[T] { return w.next }
 
+// Prev returns the waiter before w in l's order, or nil.
+func (w *Waiter[T]) Prev() *Waiter[T] { return w.prev }
+
+// LastFirst returns the first to come of the waiters with the latest
+// deadline among w and those before it (w itself when the one before it
+// has an earlier deadline), or nil if w is nil: walking a list from its
+// back, the call with the most time left, of equal ones the one that has
+// waited longest.
+func LastFirst[T any](w *Waiter[T]) *Waiter[T] {
+	for w != nil && w.prev != nil && w.prev.deadline == w.deadline {
+		w = w.prev
+	}
+	return w
+}
+
 // Deadline returns the deadline w was pushed with.
 func (w *Waiter[T]) Deadline() time.Duration { return w.deadline }
 

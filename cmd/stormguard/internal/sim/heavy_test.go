@@ -381,8 +381,8 @@ func TestStormResultsJSON(t *testing.T) {
 // The outage story: a provider that returns 503 for ten seconds (from t=5 s
 // to t=15 s) to a fleet sending 80% of its capacity, once per retry policy
 // (the default run of stormguard sim outage). Waiting behind the breaker
-// alone keeps the provider's queue full after the outage (its release
-// goes at the rate before the trip, on top of the new load); with the
+// alone keeps the provider's queue full for a minute after the outage (its
+// release goes at the rate before the trip, on top of the new load); with the
 // concurrency limiter, the last row, the fleet sends what the provider
 // serves and gets every request of the outage served.
 func ExampleOutage() {
@@ -407,7 +407,7 @@ func ExampleOutage() {
 	// full+budget                                peak  201 per 100ms, 1.11x offered during the outage,   0% of its requests served, recovered +0s
 	// full+budget+breaker                        peak  106 per 100ms, 0.03x offered during the outage,   0% of its requests served, recovered +800ms
 	// full+budget+breaker+retry-after            peak  104 per 100ms, 0.02x offered during the outage,   0% of its requests served, recovered +3.8s
-	// full+budget+breaker+retry-after+wait       peak  215 per 100ms, 0.02x offered during the outage,  60% of its requests served, recovered never
-	// fleet+retry-after+wait                     peak  298 per 100ms, 0.10x offered during the outage,  35% of its requests served, recovered never
+	// full+budget+breaker+retry-after+wait       peak  238 per 100ms, 0.02x offered during the outage,  60% of its requests served, recovered +1m3.7s
+	// fleet+retry-after+wait                     peak  292 per 100ms, 0.10x offered during the outage,  35% of its requests served, recovered never
 	// full+budget+breaker+retry-after+wait+limit peak  183 per 100ms, 0.02x offered during the outage, 100% of its requests served, recovered +0s
 }

@@ -82,14 +82,15 @@ func (r *outRun) arm(sb *simBreaker) {
 }
 
 // grant hands the free probes of sb's round, if one is due or running, to
-// its waiting calls, earliest deadline first, and sends them. A probe sent
-// may fail at once and its call wait again, so the list is read from its
-// front each time.
+// its waiting calls, those with the most time left first (the latest
+// deadline, of equal ones the first to come: the breaker's rule), and sends
+// them. A probe sent may fail at once and its call wait again, so the list
+// is read from its back each time.
 func (r *outRun) grant(sb *simBreaker) {
 	if sb.waiting.Len() == 0 || sb.b.State() == breaker.Closed { // State starts a due round
 		return
 	}
-	for w := sb.waiting.Front(); w != nil; w = sb.waiting.Front() {
+	for w := waitq.LastFirst(sb.waiting.Back()); w != nil; w = waitq.LastFirst(sb.waiting.Back()) {
 		p, err := sb.b.Allow()
 		if err != nil || !p.Probe() {
 			break // probes taken, or closed meanwhile: a closed-state permit needs no giving back
