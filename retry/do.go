@@ -209,50 +209,68 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 					return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
 				}
 			}
-			if brk != nil {
-				var oerr error
-				var left time.Duration // read only with a deadline: Sub of zero Times is slow
-				if hasDL {
-					left = deadline.Sub(now)
-				}
-				if permit, waited, oerr = p.admit(ctx, brk, hasDL, left); oerr != nil {
-					// A call that waited for the breaker until its deadline
-					// stops for the breaker; one canceled meanwhile, for
-					// its caller.
-					if ctx.Err() != nil && ctxReason(ctx) == Canceled {
-						return p.stop(ctx, Canceled, attempt-1, lastErr, 0)
+			// The breaker, then a slot of the limiter; again if the breaker
+			// opened while the attempt waited for its slot.
+			for {
+				if brk != nil {
+					var oerr error
+					var left time.Duration // read only with a deadline: Sub of zero Times is slow
+					if hasDL {
+						left = deadline.Sub(now)
 					}
-					if attempt == 1 {
-						return p.stop(ctx, CircuitOpen, 0, oerr, 0)
+					if permit, waited, oerr = p.admit(ctx, brk, hasDL, left); oerr != nil {
+						// A call that waited for the breaker until its deadline
+						// stops for the breaker; one canceled meanwhile, for
+						// its caller.
+						if ctx.Err() != nil && ctxReason(ctx) == Canceled {
+							return p.stop(ctx, Canceled, attempt-1, lastErr, 0)
+						}
+						if attempt == 1 {
+							return p.stop(ctx, CircuitOpen, 0, oerr, 0)
+						}
+						return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
 					}
-					return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
-				}
-				if waited && needNow {
-					now = time.Now()
-				}
-				if hasDL && !now.Before(deadline) {
-					// Admitted just as the time ran out: send nothing.
-					brk.Cancel(permit)
-					return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
-				}
-				g.permit = permit // a breaker makes the policy guarded: g is not nil
-			}
-			if lim != nil {
-				var lerr error
-				if slot, lerr = lim.Acquire(ctx); lerr != nil {
-					if brk != nil {
-						brk.Cancel(permit) // nothing was sent
+					if waited && needNow {
+						now = time.Now()
 					}
-					return p.limited(ctx, attempt, lastErr, lerr)
+					if hasDL && !now.Before(deadline) {
+						// Admitted just as the time ran out: send nothing.
+						brk.Cancel(permit)
+						return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
+					}
+					g.permit = permit // a breaker makes the policy guarded: g is not nil
 				}
-				g.slot = slot // as g.permit
-				if needNow {
-					now = time.Now() // the attempt starts after any wait for a slot
+				if lim != nil {
+					var lerr error
+					if slot, lerr = lim.Acquire(ctx); lerr != nil {
+						if brk != nil {
+							brk.Cancel(permit) // nothing was sent
+						}
+						return p.limited(ctx, attempt, lastErr, lerr)
+					}
+					g.slot = slot // as g.permit
+					if brk != nil && !permit.Probe() && brk.State() != breaker.Closed {
+						// The breaker opened while the attempt waited for its
+						// slot: nothing goes to a dependency it has judged
+						// down. The slot goes back as a cancelled attempt's,
+						// and the attempt asks the breaker again.
+						brk.Cancel(permit)
+						lim.Release(slot, true)
+						g.permit, g.slot = breaker.Permit{}, limit.Permit{}
+						if needNow {
+							now = time.Now()
+						}
+						continue
+					}
+					if needNow {
+						now = time.Now() // the attempt starts after any wait for a slot
+					}
+					if p.restamp != nil { // set only with a breaker (see New)
+						permit = p.restamp(brk, permit) // SlowCall times the attempt, not the wait
+						g.permit = permit
+					}
 				}
-				if p.restamp != nil { // set only with a breaker (see New)
-					permit = p.restamp(brk, permit) // SlowCall times the attempt, not the wait
-					g.permit = permit
-				}
+				break
 			}
 			if attempt == 1 && p.budget != nil {
 				if p.oneClock != nil && needNow {
