@@ -162,10 +162,15 @@ func TestAttack3CancelCauseWrapsContextError(t *testing.T) {
 func TestAttack3TurnRuleBasics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const svc = 100 * time.Millisecond
+		// short is less than twice the latency (200 ms) but more than
+		// what the check on arrival asks of a call with none ahead: one
+		// turn at twice the rate a limit of 1 serves (50 ms) plus the
+		// baseline (100 ms). At 150 ms it would be refused on arrival.
+		const short = 160 * time.Millisecond
 		l := atk2New(t, limit.Config{Max: 1})
 		atk3Warm(l, 1, 30, svc)
 		p, _ := l.Acquire(context.Background())
-		ctxA, cA := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		ctxA, cA := context.WithTimeout(context.Background(), short)
 		defer cA()
 		a := atk3AcquireAsync(l, ctxA)
 		synctest.Wait()
@@ -175,7 +180,7 @@ func TestAttack3TurnRuleBasics(t *testing.T) {
 			t.Fatalf("last waiter refused: %v", ra.err)
 		}
 		// A holds; B short, C open (no deadline): B fails at its turn, C gets it.
-		ctxB, cB := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		ctxB, cB := context.WithTimeout(context.Background(), short)
 		defer cB()
 		b := atk3AcquireAsync(l, ctxB)
 		synctest.Wait()

@@ -143,10 +143,12 @@
 // the limit's measured rate serves before the deadline (the rate the
 // destination is actually served at: the highest of the attempts
 // acquired per second in the last window, their smoothed rate, and limit
-// per smoothed round trip), and while waiting when the deadline comes
-// within the baseline latency (a slot granted later could not be answered
-// in time) or when, at the end of a round trip, the waiters ahead of it
-// leave it no expected turn. And at its turn: a call whose slot comes with
+// per smoothed round trip, the limit being, while slow start or recovery
+// may still raise it, the highest it can reach: Config.Max or the cap),
+// and while waiting when the deadline comes within the baseline latency
+// (a slot granted later could not be answered in time) or when, at the
+// end of a round trip, the waiters ahead of it leave it no expected turn.
+// And at its turn: a call whose slot comes with
 // less time left than twice the destination's latency (the smoothed
 // latency of its answers, or the last round trip's when lower; at least
 // the baseline) fails then, and the slot goes on to the next in turn,

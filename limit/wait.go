@@ -192,14 +192,25 @@ func (l *Limiter) undoThrottle() {
 // gapLocked returns the expected time between two slots at twice the rate
 // the destination is served at (the highest of the completions per second
 // measured over the last window, their smoothed rate, and the limit per
-// smoothed round trip), or 0 when the limit is not settled (slow start,
-// recovery, no latency yet): the estimate of how long the waiters ahead
-// of a call take, optimistic so that a call is refused only when even
-// twice the rate would not serve it in time. Calls with mu held.
+// smoothed round trip), or 0 when no latency is known yet: the estimate
+// of how long the waiters ahead of a call take, optimistic so that a call
+// is refused only when even twice the rate would not serve it in time.
+// While slow start (or the recovery that restarts it) may still double
+// the limit every round trip, the limit it counts is the highest the
+// limit in force can reach, Config.Max or the cap: a limit far below
+// them says nothing of the rate a round trip later, but one held down by
+// them (where callers queue) is the rate. Calls with mu held.
 func (l *Limiter) gapLocked() time.Duration {
 	c := &l.learn
-	r := c.served(float64(l.lim.Load()))
-	if c.slow || c.recovering || c.srtt == 0 || r <= 0 {
+	lim := float64(l.lim.Load())
+	if c.slow || c.recovering {
+		lim = c.max
+		if c.capped >= 0 {
+			lim = math.Min(lim, c.capped)
+		}
+	}
+	r := c.served(lim)
+	if c.srtt == 0 || r <= 0 {
 		return 0
 	}
 	return max(1, time.Duration(float64(time.Second)/(2*r)))

@@ -224,12 +224,20 @@ func (s *Stepped[T]) Release(now time.Duration, p Permit, dropped bool, grant fu
 }
 
 // gap is the expected time between two slots at twice the rate the
-// destination is served at (learner.served), 0 while the limit is not
-// settled.
+// destination is served at (learner.served), 0 while no latency is
+// known; while slow start or recovery may still raise the limit, the
+// limit it counts is the highest it can reach (Config.Max, or the cap).
 func (s *Stepped[T]) gap() time.Duration {
 	c := &s.learn
-	r := c.served(float64(s.lim))
-	if c.slow || c.recovering || c.srtt == 0 || r <= 0 {
+	lim := float64(s.lim)
+	if c.slow || c.recovering {
+		lim = c.max
+		if c.capped >= 0 {
+			lim = math.Min(lim, c.capped)
+		}
+	}
+	r := c.served(lim)
+	if c.srtt == 0 || r <= 0 {
 		return 0
 	}
 	return max(1, time.Duration(float64(time.Second)/(2*r)))
