@@ -135,3 +135,27 @@ type temporary struct{}
 
 func (temporary) Error() string   { return "temporarily down" }
 func (temporary) Temporary() bool { return true }
+
+// TestWithoutInheritedMarks: a call the client passes through goes without
+// the attempt count and probe mark its caller's metadata carries from
+// elsewhere (however spelled, set or appended), keeps the rest of it, and
+// leaves the caller's metadata as it was; a context without marks is
+// passed on as it is, with nothing allocated.
+func TestWithoutInheritedMarks(t *testing.T) {
+	in := metadata.MD{"Grpc-Previous-Rpc-Attempts": {"2"}, "x-keep": {"v"}}
+	ctx := metadata.AppendToOutgoingContext(metadata.NewOutgoingContext(context.Background(), in), probeMetadata, "1", "x-more", "w")
+	md, _ := metadata.FromOutgoingContext(withoutInheritedMarks(ctx))
+	if len(md) != 2 || md.Get("x-keep")[0] != "v" || md.Get("x-more")[0] != "w" {
+		t.Errorf("metadata passed on: %v, want x-keep and x-more only", md)
+	}
+	if orig, _ := metadata.FromOutgoingContext(ctx); len(orig) != 4 {
+		t.Errorf("the caller's metadata changed: %v", orig)
+	}
+	clean := metadata.AppendToOutgoingContext(metadata.NewOutgoingContext(context.Background(), metadata.MD{"x-keep": {"v"}}), "x-more", "w")
+	if withoutInheritedMarks(clean) != clean {
+		t.Error("a context without marks was replaced")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = withoutInheritedMarks(clean) }); n != 0 {
+		t.Errorf("%v allocations for a context without marks, want 0", n)
+	}
+}

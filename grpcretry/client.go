@@ -206,6 +206,20 @@ func inheritedMarks(ctx context.Context) bool {
 		metadata.ValueFromOutgoingContext(ctx, probeMetadata) != nil
 }
 
+// withoutInheritedMarks returns ctx without the attempt count and probe
+// mark its outgoing metadata carries from elsewhere (inheritedMarks), for
+// a call the client passes through: ctx itself, with nothing allocated,
+// when it carries neither.
+func withoutInheritedMarks(ctx context.Context) context.Context {
+	if !inheritedMarks(ctx) {
+		return ctx
+	}
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy, its keys in lower case
+	delete(md, wire.PreviousAttemptsMetadata)
+	delete(md, probeMetadata)
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
 // probeMetadata is the gRPC form of wire.ProbeHeader: its name in lower
 // case; probeValue its one value, shared and never modified.
 const probeMetadata = "stormguard-probe"
@@ -256,7 +270,7 @@ type unaryCall struct {
 	cc      *grpc.ClientConn
 	invoker grpc.UnaryInvoker
 	opts    []grpc.CallOption
-	strip   bool // the caller's metadata carries a wire.PreviousAttemptsMetadata
+	strip   bool // the caller's metadata carries marks of its own (inheritedMarks)
 	finish  bool // opts hold a grpc.OnFinish: run once by the call, never by an attempt
 	s       safety
 	hold    *holder      // made by the first attempt

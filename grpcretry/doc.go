@@ -73,10 +73,14 @@
 // call released after waiting) also carries "stormguard-probe: 1" (the
 // gRPC form of wire.ProbeHeader), which admission does not count as a
 // retry beyond its ratio; gRPC's own deadline tells the server how long
-// the caller waits. A server handler
-// whose own call to a dependency gave up tells its caller not to retry on
-// top with [PushBack]: the trailer "grpc-retry-pushback-ms: -1" and
-// UNAVAILABLE. With three services in a chain, each retrying up to 3
+// the caller waits. Both marks are the client's own: those a caller's
+// outgoing metadata carries from elsewhere (a proxy forwarding the
+// metadata it got) are never sent on, by any call, a stream the client
+// passes through included (each attempt carries the client's own marks
+// or none), so that the next server never counts an original as a
+// retry. A server handler whose own call to a dependency gave up tells
+// its caller not to retry on top with [PushBack]: the trailer
+// "grpc-retry-pushback-ms: -1" and UNAVAILABLE. With three services in a chain, each retrying up to 3
 // times, the bottom one then sees 3 attempts, not 27.
 //
 // # Streams
@@ -86,15 +90,19 @@
 // caller: the stream opens when the caller first asks for a response, with
 // the request message kept for replay; once a response arrived, the stream
 // is the caller's and later failures are returned as they come. A
-// client-streaming or bidirectional call passes through untouched (never
-// retried, not guarded) unless [WithBufferMessages] is given: then the
+// client-streaming or bidirectional call passes through (never retried,
+// not guarded) unless [WithBufferMessages] is given: then the
 // messages it sends are kept, up to the bound, and replayed on a new stream
 // when an attempt fails before the first response; a message past the
 // bound commits the call to the attempt that sends it. Sent messages are
 // kept by reference: as grpc-go asks, a caller must not modify a message
 // after sending it. A stream of a method that is not safe to repeat passes
-// through untouched too (not guarded: its failures are not counted, and
-// an open breaker does not hold it). A stream has no fallback.
+// through too (not guarded: its failures are not counted, and
+// an open breaker does not hold it). A stream passed through is opened
+// once, with the caller's context, call options and messages as they are,
+// but for its outgoing metadata: an attempt count or probe mark inherited
+// from elsewhere is removed from it (see One layer retries), and nothing
+// is added (no idempotency key). A stream has no fallback.
 //
 // # grpc-go's own retry
 //

@@ -76,8 +76,11 @@ const (
 // the record's Status (900 + code); the reply message,
 // marshaled deterministically, or for an error its google.rpc.Status
 // (message and details); the allow-listed header and trailer metadata
-// ([WithReplayMetadata]). Answers with other codes than
-// [WithStoredCodes]'s release the key. Other calls with the key get:
+// ([WithReplayMetadata]) the handler set, as a caller would get it (header
+// metadata set after the handler sent the header is not), even when its
+// own caller had left and gRPC refused to send it. Answers with other
+// codes than [WithStoredCodes]'s release the key. Other calls with the
+// key get:
 //
 //	first call finished           its answer again: the reply (unmarshaled
 //	                              into the method's reply type) or the
@@ -379,8 +382,13 @@ func (s *idemServer) replay(ctx context.Context, mt protoreflect.MessageType, re
 }
 
 // capture is the server transport stream a guarded handler runs with: it
-// passes every call through and keeps the allow-listed keys of the header
-// and trailer metadata that were set, for the record.
+// passes every call through, returning the wrapped stream's answer, and
+// keeps the allow-listed keys of the header and trailer metadata the
+// handler set, for the record. It keeps them whatever the wrapped stream
+// answers (grpc-go refuses every write once the caller has left, and the
+// record is what the handler produced, for the callers to come), but
+// follows gRPC's rule of one header: header metadata set or sent after
+// the handler sent the header is not kept, as no caller would get it.
 type capture struct {
 	grpc.ServerTransportStream
 	allow []string
@@ -388,36 +396,39 @@ type capture struct {
 	mu sync.Mutex
 	// Fields below are guarded by mu.
 	header, trailer metadata.MD
+	sent            bool // SendHeader was called
 }
 
 func (c *capture) SetHeader(md metadata.MD) error {
 	err := c.ServerTransportStream.SetHeader(md)
-	if err == nil {
-		c.keep(&c.header, md)
-	}
+	c.keep(&c.header, md, false)
 	return err
 }
 
 func (c *capture) SendHeader(md metadata.MD) error {
 	err := c.ServerTransportStream.SendHeader(md)
-	if err == nil {
-		c.keep(&c.header, md)
-	}
+	c.keep(&c.header, md, true)
 	return err
 }
 
 func (c *capture) SetTrailer(md metadata.MD) error {
 	err := c.ServerTransportStream.SetTrailer(md)
-	if err == nil {
-		c.keep(&c.trailer, md)
-	}
+	c.keep(&c.trailer, md, false)
 	return err
 }
 
-// keep adds the allow-listed keys of md to *dst.
-func (c *capture) keep(dst *metadata.MD, md metadata.MD) {
+// keep adds the allow-listed keys of md to *dst (c.header or c.trailer),
+// but header metadata once the header was sent; send: md is sent with the
+// header (SendHeader), which later header metadata cannot join.
+func (c *capture) keep(dst *metadata.MD, md metadata.MD, send bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if dst == &c.header {
+		if c.sent {
+			return
+		}
+		c.sent = send
+	}
 	for k, vs := range md {
 		k = strings.ToLower(k)
 		if !slices.Contains(c.allow, k) {

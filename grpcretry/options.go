@@ -244,8 +244,10 @@ func WithAutoIdempotencyKey() Option {
 // A call whose messages outgrow maxBytes, or that sends a message that is
 // not a proto.Message, is committed to the attempt it is on and no longer
 // retried. maxBytes must be positive. Without it client-streaming and
-// bidirectional calls pass through untouched, and server-streaming calls
-// keep up to 1 MiB.
+// bidirectional calls pass through, never retried nor guarded (their
+// outgoing metadata untouched but for an attempt count or probe mark
+// inherited from elsewhere, which is removed: see the package
+// documentation), and server-streaming calls keep up to 1 MiB.
 func WithBufferMessages(maxBytes int) Option {
 	return option(func(c *config) error {
 		if maxBytes <= 0 {

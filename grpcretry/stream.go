@@ -93,11 +93,11 @@ var errSuperseded = errors.New("grpcretry: attempt superseded by a retry")
 
 func (c *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if desc.ClientStreams && !c.cfg.bufferStreams {
-		return streamer(ctx, desc, cc, method, opts...)
+		return streamer(withoutInheritedMarks(ctx), desc, cc, method, opts...)
 	}
 	s := c.classify(ctx, method)
 	if !s.safe() {
-		return streamer(ctx, desc, cc, method, opts...)
+		return streamer(withoutInheritedMarks(ctx), desc, cc, method, opts...)
 	}
 	t, err := c.target(cc)
 	if err != nil {
@@ -134,7 +134,7 @@ type retryStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 	ctx      context.Context // the call's
-	strip    bool            // ctx carries a wire.PreviousAttemptsMetadata of its own
+	strip    bool            // ctx carries marks of its own (inheritedMarks)
 
 	loopMu    sync.Mutex  // one retry loop at a time
 	committed atomic.Bool // set once, after cur, err and eof are final
