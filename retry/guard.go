@@ -77,7 +77,11 @@ type Guards struct {
 	// nothing, gives the breaker's permit back with
 	// [breaker.Breaker.Cancel], deposits nothing, and ends the call with
 	// Reason [Limited]; a call canceled while it waits ends with Reason
-	// [Canceled]. Every slot is released exactly once, when the attempt
+	// [Canceled]. If the breaker opened while the attempt waited for its
+	// slot (a closed-state permit, the breaker no longer closed), nothing
+	// is sent: the slot goes back as a cancelled attempt's (a drop) and the
+	// attempt asks the breaker again (it may wait behind it). Every slot is
+	// released exactly once, when the attempt
 	// ends, panics included: as a drop when the attempt timed out (its own
 	// [WithAttemptTimeout] or the call's deadline), the caller went away,
 	// the classifier judged the error retryable (a 503, a broken
