@@ -87,8 +87,9 @@
 // so that the host drops it rather than serve it after the caller left.
 // Such an attempt is a copy of the request with its own header map (the
 // caller's request is never modified). The one exception: the first
-// attempt of a plain request (no [WithAttemptTimeout], no key made by the
-// transport, no buffered body, and no attempt number or probe mark of the
+// attempt of a plain request (no [WithAttemptTimeout] nor [WithTimeout],
+// no key made by the transport, no buffered body, no observer that tags
+// attempts, and no attempt number or probe mark of the
 // caller's under their canonical or lower-case names, as a proxy that
 // forwards the fields of the request it got would send: those go as a copy
 // without them, as do those under any other spelling on a copy) goes out unchanged,

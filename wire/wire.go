@@ -70,9 +70,10 @@ const ProbeHeader = "Stormguard-Probe"
 // it for nobody. The time counts from when the server reads the field; the
 // time the request spent on the network is not subtracted. Package
 // httpretry sends it on every attempt that has a deadline except the first
-// attempt of a plain request, which it sends unchanged (so that a request
-// that succeeds at once costs nothing): with its attempt timeout set, every
-// attempt carries it.
+// attempt of a plain request (no attempt timeout nor overall timeout of
+// the transport's, among the conditions its package lists), which it sends
+// unchanged (so that a request that succeeds at once costs nothing): with
+// its attempt timeout set, every attempt carries it.
 const TimeoutHeader = "Stormguard-Timeout-Ms"
 
 // CapacityHeader is the response header field a server's admission puts
