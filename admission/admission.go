@@ -74,8 +74,10 @@ type Decision struct {
 	// admitted. HTTP sends it as whole seconds (see [Controller.Wrap]).
 	RetryAfter time.Duration
 	// DontRetry reports whether the refusal should carry the don't-retry
-	// signal: always for [RetryRefused], and for any refusal of a request
-	// that was already a retry. False when admitted.
+	// signal: always for [RetryRefused], for a drop for the caller's
+	// deadline, and for any other refusal of a request that was already a
+	// retry, except a marked probe's (see [Controller.AcquireProbe]).
+	// False when admitted.
 	DontRetry bool
 }
 
@@ -108,8 +110,7 @@ func (p *Permit) Release() {
 		if p.dl != 0 {
 			dl = c.epoch.Add(time.Duration(p.dl))
 		}
-		n := c.lim.sample(p.ctx, c.now(), c.epoch.Add(time.Duration(p.start)), dl, c.inFlight.Load())
-		c.maxInFlight.Store(n)
+		c.lim.sample(p.ctx, c.now(), c.epoch.Add(time.Duration(p.start)), dl, c.inFlight.Load(), &c.maxInFlight)
 	}
 	c.freeSlot()
 }

@@ -58,9 +58,10 @@ type Config struct {
 	LatencyCeiling time.Duration
 	// MaxQueue is the most requests that wait for a free slot at once; a
 	// request that finds the queue full is shed at once. 0 means the same
-	// as the MaxInFlight in force (a queue as deep as the work in
-	// progress); a negative value means no queue: shed as soon as
-	// MaxInFlight are in progress.
+	// as MaxInFlight as configured (a queue as deep as the work in
+	// progress; with LatencyCeiling, as deep as the limit's highest value,
+	// not following the adaptive limit); a negative value means no queue:
+	// shed as soon as MaxInFlight are in progress.
 	MaxQueue int
 	// MaxQueueWait is the longest a request waits in the queue; then it is
 	// shed. 0 means 500 ms: a queue absorbs bursts; under sustained

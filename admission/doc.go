@@ -73,7 +73,8 @@
 // original waits; a retry takes a free slot at once only when nobody is
 // queued, an original when no original is. An original that finds the
 // queue full takes the place of the oldest queued retry, which is refused
-// ([QueueFull], with the don't-retry signal). Each class has its own delay
+// ([QueueFull], with the don't-retry signal, but a marked probe's refusal
+// without it: see [Controller.AcquireProbe]). Each class has its own delay
 // control (next section), so retries that stand in their list waiting for
 // a gap do not shorten the originals' wait. Within a class, first come
 // first served.

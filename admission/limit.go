@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,9 +68,11 @@ func newLimiter(eff Config) *limiter {
 
 // sample takes the outcome of one request that ran from start to now, with
 // inFlight requests in flight (itself included), and returns the new limit,
-// a whole number in [1, MaxInFlight]. ctx is the request's (nil: none), dl
-// its caller's deadline (zero: none).
-func (l *limiter) sample(ctx context.Context, now, start, dl time.Time, inFlight int64) int64 {
+// a whole number in [1, MaxInFlight], stored in to (if not nil) under the
+// limiter's lock, so that of two samples at once the later one's limit is
+// the one in force. ctx is the request's (nil: none), dl its caller's
+// deadline (zero: none).
+func (l *limiter) sample(ctx context.Context, now, start, dl time.Time, inFlight int64, to *atomic.Int64) int64 {
 	lat := now.Sub(start)
 	ref := l.ceiling / 2
 	gone := (!dl.IsZero() && now.After(dl)) || (ctx != nil && ctx.Err() != nil)
@@ -90,8 +93,12 @@ func (l *limiter) sample(ctx context.Context, now, start, dl time.Time, inFlight
 	default:
 		l.limit = max(1, l.limit*(1-slowShrink*(1-float64(ref)/float64(lat))))
 	}
-	if !(l.limit < math.MaxInt64) {
-		return math.MaxInt64 // float64(MaxInt64) is 2^63: int64 of it overflows
+	n := int64(math.MaxInt64) // float64(MaxInt64) is 2^63: int64 of it overflows
+	if l.limit < math.MaxInt64 {
+		n = int64(l.limit)
 	}
-	return int64(l.limit)
+	if to != nil {
+		to.Store(n)
+	}
+	return n
 }

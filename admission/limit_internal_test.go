@@ -19,7 +19,7 @@ func TestLimiterHangLowersOnly(t *testing.T) {
 	prev := int64(100)
 	for i := range 1000 {
 		now := start.Add(time.Duration(i) * 50 * time.Millisecond)
-		n := l.sample(context.Background(), now, now.Add(-2*time.Second), time.Time{}, prev)
+		n := l.sample(context.Background(), now, now.Add(-2*time.Second), time.Time{}, prev, nil)
 		if n > prev || n < 1 {
 			t.Fatalf("sample %d: limit %d after %d; a drop may only lower it, to at least 1", i, n, prev)
 		}
@@ -31,7 +31,7 @@ func TestLimiterHangLowersOnly(t *testing.T) {
 	// Cut at most once per 100 ms: ten drops at the same instant cut once.
 	l = newTestLimiter(100, time.Second)
 	for range 10 {
-		prev = l.sample(context.Background(), start, start.Add(-2*time.Second), time.Time{}, 100)
+		prev = l.sample(context.Background(), start, start.Add(-2*time.Second), time.Time{}, 100, nil)
 	}
 	if prev != 90 {
 		t.Errorf("ten simultaneous drops: limit %d, want 90 (one cut)", prev)
@@ -54,14 +54,14 @@ func TestLimiterCallerGoneIsDrop(t *testing.T) {
 		{"past its deadline", context.Background(), start.Add(5 * time.Millisecond)},
 	} {
 		l := newTestLimiter(100, time.Second)
-		if n := l.sample(tt.ctx, start.Add(600*time.Millisecond), start, tt.dl, 100); n != 90 {
+		if n := l.sample(tt.ctx, start.Add(600*time.Millisecond), start, tt.dl, 100, nil); n != 90 {
 			t.Errorf("%s, slow: limit %d, want 90 (a drop)", tt.name, n)
 		}
 		l = newTestLimiter(100, time.Second)
 		l.limit = 50
 		for i := range 100 {
 			now := start.Add(time.Duration(i) * 200 * time.Millisecond)
-			if n := l.sample(tt.ctx, now.Add(10*time.Millisecond), now, tt.dl, 50); n != 50 {
+			if n := l.sample(tt.ctx, now.Add(10*time.Millisecond), now, tt.dl, 50, nil); n != 50 {
 				t.Fatalf("%s, fast, sample %d: limit %d, want 50 (no sample: neither grown nor cut)", tt.name, i, n)
 			}
 		}
@@ -83,7 +83,7 @@ func TestLimiterCallerGoneFastIsNoSample(t *testing.T) {
 	n := int64(10)
 	for i := range 5000 { // 10 s, a request every 2 ms, 20 ms each, its caller gone
 		now := start.Add(time.Duration(i) * 2 * time.Millisecond)
-		n = l.sample(ctx, now, now.Add(-20*time.Millisecond), time.Time{}, n)
+		n = l.sample(ctx, now, now.Add(-20*time.Millisecond), time.Time{}, n, nil)
 	}
 	if n != 10 {
 		t.Errorf("after 10 s of fast requests whose callers left: limit %d, want 10", n)
@@ -97,19 +97,19 @@ func TestLimiterGrowsWhenInUse(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for i := range 30 { // down to 0.9^30·100 ≈ 4
 		now := start.Add(time.Duration(i) * 200 * time.Millisecond)
-		l.sample(context.Background(), now, now.Add(-time.Second), time.Time{}, 1)
+		l.sample(context.Background(), now, now.Add(-time.Second), time.Time{}, 1, nil)
 	}
-	low := l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0)
+	low := l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0, nil)
 	for range 1000 { // not in use: one in flight of a limit of 4
-		l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 1)
+		l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 1, nil)
 	}
-	if n := l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0); n != low {
+	if n := l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, 0, nil); n != low {
 		t.Errorf("fast samples with the limit not in use: limit %d, want it unchanged at %d", n, low)
 	}
 	var n int64
 	steps := 0
 	for n = low; n < 100; steps++ {
-		n = l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, n)
+		n = l.sample(context.Background(), start.Add(time.Hour), start.Add(time.Hour-10*time.Millisecond), time.Time{}, n, nil)
 		if n > 100 {
 			t.Fatalf("limit %d above MaxInFlight", n)
 		}
@@ -130,12 +130,12 @@ func TestLimiterReferenceDoesNotDrift(t *testing.T) {
 	var n int64 = 100
 	for i := range 6000 { // 60 s, a request every 10 ms, the limit in use
 		now := start.Add(time.Duration(i) * 10 * time.Millisecond)
-		n = l.sample(context.Background(), now, now.Add(-800*time.Millisecond), time.Time{}, n)
+		n = l.sample(context.Background(), now, now.Add(-800*time.Millisecond), time.Time{}, n, nil)
 	}
 	during := n
 	for i := range 100 {
 		now := start.Add(time.Minute + time.Duration(i)*10*time.Millisecond)
-		if m := l.sample(context.Background(), now, now.Add(-600*time.Millisecond), time.Time{}, n); m > n {
+		if m := l.sample(context.Background(), now, now.Add(-600*time.Millisecond), time.Time{}, n, nil); m > n {
 			t.Fatalf("a request at 0.6 of the ceiling after the incident raised the limit %d -> %d", n, m)
 		} else {
 			n = m
