@@ -48,7 +48,9 @@
 // panicked, ended with a status that is not stored (5xx, 401, 408, 429 by
 // default), hijacked the connection, or lost its lock (the store said
 // another request holds it, or could confirm none of its renewals for a
-// lock timeout, less a twentieth), or when the store refused its response for a whole
+// lock timeout, less a twentieth), while it ran or after it returned,
+// while its response was being stored (it then never sees
+// [ErrLockLost]), or when the store refused its response for a whole
 // lock timeout, or its server died before the response was stored.
 //
 // The middleware is an HTTP face on a [Guard], the protocol-neutral core

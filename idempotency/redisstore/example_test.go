@@ -24,7 +24,7 @@ import (
 // but does not run it (it has no Output comment); TestExample runs it on
 // the test server when STORMGUARD_REDIS_ADDR is set.
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // or a *redis.ClusterClient
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true}) // or a *redis.ClusterClient
 	defer client.Close()
 	// Keys expire by Redis's own TTLs: nothing to migrate or clean up.
 	keys, err := redisstore.New(client, redisstore.Config{Prefix: "payments:idempotency:"})

@@ -56,9 +56,16 @@
 // narrows the window (the master refuses writes when its replicas lag)
 // but does not close it.
 //
+// Give the client ContextTimeoutEnabled: true, so that a command returns
+// when its context ends (the Guard's store timeout): without it go-redis
+// waits for a blocked read until its ReadTimeout (3 s by default), and the
+// Guard's abandoned calls run on past the request that made them (each
+// holding a pool connection; a late one changes nothing, the owner token
+// is checked).
+//
 // Usage:
 //
-//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	keys, err := redisstore.New(client, redisstore.Config{Prefix: "myapp:idempotency:"})
 //	mw, err := idempotency.NewMiddleware(keys, idempotency.WithScope(tenantOf))
 package redisstore
