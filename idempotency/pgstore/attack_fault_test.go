@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,6 +27,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/pgstore"
 	"github.com/stormguard/stormguard/idempotency/store"
+	"github.com/stormguard/stormguard/idempotency/storetest"
 )
 
 // ---- the proxy -----------------------------------------------------------
@@ -35,24 +36,24 @@ type fltMode int
 
 const (
 	fltPass      fltMode = iota
-	fltBlackhole        // every byte either way dropped, nothing closed
-	fltMuteReply        // requests forwarded, replies dropped, nothing closed
-	fltRefuse           // every chunk a client sends: both sides reset
-	fltHold             // client chunks held until the mode changes, then forwarded
+	fltBlackhole         // every byte either way dropped, nothing closed
+	fltMuteReply         // requests forwarded, replies dropped, nothing closed
+	fltRefuse            // every chunk a client sends: both sides reset
+	fltHold              // client chunks held until the mode changes, then forwarded
 )
 
 type fltProxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	mode    fltMode
-	cutNext int // >0: the next client chunks forward, then their reply is cut
+	mu                 sync.Mutex
+	cond               *sync.Cond
+	mode               fltMode
+	cutNext            int // >0: the next client chunks forward, then their reply is cut
 	resetRate, cutRate float64
 	rng                *rand.Rand
-	conns   map[*fltPair]struct{}
-	closed  bool
+	conns              map[*fltPair]struct{}
+	closed             bool
 
 	chunks atomic.Int64
 	cuts   atomic.Int64
@@ -238,11 +239,7 @@ func (p *fltProxy) down(pr *fltPair) {
 const fltDefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 func fltURL(t *testing.T) string {
-	u := fltEnv("STORMGUARD_POSTGRES_URL")
-	if u == "" {
-		u = fltDefaultURL
-	}
-	return u
+	return storetest.ServiceAddress(t, "STORMGUARD_POSTGRES_URL", "PostgreSQL", fltDefaultURL)
 }
 
 var fltSeq atomic.Int64

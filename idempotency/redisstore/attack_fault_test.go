@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -26,6 +26,7 @@ import (
 	"github.com/stormguard/stormguard/idempotency"
 	"github.com/stormguard/stormguard/idempotency/redisstore"
 	"github.com/stormguard/stormguard/idempotency/store"
+	"github.com/stormguard/stormguard/idempotency/storetest"
 )
 
 // ---- the proxy -----------------------------------------------------------
@@ -34,24 +35,24 @@ type fltMode int
 
 const (
 	fltPass      fltMode = iota
-	fltBlackhole        // every byte either way dropped, nothing closed
-	fltMuteReply        // requests forwarded, replies dropped, nothing closed
-	fltRefuse           // every chunk a client sends: both sides reset
-	fltHold             // client chunks held until the mode changes, then forwarded
+	fltBlackhole         // every byte either way dropped, nothing closed
+	fltMuteReply         // requests forwarded, replies dropped, nothing closed
+	fltRefuse            // every chunk a client sends: both sides reset
+	fltHold              // client chunks held until the mode changes, then forwarded
 )
 
 type fltProxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	mode    fltMode
-	cutNext int // >0: the next client chunks forward, then their reply is cut
+	mu                 sync.Mutex
+	cond               *sync.Cond
+	mode               fltMode
+	cutNext            int // >0: the next client chunks forward, then their reply is cut
 	resetRate, cutRate float64
 	rng                *rand.Rand
-	conns   map[*fltPair]struct{}
-	closed  bool
+	conns              map[*fltPair]struct{}
+	closed             bool
 
 	chunks atomic.Int64
 	cuts   atomic.Int64
@@ -240,10 +241,7 @@ var fltSeq atomic.Int64
 // go-redis client with its default options), a second store on the same
 // prefix directly, and the proxy.
 func fltStores(t *testing.T) (proxied, direct store.Store, p *fltProxy) {
-	addr := fltEnv("STORMGUARD_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
+	addr := storetest.ServiceAddress(t, "STORMGUARD_REDIS_ADDR", "Redis", "127.0.0.1:6379")
 	p = fltNewProxy(t, addr)
 	dc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
