@@ -178,7 +178,8 @@ func invalid(format string, args ...any) error {
 // may also be handed the breaker's probes: those do not count, so that a
 // lone caller waiting out an outage is not ended three rounds into it; they
 // are bounded by the breaker (a probe round every OpenFor or longer, a few
-// probes each, whoever waits), not by n.
+// probes each, whoever waits), not by n. The attempt number the operation
+// is given counts every attempt sent, probes included.
 func WithMaxAttempts(n int) ScheduleOption {
 	return scheduleOption(func(p *config) error {
 		if n < 1 {
