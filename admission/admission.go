@@ -287,7 +287,10 @@ func (c *Controller) setup(eff Config) error {
 // once ([QueueFull]). A request with a deadline that leaves it no more time
 // than the last request of its class given a slot from the queue waited is
 // dropped at once ([Canceled], with the don't-retry signal): it would be
-// answered after its caller left.
+// answered after its caller left. The deadline is the one the request
+// carries: with a client's attempt timeout, the attempt's, so that a call
+// whose attempts are shorter than the queue's wait ends at the drop even
+// with time left (a retry would meet the same queue).
 //
 // If d.Outcome is [Admitted], the caller must call p.Release() when the
 // request is done; otherwise p is the zero Permit and d says why, how long

@@ -95,8 +95,13 @@ func WithRetry(opts ...retry.ScheduleOption) Option {
 // the caller's, as any failure after a commit. An attempt never
 // runs past the call's deadline. An attempt that fails because its own
 // timeout fired, while the call still has time, is retried like
-// UNAVAILABLE: this is the only DEADLINE_EXCEEDED that is retried. d = 0
-// means no cap (the default); a negative d is an error.
+// UNAVAILABLE: this is the only DEADLINE_EXCEEDED that is retried. The
+// server sees the attempt's deadline, not the call's: a server's admission
+// that drops the attempt because its queue holds it longer than that
+// deadline (AdmissionServerOptions) answers with the don't-retry pushback,
+// and the call ends at once, even with time left (a retry with the same
+// timeout would meet the same queue); set d above the provider's queue
+// wait. d = 0 means no cap (the default); a negative d is an error.
 func WithAttemptTimeout(d time.Duration) Option {
 	return option(func(c *config) error {
 		if d < 0 {

@@ -100,7 +100,12 @@ func WithTimeout(d time.Duration) Option {
 // WithAttemptTimeout caps each attempt at d, until the response headers
 // arrive and, for the returned response, while its body is read; an attempt
 // never runs past the overall deadline. An attempt that times out is
-// retried like a network timeout. d = 0 means no cap (the default); a
+// retried like a network timeout. The attempt's time left is what its
+// timeout field tells the server (wire.TimeoutHeader): a server's
+// admission that drops the attempt because its queue holds it longer
+// answers with the don't-retry signal, and the call ends at once, even with
+// time left (a retry with the same timeout would meet the same queue); set
+// d above the provider's queue wait. d = 0 means no cap (the default); a
 // negative d is an error.
 func WithAttemptTimeout(d time.Duration) Option {
 	return option(func(c *config) error {
