@@ -47,6 +47,7 @@ type pinNet struct {
 	sent  []*pinSent
 	inFl  atomic.Int64
 	maxIn atomic.Int64
+	wg    sync.WaitGroup // the server's goroutines: waited for, so that synctest's bubble ends empty
 }
 
 func (n *pinNet) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -75,11 +76,11 @@ func (n *pinNet) RoundTrip(r *http.Request) (*http.Response, error) {
 		sr.Body = io.NopCloser(strings.NewReader(string(b)))
 	}
 	done := make(chan *http.Response, 1)
-	go func() {
+	n.wg.Go(func() {
 		rec := httptest.NewRecorder()
 		n.h.ServeHTTP(rec, sr)
 		done <- rec.Result()
-	}()
+	})
 	select {
 	case resp := <-done:
 		resp.Request = r
@@ -121,6 +122,7 @@ func pinFailFastRun(t *testing.T, cfg *limit.Config, conc int, acfg admission.Co
 		time.Sleep(time.Second)
 		w.WriteHeader(200)
 	}))}
+	defer n.wg.Wait() // its server goroutines end inside the bubble
 	tr, err := httpretry.NewTransport(n, append([]httpretry.Option{httpretry.WithLimit(cfg)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
