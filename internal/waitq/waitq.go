@@ -2,7 +2,8 @@
 // (behind an open circuit breaker, or, later, behind a concurrency limit),
 // served earliest deadline first: the call with the least time left gets
 // the next permit, so that a call that already slept through a Retry-After
-// does not queue behind calls with time to spare.
+// does not queue behind calls with time to spare. (A breaker's probes go
+// the other way, from the back: see [LastFirst].)
 //
 // Time is explicit: a deadline is a time.Duration since an origin the
 // owner picks (the breaker's construction, the simulation's start), and no
