@@ -125,9 +125,11 @@ type Breaker struct {
 	// waiters are the calls waiting in Wait, earliest deadline first; its
 	// Max is MaxWaiters, 0 when waiting is off (Wait checks it first).
 	waiters    waitq.List[waiter]
-	roundArmed bool    // a timer will start the next probe round for the waiters
-	pending    []event // state changes whose callbacks have not run
-	delivering bool    // a goroutine is running callbacks
+	roundArmed bool          // a timer will start the next probe round for the waiters
+	roundAt    time.Duration // when that timer fires, since base
+	roundTimer *time.Timer   // that timer (built at the first arming, then reset)
+	pending    []event       // state changes whose callbacks have not run
+	delivering bool          // a goroutine is running callbacks
 }
 
 // New validates c and returns a closed Breaker. Zero fields take the

@@ -21,8 +21,7 @@ func (b *Breaker) startRound(w uint64, now time.Time) bool {
 		if !b.asking.CompareAndSwap(false, true) {
 			return b.state.Load() != w
 		}
-		ok := b.shared.ProbeRound()
-		b.asking.Store(false)
+		ok := b.askRound()
 		now = b.now() // the round trip took time: the next interval counts from its answer
 		if !ok {
 			b.mu.Lock()
@@ -41,6 +40,14 @@ func (b *Breaker) startRound(w uint64, now time.Time) bool {
 	b.mu.Unlock()
 	b.deliver()
 	return true
+}
+
+// askRound asks Shared for a probe round; it requires asking set, and
+// clears it whatever ProbeRound does: a panic (re-raised to the caller)
+// must not leave every later round waiting for an answer that never comes.
+func (b *Breaker) askRound() bool {
+	defer b.asking.Store(false)
+	return b.shared.ProbeRound()
 }
 
 // openIn returns how long after now the current open period ends (0 if it
@@ -161,12 +168,23 @@ func (b *Breaker) cancelProbeLocked(p Permit) {
 // armRoundLocked makes sure that a probe round starts for the waiting
 // calls when the open period ends, even if no other call arrives then. It
 // requires mu held.
+// A timer armed for a later time (an open period since cut short: a Reset
+// and a new trip) is brought forward.
 func (b *Breaker) armRoundLocked(now time.Time) {
-	if b.waiters.Len() == 0 || b.roundArmed || stateOf(b.state.Load()) != Open {
+	if b.waiters.Len() == 0 || stateOf(b.state.Load()) != Open {
 		return
 	}
-	b.roundArmed = true
-	time.AfterFunc(b.openIn(now), b.roundDue)
+	d := b.openIn(now)
+	due := sat.Add(b.since(now), d)
+	if b.roundArmed && b.roundAt <= due {
+		return
+	}
+	b.roundArmed, b.roundAt = true, due
+	if b.roundTimer == nil {
+		b.roundTimer = time.AfterFunc(d, b.roundDue)
+	} else {
+		b.roundTimer.Reset(d)
+	}
 }
 
 // roundDue runs on the round timer's goroutine when an open period ends

@@ -106,6 +106,12 @@ func (b *Breaker) wait(ctx context.Context, maxWait time.Duration, rejection err
 	for {
 		b.mu.Lock()
 		s := b.state.Load()
+		if w.granted && s != word(w.permit.gen, HalfOpen) {
+			// Its round is over (the breaker reopened, or closed on the
+			// other probes) before the call woke: it waits on as any
+			// other call.
+			w.granted, w.permit = false, Permit{}
+		}
 		switch {
 		case w.granted:
 			b.waiters.Remove(n)
