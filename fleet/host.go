@@ -338,15 +338,21 @@ func (h *host) steerWithin(state, epoch, at, ahead int64) bool {
 		return false
 	}
 	h.steerAt = at
-	if h.seen.Load() == epoch {
+	prev := h.seen.Load()
+	if prev == epoch {
 		return false
 	}
 	h.seen.Store(epoch)
 	switch local := h.brk.State(); {
-	case state == fleetOpen && local == breaker.Closed:
+	case state == fleetOpen && local != breaker.Open:
+		// A half-open breaker reopens too: a probe it handed out in an
+		// older epoch of the fleet must not close the fleet's new opening.
 		h.brk.Trip(0)
 		return true
-	case state == fleetClosed && local != breaker.Closed:
+	case state == fleetClosed && local != breaker.Closed && prev != unseen:
+		// A closing the process saw happen (its first news is no
+		// closing: a breaker that opened on its own calls before it
+		// probes on its own schedule).
 		h.spread() // before the breaker releases its waiting calls
 		h.brk.Reset()
 	}
