@@ -19,7 +19,7 @@ import (
 // timeout and a 1 h deadline).
 const (
 	maxMetaRequests = 200_000   // rho x capacity x horizon, per trigger
-	maxMetaAttempts = 4_000_000 // the requests x min(30, deadline / timeout), per trigger
+	maxMetaAttempts = 4_000_000 // the requests x min(30, deadline / 1 s), per trigger
 	metaMaxTries    = 30        // the most attempts a naive row makes per request
 )
 
@@ -41,8 +41,9 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 			"cut by 80%); each client setup runs against it. Prints goodput before, during, the first\n"+
 			"10 s after and the rest, attempts per offered request and wasted work after the trigger,\n"+
 			"the time to recover (or \"stuck\") and the share of the trigger's requests served.",
-		fmt.Sprintf("rho x capacity x horizon at most %d requests, and those x min(%d, deadline /\n"+
-			"timeout) at most %d attempts; trigger-start + trigger-for <= horizon - 1s;\n"+
+		fmt.Sprintf("rho x capacity x horizon at most %d requests, and those x min(%d, deadline / 1s:\n"+
+			"the naive loop's pace when attempts fail at once) at most %d attempts;\n"+
+			"trigger-start + trigger-for <= horizon - 1s;\n"+
 			"queue-seconds x capacity at least 1; the capacity cut needs at least 5 workers.", maxMetaRequests, metaMaxTries, maxMetaAttempts), e)
 	fs.floatVar(&c.Rho, "rho", 0.01, 2, "offered load as a share of the provider's capacity")
 	fs.intVar(&c.Clients, "clients", 1, 1000, "clients sharing the load, each with its own guards")
@@ -69,10 +70,12 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 	if requests > maxMetaRequests {
 		return nil, usageError{fmt.Errorf("-rho %g x -capacity %g x -horizon %v is %.0f requests, at most %d", c.Rho, c.Capacity, fmtDuration(c.Horizon), requests, maxMetaRequests)}
 	}
-	tries := math.Min(metaMaxTries, math.Ceil(c.Deadline.Seconds()/c.Timeout.Seconds()))
+	// The naive loop retries a second after each failure, and a failure
+	// can come at once (a 503, a full queue), whatever -timeout is.
+	tries := math.Max(1, math.Min(metaMaxTries, math.Ceil(c.Deadline.Seconds())))
 	if attempts := requests * tries; attempts > maxMetaAttempts {
-		return nil, usageError{fmt.Errorf("-rho %g x -capacity %g x -horizon %v is %.0f requests of up to %.0f attempts each (-deadline %v / -timeout %v, at most %d): %.0f attempts, at most %d",
-			c.Rho, c.Capacity, fmtDuration(c.Horizon), requests, tries, fmtDuration(c.Deadline), fmtDuration(c.Timeout), metaMaxTries, attempts, maxMetaAttempts)}
+		return nil, usageError{fmt.Errorf("-rho %g x -capacity %g x -horizon %v is %.0f requests of up to %.0f attempts each (-deadline %v / 1s, at most %d): %.0f attempts, at most %d",
+			c.Rho, c.Capacity, fmtDuration(c.Horizon), requests, tries, fmtDuration(c.Deadline), metaMaxTries, attempts, maxMetaAttempts)}
 	}
 	if c.TriggerStart+c.TriggerFor+metaAfter > c.Horizon {
 		return nil, usageError{fmt.Errorf("-trigger-start %v + -trigger-for %v must end at least %v before -horizon %v (the recovery is judged over the time after the trigger)",

@@ -82,7 +82,8 @@ before, during, 10s after, rest: goodput, requests that succeeded in the phase p
 in it (above 100%% while a backlog drains); att/off: attempts at the provider per offered request
 after the trigger; wasted: share of the provider's work after the trigger done for callers who had
 left; recovers: seconds after the trigger from which every 1 s span holds %g%% goodput to the end,
-at least 10 s ("stuck": never); served: share of the requests made during the trigger that succeed.
+at least 10 s (half the time after the trigger if less; "stuck": never); served: share of the
+requests made during the trigger that succeed.
 fixed-1s: every 1 s until the deadline; backoff: full jitter, 10 attempts; stormguard: budget and
 breaker, no waiting (an open breaker fails the call); +wait: the library's default, calls wait and
 are released at the rate before the trip; +limit: the concurrency limiter's slots pace them.`,

@@ -156,9 +156,14 @@ func (r *outRun) finish() {
 			rec = w
 		}
 	}
-	if rec >= 0 {
+	switch {
+	case rec >= 0:
 		res.Recovered = true
 		res.RecoverAfter = time.Duration(rec)*c.Window - c.TriggerEnd
+	case after == 0:
+		// Nothing was asked after the trigger: nothing failed either (as
+		// sim meta reports it), not the metastable failure "never" means.
+		res.Recovered = true
 	}
 	r.phases()
 	res.Arrivals, res.Done = r.offeredW, r.doneW
