@@ -430,6 +430,15 @@ func (b *Breaker) call(ev event) {
 // admit a call; with a [Shared] fleet, that move waits for a call, which
 // asks the fleet first.
 func (b *Breaker) State() State {
+	if w := b.state.Load(); stateOf(w) != Open {
+		return stateOf(w) // small enough to be inlined: the closed breaker's path
+	}
+	return b.openState()
+}
+
+// openState is State for a breaker that was open when State read it: the
+// probe round starts if its open period is over.
+func (b *Breaker) openState() State {
 	w := b.state.Load()
 	if stateOf(w) == Open && b.shared == nil {
 		now := b.now()
