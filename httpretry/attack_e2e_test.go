@@ -505,66 +505,6 @@ func TestAttackE2ELimitFailFast(t *testing.T) {
 	})
 }
 
-// e2eFailFastRun warms a limiter capped by Max against a provider answering in
-// 1 s, then sends 30 calls at once with a 3 s deadline; it returns when each
-// failing call failed and why.
-func e2eFailFastRun(t *testing.T, cfg *limit.Config, conc int, acfg admission.Config, opts ...httpretry.Option) (fails []time.Duration, reasons map[string]int, served int) {
-	ctl, _ := admission.New(acfg)
-	n := &e2eNet{start: time.Now(), h: ctl.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(time.Second)
-		w.WriteHeader(200)
-	}))}
-	defer n.wg.Wait() // its server goroutines end inside the bubble
-	tr, err := httpretry.NewTransport(n, append([]httpretry.Option{httpretry.WithLimit(cfg)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10 { // learn the latency and the rate: conc calls at a time, 10 rounds
-		var wg sync.WaitGroup
-		for range conc {
-			wg.Go(func() {
-				resp, err := e2eDo(t, tr, context.Background(), "GET", "warm", "")
-				if err != nil {
-					return
-				}
-				resp.Body.Close()
-			})
-		}
-		wg.Wait()
-	}
-	lim := tr.Hosts()["provider.test"].Limiter
-	t.Logf("limit after warm-up: %d", lim.Limit())
-	var mu sync.Mutex
-	reasons = map[string]int{}
-	var wg sync.WaitGroup
-	for range 30 {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			start := time.Now()
-			resp, err := e2eDo(t, tr, ctx, "GET", "x", "")
-			took := time.Since(start)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				fails = append(fails, took)
-				msg := err.Error()
-				if i := strings.Index(msg, "limit: refused"); i >= 0 {
-					msg = msg[i:]
-				}
-				reasons[msg]++
-				return
-			}
-			if resp.StatusCode == 200 {
-				served++
-			}
-			resp.Body.Close()
-		})
-	}
-	wg.Wait()
-	return fails, reasons, served
-}
-
 // TestAttackE2EHedgeOnlySafeMethods: "WithHedging sends up to max hedges ... of a
 // GET, HEAD or OPTIONS request without a body ... A write is never hedged."
 func TestAttackE2EHedgeOnlySafeMethods(t *testing.T) {
