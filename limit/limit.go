@@ -31,6 +31,9 @@ var (
 	// A call that would wait with its context already done.
 	errDoneCanceled = fmt.Errorf("%w: limit reached and the context was canceled: %w", ErrLimited, context.Canceled)
 	errDoneDeadline = fmt.Errorf("%w: limit reached and the context's deadline had passed: %w", ErrLimited, context.DeadlineExceeded)
+	// The same for want of a token at the rate in force.
+	errNoTokenDoneCanceled = fmt.Errorf("%w: no token at the rate in force and the context was canceled: %w", ErrLimited, context.Canceled)
+	errNoTokenDoneDeadline = fmt.Errorf("%w: no token at the rate in force and the context's deadline had passed: %w", ErrLimited, context.DeadlineExceeded)
 )
 
 // waitError returns the refusal of a call whose context ended while it
@@ -249,6 +252,10 @@ func (l *Limiter) noToken(err error) error {
 		refusal = errNoTokenNoWaiting
 	case errTooMany:
 		refusal = errNoTokenTooMany
+	case errDoneCanceled:
+		return errNoTokenDoneCanceled // no demand: see above
+	case errDoneDeadline:
+		return errNoTokenDoneDeadline
 	default:
 		return err
 	}
@@ -277,8 +284,10 @@ func (l *Limiter) waitFor(ctx context.Context, flags uint8) (Permit, error) {
 // second Release, or one to another Limiter, corrupts its count of
 // attempts in flight: while others are in flight, undetected, one more
 // attempt than the limit may then run; with none in flight it is ignored
-// (the count never goes below zero). A zero Permit is ignored. Release is safe for concurrent use and
-// allocates nothing.
+// (the count never goes below zero). Another Limiter's sampled Permit is
+// also read as a latency sample on the wrong clock (possibly negative),
+// which corrupts the baseline and the limit. A zero Permit is ignored.
+// Release is safe for concurrent use and allocates nothing.
 func (l *Limiter) Release(p Permit, dropped bool) {
 	if p.bits == permitOK && !dropped {
 		// The fast path: not a sample, not a drop.

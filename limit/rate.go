@@ -164,13 +164,17 @@ func (l *Limiter) tick() {
 
 // rateTurnLocked reports whether a call with ahead waiters ahead of it
 // gets its token, at the rate in force, before deadline less the
-// fastest answer (always, with no gate). Calls with mu held.
+// fastest answer (always, with no gate). The tokens in the bucket count:
+// the k-th token from now (0 the next) is due at max(rtat, now) + k·iv −
+// tau, and at once if that has passed (takeToken's rule). Calls with mu
+// held.
 func (l *Limiter) rateTurnLocked(now, deadline time.Duration, ahead int) bool {
 	iv := l.riv.Load()
 	if iv == 0 {
 		return true
 	}
-	turn := float64(l.nextToken(now)) + float64(ahead)*float64(iv) + float64(l.learn.base.value)
+	due := float64(max(l.rtat.Load(), int64(now))) + float64(ahead)*float64(iv) - float64(l.rtau.Load())
+	turn := math.Max(float64(now), due) + float64(l.learn.base.value)
 	return turn < float64(deadline)
 }
 

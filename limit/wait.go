@@ -91,9 +91,17 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 			behind++
 		}
 		ahead := l.waiters.Len() - 1 - behind
+		if behind > maxWalk {
+			// Too many behind to count them: count those ahead, up to
+			// maxWalk+1, a lower bound on them that the checks below
+			// refuse on only when even it leaves no turn.
+			ahead = 0
+			for w := n.Prev(); w != nil && ahead <= maxWalk; w = w.Prev() {
+				ahead++
+			}
+		}
 		var err error
 		switch {
-		case behind > maxWalk:
 		case gap > 0 && time.Duration(ahead+1)*gap+b >= left:
 			err = errNoTurn
 		case !l.rateTurnLocked(now, now+left, ahead):

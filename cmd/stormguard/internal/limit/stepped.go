@@ -177,7 +177,13 @@ func (s *Stepped[T]) Wait(now, deadline time.Duration, w *waitq.Waiter[T], grant
 			behind++
 		}
 		ahead := s.waiters.Len() - 1 - behind
-		if behind <= maxWalk && time.Duration(ahead+1)*gap+b >= left {
+		if behind > maxWalk { // a lower bound on those ahead, as limit's wait.go counts it
+			ahead = 0
+			for n := w.Prev(); n != nil && ahead <= maxWalk; n = n.Prev() {
+				ahead++
+			}
+		}
+		if time.Duration(ahead+1)*gap+b >= left {
 			s.waiters.Remove(w)
 			return 0, ErrNoTurn
 		}
