@@ -23,7 +23,9 @@
 // and, when the event's Name ends in a port, server.port (the semantic
 // conventions' attributes; for httpretry the Name is the destination host,
 // otherwise the policy's name). Those of the server side (admission,
-// idempotency) carry the guard's name as stormguard.name.
+// idempotency) carry the guard's name as stormguard.name. An empty Name (a
+// policy without retry.WithName, a guard without a name) leaves the
+// attribute out, and counts as one dependency among WithMaxDependencies.
 //
 //	stormguard.attempts                   counter    {attempt}     by stormguard.outcome
 //	stormguard.attempt.duration           histogram  s             by stormguard.outcome

@@ -271,9 +271,11 @@ func (o *Observer) TagAttempt(ctx context.Context, e observe.Event) context.Cont
 	}
 	a := o.deps.get(e.Name).get(labels{kind: kindSpan, n: e.Attempt})
 	parent := trace.SpanFromContext(ctx)
-	if t, ok := attemptSpan(ctx); ok && t.span == parent {
+	if t, ok := attemptSpan(ctx); ok && e.Hedge && t.span == parent {
 		// A hedge starts on its race's first attempt's context: its span
-		// is that attempt's sibling, under the caller's span.
+		// is that attempt's sibling, under the caller's span. (Another
+		// call made inside an attempt is no hedge: its attempts are that
+		// attempt's children.)
 		parent = t.parent
 		ctx = trace.ContextWithSpan(ctx, parent)
 	}
@@ -407,6 +409,11 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 			// the race canceled because another won.
 			span.SetAttributes(semconv.ErrorTypeKey.String(tag.errType))
 			span.SetStatus(codes.Error, tag.errMsg)
+		case e.Outcome == "failure":
+			// A failure told without its error (an event of a producer of
+			// one's own): failed all the same.
+			span.SetAttributes(semconv.ErrorTypeKey.String("_OTHER"))
+			span.SetStatus(codes.Error, e.Outcome)
 		}
 	}
 	span.End()
