@@ -180,6 +180,8 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 				return l.e
 			case read <= earlier:
 				continue // failed before the first copy did: not the last failure
+			case outranks(last.e, l.e):
+				continue // an earlier failure carried more of the server's word
 			}
 			last = l
 		case <-ctx.Done():

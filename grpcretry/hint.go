@@ -28,6 +28,18 @@ type hint struct {
 	stop  bool          // a negative or malformed pushback: do not retry
 }
 
+// outranks reports whether a race's failed copy a carries more of the
+// server's word than b, a later one: a don't-retry pushback, or a longer
+// one (the loop's floor).
+func outranks(a, b end) bool {
+	wa, _, sa := parsePushback(a.trailer[wire.PushbackMetadata])
+	wb, _, sb := parsePushback(b.trailer[wire.PushbackMetadata])
+	if sa != sb {
+		return sa
+	}
+	return wa > wb
+}
+
 // parsePushback reads the values of a grpc-retry-pushback-ms trailer as
 // grpc-go's own retry does (strconv.Atoi on the one value): no value, no
 // pushback; one value that is a decimal integer of 64 bits (an optional

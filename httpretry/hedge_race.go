@@ -197,6 +197,13 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 				c.closeLeg(l, rs)
 				continue
 			}
+			if l.p == nil && !good(l.resp, l.err) && outranks(held, l) {
+				// An earlier copy's failure carried the server's word
+				// (its don't-retry signal, a longer Retry-After): it
+				// stands, so that the loop heeds it.
+				c.closeLeg(l, rs)
+				continue
+			}
 			c.closeLeg(held, rs)
 			if l.p != nil {
 				reap(rs, legs, pending, -1)
@@ -410,4 +417,28 @@ func legRequest(src *http.Request, key []string, ctx context.Context, num int, p
 		r.Header[wire.TimeoutHeader] = tv.get(time.Until(dl))
 	}
 	return r
+}
+
+// outranks reports whether a race's failed copy a carries more of the
+// server's word than b, a later one: the don't-retry signal, or a longer
+// Retry-After floor.
+func outranks(a, b leg) bool {
+	if da, db := a.resp != nil && wire.DontRetry(a.resp.Header), b.resp != nil && wire.DontRetry(b.resp.Header); da != db {
+		return da
+	}
+	return floorOf(a) > floorOf(b)
+}
+
+// floorOf returns the Retry-After a race's failed copy gives the retry
+// loop as the floor of its next sleep (on a 429, a 503 or a 409, as the
+// transport reads it), 0 if none.
+func floorOf(l leg) time.Duration {
+	if l.resp == nil {
+		return 0
+	}
+	switch l.resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusConflict:
+		return retryAfterOf(l.resp)
+	}
+	return 0
 }

@@ -56,7 +56,9 @@ const (
 // bound; not a 206 or a 304, nor a body cut short or closed by the caller
 // before its end) drops the kept one; answers decide in the order they
 // arrived, not in the order their bodies are read to the end (an earlier
-// one read last does not replace a later one). The request that decides is the one sent: after
+// one read last does not replace a later one, even when the two name
+// different Vary fields: a later answer outranks an earlier one it would
+// be served for). The request that decides is the one sent: after
 // [WithRefreshOn401], the refreshed one with its credentials. Header
 // fields are read under any spelling of their key ("authorization" set
 // by assigning to the header's map is sent as written, and the server
@@ -286,7 +288,7 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 			e.length = 0
 		}
 		s.mu.Lock()
-		s.supersedeLocked(ri.key, e.matchesEntry)
+		s.supersedeLocked(ri.key, e.answers(ri))
 		s.storeLocked(ri.key, e)
 		s.mu.Unlock()
 		return resp
@@ -301,7 +303,7 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 		k.buf = make([]byte, 0, resp.ContentLength)
 	}
 	s.mu.Lock()
-	s.supersedeLocked(ri.key, e.matchesEntry)
+	s.supersedeLocked(ri.key, e.answers(ri))
 	s.pending[ri.key] = append(s.pending[ri.key], e)
 	s.mu.Unlock()
 	if b, ok := resp.Body.(*body); ok { // the call's contexts end with it
@@ -392,6 +394,15 @@ func parseHTTPDate(v string) (time.Time, bool) {
 	}
 	t, err := http.ParseTime(v)
 	return t, err == nil
+}
+
+// answers returns whether an earlier response p (its body still being
+// read) is one that e, the answer to request ri, comes after: p would be
+// served for ri (whatever Vary e names), or e and p answer the same
+// request as matchesEntry says. The later answer then decides, even when
+// the two name different Vary fields.
+func (e *staleEntry) answers(ri reqInfo) func(p *staleEntry) bool {
+	return func(p *staleEntry) bool { return p.matches(ri.cred, ri.h) || e.matchesEntry(p) }
 }
 
 // matchesEntry reports whether e and o answer the same request: the same
