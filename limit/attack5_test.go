@@ -105,7 +105,6 @@ func TestAttack5LDoneContextNoTokenReason(t *testing.T) {
 	})
 }
 
-
 // New: "It returns an error naming the field when Max is negative or above
 // 2^30, Timeout is negative, or Throttle is NaN, infinite, negative or in
 // (0, 1). Every Waiting is valid. A Limiter that was built never fails or

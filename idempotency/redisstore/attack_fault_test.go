@@ -266,7 +266,6 @@ func fltStores(t *testing.T) (proxied, direct store.Store, p *fltProxy) {
 	return ps, ds, p
 }
 
-
 // ---- the scenarios (identical in pgstore and redisstore) -------------------
 
 type fltCounts struct {
