@@ -229,11 +229,16 @@ func (b *Budget) DepositN(n int) {
 	b.deposit(b.now(), uint64(min(n, maxCount)))
 }
 
-// depositAt records one original request at time t, which must come from
-// the budget's clock: the retry loop of this module hands it the reading it
-// made for the call's deadline (see internal/timed).
+// depositAt records one original request at time t, a reading of
+// time.Now: the retry loop of this module hands it the reading it made for
+// the call's deadline (see internal/timed). On a budget with a Config.Now
+// of the caller's that reading is not on the budget's clock, and the
+// budget reads its own. It is a use: a zero Budget's window starts here.
 func (b *Budget) depositAt(t time.Time) {
 	b.ready()
+	if b.cfg.Now != nil {
+		t = b.now()
+	}
 	b.deposit(t, 1)
 }
 

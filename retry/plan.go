@@ -13,7 +13,11 @@ import (
 // exactly these decisions.
 //
 // next is told that the call's next attempt failed with err, left before
-// the call's deadline (0 or less: the call has none). It returns how long
+// the call's deadline (0 or less: the call has none; a loop whose deadline
+// has passed stops with Deadline itself, as Do does, before it asks). A
+// budget withdrawal that waits (a fleet's, WithdrawWithin) counts against
+// left: a sleep that no longer fits after it stops with Deadline, the
+// retry withdrawn unused, as in Do. It returns how long
 // to sleep before the following attempt, with stop 0, or the [Reason] to
 // stop for, with sleep the sleep it refused for a [Deadline] stop (the
 // server's hint, for a hint above [WithMaxRetryAfter]). In
@@ -32,7 +36,14 @@ func (p *Policy) Plan() (next func(err error, left time.Duration) (sleep time.Du
 	}
 	pl := &plan{p: p, seq: p.backoff.Sequence()}
 	return func(err error, left time.Duration) (time.Duration, Reason) {
+		var start time.Time
+		if p.within != nil && left > 0 {
+			start = time.Now()
+		}
 		sleep, stop, _ := pl.next(err, left)
+		if stop == 0 && !start.IsZero() && time.Since(start)+sleep >= left {
+			return sleep, Deadline // the withdrawal waited: Do's check after it
+		}
 		return sleep, stop
 	}
 }

@@ -154,7 +154,7 @@ func New(opts ...Option) (*Policy, error) {
 	if c.limiter != nil && c.breaker != nil && c.breaker.Config().SlowCall > 0 {
 		c.restamp, _ = timed.Restamp.(func(*breaker.Breaker, breaker.Permit) breaker.Permit)
 	}
-	if bb, ok := c.budget.(*budget.Budget); ok && bb.Config().Now == nil {
+	if bb, ok := c.budget.(*budget.Budget); ok { // not bb.Config(): a zero Budget's window starts at its first use
 		if dep, ok := timed.Deposit.(func(*budget.Budget, time.Time)); ok {
 			c.oneClock, c.depositAt = bb, dep
 		}

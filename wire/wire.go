@@ -237,6 +237,13 @@ func ParseGiveUp(value string) (g GiveUp, ok bool) {
 // saturating at the largest Duration. isNum is false if v is empty or holds
 // anything but digits.
 func parseSeconds(v string) (d time.Duration, isNum bool) {
+	// Digits only, checked first: ParseUint reports a range error as soon
+	// as the digits overflow, before it reaches a junk character after them.
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+	}
 	n, err := strconv.ParseUint(v, 10, 64) // digits only: no sign, no underscore
 	var ne *strconv.NumError
 	switch {
