@@ -210,6 +210,17 @@ func (b *Backoff) exp(n int) float64 {
 	return math.Min(b.capF, math.Ldexp(b.baseF, n))
 }
 
+// expDuration returns exp(n) = min(cap, base·2^n) exactly (in integers:
+// a float64 rounds a base above 2^53 ns, 104 days); n below 1 counts as 1.
+// It saturates at the cap for any n.
+func (b *Backoff) expDuration(n int) time.Duration {
+	n = max(n, 1)
+	if n >= 63 || b.base > b.cap>>n {
+		return b.cap
+	}
+	return min(b.cap, b.base<<n)
+}
+
 // linearDuration returns min(cap, base·n), exactly (in integers: a
 // float64 would round a base above 2^53 ns); n below 1 counts as 1. It
 // saturates at the cap for any n.
@@ -241,11 +252,16 @@ func (b *Backoff) toDuration(ns float64) time.Duration {
 func (b *Backoff) delay(n int, prev time.Duration) time.Duration {
 	switch b.strategy {
 	case NoJitter:
-		return b.toDuration(b.exp(n))
+		return b.expDuration(n)
 	case EqualJitter:
-		e := b.exp(n)
-		// Below e: e/2 + u·e/2 rounds up to e for u close to 1.
-		return b.toDuration(math.Min(e/2+b.u()*e/2, math.Nextafter(e, 0)))
+		// In integers, as NoJitter: at least exp(n)/2 (rounded up), below
+		// exp(n) (a product that rounds up to the rest is held below it).
+		e := b.expDuration(n)
+		if e <= 1 {
+			return 0
+		}
+		lo := e - e/2
+		return min(lo+time.Duration(b.u()*float64(e-lo)), e-1)
 	case Decorrelated:
 		p := math.Max(float64(prev), b.baseF)
 		// At least base: a float64 holds 53 bits, and a base above 2^53 ns
