@@ -274,7 +274,7 @@ func WithLogger(l *slog.Logger) GuardOption {
 //     "replay" (a stored response was replayed), "in-progress" (another
 //     request holds the key), "mismatch" (the key was used for a different
 //     request), "invalid" (the request was refused before the store was
-//     consulted: a malformed key, a missing one that WithKeyRequired asks
+//     consulted: a malformed key, a missing one that [WithRequired] asks
 //     for, a body over the cap, a caller that could not be identified) or
 //     "store-error" (a store call failed, whatever
 //     the answer: the claim, so nothing ran, or, after the handler ran,
