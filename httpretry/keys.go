@@ -54,7 +54,9 @@ func (e *keyError) Unwrap() error { return e.err }
 // IdempotencyKey returns the idempotency key a request was sent with, from
 // what its RoundTrip (or [http.Client.Do]) returned: the key of resp's request, or
 // the key the transport made for a request that ended in err
-// ([WithAutoIdempotencyKey]). It returns "" if there is none. A caller that
+// ([WithAutoIdempotencyKey]). It returns "" if there is none, and for a
+// response whose Request field the base transport left nil (net/http's
+// sets it). A caller that
 // must know a key before the request is sent sets the Idempotency-Key
 // header itself (see idempotency.NewKey).
 func IdempotencyKey(resp *http.Response, err error) string {

@@ -29,6 +29,9 @@ import (
 // is immutable once built, apart from its table of per-host budgets and
 // breakers. It never modifies the caller's request, always closes the
 // request body, and returns a nil error whenever it returns a response.
+// It has no CloseIdleConnections: an http.Client over it that is asked to
+// close its idle connections does not reach the base transport's pool;
+// call it on the base.
 //
 // Per host, every request deposits in the budget and every retry withdraws
 // from it; every attempt asks the breaker first. The breaker counts as
@@ -369,6 +372,19 @@ func (c *call) discardCur() {
 	}
 }
 
+// attemptRest returns the context of the rest of an attempt whose request
+// got resp (a 401 to refresh): ctx bounded by the attempt timeout's
+// deadline on that request, with the function that releases it; ctx and
+// nil without an attempt timeout.
+func (c *call) attemptRest(ctx context.Context, resp *http.Response) (context.Context, context.CancelFunc) {
+	if c.t.cfg.attemptTimeout > 0 && resp.Request != nil {
+		if dl, ok := resp.Request.Context().Deadline(); ok {
+			return context.WithDeadline(ctx, dl)
+		}
+	}
+	return ctx, nil
+}
+
 // attempt is the loop's operation: one attempt (plus, after a 401, the one
 // resend with refreshed credentials).
 func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
@@ -385,9 +401,18 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	}
 	if resp.StatusCode == http.StatusUnauthorized && c.t.cfg.refresh != nil && !c.refreshed && c.replayable {
 		c.refreshed = true
-		nr, err := c.refresh(ctx)
-		if err != nil {
-			return nil, retry.Permanent(callerError{err})
+		// The refresh and the resend are part of the attempt: they end
+		// with the attempt's time (its timeout's deadline, on the request
+		// that got the 401), not with a new one.
+		actx, stop := c.attemptRest(ctx, resp)
+		nr, err := c.refresh(actx)
+		if err != nil || nr == nil {
+			if stop != nil {
+				stop()
+			}
+			if err != nil {
+				return nil, retry.Permanent(callerError{err})
+			}
 		}
 		if nr != nil {
 			c.discardCur()
@@ -398,7 +423,21 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 				c.key = []string{requestKey(c.req.Header)}
 			}
 			c.src = nr
-			if resp, err = c.send(ctx, n); err != nil {
+			resp, err = c.send(actx, n)
+			if stop != nil {
+				if err != nil {
+					stop()
+				} else { // released with the response, as the send's own context
+					inner := c.curCancel
+					c.curCancel = func() {
+						if inner != nil {
+							inner()
+						}
+						stop()
+					}
+				}
+			}
+			if err != nil {
 				return nil, c.sendError(err)
 			}
 		}
