@@ -207,8 +207,10 @@
 //     the horizon it keeps its last value; after 300 windows without one,
 //     the next window without drops sets it afresh (a slower normal).
 //   - Shares R by demand, with a fair floor: each process's demand is
-//     its attempts done, calls waiting and calls refused for want of a
-//     token per second since its last sync, taken at once when it rises
+//     its attempts done and calls refused for want of a token since its
+//     last report to the rate (once per window), plus the calls waiting at
+//     the report (a count, not a rate), over the time since that report
+//     (at least a window), per second, taken at once when it rises
 //     and smoothed over about 4 windows when it falls, at least a tenth
 //     of a call per window. Its share is its floor, min(demand, R/4n) for
 //     the n processes known at the window's start, plus the rest of R
