@@ -253,6 +253,16 @@ func WithAutoIdempotencyKey() Option {
 // outgoing metadata untouched but for an attempt count or probe mark
 // inherited from elsewhere, which is removed: see the package
 // documentation), and server-streaming calls keep up to 1 MiB.
+//
+// Such a stream opens when the caller first asks for a response (RecvMsg,
+// Header, CloseAndRecv) or a message past the bound commits it: messages
+// within the bound reach the server only then, and that first RecvMsg sends
+// them itself. Until the stream commits, SendMsg sends under the stream's
+// lock, so a send that blocks on flow control holds up a RecvMsg on another
+// goroutine: a bidirectional call whose server waits for its answers to be
+// read before it reads more can stall until the server moves on (a known
+// limit, not fixed yet). Give such calls a bound their messages outgrow
+// early, or read before sending much.
 func WithBufferMessages(maxBytes int) Option {
 	return option(func(c *config) error {
 		if maxBytes <= 0 {
