@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -372,19 +371,6 @@ func (c *call) discardCur() {
 	}
 }
 
-// attemptRest returns the context of the rest of an attempt whose request
-// got resp (a 401 to refresh): ctx bounded by the attempt timeout's
-// deadline on that request, with the function that releases it; ctx and
-// nil without an attempt timeout.
-func (c *call) attemptRest(ctx context.Context, resp *http.Response) (context.Context, context.CancelFunc) {
-	if c.t.cfg.attemptTimeout > 0 && resp.Request != nil {
-		if dl, ok := resp.Request.Context().Deadline(); ok {
-			return context.WithDeadline(ctx, dl)
-		}
-	}
-	return ctx, nil
-}
-
 // attempt is the loop's operation: one attempt (plus, after a 401, the one
 // resend with refreshed credentials).
 func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
@@ -400,46 +386,8 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 		return nil, c.sendError(err)
 	}
 	if resp.StatusCode == http.StatusUnauthorized && c.t.cfg.refresh != nil && !c.refreshed && c.replayable {
-		c.refreshed = true
-		// The refresh and the resend are part of the attempt: they end
-		// with the attempt's time (its timeout's deadline, on the request
-		// that got the 401), not with a new one.
-		actx, stop := c.attemptRest(ctx, resp)
-		nr, err := c.refresh(actx)
-		if err != nil || nr == nil {
-			if stop != nil {
-				stop()
-			}
-			if err != nil {
-				return nil, retry.Permanent(callerError{err})
-			}
-		}
-		if nr != nil {
-			c.discardCur()
-			if c.hasKey && c.key == nil && requestKey(nr.Header) == "" {
-				// The caller's key, which the refreshed request left out:
-				// it goes on every attempt still (a write sent again
-				// without its key would run again).
-				c.key = []string{requestKey(c.req.Header)}
-			}
-			c.src = nr
-			resp, err = c.send(actx, n)
-			if stop != nil {
-				if err != nil {
-					stop()
-				} else { // released with the response, as the send's own context
-					inner := c.curCancel
-					c.curCancel = func() {
-						if inner != nil {
-							inner()
-						}
-						stop()
-					}
-				}
-			}
-			if err != nil {
-				return nil, c.sendError(err)
-			}
+		if resp, err = c.refreshAndResend(ctx, n, resp); err != nil {
+			return nil, err
 		}
 	}
 	code := resp.StatusCode
@@ -593,27 +541,4 @@ var errNilResponse = errors.New("httpretry: base RoundTripper returned a nil *Re
 // idempotency key, if any.
 func (c *call) header(n int) http.Header {
 	return attemptHeader(c.src.Header, c.key, n)
-}
-
-// refresh calls the 401 hook with a copy of the request that got the 401,
-// on ctx, the attempt's context.
-func (c *call) refresh(ctx context.Context) (*http.Request, error) {
-	cp := c.src.Clone(ctx) // the attempt's context: the hook is part of the attempt, bounded by its time
-	cp.Body, cp.GetBody = nil, nil
-	if cp.Header == nil {
-		cp.Header = make(http.Header)
-	}
-	if c.key != nil {
-		cp.Header[idempotency.Header] = []string{c.key[0]}
-	}
-	nr, err := c.t.cfg.refresh(cp)
-	if err != nil {
-		return nil, fmt.Errorf("httpretry: refresh credentials after 401: %w", err)
-	}
-	if nr != nil && (nr.URL == nil || !strings.EqualFold(nr.URL.Host, c.src.URL.Host)) {
-		// Its sends would count against this host's guards (its budget,
-		// breaker and limiter): a refresh keeps the host.
-		return nil, fmt.Errorf("httpretry: refresh credentials after 401: the refreshed request goes to another host")
-	}
-	return nr, nil
 }
