@@ -405,6 +405,8 @@ func (s faultSuite) heldBegin(t *testing.T) {
 // reach the server; one direct), each retrying until it gets the replay.
 // Lock 900 ms (renewals every 300 ms), operations of 0-700 ms. The
 // operation of a key must run once, unless its lock was lost.
+//
+//stormguard:long one scenario: the link's faults, the callers and the checks share the run's counts
 func (s faultSuite) soak(t *testing.T) {
 	ps, ds, p := s.stores(t)
 	lock, st := time.Duration(fltEnvF("ZZ_LOCK", 900))*time.Millisecond, 150*time.Millisecond
