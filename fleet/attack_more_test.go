@@ -481,7 +481,9 @@ func TestAttackLeaseSeesOpenFleet(t *testing.T) {
 	}
 	defer a.Close()
 	cfg.SyncEvery = time.Hour
-	b, err := fleet.New(atkClient(t, atkAddr(t)), cfg)
+	// b hears no news (its subscription is to a channel nobody publishes
+	// on): only the lease reply can tell it the fleet opened.
+	b, err := fleet.New(deafClient{atkClient(t, atkAddr(t))}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,6 +515,14 @@ func TestAttackLeaseSeesOpenFleet(t *testing.T) {
 			t.Fatal("retry refused while the breaker is open")
 		}
 	}
+}
+
+// deafClient is a Redis client whose subscriptions hear nothing: a fleet
+// built on it gets no news of openings.
+type deafClient struct{ *redis.Client }
+
+func (c deafClient) Subscribe(ctx context.Context, _ ...string) *redis.PubSub {
+	return c.Client.Subscribe(ctx, "stormguard-test:deaf")
 }
 
 // No budget at all: the fleet refuses every retry while closed, in fleet
