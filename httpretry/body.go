@@ -22,10 +22,12 @@ const drainLimit = 64 << 10
 const drainTimeout = 50 * time.Millisecond
 
 // drainClose reads up to drainLimit bytes of rc, for at most drainTimeout,
-// and closes it.
+// and closes it. It asks for one byte more than drainLimit: a body of
+// exactly drainLimit bytes is read to its end (a chunked body's last,
+// empty chunk included), so that its connection is reused.
 func drainClose(rc io.ReadCloser) {
 	t := time.AfterFunc(drainTimeout, func() { _ = rc.Close() })
-	_, _ = io.CopyN(io.Discard, rc, drainLimit)
+	_, _ = io.CopyN(io.Discard, rc, drainLimit+1)
 	t.Stop()
 	_ = rc.Close()
 }

@@ -40,7 +40,7 @@ func (c *call) refreshAndResend(ctx context.Context, n int, resp *http.Response)
 			// without its key would run again).
 			c.key = []string{requestKey(c.req.Header)}
 		}
-		c.src = nr
+		c.src = c.resendRequest(nr)
 		resp, err = c.send(actx, n)
 		if stop != nil {
 			if err != nil {
@@ -60,6 +60,20 @@ func (c *call) refreshAndResend(ctx context.Context, n int, resp *http.Response)
 		}
 	}
 	return resp, nil
+}
+
+// resendRequest returns the request the resend after a refresh is made
+// from: nr, the hook's answer, with the caller's body framing when nr is a
+// request of the hook's own (its ContentLength, TransferEncoding and
+// GetBody: the caller's body is the one replayed, see WithRefreshOn401).
+// A body nr carries is not sent: it is closed.
+func (c *call) resendRequest(nr *http.Request) *http.Request {
+	if nr.Body != nil && nr.Body != http.NoBody && nr.Body != c.req.Body {
+		_ = nr.Body.Close()
+	}
+	cp := *nr
+	cp.Body, cp.ContentLength, cp.TransferEncoding, cp.GetBody = c.req.Body, c.req.ContentLength, c.req.TransferEncoding, c.req.GetBody
+	return &cp
 }
 
 // attemptRest returns the context of the rest of an attempt whose request
