@@ -136,8 +136,8 @@ type Breaker struct {
 // defaults (see [Config]). It returns an error, its text starting
 // "breaker: invalid config: ", if and only if FailureRatio is not in
 // (0, 1], Window, Buckets, MinCalls, ConsecutiveFailures, OpenFor or
-// Probes is negative, Buckets exceeds 3600,
-// Window is not a multiple of Buckets nanoseconds of at least 1 ms each,
+// Probes is negative, Buckets exceeds 3600, ConsecutiveFailures exceeds
+// 4294967295, Window is not a multiple of Buckets nanoseconds of at least 1 ms each,
 // MaxOpenFor is neither 0 nor at least OpenFor, SlowCall is negative, or
 // ReleaseRate is NaN. A Breaker that was built never fails or panics later
 // (except by re-raising a closure's panic).

@@ -69,8 +69,9 @@ type Config struct {
 	// again; 0 means 1 s. Each open period is OpenFor jittered by ±20%, so
 	// that breakers that tripped together do not probe together, and never
 	// shorter than a Retry-After the dependency sent with the failure that
-	// opened it (see [Breaker.Fail]). The sums saturate: an OpenFor near
-	// the largest Duration keeps the breaker open until Reset.
+	// opened it (see [Breaker.Fail]). The sums saturate: an OpenFor of at
+	// least half the largest Duration (146 years) is not jittered and keeps
+	// the breaker open until Reset.
 	OpenFor time.Duration
 	// MaxOpenFor bounds the growth of the open period. 0 means no growth:
 	// every open period is OpenFor. Otherwise it must be at least OpenFor,

@@ -56,8 +56,13 @@ func (b *Breaker) openIn(now time.Time) time.Duration {
 	return max(sat.Add(time.Duration(b.openUntil.Load()), -b.since(now)), 0)
 }
 
-// jitter returns d spread uniformly over ±20%, saturating.
+// jitter returns d spread uniformly over ±20%, saturating. A d of noBound
+// or more is not spread: it means no end (see Config.OpenFor), which 80% of
+// it would give one.
 func (b *Breaker) jitter(d time.Duration) time.Duration {
+	if d >= noBound {
+		return d
+	}
 	return sat.Scale(d, 0.8+0.4*b.u())
 }
 

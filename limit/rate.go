@@ -59,7 +59,8 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // token (the first, on an idle gate) comes (1 − burst)/perSecond from
 // now at the earliest, the one after it a token's time later (a fleet spreads
 // its processes' first calls after an outage over a token's time);
-// burst <= 0 or NaN means 1. perSecond <= 0 or +Inf turns the gate off
+// burst <= 0 or NaN means 1. A perSecond below one token a century
+// (about 3.2e-10) counts as one a century. perSecond <= 0 or +Inf turns the gate off
 // (the default); NaN leaves the gate as it is. A new rate keeps the
 // bucket's debt in tokens (a waiter's token comes when the debt is paid
 // at the new rate); a lowered one fails the waiters whose turn then

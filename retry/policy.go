@@ -207,6 +207,10 @@ func WithBackoff(b *backoff.Backoff) ScheduleOption {
 	})
 }
 
+// maxHintWait is the longest server hint any policy honours (see
+// WithMaxRetryAfter): 150 years.
+const maxHintWait = 150 * 365 * 24 * time.Hour
+
 // WithMaxRetryAfter sets the longest server hint (Retry-After) the policy
 // honours; d must be positive. The default is 1 minute.
 //
@@ -216,13 +220,17 @@ func WithBackoff(b *backoff.Backoff) ScheduleOption {
 // deadline: the loop gives up at once with Reason [Deadline], the
 // give-up's [RetryAfter] the hint, and the last error (and so the server's
 // answer) returned to the caller. A hint of 484289 hours never puts a
-// goroutine to sleep.
+// goroutine to sleep. A d above 150 years counts as 150 years: a timer
+// cannot be trusted with a longer wait (with its jitter of up to half
+// again, it could end past the runtime's clock, which saturates 292 years
+// after the process starts; such a timer fires early), so a longer hint
+// stops the loop as any hint above the maximum does.
 func WithMaxRetryAfter(d time.Duration) ScheduleOption {
 	return scheduleOption(func(p *config) error {
 		if d <= 0 {
 			return invalid("max retry-after %v must be positive", d)
 		}
-		p.maxRetryAfter = d
+		p.maxRetryAfter = min(d, maxHintWait)
 		return nil
 	})
 }
