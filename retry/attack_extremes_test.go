@@ -19,7 +19,7 @@ import (
 // extHintErr is a retryable error carrying a server hint.
 type extHintErr struct{ d time.Duration }
 
-func (e extHintErr) Error() string              { return "ext hint " + e.d.String() }
+func (e extHintErr) Error() string             { return "ext hint " + e.d.String() }
 func (e extHintErr) RetryAfter() time.Duration { return e.d }
 
 const extYear = 365 * 24 * time.Hour

@@ -146,6 +146,8 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 				v = recover()
 			}
 			a.panicked(v)
+		} else if a.held {
+			a.unsent()
 		}
 	}()
 	return p.loop(ctx, op, first, &a)
@@ -230,6 +232,11 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 						}
 						return p.giveUp(ctx, &Error{Reason: CircuitOpen, Attempts: attempt - 1, Err: lastErr, cause: oerr})
 					}
+					if waited && ctx.Err() != nil {
+						// Released as its caller went away: send nothing.
+						brk.Cancel(permit)
+						return p.stop(ctx, ctxReason(ctx), attempt-1, lastErr, 0)
+					}
 					if waited && needNow {
 						now = time.Now()
 					}
@@ -249,11 +256,12 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 						return p.limited(ctx, attempt, lastErr, lerr)
 					}
 					g.slot = slot // as g.permit
-					if brk != nil && !permit.Probe() && brk.State() != breaker.Closed {
+					if brk != nil && stale(brk, permit) {
 						// The breaker opened while the attempt waited for its
-						// slot: nothing goes to a dependency it has judged
-						// down. The slot goes back as a cancelled attempt's,
-						// and the attempt asks the breaker again.
+						// slot (or, for a probe, its round ended): nothing goes
+						// to a dependency it has judged down. The slot goes
+						// back as a cancelled attempt's, and the attempt asks
+						// the breaker again.
 						brk.Cancel(permit)
 						lim.Release(slot, true)
 						g.permit, g.slot = breaker.Permit{}, limit.Permit{}
@@ -273,10 +281,16 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				break
 			}
 			if attempt == 1 && p.budget != nil {
+				if g != nil {
+					g.held = true // a Deposit that panics gives the permit and the slot back
+				}
 				if p.oneClock != nil && needNow {
 					p.depositAt(p.oneClock, now) // the reading the loop made: no second one
 				} else {
 					p.budget.Deposit()
+				}
+				if g != nil {
+					g.held = false
 				}
 			}
 
@@ -476,10 +490,36 @@ func (p *Policy) admit(ctx context.Context, brk *breaker.Breaker, hasDL bool, le
 			if err != nil {
 				e.Outcome = "rejected"
 			}
-			p.observer.Observe(ctx, e)
+			p.reportWait(ctx, e, brk, permit)
 		}
 	}
 	return permit, true, err
+}
+
+// reportWait reports a wait behind the breaker; an observer that panics
+// (or calls runtime.Goexit) while the call holds the permit it was
+// admitted with gives the permit back first: a probe never holds its slot
+// forever.
+func (p *Policy) reportWait(ctx context.Context, e observe.Event, brk *breaker.Breaker, permit breaker.Permit) {
+	reported := false
+	defer func() {
+		if !reported {
+			brk.Cancel(permit) // a zero permit (a rejection) is ignored
+		}
+	}()
+	p.observer.Observe(ctx, e)
+	reported = true
+}
+
+// stale reports whether permit, admitted before a wait for a limiter slot,
+// no longer holds: a closed-state permit while the breaker is not closed,
+// or a probe while it is not half-open (its round ended: the breaker
+// reopened, or closed on other probes).
+func stale(brk *breaker.Breaker, permit breaker.Permit) bool {
+	if permit.Probe() {
+		return brk.State() != breaker.HalfOpen
+	}
+	return brk.State() != breaker.Closed
 }
 
 // attemptStart reports the start of an attempt and returns its context

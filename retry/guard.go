@@ -59,8 +59,10 @@ type Guards struct {
 	// check tells it apart without reflection): its methods are called,
 	// by hedges too (packages httpretry and grpcretry). One whose
 	// methods read their receiver panics on the call's goroutine, at
-	// the call's first deposit, before anything is sent; a nil of the
-	// caller's own type is the caller's to avoid (or to make work).
+	// the call's first deposit, before anything is sent (the breaker's
+	// permit and the limiter's slot the attempt held are given back
+	// first); a nil of the caller's own type is the caller's to avoid (or
+	// to make work).
 	Budget Budget
 	// Breaker is the circuit breaker: every attempt asks it first (see
 	// [WithGuards] for how an open one is waited for and how outcomes are
@@ -78,7 +80,8 @@ type Guards struct {
 	// [breaker.Breaker.Cancel], deposits nothing, and ends the call with
 	// Reason [Limited]; a call canceled while it waits ends with Reason
 	// [Canceled]. If the breaker opened while the attempt waited for its
-	// slot (a closed-state permit, the breaker no longer closed), nothing
+	// slot (a closed-state permit, the breaker no longer closed; or a
+	// probe's, the breaker no longer half-open: its round ended), nothing
 	// is sent: the slot goes back as a cancelled attempt's (a drop) and the
 	// attempt asks the breaker again (it may wait behind it). Every slot is
 	// released exactly once, when the attempt
@@ -114,7 +117,11 @@ type Guards struct {
 // in the same way, without sleeping and without spending the budget on a
 // retry that could only be rejected.
 //
-// Every admitted attempt is reported back to the breaker, exactly once:
+// Every admitted attempt is reported back to the breaker, exactly once
+// (an attempt admitted before the breaker changed state, whose outcome the
+// breaker then drops as stale, included); an attempt admitted after a wait
+// behind the breaker whose caller went away meanwhile is not sent (its
+// permit goes back with [breaker.Breaker.Cancel], Reason [Canceled]):
 //   - success (nil error) is a success (unless it took the breaker's
 //     SlowCall or longer: see [breaker.Config]; the loop times it from
 //     the attempt's start, after any wait for a Limiter's slot);

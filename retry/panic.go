@@ -51,6 +51,19 @@ type attempt struct {
 	n       int                // the attempt's number
 	started time.Time          // when it began, for the observer
 	running bool               // the attempt runs: set before the observer hears of its start, cleared once its outcome is reported
+	held    bool               // permit and slot are held for an attempt not yet sent, while the budget's Deposit runs
+}
+
+// unsent gives back the permit and the slot of an attempt that was never
+// sent: the budget's Deposit panicked (or called runtime.Goexit) before
+// it. The panic goes on unrecovered.
+func (a *attempt) unsent() {
+	if a.p.breaker != nil {
+		a.p.breaker.Cancel(a.permit)
+	}
+	if a.p.limiter != nil {
+		a.p.limiter.Release(a.slot, true) // as a slot the breaker took back (see loop)
+	}
 }
 
 // panicked ends an attempt whose op panicked with v (nil: it called
