@@ -17,7 +17,7 @@
 //	| whatever its wording (a pooled connection   | cancel, DNS "no such host", TLS            |
 //	| closed under the request, an HTTP/2 stream  | certificate errors, bad URLs, a request    |
 //	| reset or GOAWAY, a garbled answer)          | net/http refuses to send as it is          |
-//	| 408, 429, 502, 503, 504                     | yes, same condition; 429/503 Retry-After   |
+//	| 408, 429, 502, 503, 504                     | yes, same condition; Retry-After a floor   |
 //	| 409 with Retry-After, for a keyed request   | yes: the key's first request still runs    |
 //	| 500                                         | once, and only for an idempotent method    |
 //	| 401                                         | no; optional credential refresh and resend |
@@ -40,8 +40,10 @@
 // host's breaker counts it); a base of the caller's that knows better
 // marks its error with retry.Permanent.
 //
-// Delays: full-jitter backoff by default; a Retry-After on 429, 503 and an
-// in-progress 409 (delay-seconds or any of the three HTTP-date forms, see
+// Delays: full-jitter backoff by default; a Retry-After on any failure the
+// transport retries (408, 429, 500, 502, 503, 504 and an in-progress 409:
+// not only the 429 and 503 it is defined for; a gateway's 502 that says
+// when to come back is heeded too) (delay-seconds or any of the three HTTP-date forms, see
 // [ParseRetryAfter]) is a floor, spread by up to half of it again so that
 // clients told the same do not return in step (the spread is drawn from the
 // backoff's random source: one that returns 0, given through [WithRetry],

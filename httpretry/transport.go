@@ -393,29 +393,25 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	code := resp.StatusCode
 	// A 409 with a Retry-After for a keyed request: the key's first
 	// request is still running (idempotency middleware); ask again after.
+	failed := isRetryableStatus(code) || code == http.StatusInternalServerError
 	var hint time.Duration
 	var hasHint bool
-	if v := resp.Header["Retry-After"]; len(v) > 0 &&
-		(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusConflict) {
+	if v := resp.Header["Retry-After"]; len(v) > 0 && (failed || code == http.StatusConflict) {
 		hint, hasHint = ParseRetryAfter(v[0], time.Now())
 	}
 	inProgress := code == http.StatusConflict && hasHint && c.keyed()
-	if !isRetryableStatus(code) && code != http.StatusInternalServerError && !inProgress {
+	if !failed && !inProgress {
 		return resp, nil // success, or a failure that is the caller's business
 	}
 	// No hedge to a host that pushes back: a 429 or 503, or a failure
-	// with a Retry-After (of any failed status) or a don't-retry mark; not
-	// an in-progress 409 (the key's first request still runs: no load).
+	// with a Retry-After or a don't-retry mark; not an in-progress 409
+	// (the key's first request still runs: no load).
 	if c.hh != nil && !inProgress {
-		ra := hint
-		if !hasHint { // parsed above only for 429, 503 and 409
-			ra = retryAfterOf(resp)
-		}
-		c.hh.pushback(code, ra, resp.Header)
+		c.hh.pushback(code, hint, resp.Header)
 	}
 	capacityHint(c.dest, code, resp.Header)
-	// The attempt's answer, for the loop: the status, and Retry-After on
-	// 429, 503 and 409 (the loop's floor on the next sleep).
+	// The attempt's answer, for the loop: the status, and its Retry-After
+	// (the loop's floor on the next sleep), on every failure it may retry.
 	se := &StatusError{Code: code, After: hint}
 	detachBody(resp)
 	switch {
