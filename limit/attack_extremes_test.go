@@ -132,7 +132,7 @@ func TestAttackExtremesSetRateSlowerThanACentury(t *testing.T) {
 		short, cancel := context.WithTimeout(context.Background(), 50*extYear)
 		defer cancel()
 		start := time.Now()
-		if p, err = l.Acquire(short); err == nil || time.Since(start) != 0 {
+		if _, err = l.Acquire(short); err == nil || time.Since(start) != 0 {
 			t.Fatalf("a call with 50 years left, the next token a century away: err %v after %v, want refused at once", err, time.Since(start))
 		}
 		ctx, cancel2 := context.WithTimeout(context.Background(), 200*extYear)

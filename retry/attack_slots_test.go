@@ -504,57 +504,6 @@ func TestAttackSlotsStormGuardsTogether(t *testing.T) {
 	})
 }
 
-// sltReleaseOrder runs, through the loop, `urgent` calls whose deadline
-// comes 1.5 s after the breaker closes and `patient` calls with 100 s,
-// all waiting behind the open breaker (its release all at once: the
-// limiter's slots pace it), a limiter of `slots` slots, attempts of 1 s.
-// It returns how many urgent calls failed and how many patient calls took
-// one of the first slots.
-func sltReleaseOrder(t *testing.T, urgent, patient, slots int) (failed int, jumped int) {
-	brk, _ := breaker.New(breaker.Config{OpenFor: 11 * time.Second, Rand: sltHalf, ReleaseRate: -1}) // the round comes before the urgent deadlines
-	lim, _ := limit.New(limit.Config{Max: slots})
-	p, _ := retry.New(retry.WithGuards(retry.Guards{Breaker: brk, Limiter: lim}), retry.WithMaxAttempts(1))
-	brk.Trip(0)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	releaseAt := 10 * time.Second
-	start := time.Now()
-	for i := range urgent + patient {
-		isUrgent := i%((urgent+patient)/urgent) == 0 && i/((urgent+patient)/urgent) < urgent
-		dl := 100 * time.Second
-		if isUrgent {
-			dl = releaseAt + 1500*time.Millisecond
-		}
-		wg.Go(func() {
-			ctx, cancel := context.WithDeadline(context.Background(), start.Add(dl))
-			defer cancel()
-			err := p.Do(ctx, func(actx context.Context, _ int) error {
-				if !isUrgent && time.Since(start) == releaseAt {
-					mu.Lock()
-					jumped++
-					mu.Unlock()
-				}
-				select {
-				case <-time.After(time.Second):
-					return nil
-				case <-actx.Done():
-					return actx.Err()
-				}
-			})
-			if isUrgent && err != nil {
-				mu.Lock()
-				failed++
-				mu.Unlock()
-				t.Logf("an urgent call failed: %v", err)
-			}
-		})
-	}
-	time.Sleep(releaseAt)
-	brk.Reset()
-	wg.Wait()
-	return failed, jumped
-}
-
 // TestAttackSlotsStaleProbeSentWhileOpen: two calls wait behind an open breaker
 // (Probes 2) and are handed the round's probes; the limiter's one slot is
 // taken, so both wait for it. The first probe gets the slot and fails: the
