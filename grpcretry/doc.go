@@ -94,9 +94,11 @@
 // not guarded) unless [WithBufferMessages] is given: then the
 // messages it sends are kept, up to the bound, and replayed on a new stream
 // when an attempt fails before the first response; a message past the
-// bound commits the call to the attempt that sends it. Sent messages are
-// kept by reference: as grpc-go asks, a caller must not modify a message
-// after sending it. A stream of a method that is not safe to repeat passes
+// bound commits the call to the attempt that sends it. The replay goes
+// beside the caller's receives: a send blocked on flow control never holds
+// up a receive on another goroutine (see [WithBufferMessages]). Sent
+// messages are kept by reference: as grpc-go asks, a caller must not
+// modify a message after sending it. A stream of a method that is not safe to repeat passes
 // through too (not guarded: its failures are not counted, and
 // an open breaker does not hold it). A stream passed through is opened
 // once, with the caller's context, call options and messages as they are,

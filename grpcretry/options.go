@@ -256,13 +256,21 @@ func WithAutoIdempotencyKey() Option {
 //
 // Such a stream opens when the caller first asks for a response (RecvMsg,
 // Header, CloseAndRecv) or a message past the bound commits it: messages
-// within the bound reach the server only then, and that first RecvMsg sends
-// them itself. Until the stream commits, SendMsg sends under the stream's
-// lock, so a send that blocks on flow control holds up a RecvMsg on another
-// goroutine: a bidirectional call whose server waits for its answers to be
-// read before it reads more can stall until the server moves on (a known
-// limit, not fixed yet). Give such calls a bound their messages outgrow
-// early, or read before sending much.
+// within the bound reach the server only then. On each stream that opens,
+// the messages kept (and a CloseSend already made) go out in the order
+// sent, before any later one, and beside the caller's receives: a RecvMsg
+// or Header that opens a stream waits for the server's answer only, while
+// the kept messages are sent on a goroutine of the stream's, or by the
+// caller's own SendMsg. No send holds a lock a receive needs, so a send
+// that blocks on flow control never holds up a RecvMsg on another
+// goroutine: as with grpc-go, one goroutine may send while another
+// receives (SendMsg from two goroutines at once is not allowed), and a
+// bidirectional call whose server waits for its answers to be read before
+// it reads more goes on as long as the caller reads. A SendMsg within the
+// bound may return before its message is on the wire (it is kept, and
+// goes out after those before it; a failure shows in RecvMsg); a message
+// past the bound goes out, after the kept ones, before its SendMsg
+// returns, which then blocks on flow control as grpc-go's does.
 func WithBufferMessages(maxBytes int) Option {
 	return option(func(c *config) error {
 		if maxBytes <= 0 {

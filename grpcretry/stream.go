@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stormguard/stormguard/retry"
@@ -142,22 +141,32 @@ type retryStream struct {
 	s safety // used by the loop only
 
 	mu   sync.Mutex
-	cond sync.Cond // on mu: an attempt opened, or the loop ended
+	cond sync.Cond // on mu: an attempt opened, a send ended, or the loop ended
 	// Fields below are guarded by mu until committed is set; then they
 	// never change.
 	cur       grpc.ClientStream
 	curCancel context.CancelCauseFunc
 	timer     *cutTimer
-	sent      []any // the messages sent so far, for replay
-	size      int   // their proto.Size total
-	closed    bool  // CloseSend was called
+	size      int   // the proto.Size total of the messages kept
 	pinned    bool  // a message could not be kept: the attempt that sends it is the last
-	opened    int   // attempts whose stream was opened
+	opened    int   // attempts begun: cur, if not nil, is attempt opened's stream
 	pinnedOut bool  // the message that could not be kept went out on a stream: a later attempt may not run
 	lastFail  error // the judged error of the last failed attempt
 	looping   bool  // the retry loop runs
 	err       error // the give-up, returned by every later call
 	eof       bool  // the stream ended with OK and no message
+
+	// The sending side (see stream_send.go), guarded by mu also once
+	// committed (flushed is written under mu).
+	sent        []any       // the messages kept so far, for replay
+	next        int         // sent[:next] went to cur
+	closed      bool        // CloseSend was called
+	closeSent   bool        // cur's sending side was closed
+	sending     bool        // a goroutine holds the send turn: it alone sends on cur
+	sendingOn   int         // the attempt (opened) a kept message is being sent on, 0 if none
+	replayErr   error       // a kept message's send on cur failed with an error of the client's own
+	replayPanic *sendPanic  // a kept message's send on cur, on a goroutine of its own, panicked
+	flushed     atomic.Bool // committed, and cur lacks nothing: SendMsg sends on it directly
 }
 
 // Context returns the context of the current attempt's stream, or the
@@ -180,17 +189,6 @@ func (rs *retryStream) Trailer() metadata.MD {
 		return nil
 	}
 	return cur.Trailer()
-}
-
-// CloseSend closes the sending side; an attempt opened later closes it too.
-func (rs *retryStream) CloseSend() error {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.closed = true
-	if rs.cur != nil {
-		return rs.cur.CloseSend()
-	}
-	return nil
 }
 
 // Header returns the header of the stream, running the retry loop if the
@@ -237,65 +235,6 @@ func (rs *retryStream) RecvMsg(m any) error {
 // loop while it waited: it goes on as on a committed stream.
 var errCommittedMeanwhile = errors.New("grpcretry: committed meanwhile")
 
-// SendMsg sends m. Until the stream commits, m is kept for replay (up to
-// the buffer's bound); the failure of an attempt shows in RecvMsg, which
-// retries it.
-func (rs *retryStream) SendMsg(m any) error {
-	if !rs.committed.Load() {
-		done, err := rs.sendUncommitted(m)
-		if done {
-			return err
-		}
-	}
-	if rs.err != nil {
-		return io.EOF
-	}
-	return rs.cur.SendMsg(m)
-}
-
-// sendUncommitted is SendMsg before the stream committed; done is false if
-// it committed meanwhile and m is still to be sent on rs.cur.
-func (rs *retryStream) sendUncommitted(m any) (done bool, err error) {
-	rs.mu.Lock()
-	if !rs.pinned {
-		if pm, ok := m.(proto.Message); ok {
-			if n := proto.Size(pm); rs.size+n <= rs.c.cfg.streamBuffer {
-				rs.sent = append(rs.sent, m)
-				rs.size += n
-				if rs.cur != nil {
-					// A failure shows in RecvMsg, which retries with m.
-					_ = rs.cur.SendMsg(m)
-				}
-				rs.mu.Unlock()
-				return true, nil
-			}
-		}
-		rs.pinned = true
-	}
-	// m cannot be kept: the attempt that sends it is the last one.
-	for {
-		switch {
-		case rs.committed.Load():
-			rs.mu.Unlock()
-			return false, nil
-		case rs.cur != nil:
-			rs.sent = nil
-			rs.pinnedOut = true
-			err := rs.cur.SendMsg(m)
-			rs.mu.Unlock()
-			return true, err
-		case rs.looping:
-			rs.cond.Wait() // the loop sleeps between attempts
-			continue
-		}
-		rs.mu.Unlock()
-		if err := rs.run(trigFlush, nil, nil); err != nil && err != errCommittedMeanwhile {
-			return true, err
-		}
-		return false, nil
-	}
-}
-
 // run runs the stream's retry loop for trig (m is RecvMsg's message, h
 // receives Header's result) and commits the stream. It returns
 // errCommittedMeanwhile if another call committed it first.
@@ -314,8 +253,9 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	defer func() {
 		if !returned { // an attempt panicked: the stream is over
 			rs.mu.Lock()
-			rs.looping, rs.sent, rs.err = false, nil, errAttemptPanicked
+			rs.looping, rs.err = false, errAttemptPanicked
 			rs.committed.Store(true)
+			rs.settle()
 			rs.cond.Broadcast()
 			rs.mu.Unlock()
 		}
@@ -325,7 +265,7 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	})
 	returned = true
 	rs.mu.Lock()
-	rs.looping, rs.sent = false, nil
+	rs.looping = false
 	if err != nil || trig != trigFlush {
 		// A stream committed by a message past the buffer has had no
 		// response yet: its attempt timeout runs on until the first one
@@ -340,6 +280,7 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	}
 	rs.eof = eof
 	rs.committed.Store(true)
+	rs.settle() // or the holder of the send turn, or SendMsg, sends what cur lacks
 	rs.cond.Broadcast()
 	rs.mu.Unlock()
 	switch {
@@ -360,65 +301,13 @@ func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 }
 
 // attempt is the loop's operation: open attempt n's stream, replay what was
-// sent, and wait for trig's answer. A streamer or a replayed SendMsg that
-// panics leaves rs.mu unlocked and the attempt's context released (a
-// deferred CloseSend of the caller's must not block).
+// sent, and wait for trig's answer.
 func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, hdr *metadata.MD, eof *bool) error {
-	rs.mu.Lock()
-	if rs.pinnedOut && rs.lastFail != nil {
-		// A message past the bound went to an attempt while the loop
-		// slept after its failure: the call is committed to that
-		// attempt, and ends with its error (a new stream would lack the
-		// message; it once ended "OK" with the messages lost).
-		err := rs.lastFail
-		rs.mu.Unlock()
-		return retry.Permanent(err)
+	a, err := rs.open(ctx, n, trig)
+	if a.cs == nil || err != nil {
+		return err
 	}
-	rs.opened++
-	if rs.curCancel != nil {
-		rs.curCancel(errSuperseded)
-		rs.cur, rs.curCancel = nil, nil
-	}
-	actx, cancel := context.WithCancelCause(rs.c.attemptContext(ctx, n, rs.strip))
-	var timer *cutTimer
-	if d := rs.c.cfg.attemptTimeout; d > 0 {
-		timer = newCutTimer(d, cancel)
-	}
-	held := true
-	defer func() {
-		if held { // the streamer or a replay panicked: leave nothing held
-			rs.mu.Unlock()
-			timer.stop()
-			cancel(nil)
-		}
-	}()
-	cs, err := rs.streamer(actx, rs.desc, rs.cc, rs.method, rs.opts...)
-	if err != nil {
-		final := rs.pinnedOut // a stream that did not open sent nothing: the next one carries it
-		held = false
-		rs.mu.Unlock()
-		return rs.failed(ctx, actx, cancel, timer, err, nil, final)
-	}
-	var sendErr error
-	for _, msg := range rs.sent {
-		if sendErr = cs.SendMsg(msg); sendErr != nil {
-			break
-		}
-	}
-	if sendErr == nil && rs.closed {
-		sendErr = cs.CloseSend()
-	}
-	rs.cur, rs.curCancel, rs.timer = cs, cancel, timer
-	rs.cond.Broadcast()
-	held = false
-	rs.mu.Unlock()
-	if sendErr != nil && sendErr != io.EOF {
-		// An error of the client's own (the message would not marshal):
-		// nothing a retry would change. io.EOF means the stream ended,
-		// and RecvMsg tells how.
-		return retry.Permanent(sendErr)
-	}
-
+	cs, timer := a.cs, a.timer
 	switch trig {
 	case trigFlush:
 		if timer != nil {
@@ -447,21 +336,134 @@ func (rs *retryStream) attempt(ctx context.Context, n int, trig trigger, m any, 
 		}
 	}
 	if err != nil {
-		rs.mu.Lock()
-		final := rs.pinnedOut
-		rs.mu.Unlock()
-		return rs.failed(ctx, actx, cancel, timer, err, cs, final)
+		return rs.attemptFailed(ctx, a, err)
 	}
 	if trig != trigFlush && !timer.answer() {
 		// The timeout came first (at the same instant): cut off.
 		*eof = false
-		cancel(errAttemptTimeout)
+		a.cancel(errAttemptTimeout)
 		rs.mu.Lock()
 		final := rs.pinnedOut
 		rs.mu.Unlock()
-		return rs.failed(ctx, actx, cancel, timer, errCutOff, cs, final)
+		return rs.failed(ctx, a.actx, a.cancel, timer, errCutOff, cs, final)
 	}
 	return nil
+}
+
+// streamAttempt is an attempt's stream, with its number (rs.opened),
+// context and timeout.
+type streamAttempt struct {
+	cs     grpc.ClientStream
+	n      int
+	actx   context.Context
+	cancel context.CancelCauseFunc
+	timer  *cutTimer
+}
+
+// open opens attempt n's stream and makes it the current one, its backlog
+// (the messages kept, the close of its sending side) sent beside the
+// receiver (see stream_send.go); a.cs is nil if it did not open, and err
+// is then the attempt's error. A streamer or a replay that panics leaves
+// rs.mu unlocked and the attempt's context released (a deferred CloseSend
+// of the caller's must not block).
+func (rs *retryStream) open(ctx context.Context, n int, trig trigger) (a streamAttempt, err error) {
+	rs.mu.Lock()
+	if rs.pinnedOut && rs.lastFail != nil {
+		// A message past the bound went to an attempt while the loop
+		// slept after its failure: the call is committed to that
+		// attempt, and ends with its error (a new stream would lack the
+		// message; it once ended "OK" with the messages lost).
+		err := rs.lastFail
+		rs.mu.Unlock()
+		return a, retry.Permanent(err)
+	}
+	rs.opened++
+	if rs.curCancel != nil {
+		rs.curCancel(errSuperseded)
+		rs.cur, rs.curCancel = nil, nil
+	}
+	a.actx, a.cancel = context.WithCancelCause(rs.c.attemptContext(ctx, n, rs.strip))
+	if d := rs.c.cfg.attemptTimeout; d > 0 {
+		a.timer = newCutTimer(d, a.cancel)
+	}
+	held, released := true, false
+	defer func() {
+		if held { // the streamer panicked
+			rs.mu.Unlock()
+		}
+		if !released { // the streamer or a replay panicked: leave nothing held
+			a.timer.stop()
+			a.cancel(nil)
+		}
+	}()
+	cs, err := rs.streamer(a.actx, rs.desc, rs.cc, rs.method, rs.opts...)
+	if err != nil {
+		final := rs.pinnedOut // a stream that did not open sent nothing: the next one carries it
+		held, released = false, true
+		rs.mu.Unlock()
+		return a, rs.failed(ctx, a.actx, a.cancel, a.timer, err, nil, final)
+	}
+	a.cs, a.n = cs, rs.opened
+	rs.cur, rs.curCancel, rs.timer = cs, a.cancel, a.timer
+	rs.next, rs.closeSent, rs.replayErr, rs.replayPanic = 0, false, nil, nil
+	// A message past the bound that opened the stream (trigFlush) sends
+	// the backlog itself, before it; so does a holder of the send turn.
+	replay := trig != trigFlush && !rs.sending && rs.backlog()
+	rs.sending = rs.sending || replay
+	rs.cond.Broadcast()
+	held = false
+	rs.mu.Unlock()
+	switch {
+	case replay && rs.desc.ClientStreams:
+		// The caller may send and receive on two goroutines, and the
+		// server wait for its answers to be read before it reads more:
+		// the receiver reads at once, the backlog goes on its own.
+		go rs.drain(true)
+	case replay:
+		// A server stream's request goes before its answer is awaited:
+		// no one sends beside the receiver, and the server reads the
+		// request before it answers.
+		_ = rs.drain(false)
+		rs.mu.Lock()
+		replayErr := rs.replayErr
+		rs.mu.Unlock()
+		if replayErr != nil {
+			// An error of the client's own (the message would not
+			// marshal): nothing a retry would change. io.EOF means the
+			// stream ended, and RecvMsg tells how.
+			released = true
+			return a, retry.Permanent(replayErr)
+		}
+	}
+	released = true
+	return a, nil
+}
+
+// attemptFailed judges the failure err of a's answer, once a send of a kept
+// message on a's stream ended: if one failed with an error of the client's
+// own, the attempt ends with that error, not retried, and if one panicked
+// (on a goroutine of its own), the attempt panics with the value.
+func (rs *retryStream) attemptFailed(ctx context.Context, a streamAttempt, err error) error {
+	rs.mu.Lock()
+	if rs.sendingOn == a.n {
+		// The stream's failure ended the send (gRPC ends a stream whose
+		// RecvMsg failed); the cancel ends it all the same.
+		a.cancel(nil)
+		for rs.sendingOn == a.n {
+			rs.cond.Wait()
+		}
+	}
+	final, replayErr, p := rs.pinnedOut, rs.replayErr, rs.replayPanic
+	rs.mu.Unlock()
+	switch {
+	case p != nil:
+		a.timer.stop()
+		panic(p.v)
+	case replayErr != nil:
+		a.timer.stop()
+		return retry.Permanent(replayErr)
+	}
+	return rs.failed(ctx, a.actx, a.cancel, a.timer, err, a.cs, final)
 }
 
 // answered is told of the end of a committed stream's Header or RecvMsg
