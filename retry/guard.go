@@ -1,11 +1,13 @@
 package retry
 
 import (
+	"context"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/limit"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // Budget is a retry budget: the loop deposits once per call and must
@@ -154,4 +156,61 @@ func WithGuards(g Guards) Option {
 		p.budget, p.breaker, p.limiter = b, g.Breaker, g.Limiter
 		return nil
 	})
+}
+
+// admit asks brk to admit the next attempt, waiting for it if the call has
+// a deadline (left before it). waited reports whether the breaker was not
+// closed, so time may have passed.
+func (p *Policy) admit(ctx context.Context, brk *breaker.Breaker, hasDL bool, left time.Duration) (breaker.Permit, bool, error) {
+	permit, err := brk.Allow()
+	if err == nil {
+		return permit, false, nil
+	}
+	if !hasDL || left <= 0 {
+		return permit, false, err
+	}
+	var start time.Time
+	if p.observer != nil {
+		start = time.Now()
+	}
+	permit, err = brk.Wait(ctx, left)
+	if p.observer != nil {
+		// A call that could not wait (its deadline comes before the next
+		// round, too many calls waiting) is rejected at once: no wait to
+		// report.
+		if elapsed := time.Since(start); err == nil || elapsed > 0 {
+			e := observe.Event{Kind: observe.BreakerWait, Name: p.name, Elapsed: elapsed, Outcome: "admitted", Err: err}
+			if err != nil {
+				e.Outcome = "rejected"
+			}
+			p.reportWait(ctx, e, brk, permit)
+		}
+	}
+	return permit, true, err
+}
+
+// reportWait reports a wait behind the breaker; an observer that panics
+// (or calls runtime.Goexit) while the call holds the permit it was
+// admitted with gives the permit back first: a probe never holds its slot
+// forever.
+func (p *Policy) reportWait(ctx context.Context, e observe.Event, brk *breaker.Breaker, permit breaker.Permit) {
+	reported := false
+	defer func() {
+		if !reported {
+			brk.Cancel(permit) // a zero permit (a rejection) is ignored
+		}
+	}()
+	p.observer.Observe(ctx, e)
+	reported = true
+}
+
+// stale reports whether permit, admitted before a wait for a limiter slot,
+// no longer holds: a closed-state permit while the breaker is not closed,
+// or a probe while it is not half-open (its round ended: the breaker
+// reopened, or closed on other probes).
+func stale(brk *breaker.Breaker, permit breaker.Permit) bool {
+	if permit.Probe() {
+		return brk.State() != breaker.HalfOpen
+	}
+	return brk.State() != breaker.Closed
 }
