@@ -742,3 +742,29 @@ func TestAttackHedgeWhileFirstCopyDecodes(t *testing.T) {
 		t.Errorf("no hedge went: the attack did not run")
 	}
 }
+
+// TestAttackHedgeObserverPanic: an observer that panics hearing of a
+// hedge's start or end (on the race's timer goroutine) leaves the call
+// with its value, in the caller's goroutine, as an invoker's panic does:
+// it once ended the program from the timer's goroutine.
+func TestAttackHedgeObserverPanic(t *testing.T) {
+	for _, kind := range []observe.Kind{observe.AttemptStart, observe.AttemptEnd} {
+		t.Run(string(kind), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &legServer{answer: delays(time.Second, 10*time.Millisecond)}
+				o := observe.Func(func(_ context.Context, e observe.Event) {
+					if e.Hedge && e.Kind == kind {
+						panic("observer bug")
+					}
+				})
+				c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod),
+					withGuards(retry.Guards{Budget: newBudget(t)}), grpcretry.WithObserver(o))...)
+				v := panicking(func() { _, _, _ = hedgeCall(t.Context(), c) })
+				if v != "observer bug" {
+					t.Errorf("the call panicked with %v, want the observer's value", v)
+				}
+				srv.settle(t)
+			})
+		})
+	}
+}

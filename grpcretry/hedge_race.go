@@ -266,23 +266,28 @@ func (rs *raceState) fire() {
 	num := p.num + i
 	hl := newHedgeLeg(p.mt, p.opts)
 	lctx = hedgeContext(lctx, num)
-	o := cfg.observer
-	if o != nil {
-		lctx = hedgeStart(o, lctx, p.t.Name, num)
-	}
 	l := legCall{invoker: p.invoker, method: p.method, req: p.req, reply: hl.reply, cc: p.cc, opts: hl.opts, trailer: &hl.trailer,
 		timeout: cfg.attemptTimeout > 0}
 	t0 := time.Now()
 	returned := false
 	defer func() {
 		if !returned {
-			// runtime.Goexit in the invoker (an interceptor's t.FailNow):
-			// the hedge still ends, its slot given back and its end sent
-			// to the race, which goes on with the Goexit in the caller's
-			// goroutine as it does with a panic.
-			rs.hedgeEnded(i, num, hl, l, lctx, slot, t0, goexited, errGoexited)
+			// runtime.Goexit in the invoker (an interceptor's t.FailNow),
+			// or a panic (or Goexit) of the observer hearing of the
+			// hedge's start, on the timer's goroutine where a panic would
+			// end the program: the hedge still ends, its slot given back
+			// and its end sent to the race, which goes on with the panic
+			// (the Goexit) in the caller's goroutine.
+			pv, err := recover(), errPanicked
+			if pv == nil {
+				pv, err = goexited, errGoexited
+			}
+			rs.hedgeEnded(i, num, hl, l, lctx, slot, t0, pv, err)
 		}
 	}()
+	if o := cfg.observer; o != nil {
+		lctx = hedgeStart(o, lctx, p.t.Name, num)
+	}
 	pv, err := invoke(l, lctx)
 	returned = true
 	rs.hedgeEnded(i, num, hl, l, lctx, slot, t0, pv, err)
@@ -315,12 +320,30 @@ func (rs *raceState) hedgeEnded(i, num int, hl *hedgeLeg, l legCall, lctx contex
 		rs.failed = true // a failure: no more hedges in this race
 	}
 	rs.mu.Unlock()
+	out := leg{i: i, e: e, hl: hl, p: pv}
+	// The race gets the hedge's end even if the observer panics (or calls
+	// runtime.Goexit) hearing of it, on the timer's goroutine: the panic
+	// goes to the caller's goroutine as the invoker's would.
+	defer func() { rs.results <- out }()
 	if o := p.cfg.observer; o != nil {
+		reported := false
+		defer func() {
+			if reported {
+				return
+			}
+			v := recover()
+			if v == nil {
+				v = goexited
+			}
+			if out.p == nil {
+				out.p = v
+			}
+		}()
 		// A good answer that came after another copy won lost the race:
 		// "canceled", like a loser that its cancel stopped.
 		hedgeEnd(o, p.ctx, lctx, p.t.Name, num, err, t0, won && !winner)
+		reported = true
 	}
-	rs.results <- leg{i: i, e: e, hl: hl, p: pv}
 }
 
 // legContext returns the context of one copy of a race, on ctx: only

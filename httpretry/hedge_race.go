@@ -288,19 +288,17 @@ func (rs *raceState) fire() {
 	rs.mu.Unlock()
 
 	num := p.num + i
-	if cfg.observer != nil {
-		lctx = hedgeStart(cfg.observer, p.dest, lctx, num)
-	}
 	t0 := time.Now()
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
-		// The base panicked, or called runtime.Goexit, on the timer's
-		// goroutine, where a panic would end the program: the hedge ends
-		// as a failure that wins the race, and the race raises the panic
-		// (the Goexit) in the caller's goroutine, as a first copy's goes on
+		// The base (or the observer, hearing of the hedge's start)
+		// panicked, or called runtime.Goexit, on the timer's goroutine,
+		// where a panic would end the program: the hedge ends as a
+		// failure that wins the race, and the race raises the panic (the
+		// Goexit) in the caller's goroutine, as a first copy's goes on
 		// there.
 		pv := recover()
 		if pv == nil {
@@ -308,6 +306,9 @@ func (rs *raceState) fire() {
 		}
 		rs.hedgeEnded(i, num, lctx, slot, t0, nil, errPanicked, pv)
 	}()
+	if cfg.observer != nil {
+		lctx = hedgeStart(cfg.observer, p.dest, lctx, num)
+	}
 	resp, err := p.t.roundTrip(legRequest(p.src, p.key, lctx, num, false, &p.t.timeouts)) // an observer of HTTP requests sees every leg
 	returned = true
 	rs.hedgeEnded(i, num, lctx, slot, t0, resp, err, nil)
@@ -340,12 +341,33 @@ func (rs *raceState) hedgeEnded(i, num int, lctx context.Context, slot limit.Per
 		rs.failed = true // a failure: no more hedges in this race
 	}
 	rs.mu.Unlock()
+	out := leg{i: i, resp: resp, err: err, p: pv}
+	// The race gets the hedge's end even if the observer panics (or calls
+	// runtime.Goexit) hearing of it, on the timer's goroutine: the panic
+	// goes to the caller's goroutine as the base's would.
+	defer func() { rs.results <- out }()
 	if o := p.t.cfg.observer; o != nil {
+		reported := false
+		defer func() {
+			if reported {
+				return
+			}
+			v := recover()
+			if v == nil {
+				v = goexited
+			}
+			if out.p == nil {
+				if out.resp != nil {
+					_ = out.resp.Body.Close() // the race raises the panic: no one reads it
+				}
+				out.resp, out.err, out.p = nil, errPanicked, v
+			}
+		}()
 		// A good answer that came after another copy won lost the race:
 		// "canceled", like a loser that its cancel stopped.
 		hedgeEnd(o, p.dest, p.ctx, lctx, num, resp, err, t0, won && !winner)
+		reported = true
 	}
-	rs.results <- leg{i: i, resp: resp, err: err, p: pv}
 }
 
 // errPanicked is the error of a hedge whose base panicked or called

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/sat"
+	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 )
 
@@ -18,7 +19,7 @@ func (c *call) staleAtOnce(h *host) *http.Response {
 	if c.t.stale == nil {
 		return nil
 	}
-	sr := c.t.stale.serveOpen(c.req, h.Guards.Breaker)
+	sr, re := c.t.stale.serveOpen(c.req, h.Guards.Breaker)
 	if sr != nil {
 		if c.owned != nil {
 			_ = c.owned.Close()
@@ -26,23 +27,26 @@ func (c *call) staleAtOnce(h *host) *http.Response {
 		if c.cancel != nil {
 			c.cancel()
 		}
+		if o := c.t.cfg.observer; o != nil { // a give-up, as the loop reports one
+			o.Observe(c.req.Context(), observe.Event{Kind: observe.GiveUp, Name: h.Name, Reason: giveUpTokens[re.Reason], Err: re.Err})
+		}
 	}
 	return sr
 }
 
 // serveOpen returns the kept response for req if brk is open (its open
-// period not over), as the give-up of a request the breaker refused, or
+// period not over), as the give-up re of a request the breaker refused, or
 // nil: a request the cache can answer does not wait behind the breaker.
-func (s *staleCache) serveOpen(req *http.Request, brk *breaker.Breaker) *http.Response {
+func (s *staleCache) serveOpen(req *http.Request, brk *breaker.Breaker) (*http.Response, *retry.Error) {
 	if brk == nil || brk.State() != breaker.Open || req.Context().Err() != nil {
-		return nil // closed or probing, or the caller has gone
+		return nil, nil // closed or probing, or the caller has gone
 	}
 	snap := brk.Snapshot()
 	if snap.State != breaker.Open {
-		return nil
+		return nil, nil
 	}
-	oe := &breaker.OpenError{State: breaker.Open, Wait: snap.HalfOpenIn}
-	return s.serve(req, req, &retry.Error{Reason: retry.CircuitOpen, Err: oe}, nil)
+	re := &retry.Error{Reason: retry.CircuitOpen, Err: &breaker.OpenError{State: breaker.Open, Wait: snap.HalfOpenIn}}
+	return s.serve(req, req, re, nil), re
 }
 
 // serve returns the kept response for req, the request sent, when the

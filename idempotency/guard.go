@@ -283,9 +283,7 @@ func (g *Guard) run(ctx context.Context, id store.ID, owner store.Owner, claimed
 		// be taken for an outage (a lock timeout of tries).
 		cerr := fmt.Errorf("idempotency: the handler's record cannot be stored: %w", checkRecord(rec))
 		g.logID(ctx, slog.LevelError, "idempotency: record not stored; key released, a retry runs the handler again", id, cerr)
-		if d, err = g.drop(l, id, owner, "the record cannot be stored"); err == nil {
-			err = cerr
-		}
+		d, err = g.drop(l, id, owner, "the record cannot be stored") // "new" if released: no store call failed
 	default:
 		d, err = g.save(l, id, owner, rec)
 	}

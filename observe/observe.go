@@ -68,12 +68,15 @@ const (
 	// the queue reports "queued" first, then its final decision. Reason is
 	// the controller's own outcome name ("retry-refused", "queue-full",
 	// "queue-timeout", "canceled"), or "deadline" for a request dropped
-	// for its caller's deadline (passed, or too close to be met; its
-	// outcome is "canceled"); Delay is the Retry-After it answered
-	// with, if it shed; Elapsed is the time the request spent queued.
+	// for its caller's deadline (passed, or too close to be met: the
+	// controller's outcome is admission.Canceled, the event's Outcome
+	// "shed-busy"); Delay is the Retry-After it answered with, if it
+	// shed, as drawn (HTTP sends it in whole seconds); Elapsed is
+	// the time the request spent queued.
 	Admission Kind = "admission"
 	// FleetMode: a fleet-shared budget or breaker switched mode, From and
-	// To ("fleet", "local"), Err the cause of a switch to local.
+	// To ("fleet", "local"), Err the cause of a switch to local (nil for
+	// the switch Close makes).
 	FleetMode Kind = "fleet-mode"
 )
 

@@ -315,7 +315,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				// Until the attempt's outcome is reported, a panic (or a
 				// runtime.Goexit) of op, of the observer or of the
 				// classifier ends the attempt as op's would (see run).
-				g.running = true
+				g.running, g.ended = true, false
 			}
 			if p.observer != nil {
 				g.actx, g.n = actx, attempt // as g.permit; for an AttemptStart that panics
@@ -332,6 +332,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				late = !now.Before(deadline)
 			}
 			if p.observer != nil {
+				g.ended = true // an observer that panics hearing of the end is not told it again
 				p.attemptEnd(actx, attempt, err, started, late)
 			}
 			if lim != nil {

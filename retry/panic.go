@@ -52,6 +52,7 @@ type attempt struct {
 	started time.Time          // when it began, for the observer
 	running bool               // the attempt runs: set before the observer hears of its start, cleared once its outcome is reported
 	held    bool               // permit and slot are held for an attempt not yet sent, while the budget's Deposit runs
+	ended   bool               // the observer was told of the attempt's end (it may have panicked doing so)
 }
 
 // unsent gives back the permit and the slot of an attempt that was never
@@ -70,8 +71,9 @@ func (a *attempt) unsent() {
 // runtime.Goexit, or no observer recovered the panic), or whose observer
 // or classifier did before its outcome was reported: the attempt is a
 // failure for the breaker (so that a half-open probe never holds its slot
-// forever), the observer hears of the attempt's end and of the call's (so
-// that the attempt's span ends), the attempt's context is released, and,
+// forever), the observer hears of the attempt's end (unless it panicked
+// hearing of it: an attempt ends once) and of the call's (so that the
+// attempt's span ends), the attempt's context is released, and,
 // after all that, the limiter's slot is given back as a drop. Then the
 // panic goes on with v.
 func (a *attempt) panicked(v any) {
@@ -88,7 +90,9 @@ func (a *attempt) panicked(v any) {
 		if started.IsZero() { // AttemptStart panicked
 			started = time.Now()
 		}
-		p.attemptEnd(a.actx, a.n, e, started, false)
+		if !a.ended {
+			p.attemptEnd(a.actx, a.n, e, started, false)
+		}
 		p.observer.Observe(a.ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: a.n, Reason: "panic", Err: e})
 	}
 	if a.cancel != nil {
