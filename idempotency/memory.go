@@ -22,8 +22,10 @@ type MemoryConfig struct {
 	MaxEntries int
 	// MaxBytes bounds the memory held by records, in bytes (bodies, header
 	// fields, plus a fixed cost of 160 bytes per key); 0 means 64 MiB. A
-	// body is kept only if it fits in half a shard (see [MemoryStore]):
-	// up to MaxBytes/32 with 16 shards.
+	// body is kept only if its record, with the key's fixed cost, fits in
+	// half a shard (see [MemoryStore]): with 16 shards, a body of up to
+	// MaxBytes/32 less 160 bytes and the size of its header fields (each
+	// name and each value counts 16 bytes more than its length).
 	MaxBytes int64
 }
 
@@ -63,10 +65,13 @@ const entryOverhead = 160
 // 64 keys), and the rules above hold shard by shard, a key's shard chosen
 // by its hash: one scope is refused once any shard holds its half (at
 // about 38% of the store with 1,024 keys in 16 shards, 48% with the
-// default 100,000), and a record's body is kept only if it fits in half a
-// shard: MaxBytes/32 with 16 shards (2 MiB by default; a larger body is
-// stored without it, as [WithMaxResponseBody] says). Set MaxBytes to at
-// least 32 times the largest body you keep.
+// default 100,000), and a record's body is kept only if the record (its
+// body, its header fields and the key's fixed 160 bytes) fits in half a
+// shard: with 16 shards, a body of up to MaxBytes/32 less 160 bytes and
+// its header fields (just under 2 MiB by default; a larger body is stored
+// without it, as [WithMaxResponseBody] says). Set MaxBytes to at least 32
+// times the largest record you keep: the largest body plus its header
+// fields and 160 bytes.
 //
 // A MemoryStore serves one process only: servers that share keys need a
 // shared store (PostgreSQL, Redis). It is safe for concurrent use. Records

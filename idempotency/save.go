@@ -28,22 +28,24 @@ const (
 // was too large. Each completion is tried until it settles (see settle): a
 // brief outage of the store at completion does not run a handler twice.
 func (g *Guard) save(l *lease, id store.ID, owner store.Owner, rec store.Record) (time.Duration, error) {
+	omitted := rec.BodyOmitted || len(rec.Body) > 0 // a record with no body loses none when its body is left out
 	recs := [...]store.Record{
 		{Status: rec.Status, Header: rec.Header, Body: rec.Body},
-		{Status: rec.Status, Header: rec.Header, BodyOmitted: true},
-		{Status: rec.Status, BodyOmitted: true},
+		{Status: rec.Status, Header: rec.Header, BodyOmitted: omitted},
+		{Status: rec.Status, BodyOmitted: omitted},
 	}
 	i := 0
-	if rec.BodyOmitted {
+	if rec.BodyOmitted || len(rec.Body) == 0 { // without a body, the first two are the same record
 		i = 1
 	}
+	first := i
 	var spent time.Duration
 	for ; ; i++ {
 		d, err := g.settle(l, "complete", func() error { return g.storeComplete(l.ctx, id, owner, recs[i]) })
 		spent += d
 		switch {
 		case err == nil:
-			if i > 0 {
+			if i > first || rec.BodyOmitted {
 				g.logID(l.ctx, slog.LevelWarn, "idempotency: response stored without its body (over the size cap, or no room in the store)", id, nil,
 					"status", rec.Status, "headers", i == 1, "over_cap", rec.BodyOmitted)
 			}
@@ -67,7 +69,11 @@ func (g *Guard) save(l *lease, id store.ID, owner store.Owner, rec store.Record)
 // until the lock timeout.
 func (g *Guard) drop(l *lease, id store.ID, owner store.Owner, why string) (time.Duration, error) {
 	g.logID(l.ctx, slog.LevelDebug, "idempotency: releasing key", id, nil, "why", why)
-	return g.settle(l, "release", func() error { return g.storeRelease(l.ctx, id, owner) })
+	d, err := g.settle(l, "release", func() error { return g.storeRelease(l.ctx, id, owner) })
+	if errors.Is(err, store.ErrStaleOwner) && !errors.Is(err, ErrLockLost) {
+		err = fmt.Errorf("%w: %w", ErrLockLost, err) // the store says the lock is no longer ours, as save reports it
+	}
+	return d, err
 }
 
 // settle runs try, a store call (named op) that settles a key held under
@@ -102,6 +108,9 @@ func (g *Guard) settle(l *lease, op string, try func() error) (time.Duration, er
 		}
 		if last || !now.Before(deadline) {
 			g.logID(l.ctx, slog.LevelError, "idempotency: store "+op+" failed until the lock was lost; the key stays locked until the lock timeout", l.id, err, "tries", tries)
+			if l.isLost() && !errors.Is(err, ErrLockLost) {
+				err = fmt.Errorf("%w: %w", ErrLockLost, err)
+			}
 			return spent, err
 		}
 		if l.isLost() {
