@@ -42,9 +42,12 @@ type Config struct {
 	// accepts less gets
 	// fewer and fewer attempts, about one per 500 ms when it accepts
 	// none. The short history lets healthy traffic through again about
-	// 2.5 s after a recovery (measured at 1,000 and 10,000 calls per
-	// second). 2 is the usual value, lower rejects more; it must be 0
-	// (off, the default) or at least 1.
+	// 2.5 s after a recovery at K = 2 (measured at 1,000 and 10,000 calls
+	// per second; 4.4 s at 100,000), later the closer K is to 1, since the
+	// calls it rejects count as requests: about 3.5 s at 1.5, 7.5 s at
+	// 1.1, and over a minute and a half at exactly 1 (after a 10 s outage,
+	// 1,000 calls a second). 2 is the usual value, lower rejects more; it
+	// must be 0 (off, the default) or at least 1.
 	Throttle float64
 	// Waiting bounds the calls that may wait at once for a slot, with
 	// and without a deadline together; beyond it Acquire fails at once.

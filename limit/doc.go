@@ -82,12 +82,19 @@
 //     raising it. Below half the limit, where the limit does not bind,
 //     one attempt in 16 is a sample, and slow attempts lower the limit
 //     window by window more gently than drops released as such.
-//   - Recovery: after an outage window, the first clean window near the
-//     baseline restores the last healthy limit (the limit of the last
-//     clean, used window near the baseline; the initial limit if there
-//     is none) and slow start doubles from there while the latency stays
-//     near the baseline. If the restored limit meets drops at once, the
-//     remembered healthy limit halves.
+//   - Recovery: after an outage window, the first clean window ends the
+//     recovery. If it is near the baseline, it restores the last healthy
+//     limit (the limit of the last clean, used window near the baseline;
+//     the initial limit if there is none): a limit slow start was still
+//     doubling resumes slow start (it doubles in that window, back to the
+//     limit that ran before the outage, and on while the latency stays
+//     near the baseline); one the gradient held, the destination's
+//     measure, is restored as it is and the gradient goes on from it (a
+//     destination that takes 80 at once, whose limit held 58, gets 58
+//     again, not 116). If it is not near (the destination's first answers
+//     after the outage are slow), nothing is restored and the limit
+//     regrows by the gradient from the outage's. If the restored limit
+//     meets drops at once, the remembered healthy limit halves.
 //
 // The gradient family rather than Vegas's additive steps: after an outage
 // or a capacity change the limit must move to the destination's capacity
@@ -140,7 +147,10 @@
 // deadline once a latency is known). Calls that cannot make their
 // deadline fail fast with [ErrLimited] and the reason, not at their
 // deadline: at once when more calls with a deadline wait ahead than twice
-// the limit's measured rate serves before the deadline (the rate the
+// the limit's measured rate serves before the deadline (behind more than
+// 4,096 waiting calls, it counts 4,097 ahead: a call whose turn lies
+// deeper in the queue is not refused at once, and fails while waiting,
+// at the latest when its deadline comes within the baseline latency) (the rate the
 // destination is actually served at: the highest of the attempts
 // acquired per second in the last window, their smoothed rate, and limit
 // per smoothed round trip, the limit being, while slow start or recovery

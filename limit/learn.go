@@ -44,6 +44,7 @@ type learner struct {
 	limit      float64
 	slow       bool    // slow start: doubling per clean round trip
 	healthy    float64 // the limit of the last clean, utilized window near the baseline
+	healthyUp  bool    // healthy was set in slow start (a limit still climbing, not the destination's measure)
 	recovering bool    // an outage window came after the last clean one
 	restored   bool    // healthy was restored and no clean window confirmed it yet
 	srtt       time.Duration
@@ -100,6 +101,9 @@ func newLearner(max int, timeout time.Duration) learner {
 	c.limit = math.Min(initialLimit, c.max)
 	if timeout > 0 {
 		c.ceiling = timeout / 2
+		if c.ceiling == 0 {
+			c.ceiling = 1 // a Timeout of 1 ns has a ceiling too
+		}
 	}
 	return c
 }
@@ -184,20 +188,30 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 		// No news.
 	default:
 		near := float64(mean) <= nearBaseline*float64(b)
-		restoring := c.recovering
+		restoring, settled := c.recovering, false
+		wasSlow := c.slow
 		if c.recovering {
 			// Slow start again, from the last healthy limit (from the
-			// initial limit if there is none yet).
+			// initial limit if there is none yet). A healthy limit the
+			// gradient held (not one slow start was still doubling) is
+			// the destination's measure: it is restored as it is, and
+			// the gradient goes on from it (doubling it would send twice
+			// what the destination took into its first round trip back).
 			c.recovering, c.slow = false, true
 			if near {
 				c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
 				c.restored = true
+				if c.healthy > 0 && !c.healthyUp && c.limit == c.healthy {
+					c.slow, settled = false, true
+				}
 			}
 		} else if near {
 			c.restored = false
 		}
 		g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))
 		switch {
+		case settled:
+			// The restored limit stands for this window.
 		case c.slow && near:
 			if utilized {
 				c.limit *= 2
@@ -219,7 +233,7 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 			// was carried a round trip near the baseline (the window
 			// that restores a limit ran at the outage's limit, not one
 			// to remember).
-			c.healthy = was
+			c.healthy, c.healthyUp = was, wasSlow
 		}
 	}
 	c.limit = math.Max(floorLimit, math.Min(c.max, c.limit))
