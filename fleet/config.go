@@ -198,7 +198,7 @@ func (c Config) resolve() (Config, settings, error) {
 	s.limitWindowUS = int64(rw / time.Microsecond)
 	s.rateDue = int64(rw - c.SyncEvery/2)
 	s.rateFirstLater = c.SyncEvery < rw
-	longest := max(bc.Window, brc.Window, brc.OpenFor, brc.MaxOpenFor)
+	longest := max(bc.Window, brc.Window, brc.OpenFor, brc.MaxOpenFor, rw) // rw >= SyncEvery: a key outlives the syncs that keep it
 	// Twice the longest plus 10 s, saturating: a window of a century
 	// doubled overflowed, and the host's key expired at once.
 	ttl := time.Duration(math.MaxInt64 / 2)

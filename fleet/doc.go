@@ -354,7 +354,9 @@
 // an abandoned round trip ends at its deadline; the fleet never waits
 // longer than Config.Timeout either way. Each host is one hash,
 // "stormguard:fleet:{" + Name + "}:" + host, that expires when no process
-// has synced it for twice the longest window plus 10 s; with
+// has synced it for twice the longest window plus 10 s (the longest of
+// the budget's and the breaker's windows, OpenFor, MaxOpenFor and the
+// rate's window: SyncEvery or 1 s, whichever is longer); with
 // Config.Limit, the host's registry of processes is a second hash,
 // "stormguard:fleet:{" + Name + "}/r:" + host, with the same expiry (no
 // host's key is another host's registry, whatever the host names). The

@@ -131,6 +131,9 @@ func pushbackMD(d time.Duration) metadata.MD {
 	if d < 0 {
 		return metadata.Pairs(wire.PushbackMetadata, "-1")
 	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
+	ms := d / time.Millisecond // rounded up, without overflow near the largest Duration
+	if d%time.Millisecond != 0 {
+		ms++
+	}
 	return metadata.Pairs(wire.PushbackMetadata, strconv.FormatInt(int64(ms), 10))
 }

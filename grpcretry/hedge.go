@@ -67,7 +67,7 @@ const (
 // back in the last 5 s to any call (a stream's attempts too, unless the
 // stream passes through unguarded) (RESOURCE_EXHAUSTED, or a failure but ABORTED with
 // a pushback trailer or a RetryInfo, a don't-retry pushback included; a
-// longer hint holds for as long, up to about 35 years), and its recent
+// longer hint holds for as long, up to 200 years), and its recent
 // median latency is at most 3 times its baseline. Nor does a hedge go
 // while more of the target's races reached their delay in the last second
 // (counted as the delay passes, answered or not) than 5 and than 3(1-q) of

@@ -17,9 +17,11 @@ import (
 // holds them equal).
 const keyMetadata = "idempotency-key"
 
-// maxPushback bounds a parsed pushback: longer values saturate here, which
-// is far beyond any retry.WithMaxRetryAfter, so the loop gives up at once.
-const maxPushback = 1 << 40 * time.Millisecond
+// maxPushback bounds a parsed pushback: longer values saturate here, 200
+// years, beyond the longest retry.WithMaxRetryAfter (150 years), so the
+// loop gives up at once on them, and far enough from the largest Duration
+// that a time a hint ahead never wraps.
+const maxPushback = 200 * 365 * 24 * time.Hour
 
 // hint is what a failed attempt's server said about retrying.
 type hint struct {
