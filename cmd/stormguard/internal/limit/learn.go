@@ -187,54 +187,7 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 	case c.n == 0:
 		// No news.
 	default:
-		near := float64(mean) <= nearBaseline*float64(b)
-		restoring, settled := c.recovering, false
-		wasSlow := c.slow
-		if c.recovering {
-			// Slow start again, from the last healthy limit (from the
-			// initial limit if there is none yet). A healthy limit the
-			// gradient held (not one slow start was still doubling) is
-			// the destination's measure: it is restored as it is, and
-			// the gradient goes on from it (doubling it would send twice
-			// what the destination took into its first round trip back).
-			c.recovering, c.slow = false, true
-			if near {
-				c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
-				c.restored = true
-				if c.healthy > 0 && !c.healthyUp && c.limit == c.healthy {
-					c.slow, settled = false, true
-				}
-			}
-		} else if near {
-			c.restored = false
-		}
-		g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))
-		switch {
-		case settled:
-			// The restored limit stands for this window.
-		case c.slow && near:
-			if utilized {
-				c.limit *= 2
-			}
-		case c.slow:
-			// Latency left the baseline: the limit that would keep it
-			// there is limit·b/mean (Little's law); keep a queue
-			// allowance above it.
-			c.slow = false
-			c.limit = c.limit*g + allowance(c.limit*g)
-		default:
-			next := c.limit*g + allowance(c.limit)
-			if next > c.limit && !utilized {
-				next = c.limit
-			}
-			c.limit = c.probe(now, acquired, inflight, c.limit+(next-c.limit)/2, mean < 2*ref)
-		}
-		if near && utilized && !restoring {
-			// was carried a round trip near the baseline (the window
-			// that restores a limit ran at the outage's limit, not one
-			// to remember).
-			c.healthy, c.healthyUp = was, wasSlow
-		}
+		c.clean(now, mean, b, ref, was, acquired, inflight, utilized)
 	}
 	c.limit = math.Max(floorLimit, math.Min(c.max, c.limit))
 	if c.n > 0 {
@@ -248,6 +201,61 @@ func (c *learner) window(now time.Duration, attempts, inflight, drops int64, uti
 	c.end = now + max(minWindow, c.srtt)
 	c.n, c.sum, c.min, c.ceilDrops = 0, 0, 0, 0
 	return c.limit
+}
+
+// clean moves the limit on a window without drops, with latency samples
+// (mean, their mean; b, the baseline; ref, the reference latency; was,
+// the limit in force): recovery, slow start, or the gradient and its
+// probe; it remembers a healthy limit.
+func (c *learner) clean(now, mean, b, ref time.Duration, was float64, acquired, inflight int64, utilized bool) {
+	near := float64(mean) <= nearBaseline*float64(b)
+	restoring, settled := c.recovering, false
+	wasSlow := c.slow
+	if c.recovering {
+		// Slow start again, from the last healthy limit (from the
+		// initial limit if there is none yet). A healthy limit the
+		// gradient held (not one slow start was still doubling) is
+		// the destination's measure: it is restored as it is, and
+		// the gradient goes on from it (doubling it would send twice
+		// what the destination took into its first round trip back).
+		c.recovering, c.slow = false, true
+		if near {
+			c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
+			c.restored = true
+			if c.healthy > 0 && !c.healthyUp && c.limit == c.healthy {
+				c.slow, settled = false, true
+			}
+		}
+	} else if near {
+		c.restored = false
+	}
+	g := math.Max(0.5, math.Min(1, float64(ref)/float64(mean)))
+	switch {
+	case settled:
+		// The restored limit stands for this window.
+	case c.slow && near:
+		if utilized {
+			c.limit *= 2
+		}
+	case c.slow:
+		// Latency left the baseline: the limit that would keep it
+		// there is limit·b/mean (Little's law); keep a queue
+		// allowance above it.
+		c.slow = false
+		c.limit = c.limit*g + allowance(c.limit*g)
+	default:
+		next := c.limit*g + allowance(c.limit)
+		if next > c.limit && !utilized {
+			next = c.limit
+		}
+		c.limit = c.probe(now, acquired, inflight, c.limit+(next-c.limit)/2, mean < 2*ref)
+	}
+	if near && utilized && !restoring {
+		// was carried a round trip near the baseline (the window
+		// that restores a limit ran at the outage's limit, not one
+		// to remember).
+		c.healthy, c.healthyUp = was, wasSlow
+	}
 }
 
 // measure takes the rate of the window that ends at now, in which
