@@ -102,9 +102,9 @@ func obsFixedBackoff(t *testing.T, d time.Duration) *backoff.Backoff {
 }
 
 // obsCall runs p.Do and returns what it returned and what it panicked with.
-func obsCall(ctx context.Context, p *retry.Policy, op func(context.Context, int) error) (err error, v any) {
+func obsCall(ctx context.Context, p *retry.Policy, op func(context.Context, int) error) (v any, err error) {
 	defer func() { v = recover() }()
-	return p.Do(ctx, op), nil
+	return nil, p.Do(ctx, op)
 }
 
 // An observer that panics on an attempt's AttemptEnd: the loop's deferred
@@ -123,7 +123,7 @@ func TestAttackObserveObserverPanicOnAttemptEndReportsItTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, v := obsCall(context.Background(), p, func(context.Context, int) error { return nil })
+		v, _ := obsCall(context.Background(), p, func(context.Context, int) error { return nil })
 		if v == nil {
 			t.Fatal("the observer's panic did not go on")
 		}
@@ -149,7 +149,7 @@ func TestAttackObserveObserverPanicOnFailedAttemptEndReportsItTwice(t *testing.T
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, v := obsCall(context.Background(), p, func(context.Context, int) error { return obsTemp{} })
+		v, _ := obsCall(context.Background(), p, func(context.Context, int) error { return obsTemp{} })
 		if v == nil {
 			t.Fatal("the observer's panic did not go on")
 		}
@@ -292,7 +292,7 @@ func TestAttackObserveRetryEventSequences(t *testing.T) {
 		{"panic", func(t *testing.T, rec *obsRec) error {
 			p, _ := retry.New(retry.WithObserver(rec), retry.WithBackoff(obsFixedBackoff(t, 10*time.Millisecond)))
 			n := 0
-			_, v := obsCall(context.Background(), p, func(context.Context, int) error {
+			v, _ := obsCall(context.Background(), p, func(context.Context, int) error {
 				n++
 				if n == 2 {
 					time.Sleep(5 * time.Millisecond)

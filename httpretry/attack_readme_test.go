@@ -477,7 +477,6 @@ func TestAttackReadmeHedging(t *testing.T) {
 		}
 		// A keyed POST is never hedged.
 		calls.Store(0)
-		start = time.Now()
 		if _, err := rdmDo(t, tr, context.Background(), "POST", "http://pay.test/x", "Idempotency-Key", "k1"); err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,7 @@ import (
 
 var grdFP = store.NewFingerprint("PUBLISH", "queue/charges", [32]byte{7})
 
-var grdErrDown = errors.New("grd: store down")
+var errGrdDown = errors.New("grd: store down")
 
 // grdEvents collects a Guard's events.
 type grdEvents struct {
@@ -241,7 +241,7 @@ func TestAttackGuardLockLostTimingAndSecondRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lock = 2 * time.Second
 		mem := grdMem(t, idempotency.MemoryConfig{})
-		fs := &grdFaultStore{inner: mem, extend: func(int) error { return grdErrDown }}
+		fs := &grdFaultStore{inner: mem, extend: func(int) error { return errGrdDown }}
 		var obs grdEvents
 		g1 := grdGuard(t, fs, idempotency.WithLockTimeout(lock), idempotency.WithObserver(&obs))
 		g2 := grdGuard(t, mem, idempotency.WithLockTimeout(lock))
@@ -278,7 +278,7 @@ func TestAttackGuardLockLostTimingAndSecondRun(t *testing.T) {
 		synctest.Wait()
 		mu.Lock()
 		defer mu.Unlock()
-		if lostAt != lock-lock/20 || !errors.Is(cause, idempotency.ErrLockLost) || !errors.Is(cause, grdErrDown) {
+		if lostAt != lock-lock/20 || !errors.Is(cause, idempotency.ErrLockLost) || !errors.Is(cause, errGrdDown) {
 			t.Fatalf("fn canceled at %v with %v; want at %v with ErrLockLost wrapping the store's error", lostAt, cause, lock-lock/20)
 		}
 		// Before the store's lock ends: in progress.
@@ -319,9 +319,9 @@ func TestAttackGuardLockLostDuringCompletionReportsErrLockLost(t *testing.T) {
 				const lock = 3 * time.Second
 				mem := grdMem(t, idempotency.MemoryConfig{})
 				fs := &grdFaultStore{inner: mem,
-					extend:   func(int) error { return grdErrDown },
-					complete: func(int) error { return grdErrDown },
-					release:  func(int) error { return grdErrDown },
+					extend:   func(int) error { return errGrdDown },
+					complete: func(int) error { return errGrdDown },
+					release:  func(int) error { return errGrdDown },
 				}
 				if op == "release-stale" {
 					// The store says the caller no longer holds the lock.
@@ -364,7 +364,7 @@ func TestAttackGuardStoreFaultsEachStep(t *testing.T) {
 	const lock = 3 * time.Second
 	t.Run("begin fails", func(t *testing.T) {
 		for _, fail := range []func(int) error{
-			func(int) error { return grdErrDown },
+			func(int) error { return errGrdDown },
 			func(int) error { return fmt.Errorf("grd: %w", store.ErrStoreFull) },
 		} {
 			fs := &grdFaultStore{inner: grdMem(t, idempotency.MemoryConfig{}), begin: fail}
@@ -393,7 +393,7 @@ func TestAttackGuardStoreFaultsEachStep(t *testing.T) {
 			mem := grdMem(t, idempotency.MemoryConfig{})
 			fs := &grdFaultStore{inner: mem, extend: func(n int) error {
 				if n%3 != 0 { // two of three fail
-					return grdErrDown
+					return errGrdDown
 				}
 				return nil
 			}}
@@ -438,7 +438,7 @@ func TestAttackGuardStoreFaultsEachStep(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					if down {
-						return grdErrDown
+						return errGrdDown
 					}
 					return nil
 				}

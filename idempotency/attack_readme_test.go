@@ -20,18 +20,18 @@ import (
 // rdmDownStore is a store that is down: every call fails.
 type rdmDownStore struct{}
 
-var rdmErrDown = errors.New("connection refused")
+var errRdmDown = errors.New("connection refused")
 
 func (rdmDownStore) Begin(context.Context, store.ID, store.Fingerprint, time.Duration) (store.Result, error) {
-	return store.Result{}, rdmErrDown
+	return store.Result{}, errRdmDown
 }
 func (rdmDownStore) Complete(context.Context, store.ID, store.Owner, store.Record, time.Duration) error {
-	return rdmErrDown
+	return errRdmDown
 }
 func (rdmDownStore) Extend(context.Context, store.ID, store.Owner, time.Duration) error {
-	return rdmErrDown
+	return errRdmDown
 }
-func (rdmDownStore) Release(context.Context, store.ID, store.Owner) error { return rdmErrDown }
+func (rdmDownStore) Release(context.Context, store.ID, store.Owner) error { return errRdmDown }
 
 func rdmScope(r *http.Request) (string, error) { return r.Header.Get("X-Merchant"), nil }
 

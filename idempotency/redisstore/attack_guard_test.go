@@ -25,10 +25,10 @@ func grdStore(t *testing.T) store.Store {
 // grdNoExtend fails every renewal (the store is fine otherwise).
 type grdNoExtend struct{ store.Store }
 
-var grdErrDown = errors.New("grd: renewal refused")
+var errGrdDown = errors.New("grd: renewal refused")
 
 func (grdNoExtend) Extend(context.Context, store.ID, store.Owner, time.Duration) error {
-	return grdErrDown
+	return errGrdDown
 }
 
 // ErrLockLost / Guard.Run on a shared store, in two processes' worth of
@@ -90,7 +90,7 @@ func TestAttackGuardGuardLockLostBeforeReclaim(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	mu.Lock()
-	if lostAt.IsZero() || !lostAt.Before(claimAt) || !errors.Is(cause, idempotency.ErrLockLost) || !errors.Is(cause, grdErrDown) {
+	if lostAt.IsZero() || !lostAt.Before(claimAt) || !errors.Is(cause, idempotency.ErrLockLost) || !errors.Is(cause, errGrdDown) {
 		t.Errorf("first handler told at %v with %v; second claimed at %v; want ErrLockLost (wrapping the store's error) before the claim", lostAt, cause, claimAt)
 	}
 	mu.Unlock()
