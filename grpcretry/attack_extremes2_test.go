@@ -25,39 +25,11 @@ import (
 	"github.com/stormguard/stormguard/backoff"
 	"github.com/stormguard/stormguard/grpcretry"
 	"github.com/stormguard/stormguard/idempotency"
-	"github.com/stormguard/stormguard/observe"
 	"github.com/stormguard/stormguard/retry"
 	"github.com/stormguard/stormguard/wire"
 )
 
 const ex2Year = 365 * 24 * time.Hour
-
-// ex2RetryCatcher records the Delay of each Retry event and cancels the
-// call at the first one (so that nothing sleeps for real).
-type ex2RetryCatcher struct {
-	mu     sync.Mutex
-	delays []time.Duration
-	cancel context.CancelFunc
-}
-
-func (c *ex2RetryCatcher) Observe(_ context.Context, e observe.Event) {
-	if e.Kind != observe.Retry {
-		return
-	}
-	c.mu.Lock()
-	c.delays = append(c.delays, e.Delay)
-	cancel := c.cancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
-
-func (c *ex2RetryCatcher) Delays() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.delays...)
-}
 
 // ex2ZeroJitter is a backoff whose random source returns 0: "a source that
 // returns 0 sleeps the hint exactly" (package documentation).
@@ -87,17 +59,15 @@ func TestAttackExtremes2HintBeyond35YearsIsAFloor(t *testing.T) {
 	for name, a := range cases {
 		t.Run(name, func(t *testing.T) {
 			srv := &testServer{script: []answer{a, ok()}}
-			catcher := &ex2RetryCatcher{}
-			c := serveInMemory(t, srv, newClient(t, grpcretry.WithIdempotentMethods(unaryMethod),
-				grpcretry.WithObserver(catcher), grpcretry.WithBudget(nil), grpcretry.WithBreaker(nil),
-				grpcretry.WithRetry(retry.WithMaxRetryAfter(100*ex2Year), retry.WithBackoff(ex2ZeroJitter(t))))...)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			catcher.mu.Lock()
-			catcher.cancel = cancel
-			catcher.mu.Unlock()
+			tl := newTimeline()
+			tl.onRetry = cancel // the planned sleep is what counts: end the call there
+			c := serveInMemory(t, srv, newClient(t, grpcretry.WithIdempotentMethods(unaryMethod),
+				grpcretry.WithObserver(tl), grpcretry.WithBudget(nil), grpcretry.WithBreaker(nil),
+				grpcretry.WithRetry(retry.WithMaxRetryAfter(100*ex2Year), retry.WithBackoff(ex2ZeroJitter(t))))...)
 			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
-			d := catcher.Delays()
+			d := tl.Sleeps()
 			if len(d) != 1 {
 				t.Fatalf("retries %v, err %v: want one retry planned after the hint", d, err)
 			}
