@@ -242,7 +242,16 @@ func (b *Breaker) restamp(p Permit) Permit {
 	return b.stamp(p)
 }
 
-func init() { timed.Restamp = (*Breaker).restamp }
+// current reports whether p was issued in b's current generation (no
+// state change since): see internal/timed.
+func (b *Breaker) current(p Permit) bool {
+	return p.gen != 0 && genOf(b.state.Load()) == p.gen
+}
+
+func init() {
+	timed.Restamp = (*Breaker).restamp
+	timed.Current = (*Breaker).current
+}
 
 func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 	for {

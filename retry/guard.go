@@ -81,10 +81,9 @@ type Guards struct {
 	// nothing, gives the breaker's permit back with
 	// [breaker.Breaker.Cancel], deposits nothing, and ends the call with
 	// Reason [Limited]; a call canceled while it waits ends with Reason
-	// [Canceled]. If the breaker opened while the attempt waited for its
-	// slot (a closed-state permit, the breaker no longer closed; or a
-	// probe's, the breaker no longer half-open: its round ended), nothing
-	// is sent: the slot goes back as a cancelled attempt's (a drop) and the
+	// [Canceled]. If the breaker changed state while the attempt waited
+	// for its slot (it opened, even if it closed again; for a probe, its
+	// round ended, even if another began), nothing is sent: the slot goes back as a cancelled attempt's (a drop) and the
 	// attempt asks the breaker again (it may wait behind it). Every slot is
 	// released exactly once, when the attempt
 	// ends, panics included: as a drop when the attempt timed out (its own
@@ -205,10 +204,16 @@ func (p *Policy) reportWait(ctx context.Context, e observe.Event, brk *breaker.B
 }
 
 // stale reports whether permit, admitted before a wait for a limiter slot,
-// no longer holds: a closed-state permit while the breaker is not closed,
-// or a probe while it is not half-open (its round ended: the breaker
-// reopened, or closed on other probes).
-func stale(brk *breaker.Breaker, permit breaker.Permit) bool {
+// no longer holds: the breaker changed state since it was issued (a probe
+// of a round that ended, even if another round began since; a closed-state
+// permit of a breaker that opened, even if it closed again). Without the
+// breaker's word on generations (never, in this module), a closed-state
+// permit while the breaker is not closed, or a probe while it is not
+// half-open.
+func (p *Policy) stale(brk *breaker.Breaker, permit breaker.Permit) bool {
+	if p.current != nil {
+		return !p.current(brk, permit)
+	}
 	if permit.Probe() {
 		return brk.State() != breaker.HalfOpen
 	}

@@ -59,6 +59,9 @@ type config struct {
 	// restamp, set when the policy has a limiter and a breaker with
 	// SlowCall, times the attempt's permit from after the wait for a slot.
 	restamp func(*breaker.Breaker, breaker.Permit) breaker.Permit
+	// current, set when the policy has a limiter and a breaker, reports
+	// whether a permit is of the breaker's current generation.
+	current func(*breaker.Breaker, breaker.Permit) bool
 
 	// path is how run takes a call, decided once by New from the options
 	// above: a test of one field instead of five on every call.
@@ -151,6 +154,9 @@ func New(opts ...Option) (*Policy, error) {
 	}
 	c.tagger, _ = c.observer.(attemptTagger)
 	c.within, _ = c.budget.(budgetWithin)
+	if c.limiter != nil && c.breaker != nil {
+		c.current, _ = timed.Current.(func(*breaker.Breaker, breaker.Permit) bool)
+	}
 	if c.limiter != nil && c.breaker != nil && c.breaker.Config().SlowCall > 0 {
 		c.restamp, _ = timed.Restamp.(func(*breaker.Breaker, breaker.Permit) breaker.Permit)
 	}
@@ -282,7 +288,13 @@ func WithClassifier(classify func(error) bool) Option {
 // end, each retry (with the delay chosen and why), each give-up (with its
 // Reason), waits behind an open breaker; see package observe. Events carry
 // the name set by [WithName]. nil means no observer, the default: the loop
-// then reports nothing and the success path allocates nothing.
+// then reports nothing and the success path allocates nothing. An observer
+// (or a classifier) that panics, or calls runtime.Goexit, while an attempt
+// runs or while its outcome is reported ends the attempt as a panic of the
+// operation does (a failure for the breaker, a drop for the limiter, the
+// attempt's end reported once, a GiveUp with Reason "panic"), and the
+// panic goes on; one that panics while the call waits behind the breaker
+// or at the give-up gives back what the call holds.
 func WithObserver(o observe.Observer) Option {
 	return option(func(p *config) error {
 		p.observer = o

@@ -3,7 +3,8 @@
 // time: users give a budget its clock in Config.Now (or run in a
 // testing/synctest bubble), and that is all.
 //
-// It also lets the loop restamp a breaker's permit (see Restamp).
+// It also lets the loop restamp a breaker's permit (see Restamp) and ask
+// whether a permit is still current (see Current).
 //
 // A retry loop that reads the clock for a call's deadline or its attempt
 // timeout deposits the call's first attempt into a budget on the default
@@ -19,6 +20,13 @@ package timed
 // request at a time read from the budget's clock (or from time.Now, for a
 // budget on the default clock). Set by package budget.
 var Deposit any
+
+// Current is a func(*breaker.Breaker, breaker.Permit) bool that reports
+// whether the permit's generation is the breaker's current one: the retry
+// loop asks after a wait for a concurrency limiter's slot, and sends
+// nothing on a permit the breaker moved past (a probe of a round that
+// ended, even if another round began since). Set by package breaker.
+var Current any
 
 // Restamp is a func(*breaker.Breaker, breaker.Permit) breaker.Permit that
 // returns the permit as issued now, for a breaker with Config.SlowCall: the
