@@ -293,8 +293,8 @@ func WithClassifier(classify func(error) bool) Option {
 // runs or while its outcome is reported ends the attempt as a panic of the
 // operation does (a failure for the breaker, a drop for the limiter, the
 // attempt's end reported once, a GiveUp with Reason "panic"), and the
-// panic goes on; one that panics while the call waits behind the breaker
-// or at the give-up gives back what the call holds.
+// panic goes on; one that panics hearing of a wait behind the breaker
+// gives back the permit the wait ended with.
 func WithObserver(o observe.Observer) Option {
 	return option(func(p *config) error {
 		p.observer = o
