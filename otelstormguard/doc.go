@@ -61,9 +61,10 @@
 // have no name for:
 //
 //	stormguard.name                 a server-side guard's name (admission, idempotency)
-//	stormguard.outcome              an attempt: success, failure, rejected (a hedge that lost
-//	                                its race, or an attempt that failed after its call's
-//	                                deadline: canceled); a breaker wait:
+//	stormguard.outcome              an attempt: success, failure, rejected (an answer that
+//	                                is not retried: a 404), canceled (a hedge that lost its
+//	                                race, or an attempt that failed after its call's
+//	                                deadline); a breaker wait:
 //	                                admitted, rejected; an idempotency lookup or admission decision
 //	stormguard.attempt              an attempt's number, 1 for the first (spans)
 //	stormguard.hedge                true on the span of a hedge (httpretry.WithHedging)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
@@ -299,6 +300,12 @@ type attemptTag struct {
 	// attempt's goroutine.
 	errType, errMsg string
 	canceled        bool
+
+	// inner counts the attempts of the same name and number started within
+	// this one that no TagAttempt tagged (an inner policy whose observer
+	// cannot tag), whose AttemptEnd has not come: their ends are theirs,
+	// not this attempt's. Any goroutine of the attempt may start one.
+	inner atomic.Int32
 }
 
 // attemptSpan returns the span of the attempt TagAttempt started in ctx,
@@ -312,6 +319,13 @@ func attemptSpan(ctx context.Context) (*attemptTag, bool) {
 // event feeds.
 func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 	switch e.Kind {
+	case observe.AttemptStart:
+		// Told, not tagged: an attempt whose policy's observer does not
+		// tag. Within a tagged attempt of the same name and number, its
+		// end must not end that attempt's span.
+		if t, ok := attemptSpan(ctx); ok && o.traces && t.name == e.Name && t.attempt == e.Attempt {
+			t.inner.Add(1)
+		}
 	case observe.AttemptEnd:
 		o.attemptEnd(ctx, e)
 	case observe.Retry:
@@ -393,6 +407,11 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 	tag, ok := attemptSpan(ctx)
 	if !ok || tag.name != e.Name || tag.attempt != e.Attempt {
 		return // not an attempt this observer tagged: its span is another's
+	}
+	for n := tag.inner.Load(); n > 0; n = tag.inner.Load() {
+		if tag.inner.CompareAndSwap(n, n-1) {
+			return // the end of an untagged attempt started within this one
+		}
 	}
 	span := tag.span
 	if span.IsRecording() {
