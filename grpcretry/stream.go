@@ -208,6 +208,9 @@ func (rs *retryStream) Header() (metadata.MD, error) {
 		return nil, rs.err
 	}
 	h, err := rs.cur.Header()
+	if err != nil {
+		rs.replayPanicked()
+	}
 	return h, rs.answered(err)
 }
 
@@ -226,9 +229,23 @@ func (rs *retryStream) RecvMsg(m any) error {
 	}
 	err := rs.answered(rs.cur.RecvMsg(m))
 	if err != nil {
+		rs.replayPanicked()
 		rs.finish()
 	}
 	return err
+}
+
+// replayPanicked raises, in the caller's goroutine, the panic of a kept
+// message's send on the committed stream's replay goroutine (which
+// canceled the stream: its RecvMsg or Header failed for it), once.
+func (rs *retryStream) replayPanicked() {
+	rs.mu.Lock()
+	p := rs.replayPanic
+	rs.replayPanic = nil
+	rs.mu.Unlock()
+	if p != nil {
+		panic(p.v)
+	}
 }
 
 // errCommittedMeanwhile tells a caller of run that another call ran the
@@ -240,6 +257,11 @@ var errCommittedMeanwhile = errors.New("grpcretry: committed meanwhile")
 // errCommittedMeanwhile if another call committed it first.
 func (rs *retryStream) run(trig trigger, m any, h *metadata.MD) error {
 	rs.loopMu.Lock()
+	return rs.runLocked(trig, m, h)
+}
+
+// runLocked is run for a caller that holds loopMu; it releases it.
+func (rs *retryStream) runLocked(trig trigger, m any, h *metadata.MD) error {
 	defer rs.loopMu.Unlock()
 	if rs.committed.Load() {
 		return errCommittedMeanwhile

@@ -126,8 +126,16 @@ func (rs *retryStream) sendPinned(m any) (done bool, err error) {
 			}
 			return true, err
 		}
+		if !rs.loopMu.TryLock() {
+			// Another call (a first RecvMsg or Header) runs the loop
+			// and is about to open an attempt: m goes on that one.
+			// Waiting for the loop's lock instead would wait for that
+			// attempt's answer, which may need m.
+			rs.cond.Wait()
+			continue
+		}
 		rs.mu.Unlock()
-		if err := rs.run(trigFlush, nil, nil); err != nil && err != errCommittedMeanwhile {
+		if err := rs.runLocked(trigFlush, nil, nil); err != nil && err != errCommittedMeanwhile {
 			return true, err
 		}
 		return false, nil
