@@ -460,6 +460,7 @@ func (c *Controller) reportAdmitted(ctx context.Context, d *decision) {
 	reported := false
 	defer func() {
 		if !reported {
+			c.outcomes[Admitted].Add(^uint64(0)) // no permit after all: not admitted
 			c.freeSlot()
 		}
 	}()
@@ -553,7 +554,10 @@ type Stats struct {
 	// Outcomes counts the requests by their final decision, indexed by
 	// [Outcome]: Outcomes[Admitted] were given a permit (queued first or
 	// not), Outcomes[RetryRefused] were retries refused by the retry
-	// ratio, and so on.
+	// ratio, and so on. A request whose Config.Observer panicked on its
+	// "admitted" or "queued" event has no outcome (it got no permit and
+	// did not run): the outcomes may then sum to less than Originals plus
+	// Retries.
 	Outcomes [5]uint64
 }
 

@@ -21,9 +21,10 @@
 // steps, in this order:
 //
 //  1. The caller's deadline. A request whose caller has already left is
-//     dropped at once, before anything else runs: 503 with
-//     "Stormguard-Retry: no" (the don't-retry signal of package wire),
-//     counted as [Canceled]. The deadline is the request context's (over
+//     dropped at once, before anything else runs, counted as [Canceled]:
+//     503 with "Stormguard-Retry: no" (the don't-retry signal of package
+//     wire) when its deadline passed (a caller that went away otherwise,
+//     its context canceled, gets the 503 without it). The deadline is the request context's (over
 //     gRPC, the call's own deadline) or, over HTTP, the earliest of the
 //     times the request's Stormguard-Timeout-Ms field (wire.TimeoutHeader,
 //     which package httpretry sends on every attempt with a deadline) and

@@ -58,6 +58,10 @@ func acquire(ctx context.Context, c *admission.Controller) (admission.Permit, ad
 // google.rpc.RetryInfo, so that refused clients come back spread out. An
 // admitted call releases its permit when the handler returns (or panics);
 // a stream holds it for its life. The admitted path allocates nothing.
+// With an adaptive limit (admission.Config.LatencyCeiling), a stream that
+// lives longer than the ceiling counts as a drop when it ends, as any
+// permit held that long: put long-lived streams on a Controller of their
+// own (fixed MaxInFlight), or none, not on the unary calls' adaptive one.
 //
 //	srv := grpc.NewServer(grpcretry.AdmissionServerOptions(ctl)...)
 func AdmissionServerOptions(c *admission.Controller) []grpc.ServerOption {

@@ -270,7 +270,11 @@ func WithAutoIdempotencyKey() Option {
 // bound may return before its message is on the wire (it is kept, and
 // goes out after those before it; a failure shows in RecvMsg); a message
 // past the bound goes out, after the kept ones, before its SendMsg
-// returns, which then blocks on flow control as grpc-go's does.
+// returns, which then blocks on flow control as grpc-go's does. The
+// attempt it goes on is the last, whatever happens to it: one sent while
+// the loop waits to retry a failed attempt commits the call to that
+// failed attempt (the call ends with its error), and a stream it commits
+// is not retried even if it fails before the message went out.
 func WithBufferMessages(maxBytes int) Option {
 	return option(func(c *config) error {
 		if maxBytes <= 0 {
