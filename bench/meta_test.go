@@ -514,7 +514,10 @@ func triggerName(pc live.ProviderConfig) string {
 
 // recoverText is the recovery column.
 func recoverText(m live.Meta) string {
-	if !m.Recovered {
+	switch {
+	case m.NoData:
+		return "no data"
+	case !m.Recovered:
 		return "stuck"
 	}
 	return fmt.Sprintf("%.0f s", m.RecoverAfter.Seconds())

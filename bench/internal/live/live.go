@@ -61,7 +61,7 @@ type Summary struct {
 	// Goodput is Stats.Succeeded / Stats.Offered.
 	Goodput float64 `json:"goodput"`
 	// OutageStarted is the logical requests started during the outage,
-	// OutageSucceeded those of them that succeeded (during it or after),
+	// OutageSucceeded those of them that succeeded within their deadline (during it or after),
 	// OutageGoodput their ratio.
 	OutageStarted   int64   `json:"outage_started"`
 	OutageSucceeded int64   `json:"outage_succeeded"`

@@ -29,8 +29,12 @@ type Meta struct {
 	// second got to at least 95% and stayed there until the fleet stopped;
 	// RecoverAfter is when that began, from the trigger's end (0 if it
 	// never dropped).
+	// NoData reports that no call started from the trigger's end on (a
+	// trigger that ends with the run): Recovered is then false, and tells
+	// nothing.
 	Recovered    bool
 	RecoverAfter time.Duration
+	NoData       bool
 	// ShedLate counts the attempts failed, shed or refused from 5 s after
 	// the trigger's end on.
 	ShedLate int64
@@ -69,7 +73,7 @@ func MetaOf(r *Result) Meta {
 		started[i]++
 		s := min(max(int(c.Start/time.Second), 0), secs-1)
 		perStart[s]++
-		if c.OK {
+		if c.OK && (fc.Deadline <= 0 || c.Took <= fc.Deadline) { // succeeded within its deadline
 			ok[i]++
 			perOK[s]++
 		}
@@ -106,7 +110,9 @@ func MetaOf(r *Result) Meta {
 			m.PerSecond[i] = share(perOK[i], perStart[i])
 		}
 	}
-	m.RecoverAfter, m.Recovered = recovery(m.PerSecond, end)
+	var seen bool
+	m.RecoverAfter, m.Recovered, seen = recovery(m.PerSecond, end)
+	m.NoData = !seen
 	if pc.Capacity > 0 && pc.Work > 0 && fc.Every > 0 && pc.FailFor > 0 {
 		mu := float64(pc.Capacity) / pc.Work.Seconds()
 		rho := float64(fc.Clients) / fc.Every.Seconds() / mu
@@ -118,19 +124,32 @@ func MetaOf(r *Result) Meta {
 }
 
 // recovery returns how long after end the per-second goodput got to 95%
-// for good (to the last second), and whether it did: the first second at
-// or after end from which every second with calls has at least 95%.
-func recovery(perSecond []float64, end time.Duration) (time.Duration, bool) {
+// for good (to the last second), whether it did, and whether any second
+// from end on had calls (seen; without one there is nothing to tell). The
+// seconds counted are the whole ones from the first at or after end; one
+// without calls tells nothing and starts nothing: recovery begins at the
+// first second with calls after the last one below 95%, and is 0 when
+// none from end on is below.
+func recovery(perSecond []float64, end time.Duration) (after time.Duration, ok, seen bool) {
 	first := int((end + time.Second - 1) / time.Second)
-	at := -1
+	at, dropped := -1, false
 	for i := len(perSecond) - 1; i >= first; i-- {
-		if g := perSecond[i]; g >= 0 && g < 0.95 {
+		g := perSecond[i]
+		if g < 0 {
+			continue
+		}
+		seen = true
+		if g < 0.95 {
+			dropped = true
 			break
 		}
 		at = i
 	}
-	if at < 0 {
-		return 0, false
+	switch {
+	case at < 0:
+		return 0, false, seen
+	case !dropped:
+		return 0, true, true
 	}
-	return max(time.Duration(at)*time.Second-end, 0), true
+	return max(time.Duration(at)*time.Second-end, 0), true, true
 }

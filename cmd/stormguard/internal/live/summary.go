@@ -38,7 +38,7 @@ func summarize(r *Result) Summary {
 		}
 		if c.OK {
 			took = append(took, c.Took)
-			if during {
+			if during && (fc.Deadline <= 0 || c.Took <= fc.Deadline) { // within its deadline
 				s.OutageSucceeded++
 			}
 		}
