@@ -768,3 +768,45 @@ func TestAttackHedgeObserverPanic(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackHedgeEarlierHedgeHintStands: a hedge that fails before the
+// first copy does, with a pushback (a longer floor, or the don't-retry
+// signal), is not dropped for the first copy's plain failure: the server's
+// word stands for the retry loop (it was, and the retry went 5 ms later,
+// or at all).
+func TestAttackHedgeEarlierHedgeHintStands(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		push    string
+		calls   int           // server calls in all
+		retryAt time.Duration // the retry's earliest time, from the call's start
+	}{
+		{"pushback of 10 s", "10000", 3, 10 * time.Second},
+		{"don't retry", "-1", 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &legServer{answer: func(i int) legAnswer {
+					switch i {
+					case 0: // the first copy: a plain failure, after the hedge's
+						return legAnswer{delay: 50 * time.Millisecond, code: codes.Unavailable}
+					case 1: // the hedge: fails first, with the server's word
+						return legAnswer{delay: 10 * time.Millisecond, code: codes.Unavailable, pushback: []string{tc.push}}
+					}
+					return legAnswer{}
+				}}
+				c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(10*time.Millisecond, 0, 1, unaryMethod),
+					grpcretry.WithIdempotentMethods(unaryMethod), withGuards(retry.Guards{Budget: newBudget(t)}),
+					grpcretry.WithRetry(retry.WithMaxAttempts(2)))...)
+				_, took, err := hedgeCall(t.Context(), c)
+				if n := srv.n(); n != tc.calls {
+					t.Errorf("%d server calls (%s), want %d; err %v", n, srv.calls(), tc.calls, err)
+				}
+				if tc.retryAt > 0 && (err != nil || took < tc.retryAt) {
+					t.Errorf("call took %v, err %v; want the retry at %v or later, and its success", took, err, tc.retryAt)
+				}
+				srv.settle(t)
+			})
+		})
+	}
+}

@@ -178,8 +178,8 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 				reap(rs, legs, pending, true)
 				l.hl.won(u.reply, l.e.err == nil)
 				return l.e
-			case read <= earlier:
-				continue // failed before the first copy did: not the last failure
+			case read <= earlier && !outranks(l.e, last.e):
+				continue // failed before the first copy did: not the last failure, unless it carried more of the server's word
 			case outranks(last.e, l.e):
 				continue // an earlier failure carried more of the server's word
 			}

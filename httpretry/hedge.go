@@ -52,7 +52,7 @@ const (
 // concurrency limiter ([WithLimit]) has a free slot at once (the hedge
 // holds it until it ends) and is not throttling, the host
 // has not pushed back in the last 5 s (a 429 or a 503, or any failed
-// answer, a 408, 500, 502 or 504, with a Retry-After or a don't-retry
+// answer, a 408, 500, 502 or 504, with a positive Retry-After or a don't-retry
 // mark; a longer Retry-After holds for as long), and its recent
 // median latency is at most 3 times its baseline (a tail caused by overload
 // is not helped by more load). Nor does a hedge go while more of the

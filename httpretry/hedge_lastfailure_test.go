@@ -11,11 +11,13 @@ import (
 
 // TestHedgeLastFailureInTime: when every copy of a race fails, the retry
 // loop gets the failure that came last (docs/hedging.md), not a hedge's
-// that came before the first copy's: here the hedge's 503 says "don't
-// retry" at 60 ms, the first copy's plain 503 comes at 200 ms, so the
-// call is retried (and the third request answers), as for the first
-// copy's failure alone. (Found against grpcretry; httpretry kept the
-// hedge's failure the same way.)
+// that came before the first copy's: here the hedge's 500 comes at 60 ms
+// (the method's one retry of a 500 would then be spent), the first copy's
+// 503 at 200 ms, so the call is retried (and the third request answers),
+// as for the first copy's failure alone. (Found against grpcretry;
+// httpretry kept the hedge's failure the same way.) An earlier failure
+// with more of the server's word (a don't-retry signal, a longer
+// Retry-After) stands instead: TestAttackRAHTTPHedgedRaceKeeps*.
 func TestHedgeLastFailureInTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := &atkhBase{fn: func(i int, r *http.Request) (time.Duration, int, http.Header, string) {
@@ -25,7 +27,7 @@ func TestHedgeLastFailureInTime(t *testing.T) {
 			case 1:
 				return 200 * time.Millisecond, 503, nil, "first copy"
 			case 2:
-				return 10 * time.Millisecond, 503, http.Header{"Stormguard-Retry": {"no"}}, "hedge"
+				return 10 * time.Millisecond, 500, nil, "hedge"
 			}
 			return 0, 200, nil, "retried"
 		}}

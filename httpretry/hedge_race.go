@@ -193,7 +193,12 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 		case l := <-rs.results:
 			pending--
 			if l.p == nil && !good(l.resp, l.err) && read <= earlier && held.i >= 0 {
-				// Failed before the first copy did: not the last failure.
+				// Failed before the first copy did: not the last failure,
+				// unless it carried more of the server's word (a
+				// don't-retry signal, a longer Retry-After), which stands.
+				if outranks(l, held) {
+					l, held = held, l
+				}
 				c.closeLeg(l, rs)
 				continue
 			}
@@ -452,14 +457,13 @@ func outranks(a, b leg) bool {
 }
 
 // floorOf returns the Retry-After a race's failed copy gives the retry
-// loop as the floor of its next sleep (on a 429, a 503 or a 409, as the
-// transport reads it), 0 if none.
+// loop as the floor of its next sleep (on any failure the transport
+// retries, and a 409, as the transport reads it), 0 if none.
 func floorOf(l leg) time.Duration {
 	if l.resp == nil {
 		return 0
 	}
-	switch l.resp.StatusCode {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusConflict:
+	if code := l.resp.StatusCode; isRetryableStatus(code) || code == http.StatusInternalServerError || code == http.StatusConflict {
 		return retryAfterOf(l.resp)
 	}
 	return 0
