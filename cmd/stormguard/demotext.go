@@ -171,14 +171,35 @@ func (r *demoResult) writeSparklines(w io.Writer, num int) {
 	fmt.Fprintf(w, "%*s %s\n", num, "", clip(fmt.Sprintf("━ the outage, %v to %v", fmtDuration(from), fmtDuration(to)), width))
 }
 
+// providerText says how much the demo's provider serves: its capacity
+// (0: unlimited) and work per request (0: none).
+func providerText(c demoConfig) string {
+	switch {
+	case c.Capacity == 0 && c.Work == 0:
+		return "serves any number of requests at once, at once (no limit)"
+	case c.Capacity == 0:
+		return fmt.Sprintf("serves any number of requests at once, %v each (no limit)", c.Work)
+	case c.Work == 0:
+		return fmt.Sprintf("serves %d requests at once, at once (no limit on the rate)", c.Capacity)
+	}
+	return fmt.Sprintf("serves %d requests at once, %v each (%.0f req/s at most)", c.Capacity, c.Work, float64(c.Capacity)/c.Work.Seconds())
+}
+
+// timeoutText is how the demo's clients give up on an attempt.
+func timeoutText(c demoConfig) string {
+	if c.Timeout == 0 {
+		return "left at its deadline"
+	}
+	return fmt.Sprintf("timed out at %v", c.Timeout)
+}
+
 // writeTable writes the scenario and the table of every figure.
 func (r *demoResult) writeTable(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "live on loopback: %d clients x 1 request every %v (%.0f req/s offered) for %v;\n",
 		c.Clients, c.Every, float64(c.Clients)/c.Every.Seconds(), c.Duration)
-	fmt.Fprintf(w, "the provider serves %d requests at once, %v each (%.0f req/s at most), queues %d more (served even\n"+
-		"after their client timed out at %v), sheds the rest with 503,\n",
-		c.Capacity, c.Work, float64(c.Capacity)/c.Work.Seconds(), c.Queue, c.Timeout)
+	fmt.Fprintf(w, "the provider %s, queues %d more (served even\n"+
+		"after their client %s), sheds the rest with 503,\n", providerText(c), c.Queue, timeoutText(c))
 	fmt.Fprintf(w, "and answers 503 to everything from %v to %v; attempts counted at the server per %v window;\n", c.FailAt, c.FailAt+c.FailFor, c.Window)
 	fmt.Fprintf(w, "stormguard: default transport (3 attempts, full jitter, budget, breaker probing every %v),\n"+
 		"one per client or one for the fleet; every request has a %v deadline\n\n", c.OpenFor, c.Deadline)
@@ -186,8 +207,12 @@ func (r *demoResult) writeTable(w io.Writer) error {
 	fmt.Fprintln(tw, "client, provider\toffered\tattempts\tin outage / offered\tpeak per window\tgoodput\tstarted in outage: ok\tshed after\t")
 	for _, run := range r.Runs {
 		s := run.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2fx\t%d\t%.1f%%\t%.1f%%\t%d\t\n", run.Name, run.Stats.Offered, s.Attempts,
-			s.OutageAmplification, s.Peak, 100*s.Goodput, 100*s.OutageGoodput, s.ShedAfter)
+		outageOK := "-" // no request started in an outage of no length
+		if s.OutageStarted > 0 {
+			outageOK = fmt.Sprintf("%.1f%%", 100*s.OutageGoodput)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2fx\t%d\t%.1f%%\t%s\t%d\t\n", run.Name, run.Stats.Offered, s.Attempts,
+			s.OutageAmplification, s.Peak, 100*s.Goodput, outageOK, s.ShedAfter)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
