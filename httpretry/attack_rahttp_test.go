@@ -186,7 +186,6 @@ func TestAttackRAHTTPGiveUpAtOnce(t *testing.T) {
 		opts    []httpretry.Option
 		ctxDL   time.Duration
 		wantRA  time.Duration
-		wantTag string
 	}
 	cases := []tc{
 		{name: "above default max", ra: func(time.Time) string { return "61" }, wantRA: 61 * time.Second},
