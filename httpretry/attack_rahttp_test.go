@@ -181,11 +181,11 @@ func TestAttackRAHTTPPastAndMalformedHints(t *testing.T) {
 // exceeds the client's maximum") and its retry-after.
 func TestAttackRAHTTPGiveUpAtOnce(t *testing.T) {
 	type tc struct {
-		name    string
-		ra      func(time.Time) string
-		opts    []httpretry.Option
-		ctxDL   time.Duration
-		wantRA  time.Duration
+		name   string
+		ra     func(time.Time) string
+		opts   []httpretry.Option
+		ctxDL  time.Duration
+		wantRA time.Duration
 	}
 	cases := []tc{
 		{name: "above default max", ra: func(time.Time) string { return "61" }, wantRA: 61 * time.Second},
