@@ -46,8 +46,10 @@ type Config struct {
 	// Ratio means none: only the floor is left.
 	Ratio float64
 	// MinPerSecond is the floor: retries per second allowed on top of
-	// Ratio, so MinPerSecond·Window.Seconds() retries per window are
-	// always allowed, even to a client that sends nothing. 0 means 1 per
+	// Ratio, so MinPerSecond·Window.Seconds() retries per window (of
+	// whole slices; a span of one Window across slices may hold twice as
+	// many: see the package documentation) are always allowed, even to a
+	// client that sends nothing. 0 means 1 per
 	// second (10 per default window); a negative value means no floor. It
 	// must be finite.
 	MinPerSecond float64

@@ -27,10 +27,15 @@
 // whose slices lie in that window, and the right-hand side is computed in
 // float64. So at every admission the window's admitted retries, this one
 // included, are at most Ratio·requests + MinPerSecond·Window.Seconds(). It
-// follows that over any window, whether or not it ends in an admission, the
-// retries are at most Ratio times the requests of that window and the one
-// before it, plus MinPerSecond·Window.Seconds(): a window's last admission
-// was checked against a window that began at most one window earlier. A
+// follows that over any window of whole slices, whether or not it ends in
+// an admission, the retries are at most Ratio times the requests of that
+// window and the one before it, plus MinPerSecond·Window.Seconds(): a
+// window's last admission was checked against a window that began at most
+// one window earlier. A span of one Window that starts inside a slice may
+// hold the floor twice (the retries of its first, partial slice are not in
+// its last admission's window): at most Ratio times the requests of that
+// span and the Window before it, plus 2·MinPerSecond·Window.Seconds() (a
+// quiet client may get 20 retries in 9 s with the defaults). A
 // slice expires exactly when its Slices-th successor begins. Requests and
 // retries count up to 16,777,215 per slice and saturate there (a saturated
 // request count only makes the budget stricter; at the retry limit every

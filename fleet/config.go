@@ -60,11 +60,16 @@ type Config struct {
 	// it is granted, and a retry whose lease cannot come within the
 	// caller's time left is refused, not taken from LocalBudget (see
 	// [Budget.WithdrawWithin]). In local mode each process's LocalBudget
-	// bounds its own retries.
+	// bounds its own retries. Across a switch to local mode (a failed
+	// round trip, or Close) the two add up: LocalBudget counts the calls
+	// of fleet mode but not the retries the fleet granted, so a window
+	// that spans the switch may hold the fleet's share and the local one
+	// (about twice the ratio).
 	Budget budget.Config
 	// LocalBudget is each process's own budget per host, used in local
 	// mode (the zero value: budget's defaults). It counts every call in
-	// fleet mode too, so that it is ready when Redis goes away.
+	// fleet mode too, so that it is ready when Redis goes away (but not
+	// the fleet's retries: see Budget).
 	LocalBudget budget.Config
 	// Breaker is the configuration of each host's circuit breaker in each
 	// process. Its window (FailureRatio over Window in Buckets) is also

@@ -189,7 +189,13 @@ func (f *Fleet) host(name string) (*host, error) {
 // destination host of a transport a fleet budget and a fleet breaker (and
 // a limiter gated at this process's share of the fleet's rate). The transport's logger and observer do
 // not hear of these breakers' state changes: set Config.Observer (or
-// Breaker.OnStateChange) for that.
+// Breaker.OnStateChange) for that. host is taken as it is, case and port
+// included: the fleet shares one budget and one breaker among the
+// processes that name a destination the same way. httpretry names it by
+// the URL's host, lower-cased, with its port only if the URL has one
+// ("example.com" and "example.com:443" are two hosts); processes (and
+// grpcretry targets) that spell one destination differently split its
+// guards, and multiply the fleet's bound by the spellings.
 func (f *Fleet) Guards(host string) (retry.Guards, error) {
 	h, err := f.host(host)
 	if err != nil {
