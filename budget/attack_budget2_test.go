@@ -534,4 +534,3 @@ func TestAttackBudget2RetryStormSustained(t *testing.T) {
 		}
 	})
 }
-
