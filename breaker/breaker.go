@@ -139,8 +139,15 @@ type Breaker struct {
 // Probes is negative, Buckets exceeds 3600, ConsecutiveFailures exceeds
 // 4294967295, Window is not a multiple of Buckets nanoseconds of at least 1 ms each,
 // MaxOpenFor is neither 0 nor at least OpenFor, SlowCall is negative, or
-// ReleaseRate is NaN. A Breaker that was built never fails or panics later
-// (except by re-raising a closure's panic).
+// ReleaseRate is NaN. A Breaker that was built never fails or panics later,
+// except by re-raising the panic of a function of the caller's (a closure
+// given to Execute, Config.IsFailure, OnStateChange, a Shared method) on
+// the goroutine of the call that ran it; on the breaker's own timer
+// goroutine, where no caller could recover it, such a panic is recovered
+// and dropped (a Shared.ProbeRound that panics there counts as a refusal).
+// OnStateChange is told of a change even if Shared.StateChanged panics on
+// it, and changes queued behind a callback that panicked are delivered on
+// a goroutine of their own.
 func New(c Config) (*Breaker, error) {
 	c, err := c.withDefaults()
 	if err != nil {
@@ -413,24 +420,37 @@ func (b *Breaker) deliver() {
 	b.mu.Unlock()
 }
 
-// call runs the callbacks of one state change; if one panics, the next
-// state change delivers the rest of the queue.
+// call runs the callbacks of one state change. If one panics (the panic
+// goes on), the rest of the queue is delivered on a goroutine of its own:
+// a change queued behind it is not lost.
 func (b *Breaker) call(ev event) {
 	ok := false
 	defer func() {
 		if !ok {
 			b.mu.Lock()
 			b.delivering = false
+			rest := len(b.pending) > 0
 			b.mu.Unlock()
+			if rest {
+				go b.deliver()
+			}
 		}
 	}()
-	if b.shared != nil {
-		b.shared.StateChanged(ev.from, ev.to)
-	}
-	if b.onChange != nil {
-		b.onChange(ev.from, ev.to)
-	}
+	b.callbacks(ev)
 	ok = true
+}
+
+// callbacks tells Shared and then OnStateChange of ev; OnStateChange is
+// told even if StateChanged panics.
+func (b *Breaker) callbacks(ev event) {
+	if b.shared != nil {
+		if b.onChange != nil {
+			defer b.onChange(ev.from, ev.to)
+		}
+		b.shared.StateChanged(ev.from, ev.to)
+		return
+	}
+	b.onChange(ev.from, ev.to)
 }
 
 // State returns the breaker's state. If the breaker is open and its open

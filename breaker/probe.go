@@ -193,8 +193,24 @@ func (b *Breaker) armRoundLocked(now time.Time) {
 }
 
 // roundDue runs on the round timer's goroutine when an open period ends
-// while calls are waiting.
+// while calls are waiting. A callback or Shared.ProbeRound that panics
+// there, where no caller could recover it, is recovered: its value is
+// dropped, and a breaker still open asks for its round again an interval
+// later (a ProbeRound that panics counts as a refusal).
 func (b *Breaker) roundDue() {
+	defer func() {
+		if recover() != nil {
+			b.mu.Lock()
+			if stateOf(b.state.Load()) == Open {
+				now := b.now()
+				if t := b.since(now); b.openUntil.Load() <= int64(t) {
+					b.openUntil.Store(int64(sat.Add(t, b.jitter(b.intervalLocked())))) // as a refusal
+				}
+				b.armRoundLocked(now)
+			}
+			b.mu.Unlock()
+		}
+	}()
 	b.mu.Lock()
 	b.roundArmed = false
 	w := b.state.Load()

@@ -15,7 +15,9 @@ import (
 // not a reason any call returns. A Reason is an error, so that errors.Is
 // tells why a call stopped: every [*Error] wraps its Reason, and
 // errors.Is(err, retry.AttemptsExhausted) holds for a call that exhausted
-// its attempts.
+// its attempts. errors.Is sees every Reason in the chain, an inner loop's
+// too (a call that stopped on the *Error of a loop it ran); errors.As and
+// [Error].Reason tell this call's alone.
 type Reason uint8
 
 const (
@@ -152,8 +154,9 @@ type Error struct {
 }
 
 // Error describes the give-up: "retry: attempts exhausted after 3 attempts:
-// " followed by the last error. When the default classifier ([IsRetryable])
-// stopped the loop at an error that matched none of its rules (a plain
+// " followed by the last error. When the default classifier ([IsRetryable],
+// the policy's without [WithClassifier]; not one given as
+// WithClassifier(IsRetryable)) stopped the loop at an error that matched none of its rules (a plain
 // error, such as one made by errors.New or fmt.Errorf, which other Go retry
 // libraries retry), the message says how to retry such errors: "retry: not retryable after 1 attempt (the default
 // classifier retries only timeouts, broken connections and errors that
