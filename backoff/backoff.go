@@ -88,7 +88,8 @@ func parseStrategy(s string) (Strategy, error) {
 	return 0, fmt.Errorf("backoff: unknown strategy %q (want none, full, equal, decorrelated, constant or linear)", s)
 }
 
-// MarshalText implements [encoding.TextMarshaler].
+// MarshalText implements [encoding.TextMarshaler]: the strategy's name, or
+// an error for a value that is not one of the six strategies.
 func (s Strategy) MarshalText() ([]byte, error) {
 	if s >= numStrategies {
 		return nil, fmt.Errorf("backoff: unknown strategy %d", uint8(s))
@@ -97,8 +98,9 @@ func (s Strategy) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText implements [encoding.TextUnmarshaler], so a Strategy works
-// with flag.TextVar and encoding/json: it accepts the names
-// [Strategy.String] prints, case-sensitively.
+// with flag.TextVar and encoding/json: it accepts the six strategies'
+// names as [Strategy.String] prints them, case-sensitively (not the
+// "Strategy(N)" of an unknown value).
 func (s *Strategy) UnmarshalText(b []byte) error {
 	v, err := parseStrategy(string(b))
 	if err != nil {

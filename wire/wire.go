@@ -200,10 +200,13 @@ type GiveUp struct {
 	RetryAfter time.Duration
 }
 
-// ParseGiveUp parses a [GiveUpHeader] value: a reason token (compared
-// without regard to case) and the parameters attempts and retry-after, each
-// "name=value" after a ';'. Unknown parameters and malformed values are
-// ignored. ok is false, and g the zero GiveUp, when the reason token is
+// ParseGiveUp parses a [GiveUpHeader] value: a reason token and the
+// parameters attempts and retry-after, each "name=value" after a ';'
+// (names and the token compared without regard to case; spaces trimmed
+// around a parameter and around its value, but a name followed by a space,
+// as in "attempts = 2", is not one it knows; attempts read as
+// [ParseAttempt] reads a value; the last valid one of a parameter wins).
+// Unknown parameters and malformed values are ignored. ok is false, and g the zero GiveUp, when the reason token is
 // unknown (an empty value included). ParseGiveUp never panics.
 func ParseGiveUp(value string) (g GiveUp, ok bool) {
 	tok, params, _ := strings.Cut(value, ";")
