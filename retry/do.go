@@ -256,7 +256,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 						return p.limited(ctx, attempt, lastErr, lerr)
 					}
 					g.slot = slot // as g.permit
-					if brk != nil && p.stale(brk, permit) {
+					if brk != nil && !p.current(brk, permit) {
 						// The breaker opened while the attempt waited for its
 						// slot (or, for a probe, its round ended): nothing goes
 						// to a dependency it has judged down. The slot goes

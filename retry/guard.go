@@ -202,20 +202,3 @@ func (p *Policy) reportWait(ctx context.Context, e observe.Event, brk *breaker.B
 	p.observer.Observe(ctx, e)
 	reported = true
 }
-
-// stale reports whether permit, admitted before a wait for a limiter slot,
-// no longer holds: the breaker changed state since it was issued (a probe
-// of a round that ended, even if another round began since; a closed-state
-// permit of a breaker that opened, even if it closed again). Without the
-// breaker's word on generations (never, in this module), a closed-state
-// permit while the breaker is not closed, or a probe while it is not
-// half-open.
-func (p *Policy) stale(brk *breaker.Breaker, permit breaker.Permit) bool {
-	if p.current != nil {
-		return !p.current(brk, permit)
-	}
-	if permit.Probe() {
-		return brk.State() != breaker.HalfOpen
-	}
-	return brk.State() != breaker.Closed
-}

@@ -60,7 +60,9 @@ type config struct {
 	// SlowCall, times the attempt's permit from after the wait for a slot.
 	restamp func(*breaker.Breaker, breaker.Permit) breaker.Permit
 	// current, set when the policy has a limiter and a breaker, reports
-	// whether a permit is of the breaker's current generation.
+	// whether a permit is of the breaker's current generation: one that is
+	// not, after a wait for a slot, is stale (the breaker opened, even if
+	// it closed again; a probe's round ended, even if another began).
 	current func(*breaker.Breaker, breaker.Permit) bool
 
 	// path is how run takes a call, decided once by New from the options
@@ -155,7 +157,7 @@ func New(opts ...Option) (*Policy, error) {
 	c.tagger, _ = c.observer.(attemptTagger)
 	c.within, _ = c.budget.(budgetWithin)
 	if c.limiter != nil && c.breaker != nil {
-		c.current, _ = timed.Current.(func(*breaker.Breaker, breaker.Permit) bool)
+		c.current = timed.Current.(func(*breaker.Breaker, breaker.Permit) bool) // set by package breaker's init, which runs first
 	}
 	if c.limiter != nil && c.breaker != nil && c.breaker.Config().SlowCall > 0 {
 		c.restamp, _ = timed.Restamp.(func(*breaker.Breaker, breaker.Permit) breaker.Permit)
