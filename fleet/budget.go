@@ -47,8 +47,11 @@ func (b *Budget) Deposit() {
 	}
 	if b.h.f.fleetMode() {
 		b.h.requests.Add(1)
-		if b.h.lim != nil && b.h.probeAt.Load() == probeNext {
-			b.h.probeAt.CompareAndSwap(probeNext, max(b.h.f.since(), 1)) // the round's probe starts (see ProbeRound)
+		if b.h.lim != nil {
+			if b.h.probeAt.Load() == probeNext {
+				b.h.probeAt.CompareAndSwap(probeNext, max(b.h.f.since(), 1)) // the round's probe starts (see ProbeRound)
+			}
+			b.h.watch()
 		}
 	} else {
 		b.h.local.Deposit()
