@@ -10,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stormguard/stormguard/limit"
 	"github.com/stormguard/stormguard/retry"
 )
@@ -29,19 +28,6 @@ func stallBaseline(s *limitScript) int64 {
 	return now
 }
 
-// subscribe subscribes to the channel of s's fleet until the test ends,
-// and returns its messages.
-func (s *limitScript) subscribe() <-chan *redis.Message {
-	s.t.Helper()
-	ctx := context.Background()
-	ps := s.rc.Subscribe(ctx, s.key[:strings.Index(s.key, "}")+1]+"/open")
-	s.t.Cleanup(func() { ps.Close() })
-	if _, err := ps.Receive(ctx); err != nil {
-		s.t.Fatal(err)
-	}
-	return ps.Channel()
-}
-
 // TestScriptStallRule: the stall rule on a real Redis (see stalled in
 // script.lua). Without a baseline there is no threshold, and reports are
 // ignored. With the 20 ms baseline the threshold is 80 ms (4x, at least
@@ -56,7 +42,13 @@ func (s *limitScript) subscribe() <-chan *redis.Message {
 // any other, and an open breaker takes no stall report.
 func TestScriptStallRule(t *testing.T) {
 	s := newLimitScript(t, 1000)
-	ch := s.subscribe()
+	ctx := context.Background()
+	ps := s.rc.Subscribe(ctx, s.key[:strings.Index(s.key, "}")+1]+"/open")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch := ps.Channel()
 	next := func(want string) {
 		t.Helper()
 		select {
@@ -157,7 +149,13 @@ func TestScriptStallConfirm(t *testing.T) {
 // show none), and the next report begins another.
 func TestScriptStallCleared(t *testing.T) {
 	s := newLimitScript(t, 1000)
-	ch := s.subscribe()
+	ctx := context.Background()
+	ps := s.rc.Subscribe(ctx, s.key[:strings.Index(s.key, "}")+1]+"/open")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch := ps.Channel()
 	za := stallBaseline(s) + 10
 	s.sync(za, syncHost{stallUS: 80_000})
 	s.sync(za+1_000_000, syncHost{stallUS: 80_000})
