@@ -47,11 +47,8 @@ func (b *Budget) Deposit() {
 	}
 	if b.h.f.fleetMode() {
 		b.h.requests.Add(1)
-		if b.h.lim != nil {
-			if b.h.probeAt.Load() == probeNext {
-				b.h.probeAt.CompareAndSwap(probeNext, max(b.h.f.since(), 1)) // the round's probe starts (see ProbeRound)
-			}
-			b.h.watch()
+		if b.h.lim != nil && b.h.probeAt.Load() == probeNext {
+			b.h.probeAt.CompareAndSwap(probeNext, max(b.h.f.since(), 1)) // the round's probe starts (see ProbeRound)
 		}
 	} else {
 		b.h.local.Deposit()

@@ -316,46 +316,6 @@
 // A missed message costs what it cost before: the process trips at its
 // next round trip.
 //
-// # A stalled host
-//
-// With Config.Limit, the fleet also opens a host's breaker when the host
-// stops answering altogether (a hang: its workers stall, its queue
-// fills), before the attempts' timeouts would: every attempt sent
-// meanwhile is work the host will do, when it comes back, for a caller
-// who left. Once the fleet's rate has a baseline latency b, each reply
-// gives the processes a threshold, 4·b and at least 50 ms. A process arms
-// a watch when a call's first attempt goes (one watch at a time: under
-// load, one per threshold); if no outcome of any attempt to the host (a
-// success, a failure, a timeout) comes before it fires, the process
-// reports a stall at once. With the
-// fleet's breaker closed, a report begins a suspicion if none is in force,
-// published on the channel as "s <server time, µs> <host's key>". While
-// it is in force, the processes that heard it report their successes at
-// once (a sample of them, about 100 a second fleet-wide), and the breaker
-// opens at a report that comes, with at least two reports before it, 8 /
-// the rate served in the last window (successes per second; between 150
-// and 500 ms) after both the suspicion's start and the last success any
-// process reported, and half of that after the first report since that
-// success: nobody in the fleet has had an answer meanwhile, while
-// attempts kept going unanswered. Latency alone never opens it: a slow
-// host, or a queue a release or a cold start fills on purpose, still
-// answers, and one answer anywhere in the fleet starts the wait again.
-// The spread keeps a burst of reports from a process that was starved
-// of CPU, read before the answers it had meanwhile, from counting. A
-// suspicion with no report for 2 s is cleared ("c <server time, µs>
-// <host's key>"). While the rule holds the breaker open, the fleet grants
-// one probe round per probe interval, not ProbeRounds: each probe joins
-// the stalled host's queue. The success path pays one more atomic load
-// (two at a deposit), and a timer's reset per threshold while calls
-// come; a host slower than the threshold costs a sync per stalled watch
-// and about 100 a second while a suspicion is in force. Live, 1000
-// terminals each with a fleet: after a 10 s hang at 80-95% of the host's
-// capacity, 0.4-1.3% of what the host served after it was for callers
-// who had left (2.4-4.7% when the timeouts opened the breaker), every
-// payment served (docs/fleet.md). A fleet without Config.Limit
-// has no baseline and no stall rule: its breaker learns of a hang from
-// the timeouts.
-//
 // # No lock
 //
 // Nothing is held across a caller's call. A distributed breaker that takes

@@ -70,20 +70,6 @@ type host struct {
 
 	steerMu sync.Mutex // held by steer
 	steerAt int64      // guarded by steerMu: the server's time of the newest state steer acted on (µs)
-
-	// The stall rule (see the package documentation, A stalled host), with
-	// a limiter only: a watch armed by a deposit fires stallUS later and
-	// reports a stall if no outcome came in between.
-	stallUS    atomic.Int64  // the threshold the last reply gave (µs; 0: no watch)
-	watchAt    atomic.Int64  // when the watch was armed, on f's clock (ns; 0: not armed)
-	watchN     atomic.Uint64 // the outcomes counted when it was armed (see counted)
-	watchT     *time.Timer   // the watch's timer (nil without a limiter)
-	flushed    atomic.Uint64 // outcomes taken by syncs
-	stallSince atomic.Int64  // the oldest stalled watch's arming not yet reported, on f's clock (ns; 0: none)
-	suspect    atomic.Int64  // the stall suspicion in force (server time, µs; 0: none): successes report it
-	aliveAt    atomic.Int64  // a suspicion a success came after, for the next sync (0: none)
-	suspectMu  sync.Mutex    // orders news of the suspicion
-	suspectSrv int64         // guarded by suspectMu: the server's time of the newest news of it (µs)
 }
 
 // unseen is host.seen before the first news of the fleet's breaker: a
@@ -113,8 +99,6 @@ func newHost(f *Fleet, name string) (*host, error) {
 		if h.lim, err = limit.New(*f.cfg.Limit); err != nil {
 			return nil, err
 		}
-		h.watchT = time.AfterFunc(time.Hour, h.fire)
-		h.watchT.Stop()
 	}
 	return h, nil
 }
@@ -248,11 +232,6 @@ func fastestUS(m int64, d time.Duration) int64 {
 // a close.
 func (h *host) collect(now int64, all bool) syncHost {
 	o := h.outcomes.Swap(0)
-	h.flushed.Add(o&math.MaxUint32 + o>>32)
-	var stallUS int64
-	if at := h.stallSince.Swap(0); at != 0 {
-		stallUS = max(time.Duration(now-at).Microseconds(), 1)
-	}
 	// News of a close goes with a report to the rate, with the probe's
 	// time (see StateChanged: a slow probe's close may be refused).
 	closed := h.closes.Load() > h.closesOK.Load() && h.brk.State() == breaker.Closed
@@ -266,8 +245,6 @@ func (h *host) collect(now int64, all bool) syncHost {
 		seen:      h.seen.Load(),
 		limit:     h.rateReport(now, o&math.MaxUint32, o>>32, all),
 		close:     closed,
-		stallUS:   stallUS,
-		aliveAt:   h.aliveAt.Swap(0),
 	}
 	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)
@@ -311,10 +288,6 @@ func (h *host) synced(s syncHost, w hostWindow) {
 			_, _, refused, lat, fastest, n := h.setRate(share * float64(w.fleetRate) / float64(old))
 			h.addSamples(refused, lat, fastest, n)
 		}
-	}
-	if h.lim != nil {
-		h.stallUS.Store(w.stallUS)
-		h.heardSuspect(w.suspect, w.at)
 	}
 	h.steer(w.state, w.epoch, w.at)
 }
@@ -419,9 +392,6 @@ func (h *host) expire(now int64, all bool) {
 func (h *host) Outcome(success bool) {
 	if success {
 		h.outcomes.Add(1)
-		if h.suspect.Load() != 0 {
-			h.alive()
-		}
 		return
 	}
 	o := h.outcomes.Add(1 << 32)

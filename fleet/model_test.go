@@ -137,7 +137,6 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 		}
 		set("st", st)
 		set("ep", get("ep")+1)
-		set("zo", 0) // opened by the stall rule: never, without a limit
 		for i := range buckets {
 			if get(f("on", i)) != -1 {
 				set(f("on", i), -1)
@@ -154,9 +153,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			cur, bcur := fdiv(now, sliceUS), fdiv(now, bucketUS)
 			dq, ds, df := a.int(ai), a.int(ai+1), a.int(ai+2)
 			seen, cl, nret := a.int(ai+3), a.int(ai+4), a.int(ai+5)
-			a.int(ai + 6) // the stall rule's reports: without a limit, no baseline and no rule
-			a.int(ai + 7)
-			ai += 8
+			ai += 6
 			if a.err != nil {
 				return nil, a.err
 			}
@@ -198,7 +195,7 @@ func (m *model) eval(keys, argv []string) ([]int64, error) {
 			}
 			q, r := budgetWindow(cur)
 			calls, fails := outcomeWindow(bcur)
-			out = append(out, q, r, get("st"), get("ep"), calls, fails, 0, 0, 0, 0)
+			out = append(out, q, r, get("st"), get("ep"), calls, fails, 0, 0)
 		}
 	case "l":
 		load(keys[0])

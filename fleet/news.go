@@ -56,10 +56,6 @@ func (f *Fleet) listen(sub subscriber) {
 // that does not parse, names a host this process does not track, or
 // claims a time more than a minute past the newest reply's is ignored.
 func (f *Fleet) heard(payload string) {
-	if len(payload) > 2 && (payload[0] == 's' || payload[0] == 'c') && payload[1] == ' ' {
-		f.heardStall(payload[0], payload[2:])
-		return
-	}
 	ep, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return
@@ -81,33 +77,5 @@ func (f *Fleet) heard(payload string) {
 	f.mu.Unlock()
 	if h != nil && h.steerWithin(fleetOpen, epoch, now, maxAhead) {
 		f.news.Add(1)
-	}
-}
-
-// heardStall acts on news of the stall rule (see stalled in script.lua):
-// "s <server time, µs> <host's key>", a suspicion began; "c <...>", it
-// was cleared. Ignored like an opening that does not parse.
-func (f *Fleet) heardStall(kind byte, rest string) {
-	at, key, ok := strings.Cut(rest, " ")
-	if !ok || !strings.HasPrefix(key, f.keyPrefix) || !f.fleetMode() {
-		return
-	}
-	now, err := strconv.ParseInt(at, 10, 64)
-	if err != nil || now <= 0 {
-		return
-	}
-	if newest := f.newest.Load(); newest > 0 && now-newest > maxAhead {
-		return
-	}
-	f.mu.Lock()
-	h := f.hosts[key[len(f.keyPrefix):]]
-	f.mu.Unlock()
-	if h == nil || h.lim == nil {
-		return
-	}
-	if kind == 's' {
-		h.heardSuspect(now, now)
-	} else {
-		h.heardSuspect(0, now)
 	}
 }

@@ -67,8 +67,8 @@ func (b *fakeSync) eval(_ context.Context, keys, args []string) ([]int64, error)
 	if args[0] != "s" {
 		return nil, errDown
 	}
-	// One host without returns: its ARGV from args[13], the limit's flag at args[21].
-	if len(keys) == 1 && len(args) > 22 && args[18] == "0" && args[21] == "1" {
+	// One host without returns: its ARGV from args[13], the limit's flag at args[19].
+	if len(keys) == 1 && len(args) > 20 && args[18] == "0" && args[19] == "1" {
 		if us, _ := strconv.ParseInt(args[len(args)-1], 10, 64); us > 0 {
 			b.mu.Lock()
 			b.probeUS = append(b.probeUS, us)
@@ -77,7 +77,7 @@ func (b *fakeSync) eval(_ context.Context, keys, args []string) ([]int64, error)
 	}
 	out := []int64{1}
 	for range keys {
-		out = append(out, 0, 0, fleetClosed, 0, 0, 0, 0, 0, 0, 0)
+		out = append(out, 0, 0, fleetClosed, 0, 0, 0, 0, 0)
 	}
 	return out, nil
 }

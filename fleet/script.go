@@ -64,8 +64,6 @@ type hostWindow struct {
 	state, epoch      int64
 	calls, failures   int64
 	rate, fleetRate   int64 // this process's share of the fleet's rate and the rate, in thousandths per second (0, 0: no rate yet, or no limiter)
-	stallUS           int64 // the stall rule's threshold, µs (0: off; see stalled in script.lua)
-	suspect           int64 // the server's time of the stall suspicion in force, µs (0: none)
 	at                int64 // the server's time of the reply, µs (see host.steer)
 }
 
@@ -111,20 +109,17 @@ func checkCounts(vs ...int64) error {
 	return nil
 }
 
-// syncValues is the number of values a sync's reply holds per host.
-const syncValues = 10
-
 // decodeSync decodes the reply of a sync of n hosts.
 func decodeSync(v []int64, n int) (syncReply, error) {
-	if len(v) != 1+syncValues*n {
-		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+syncValues*n)
+	if len(v) != 1+8*n {
+		return syncReply{}, badReply("sync of %d hosts: %d values, want %d", n, len(v), 1+8*n)
 	}
 	r := syncReply{now: v[0], hosts: make([]hostWindow, n)}
 	for i := range r.hosts {
-		x := v[1+syncValues*i : 1+syncValues*(i+1)]
+		x := v[1+8*i : 9+8*i]
 		w := hostWindow{requests: x[0], retries: x[1], state: x[2], epoch: x[3], calls: x[4], failures: x[5],
-			rate: x[6], fleetRate: x[7], stallUS: x[8], suspect: x[9], at: v[0]}
-		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.rate, w.fleetRate, w.stallUS, w.suspect); err != nil {
+			rate: x[6], fleetRate: x[7], at: v[0]}
+		if err := checkCounts(w.requests, w.retries, w.calls, w.failures, w.rate, w.fleetRate); err != nil {
 			return syncReply{}, err
 		}
 		if err := checkState(w.state, w.epoch); err != nil {

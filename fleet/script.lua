@@ -78,7 +78,7 @@ end
 local opened -- the host's breaker opened in this call: news for every process (see news)
 local function flip(st)
   if st == 1 and get('st') == 0 then set('so', now) end
-  set('st', st); set('ep', get('ep') + 1); set('zo', 0)
+  set('st', st); set('ep', get('ep') + 1)
   if st == 1 then opened = true end
   for i = 0, buckets - 1 do
     if get('on' .. i) ~= -1 then set('on' .. i, -1) end
@@ -409,66 +409,6 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
   return r, R
 end
 
--- The stall rule (see the package documentation, A stalled host): with
--- a baseline rb (µs, the fleet's rate), a process whose attempts have
--- gone stall_after() µs without a success reports it (stall: the age,
--- µs; zr: the last report). A report, with the fleet's breaker closed,
--- begins a suspicion if none is in force (za: its time), published as
--- "s <za> <key>"; while it is in force, the processes that heard it
--- report successes (alive: the suspicion's time; a sample of them, about
--- 100 a second fleet-wide), each setting zl (the last) and starting the
--- count of reports again (zf: the first report since, zn: the reports
--- since). A report that comes stall_confirm() µs after both the
--- suspicion's start and the last success, half of that after the first
--- report since, with at least two before it, opens the fleet's breaker:
--- no process of the fleet has had an answer meanwhile, while attempts
--- kept going unanswered (a slow host still answers; the spread keeps a
--- burst of reports from a client that stalled, read before the answers
--- it got meanwhile, from counting). A suspicion without a report for 2 s
--- is cleared ("c <now> <key>"). stalled returns the threshold the
--- processes watch with (µs, 0: no baseline, no watch).
-local function stall_after()
-  local b = get('rb')
-  if b <= 0 then return 0 end
-  return math.max(4 * b, 50000)
-end
-
-local function stall_confirm()
-  return math.min(math.max(8e6 / math.max(get('rp'), 1), 150000), 500000)
-end
-
-local function stall_publish(key, kind, at)
-  local tag = string.match(key, '^[^}]*}')
-  if tag then redis.call('PUBLISH', tag .. '/open', kind .. ' ' .. string.format('%.17g', at) .. ' ' .. key) end
-end
-
-local function stall_clear(key, publish)
-  set('za', 0); set('zl', 0); set('zf', 0); set('zn', 0)
-  if publish then stall_publish(key, 'c', now) end
-end
-
-local function stalled(key, stall, alive)
-  local S = stall_after()
-  local za = get('za')
-  if za > 0 and get('st') ~= 0 then stall_clear(key, false); za = 0 end
-  if za > 0 and alive > 0 and alive >= za then set('zl', now); set('zf', 0); set('zn', 0) end
-  if za > 0 and now - get('zr') >= 2e6 then stall_clear(key, true); za = 0 end
-  if S <= 0 or stall < S or get('st') ~= 0 then return S end
-  set('zr', now)
-  if za == 0 then
-    set('za', now); set('zf', now); set('zn', 1)
-    stall_publish(key, 's', now)
-    return S
-  end
-  if get('zf') == 0 then set('zf', now); set('zn', 1) else set('zn', get('zn') + 1) end
-  local C = stall_confirm()
-  if now - math.max(za, get('zl')) >= C and now - get('zf') >= C / 2 and get('zn') >= 3 then
-    flip(1); set('zo', 1)
-    stall_clear(key, false)
-  end
-  return S
-end
-
 local out = {}
 if mode == 's' then
   local a = 14
@@ -477,8 +417,7 @@ if mode == 's' then
     local cur, bcur = math.floor(now / slice_us), math.floor(now / bucket_us)
     local dq, ds, df = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     local seen, close, nret = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    local stall, alive = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-    a = a + 8
+    a = a + 6
     if dq > 0 then
       local i = budget_slot(cur)
       set('bq' .. i, get('bq' .. i) + dq)
@@ -528,12 +467,11 @@ if mode == 's' then
       if (fails > 0 and calls >= min_calls and fails >= fratio * calls) or
          (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls) then flip(1) end
     end
-    local zs = stalled(KEYS[k], stall, alive)
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)
     news(KEYS[k])
     save(KEYS[k])
-    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet, zs, get('za')}) do
+    for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet}) do
       out[#out + 1] = v
     end
   end
@@ -557,12 +495,7 @@ elseif mode == 'p' then
   local seen = tonumber(ARGV[14])
   local granted = 0
   if get('st') == 1 then
-    -- One round per probe interval while the host is stalled (zo: the
-    -- stall rule opened the breaker): each probe joins the queue the
-    -- host will serve, when it comes back, for callers who left.
-    local per = rounds
-    if get('zo') == 1 then per = 1 end
-    local slot = math.floor(now / math.max(math.floor(probe_us / per), 1))
+    local slot = math.floor(now / math.max(math.floor(probe_us / rounds), 1))
     if get('ps') ~= slot then
       set('ps', slot)
       granted = 1

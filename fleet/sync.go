@@ -299,8 +299,6 @@ type syncHost struct {
 	requests, successes, failures uint64
 	seen                          int64
 	close                         bool
-	stallUS                       int64 // the age of this process's stalled attempts, µs (0: none; see host.watch)
-	aliveAt                       int64 // the stall suspicion (server time, µs) a success came after (0: none)
 	returns                       []returned
 	limit                         *limitReport // nil: the host has no limiter
 }
@@ -331,7 +329,7 @@ func appendSync(args []string, h syncHost) []string {
 		cl = "1"
 	}
 	args = append(args, strconv.FormatUint(h.requests, 10), strconv.FormatUint(h.successes, 10),
-		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))), itoa(h.stallUS), itoa(h.aliveAt))
+		strconv.FormatUint(h.failures, 10), itoa(h.seen), cl, itoa(int64(len(h.returns))))
 	for _, r := range h.returns {
 		args = append(args, itoa(r.slice), itoa(r.inc), itoa(r.n))
 	}
