@@ -71,10 +71,11 @@ type MetaConfig struct {
 //	            (the library's defaults), honouring Retry-After, no waiting: a
 //	            call the open breaker rejects fails
 //	+wait       the same, waiting behind the open breaker within the deadline,
-//	            released at the rate seen before the trip: the library's
-//	            default for a call with a deadline (today's recommended)
+//	            released at the rate seen before the trip: what retry.Policy
+//	            does with a breaker and no limiter for a call with a deadline
 //	+limit      + the concurrency limiter (package limit): the breaker releases
-//	            at once and the limiter's slots pace the calls
+//	            at once and the limiter's slots pace the calls (a transport
+//	            with a limiter configured by WithLimit)
 func MetaPolicies() []OutagePolicy {
 	sg := OutagePolicy{Name: "stormguard", Backoff: backoff.FullJitter, Attempts: 3, Budget: true, Breaker: true, RetryAfter: true}
 	wait, lim := sg, sg

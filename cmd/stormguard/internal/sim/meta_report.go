@@ -85,8 +85,8 @@ left; recovers: seconds after the trigger from which every 1 s span holds %g%% g
 at least 10 s (half the time after the trigger if less; "stuck": never); served: share of the
 requests made during the trigger that succeed.
 fixed-1s: every 1 s until the deadline; backoff: full jitter, 10 attempts; stormguard: budget and
-breaker, no waiting (an open breaker fails the call); +wait: the library's default, calls wait and
-are released at the rate before the trip; +limit: the concurrency limiter's slots pace them.`,
+breaker, no waiting (an open breaker fails the call); +wait: calls wait and are released at the
+rate before the trip (a breaker, no limiter); +limit: the concurrency limiter's slots pace them.`,
 		100*c.RecoveryRatio)))
 	return bw.Flush()
 }
