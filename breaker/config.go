@@ -77,7 +77,8 @@ type Config struct {
 	// every open period is OpenFor. Otherwise it must be at least OpenFor,
 	// and each consecutive failed probe doubles the open period, up to
 	// MaxOpenFor, so that a dependency that stays down is probed less and
-	// less often.
+	// less often. The ±20% jitter of OpenFor applies after the bound: an
+	// open period at the bound lasts 0.8 to 1.2 times MaxOpenFor.
 	MaxOpenFor time.Duration
 	// Probes is the number of calls a probe round admits; all of them
 	// must succeed to close the breaker; 0 means 3.
