@@ -165,10 +165,14 @@ type Controller struct {
 	// grants counts the slots the queue handed over, and turn is the mean
 	// time between two of them while requests waited (queue.go's turn);
 	// guarded by mu.
-	grants  uint64
-	turn    time.Duration
-	qlen    atomic.Int64
-	sojourn [classes]atomic.Int64 // how long the last waiter of each class given a slot waited, ns
+	grants uint64
+	turn   time.Duration
+	// lastTurn is when the queue last handed a slot over, or began to hold
+	// requests if it has not since: the turn in progress (queue.go's
+	// standingWait); guarded by mu.
+	lastTurn time.Time
+	qlen     atomic.Int64
+	sojourn  [classes]atomic.Int64 // how long the last waiter of each class given a slot waited, ns
 
 	// Counters for Stats, off the queue's cache line.
 	_         [64]byte

@@ -895,8 +895,10 @@ func TestAttackAdmPerClassDelayControl(t *testing.T) {
 			got[r.name] = r
 		}
 		p.Release()
-		if r := got["R2"]; r.d.Outcome != admission.QueueTimeout || r.at != 155*time.Millisecond {
-			t.Errorf("R2 joining a standing retry list: %v at %v, want queue-timeout at 155ms", r.d.Outcome, r.at)
+		// The list handed no slot over in 150 ms: a turn of at least 150 ms,
+		// so R2 waits the 100 ms interval (25 turns, capped).
+		if r := got["R2"]; r.d.Outcome != admission.QueueTimeout || r.at != 250*time.Millisecond {
+			t.Errorf("R2 joining a standing retry list: %v at %v, want queue-timeout at 250ms", r.d.Outcome, r.at)
 		}
 		if r := got["O1"]; r.d.Outcome != admission.QueueTimeout || r.at != 650*time.Millisecond {
 			t.Errorf("O1 joining an empty original list: %v at %v, want queue-timeout at 650ms", r.d.Outcome, r.at)

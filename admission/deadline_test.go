@@ -66,9 +66,11 @@ func TestDeadlineDrops(t *testing.T) {
 
 // TestStandingQueue: a queue that has not been empty (nor given a slot)
 // for MaxQueueWait/5 is a standing queue; a request that joins it waits at
-// most MaxQueueWait/100 (CoDel's target: the queue has handed over no slot,
-// so it has no turn to wait 25 of), one that joins a queue just formed
-// waits up to MaxQueueWait.
+// most 25 turns, within MaxQueueWait/100 (CoDel's target) and
+// MaxQueueWait/5 (the interval). A queue that has handed no slot over for
+// 300 ms has a turn of at least 300 ms, so the joiner waits the interval;
+// a joiner 5 ms after a slot handed over, the target. One that joins a
+// queue just formed waits up to MaxQueueWait.
 func TestStandingQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctl := newController(t, admission.Config{MaxInFlight: 1, MaxQueue: 10, MaxQueueWait: time.Second})
@@ -86,8 +88,8 @@ func TestStandingQueue(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(300 * time.Millisecond) // the queue has stood for 300 ms > 200 ms
 		t0 := time.Now()
-		if _, d := ctl.Acquire(context.Background(), 1); d.Outcome != admission.QueueTimeout || time.Since(t0) != 10*time.Millisecond {
-			t.Errorf("joining a standing queue: %+v after %v, want QueueTimeout after the 10ms target", d, time.Since(t0))
+		if _, d := ctl.Acquire(context.Background(), 1); d.Outcome != admission.QueueTimeout || time.Since(t0) != 200*time.Millisecond {
+			t.Errorf("joining a standing queue that handed no slot over: %+v after %v, want QueueTimeout after the 200ms interval", d, time.Since(t0))
 		}
 		if at := <-first; at != time.Second {
 			t.Errorf("first waiter shed after %v, want MaxQueueWait (1s): it joined an empty queue", at)

@@ -23,8 +23,9 @@
 //  1. The caller's deadline. A request whose caller has already left is
 //     dropped at once, before anything else runs, counted as [Canceled]:
 //     503 with "Stormguard-Retry: no" (the don't-retry signal of package
-//     wire) when its deadline passed (a caller that went away otherwise,
-//     its context canceled, gets the 503 without it). The deadline is the request context's (over
+//     wire) when its deadline passed (an original whose caller went away
+//     otherwise, its context canceled, gets the 503 without it; a retry
+//     gets it as every refused retry does, see [Decision]). The deadline is the request context's (over
 //     gRPC, the call's own deadline) or, over HTTP, the earliest of the
 //     times the request's Stormguard-Timeout-Ms field (wire.TimeoutHeader,
 //     which package httpretry sends on every attempt with a deadline) and

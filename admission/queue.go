@@ -65,11 +65,15 @@ func classOf(attempt int) int {
 	return classOriginal
 }
 
-// standingWait returns how long a request that joins a standing queue may
-// wait: the target or codelTurns turns, whichever is longer, at most the
-// interval (see above). It requires mu held.
-func (c *Controller) standingWait() time.Duration {
-	return min(max(c.maxWait/codelTargetDiv, codelTurns*c.turn), c.maxWait/codelIntervalDiv)
+// standingWait returns how long a request that joins a standing queue at
+// now may wait: the target or codelTurns turns, whichever is longer, at
+// most the interval (see above). The turn is the running mean, or the turn
+// in progress if that is longer: a queue that has handed no slot over for
+// 150 ms has a turn of at least 150 ms, whether or not it ever handed one
+// over before. It requires mu held.
+func (c *Controller) standingWait(now time.Time) time.Duration {
+	turn := max(c.turn, now.Sub(c.lastTurn))
+	return min(max(c.maxWait/codelTargetDiv, codelTurns*turn), c.maxWait/codelIntervalDiv)
 }
 
 // queueTimeout returns how long a request of class cls that joins the queue
@@ -81,7 +85,7 @@ func (c *Controller) queueTimeout(now time.Time, cls int) time.Duration {
 		return c.maxWait
 	}
 	if now.Sub(c.lastGood[cls]) > c.maxWait/codelIntervalDiv {
-		return c.standingWait()
+		return c.standingWait(now)
 	}
 	return c.maxWait
 }
@@ -156,6 +160,9 @@ func (c *Controller) wait(ctx context.Context, d decision, dl time.Time) (Permit
 			c.lastGood[classRetry] = start
 			c.sojourn[classRetry].Store(0)
 		}
+	}
+	if c.qlen.Load() == 0 {
+		c.lastTurn = start // the first turn starts with the first waiter
 	}
 	w := &waiter{ready: make(chan struct{}, 1), since: start, at: c.grants, class: uint8(cls)}
 	w.elem = c.queues[cls].PushBack(w)
@@ -303,6 +310,7 @@ func (c *Controller) handOff() {
 			// own included: a sample of the turn.
 			c.grants++
 			c.turn += (waited/time.Duration(c.grants-w.at) - c.turn) / turnWeight
+			c.lastTurn = now
 			if waited <= c.maxWait/codelTargetDiv {
 				c.lastGood[cls] = now
 			}

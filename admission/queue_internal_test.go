@@ -12,15 +12,22 @@ func TestStandingWaitTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct{ turn, want time.Duration }{
-		{0, 10 * time.Millisecond},                      // no turn measured: the target
-		{100 * time.Microsecond, 10 * time.Millisecond}, // 25 turns under the target
-		{2 * time.Millisecond, 50 * time.Millisecond},   // 25 turns
-		{time.Second, 200 * time.Millisecond},           // at most the interval
+	now := c.now()
+	for _, tt := range []struct{ turn, since, want time.Duration }{
+		{0, 0, 10 * time.Millisecond},                      // no turn measured: the target
+		{100 * time.Microsecond, 0, 10 * time.Millisecond}, // 25 turns under the target
+		{2 * time.Millisecond, 0, 50 * time.Millisecond},   // 25 turns
+		{time.Second, 0, 200 * time.Millisecond},           // at most the interval
+		// The turn in progress counts when it is longer than the mean: no
+		// slot handed over for 4 ms is a turn of at least 4 ms, and for
+		// 150 ms, with no turn measured before, one of 150 ms.
+		{2 * time.Millisecond, 4 * time.Millisecond, 100 * time.Millisecond},
+		{0, 150 * time.Millisecond, 200 * time.Millisecond},
+		{2 * time.Millisecond, time.Millisecond, 50 * time.Millisecond},
 	} {
-		c.turn = tt.turn
-		if got := c.standingWait(); got != tt.want {
-			t.Errorf("turn %v: standing wait %v, want %v", tt.turn, got, tt.want)
+		c.turn, c.lastTurn = tt.turn, now.Add(-tt.since)
+		if got := c.standingWait(now); got != tt.want {
+			t.Errorf("turn %v, %v since the last: standing wait %v, want %v", tt.turn, tt.since, got, tt.want)
 		}
 	}
 	// Three waiters handed a slot 4 ms apart, having joined together: each
