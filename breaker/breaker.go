@@ -487,9 +487,11 @@ type Snapshot struct {
 	// State is the current state.
 	State State
 	// Calls and Failures are the outcomes in the closed-state window (0
-	// unless State is Closed). A bucket that fills one of its counts
-	// (16,777,215 outcomes) halves both, which keeps their ratio: the
-	// counts of so busy a window are then lower than the calls made.
+	// unless State is Closed). A bucket counts its successes and its
+	// failures apart, each up to 16,777,215 (so it may hold about twice
+	// that many calls); one that fills either count halves both, which
+	// keeps their ratio: the counts of so busy a window are then lower
+	// than the calls made.
 	Calls, Failures int
 	// Waiters is the number of calls waiting in [Breaker.Wait], those
 	// already scheduled for release included.

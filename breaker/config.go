@@ -101,7 +101,11 @@ type Config struct {
 	// calls the breaker saw before it tripped (the pace the dependency
 	// served before the outage), at least Probes per OpenFor; a negative
 	// value releases every waiting call at once. New calls are not held
-	// back while the backlog drains.
+	// back while the backlog drains. The release holds one call's credit
+	// from the start: the first waiting call goes within the first slot,
+	// and a slot is at most a second long, so below one call a second the
+	// first goes within a second of the close, the rest at the pace
+	// above.
 	ReleaseRate float64
 	// SlowCall, if positive, makes a call that took SlowCall or longer
 	// count as a failure even when it succeeded (a success given to

@@ -46,7 +46,7 @@
 // back the dependency's answer: a call about to give up would hand it on
 // unanswered). When the breaker closes, the waiting calls are released
 // earliest deadline first by a pacer, each at a
-// jittered point of its slot (above 100 calls a second, a tick of the pacer releases several, each
+// jittered point of its slot (at most a second long; above 100 calls a second, a tick of the pacer releases several, each
 // at a jittered point of the tick: within one tick they may go in any order), so that a recovering dependency does not meet
 // its backlog as one spike: the pace starts at a quarter of ReleaseRate (by
 // default the rate of calls the breaker saw before it tripped: the pace the

@@ -673,3 +673,52 @@ func TestWaitGivesUpDuringRelease(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseSlowRates: at any ReleaseRate of one call a second or less,
+// down to the smallest float64, the first waiting call goes within the
+// first slot, which is a second long (at the jittered point Rand picks:
+// its middle here), and no other within it. A slot in nanoseconds that
+// does not fit a Duration (below about 1e-10 calls a second) was once
+// taken for 10 ms.
+func TestReleaseSlowRates(t *testing.T) {
+	for _, rate := range []float64{1, 0.1, 1e-12, 1e-300, 5e-324} {
+		synctest.Test(t, func(t *testing.T) {
+			b, err := breaker.New(breaker.Config{Probes: 1, ReleaseRate: rate, Rand: func() float64 { return 0.5 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Trip(0)
+			start := time.Now()
+			var mu sync.Mutex
+			var at []time.Duration
+			for i := range 3 {
+				go func() {
+					p, err := b.Wait(context.Background(), time.Duration(100+i)*time.Second)
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					at = append(at, time.Since(start))
+					mu.Unlock()
+					b.Done(p, true)
+				}()
+			}
+			synctest.Wait()
+			time.Sleep(3 * time.Second)
+			mu.Lock()
+			defer func() {
+				mu.Unlock()
+				time.Sleep(200 * time.Second) // the waiters' time runs out
+			}()
+			// The probe closes the breaker at its round (OpenFor 1 s,
+			// jittered ±20% at Rand's 0.5: 1 s); the first released call
+			// goes half a slot later.
+			if len(at) < 2 || at[0] != time.Second || at[1] != 1500*time.Millisecond {
+				t.Errorf("ReleaseRate %g: calls at %v, want the probe at 1s and the first released at 1.5s", rate, at)
+			}
+			if rate < 1 && len(at) > 2 {
+				t.Errorf("ReleaseRate %g: calls at %v, want no third call within 3 s", rate, at)
+			}
+		})
+	}
+}

@@ -162,3 +162,30 @@ func TestZero(t *testing.T) {
 		t.Errorf("Interval of the zero Pacer = %v, want 10ms", d)
 	}
 }
+
+// Interval is one call's slot within [10 ms, 1 s], also at rates whose slot
+// in nanoseconds does not fit a Duration (below about 1e-10 calls a second).
+func TestIntervalBounds(t *testing.T) {
+	for _, tt := range []struct {
+		rate float64
+		want time.Duration
+	}{
+		{1000, 10 * time.Millisecond},
+		{50, 20 * time.Millisecond},
+		{2, 500 * time.Millisecond},
+		{1, time.Second},
+		{0.5, time.Second},
+		{1e-12, time.Second},
+		{1e-300, time.Second},
+		{5e-324, time.Second},
+	} {
+		var p pace.Pacer
+		p.Start(0, tt.rate, tt.rate) // a floor at the ceiling: the rate is tt.rate
+		if r := p.Rate(); r != tt.rate {
+			t.Fatalf("Start(ceiling %v, floor %v): rate %v", tt.rate, tt.rate, r)
+		}
+		if got := p.Interval(); got != tt.want {
+			t.Errorf("Interval at %v/s = %v, want %v", tt.rate, got, tt.want)
+		}
+	}
+}

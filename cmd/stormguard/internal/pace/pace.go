@@ -91,6 +91,11 @@ func (p *Pacer) Interval() time.Duration {
 	if math.IsInf(p.rate, 1) || p.rate <= 0 {
 		return minTick
 	}
+	if p.rate <= 1 {
+		// A slot of a second or more; and below about 1e-10 calls a
+		// second, a slot's nanoseconds would not fit a Duration.
+		return maxTick
+	}
 	return min(max(time.Duration(float64(time.Second)/p.rate), minTick), maxTick)
 }
 
