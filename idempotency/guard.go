@@ -119,7 +119,8 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     record is stored for replays (without its body, then without its
 //     header, if the store has no room for them: fn must not run again
 //     because its answer was large). A completion the store fails or does
-//     not answer is tried again, with backoff and the lock still renewed,
+//     not answer, or has no room for even without its header, is tried
+//     again, with backoff and the lock still renewed,
 //     until the store takes it or the lock is lost (at most about a lock
 //     timeout): Run returns only then, so during a brief outage of the
 //     store the answer waits for it, and a retry meanwhile is told the

@@ -41,7 +41,11 @@ func (g *Guard) save(l *lease, id store.ID, owner store.Owner, rec store.Record)
 	first := i
 	var spent time.Duration
 	for ; ; i++ {
-		d, err := g.settle(l, "complete", func() error { return g.storeComplete(l.ctx, id, owner, recs[i]) })
+		// The status alone has no smaller record to fall back on: no room
+		// for it is then a failure to try again, as a store that is down
+		// (room may come back while the lock is held).
+		last := i == len(recs)-1
+		d, err := g.settle(l, "complete", last, func() error { return g.storeComplete(l.ctx, id, owner, recs[i]) })
 		spent += d
 		switch {
 		case err == nil:
@@ -55,8 +59,8 @@ func (g *Guard) save(l *lease, id store.ID, owner store.Owner, rec store.Record)
 			return spent, fmt.Errorf("%w: %w", ErrLockLost, err)
 		case !errors.Is(err, store.ErrStoreFull):
 			return spent, err
-		case i == len(recs)-1:
-			g.logID(l.ctx, slog.LevelError, "idempotency: no room in the store even for the status; the key stays locked until the lock timeout", id, err)
+		case last:
+			g.logID(l.ctx, slog.LevelError, "idempotency: no room in the store even for the status until the lock was lost; the key stays locked until the lock timeout", id, err)
 			return spent, fmt.Errorf("idempotency: no room even for the status: %w", err)
 		}
 	}
@@ -69,7 +73,7 @@ func (g *Guard) save(l *lease, id store.ID, owner store.Owner, rec store.Record)
 // until the lock timeout.
 func (g *Guard) drop(l *lease, id store.ID, owner store.Owner, why string) (time.Duration, error) {
 	g.logID(l.ctx, slog.LevelDebug, "idempotency: releasing key", id, nil, "why", why)
-	d, err := g.settle(l, "release", func() error { return g.storeRelease(l.ctx, id, owner) })
+	d, err := g.settle(l, "release", false, func() error { return g.storeRelease(l.ctx, id, owner) })
 	if errors.Is(err, store.ErrStaleOwner) && !errors.Is(err, ErrLockLost) {
 		err = fmt.Errorf("%w: %w", ErrLockLost, err) // the store says the lock is no longer ours, as save reports it
 	}
@@ -79,15 +83,15 @@ func (g *Guard) drop(l *lease, id store.ID, owner store.Owner, why string) (time
 // settle runs try, a store call (named op) that settles a key held under
 // the lease l, and returns the time spent in the store and try's last
 // error. A call that fails otherwise than with store.ErrStaleOwner or
-// store.ErrStoreFull (the store is down, slow, or lost the answer) is tried
-// again after a pause, while l keeps renewing the lock, until it succeeds
+// store.ErrStoreFull (the store is down, slow, or lost the answer; or, with
+// full set, has no room) is tried again after a pause, while l keeps renewing the lock, until it succeeds
 // (a resent call that finds its own work done succeeds), fails so, or l
 // finds the lock lost (then one last try is made: a lease may see its
 // lock vanish because an earlier try, whose answer was lost, did settle
 // the key), or a lock timeout has passed since the first failure (a store
 // that refuses the call that long: the lock then expires, as after a
 // crash). Until then a retry of the request is answered "in progress".
-func (g *Guard) settle(l *lease, op string, try func() error) (time.Duration, error) {
+func (g *Guard) settle(l *lease, op string, full bool, try func() error) (time.Duration, error) {
 	var spent time.Duration
 	var deadline time.Time // set at the first failure
 	pause := min(saveMinPause, g.maxSavePause())
@@ -95,7 +99,7 @@ func (g *Guard) settle(l *lease, op string, try func() error) (time.Duration, er
 		start := g.now()
 		err := try()
 		spent += g.since(start)
-		if err == nil || errors.Is(err, store.ErrStaleOwner) || errors.Is(err, store.ErrStoreFull) {
+		if err == nil || errors.Is(err, store.ErrStaleOwner) || (!full && errors.Is(err, store.ErrStoreFull)) {
 			if err == nil && tries > 1 {
 				g.logID(l.ctx, slog.LevelInfo, "idempotency: store "+op+" done after the store failed", l.id, nil, "tries", tries)
 			}
