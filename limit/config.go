@@ -41,7 +41,10 @@ type Config struct {
 	// burst of calls after an idle spell or at a cold start; one that
 	// accepts less gets
 	// fewer and fewer attempts, about one per 500 ms when it accepts
-	// none. The short history lets healthy traffic through again about
+	// none (a call that waited for a slot longer than the 500 ms history
+	// is judged again when its slot comes: one let through before the
+	// destination stopped accepting does not go at the pace of the
+	// slots). The short history lets healthy traffic through again about
 	// 2.5 s after a recovery at K = 2 (measured at 1,000 and 10,000 calls
 	// per second; 4.4 s at 100,000), later the closer K is to 1, since the
 	// calls it rejects count as requests: about 3.5 s at 1.5, 7.5 s at

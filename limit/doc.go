@@ -94,7 +94,9 @@
 //     again, not 116). If it is not near (the destination's first answers
 //     after the outage are slow), nothing is restored and the limit
 //     regrows by the gradient from the outage's. If the restored limit
-//     meets drops at once, the remembered healthy limit halves.
+//     meets drops at once, the remembered healthy limit halves, below the
+//     initial limit too: a destination that drops a share of every round
+//     trip keeps the limit low, restored to less each time.
 //
 // The gradient family rather than Vegas's additive steps: after an outage
 // or a capacity change the limit must move to the destination's capacity

@@ -220,7 +220,11 @@ func (c *learner) clean(now, mean, b, ref time.Duration, was float64, acquired, 
 		// what the destination took into its first round trip back).
 		c.recovering, c.slow = false, true
 		if near {
-			c.limit = math.Max(c.limit, math.Max(c.healthy, math.Min(initialLimit, c.max)))
+			restore := c.healthy
+			if restore == 0 {
+				restore = math.Min(initialLimit, c.max)
+			}
+			c.limit = math.Max(c.limit, restore)
 			c.restored = true
 			if c.healthy > 0 && !c.healthyUp && c.limit == c.healthy {
 				c.slow, settled = false, true

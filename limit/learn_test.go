@@ -151,6 +151,24 @@ func TestRecoveryRemembersHealthy(t *testing.T) {
 	if got := win(10*time.Millisecond, 8, 0); got != healthy {
 		t.Errorf("limit %v after the second outage's first clean window, want %v (half the memory, doubled)", got, healthy)
 	}
+	// A destination that keeps failing every restore: the memory halves
+	// each time, below the initial limit too (a floor there brought the
+	// limit back to 10, then 20, every few windows of a destination that
+	// drops a share of every round trip).
+	var got []float64
+	for range 10 {
+		outage()
+		got = append(got, win(10*time.Millisecond, 8, 0))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] > got[i-1] {
+			t.Errorf("limits after each restore that met drops at once: %v, want them never higher than the one before", got)
+			break
+		}
+	}
+	if last := got[len(got)-1]; last > 2 {
+		t.Errorf("limits after each restore that met drops at once: %v, want the last at most 2", got)
+	}
 }
 
 // The probe's rate counts completed attempts: while the limit climbs, a

@@ -13,6 +13,7 @@ import (
 const (
 	throttleBucket  = 50 * time.Millisecond
 	throttleBuckets = 10 // 500 ms of history
+	throttleHistory = throttleBucket * throttleBuckets
 )
 
 type throttle struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -127,4 +129,60 @@ func TestThrottleSeeded(t *testing.T) {
 	if !same || !diff {
 		t.Errorf("same seed same decisions: %v; another seed differs: %v", same, diff)
 	}
+}
+
+// TestThrottleJudgesWaitersAgain: calls that arrive faster than the limit
+// lets out, without deadlines, while the destination stops accepting: the
+// ones admitted by the throttle in the first half second of the outage,
+// when its history still held the healthy accepts, wait for slots. A
+// call that waited longer than the throttle's history is judged again at
+// its slot, so the destination that accepts none gets about 2 attempts a
+// second (one per 500 ms of history), not one per slot (200 a second at
+// 5 ms a drop, as it did).
+func TestThrottleJudgesWaitersAgain(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Max: 100000, Throttle: 2})
+		var down atomic.Bool
+		var sent atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // 5000 calls a second, each its own goroutine
+			defer wg.Done()
+			tick := time.NewTicker(200 * time.Microsecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p, err := l.Acquire(context.Background())
+					if err != nil {
+						return
+					}
+					sent.Add(1)
+					time.Sleep(5 * time.Millisecond)
+					l.Release(p, down.Load())
+				}()
+			}
+		}()
+		time.Sleep(2 * time.Second)
+		down.Store(true)
+		time.Sleep(2 * time.Second)
+		s0 := sent.Load()
+		time.Sleep(8 * time.Second)
+		perSec := float64(sent.Load()-s0) / 8
+		down.Store(false)
+		close(stop)
+		wg.Wait()
+		t.Logf("attempts a second to a destination that accepts none, seconds 2-10 of the outage: %.1f", perSec)
+		if perSec > 6 {
+			t.Errorf("%.1f attempts a second to a destination that accepts none, want about 2 (one per 500 ms)", perSec)
+		}
+	})
 }

@@ -31,6 +31,7 @@ type waiter struct {
 	hopeless bool          // the call cannot make its deadline: it fails
 	noToken  bool          // hopeless for want of a token (the rate gate)
 	noTime   bool          // hopeless at its turn: less time left than the latency
+	since    time.Duration // when the call began to wait (with the throttle on only)
 }
 
 // openShare is the share of the slots that calls without a deadline get
@@ -55,6 +56,9 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	}
 	dl, ok := ctx.Deadline()
 	n := &waitq.Waiter[waiter]{Value: waiter{ch: make(chan struct{}, 1)}}
+	if l.throttle != nil {
+		n.Value.since = l.since()
+	}
 	l.mu.Lock()
 	if !ok {
 		if l.fullLocked() {
@@ -159,6 +163,16 @@ func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose <
 		}
 		if n.Deadline() != math.MaxInt64 && l.since() >= n.Deadline() {
 			return Permit{}, l.leave(n, errWaitDeadline)
+		}
+		// The throttle judges again a call that waited longer than its
+		// history at its slot: one that passed it before the destination
+		// stopped accepting would otherwise go at the pace of the slots,
+		// not the throttle's.
+		if l.throttle != nil {
+			if now := l.since(); now-n.Value.since >= throttleHistory && !l.throttle.admit(now) {
+				l.Release(permit(0, permitOK), false)
+				return Permit{}, errThrottled
+			}
 		}
 	case <-tooClose:
 		return Permit{}, l.leave(n, errTooClose)
