@@ -703,3 +703,33 @@ func TestAttackStaleCacheVariantsAndStatuses(t *testing.T) {
 		}
 	}
 }
+
+// RFC 9111 4.1: a Vary-named field absent from a request matches only its
+// absence. A response kept for a request with an empty Accept is not
+// served stale to one without Accept, nor the other way round; to a
+// request like its own it is.
+func TestStaleCacheVaryAbsentIsNotEmpty(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		kept, later   http.Header
+		wantStaleBody bool
+	}{
+		{"empty, then absent", http.Header{"Accept": {""}}, nil, false},
+		{"absent, then empty", nil, http.Header{"Accept": {""}}, false},
+		{"empty, then empty", http.Header{"Accept": {""}}, http.Header{"Accept": {""}}, true},
+		{"absent, then absent", nil, nil, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &scaOrigin{handle: func(r *http.Request) *http.Response {
+				return scaResp(200, http.Header{"Cache-Control": {"max-age=0, stale-if-error=600"}, "Vary": {"Accept"}}, "kept")
+			}}
+			tr := scaTransport(t, o, httpretry.WithStaleCache(1<<20, 0, false))
+			scaGet(t, tr, "GET", "http://api.test/v", tt.kept)
+			o.down.Store(true)
+			resp, b := scaGet(t, tr, "GET", "http://api.test/v", tt.later)
+			if got := b == "kept" && scaStale(resp) != ""; got != tt.wantStaleBody {
+				t.Errorf("kept for Accept %q, asked with %q: body %q, stale %q; want served stale: %v", tt.kept.Values("Accept"), tt.later.Values("Accept"), b, scaStale(resp), tt.wantStaleBody)
+			}
+		})
+	}
+}

@@ -53,7 +53,8 @@ const (
 // holds it until it ends) and is not throttling, the host
 // has not pushed back in the last 5 s (a 429 or a 503, or any failed
 // answer, a 408, 500, 502 or 504, with a positive Retry-After or a don't-retry
-// mark; a longer Retry-After holds for as long), and its recent
+// mark; a longer Retry-After holds for as long; a host that [WithMaxHosts]
+// forgot starts afresh), and its recent
 // median latency is at most 3 times its baseline (a tail caused by overload
 // is not helped by more load). Nor does a hedge go while more of the
 // host's races reached their delay in the last second (counted as the
@@ -83,7 +84,9 @@ const (
 // context, header and deadline); without it, 3 allocations more (4 on a
 // cancelable request context, and 3 more on one no context was derived
 // from yet: its Done channel and its list of children, which the first
-// copy's context is then the first to make). An attempt that ends before the delay
+// copy's context is then the first to make; 5 under [WithTimeout], whose
+// deadline the transport puts on every request's context, however the
+// caller's was made). An attempt that ends before the delay
 // could pass (the request's deadline, or an attempt timeout, comes first)
 // runs no race, and costs what it costs without hedging. Off by default.
 func WithHedging(delay time.Duration, q float64, max int) Option {

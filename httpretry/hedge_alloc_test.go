@@ -40,6 +40,10 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 		// Eligible: a race that the first copy wins before the delay.
 		{"GET, race won by the first copy", http.MethodGet, context.Background(), nil, true, maxRaceAllocs},
 		{"GET on a cancelable context, race won by the first copy", http.MethodGet, cancelable, nil, true, maxRaceAllocsCancelable},
+		// WithTimeout (no attempt timeout) puts its deadline on every
+		// request's context: the race adds 5, whatever the caller's.
+		{"GET under WithTimeout, race won by the first copy", http.MethodGet, context.Background(), []httpretry.Option{httpretry.WithTimeout(2 * time.Hour)}, true, 5},
+		{"GET on a cancelable context under WithTimeout, race won by the first copy", http.MethodGet, cancelable, []httpretry.Option{httpretry.WithTimeout(2 * time.Hour)}, true, 5},
 		// With an attempt timeout every attempt has a context of its own,
 		// a request copy and a body that releases the context, hedging or
 		// not: the race's first copy is that attempt, and adds nothing.

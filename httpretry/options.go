@@ -331,9 +331,10 @@ func WithObserver(o observe.Observer) Option {
 // WithMaxHosts bounds how many destination hosts (URL.Host, lower-cased)
 // the transport keeps a budget and a breaker for; n must be positive. When
 // a new host arrives and the table is full, the host that entered it first
-// is forgotten (its budget and breaker start afresh if it comes back,
-// unless WithGuards supplies them: a fleet hands back the same ones). The
-// default is 1024.
+// is forgotten (its budget, breaker and limiter start afresh if it comes
+// back, unless WithGuards supplies them: a fleet hands back the same ones;
+// so does its hedging state, WithHedging's latency history and push-back,
+// kept in a table of the same bound). The default is 1024.
 func WithMaxHosts(n int) Option {
 	return option(func(c *config) error {
 		if n < 1 {

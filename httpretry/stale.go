@@ -41,7 +41,8 @@ const (
 //
 // What is kept: a response with status 200, 203 or 204 to a GET or HEAD
 // (the methods are kept apart), by URL (and Host) and by the values of the
-// request header fields its Vary names (up to 8 variants per URL). Never
+// request header fields its Vary names (a field the request lacks matches
+// only its absence, not an empty value; up to 8 variants per URL). Never
 // kept: a request with a Range, a request or response with Cache-Control
 // no-store, a response with
 // no-cache, must-revalidate or proxy-revalidate (they forbid serving it
@@ -214,9 +215,14 @@ func (s *staleCache) requestInfo(req *http.Request) (reqInfo, bool) {
 }
 
 // fieldValue is a request's value of a Vary-named field: its lines joined
-// by ", ", each trimmed.
+// by ", ", each trimmed; absentField if the request has none (RFC 9111
+// 4.1: a field absent from one request matches only its absence, not an
+// empty value).
 func fieldValue(h http.Header, name string) string {
 	vs := h.Values(name)
+	if len(vs) == 0 {
+		return absentField
+	}
 	if len(vs) == 1 {
 		return strings.TrimSpace(vs[0])
 	}
@@ -226,6 +232,10 @@ func fieldValue(h http.Header, name string) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// absentField is fieldValue's value of a field the request does not have:
+// a NUL, which no field value sent over HTTP holds.
+const absentField = "\x00"
 
 // matches reports whether e answers a request with credentials cred and
 // header h.
