@@ -145,7 +145,8 @@
 //     own sync), the margin is 2x (slow start). A clean window whose fleet's
 //     demand reached 3/4 of R raises it to the higher of R+√R and
 //     min(2R, 1.5 × demand), within the ceiling: once warm, by at most 8%
-//     of the rate served a window, so a fleet warm at a low demand follows
+//     of the rate served a window (25% in the regains below), so a fleet
+//     warm at a low demand follows
 //     a jump in demand slowly (from 10 to 30 calls a second in about 14
 //     windows; the gates refuse as hopeless the calls that cannot wait). Drops cut R by their
 //     share, to at most 1.1x the rate served (the higher of this
