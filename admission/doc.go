@@ -126,8 +126,13 @@
 //     a few turns; with 5 ms under any queue that had not been empty for
 //     100 ms, 0.5-4% of the originals at 90% load were shed with no
 //     trigger at all, and after a trigger their resends, retries, met an
-//     allowance the backlog had taken (TestNoShedAtNormalLoad: none shed
-//     now).
+//     allowance the backlog had taken (TestNoShedAtNormalLoad, 10 slots
+//     of 20 ms: none shed now). The interval still caps the wait: a server
+//     whose turn is longer than a 25th of it (4 ms at the default
+//     MaxQueueWait: few slots, slow requests) queues past it at 90% load
+//     now and then, and sheds those requests (0.5-2.4% of the originals
+//     measured with 4 slots of 50 ms, 10 of 50 ms exponential and 20 of
+//     200 ms); a larger MaxQueueWait moves the cap.
 //   - A request waits no longer than its caller's deadline; it is then
 //     dropped ([Canceled], don't retry).
 //   - A request whose caller's time left is no more than the last queued

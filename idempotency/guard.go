@@ -124,7 +124,8 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     until the store takes it or the lock is lost (at most about a lock
 //     timeout): Run returns only then, so during a brief outage of the
 //     store the answer waits for it, and a retry meanwhile is told the
-//     request is in progress, never run again. When fn returns !keep, the
+//     request is in progress (or, if the store cannot take its claim
+//     either, that the store is unavailable), never run again. When fn returns !keep, the
 //     key is released so that a retry runs fn again (a release that fails
 //     is tried again the same way, so that a retry is not told "in
 //     progress" until the lock timeout); a lost lock is left to expire,
