@@ -36,7 +36,10 @@ const (
 	// ReplyOmittedMetadata is the header metadata key, with the value "true",
 	// of a replay whose reply message was not kept (it was over the cap,
 	// or the store had no room for it): the call ran, once, but its reply
-	// cannot be sent again, and the replay is a DATA_LOSS status.
+	// cannot be sent again, and the replay is a DATA_LOSS status. For a
+	// call that ended with a stored error code, what was not kept is its
+	// status (message and details): the replay keeps the code, with a
+	// message saying so and no details.
 	ReplyOmittedMetadata = "idempotent-reply-omitted"
 )
 

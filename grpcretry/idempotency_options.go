@@ -161,7 +161,10 @@ const defaultMaxStoredReply = 1 << 20
 // reply still reaches the client, and the call is stored without it: a
 // retry gets DATA_LOSS with [ReplyOmittedMetadata] (the call ran once; its
 // reply cannot be sent again), and the handler does not run again. The
-// same happens when the store has no room for the reply.
+// same happens when the store has no room for the reply. The cap applies
+// to a stored error's status too (its message and details, marshaled): a
+// retry then gets the error's code, a message that says it was not kept,
+// no details, and [ReplyOmittedMetadata].
 func WithMaxStoredReply(n int) IdempotencyOption {
 	return idemOption(func(c *idemConfig) error {
 		if n <= 0 {
