@@ -104,6 +104,17 @@ type Breaker struct {
 	asking atomic.Bool
 	_      [40]byte
 
+	// peakRate and peakAt are the highest rate over the window (calls in
+	// it over their span, float64 bits) that a closed-state failure found
+	// while the window was below the failure ratio, and the bucket number
+	// of that failure: the pace the dependency served before an outage
+	// whose trip comes late (see tripRate).
+	peakRate atomic.Uint64
+	peakAt   atomic.Int64
+	// closedAt is when the breaker last closed (or was built), in
+	// nanoseconds since base; stored with mu held.
+	closedAt atomic.Int64
+
 	// streak is the run of consecutive closed-state failures
 	// (ConsecutiveFailures), tagged with the generation it belongs to:
 	// generation<<32 | count. A success stores 0.
@@ -116,12 +127,11 @@ type Breaker struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	reopens   int           // consecutive trips since the breaker last closed
-	admitted  int           // probes admitted in this half-open generation
-	succeeded int           // probes that succeeded in it
-	rate      float64       // release ceiling for the next close, calls per second
-	closedAt  time.Duration // when the breaker last closed (or was built), since base
-	rel       release       // the release of the waiting calls after a close
+	reopens   int     // consecutive trips since the breaker last closed
+	admitted  int     // probes admitted in this half-open generation
+	succeeded int     // probes that succeeded in it
+	rate      float64 // release ceiling for the next close, calls per second
+	rel       release // the release of the waiting calls after a close
 	// waiters are the calls waiting in Wait, earliest deadline first; its
 	// Max is MaxWaiters, 0 when waiting is off (Wait checks it first).
 	waiters    waitq.List[waiter]
@@ -533,8 +543,9 @@ func (b *Breaker) Trip(retryAfter time.Duration) {
 	w := b.state.Load()
 	switch stateOf(w) {
 	case Closed:
-		calls, _ := b.window(b.bucketOf(now, genOf(w)))
-		b.rate = b.releaseRate(calls, now)
+		e := b.bucketOf(now, genOf(w))
+		calls, _ := b.window(e)
+		b.rate = b.tripRate(calls, now, e)
 		b.reopens = 0
 		b.openLocked(Closed, now, retryAfter)
 	case HalfOpen:

@@ -99,7 +99,12 @@ type Config struct {
 	// since the close) trips the breaker again. It runs until the last
 	// waiting call's release time. 0 means the rate of
 	// calls the breaker saw before it tripped (the pace the dependency
-	// served before the outage), at least Probes per OpenFor; a negative
+	// served before the outage), at least Probes per OpenFor: the calls in
+	// the window over the time they took, or, if higher, the most a
+	// failure found there within the two windows before the trip while the
+	// window was below FailureRatio (an outage that trips the breaker only
+	// once the healthy calls have left the window, a window after it began,
+	// is released at the healthy pace, not at its trickle's); a negative
 	// value releases every waiting call at once. New calls are not held
 	// back while the backlog drains. The release holds one call's credit
 	// from the start: the first waiting call goes within the first slot,

@@ -123,7 +123,7 @@ func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 // the waiting calls, earliest deadline first. It requires mu held.
 func (b *Breaker) closeLocked(from State, now time.Time) {
 	b.reopens = 0
-	b.closedAt = b.since(now)
+	b.closedAt.Store(int64(b.since(now)))
 	b.setLocked(from, Closed)
 	rate := b.rate
 	if rate == 0 { // it never tripped from closed

@@ -722,3 +722,67 @@ func TestReleaseSlowRates(t *testing.T) {
 		})
 	}
 }
+
+// An outage the closed state sees only as a trickle of failures (a
+// concurrency limiter in front holds the other calls back: each bucket
+// holds fewer than MinCalls) trips the breaker once the healthy calls have
+// left the window, a window after the outage began. The release after it
+// is paced by the rate the dependency served before the outage (100 calls
+// a second here), not by the trickle's: the window at the trip holds 20
+// failures over 10 s, and 40 waiters released at 2 per second would take
+// 20 s.
+func TestReleaseRateBeforeALateTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWaitBreaker(t, func(c *breaker.Config) { c.Probes = 1 })
+		for range 1000 { // 10 s at 100 calls a second
+			p, _ := b.Allow()
+			b.Done(p, true)
+			time.Sleep(10 * time.Millisecond)
+		}
+		failed := 0
+		for b.Snapshot().State == breaker.Closed {
+			p, err := b.Allow()
+			if err != nil {
+				t.Fatalf("Allow: %v", err)
+			}
+			b.Done(p, false)
+			failed++
+			time.Sleep(500 * time.Millisecond)
+			if failed > 100 {
+				t.Fatal("still closed after 50 s of failures")
+			}
+		}
+		if failed < 15 {
+			t.Fatalf("tripped after %d failures, want the healthy calls to leave the window first (about 20)", failed)
+		}
+		release := make([]time.Duration, 41)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range release {
+			wg.Go(func() {
+				p, err := b.Wait(context.Background(), time.Minute)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				if p.Probe() {
+					b.Done(p, true) // the probe closes the breaker
+					return
+				}
+				release[i] = time.Since(start)
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		var first, last time.Duration = time.Hour, 0
+		for _, r := range release {
+			if r > 0 {
+				first, last = min(first, r), max(last, r)
+			}
+		}
+		// 40 calls at up to 100/s after a slow start from 25/s: about 1 s.
+		if spread := last - first; spread > 2*time.Second {
+			t.Errorf("40 waiters released over %v, want about 1s (up to 100/s, the rate before the outage)", spread)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -100,12 +101,13 @@ count:
 	calls, failures := b.window(e)
 	if !run && !b.trips(calls, failures, releasing) {
 		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf, false) {
+			b.notePeak(calls, failures, now, e)
 			return
 		}
 	}
 	b.mu.Lock()
 	if b.state.Load() == word(gen, Closed) {
-		b.rate = b.releaseRate(calls, now)
+		b.rate = b.tripRate(calls, now, e)
 		b.reopens = 0
 		b.openLocked(Closed, now, hint)
 	}
@@ -193,13 +195,53 @@ func (b *Breaker) window(cur int64) (calls, failures uint64) {
 
 // releaseRate returns the ceiling, in calls per second, of the release of
 // the waiting calls after the next close, for a trip at now with calls in
-// the window (see [pace.Ceiling]). It requires mu held.
+// the window (see [pace.Ceiling]).
 func (b *Breaker) releaseRate(calls uint64, now time.Time) float64 {
 	// The window holds the calls since the breaker closed, if that is
 	// less than a window ago: divide by the time they took, not by the
 	// whole window.
-	span := min(b.cfg.Window, max(b.since(now)-b.closedAt, b.bucket))
-	return pace.Ceiling(b.cfg.ReleaseRate, calls, span, b.releaseFloor())
+	return pace.Ceiling(b.cfg.ReleaseRate, calls, b.span(now), b.releaseFloor())
+}
+
+// span returns the time the window's calls took at now: the window, or the
+// time since the breaker closed if that is less (at least a bucket).
+func (b *Breaker) span(now time.Time) time.Duration {
+	return min(b.cfg.Window, max(b.since(now)-time.Duration(b.closedAt.Load()), b.bucket))
+}
+
+// notePeak keeps, for a closed-state failure in bucket e at now that did
+// not trip the breaker, the rate over the window (calls over their span)
+// if the window is below the failure ratio and the rate is the highest one
+// kept within the last window (an older one is replaced). Two failures at
+// once may keep the lower of their rates: an estimate.
+func (b *Breaker) notePeak(calls, failures uint64, now time.Time, e int64) {
+	if calls == 0 || float64(failures) >= b.ratio*float64(calls) {
+		return
+	}
+	r := float64(calls) / b.span(now).Seconds()
+	if at := b.peakAt.Load(); at >= e-b.buckets && at <= e && math.Float64frombits(b.peakRate.Load()) >= r {
+		return
+	}
+	b.peakRate.Store(math.Float64bits(r))
+	b.peakAt.Store(e)
+}
+
+// tripRate returns the release ceiling for a trip at now, in bucket e, with
+// calls in the window: [Breaker.releaseRate], or, with ReleaseRate 0, the
+// peak a failure kept within the two windows before (notePeak) if that is
+// higher. An outage the closed state sees as a trickle of failures (a
+// concurrency limiter holds the other calls back, each bucket holds fewer
+// than MinCalls) trips the breaker only once the healthy calls leave the
+// window: the window's rate then is the trickle's, the peak the rate the
+// dependency served before the outage.
+func (b *Breaker) tripRate(calls uint64, now time.Time, e int64) float64 {
+	r := b.releaseRate(calls, now)
+	if b.cfg.ReleaseRate == 0 {
+		if at := b.peakAt.Load(); at >= e-2*b.buckets && at <= e {
+			r = max(r, math.Float64frombits(b.peakRate.Load()))
+		}
+	}
+	return r
 }
 
 // releaseFloor is the least release rate: Probes per OpenFor, the pace of
