@@ -146,6 +146,12 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 				v = recover()
 			}
 			a.panicked(v)
+		} else if a.deciding {
+			var v any
+			if p.observer != nil {
+				v = recover()
+			}
+			a.undecided(v)
 		} else if a.held {
 			a.unsent()
 		}
@@ -332,8 +338,9 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				late = !now.Before(deadline)
 			}
 			if p.observer != nil {
-				g.ended = true // an observer that panics hearing of the end is not told it again
-				p.attemptEnd(actx, attempt, err, started, late)
+				e := p.attemptEndEvent(attempt, err, started, late) // asks the classifier, which may panic: not ended yet
+				g.ended = true                                      // an observer that panics hearing of the end is not told it again
+				p.observer.Observe(actx, e)
 			}
 			if lim != nil {
 				lim.Release(slot, err != nil && p.dropped(ctx, err, attemptExpired || late))
@@ -385,7 +392,7 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		if (attemptExpired && overallOnly) || (hasDL && !now.Before(deadline)) {
 			return p.stop(ctx, Deadline, attempt, err, 0)
 		}
-		if permit.Probe() && hasDL && !isPermanent(err) && (err == errAgain || p.classify(err)) {
+		if permit.Probe() && hasDL && !isPermanent(err) && (err == errAgain || p.classifyFor(g, err)) {
 			// A probe the breaker handed to this call failed: the
 			// breaker is open again and the call goes back to waiting
 			// for it. Probes are the breaker's, a few per round however
@@ -396,7 +403,13 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 		if hasDL {
 			left = deadline.Sub(now)
 		}
+		if g != nil {
+			g.deciding = true // the classifier is asked again: a panic ends the call
+		}
 		sleep, reason, oerr := pl.next(err, left)
+		if g != nil {
+			g.deciding = false
+		}
 		switch reason {
 		case 0:
 		case NotRetryable:
@@ -427,6 +440,19 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 			return p.stop(ctx, ctxReason(ctx), attempt, err, 0)
 		}
 	}
+}
+
+// classifyFor is p.classify for the loop's decision after an attempt
+// whose outcome is reported, with g (if any) told that it decides: a panic
+// of the classifier then ends the call (see attempt.undecided).
+func (p *Policy) classifyFor(g *attempt, err error) bool {
+	if g == nil {
+		return p.classify(err)
+	}
+	g.deciding = true
+	r := p.classify(err)
+	g.deciding = false
+	return r
 }
 
 // dropped reports whether an attempt that ended with err (expired: cut
@@ -478,10 +504,15 @@ func (p *Policy) attemptStart(ctx context.Context, attempt int) (context.Context
 	return ctx, time.Now()
 }
 
-// attemptEnd reports the end of an attempt; late: the call's context had
-// ended when it returned (the breaker gives its permit back, and the
-// classifier is not asked).
+// attemptEnd reports the end of an attempt (see attemptEndEvent).
 func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started time.Time, late bool) {
+	p.observer.Observe(ctx, p.attemptEndEvent(attempt, err, started, late))
+}
+
+// attemptEndEvent returns the event of an attempt's end; late: the call's
+// context had ended when it returned (the breaker gives its permit back,
+// and the classifier is not asked).
+func (p *Policy) attemptEndEvent(attempt int, err error, started time.Time, late bool) observe.Event {
 	e := observe.Event{Kind: observe.AttemptEnd, Name: p.name, Attempt: attempt, Elapsed: time.Since(started), Err: err, Outcome: "success"}
 	switch {
 	case err == nil:
@@ -494,7 +525,7 @@ func (p *Policy) attemptEnd(ctx context.Context, attempt int, err error, started
 	default:
 		e.Outcome = "rejected"
 	}
-	p.observer.Observe(ctx, e)
+	return e
 }
 
 // retrying reports a retry about to happen after attempt failed with err;

@@ -53,6 +53,24 @@ type attempt struct {
 	running bool               // the attempt runs: set before the observer hears of its start, cleared once its outcome is reported
 	held    bool               // permit and slot are held for an attempt not yet sent, while the budget's Deposit runs
 	ended   bool               // the observer was told of the attempt's end (it may have panicked doing so)
+	// deciding: the attempt's outcome is reported and the loop asks the
+	// classifier whether to retry (a panic there ends the call).
+	deciding bool
+}
+
+// undecided ends a call whose classifier panicked with v (nil: it called
+// runtime.Goexit, or no observer recovered the panic) while the loop
+// decided whether to retry, after the attempt's outcome was reported: the
+// observer hears of the call's end (a GiveUp with Reason "panic", so that
+// its span ends), and the panic goes on with v.
+func (a *attempt) undecided(v any) {
+	p := a.p
+	if p.observer != nil {
+		p.observer.Observe(a.ctx, observe.Event{Kind: observe.GiveUp, Name: p.name, Attempt: a.n, Reason: "panic", Err: &panicError{value: v}})
+	}
+	if v != nil {
+		panic(v)
+	}
 }
 
 // unsent gives back the permit and the slot of an attempt that was never

@@ -134,3 +134,69 @@ func TestGoexitEndsAttemptAndCall(t *testing.T) {
 		t.Errorf("events %+v, want start, end (failure) and give-up (panic, Goexit)", evs)
 	}
 }
+
+// TestClassifierPanicEndsAttemptAndCall: a classifier that panics (or calls
+// runtime.Goexit) ends the call as an operation's panic does, whether it
+// panics as the attempt's end is reported (the first time it is asked) or
+// as the loop decides whether to retry (a later time for the same
+// attempt): the observer hears the attempt's end once and a GiveUp with
+// Reason "panic", and the panic goes on. The first once left the attempt
+// without its end (a span never ended); the later one, the call without
+// its GiveUp.
+func TestClassifierPanicEndsAttemptAndCall(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		panicAt int // the classifier call that panics
+		goexit  bool
+	}{
+		{"at the attempt's end", 1, false},
+		{"at the retry's decision", 2, false},
+		{"Goexit at the attempt's end", 1, true},
+		{"Goexit at the retry's decision", 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var ev events
+			calls := 0
+			p := mustNew(t, retry.WithObserver(ev.observer()), retry.WithClassifier(func(error) bool {
+				calls++
+				if calls == tt.panicAt {
+					if tt.goexit {
+						runtime.Goexit()
+					}
+					panic("classifier")
+				}
+				return true
+			}))
+			done := make(chan any, 1)
+			go func() {
+				var v any = "exited"
+				defer func() { done <- v }()
+				v = doRecover(p, context.Background(), func(context.Context, int) error { return err503 })
+			}()
+			v := <-done
+			if want := any("classifier"); tt.goexit {
+				if v != "exited" {
+					t.Errorf("Do with a classifier calling Goexit: %v, want the goroutine to exit", v)
+				}
+			} else if v != want {
+				t.Errorf("Do panicked with %v, want %v", v, want)
+			}
+			var kinds []string
+			ends := 0
+			for _, e := range ev.take() {
+				k := string(e.Kind)
+				if e.Kind == observe.AttemptEnd {
+					ends++
+					k += ":" + e.Outcome
+				}
+				if e.Kind == observe.GiveUp {
+					k += ":" + e.Reason
+				}
+				kinds = append(kinds, k)
+			}
+			if n := len(kinds); n < 3 || ends != 1 || kinds[n-1] != "give-up:panic" || kinds[n-2] != "attempt-end:failure" {
+				t.Errorf("events %v, want the attempt's end once (failure), then GiveUp panic", kinds)
+			}
+		})
+	}
+}

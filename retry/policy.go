@@ -295,8 +295,10 @@ func WithClassifier(classify func(error) bool) Option {
 // runs or while its outcome is reported ends the attempt as a panic of the
 // operation does (a failure for the breaker, a drop for the limiter, the
 // attempt's end reported once, a GiveUp with Reason "panic"), and the
-// panic goes on; one that panics hearing of a wait behind the breaker
-// gives back the permit the wait ended with.
+// panic goes on; a classifier that panics as the loop decides whether to
+// retry, after the attempt's outcome was reported, ends the call the same
+// way (a GiveUp with Reason "panic"); an observer that panics hearing of a
+// wait behind the breaker gives back the permit the wait ended with.
 func WithObserver(o observe.Observer) Option {
 	return option(func(p *config) error {
 		p.observer = o
