@@ -71,7 +71,7 @@ func (r *MetaResult) write(w io.Writer, wide bool) error {
 			fmt.Fprintf(bw, "%-*s %7s %7s %9s %6s %7.2fx %7s %9s %7s", name, p.Policy.Name, pct(ph.Before), pct(ph.During),
 				pct(ph.After10), pct(ph.Rest), ph.AfterAttempts, pct(ph.Wasted), recoveredText(ph), pct(ph.Served))
 			if wide {
-				fmt.Fprintf(bw, " %8s %7.1fs %6.2fx %8d %8d %8d", pct(p.Goodput), p.P99.Seconds(), p.OutageAmplification,
+				fmt.Fprintf(bw, " %8s %8s %6.2fx %8d %8d %8d", pct(p.Goodput), p99Text(p.Succeeded, p.P99), p.OutageAmplification,
 					p.Shed, p.TimedOut, p.LimitRefused)
 			}
 			fmt.Fprintln(bw)

@@ -188,14 +188,14 @@ func (r *OutageResult) WriteText(w io.Writer) error {
 		if p.Recovered {
 			rec = fmt.Sprintf("+%v", p.RecoverAfter)
 		}
-		fmt.Fprintf(bw, "%-*s %9d %12.2fx %9.2fx %7.1f%% %9.1f%% %7.1f%% %7.1fs %10s\n", name, p.Policy.Name, p.Peak,
-			p.Amplification, p.OutageAmplification, 100*p.Goodput, 100*p.OutageGoodput, 100*p.AfterGoodput, p.P99.Seconds(), rec)
+		fmt.Fprintf(bw, "%-*s %9d %12.2fx %9.2fx %7.1f%% %9.1f%% %7.1f%% %8s %10s\n", name, p.Policy.Name, p.Peak,
+			p.Amplification, p.OutageAmplification, 100*p.Goodput, 100*p.OutageGoodput, 100*p.AfterGoodput, p99Text(p.Succeeded, p.P99), rec)
 	}
 	fmt.Fprintf(bw, "\n%s\nspan of %v (window-aligned, to the horizon) at least %g%% of the requests made in it succeed\n", strings.TrimSpace(`
 peak/win: most attempts at the provider in one window; attempts/off: attempts per original request
 over the horizon; in outage: the same during the trigger; goodput: original requests that succeeded;
 outage gp: goodput of the requests made during the trigger; after: goodput of requests made after it;
-p99: 99th percentile of the time to success; recovered: time after the trigger from which, in every`), c.RecoveryWindow, 100*c.RecoveryRatio)
+p99: 99th percentile of the time to success ("-": none succeeded); recovered: time after the trigger from which, in every`), c.RecoveryWindow, 100*c.RecoveryRatio)
 	fmt.Fprintf(bw, "\n%s\n", strings.TrimSpace(`
 rows: fixed-1s retries every 1 s (a naive loop); exponential, full: backoff without, with jitter;
 +budget, +breaker, +retry-after: each client's own retry budget, circuit breaker and the provider's
@@ -241,4 +241,13 @@ func (r *OutageResult) WriteLoad(w io.Writer, every time.Duration) error {
 		fmt.Fprintln(bw)
 	}
 	return bw.Flush()
+}
+
+// p99Text is the p99 column's cell: the time in seconds, or "-" when no
+// request succeeded (there is no time to success to rank).
+func p99Text(succeeded int, p99 time.Duration) string {
+	if succeeded == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fs", p99.Seconds())
 }

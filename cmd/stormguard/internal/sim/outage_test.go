@@ -313,3 +313,33 @@ func TestOutageWriteLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTextP99WithoutSuccess: a policy none of whose requests succeeded
+// has no time to success to rank: its p99 cell says "-", not "0.0s" (which
+// reads as every request served at once).
+func TestWriteTextP99WithoutSuccess(t *testing.T) {
+	r := &sim.OutageResult{Policies: []sim.OutagePolicyResult{
+		{Policy: sim.OutagePolicy{Name: "none"}, Offered: 10},
+		{Policy: sim.OutagePolicy{Name: "some"}, Offered: 10, Succeeded: 1, P99: 1500 * time.Millisecond},
+	}}
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 {
+			continue
+		}
+		switch f[0] {
+		case "none":
+			if f[7] != "-" {
+				t.Errorf("p99 of a policy with no success: %q, want \"-\" (%q)", f[7], line)
+			}
+		case "some":
+			if f[7] != "1.5s" {
+				t.Errorf("p99 of a policy with a success: %q, want \"1.5s\" (%q)", f[7], line)
+			}
+		}
+	}
+}
