@@ -94,6 +94,8 @@ type Fleet struct {
 	ctx                  context.Context
 	cancel               context.CancelFunc
 	kick, stop, loopDone chan struct{}
+	later                chan struct{}  // a failure asks for a sync a tenth of an interval after the last
+	syncedAt             atomic.Int64   // when the last sync collected the counts (since base, ns)
 	listenDone           chan struct{}  // closed when listen returns (nil: no listener)
 	news                 atomic.Int64   // openings heard on the channel that tripped a breaker (for the tests)
 	newest               atomic.Int64   // the server's time of the newest reply (µs; 0: none yet)
@@ -143,6 +145,7 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	f.mode.Store(uint32(ModeFleet))
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.kick, f.stop, f.loopDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	f.later = make(chan struct{}, 1)
 	f.sync(false)
 	go f.loop()
 	if sub, ok := be.(subscriber); ok {

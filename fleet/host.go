@@ -384,11 +384,14 @@ func (h *host) expire(now int64, all bool) {
 // waiting for it): a dependency that starts failing is news the fleet needs
 // before the next interval, so that it trips while the calls that failed
 // can still wait for its breaker. It asks on the first failure after a
-// sync that carried none, and again while failures are at least half of
-// the outcomes not yet sent and a tenth of SyncEvery has passed since the
-// last sync: at most one sync per failure and ten per interval, only while
-// this process's closed breaker sees a majority of failures (once the
-// breakers open, there are no closed-state outcomes).
+// sync that carried none, and again while failures (two or more) are at
+// least half of the outcomes not yet sent: at once if a tenth of
+// SyncEvery has passed since the last sync, else a tenth after it (a
+// burst of failures shorter than a tenth, then quiet, is sent then, not
+// at the next interval): at most one sync per failure and about ten per
+// interval, only while this
+// process's closed breaker sees a majority of failures (once the breakers
+// open, there are no closed-state outcomes).
 func (h *host) Outcome(success bool) {
 	if success {
 		h.outcomes.Add(1)
@@ -399,8 +402,8 @@ func (h *host) Outcome(success bool) {
 	switch {
 	case failures == 1 && h.clean.Load():
 		h.f.kickSync()
-	case failures >= successes && h.f.since()-h.sentAt.Load() >= int64(h.f.cfg.SyncEvery/10):
-		h.f.kickSync()
+	case failures >= 2 && failures >= successes:
+		h.f.kickLater() // at once if a tenth has passed: the loop times it
 	}
 }
 

@@ -212,8 +212,8 @@ func TestBucketTripsFleet(t *testing.T) {
 }
 
 // TestFirstFailureSyncsAtOnce: the first failure after a sync that carried
-// none is sent at once, not at the next interval; the failures after it
-// wait for the interval.
+// none is sent at once, not at the next interval; the failures right after
+// it wait for a tenth of the interval (TestFailureBurstSyncsWithinATenth).
 func TestFirstFailureSyncsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := newModelBackend()
@@ -245,6 +245,47 @@ func TestFirstFailureSyncsAtOnce(t *testing.T) {
 		synctest.Wait()
 		if got := be.mode('s'); got != syncs+1 {
 			t.Errorf("%d syncs after more failures within the interval, want still %d", got, syncs+1)
+		}
+	})
+}
+
+// TestFailureBurstSyncsWithinATenth: a burst of failures shorter than a
+// tenth of an interval, then quiet (a dependency that fails the calls in
+// flight at once, the others waiting for the breaker), is sent a tenth of
+// an interval after the first failure's sync, not at the next interval:
+// the fleet's window holds all of them within about 100 ms of SyncEvery
+// 1 s. Before, only the first failure's sync was sent early; the burst
+// waited for the interval.
+func TestFailureBurstSyncsWithinATenth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := newModelBackend()
+		const every = time.Second
+		f := mustNew(t, be, Config{Name: "fb", SyncEvery: every, Breaker: breaker.Config{MinCalls: 1000}})
+		b, _ := f.hostBreaker("api")
+		for range 10 {
+			p, _ := b.Allow()
+			b.Done(p, true)
+		}
+		time.Sleep(every + every/2) // one sync of successes, half an interval more
+		synctest.Wait()
+		start := time.Now()
+		for range 15 { // 15 failures in 60 ms
+			p, _ := b.Allow()
+			b.Done(p, false)
+			time.Sleep(4 * time.Millisecond)
+		}
+		for {
+			if hs, _ := f.hostStats("api"); hs.Failures == 15 {
+				break
+			}
+			if time.Since(start) > every {
+				hs, _ := f.hostStats("api")
+				t.Fatalf("fleet window holds %d of the burst's 15 failures after %v", hs.Failures, time.Since(start))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if d := time.Since(start); d > 150*time.Millisecond {
+			t.Errorf("the burst's 15 failures reached the fleet after %v, want within a tenth of the interval after the first's sync (~100 ms)", d)
 		}
 	})
 }

@@ -119,17 +119,39 @@ func (f *Fleet) eval(ctx context.Context, keys, args []string) (v []int64, err e
 	return f.be.eval(ctx, keys, args)
 }
 
-// loop syncs every SyncEvery, and at once when kicked, until Close.
+// loop syncs every SyncEvery, at once when kicked, and a tenth of
+// SyncEvery after the last sync when asked for one later (kickLater), until
+// Close.
 func (f *Fleet) loop() {
 	defer close(f.loopDone)
 	t := time.NewTicker(f.cfg.SyncEvery)
 	defer t.Stop()
+	tenth := f.cfg.SyncEvery / 10
+	soon := time.NewTimer(tenth)
+	soon.Stop()
+	defer soon.Stop()
+	var soonC <-chan time.Time // soon's channel while it is armed
+	arm := func() {
+		soon.Reset(max(tenth-time.Duration(f.since()-f.syncedAt.Load()), 0))
+		soonC = soon.C
+	}
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-t.C:
 		case <-f.kick:
+		case <-f.later:
+			if soonC == nil {
+				arm()
+			}
+			continue
+		case <-soonC:
+			soonC = nil
+			if time.Duration(f.since()-f.syncedAt.Load()) < tenth {
+				arm() // a sync came meanwhile: a tenth after it
+				continue
+			}
 		}
 		f.sync(false)
 	}
@@ -139,6 +161,15 @@ func (f *Fleet) loop() {
 func (f *Fleet) kickSync() {
 	select {
 	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kickLater asks the loop for a sync a tenth of SyncEvery after the last
+// one (at once if that has passed).
+func (f *Fleet) kickLater() {
+	select {
+	case f.later <- struct{}{}:
 	default:
 	}
 }
@@ -164,6 +195,7 @@ func (f *Fleet) sync(final bool) error {
 	args := f.set.args("s", 0)
 	batch := make([]syncHost, len(hosts))
 	now := f.since()
+	f.syncedAt.Store(now)
 	for i, h := range hosts {
 		keys[i] = h.key
 		batch[i] = h.collect(now, final)
