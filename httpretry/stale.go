@@ -23,6 +23,10 @@ const (
 	maxVariants = 8
 )
 
+// stalePrealloc is the most of a kept body's Content-Length allocated
+// before it is read (bytes).
+const stalePrealloc = 32 << 10
+
 // WithStaleCache keeps the last good response of cacheable GET and HEAD
 // requests, up to maxBytes in all, and serves it when the transport gives up
 // on such a request: stale-if-error (RFC 5861) for a client. The cached
@@ -92,8 +96,9 @@ const (
 // maxBytes must be positive and maxStale not negative. Each transport
 // built with the option has a cache of its own. The cache is safe for
 // concurrent use, holds a lock only to look up, store and evict, and runs
-// no goroutine; a response whose body is being read holds its copy (up to
-// its Content-Length, preallocated) until it is stored or given up. Off by
+// no goroutine; a response whose body is being read holds its copy of what
+// was read (32 KiB of it preallocated if its Content-Length says it is that
+// long, grown as it is read) until it is stored or given up. Off by
 // default.
 func WithStaleCache(maxBytes int64, maxStale time.Duration, withCredentials bool) Option {
 	return option(func(c *config) error {
@@ -310,7 +315,7 @@ func (s *staleCache) keep(req *http.Request, resp *http.Response) *http.Response
 	}
 	k := &keeper{s: s, key: ri.key, e: e, room: room, length: resp.ContentLength}
 	if resp.ContentLength > 0 {
-		k.buf = make([]byte, 0, resp.ContentLength)
+		k.buf = make([]byte, 0, min(resp.ContentLength, stalePrealloc))
 	}
 	s.mu.Lock()
 	s.supersedeLocked(ri.key, e.answers(ri))

@@ -113,3 +113,45 @@ func FuzzCacheControl(f *testing.F) {
 		}
 	})
 }
+
+// TestStaleKeptBodyFollowsWhatWasRead: a response that announces a 1 MiB
+// body holds, while its body is read, a copy of what was read (32 KiB
+// preallocated, grown by doubling), not 1 MiB from the start: a server that
+// announces a large body and stalls costs no more than it sent, for every
+// request that reads it. The body kept in the end has exactly its length.
+func TestStaleKeptBodyFollowsWhatWasRead(t *testing.T) {
+	const length = 1 << 20
+	s := newStaleCache(&staleConfig{maxBytes: 4 << 20})
+	req, _ := http.NewRequest("GET", "http://origin.test/big", nil)
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Cache-Control": {"max-age=60"}},
+		ContentLength: length, Body: io.NopCloser(strings.NewReader(strings.Repeat("b", length)))}
+	resp = s.keep(req, resp)
+	k := resp.Body.(*body).keep
+	if c := cap(k.buf); c > stalePrealloc {
+		t.Fatalf("before the body is read its copy holds %d bytes, want at most %d", c, stalePrealloc)
+	}
+	chunk := make([]byte, 10<<10)
+	read := 0
+	for read < 100<<10 {
+		n, err := resp.Body.Read(chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += n
+	}
+	if c := cap(k.buf); c > 2*read+stalePrealloc {
+		t.Errorf("after %d bytes read the copy holds %d bytes, want it to follow what was read", read, c)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	ri, _ := s.requestInfo(req)
+	g := s.groups[ri.key]
+	if g == nil || len(g.entries) != 1 {
+		t.Fatal("the 1 MiB response is not kept")
+	}
+	if b := g.entries[0].body; len(b) != length || cap(b) != length {
+		t.Errorf("kept body: %d bytes in %d, want %d in exactly that", len(b), cap(b), length)
+	}
+}

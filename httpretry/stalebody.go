@@ -34,6 +34,14 @@ func (k *keeper) read(p []byte, err error) {
 		k.giveUp() // larger than the cache may hold: passed through, not kept
 		return
 	}
+	if need := len(k.buf) + len(p); need > cap(k.buf) && k.length > 0 {
+		// Grow by doubling, to the Content-Length at most: memory follows
+		// what was read (a server that announces a large body and stalls
+		// holds no more than it sent), and a body that says its length
+		// ends with no spare capacity.
+		n := int(min(max(int64(2*cap(k.buf)), int64(need)), max(k.length, int64(need))))
+		k.buf = append(make([]byte, 0, n), k.buf...)
+	}
 	k.buf = append(k.buf, p...)
 	switch {
 	case err == io.EOF, err == nil && k.length >= 0 && int64(len(k.buf)) == k.length:
