@@ -104,13 +104,12 @@ type Breaker struct {
 	asking atomic.Bool
 	_      [40]byte
 
-	// peakRate and peakAt are the highest rate over the window (calls in
-	// it over their span, float64 bits) that a closed-state failure found
-	// while the window was below the failure ratio, and the bucket number
-	// of that failure: the pace the dependency served before an outage
-	// whose trip comes late (see tripRate).
-	peakRate atomic.Uint64
-	peakAt   atomic.Int64
+	// peaks are, for the last two window-aligned periods (by period mod
+	// 2), the highest rate over the window (calls in it over their span)
+	// that a closed-state failure found while the window was below the
+	// failure ratio: the pace the dependency served before an outage
+	// whose trip comes late (see notePeak, tripRate).
+	peaks [2]atomic.Uint64
 	// closedAt is when the breaker last closed (or was built), in
 	// nanoseconds since base; stored with mu held.
 	closedAt atomic.Int64
@@ -544,8 +543,8 @@ func (b *Breaker) Trip(retryAfter time.Duration) {
 	switch stateOf(w) {
 	case Closed:
 		e := b.bucketOf(now, genOf(w))
-		calls, _ := b.window(e)
-		b.rate = b.tripRate(calls, now, e)
+		calls, _, first := b.windowFrom(e)
+		b.rate = b.tripRate(calls, now, e, first)
 		b.reopens = 0
 		b.openLocked(Closed, now, retryAfter)
 	case HalfOpen:

@@ -100,11 +100,16 @@ type Config struct {
 	// waiting call's release time. 0 means the rate of
 	// calls the breaker saw before it tripped (the pace the dependency
 	// served before the outage), at least Probes per OpenFor: the calls in
-	// the window over the time they took, or, if higher, the most a
-	// failure found there within the two windows before the trip while the
-	// window was below FailureRatio (an outage that trips the breaker only
-	// once the healthy calls have left the window, a window after it began,
-	// is released at the healthy pace, not at its trickle's); a negative
+	// the window over the time they took (from the start of the oldest
+	// bucket holding any, or from the last close if later, to the trip; at
+	// least 100 ms or the window if shorter), or, if higher, the most a
+	// failure found that way while the window was below FailureRatio, in
+	// the two to three windows before the trip (window-aligned: an outage
+	// that trips the breaker only once the healthy calls have left the
+	// window, a window after it began, is released at the healthy pace, not
+	// at its trickle's), or, for a trip less than a window after a close,
+	// the trip before's pace (a dependency that fails again as its backlog
+	// is released is released at the same pace the next time); a negative
 	// value releases every waiting call at once. New calls are not held
 	// back while the backlog drains. The release holds one call's credit
 	// from the start: the first waiting call goes within the first slot,

@@ -3,6 +3,7 @@ package breaker
 import (
 	"time"
 
+	"github.com/stormguard/stormguard/internal/pace"
 	"github.com/stormguard/stormguard/internal/sat"
 	"github.com/stormguard/stormguard/internal/waitq"
 )
@@ -127,7 +128,7 @@ func (b *Breaker) closeLocked(from State, now time.Time) {
 	b.setLocked(from, Closed)
 	rate := b.rate
 	if rate == 0 { // it never tripped from closed
-		rate = b.releaseRate(0, now)
+		rate = pace.Ceiling(b.cfg.ReleaseRate, 0, b.cfg.Window, b.releaseFloor())
 	}
 	b.startReleaseLocked(now, rate)
 }

@@ -98,16 +98,16 @@ count:
 		b.rel.slowDown(b.since(now), gen)
 		b.mu.Unlock()
 	}
-	calls, failures := b.window(e)
+	calls, failures, first := b.windowFrom(e)
 	if !run && !b.trips(calls, failures, releasing) {
 		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf, false) {
-			b.notePeak(calls, failures, now, e)
+			b.notePeak(calls, failures, now, e, first)
 			return
 		}
 	}
 	b.mu.Lock()
 	if b.state.Load() == word(gen, Closed) {
-		b.rate = b.tripRate(calls, now, e)
+		b.rate = b.tripRate(calls, now, e, first)
 		b.reopens = 0
 		b.openLocked(Closed, now, hint)
 	}
@@ -176,9 +176,18 @@ func (b *Breaker) bucketCounts(e int64) (calls, failures uint64) {
 
 // window returns the calls and failures in the window ending in bucket cur.
 func (b *Breaker) window(cur int64) (calls, failures uint64) {
+	calls, failures, _ = b.windowFrom(cur)
+	return calls, failures
+}
+
+// windowFrom returns the calls and failures in the window ending in bucket
+// cur, and the number of the oldest bucket holding any (cur if none).
+func (b *Breaker) windowFrom(cur int64) (calls, failures uint64, first int64) {
+	first = cur
 	e := cur - b.buckets + 1
 	for i := b.index(e); e <= cur; e++ {
 		c, tag := &b.counts[i], tagged.Tag(e)
+		before := calls
 		if t, n := tagged.Unpack(c.succ.Load()); t == tag {
 			calls += n
 		}
@@ -186,60 +195,105 @@ func (b *Breaker) window(cur int64) (calls, failures uint64) {
 			calls += n
 			failures += n
 		}
+		if before == 0 && calls > 0 {
+			first = e
+		}
 		if i++; i == int64(len(b.counts)) {
 			i = 0
 		}
 	}
-	return calls, failures
+	return calls, failures, first
 }
+
+// minSpan is the least time the window's calls are taken to have taken,
+// for their rate (at most the window).
+const minSpan = 100 * time.Millisecond
 
 // releaseRate returns the ceiling, in calls per second, of the release of
-// the waiting calls after the next close, for a trip at now with calls in
-// the window (see [pace.Ceiling]).
-func (b *Breaker) releaseRate(calls uint64, now time.Time) float64 {
-	// The window holds the calls since the breaker closed, if that is
-	// less than a window ago: divide by the time they took, not by the
-	// whole window.
-	return pace.Ceiling(b.cfg.ReleaseRate, calls, b.span(now), b.releaseFloor())
+// the waiting calls after the next close, for a trip at now, in bucket e,
+// with calls in the window from bucket first on (see [pace.Ceiling]).
+func (b *Breaker) releaseRate(calls uint64, now time.Time, e, first int64) float64 {
+	return pace.Ceiling(b.cfg.ReleaseRate, calls, b.span(now, e, first), b.releaseFloor())
 }
 
-// span returns the time the window's calls took at now: the window, or the
-// time since the breaker closed if that is less (at least a bucket).
-func (b *Breaker) span(now time.Time) time.Duration {
-	return min(b.cfg.Window, max(b.since(now)-time.Duration(b.closedAt.Load()), b.bucket))
+// span returns the time the window's calls took at now, in bucket e, the
+// oldest of them in bucket first: from that bucket's start, or from the
+// breaker's last close if later, to now; at least minSpan (or the window,
+// if shorter), at most the window.
+func (b *Breaker) span(now time.Time, e, first int64) time.Duration {
+	d := b.since(now)
+	in := d % b.bucket
+	if in < 0 {
+		in += b.bucket
+	}
+	span := time.Duration(e-first)*b.bucket + in
+	span = min(span, d-time.Duration(b.closedAt.Load()))
+	return min(b.cfg.Window, max(span, minSpan))
 }
 
-// notePeak keeps, for a closed-state failure in bucket e at now that did
-// not trip the breaker, the rate over the window (calls over their span)
-// if the window is below the failure ratio and the rate is the highest one
-// kept within the last window (an older one is replaced). Two failures at
-// once may keep the lower of their rates: an estimate.
-func (b *Breaker) notePeak(calls, failures uint64, now time.Time, e int64) {
+// notePeak keeps, for a closed-state failure at now in bucket e that did
+// not trip the breaker (the window's calls from bucket first on), the rate
+// over the window (calls over their span) if the window is below the
+// failure ratio: the highest such rate of each window-aligned period, two
+// periods kept. Two failures at once may keep the lower of their rates:
+// an estimate.
+func (b *Breaker) notePeak(calls, failures uint64, now time.Time, e, first int64) {
 	if calls == 0 || float64(failures) >= b.ratio*float64(calls) {
 		return
 	}
-	r := float64(calls) / b.span(now).Seconds()
-	if at := b.peakAt.Load(); at >= e-b.buckets && at <= e && math.Float64frombits(b.peakRate.Load()) >= r {
-		return
+	r := float32(float64(calls) / b.span(now, e, first).Seconds())
+	ep := uint32(b.period(e))
+	slot := &b.peaks[ep&1]
+	for {
+		old := slot.Load()
+		if oep, orate := peakOf(old); oep == ep && orate >= r {
+			return
+		}
+		if slot.CompareAndSwap(old, uint64(math.Float32bits(r))<<32|uint64(ep)) {
+			return
+		}
 	}
-	b.peakRate.Store(math.Float64bits(r))
-	b.peakAt.Store(e)
+}
+
+// peakOf unpacks a kept peak: its period (low 32 bits) and its rate, calls
+// per second (a float32's bits, high 32).
+func peakOf(v uint64) (period uint32, rate float32) {
+	return uint32(v), math.Float32frombits(uint32(v >> 32))
+}
+
+// period returns the window-aligned period of bucket e.
+func (b *Breaker) period(e int64) int64 {
+	p := e / b.buckets
+	if e < 0 && e%b.buckets != 0 {
+		p-- // floor
+	}
+	return p
 }
 
 // tripRate returns the release ceiling for a trip at now, in bucket e, with
-// calls in the window: [Breaker.releaseRate], or, with ReleaseRate 0, the
-// peak a failure kept within the two windows before (notePeak) if that is
-// higher. An outage the closed state sees as a trickle of failures (a
-// concurrency limiter holds the other calls back, each bucket holds fewer
-// than MinCalls) trips the breaker only once the healthy calls leave the
-// window: the window's rate then is the trickle's, the peak the rate the
-// dependency served before the outage.
-func (b *Breaker) tripRate(calls uint64, now time.Time, e int64) float64 {
-	r := b.releaseRate(calls, now)
-	if b.cfg.ReleaseRate == 0 {
-		if at := b.peakAt.Load(); at >= e-2*b.buckets && at <= e {
-			r = max(r, math.Float64frombits(b.peakRate.Load()))
+// calls in the window from bucket first on: [Breaker.releaseRate], or, with
+// ReleaseRate 0, if higher, the peak a failure kept in this period or the
+// two before (notePeak), and the ceiling of the trip before if the breaker
+// closed less than a window ago. An outage the closed state sees as a
+// trickle of failures (a concurrency limiter holds the other calls back,
+// each bucket holds fewer than MinCalls) trips the breaker only once the
+// healthy calls leave the window: the window's rate then is the trickle's,
+// the peak the rate the dependency served before the outage. A trip soon
+// after a close (a dependency that fails again as its backlog is released)
+// finds only the calls since the close in the window. It requires mu held.
+func (b *Breaker) tripRate(calls uint64, now time.Time, e, first int64) float64 {
+	r := b.releaseRate(calls, now, e, first)
+	if b.cfg.ReleaseRate != 0 {
+		return r
+	}
+	ep := uint32(b.period(e))
+	for i := range b.peaks {
+		if pp, pr := peakOf(b.peaks[i].Load()); ep-pp <= 2 {
+			r = max(r, float64(pr))
 		}
+	}
+	if b.since(now)-time.Duration(b.closedAt.Load()) < b.cfg.Window {
+		r = max(r, b.rate)
 	}
 	return r
 }
