@@ -511,6 +511,12 @@ func (b *baseline) rotate(now time.Duration) {
 	cur := b.cur
 	healthy := cur.n > 0 && float64(cur.drops) <= incidentDrops*float64(cur.attempts) &&
 		(b.value == 0 || float64(cur.min) <= incidentRatio*float64(b.value))
+	if b.incident && now > b.end {
+		// No traffic from the bucket's end to now: an idle spell is not
+		// incident time (an incident the traffic comes back to goes on
+		// counting from where it stopped).
+		b.since += now - b.end
+	}
 	switch {
 	case healthy:
 		b.push(cur.min)
