@@ -147,7 +147,9 @@
 // without a deadline: deadline calls that keep coming cannot starve it,
 // and it takes at most an eighth of the slots from them. A waiting call
 // holds no lock and starts no goroutine (one timer, for a call with a
-// deadline once a latency is known). Calls that cannot make their
+// deadline once a latency is known), and joins the list in O(log n) steps
+// whatever its deadline (a short one behind 100,000 long ones included).
+// Calls that cannot make their
 // deadline fail fast with [ErrLimited] and the reason, not at their
 // deadline: at once when more calls with a deadline wait ahead than twice
 // the limit's measured rate serves before the deadline (behind more than

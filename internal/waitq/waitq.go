@@ -21,6 +21,7 @@
 package waitq
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/stormguard/stormguard/internal/sat"
@@ -37,7 +38,21 @@ type List[T any] struct {
 
 	head, tail *Waiter[T]
 	n          int
+	// Express lanes (a skip list over the list): level i (1 to levels-1)
+	// links, in order, the waiters of more than i levels, about one in
+	// 4^i, so that Push finds its place in O(log n) steps whatever the
+	// order of deadlines (a call with a short timeout behind 100,000 with
+	// long ones walked past every one of them, under its owner's lock).
+	heads, tails [levels]*Waiter[T] // index 0 unused: level 0 is head, tail
+	pushes       uint64             // Push calls: the seed of a waiter's level
 }
+
+// levels is the most levels a waiter links at (level 0, the list itself,
+// and levels-1 express lanes): enough for 4^11 (about 4 million) waiters.
+const levels = 12
+
+// lane is a waiter's links at an express level.
+type lane[T any] struct{ prev, next *Waiter[T] }
 
 // Waiter is one waiting call in a [List]. Value holds the owner's data
 // about the call; the rest is the list's.
@@ -47,6 +62,7 @@ type Waiter[T any] struct {
 	deadline   time.Duration
 	prev, next *Waiter[T]
 	list       *List[T]
+	up         []lane[T] // links at levels 1 to len(up): one in four waiters has any
 }
 
 // Deadline returns the time (since the owner's origin) at which now+wait
@@ -92,32 +108,94 @@ func (w *Waiter[T]) Waiting() bool { return w.list != nil }
 
 // Push adds w, with deadline, after the waiters whose deadline is the same
 // or earlier, and reports whether it did: it refuses w when the list is
-// full or w is in a list already. Deadlines mostly grow with arrival, so
-// the search from the back is short.
+// full or w is in a list already. A deadline at or after the last one is
+// added at the back in O(1) express steps; any other is placed in
+// O(log n) (the express lanes).
 func (l *List[T]) Push(w *Waiter[T], deadline time.Duration) bool {
 	if w.list != nil || l.Full() {
 		return false
 	}
 	w.deadline, w.list = deadline, l
-	after := l.tail
-	for after != nil && after.deadline > deadline {
-		after = after.prev
+	l.pushes++
+	lv := level(l.pushes)
+	if cap(w.up) >= lv-1 {
+		w.up = w.up[:lv-1]
+		clear(w.up)
+	} else {
+		w.up = make([]lane[T], lv-1)
 	}
-	w.prev = after
-	if after == nil {
+	// after[i]: the last waiter at level i whose deadline is the same or
+	// earlier (nil: w goes first at that level).
+	var after [levels]*Waiter[T]
+	if l.tail == nil || l.tail.deadline <= deadline {
+		after[0] = l.tail
+		for i := 1; i < lv; i++ {
+			after[i] = l.tails[i]
+		}
+	} else {
+		var x *Waiter[T] // the last waiter found so far with a deadline the same or earlier
+		for i := levels - 1; i >= 1; i-- {
+			next := l.heads[i]
+			if x != nil {
+				next = x.up[i-1].next
+			}
+			for next != nil && next.deadline <= deadline {
+				x, next = next, next.up[i-1].next
+			}
+			after[i] = x
+		}
+		next := l.head
+		if x != nil {
+			next = x.next
+		}
+		for next != nil && next.deadline <= deadline {
+			x, next = next, next.next
+		}
+		after[0] = x
+	}
+	w.prev = after[0]
+	if w.prev == nil {
 		w.next = l.head
 		l.head = w
 	} else {
-		w.next = after.next
-		after.next = w
+		w.next = w.prev.next
+		w.prev.next = w
 	}
 	if w.next == nil {
 		l.tail = w
 	} else {
 		w.next.prev = w
 	}
+	for i := 1; i < lv; i++ {
+		ln := &w.up[i-1]
+		ln.prev = after[i]
+		if ln.prev == nil {
+			ln.next = l.heads[i]
+			l.heads[i] = w
+		} else {
+			ln.next = ln.prev.up[i-1].next
+			ln.prev.up[i-1].next = w
+		}
+		if ln.next == nil {
+			l.tails[i] = w
+		} else {
+			ln.next.up[i-1].prev = w
+		}
+	}
 	l.n++
 	return true
+}
+
+// level returns the number of levels of the waiter of the n-th Push: 1,
+// or more with probability 4^-k for k more (a mixed counter, so that the
+// same pushes give the same list).
+func level(n uint64) int {
+	n ^= n >> 33 // splitmix64's finalizer
+	n *= 0xff51afd7ed558ccd
+	n ^= n >> 33
+	n *= 0xc4ceb9fe1a85ec53
+	n ^= n >> 33
+	return 1 + min(bits.TrailingZeros64(n|1<<63)/2, levels-1)
 }
 
 // Remove takes w off l and reports whether it was on it.
@@ -134,6 +212,20 @@ func (l *List[T]) Remove(w *Waiter[T]) bool {
 		l.tail = w.prev
 	} else {
 		w.next.prev = w.prev
+	}
+	for i := range w.up {
+		ln := &w.up[i]
+		if ln.prev == nil {
+			l.heads[i+1] = ln.next
+		} else {
+			ln.prev.up[i].next = ln.next
+		}
+		if ln.next == nil {
+			l.tails[i+1] = ln.prev
+		} else {
+			ln.next.up[i].prev = ln.prev
+		}
+		*ln = lane[T]{}
 	}
 	w.prev, w.next, w.list = nil, nil, nil
 	l.n--

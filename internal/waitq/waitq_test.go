@@ -196,3 +196,34 @@ func FuzzDeadlines(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkPushBehindMany: a call with a short deadline arrives behind
+// 100,000 waiting calls with long ones (mixed timeouts) and leaves: its
+// Push must not walk past all of them (the express lanes place it in
+// O(log n)). BenchmarkPushAtBack is the common case, deadlines growing with
+// arrival.
+func BenchmarkPushBehindMany(b *testing.B) {
+	var l waitq.List[int]
+	for i := range 100_000 {
+		l.Push(&waitq.Waiter[int]{Value: i}, time.Hour+time.Duration(i))
+	}
+	w := &waitq.Waiter[int]{}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.Push(w, time.Duration(i%1000))
+		l.Remove(w)
+	}
+}
+
+func BenchmarkPushAtBack(b *testing.B) {
+	var l waitq.List[int]
+	ws := make([]waitq.Waiter[int], 1024)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		w := &ws[i%len(ws)]
+		if w.Waiting() {
+			l.Remove(w)
+		}
+		l.Push(w, time.Duration(i))
+	}
+}
