@@ -65,12 +65,15 @@
 // channel: every process trips its breaker ([breaker.Breaker.Trip]) as
 // soon as it hears it, and at its next round trip (a sync, a lease
 // request) if it missed it (see News on a channel). Failures are news:
-// the first failure after a sync that carried none starts a sync at once,
-// and while a process's unsent outcomes are mostly failures it syncs every
-// tenth of an interval (a burst of failures that ends sooner is sent a
-// tenth after the sync before it), so that the fleet trips within a few
-// round trips of an outage rather than a few intervals, while the calls
-// that failed can still wait for the breaker. Probes are fleet-wide: when
+// the first failure after a sync that carried none (of any host's) starts
+// a sync at once, and while a process's unsent outcomes are mostly
+// failures it syncs every tenth of an interval (a failure or a burst of
+// them that ends sooner is sent a tenth after the sync before it; a
+// failure among successes waits for the interval): about ten syncs per
+// interval at most, whatever the number of hosts, and none early in local
+// mode. So the fleet trips within a few round trips of an outage rather
+// than a few intervals, while the calls that failed can still wait for the
+// breaker. Probes are fleet-wide: when
 // a breaker's probe round is due it asks Redis, and while the fleet's
 // breaker is open the whole fleet gets Config.ProbeRounds rounds per probe
 // interval (Breaker.OpenFor), one per slot of OpenFor/ProbeRounds, so a

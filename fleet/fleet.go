@@ -96,11 +96,13 @@ type Fleet struct {
 	kick, stop, loopDone chan struct{}
 	later                chan struct{}  // a failure asks for a sync a tenth of an interval after the last
 	syncedAt             atomic.Int64   // when the last sync collected the counts (since base, ns)
+	clean                atomic.Bool    // the last sync carried no failure of any host: the next one is news
 	listenDone           chan struct{}  // closed when listen returns (nil: no listener)
 	news                 atomic.Int64   // openings heard on the channel that tripped a breaker (for the tests)
 	newest               atomic.Int64   // the server's time of the newest reply (µs; 0: none yet)
 	wg                   sync.WaitGroup // round-trip goroutines
 	closeOnce            sync.Once
+	tripMu               sync.RWMutex // held to join wg (read) and to close (write)
 	closeErr             error
 }
 
@@ -146,6 +148,7 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.kick, f.stop, f.loopDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	f.later = make(chan struct{}, 1)
+	f.clean.Store(true)
 	f.sync(false)
 	go f.loop()
 	if sub, ok := be.(subscriber); ok {
@@ -235,7 +238,9 @@ func (f *Fleet) Close() error {
 		if err := f.sync(true); err != nil {
 			f.closeErr = fmt.Errorf("fleet: last sync on close: %w", err)
 		}
+		f.tripMu.Lock()
 		f.closed.Store(true)
+		f.tripMu.Unlock()
 		f.cancel()
 		f.wg.Wait()
 		if f.listenDone != nil {

@@ -42,7 +42,6 @@ type host struct {
 	returns []returned // guarded by retMu: unused leased retries to give back
 
 	seen     atomic.Int64 // the fleet breaker's epoch this process last acted on (unseen: none yet)
-	clean    atomic.Bool  // the last sync carried no failure: the next one is news
 	sentAt   atomic.Int64 // when the last sync collected h's counts, on f's clock (ns)
 	closes   atomic.Int64 // closes of the breaker by its own probes
 	probeAt  atomic.Int64 // when the probe of the round the fleet granted started, on f's clock (ns; 0: none; probeNext: at the next deposit)
@@ -83,7 +82,6 @@ func newHost(f *Fleet, name string) (*host, error) {
 	h.budget.h = h
 	h.seen.Store(unseen)
 	h.want.Store(1)
-	h.clean.Store(true)
 	var err error
 	if h.local, err = budget.New(f.cfg.LocalBudget); err != nil {
 		return nil, err
@@ -246,7 +244,6 @@ func (h *host) collect(now int64, all bool) syncHost {
 		limit:     h.rateReport(now, o&math.MaxUint32, o>>32, all),
 		close:     closed,
 	}
-	h.clean.Store(s.failures == 0)
 	h.sentAt.Store(now)
 	h.expire(now, all)
 	h.retMu.Lock()
@@ -380,31 +377,45 @@ func (h *host) expire(now int64, all bool) {
 
 // Outcome counts a closed-state outcome of h's breaker for the next sync
 // (part of breaker.Shared). A success is one atomic add: no lock, no
-// allocation, no clock. A failure may ask for a sync at once (without
-// waiting for it): a dependency that starts failing is news the fleet needs
-// before the next interval, so that it trips while the calls that failed
-// can still wait for its breaker. It asks on the first failure after a
-// sync that carried none, and again while failures (two or more) are at
-// least half of the outcomes not yet sent: at once if a tenth of
-// SyncEvery has passed since the last sync, else a tenth after it (a
-// burst of failures shorter than a tenth, then quiet, is sent then, not
-// at the next interval): at most one sync per failure and about ten per
-// interval, only while this
-// process's closed breaker sees a majority of failures (once the breakers
-// open, there are no closed-state outcomes).
+// allocation, no clock. A failure may ask for a sync (without waiting for
+// it): a dependency that starts failing is news the fleet needs before the
+// next interval, so that it trips while the calls that failed can still
+// wait for its breaker. The first failure after a sync that carried no
+// failure of any host asks for one at once; a failure that finds this
+// host's unsent outcomes mostly failures asks for one a tenth of
+// SyncEvery after the last sync (at once if that has passed), which goes
+// only if some host's unsent outcomes are still mostly failures then (a
+// failure or a burst of them, then quiet, is sent then, not at the next
+// interval; a failure among successes waits for it): about ten syncs per
+// interval at most, whatever the number of hosts, only while closed
+// breakers see failures (once the breakers open, there are no closed-state
+// outcomes), and none in local mode (a failed sync waits for the next
+// interval).
 func (h *host) Outcome(success bool) {
 	if success {
 		h.outcomes.Add(1)
 		return
 	}
 	o := h.outcomes.Add(1 << 32)
+	f := h.f
+	if !f.fleetMode() {
+		return
+	}
 	failures, successes := o>>32, o&math.MaxUint32
 	switch {
-	case failures == 1 && h.clean.Load():
-		h.f.kickSync()
-	case failures >= 2 && failures >= successes:
-		h.f.kickLater() // at once if a tenth has passed: the loop times it
+	case failures == 1 && f.clean.Load():
+		f.kickSync()
+	case failures >= successes:
+		f.kickLater() // the loop times it and checks again
 	}
+}
+
+// failing reports whether h's unsent outcomes are mostly failures (at least
+// one).
+func (h *host) failing() bool {
+	o := h.outcomes.Load()
+	failures, successes := o>>32, o&math.MaxUint32
+	return failures > 0 && failures >= successes
 }
 
 // ProbeRound asks the fleet whether this process may start a probe round

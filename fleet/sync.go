@@ -59,13 +59,18 @@ type trip struct {
 // trip fails with errClosed at once, and then is not run.
 func (f *Fleet) start(keys, args []string, then func([]int64, error) error) *trip {
 	tr := &trip{done: make(chan struct{})}
+	// Under tripMu, so that no round trip joins f.wg once Close waits for
+	// it (an Add concurrent with Wait: a round trip outliving Close).
+	f.tripMu.RLock()
 	if f.closed.Load() {
+		f.tripMu.RUnlock()
 		tr.err = errClosed
 		close(tr.done)
 		return tr
 	}
 	f.trips.Add(1)
 	f.wg.Add(1)
+	f.tripMu.RUnlock()
 	go func() {
 		defer f.wg.Done()
 		ctx, cancel := context.WithTimeout(f.ctx, f.cfg.Timeout)
@@ -148,6 +153,9 @@ func (f *Fleet) loop() {
 			continue
 		case <-soonC:
 			soonC = nil
+			if !f.failing() {
+				continue // sent meanwhile, or outweighed by successes since
+			}
 			if time.Duration(f.since()-f.syncedAt.Load()) < tenth {
 				arm() // a sync came meanwhile: a tenth after it
 				continue
@@ -163,6 +171,16 @@ func (f *Fleet) kickSync() {
 	case f.kick <- struct{}{}:
 	default:
 	}
+}
+
+// failing reports whether some host's unsent outcomes are mostly failures.
+func (f *Fleet) failing() bool {
+	for _, h := range *f.list.Load() {
+		if h.failing() {
+			return true
+		}
+	}
+	return false
 }
 
 // kickLater asks the loop for a sync a tenth of SyncEvery after the last
@@ -196,11 +214,14 @@ func (f *Fleet) sync(final bool) error {
 	batch := make([]syncHost, len(hosts))
 	now := f.since()
 	f.syncedAt.Store(now)
+	clean := true
 	for i, h := range hosts {
 		keys[i] = h.key
 		batch[i] = h.collect(now, final)
 		args = appendSync(args, batch[i])
+		clean = clean && batch[i].failures == 0
 	}
+	f.clean.Store(clean)
 	tr := f.start(keys, args, func(_ []int64, err error) error {
 		f.syncing.Store(false)
 		return err
