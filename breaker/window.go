@@ -51,6 +51,19 @@ func (b *Breaker) record(gen uint64, success bool, hint time.Duration, at time.T
 	if !success || now.IsZero() {
 		now = b.now()
 	}
+	// The run of consecutive failures first: it does not depend on the
+	// clock, so an outcome too old for the window (a Config.Now stepped
+	// back) still counts in it.
+	run := false
+	if b.consec > 0 {
+		if success {
+			if b.streak.Load() != 0 {
+				b.streak.Store(0)
+			}
+		} else {
+			run = b.failStreak(gen) >= b.consec
+		}
+	}
 	e := b.bucketOf(now, gen)
 	ctr, other := &b.counts[b.index(e)].succ, &b.counts[b.index(e)].fail
 	if !success {
@@ -79,19 +92,20 @@ count:
 		case d > 0:
 			next = tagged.Pack(e, 1) // the counter held an expired bucket
 		default:
-			return // the counter holds a later bucket: this outcome is too old
+			// The counter holds a later bucket: this outcome is too old
+			// for the window.
+			if run {
+				break count
+			}
+			return
 		}
 		if next == old || ctr.CompareAndSwap(old, next) {
 			break
 		}
 	}
 	if success {
-		if b.consec > 0 && b.streak.Load() != 0 {
-			b.streak.Store(0)
-		}
 		return
 	}
-	run := b.consec > 0 && b.failStreak(gen) >= b.consec
 	releasing := b.releasing.Load()
 	if releasing {
 		b.mu.Lock()
