@@ -204,7 +204,14 @@ func (p *Policy) loop(ctx context.Context, op func(context.Context, int) error, 
 				return p.stop(ctx, Deadline, attempt-1, lastErr, 0)
 			}
 			if p.rateLimit != nil {
-				if gerr := p.waitRate(ctx, attempt, lastErr); gerr != nil {
+				if g != nil {
+					g.deciding = true // a limiter whose Wait panics ends the call
+				}
+				gerr := p.waitRate(ctx, attempt, lastErr)
+				if g != nil {
+					g.deciding = false
+				}
+				if gerr != nil {
 					return gerr
 				}
 				if ctx.Err() != nil { // a limiter may admit a wait its caller ended
@@ -481,6 +488,13 @@ func (p *Policy) limited(ctx context.Context, attempt int, lastErr, lerr error) 
 func sleepFor(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
+	}
+	if d >= maxHintWait {
+		// A runtime timer that long may end past the runtime's clock,
+		// which saturates, and fire early: such a sleep lasts until the
+		// context ends.
+		<-ctx.Done()
+		return false
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

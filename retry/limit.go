@@ -26,7 +26,10 @@ import (
 // concurrent use; its Wait is called on every attempt, so the policy's
 // success path allocates whatever Wait allocates. It is a [ScheduleOption]:
 // package httpretry's and grpcretry's WithRetry take it, and then one
-// limiter paces the attempts to every host or target of the client.
+// limiter paces the attempts to every host or target of the client. A
+// Wait that panics (or calls runtime.Goexit) ends the call as a
+// classifier's panic does: the observer ([WithObserver]) hears a GiveUp
+// with Reason "panic", and the panic goes on.
 func WithRateLimit(l interface{ Wait(context.Context) error }) ScheduleOption {
 	return scheduleOption(func(p *config) error {
 		p.rateLimit = l

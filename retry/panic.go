@@ -53,14 +53,15 @@ type attempt struct {
 	running bool               // the attempt runs: set before the observer hears of its start, cleared once its outcome is reported
 	held    bool               // permit and slot are held for an attempt not yet sent, while the budget's Deposit runs
 	ended   bool               // the observer was told of the attempt's end (it may have panicked doing so)
-	// deciding: the attempt's outcome is reported and the loop asks the
-	// classifier whether to retry (a panic there ends the call).
+	// deciding: the loop runs the caller's code between attempts, the
+	// attempt's outcome reported (the classifier deciding whether to
+	// retry, a rate limiter's Wait): a panic there ends the call.
 	deciding bool
 }
 
-// undecided ends a call whose classifier panicked with v (nil: it called
-// runtime.Goexit, or no observer recovered the panic) while the loop
-// decided whether to retry, after the attempt's outcome was reported: the
+// undecided ends a call whose classifier or rate limiter panicked with v
+// (nil: it called runtime.Goexit, or no observer recovered the panic)
+// between attempts, after the last attempt's outcome was reported: the
 // observer hears of the call's end (a GiveUp with Reason "panic", so that
 // its span ends), and the panic goes on with v.
 func (a *attempt) undecided(v any) {
