@@ -112,9 +112,10 @@ func probeRecovery(t *testing.T, strip bool) (recovered time.Duration, failed in
 // clients' retries. The breaker's probes carry attempt numbers of 2 and
 // more; marked as probes (wire.ProbeHeader) they pass the ratio, and the
 // client sees the provider back at the first probe round after it healed.
-// Without the mark (a client that does not send it), admission refuses the
-// probes as retries beyond the ratio with the don't-retry signal and a
-// 4 s Retry-After: calls fail, and recovery is seen late.
+// Without the mark (a client that does not send it), admission refuses
+// retries beyond the ratio with the don't-retry signal and a 4 s
+// Retry-After: calls fail (1 or 2 in this scenario), each on such a
+// refusal; recovery is seen at the same probe round as with the mark.
 func TestProbesPassAdmission(t *testing.T) {
 	var marked, unmarked time.Duration
 	var failedMarked, failedUnmarked int64

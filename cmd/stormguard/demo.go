@@ -72,15 +72,15 @@ func prepareDemo(args []string, e *env) (func() error, error) {
 			"few seconds while a real fleet of goroutine clients sends it a steady load, four times:\n"+
 			"a naive client (a fixed-interval retry loop); stormguard's transport, one per client\n"+
 			"(defaults: 3 attempts, full jitter, retry budget, circuit breaker); the same against 503s\n"+
-			"that carry Retry-After; and one stormguard transport for the whole fleet (a gateway), whose\n"+
-			"breaker opens, makes the calls wait instead of failing, probes about every second and\n"+
-			"releases the waiting calls at the pace the provider served before the outage. Load is\n"+
-			"measured at the server per window. About 45 s with the defaults; it says how long at the\n"+
-			"start. It prints a headline per run (the load on the provider during the outage, the share\n"+
-			"of requests served) and the attempts per window as a sparkline; --wide adds the table of\n"+
-			"every figure. --serve ADDR draws the runs as they happen on a page at http://ADDR/ (its\n"+
-			"data at /data.json), which stays up after the runs until Ctrl-C. Ctrl-C during the runs\n"+
-			"stops them, prints nothing more and exits with status 130.",
+			"that carry Retry-After; and one stormguard transport for the whole fleet (a gateway) with\n"+
+			"a learned concurrency limit per host: its breaker opens, makes the calls wait instead of\n"+
+			"failing, probes about every second and releases the waiting calls at once, for the limit\n"+
+			"to pace. Load is measured at the server per window. About 45 s with the defaults; it says\n"+
+			"how long at the start. It prints a headline per run (the load on the provider during the\n"+
+			"outage, the share of requests served) and the attempts per window as a sparkline; --wide\n"+
+			"adds the table of every figure. --serve ADDR draws the runs as they happen on a page at\n"+
+			"http://ADDR/ (its data at /data.json), which stays up after the runs until Ctrl-C. Ctrl-C\n"+
+			"during the runs stops them, prints nothing more and exits with status 130.",
 		fmt.Sprintf("clients / every at most %d requests per second; that rate x deadline at most %d calls in\n"+
 			"flight; fail-at before duration. Four runs of about duration + deadline each: at most about three minutes.", maxDemoRate, maxDemoInFlight), e)
 	fs.intVar(&c.Clients, "clients", 1, maxDemoClients, "clients in the fleet")
