@@ -372,10 +372,15 @@ func TestAttackBreaker10ConcurrentMix(t *testing.T) {
 	})
 }
 
-// The calls in the window over the time they took: a breaker built 8 s
-// before its traffic starts (100/s, clean, from 8 s to 9 s) that trips on
-// an outage at 9 s divided the window's calls by the 9.2 s since New, not
-// by the 1.2 s they took (fixed).
+// The calls in the window over the time the window covers: a breaker built
+// 8 s before its traffic starts (100/s, clean, from 8 s to 9 s) that trips
+// on an outage at 9 s divides the window's 120 calls by the 9.2 s since
+// New (13/s), not by the 1.2 s from the first call (100/s). Measuring from
+// the first call was tried and undone: a window holding one call of a
+// low-volume client 150 ms old read as 7 calls a second (live, 1000
+// terminals released their backlogs at 1.3-1.5 times the pace before, and
+// the provider's queue of 300 overflowed); a few calls over a moment are no
+// rate.
 func TestAttackBreaker10ReleaseRateTrafficStartsLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := a10New(t, breaker.Config{Probes: 1, OpenFor: time.Second})
@@ -387,8 +392,8 @@ func TestAttackBreaker10ReleaseRateTrafficStartsLate(t *testing.T) {
 		}
 		first, last := a10Release(t, b, 40)
 		t.Logf("tripped after %d failures; 40 waiters released over %v", failed, last-first)
-		if last-first > 3*time.Second {
-			t.Errorf("40 waiters released over %v, want about 1 s (%d calls over the %v they took: 100/s)", last-first, 100+failed, time.Duration(100+failed)*10*time.Millisecond)
+		if d := last - first; d < 2500*time.Millisecond || d > 4500*time.Millisecond {
+			t.Errorf("40 waiters released over %v, want about 3.5 s (%d calls over the 9.2 s the window covers: 13/s)", d, 100+failed)
 		}
 	})
 }

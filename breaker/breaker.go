@@ -113,6 +113,9 @@ type Breaker struct {
 	// closedAt is when the breaker last closed (or was built), in
 	// nanoseconds since base; stored with mu held.
 	closedAt atomic.Int64
+	// reclosed is set once the breaker has closed after a trip (or a
+	// Reset): closedAt is then a close, not New.
+	reclosed atomic.Bool
 
 	// streak is the run of consecutive closed-state failures
 	// (ConsecutiveFailures), tagged with the generation it belongs to:
@@ -543,8 +546,8 @@ func (b *Breaker) Trip(retryAfter time.Duration) {
 	switch stateOf(w) {
 	case Closed:
 		e := b.bucketOf(now, genOf(w))
-		calls, _, first := b.windowFrom(e)
-		b.rate = b.tripRate(calls, now, e, first)
+		calls, _ := b.window(e)
+		b.rate = b.tripRate(calls, now, e)
 		b.reopens = 0
 		b.openLocked(Closed, now, retryAfter)
 	case HalfOpen:

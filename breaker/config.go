@@ -100,9 +100,9 @@ type Config struct {
 	// waiting call's release time. 0 means the rate of
 	// calls the breaker saw before it tripped (the pace the dependency
 	// served before the outage), at least Probes per OpenFor: the calls in
-	// the window over the time they took (from the start of the oldest
-	// bucket holding any, or from the last close if later, to the trip; at
-	// least 100 ms or the window if shorter), or, if higher, the most a
+	// the window over the time it covers (its buckets up to the trip, or
+	// the time since the last close or New if less; at least a bucket or a
+	// second, whichever is less), or, if higher, the most a
 	// failure found that way while the window was below FailureRatio, in
 	// the two to three windows before the trip (window-aligned: an outage
 	// that trips the breaker only once the healthy calls have left the

@@ -125,6 +125,7 @@ func (b *Breaker) halfOpenLocked(w uint64, now time.Time) {
 func (b *Breaker) closeLocked(from State, now time.Time) {
 	b.reopens = 0
 	b.closedAt.Store(int64(b.since(now)))
+	b.reclosed.Store(true)
 	b.setLocked(from, Closed)
 	rate := b.rate
 	if rate == 0 { // it never tripped from closed

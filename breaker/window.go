@@ -112,16 +112,16 @@ count:
 		b.rel.slowDown(b.since(now), gen)
 		b.mu.Unlock()
 	}
-	calls, failures, first := b.windowFrom(e)
+	calls, failures := b.window(e)
 	if !run && !b.trips(calls, failures, releasing) {
 		if bc, bf := b.bucketCounts(e); !b.trips(bc, bf, false) {
-			b.notePeak(calls, failures, now, e, first)
+			b.notePeak(calls, failures, now, e)
 			return
 		}
 	}
 	b.mu.Lock()
 	if b.state.Load() == word(gen, Closed) {
-		b.rate = b.tripRate(calls, now, e, first)
+		b.rate = b.tripRate(calls, now, e)
 		b.reopens = 0
 		b.openLocked(Closed, now, hint)
 	}
@@ -190,18 +190,9 @@ func (b *Breaker) bucketCounts(e int64) (calls, failures uint64) {
 
 // window returns the calls and failures in the window ending in bucket cur.
 func (b *Breaker) window(cur int64) (calls, failures uint64) {
-	calls, failures, _ = b.windowFrom(cur)
-	return calls, failures
-}
-
-// windowFrom returns the calls and failures in the window ending in bucket
-// cur, and the number of the oldest bucket holding any (cur if none).
-func (b *Breaker) windowFrom(cur int64) (calls, failures uint64, first int64) {
-	first = cur
 	e := cur - b.buckets + 1
 	for i := b.index(e); e <= cur; e++ {
 		c, tag := &b.counts[i], tagged.Tag(e)
-		before := calls
 		if t, n := tagged.Unpack(c.succ.Load()); t == tag {
 			calls += n
 		}
@@ -209,53 +200,49 @@ func (b *Breaker) windowFrom(cur int64) (calls, failures uint64, first int64) {
 			calls += n
 			failures += n
 		}
-		if before == 0 && calls > 0 {
-			first = e
-		}
 		if i++; i == int64(len(b.counts)) {
 			i = 0
 		}
 	}
-	return calls, failures, first
+	return calls, failures
 }
-
-// minSpan is the least time the window's calls are taken to have taken,
-// for their rate (at most the window).
-const minSpan = 100 * time.Millisecond
 
 // releaseRate returns the ceiling, in calls per second, of the release of
-// the waiting calls after the next close, for a trip at now, in bucket e,
-// with calls in the window from bucket first on (see [pace.Ceiling]).
-func (b *Breaker) releaseRate(calls uint64, now time.Time, e, first int64) float64 {
-	return pace.Ceiling(b.cfg.ReleaseRate, calls, b.span(now, e, first), b.releaseFloor())
+// the waiting calls after the next close, for a trip at now with calls in
+// the window (see [pace.Ceiling]).
+func (b *Breaker) releaseRate(calls uint64, now time.Time) float64 {
+	return pace.Ceiling(b.cfg.ReleaseRate, calls, b.span(now), b.releaseFloor())
 }
 
-// span returns the time the window's calls took at now, in bucket e, the
-// oldest of them in bucket first: from that bucket's start, or from the
-// breaker's last close if later, to now; at least minSpan (or the window,
-// if shorter), at most the window.
-func (b *Breaker) span(now time.Time, e, first int64) time.Duration {
+// span returns the time the window covers at now: its buckets (the
+// current one up to now), or the time since the breaker last closed (or
+// was built) if that is less; at least a bucket or a second, whichever is
+// less (a few calls over a moment are no rate).
+func (b *Breaker) span(now time.Time) time.Duration {
 	d := b.since(now)
 	in := d % b.bucket
 	if in < 0 {
 		in += b.bucket
 	}
-	span := time.Duration(e-first)*b.bucket + in
+	span := time.Duration(b.buckets-1)*b.bucket + in
 	span = min(span, d-time.Duration(b.closedAt.Load()))
-	return min(b.cfg.Window, max(span, minSpan))
+	return max(span, min(b.bucket, time.Second))
 }
 
 // notePeak keeps, for a closed-state failure at now in bucket e that did
-// not trip the breaker (the window's calls from bucket first on), the rate
-// over the window (calls over their span) if the window is below the
+// not trip the breaker, the rate over the window (its calls over the time
+// it covers) if the window is below the
 // failure ratio: the highest such rate of each window-aligned period, two
 // periods kept. Two failures at once may keep the lower of their rates:
 // an estimate.
-func (b *Breaker) notePeak(calls, failures uint64, now time.Time, e, first int64) {
-	if calls == 0 || float64(failures) >= b.ratio*float64(calls) {
+func (b *Breaker) notePeak(calls, failures uint64, now time.Time, e int64) {
+	if calls == 0 || float64(failures) >= b.ratio*float64(calls) || b.sinceClose(now) < b.cfg.Window {
+		// Within a window of a close the window holds the release (the
+		// backlog on top of the new calls, over a short time): not the
+		// pace the dependency served.
 		return
 	}
-	r := float32(float64(calls) / b.span(now, e, first).Seconds())
+	r := float32(float64(calls) / b.span(now).Seconds())
 	ep := uint32(b.period(e))
 	slot := &b.peaks[ep&1]
 	for {
@@ -285,18 +272,19 @@ func (b *Breaker) period(e int64) int64 {
 }
 
 // tripRate returns the release ceiling for a trip at now, in bucket e, with
-// calls in the window from bucket first on: [Breaker.releaseRate], or, with
+// calls in the window: [Breaker.releaseRate], or, with
 // ReleaseRate 0, if higher, the peak a failure kept in this period or the
-// two before (notePeak), and the ceiling of the trip before if the breaker
-// closed less than a window ago. An outage the closed state sees as a
+// two before (notePeak); if the breaker closed less than a window ago, the
+// ceiling of the trip before instead (the window then holds the release of
+// the backlog, a rate the dependency may not serve). An outage the closed state sees as a
 // trickle of failures (a concurrency limiter holds the other calls back,
 // each bucket holds fewer than MinCalls) trips the breaker only once the
 // healthy calls leave the window: the window's rate then is the trickle's,
 // the peak the rate the dependency served before the outage. A trip soon
 // after a close (a dependency that fails again as its backlog is released)
 // finds only the calls since the close in the window. It requires mu held.
-func (b *Breaker) tripRate(calls uint64, now time.Time, e, first int64) float64 {
-	r := b.releaseRate(calls, now, e, first)
+func (b *Breaker) tripRate(calls uint64, now time.Time, e int64) float64 {
+	r := b.releaseRate(calls, now)
 	if b.cfg.ReleaseRate != 0 {
 		return r
 	}
@@ -306,10 +294,19 @@ func (b *Breaker) tripRate(calls uint64, now time.Time, e, first int64) float64 
 			r = max(r, float64(pr))
 		}
 	}
-	if b.since(now)-time.Duration(b.closedAt.Load()) < b.cfg.Window {
-		r = max(r, b.rate)
+	if b.sinceClose(now) < b.cfg.Window && b.rate > 0 {
+		return b.rate // the window holds the release, not the pace before
 	}
 	return r
+}
+
+// sinceClose returns the time from the breaker's last close to now; the
+// largest Duration if it never closed after a trip (or a Reset).
+func (b *Breaker) sinceClose(now time.Time) time.Duration {
+	if !b.reclosed.Load() {
+		return math.MaxInt64
+	}
+	return b.since(now) - time.Duration(b.closedAt.Load())
 }
 
 // releaseFloor is the least release rate: Probes per OpenFor, the pace of

@@ -485,14 +485,18 @@ func (p *Policy) limited(ctx context.Context, attempt int, lastErr, lerr error) 
 
 // sleepFor waits for d, or until ctx ends; it reports whether it slept the
 // whole d. A d of 0 or less returns at once.
+// maxSleep is the longest sleep the loop trusts a runtime timer with: one
+// that ends past the runtime's clock, which saturates 292 years after the
+// process starts, fires early. A sleep this long or longer lasts until the
+// context ends. (Hints, at most maxHintWait and jittered by half again,
+// stay below it.)
+const maxSleep = 250 * 365 * 24 * time.Hour
+
 func sleepFor(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
-	if d >= maxHintWait {
-		// A runtime timer that long may end past the runtime's clock,
-		// which saturates, and fire early: such a sleep lasts until the
-		// context ends.
+	if d >= maxSleep {
 		<-ctx.Done()
 		return false
 	}

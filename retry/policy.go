@@ -204,7 +204,7 @@ func WithMaxAttempts(n int) ScheduleOption {
 // server's hint if one is larger. b is shared by every call, so its random
 // source must be safe for concurrent use (the default one is); it also
 // spreads server hints above their floor (see [Policy.Do]: a source that
-// always returns 0 sleeps exactly the hint). A delay of 150 years or more
+// always returns 0 sleeps exactly the hint). A delay of 250 years or more
 // (a runtime timer that long may fire early: see [WithMaxRetryAfter])
 // lasts until the call's context ends.
 func WithBackoff(b *backoff.Backoff) ScheduleOption {
