@@ -104,18 +104,11 @@ type Breaker struct {
 	asking atomic.Bool
 	_      [40]byte
 
-	// peaks are, for the last two window-aligned periods (by period mod
-	// 2), the highest rate over the window (calls in it over their span)
-	// that a closed-state failure found while the window was below the
-	// failure ratio: the pace the dependency served before an outage
-	// whose trip comes late (see notePeak, tripRate).
-	peaks [2]atomic.Uint64
-	// closedAt is when the breaker last closed (or was built), in
-	// nanoseconds since base; stored with mu held.
-	closedAt atomic.Int64
-	// reclosed is set once the breaker has closed after a trip (or a
-	// Reset): closedAt is then a close, not New.
-	reclosed atomic.Bool
+	// peaks: the highest window rate a failure found below the ratio in
+	// each of the last two window-aligned periods (see notePeak).
+	peaks    [2]atomic.Uint64
+	closedAt atomic.Int64 // the last close (or New), ns since base; stored with mu held
+	reclosed atomic.Bool  // closed after a trip or Reset: closedAt is a close, not New
 
 	// streak is the run of consecutive closed-state failures
 	// (ConsecutiveFailures), tagged with the generation it belongs to:

@@ -317,11 +317,9 @@ func TestAttackFleet5BucketTripsFleet(t *testing.T) {
 			cfg := fleet.Config{Name: name, SyncEvery: 100 * time.Millisecond, Timeout: 500 * time.Millisecond,
 				Breaker:  breaker.Config{MinCalls: 1 << 30, Window: 10 * time.Second, Buckets: 10, OpenFor: 30 * time.Second},
 				MinCalls: 20}
-			var fs []*fleet.Fleet
 			var bs []*breaker.Breaker
 			for range 3 {
 				f := a5New(t, a5Client(t, a5Addr()), cfg)
-				fs = append(fs, f)
 				bs = append(bs, a5Breaker(t, f, "api"))
 			}
 			rc := a5Client(t, a5Addr())
