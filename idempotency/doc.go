@@ -51,7 +51,9 @@
 // lock timeout, less a twentieth), while it ran or after it returned,
 // while its response was being stored (it then never sees
 // [ErrLockLost]), or when the store refused its response for a whole
-// lock timeout, or its server died before the response was stored.
+// lock timeout, or its server died before the response was stored; or
+// when the store itself lost the key (a Redis that evicts or restarts
+// empty: package redisstore, "What the server must keep").
 //
 // The middleware is an HTTP face on a [Guard], the protocol-neutral core
 // built by [NewGuard]: [Guard.Run] claims a key, runs the operation once

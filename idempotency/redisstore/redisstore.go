@@ -25,6 +25,26 @@
 // rounded up and a retention down, and one under 1 ms is an error. An out-of-memory refusal
 // (maxmemory reached) wraps [store.ErrStoreFull].
 //
+// # What the server must keep
+//
+// The store is as durable as the Redis it runs on, and two server
+// settings decide that beyond replication (below). Eviction: every lock
+// and record has a TTL, so under any maxmemory-policy but noeviction
+// (allkeys-* and volatile-* alike; many managed services default to
+// volatile-lru) a full server may evict a lock while its handler runs or a
+// record within its retention, and a retry with that key then claims it
+// and runs its handler a second time (while the first runs, or after).
+// Run it with maxmemory-policy noeviction: a full server then refuses the
+// write, which this store reports as [store.ErrStoreFull] (the middleware
+// answers 503 and runs nothing, or keeps the lock and tries the
+// completion again). Persistence: a server that restarts without its data
+// (no persistence, or the writes since its last RDB snapshot) has lost
+// every lock and record it held, with the same effect; with appendonly
+// yes it keeps what it had written to its log (appendfsync always: every
+// acknowledged write; everysec, the default: all but about the last
+// second's). Neither setting is checked: a managed Redis often refuses
+// CONFIG GET.
+//
 // # Replication and failover
 //
 // Redis replicates asynchronously: a master acknowledges a write before
