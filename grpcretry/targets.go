@@ -12,7 +12,9 @@ type target = guards.Destination
 type targets struct{ t *guards.Table[*target] }
 
 func newTargets(max int, mk func(string) (*target, error)) *targets {
-	return &targets{guards.NewTable(max, mk)}
+	t := guards.NewTable(max, mk)
+	t.Forget = (*target).Forget // an evicted target's breaker leaves the observer's gauge
+	return &targets{t}
 }
 
 // get returns the state of target name, creating it if needed.

@@ -17,7 +17,9 @@ type host = guards.Destination
 type hosts struct{ t *guards.Table[*host] }
 
 func newHosts(max int, mk func(string) (*host, error)) *hosts {
-	return &hosts{guards.NewTable(max, mk)}
+	t := guards.NewTable(max, mk)
+	t.Forget = (*host).Forget // an evicted host's breaker leaves the observer's gauge
+	return &hosts{t}
 }
 
 // get returns the state of the host named name (case-insensitively),

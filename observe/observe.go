@@ -56,7 +56,10 @@ const (
 	// Outcome is "admitted" or "rejected".
 	BreakerWait Kind = "breaker-wait"
 	// BreakerState: a circuit breaker changed state, From and To
-	// ("closed", "open", "half-open").
+	// ("closed", "open", "half-open"). To is "" (and Reason "forgotten")
+	// when a protocol layer dropped the breaker it built for a destination
+	// from its bounded table (httpretry.WithMaxHosts): From is the state
+	// it was in, and it tells no more changes.
 	BreakerState Kind = "breaker-state"
 	// Idempotency: the server-side idempotency guard handled a keyed
 	// request: Outcome "new", "replay", "in-progress", "mismatch",

@@ -136,5 +136,7 @@
 // At most 1024 distinct names ([WithMaxDependencies])
 // are kept; the events of further names are reported with the name
 // "_OTHER", so that a client that calls arbitrary hosts cannot grow the
-// observer's memory or the metrics' cardinality without bound.
+// observer's memory or the metrics' cardinality without bound. The
+// breaker state gauge of "_OTHER" is then the latest change of any of
+// those names' breakers, not a count of them.
 package otelstormguard

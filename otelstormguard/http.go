@@ -66,7 +66,11 @@ func (o *Observer) httpRequest(req *http.Request, resp *http.Response, err error
 		span.SetAttributes(semconv.ServerPortKey.Int(port))
 	}
 	if !known {
-		span.SetAttributes(semconv.HTTPRequestMethodOriginalKey.String(req.Method))
+		orig := req.Method
+		if orig == "" {
+			orig = http.MethodGet // net/http sends "" as GET
+		}
+		span.SetAttributes(semconv.HTTPRequestMethodOriginalKey.String(orig))
 	}
 	if status > 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCodeKey.Int(status))
@@ -75,14 +79,17 @@ func (o *Observer) httpRequest(req *http.Request, resp *http.Response, err error
 	// (an attempt may send twice: a 401, then the refreshed request's 200).
 	// Canceled: the request's error says so, or its context does (a race's
 	// loser whose answer was on its way when the race canceled it).
-	tag.errType, tag.errMsg = httpErrorType(status, errType), ""
-	tag.canceled = errors.Is(err, context.Canceled) || errors.Is(req.Context().Err(), context.Canceled)
+	et, msg := httpErrorType(status, errType), ""
+	canceled := errors.Is(err, context.Canceled) || errors.Is(req.Context().Err(), context.Canceled)
 	switch {
 	case err != nil:
-		tag.errMsg = err.Error()
-	case tag.errType != "":
-		tag.errMsg = "HTTP " + tag.errType
+		msg = err.Error()
+	case et != "":
+		msg = "HTTP " + et
 	}
+	tag.mu.Lock()
+	tag.errType, tag.errMsg, tag.canceled = et, msg, canceled
+	tag.mu.Unlock()
 }
 
 // httpErrorType is the error.type of an HTTP request that ended with
@@ -105,7 +112,7 @@ func httpErrorType(status int, errType string) string {
 // (known false).
 func (o *Observer) httpMethod(m string) (method string, known bool) {
 	if m == "" {
-		return http.MethodGet, true
+		m = http.MethodGet // net/http sends "" as GET, known or not as GET is
 	}
 	if o.knownMethods != nil {
 		if o.knownMethods[m] {
@@ -114,8 +121,6 @@ func (o *Observer) httpMethod(m string) (method string, known bool) {
 		return "_OTHER", false
 	}
 	switch m {
-	case "":
-		return http.MethodGet, true
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
 		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch, "QUERY":
 		return m, true

@@ -296,8 +296,9 @@ type attemptTag struct {
 
 	// The last HTTP request of the attempt (ObserveHTTP): its error.type
 	// ("" for a success) and status message, and whether it was canceled;
-	// the span takes them when the attempt ends. Written and read on the
-	// attempt's goroutine.
+	// the span takes them when the attempt ends. Guarded by mu: an
+	// operation may send several requests at once within one attempt.
+	mu              sync.Mutex
 	errType, errMsg string
 	canceled        bool
 
@@ -363,6 +364,12 @@ func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 	case observe.BreakerState:
 		if o.metrics {
 			d := o.deps.get(e.Name)
+			if e.To == "" {
+				// Forgotten by its layer's table: no transition, and the
+				// gauge drops it, as for a destination not seen yet.
+				o.setState(o.breakerStates, d, "")
+				break
+			}
 			o.breakerTransitions.Add(ctx, 1, d.get(labels{kind: kindBreakerTransition, a: e.From, b: e.To}).add...)
 			o.setState(o.breakerStates, d, e.To)
 		}
@@ -419,15 +426,18 @@ func (o *Observer) attemptEnd(ctx context.Context, e observe.Event) {
 		if e.Hedge {
 			span.SetAttributes(attrHedge.Bool(true))
 		}
+		tag.mu.Lock()
+		errType, errMsg, canceled := tag.errType, tag.errMsg, tag.canceled
+		tag.mu.Unlock()
 		switch {
 		case e.Outcome != "success" && e.Err != nil:
 			span.SetAttributes(semconv.ErrorTypeKey.String(errorType(e.Err)))
 			span.SetStatus(codes.Error, e.Err.Error())
-		case tag.errType != "" && !(e.Outcome == "success" && tag.canceled):
+		case errType != "" && !(e.Outcome == "success" && canceled):
 			// The last request's error (a 404 the caller gets); not a copy
 			// the race canceled because another won.
-			span.SetAttributes(semconv.ErrorTypeKey.String(tag.errType))
-			span.SetStatus(codes.Error, tag.errMsg)
+			span.SetAttributes(semconv.ErrorTypeKey.String(errType))
+			span.SetStatus(codes.Error, errMsg)
 		case e.Outcome == "failure":
 			// A failure told without its error (an event of a producer of
 			// one's own): failed all the same.
@@ -459,7 +469,11 @@ func errorType(err error) string {
 // setState records the latest state of a breaker or fleet for its gauge.
 func (o *Observer) setState(states map[*dep]string, d *dep, state string) {
 	o.stateMu.Lock()
-	states[d] = state
+	if state == "" {
+		delete(states, d)
+	} else {
+		states[d] = state
+	}
 	o.stateMu.Unlock()
 }
 

@@ -326,3 +326,58 @@ func TestLayerLimitTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestForget: a table full to its bound hands the state it evicts to
+// Forget (once, with the evicted value); a destination forgotten tells its
+// layer's observer its breaker is gone (To "", Reason "forgotten", From its
+// state) and tells none of the breaker's later changes; a supplied breaker
+// is not the layer's to forget.
+func TestForget(t *testing.T) {
+	var forgot []int
+	tb := guards.NewTable(1, func(name string) (int, error) { return len(name), nil })
+	tb.Forget = func(v int) { forgot = append(forgot, v) }
+	for _, n := range []string{"a", "a", "bb", "ccc"} {
+		if _, err := tb.Get(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(forgot) != "[1 2]" {
+		t.Errorf("forgotten %v, want [1 2]", forgot)
+	}
+
+	var mu sync.Mutex
+	var events []string
+	obs := observe.Func(func(_ context.Context, e observe.Event) {
+		if e.Kind == observe.BreakerState {
+			mu.Lock()
+			events = append(events, e.From+">"+e.To+" "+e.Reason)
+			mu.Unlock()
+		}
+	})
+	l := guards.Layer{Component: "t", Label: "host", Classify: retry.IsRetryable, Breaker: &breaker.Config{}, Observer: obs}
+	d, err := l.New("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Guards.Breaker.Trip(0)
+	d.Forget()
+	d.Forget()
+	d.Guards.Breaker.Reset()
+	if got := strings.Join(events, ","); got != "closed>open ,open> forgotten" {
+		t.Errorf("events %q, want the trip, then the forgetting, and nothing after", got)
+	}
+
+	events = nil
+	b, _ := breaker.New(breaker.Config{})
+	sl := guards.Layer{Component: "t", Label: "host", Classify: retry.IsRetryable, Observer: obs,
+		Supply: func(string) (retry.Guards, error) { return retry.Guards{Breaker: b}, nil }}
+	sd, err := sl.New("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Trip(0)
+	sd.Forget()
+	if len(events) != 0 {
+		t.Errorf("a supplied breaker told %q", events)
+	}
+}

@@ -31,6 +31,11 @@ type Table[T any] struct {
 	mu    sync.Mutex
 	order []string // guarded by mu: names in insertion order, a ring once full
 	next  int      // guarded by mu: the oldest entry of order once full
+
+	// Forget, if not nil, is called with the state of a name evicted to
+	// make room, after the table let it go (outside its lock). Set it
+	// before the table is used.
+	Forget func(T)
 }
 
 type entry[T any] struct {
@@ -64,15 +69,25 @@ func (t *Table[T]) Get(name string) (T, error) {
 }
 
 func (t *Table[T]) add(name string) (T, error) {
+	v, gone, evicted, err := t.addLocked(name)
+	if evicted && t.Forget != nil {
+		t.Forget(gone)
+	}
+	return v, err
+}
+
+// addLocked adds name under the lock and returns its state and, if a name
+// was evicted to make room, that name's state.
+func (t *Table[T]) addLocked(name string) (v, gone T, evicted bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := *t.snap.Load()
 	if v, ok := old[name]; ok {
-		return v, nil
+		return v, gone, false, nil
 	}
-	v, err := t.make(name)
+	v, err = t.make(name)
 	if err != nil {
-		return v, err
+		return v, gone, false, err
 	}
 	m := make(map[string]T, len(old)+1)
 	for k, x := range old {
@@ -81,6 +96,7 @@ func (t *Table[T]) add(name string) (T, error) {
 	if len(t.order) < t.max {
 		t.order = append(t.order, name)
 	} else {
+		gone, evicted = m[t.order[t.next]], true
 		delete(m, t.order[t.next])
 		t.order[t.next] = name
 		t.next = (t.next + 1) % t.max
@@ -88,7 +104,7 @@ func (t *Table[T]) add(name string) (T, error) {
 	m[name] = v
 	t.snap.Store(&m)
 	t.last.Store(nil) // it may be the name just evicted
-	return v, nil
+	return v, gone, evicted, nil
 }
 
 // Len returns the number of names held.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -59,6 +60,52 @@ type Destination struct {
 	// Hint caps Guards.Limiter at a server's capacity hint; nil when the
 	// limiter is not the layer's own (supplied, or none).
 	Hint *CapHint
+
+	news *breakerNews // the state changes of the layer's own breaker, nil if none or no observer
+}
+
+// breakerNews carries the state changes of a breaker the layer built to
+// the layer's observer, until the destination is forgotten.
+type breakerNews struct {
+	obs  observe.Observer
+	mu   sync.Mutex // orders the changes told and the forgetting
+	gone bool       // guarded by mu: forgotten, changes no longer told
+}
+
+// tell reports a change of the breaker of destination name, unless the
+// destination was forgotten.
+func (n *breakerNews) tell(name string, from, to breaker.State) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.gone {
+		n.obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: name, From: from.String(), To: to.String()})
+	}
+}
+
+// Forget tells the layer's observer that d's breaker, built by the layer,
+// is gone (the table of destinations evicted d to make room): a
+// BreakerState event with From its state, To "" and Reason "forgotten";
+// the changes the breaker may still go through (calls in flight hold it)
+// are not told. A destination whose breaker was supplied (a fleet's, which
+// it hands back if the destination returns), or that has no breaker or no
+// observer, tells nothing.
+func (d *Destination) Forget() {
+	n := d.news
+	if n == nil {
+		return
+	}
+	b := d.Guards.Breaker
+	if b == nil {
+		return
+	}
+	st := b.State() // may start a probe round, told by tell: not under n.mu
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gone {
+		return
+	}
+	n.gone = true
+	n.obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: d.Name, From: st.String(), Reason: "forgotten"})
 }
 
 // New builds the destination named name, in one pass down the layers: its
@@ -71,7 +118,7 @@ func (l *Layer) New(name string) (*Destination, error) {
 	}
 	var err error
 	var built *limit.Limiter
-	if d.Guards, built, err = l.guards(name, d.Logger); err != nil {
+	if d.Guards, built, d.news, err = l.guards(name, d.Logger); err != nil {
 		return nil, fmt.Errorf("%s: guards for %s %q: %w", l.Component, l.Label, name, err)
 	}
 	d.Hint = newCapHint(built)
@@ -107,45 +154,48 @@ func (l *Layer) Check() error {
 // breaker's state changes going to its configured callback, a Warn to
 // logger and a BreakerState event to the layer's observer. built is the
 // limiter the layer built, nil if none (or a supplied one).
-func (l *Layer) guards(name string, logger *slog.Logger) (g retry.Guards, built *limit.Limiter, err error) {
+func (l *Layer) guards(name string, logger *slog.Logger) (g retry.Guards, built *limit.Limiter, news *breakerNews, err error) {
 	if l.Supply != nil {
 		if g, err = l.Supply(name); err != nil {
-			return g, nil, err
+			return g, nil, nil, err
 		}
 		if bb, ok := g.Budget.(*budget.Budget); ok && bb == nil {
 			g.Budget = nil // a typed nil is no budget, for the loop and for hedges alike
 		}
 		if g.Limiter != nil {
-			return g, nil, nil
+			return g, nil, nil, nil
 		}
 		g.Limiter, err = l.limiter()
-		return g, g.Limiter, err
+		return g, g.Limiter, nil, err
 	}
 	lim, err := l.limiter()
 	if err != nil {
-		return retry.Guards{}, nil, err
+		return retry.Guards{}, nil, nil, err
 	}
 	g.Limiter = lim
 	if l.Budget != nil {
 		b, err := budget.New(*l.Budget)
 		if err != nil {
-			return retry.Guards{}, nil, err
+			return retry.Guards{}, nil, nil, err
 		}
 		g.Budget = b
 	}
 	if l.Breaker != nil {
+		if l.Observer != nil {
+			news = &breakerNews{obs: l.Observer}
+		}
 		cfg := *l.Breaker
-		cfg.OnStateChange = l.stateChange(name, logger, cfg.OnStateChange)
+		cfg.OnStateChange = l.stateChange(name, logger, news, cfg.OnStateChange)
 		if lim != nil && l.LimitPaces && cfg.ReleaseRate == 0 {
 			cfg.ReleaseRate = -1 // the limiter paces the release
 		}
 		b, err := breaker.New(cfg)
 		if err != nil {
-			return retry.Guards{}, nil, err
+			return retry.Guards{}, nil, nil, err
 		}
 		g.Breaker = b
 	}
-	return g, lim, nil
+	return g, lim, news, nil
 }
 
 // limiter returns a new limiter built from l.Limit, nil if none is
@@ -163,11 +213,10 @@ func (l *Layer) limiter() (*limit.Limiter, error) {
 
 // stateChange returns the state-change callback of the breaker of the
 // destination named name: user (if not nil), a Warn to logger and an event
-// to the layer's observer. With neither logger nor observer it returns
-// user.
-func (l *Layer) stateChange(name string, logger *slog.Logger, user func(from, to breaker.State)) func(from, to breaker.State) {
-	obs := l.Observer
-	if logger == nil && obs == nil {
+// to the layer's observer through news (nil: none). With neither logger
+// nor news it returns user.
+func (l *Layer) stateChange(name string, logger *slog.Logger, news *breakerNews, user func(from, to breaker.State)) func(from, to breaker.State) {
+	if logger == nil && news == nil {
 		return user
 	}
 	msg := l.Component + ": circuit breaker state change"
@@ -176,8 +225,8 @@ func (l *Layer) stateChange(name string, logger *slog.Logger, user func(from, to
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msg,
 				slog.String("from", from.String()), slog.String("to", to.String()))
 		}
-		if obs != nil {
-			obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: name, From: from.String(), To: to.String()})
+		if news != nil {
+			news.tell(name, from, to)
 		}
 		if user != nil {
 			user(from, to)
