@@ -334,7 +334,9 @@ func WithObserver(o observe.Observer) Option {
 // is forgotten (its budget, breaker and limiter start afresh if it comes
 // back, unless WithGuards supplies them: a fleet hands back the same ones;
 // so does its hedging state, WithHedging's latency history and push-back,
-// kept in a table of the same bound). The default is 1024.
+// kept in a table of the same bound). The observer hears a forgotten
+// host's breaker go: a BreakerState event with To "" (see package
+// observe). The default is 1024.
 func WithMaxHosts(n int) Option {
 	return option(func(c *config) error {
 		if n < 1 {
