@@ -71,8 +71,11 @@ func (b *Budget) Withdraw() bool { return b.WithdrawWithin(0) }
 // goes on without the caller, and the retries it brings are kept for the
 // next callers of this process (until the window slice they were counted
 // in ends), so every retry sent in fleet mode was counted in the fleet's
-// window before it was sent. A wait cut by Timeout
-// is a Redis failure: the fleet goes local, and the local budget decides.
+// window before it was sent. A wait cut by Timeout while the request it
+// waited for first is still out is a Redis failure: the fleet goes local,
+// and the local budget decides. A caller that waited behind other lease
+// requests of this process, each answered in time, is refused when
+// Timeout has passed: Redis was not late.
 func (b *Budget) WithdrawWithin(left time.Duration) bool {
 	h := b.h
 	switch {
@@ -120,7 +123,10 @@ func (h *host) spent() {
 func (h *host) refill(left time.Duration) bool {
 	f := h.f
 	var timer *time.Timer
+	var first *leaseCall // the request this caller waited for first
 	short := left > 0 && left < f.cfg.Timeout
+	h.waiting.Add(1)
+	defer h.waiting.Add(-1)
 	for {
 		switch { // as in WithdrawWithin, again after each reply
 		case h.brk.State() != breaker.Closed:
@@ -148,6 +154,7 @@ func (h *host) refill(left time.Duration) bool {
 			}
 			timer = time.NewTimer(wait)
 			defer timer.Stop()
+			first = lc
 		}
 		select {
 		case <-lc.done:
@@ -155,8 +162,10 @@ func (h *host) refill(left time.Duration) bool {
 			if mine && !lc.claim.CompareAndSwap(claimWaiting, claimGone) {
 				break // the reply came just now, with this caller's retry
 			}
-			if short {
-				return false // the caller's time is up, not Redis's: refused
+			if short || lc != first {
+				// The caller's time is up, not Redis's (it waited behind
+				// requests answered in time): refused.
+				return false
 			}
 			f.failed(lc.trip, fmt.Errorf("fleet: lease for %q: %w", h.name, errTimeout))
 			return h.local.Withdraw()
@@ -214,7 +223,9 @@ func (h *host) leaseRequest() (lc *leaseCall, mine, took bool) {
 		h.want.Store(min(2*h.want.Load(), maxLease))
 	}
 	h.expire(now, false)
-	want := h.want.Load()
+	// At least one retry for each caller waiting now: a burst of callers
+	// behind one request would otherwise wait for several round trips.
+	want := max(h.want.Load(), min(h.waiting.Load(), maxWaitingLease))
 	f.leaseCalls.Add(1)
 	lc = &leaseCall{}
 	lc.trip = f.start([]string{h.key}, append(f.set.args("l", 0), itoa(want)), func(v []int64, err error) error {

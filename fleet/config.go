@@ -22,7 +22,8 @@ const (
 	defaultProbeRounds = 3
 	defaultProbes      = 1    // Breaker.Probes in a fleet
 	defaultMaxHosts    = 1024 // destination hosts one Fleet tracks
-	maxLease           = 8    // the most retries one lease request asks for
+	maxLease           = 8    // the most retries one lease request asks for ahead of demand
+	maxWaitingLease    = 1024 // the most it asks for the callers waiting for it
 	maxSlices          = 1000 // slices of the budget window, buckets of the breaker's: the script reads them all
 	defaultLimitMax    = 1000 // limit.Config's default Max, the fleet-wide limit's bound
 	defaultLimitInit   = 10   // the least fleet-wide rate of a new fleet, in starts per second
@@ -43,7 +44,10 @@ type Config struct {
 	Name string
 	// SyncEvery is the interval of the background sync, in which each
 	// process flushes its counts and reads the fleet's windows in one
-	// round trip; 0 means 100 ms. At least a millisecond.
+	// round trip; 0 means 100 ms. At least a millisecond. Keep it well
+	// under the budget's Window: a request is counted in the fleet's
+	// window at the sync after it, and stays there as much longer (see
+	// Budget).
 	SyncEvery time.Duration
 	// Timeout bounds each Redis round trip (a sync, a lease, a probe
 	// round); one that takes longer switches the fleet to local mode. 0
@@ -52,19 +56,27 @@ type Config struct {
 	// Budget is the fleet-wide retry budget of each host: retries of the
 	// whole fleet stay within Ratio times the fleet's requests plus
 	// MinPerSecond·Window.Seconds() (a floor for the whole fleet, not per
-	// process) over the sliding window, on the Redis server's clock. Zero
+	// process) over the sliding window, as Redis counts them (on its
+	// clock, each request at the sync that carries it). Zero
 	// fields take the budget package's defaults; Now is not used. Slices at
 	// most 1000, and a slice must be a whole number of microseconds.
 	// The bound holds for every retry granted in fleet mode, whatever the
 	// callers' deadlines: each one is counted in the fleet's window before
 	// it is granted, and a retry whose lease cannot come within the
 	// caller's time left is refused, not taken from LocalBudget (see
-	// [Budget.WithdrawWithin]). In local mode each process's LocalBudget
-	// bounds its own retries. Across a switch to local mode (a failed
-	// round trip, or Close) the two add up: LocalBudget counts the calls
-	// of fleet mode but not the retries the fleet granted, so a window
-	// that spans the switch may hold the fleet's share and the local one
-	// (about twice the ratio).
+	// [Budget.WithdrawWithin]). As the dependency sees them, requests
+	// count up to an interval and a one-way trip late and stay in the
+	// window as much longer, and a retry goes out at most a one-way trip
+	// after the slice it was counted in: over any span of one Window, the
+	// fleet's retries stay within Ratio times its requests in that span
+	// and in the Window, SyncEvery and round trip before it, plus the
+	// floor of each window of Redis's that their slices fall in (two, or
+	// three with a round trip longer than half a Window). In
+	// local mode each process's LocalBudget bounds its own retries: it
+	// hears of every call and of the retries this process took from the
+	// fleet, so across a switch to local mode (a failed round trip, or
+	// Close) the fleet's retries stay within the ratio, but each process
+	// has its own floor (up to one floor per process in all).
 	Budget budget.Config
 	// LocalBudget is each process's own budget per host, used in local
 	// mode (the zero value: budget's defaults). It counts every call in

@@ -43,14 +43,20 @@
 // for the next callers: every retry granted in fleet mode was counted in
 // the fleet's window before it was sent, whatever the callers' deadlines.
 // A lease asks for one retry at first, doubles its ask (up to 8 retries)
-// each time a whole lease is spent and halves it when one expires unused.
+// each time a whole lease is spent and halves it when one expires unused,
+// and asks for at least one per caller waiting for it (a burst of callers
+// is served by one round trip, not by several).
 // A lease ends with the window slice it was counted in (on the server's
 // clock, mapped conservatively to the process's), so every retry is
-// counted in the slice it is sent in; the retries it did not spend are
+// counted in the slice it is sent in, but for the one a reply keeps for
+// the caller that asked, sent as the reply comes (up to the reply's
+// one-way trip after its slice); the retries it did not spend are
 // given back by the next sync. When a reply shows the fleet's budget spent,
 // withdrawals are refused without asking until a sync shows room again.
-// Requests reach the fleet's window up to one interval late, which only
-// makes it stricter. While the host's breaker is not closed, a retry is
+// Requests reach the fleet's window up to one interval (and a one-way
+// trip) late, and leave it as late: stricter at first, more lenient a
+// window later; the bound in real time is in Config.Budget's
+// documentation. While the host's breaker is not closed, a retry is
 // granted without spending budget: it is not sent until the breaker admits
 // it (a probe, or its turn in the release after the close), so the breaker
 // bounds it; charging it would fail, with the budget spent in the first
@@ -77,7 +83,10 @@
 // a breaker's probe round is due it asks Redis, and while the fleet's
 // breaker is open the whole fleet gets Config.ProbeRounds rounds per probe
 // interval (Breaker.OpenFor), one per slot of OpenFor/ProbeRounds, so a
-// thousand processes send a handful of probes, not a thousand, and a
+// thousand processes send a handful of probes, not a thousand (a process
+// that starts calling a host, joining mid-outage, learns the fleet's
+// state before its first call: [Fleet.Guards] of a new host waits for
+// the sync it starts, at most Timeout), and a
 // dependency that is back is found within about a slot. A round is one
 // call by default (Breaker.Probes defaults to 1 in a
 // fleet): the call that asked for it, so a low-volume process granted a
@@ -256,8 +265,8 @@
 // only at the window's start; a process whose demand rises meanwhile may
 // take more until the next window. It does not cover processes in local
 // mode, nor those not yet synced (a new host has no gate until the first
-// sync's reply: its first calls go at once), nor the window before the
-// first R (cold). Latency is the attempts' as the limiters measure it,
+// sync's reply, which its first call waits for at most Timeout), nor the
+// window before the first R (cold). Latency is the attempts' as the limiters measure it,
 // including any time spent in the client (a loaded machine, a
 // contended scheduler): a process that is itself the bottleneck makes the
 // fleet's rate fall. In local mode (a failed round trip: a sync, a

@@ -169,29 +169,50 @@ func (f *Fleet) fleetMode() bool { return f.mode.Load() == uint32(ModeFleet) }
 
 // host returns the state of host name, creating it if needed.
 func (f *Fleet) host(name string) (*host, error) {
+	h, made, err := f.addHost(name)
+	if made && f.fleetMode() {
+		// Its first calls wait for the fleet's state of it (an open
+		// breaker trips this process's at the reply), at most Timeout.
+		t := time.NewTimer(f.cfg.Timeout)
+		select {
+		case <-h.ready:
+		case <-t.C:
+		case <-f.stop:
+		}
+		t.Stop()
+	}
+	return h, err
+}
+
+// addHost returns the state of host name, creating it if needed (made).
+func (f *Fleet) addHost(name string) (h *host, made bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if h := f.hosts[name]; h != nil {
-		return h, nil
+		return h, false, nil
 	}
 	if len(f.hosts) >= f.cfg.MaxHosts {
-		return nil, fmt.Errorf("%w: %d hosts tracked, host %q refused", ErrTooManyHosts, len(f.hosts), name)
+		return nil, false, fmt.Errorf("%w: %d hosts tracked, host %q refused", ErrTooManyHosts, len(f.hosts), name)
 	}
-	h, err := newHost(f, name)
+	h, err = newHost(f, name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	f.hosts[name] = h
 	list := append((*f.list.Load())[:len(*f.list.Load()):len(*f.list.Load())], h)
 	f.list.Store(&list)
-	if h.lim != nil {
-		f.kickSync() // its first share
+	if h.lim != nil || f.fleetMode() {
+		f.kickSync() // the fleet's state of it (an open breaker), and its first share
 	}
-	return h, nil
+	return h, true, nil
 }
 
 // Guards returns the budget and breaker of host, and its limiter with
-// Config.Limit: pass f.Guards to httpretry.WithGuards to give every
+// Config.Limit. The first call for a host (in fleet mode) starts a sync and
+// waits for it, at most Timeout, so that the host's breaker and limiter
+// know the fleet's state of it (an open breaker, a share of the rate)
+// before its first call; later calls do no I/O. Pass f.Guards to
+// httpretry.WithGuards to give every
 // destination host of a transport a fleet budget and a fleet breaker (and
 // a limiter gated at this process's share of the fleet's rate). The transport's logger and observer do
 // not hear of these breakers' state changes: set Config.Observer (or

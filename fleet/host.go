@@ -36,7 +36,11 @@ type host struct {
 	leaseMu sync.Mutex   // guards leasing, and the lease's install
 	leasing *leaseCall   // guarded by leaseMu: the lease request in flight, if any
 	want    atomic.Int64 // retries the next lease request asks for
-	denied  atomic.Bool  // the fleet's budget is spent: refuse without asking until a sync says otherwise
+	waiting atomic.Int64 // callers waiting for a lease (refill), each wanting one retry
+
+	ready     chan struct{} // closed once a sync that carried the host has ended (its reply, or its failure)
+	readyOnce sync.Once
+	denied    atomic.Bool // the fleet's budget is spent: refuse without asking until a sync says otherwise
 
 	retMu   sync.Mutex
 	returns []returned // guarded by retMu: unused leased retries to give back
@@ -78,7 +82,7 @@ type host struct {
 const unseen = -1
 
 func newHost(f *Fleet, name string) (*host, error) {
-	h := &host{f: f, name: name, key: f.keyPrefix + name}
+	h := &host{f: f, name: name, key: f.keyPrefix + name, ready: make(chan struct{})}
 	h.budget.h = h
 	h.seen.Store(unseen)
 	h.want.Store(1)
@@ -93,13 +97,16 @@ func newHost(f *Fleet, name string) (*host, error) {
 	}
 	if f.cfg.Limit != nil {
 		// No gate until the first sync's share (the caller of host kicks
-		// it): a new host's first calls go at once.
+		// it, and waits for it at most Timeout in fleet mode).
 		if h.lim, err = limit.New(*f.cfg.Limit); err != nil {
 			return nil, err
 		}
 	}
 	return h, nil
 }
+
+// markSynced records that a sync carrying h has ended.
+func (h *host) markSynced() { h.readyOnce.Do(func() { close(h.ready) }) }
 
 // maxBurst bounds the span of tokens a gate may hold (see setRate).
 const maxBurst = 100 * time.Millisecond

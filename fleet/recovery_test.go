@@ -368,8 +368,11 @@ func TestFailingProcessSyncsEarly(t *testing.T) {
 		}
 		synctest.Wait()
 		got := be.mode('s') - syncs
-		if got < 10 || got > 12 {
-			t.Errorf("%d syncs in one interval of failures, want 10..12 (the periodic one, the first failure's, every tenth)", got)
+		// 13 in about one run of ten: the periodic tick and a tenth's
+		// timer due at the same instant are taken in either order (select
+		// picks at random), one after the other.
+		if got < 10 || got > 13 {
+			t.Errorf("%d syncs in one interval of failures, want 10..13 (the periodic one, the first failure's, every tenth)", got)
 		}
 		// Mostly successes: one sync per interval.
 		syncs = be.mode('s')

@@ -209,6 +209,11 @@ func (f *Fleet) sync(final bool) error {
 		}
 		return nil
 	}
+	defer func() {
+		for _, h := range hosts {
+			h.markSynced()
+		}
+	}()
 	keys := make([]string, len(hosts))
 	args := f.set.args("s", 0)
 	batch := make([]syncHost, len(hosts))
