@@ -65,13 +65,14 @@ type Config struct {
 	// it is granted, and a retry whose lease cannot come within the
 	// caller's time left is refused, not taken from LocalBudget (see
 	// [Budget.WithdrawWithin]). As the dependency sees them, requests
-	// count up to an interval and a one-way trip late and stay in the
+	// count up to an interval (a round trip, if that is longer: a sync
+	// waits for the one before it) and a one-way trip late and stay in the
 	// window as much longer, and a retry goes out at most a one-way trip
 	// after the slice it was counted in: over any span of one Window, the
 	// fleet's retries stay within Ratio times its requests in that span
-	// and in the Window, SyncEvery and round trip before it, plus the
-	// floor of each window of Redis's that their slices fall in (two, or
-	// three with a round trip longer than half a Window). In
+	// and in the Window, the interval and the round trip before it, plus
+	// the floor of each window of Redis's that their slices fall in (two,
+	// or three with a round trip longer than half a Window). In
 	// local mode each process's LocalBudget bounds its own retries: it
 	// hears of every call and of the retries this process took from the
 	// fleet, so across a switch to local mode (a failed round trip, or
