@@ -147,7 +147,8 @@ type Config struct {
 	Now func() time.Time
 	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
 	// of open periods and releases; nil means the Go runtime's generator.
-	// A Rand pinned at 0.5 makes every open period exactly OpenFor. It
+	// A Rand pinned at 0.5 makes every open period exactly OpenFor (to the
+	// nanosecond below 2^53 ns, about 104 days; within one above). It
 	// must be safe for concurrent use.
 	Rand func() float64
 	// Shared, if not nil, connects the breaker to breakers in other

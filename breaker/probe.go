@@ -97,7 +97,7 @@ func (b *Breaker) intervalLocked() time.Duration {
 	d := b.cfg.OpenFor
 	if limit := b.cfg.MaxOpenFor; limit > 0 {
 		for range b.reopens {
-			if d >= limit/2 {
+			if d >= limit-d { // doubled, it would reach the limit (limit/2 rounds down)
 				d = limit
 				break
 			}

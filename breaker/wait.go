@@ -111,6 +111,9 @@ func (b *Breaker) wait(ctx context.Context, maxWait time.Duration, rejection err
 			// other probes) before the call woke: it waits on as any
 			// other call.
 			w.granted, w.permit = false, Permit{}
+			// A round in progress may have slots its grants passed it
+			// over for (it still held the old grant): offer them again.
+			b.grantProbesLocked()
 		}
 		switch {
 		case w.granted:

@@ -172,7 +172,14 @@ func (b *Breaker) trips(calls, failures uint64, releasing bool) bool {
 	if releasing {
 		least = min(least, uint64(b.probes))
 	}
-	return calls >= least && float64(failures) >= b.ratio*float64(calls)
+	return calls >= least && b.atRatio(calls, failures)
+}
+
+// atRatio reports whether failures of calls are at or above the failure
+// ratio. The product's rounding is allowed for (0.28·25 is
+// 7.000000000000001 in floating point, and 7 failures of 25 are at 0.28).
+func (b *Breaker) atRatio(calls, failures uint64) bool {
+	return float64(failures) >= b.ratio*float64(calls)*(1-1e-12)
 }
 
 // bucketCounts returns the calls and failures of bucket e alone.
@@ -236,7 +243,7 @@ func (b *Breaker) span(now time.Time) time.Duration {
 // periods kept. Two failures at once may keep the lower of their rates:
 // an estimate.
 func (b *Breaker) notePeak(calls, failures uint64, now time.Time, e int64) {
-	if calls == 0 || float64(failures) >= b.ratio*float64(calls) || b.sinceClose(now) < b.cfg.Window {
+	if calls == 0 || b.atRatio(calls, failures) || b.sinceClose(now) < b.cfg.Window {
 		// Within a window of a close the window holds the release (the
 		// backlog on top of the new calls, over a short time): not the
 		// pace the dependency served.

@@ -464,8 +464,10 @@ if mode == 's' then
       local calls, fails = outcome_window(bcur)
       local bfails = get('of' .. i)
       local bcalls = get('os' .. i) + bfails
-      if (fails > 0 and calls >= min_calls and fails >= fratio * calls) or
-         (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls) then flip(1) end
+      -- At or above the ratio, the product's rounding allowed for (as the
+      -- breaker does: 7 failures of 25 are at 0.28).
+      if (fails > 0 and calls >= min_calls and fails >= fratio * calls * (1 - 1e-12)) or
+         (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls * (1 - 1e-12)) then flip(1) end
     end
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)
