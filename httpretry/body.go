@@ -160,11 +160,21 @@ func closeReqBody(req *http.Request) {
 // is left as it is (what was read, then the rest); a stalled one is read
 // on in the background and handed whole to the caller if it gets it (a
 // body that came 120 ms after its headers was closed at 50 ms, and the
-// caller read nothing).
+// caller read nothing). The read ends halfway to the request's deadline
+// if that comes sooner, so that an answer that came in time is not taken
+// for the attempt running out of time (a 503 whose body still streamed at
+// the call's deadline once ended the call as "deadline", skipped the
+// breaker and went to the fallback).
 func detachBody(resp *http.Response) {
 	rc := resp.Body
 	if rc == nil || rc == http.NoBody {
 		return
+	}
+	wait := drainTimeout
+	if resp.Request != nil {
+		if dl, ok := resp.Request.Context().Deadline(); ok {
+			wait = min(wait, max(time.Until(dl)/2, 0))
+		}
 	}
 	var buf []byte
 	var err error
@@ -173,7 +183,7 @@ func detachBody(resp *http.Response) {
 		buf, err = io.ReadAll(io.LimitReader(rc, drainLimit+1))
 		close(done)
 	}()
-	t := time.NewTimer(drainTimeout)
+	t := time.NewTimer(wait)
 	select {
 	case <-done:
 		t.Stop()

@@ -286,7 +286,12 @@ func WithRefreshOn401(refresh func(req *http.Request) (*http.Request, error)) Op
 // breaker's time until its next probe: retry.RetryAfter(err)). The last
 // response, if any, has been drained and closed. A request that was not
 // retryable (a 404, a POST without a key) or whose context was canceled
-// gets no fallback. With [WithStaleCache], a request the cache can answer
+// gets no fallback. A request the transport made a key for
+// ([WithAutoIdempotencyKey]) reaches fallback with that key in its
+// Idempotency-Key header, and a response of fallback's whose Request is nil
+// or the request it was given is returned with that keyed request, so that
+// [IdempotencyKey] finds the key of a write that may have happened. With
+// [WithStaleCache], a request the cache can answer
 // gets the cached response and the fallback is not called. fallback must be
 // safe for concurrent use. nil (the default) means no fallback.
 func WithFallback(fallback func(req *http.Request, err *retry.Error) (*http.Response, error)) Option {

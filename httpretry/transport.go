@@ -311,7 +311,25 @@ func (c *call) run(h *host) (*http.Response, error) {
 // comes with an error is closed, and neither is an error); an error
 // carries the key the transport made ([IdempotencyKey]).
 func (c *call) fallback(req *http.Request, re *retry.Error) (*http.Response, error) {
+	if c.key != nil {
+		// The fallback gets the request as it was sent, with the key the
+		// transport made, and so does a response of its that names no
+		// request or the caller's: IdempotencyKey finds the key there.
+		keyed := req.Clone(req.Context())
+		keyed.Header[idempotency.Header] = []string{c.key[0]}
+		resp, err := c.t.cfg.fallback(keyed, re)
+		if resp != nil && (resp.Request == nil || resp.Request == req) {
+			resp.Request = keyed
+		}
+		return c.fallbackAnswer(resp, err, re)
+	}
 	resp, err := c.t.cfg.fallback(req, re)
+	return c.fallbackAnswer(resp, err, re)
+}
+
+// fallbackAnswer makes the fallback's resp and err exactly one of a
+// response and an error, an error carrying the key the transport made.
+func (c *call) fallbackAnswer(resp *http.Response, err error, re *retry.Error) (*http.Response, error) {
 	switch {
 	case resp != nil && err != nil:
 		if resp.Body != nil {
