@@ -301,5 +301,17 @@ func (o *output) validate() error {
 		// device, a socket) of that name cannot take the chart.
 		return usageError{fmt.Errorf("-chart %.60q: not a file that can be written (%v)", o.chart, st.Mode().Type())}
 	}
+	// Opened for writing now (and removed if it did not exist), so that a
+	// file that cannot be created (a dangling link, a read-only place) is
+	// refused before the work, not after it.
+	_, statErr := os.Lstat(o.chart)
+	f, err := os.OpenFile(o.chart, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return usageError{fmt.Errorf("-chart %.60q: cannot be written: %v", o.chart, err)}
+	}
+	_ = f.Close()
+	if os.IsNotExist(statErr) {
+		_ = os.Remove(o.chart)
+	}
 	return nil
 }

@@ -56,7 +56,7 @@ func prepareMeta(args []string, e *env) (func() error, error) {
 	fs.durationVar(&c.TriggerFor, "trigger-for", 0, time.Hour, "how long it lasts")
 	fs.durationVar(&c.Horizon, "horizon", time.Second, time.Hour, "simulated time of each run")
 	fs.StringVar(&triggers, "triggers", "", "comma-separated triggers among 503, hang, slow5x, cut80 (default all)")
-	fs.StringVar(&policies, "policies", "", "comma-separated client setups to run (default all of "+policyNames(all)+")")
+	fs.StringVar(&policies, "policies", "", "comma-separated client setups to run (default all of "+policyNames(all)+"); each setup's random streams follow its place in the list, so a setup run alone or elsewhere gives figures of another draw")
 	fs.BoolVar(&wide, "wide", false, "more columns: goodput, p99, attempts in the trigger, shed, timed out, limited")
 	fs.uint64Var(&c.Seed, "seed", math.MaxUint64, "seed")
 	out.register(fs)

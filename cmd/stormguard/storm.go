@@ -157,7 +157,7 @@ func prepareOutage(args []string, e *env) (func() error, error) {
 	fs.durationVar(&c.RetryAfter, "retry-after", 0, time.Hour, "Retry-After the provider sends during the trigger (0: none)")
 	fs.durationVar(&c.Horizon, "horizon", time.Millisecond, sim.MaxOutageHorizon, "simulated time")
 	fs.durationVar(&c.Window, "window", time.Millisecond, c.RecoveryWindow, "width of a load window")
-	fs.StringVar(&policies, "policies", "", "comma-separated policy names to run (default: all of "+policyNames(all)+")")
+	fs.StringVar(&policies, "policies", "", "comma-separated policy names to run (default: all of "+policyNames(all)+"); each policy's random streams follow its place in the list, so a policy run alone or elsewhere gives figures of another draw")
 	fs.uint64Var(&c.Seed, "seed", math.MaxUint64, "seed")
 	out.register(fs)
 	if err := fs.parse(args); err != nil {
