@@ -115,7 +115,6 @@ type delayProxy struct {
 	ln     net.Listener
 	target string
 	delay  time.Duration
-	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  []net.Conn
 }

@@ -68,7 +68,6 @@ type zzhBase struct {
 	answer func(n int, r *http.Request) zzhAnswer
 	sent   []zzhSent
 	open   atomic.Int64
-	start  time.Time
 }
 
 func (b *zzhBase) RoundTrip(r *http.Request) (*http.Response, error) {

@@ -108,7 +108,7 @@ func a5Dump(t testing.TB, m map[string]float64, prefix string) {
 func a5Attrs(kvs []attribute.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }
