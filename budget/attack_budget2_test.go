@@ -85,14 +85,14 @@ func TestAttackBudget2AnySpanRandomTolerance(t *testing.T) {
 		for _, a := range rets {
 			n := bd2Count(rets, a, a+w)
 			req := bd2Count(reqs, a-w, a+w)
-			if lim := eR*float64(req) + 2*floor; float64(n) > lim {
+			if lim := (eR*float64(req) + 2*floor) * (1 + 1e-12); float64(n) > lim {
 				t.Fatalf("trial %d: span [%v,%v) holds %d retries, %d requests around it; even 2 floors give %v", trial, a, a+w, n, req, lim)
 			}
 			spans++
-			if float64(n) > eR*float64(req)+floor {
+			if float64(n) > (eR*float64(req)+floor)*(1+1e-12) {
 				over++ // beyond the documented bound, within the tolerance
 			}
-			if floor == 0 && float64(n) > eR*float64(req) {
+			if floor == 0 && float64(n) > eR*float64(req)*(1+1e-12) {
 				t.Fatalf("trial %d (no floor): span [%v,%v) holds %d retries > %v·%d", trial, a, a+w, n, eR, req)
 			}
 		}
@@ -102,7 +102,7 @@ func TestAttackBudget2AnySpanRandomTolerance(t *testing.T) {
 			hi := (k + 1) * slice
 			n := bd2Count(rets, hi-w, hi)
 			req := bd2Count(reqs, hi-2*w, hi)
-			if lim := eR*float64(req) + floor; float64(n) > lim {
+			if lim := (eR*float64(req) + floor) * (1 + 1e-12); float64(n) > lim {
 				t.Fatalf("trial %d: window of slices ending in %d holds %d retries, %d requests in it and the one before; limit %v", trial, k, n, req, lim)
 			}
 		}

@@ -296,7 +296,7 @@ func (b *Budget) withdraw(t time.Time) bool {
 		d := tagged.Diff(tagged.Tag(s), htag)
 		hs := s - d // the head slice
 		cur := max(s, hs)
-		if float64(b.retriesIn(cur, hs, hn)+1) > b.ratio*float64(b.requestsIn(cur))+b.reserve {
+		if float64(b.retriesIn(cur, hs, hn)+1) > allowance(b.ratio*float64(b.requestsIn(cur))+b.reserve) {
 			return false
 		}
 		var next uint64
@@ -401,3 +401,8 @@ func (b *Budget) Stats() Stats {
 		Limit:    b.ratio*float64(req) + b.reserve,
 	}
 }
+
+// allowance is the limit of a window as Withdraw compares with it: limit,
+// its floating-point rounding allowed for (0.29·100 is 28.999999999999996,
+// and 29 retries of 100 requests are within 0.29).
+func allowance(limit float64) float64 { return limit * (1 + 1e-12) }

@@ -397,7 +397,7 @@ func (m *model) live(cur int64) int {
 // withdraw returns the model's decision and the slice it counts in.
 func (m *model) withdraw(t time.Time) (bool, int64) {
 	cur := max(m.sliceOf(t), m.head)
-	ok := float64(m.sum(m.retries, cur)+1) <= m.ratio*float64(m.live(cur))+m.reserve
+	ok := float64(m.sum(m.retries, cur)+1) <= (m.ratio*float64(m.live(cur))+m.reserve)*(1+1e-12) // the rounding allowed for
 	if ok {
 		m.retries[cur]++
 		m.head = cur
@@ -466,7 +466,7 @@ func TestPropertyBound(t *testing.T) {
 			if got {
 				admittedTotal++
 				retries, requests := m.sum(m.retries, cur), m.live(cur)
-				if limit := ratio*float64(requests) + perSec*window.Seconds(); float64(retries) > limit {
+				if limit := (ratio*float64(requests) + perSec*window.Seconds()) * (1 + 1e-12); float64(retries) > limit {
 					t.Fatalf("run %d op %d: %d retries admitted in the window with %d requests, limit %v",
 						run, op, retries, requests, limit)
 				}
@@ -490,7 +490,7 @@ func TestPropertyBound(t *testing.T) {
 		// the limit; later retries of that window were checked themselves).
 		for s := range m.retries {
 			retries, requests := m.sum(m.retries, s), m.sum(m.requests, s)
-			if limit := ratio*float64(requests) + perSec*window.Seconds(); float64(retries) > limit {
+			if limit := (ratio*float64(requests) + perSec*window.Seconds()) * (1 + 1e-12); float64(retries) > limit {
 				t.Fatalf("run %d: window ending in slice %d holds %d retries, %d requests, limit %v",
 					run, s, retries, requests, limit)
 			}
@@ -530,7 +530,7 @@ func checkEveryWindow(t *testing.T, run int, m *model, ratio, reserve float64) {
 		for k := j; k < j+m.slices; k++ {
 			retries := in(ret, k-m.slices, k)
 			requests := in(req, k-2*m.slices, k)
-			if limit := ratio*float64(requests) + reserve; float64(retries) > limit {
+			if limit := (ratio*float64(requests) + reserve) * (1 + 1e-12); float64(retries) > limit {
 				t.Fatalf("run %d: window ending in slice %d holds %d retries; the two windows up to it hold %d requests; limit %v",
 					run, k, retries, requests, limit)
 			}
@@ -626,7 +626,7 @@ func TestConcurrentMixed(t *testing.T) {
 		wg.Wait()
 		requests[cur] += int(deps.Load())
 		retries[cur] += int(adm.Load())
-		limit := 0.2*float64(sum(requests, cur)) + 0.3*float64(slices)
+		limit := (0.2*float64(sum(requests, cur)) + 0.3*float64(slices)) * (1 + 1e-12)
 		if got := sum(retries, cur); float64(got) > limit {
 			t.Fatalf("phase %d: %d retries admitted in the window, limit %v", phase, got, limit)
 		}

@@ -25,7 +25,8 @@
 //
 // where requests and retries are the deposits and the admitted withdrawals
 // whose slices lie in that window, and the right-hand side is computed in
-// float64. So at every admission the window's admitted retries, this one
+// float64, its rounding allowed for (a relative 10⁻¹², so that 0.29·100,
+// 28.999999999999996, admits 29). So at every admission the window's admitted retries, this one
 // included, are at most Ratio·requests + MinPerSecond·Window.Seconds(). It
 // follows that over any window of whole slices, whether or not it ends in
 // an admission, the retries are at most Ratio times the requests of that

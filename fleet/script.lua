@@ -481,7 +481,7 @@ elseif mode == 'l' then
   load(KEYS[1])
   local cur = math.floor(now / slice_us)
   local q, r = budget_window(cur)
-  local k = math.min(tonumber(ARGV[14]), math.floor(ratio * q + reserve) - r)
+  local k = math.min(tonumber(ARGV[14]), math.floor((ratio * q + reserve) * (1 + 1e-12)) - r)
   if get('st') == 1 then k = 0 end
   if k > 0 then
     local i = budget_slot(cur)

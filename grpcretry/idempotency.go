@@ -310,7 +310,13 @@ func (s *idemServer) handle(ctx context.Context, req any, handler grpc.UnaryHand
 		}
 	}
 	reply, err = handler(ctx, req)
-	st, _ := status.FromError(err) // OK for nil; UNKNOWN for an error without a status
+	// The status the caller gets, as grpc-go's server makes it: OK for nil;
+	// a context error without a status is CANCELED or DEADLINE_EXCEEDED
+	// (a handler's "return nil, ctx.Err()"), any other UNKNOWN.
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
 	if !s.cfg.stored(st.Code()) {
 		return reply, store.Record{}, false, err
 	}

@@ -102,7 +102,10 @@ func WithKeyMethods(methods ...string) IdempotencyOption {
 // FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED); the codes of a failure
 // that a retry may not meet (UNAVAILABLE, INTERNAL, UNKNOWN,
 // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED, DATA_LOSS,
-// UNAUTHENTICATED) are not, as HTTP's 5xx, 401, 408 and 429 are not.
+// UNAUTHENTICATED) are not, as HTTP's 5xx, 401, 408 and 429 are not. The
+// code is the one the caller gets: a handler that returns a bare context
+// error (ctx.Err()) ends with CANCELED or DEADLINE_EXCEEDED, as grpc-go
+// sends it, not UNKNOWN.
 func WithStoredCodes(f func(codes.Code) bool) IdempotencyOption {
 	return idemOption(func(c *idemConfig) error {
 		if f == nil {

@@ -34,7 +34,11 @@
 // handler runs at most once, whatever happens to the response on its way
 // to the client: what is stored is what the handler produced, whole (its
 // status, allow-listed header fields as they were when it wrote the header,
-// and body; not its trailers: a replay carries none), even
+// and body; not its trailers: a replay carries none; a Content-Type the
+// handler left to net/http, which picks one from the first bytes it sends,
+// is picked again from the replay's whole body, or left out if the first
+// answer's header was flushed before any byte: set it to have it replayed
+// exactly), even
 // when the client went away mid-response or a [net/http.TimeoutHandler]
 // in front gave up; a handler that returns without a word after its
 // request was canceled is taken to have produced nothing, and its key is

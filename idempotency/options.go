@@ -231,7 +231,9 @@ func defaultStoreStatus(code int) bool {
 // Content-Language, Content-Type, Etag, Last-Modified, Location, Vary).
 // Set-Cookie and authentication fields are never stored, nor the message's
 // framing (Content-Length, Transfer-Encoding and the hop-by-hop fields: the
-// replay's own body sets them): listing one is an error.
+// replay's own body sets them): listing one is an error. So is a name that
+// is not a header field name (a token of RFC 9110), which includes
+// net/http's "Trailer:" prefix: a replay carries no trailers.
 func WithReplayHeaders(names ...string) Option {
 	names = slices.Clone(names)
 	return httpOption(func(m *middleware) error {
@@ -243,6 +245,9 @@ func WithReplayHeaders(names ...string) Option {
 			}
 			if c == "" {
 				return errors.New("WithReplayHeaders: empty name")
+			}
+			if !isToken(c) {
+				return fmt.Errorf("WithReplayHeaders: %.60q is not a header field name", c)
 			}
 			m.replay = append(m.replay, c)
 		}
@@ -303,4 +308,19 @@ func WithName(name string) GuardOption {
 		g.name = name
 		return nil
 	}}
+}
+
+// isToken reports whether s is a token of RFC 9110 (section 5.6.2), the
+// form of a header field name.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
 }

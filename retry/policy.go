@@ -229,8 +229,8 @@ const maxHintWait = 150 * 365 * 24 * time.Hour
 // server that said it is not ready); it counts as a wait that ends past the
 // deadline: the loop gives up at once with Reason [Deadline], the
 // give-up's [RetryAfter] the hint, and the last error (and so the server's
-// answer) returned to the caller. A hint of 484289 hours never puts a
-// goroutine to sleep. A d above 150 years counts as 150 years: a timer
+// answer) returned to the caller. With the default d, a hint of 484289
+// hours never puts a goroutine to sleep. A d above 150 years counts as 150 years: a timer
 // cannot be trusted with a longer wait (with its jitter of up to half
 // again, it could end past the runtime's clock, which saturates 292 years
 // after the process starts; such a timer fires early), so a longer hint

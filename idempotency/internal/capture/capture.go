@@ -151,6 +151,9 @@ func (rw *Writer) FlushError() error {
 	if !rw.WroteHeader {
 		rw.WriteHeader(http.StatusOK)
 	}
+	if len(rw.Body) == 0 && !rw.Overflow {
+		rw.noTypeSent()
+	}
 	if rw.clientErr == nil {
 		err := http.NewResponseController(rw.w).Flush()
 		if err == nil || errors.Is(err, http.ErrNotSupported) {
@@ -162,6 +165,23 @@ func (rw *Writer) FlushError() error {
 		return rw.clientErr
 	}
 	return nil
+}
+
+// noTypeSent records, for a header flushed before any body byte, that it
+// went without a Content-Type if the handler set none: net/http picks one
+// from the first bytes it sends, and had none to pick from. The replay
+// then sends none either, instead of picking one from its whole body.
+func (rw *Writer) noTypeSent() {
+	const ct = "Content-Type"
+	if _, set := rw.w.Header()[ct]; set || !slices.Contains(rw.replay, ct) {
+		return
+	}
+	if rw.Fields == nil {
+		rw.Fields = make(http.Header, len(rw.replay))
+	}
+	if _, kept := rw.Fields[ct]; !kept {
+		rw.Fields[ct] = nil
+	}
 }
 
 // Flush implements http.Flusher for handlers that type-assert it.
