@@ -1,11 +1,12 @@
+// Black-box attacks on the HTTP face of package idempotency (the
+// middleware of NewMiddleware), each against a documented promise.
+
 package idempotency_test
 
-// Attack (AREA idemhttp): the HTTP middleware against the package doc,
-// docs/idempotency.md and README.md. Handler runs are counted per key.
-
 import (
-	"bufio"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,394 +15,542 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/idempotency"
 )
 
-func ihScope(r *http.Request) (string, error) {
-	if t := r.Header.Get("X-Tenant"); t != "" {
-		return t, nil
-	}
-	return "t0", nil
-}
-
-func ihMW(t *testing.T, opts ...idempotency.Option) func(http.Handler) http.Handler {
+func mwAtk(t *testing.T, s *idempotency.MemoryStore, h http.Handler, opts ...idempotency.Option) http.Handler {
 	t.Helper()
-	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	if err != nil {
-		t.Fatal(err)
+	if s == nil {
+		s = &idempotency.MemoryStore{}
 	}
-	mw, err := idempotency.NewMiddleware(s, append([]idempotency.Option{idempotency.WithScope(ihScope)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mw
-}
-
-type ihResp struct {
-	status  int
-	header  http.Header
-	trailer http.Header
-	body    string
-}
-
-func ihDo(t *testing.T, c *http.Client, method, url, key, tenant, body string) ihResp {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set(idempotency.Header, key)
-	}
-	if tenant != "" {
-		req.Header.Set("X-Tenant", tenant)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ihResp{resp.StatusCode, resp.Header, resp.Trailer, string(b)}
-}
-
-// Package doc: "what is stored is what the handler produced, whole"; the
-// replay is "the stored status, allow-listed headers and body". A
-// streaming handler that flushes its header before its body (or its first
-// bytes before the rest) leaves Content-Type to net/http's sniffing of the
-// first flushed bytes; the replay writes the body in one piece and is
-// sniffed again, from other bytes: the replay's Content-Type differs from
-// the one the client got the first time.
-func TestAttackMWReplaySniffedContentType(t *testing.T) {
-	const page = "<html><body>charged</body></html>"
-	for _, c := range []struct {
-		name        string
-		h           func(w http.ResponseWriter)
-		first, want string // the first answer's Content-Type, the replay's
-	}{
-		// Flushed before any byte: net/http had nothing to pick a type
-		// from and sent none; the replay sends none (it once picked
-		// text/html from the whole body).
-		{"flush header first", func(w http.ResponseWriter) {
-			w.WriteHeader(201)
-			w.(http.Flusher).Flush()
-			io.WriteString(w, page)
-		}, "", ""},
-		// The first bytes went alone: net/http picked from "<ht"; the
-		// replay picks from the whole body (documented).
-		{"flush a prefix first", func(w http.ResponseWriter) {
-			w.WriteHeader(201)
-			io.WriteString(w, page[:3])
-			w.(http.Flusher).Flush()
-			io.WriteString(w, page[3:])
-		}, "text/plain; charset=utf-8", "text/html; charset=utf-8"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var runs atomic.Int32
-			srv := httptest.NewServer(ihMW(t)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				runs.Add(1)
-				c.h(w)
-			})))
-			defer srv.Close()
-			r1 := ihDo(t, srv.Client(), "POST", srv.URL+"/pay", "k-sniff", "", "x")
-			r2 := ihDo(t, srv.Client(), "POST", srv.URL+"/pay", "k-sniff", "", "x")
-			if r2.header.Get(idempotency.ReplayHeader) != "true" || runs.Load() != 1 {
-				t.Fatalf("second answer not a replay (runs %d)", runs.Load())
-			}
-			if r1.body != r2.body || r1.status != r2.status {
-				t.Fatalf("bodies/status differ: %d %q / %d %q", r1.status, r1.body, r2.status, r2.body)
-			}
-			if a, b := strings.Join(r1.header.Values("Content-Type"), "|"), strings.Join(r2.header.Values("Content-Type"), "|"); a != c.first || b != c.want {
-				t.Errorf("Content-Type: first answer %q, replay %q; want %q, %q", a, b, c.first, c.want)
-			}
-		})
-	}
-}
-
-// Package doc: "not its trailers: a replay carries none"; WithReplayHeaders
-// refuses a name that is not a header field name. A trailer named with
-// http.TrailerPrefix was taken as a header name to store and replay, and
-// the replay then carried it as a trailer.
-func TestAttackMWTrailerPrefixInAllowList(t *testing.T) {
-	s, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{http.TrailerPrefix + "X-Checksum", "X Bad", "X-Bad\r\n", "X:Y"} {
-		if _, err := idempotency.NewMiddleware(s, idempotency.WithReplayHeaders("Content-Type", name)); err == nil {
-			t.Errorf("WithReplayHeaders(%q) accepted; want an error (not a header field name)", name)
+	opts = append([]idempotency.Option{idempotency.WithScope(func(r *http.Request) (string, error) {
+		if u := r.Header.Get("X-User"); u != "" {
+			return u, nil
 		}
+		return "anon", nil
+	})}, opts...)
+	mw, err := idempotency.NewMiddleware(s, opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return mw(h)
 }
 
-func TestAttackMWAnswerTable(t *testing.T) {
-	runs := map[string]*atomic.Int32{}
-	var mu sync.Mutex
-	count := func(k string) *atomic.Int32 {
-		mu.Lock()
-		defer mu.Unlock()
-		if runs[k] == nil {
-			runs[k] = new(atomic.Int32)
-		}
-		return runs[k]
+func mwAtkDo(h http.Handler, method, target string, body io.Reader, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, body)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
 	}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		count(r.Header.Get("X-Tenant") + "/" + r.Header.Get(idempotency.Header)).Add(1)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+type mwAtkErrAfter struct {
+	data []byte
+	err  error
+}
+
+func (e *mwAtkErrAfter) Read(p []byte) (int, error) {
+	if len(e.data) == 0 {
+		return 0, e.err
+	}
+	n := copy(p, e.data)
+	e.data = e.data[n:]
+	return n, nil
+}
+
+func mwAtkCounting(runs *atomic.Int32) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		n := runs.Add(1)
 		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Set("X-Private", "no")
-		w.Header().Add("Vary", "A")
-		w.Header().Add("Vary", "B")
-		w.Header().Set("Set-Cookie", "s=1")
 		w.WriteHeader(201)
-		io.WriteString(w, "got:"+string(b)+":"+r.Header.Get("X-Tenant"))
+		fmt.Fprintf(w, "run %d body %q", n, b)
 	})
-	srv := httptest.NewServer(ihMW(t, idempotency.WithRequired(), idempotency.WithMaxRequestBody(10),
-		idempotency.WithReplayHeaders("Content-Type", "Vary"))(h))
-	defer srv.Close()
-	c := srv.Client()
-	u := srv.URL + "/pay?x=1"
+}
 
-	r1 := ihDo(t, c, "POST", u, "k1", "A", "body")
-	r2 := ihDo(t, c, "POST", u, "k1", "A", "body")
-	if r1.status != 201 || r2.status != 201 || r1.body != r2.body || r2.header.Get(idempotency.ReplayHeader) != "true" {
-		t.Errorf("replay: %+v / %+v", r1, r2)
+// Doc: a body that cannot be read is refused before the store is
+// consulted; the key stays free for the retry with the whole body.
+func TestAttackMWBodyErrorDoesNotClaim(t *testing.T) {
+	var runs atomic.Int32
+	h := mwAtk(t, nil, mwAtkCounting(&runs))
+	w := mwAtkDo(h, "POST", "/p", &mwAtkErrAfter{data: []byte("par"), err: errors.New("conn reset")}, "Idempotency-Key", "k")
+	if w.Code != 400 || runs.Load() != 0 {
+		t.Fatalf("broken body: %d, runs %d", w.Code, runs.Load())
 	}
-	if r2.header.Get("X-Private") != "" || r2.header.Get("Set-Cookie") != "" || strings.Join(r2.header.Values("Vary"), ",") != "A,B" {
-		t.Errorf("replayed header %v", r2.header)
-	}
-	if r1.header.Get(idempotency.ReplayHeader) != "" {
-		t.Errorf("first answer marked replayed")
-	}
-	for _, c2 := range []struct {
-		name, method, url, body string
-	}{
-		{"body", "POST", u, "other"},
-		{"route", "POST", srv.URL + "/pay?x=2", "body"},
-		{"method", "PATCH", u, "body"},
-	} {
-		if r := ihDo(t, c, c2.method, c2.url, "k1", "A", c2.body); r.status != 422 || !strings.Contains(r.header.Get("Content-Type"), "problem+json") {
-			t.Errorf("%s differs: %d %v", c2.name, r.status, r.header)
-		}
-	}
-	// scope isolation: same key, another tenant, runs anew and its own answer
-	r3 := ihDo(t, c, "POST", u, "k1", "B", "body")
-	if r3.status != 201 || r3.header.Get(idempotency.ReplayHeader) != "" || !strings.HasSuffix(r3.body, ":B") {
-		t.Errorf("other scope: %+v", r3)
-	}
-	// another scope with a different body is its own operation, no 422
-	if r := ihDo(t, c, "POST", u, "k1", "C", "zz"); r.status != 201 {
-		t.Errorf("third scope: %d", r.status)
-	}
-	// missing key, malformed keys, body over cap
-	if r := ihDo(t, c, "POST", u, "", "A", "b"); r.status != 400 {
-		t.Errorf("missing: %d", r.status)
-	}
-	for _, k := range []string{`"unterminated`, `a,b`, strings.Repeat("k", 256), `"a"; p=1`, `""`, `"a\x"`} {
-		if r := ihDo(t, c, "POST", u, k, "A", "b"); r.status != 400 {
-			t.Errorf("key %q: %d", k, r.status)
-		}
-	}
-	if r := ihDo(t, c, "POST", u, "k-big", "A", "01234567890"); r.status != 413 {
-		t.Errorf("11-byte body: %d", r.status)
-	}
-	if r := ihDo(t, c, "POST", u, "k-cap", "A", "0123456789"); r.status != 201 {
-		t.Errorf("10-byte body: %d", r.status)
-	}
-	// quoted and bare forms name one key
-	if r := ihDo(t, c, "POST", u, `"k1"`, "A", "body"); r.status != 201 || r.header.Get(idempotency.ReplayHeader) != "true" {
-		t.Errorf("quoted k1: %d %v", r.status, r.header)
-	}
-	// GET passes through untouched, even with a bad key
-	if r := ihDo(t, c, "GET", u, `"bad`, "A", ""); r.status != 201 {
-		t.Errorf("GET: %d", r.status)
-	}
-	for k, n := range map[string]int32{"A/k1": 1, "B/k1": 1, "C/k1": 1, "A/k-cap": 1, "A/k-big": 0} {
-		if got := count(k).Load(); got != n {
-			t.Errorf("runs of %s: %d, want %d", k, got, n)
-		}
+	w = mwAtkDo(h, "POST", "/p", strings.NewReader("partial body"), "Idempotency-Key", "k")
+	if w.Code != 201 || runs.Load() != 1 {
+		t.Fatalf("retry with the whole body: %d %q, runs %d", w.Code, w.Body, runs.Load())
 	}
 }
 
-// Stored or not: statuses, body over the cap, a handler that hijacks,
-// writes nothing, streams, panics; Content-Type suppressed with nil.
-func TestAttackMWStoredOrNot(t *testing.T) {
-	big := strings.Repeat("z", 100)
-	for _, c := range []struct {
-		name      string
-		h         func(w http.ResponseWriter, r *http.Request)
-		runs      int32 // after 2 requests
-		omitted   bool
-		sameCT    bool
-		noHijack  bool
-		wantReply int
-	}{
-		{"over cap streamed", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/plain")
-			w.Header().Set("Location", "/p/1")
-			w.WriteHeader(202)
-			for range 10 {
-				io.WriteString(w, big[:10])
-				w.(http.Flusher).Flush()
-			}
-			io.WriteString(w, "!")
-		}, 1, true, false, true, 202},
-		{"exactly the cap", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/plain")
-			io.WriteString(w, big)
-		}, 1, false, true, true, 200},
-		{"content-type suppressed", func(w http.ResponseWriter, r *http.Request) {
-			w.Header()["Content-Type"] = nil
+// Doc: a body over the cap is answered 413, before the store is consulted.
+func TestAttackMWOverCapChunkedDoesNotClaim(t *testing.T) {
+	var runs atomic.Int32
+	h := mwAtk(t, nil, mwAtkCounting(&runs), idempotency.WithMaxRequestBody(8))
+	r := httptest.NewRequest("POST", "/p", io.NopCloser(strings.NewReader("123456789")))
+	r.ContentLength = -1
+	r.Header.Set("Idempotency-Key", "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 413 || runs.Load() != 0 {
+		t.Fatalf("over cap: %d runs %d", w.Code, runs.Load())
+	}
+	w = mwAtkDo(h, "POST", "/p", strings.NewReader("12345678"), "Idempotency-Key", "k")
+	if w.Code != 201 {
+		t.Fatalf("at cap after 413: %d %q", w.Code, w.Body)
+	}
+}
+
+// Doc table: same key, different fingerprint: 422, also while the first
+// request still runs.
+func TestAttackMWConcurrentDifferentBodyIs422(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var runs atomic.Int32
+		h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			<-release
 			w.WriteHeader(201)
-			io.WriteString(w, "<html>hi</html>")
-		}, 1, false, true, true, 201},
-		{"writes nothing", func(w http.ResponseWriter, r *http.Request) {}, 1, false, true, true, 200},
-		{"503", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }, 2, false, true, true, 503},
-		{"hijack", func(w http.ResponseWriter, r *http.Request) {
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				w.WriteHeader(500)
-				return
-			}
-			brw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			brw.Flush()
-			conn.Close()
-		}, 2, false, true, false, 201},
-		{"panic after answer", func(w http.ResponseWriter, r *http.Request) {
+		}))
+		done := make(chan int)
+		go func() { done <- mwAtkDo(h, "POST", "/p", strings.NewReader("a"), "Idempotency-Key", "k").Code }()
+		synctest.Wait()
+		w := mwAtkDo(h, "POST", "/p", strings.NewReader("b"), "Idempotency-Key", "k")
+		if w.Code != 422 {
+			t.Errorf("different body while in progress: %d, want 422", w.Code)
+		}
+		w = mwAtkDo(h, "POST", "/p", strings.NewReader("a"), "Idempotency-Key", "k")
+		if w.Code != 409 || w.Header().Get("Retry-After") == "" {
+			t.Errorf("same body while in progress: %d %v", w.Code, w.Header())
+		}
+		close(release)
+		if c := <-done; c != 201 {
+			t.Errorf("first: %d", c)
+		}
+	})
+}
+
+// Doc: keys are scoped to the caller.
+func TestAttackMWTwoCallersSameKey(t *testing.T) {
+	var runs atomic.Int32
+	h := mwAtk(t, nil, mwAtkCounting(&runs))
+	a := mwAtkDo(h, "POST", "/p", strings.NewReader("A"), "Idempotency-Key", "k", "X-User", "alice")
+	b := mwAtkDo(h, "POST", "/p", strings.NewReader("B"), "Idempotency-Key", "k", "X-User", "bob")
+	if a.Code != 201 || b.Code != 201 || runs.Load() != 2 {
+		t.Fatalf("%d %d runs %d", a.Code, b.Code, runs.Load())
+	}
+	ra := mwAtkDo(h, "POST", "/p", strings.NewReader("A"), "Idempotency-Key", "k", "X-User", "alice")
+	rb := mwAtkDo(h, "POST", "/p", strings.NewReader("B"), "Idempotency-Key", "k", "X-User", "bob")
+	if ra.Body.String() != a.Body.String() || rb.Body.String() != b.Body.String() {
+		t.Fatalf("replays %q %q, originals %q %q", ra.Body, rb.Body, a.Body, b.Body)
+	}
+}
+
+// Doc: what is stored is the status, the allow-listed header fields as
+// they were when the handler wrote the header, and the body.
+func TestAttackMWHeaderSnapshotAtWriteHeader(t *testing.T) {
+	h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/a")
+		w.Header().Add("Vary", "X")
+		w.Header().Add("Vary", "Y")
+		w.WriteHeader(202)
+		w.Header().Set("Location", "/b")
+		w.Header().Set("Etag", `"late"`)
+		io.WriteString(w, "ok")
+	}))
+	first := mwAtkDo(h, "POST", "/p", nil, "Idempotency-Key", "k")
+	w := mwAtkDo(h, "POST", "/p", nil, "Idempotency-Key", "k")
+	if w.Code != 202 || w.Header().Get("Location") != "/a" || w.Header().Get("Etag") != "" ||
+		strings.Join(w.Header()["Vary"], ",") != "X,Y" || w.Body.String() != "ok" || w.Header().Get(idempotency.ReplayHeader) != "true" {
+		t.Fatalf("replay %d %v %q (first %d %v)", w.Code, w.Header(), w.Body, first.Code, first.Header())
+	}
+}
+
+// Doc: a handler that writes nothing has an implicit 200, stored.
+func TestAttackMWSilentHandlerStored(t *testing.T) {
+	var runs atomic.Int32
+	h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Location", "/x")
+	}))
+	mwAtkDo(h, "POST", "/p", nil, "Idempotency-Key", "k")
+	w := mwAtkDo(h, "POST", "/p", nil, "Idempotency-Key", "k")
+	if w.Code != 200 || runs.Load() != 1 || w.Header().Get("Location") != "/x" || w.Header().Get(idempotency.ReplayHeader) != "true" {
+		t.Fatalf("%d runs %d %v", w.Code, runs.Load(), w.Header())
+	}
+}
+
+// Doc: the handler runs again after it panicked, even with a whole answer.
+func TestAttackMWPanicAfterAnswerRunsAgain(t *testing.T) {
+	var runs atomic.Int32
+	h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
 			w.WriteHeader(201)
-			io.WriteString(w, "x")
+			io.WriteString(w, "done")
 			panic(http.ErrAbortHandler)
-		}, 2, false, true, true, -1},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var runs atomic.Int32
-			srv := httptest.NewServer(ihMW(t, idempotency.WithMaxResponseBody(100))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				runs.Add(1)
-				c.h(w, r)
-			})))
-			srv.Config.ErrorLog = nil
-			defer srv.Close()
-			do := func() (ihResp, error) {
-				req, _ := http.NewRequest("POST", srv.URL+"/", strings.NewReader("b"))
-				req.Header.Set(idempotency.Header, "k")
-				resp, err := srv.Client().Do(req)
-				if err != nil {
-					return ihResp{}, err
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				return ihResp{resp.StatusCode, resp.Header, resp.Trailer, string(b)}, err
-			}
-			r1, err1 := do()
-			r2, err2 := do()
-			if runs.Load() != c.runs {
-				t.Errorf("runs %d, want %d", runs.Load(), c.runs)
-			}
-			if c.wantReply < 0 {
-				return
-			}
-			if err1 != nil || err2 != nil {
-				t.Fatalf("errors %v %v", err1, err2)
-			}
-			if r2.status != c.wantReply {
-				t.Errorf("second status %d, want %d", r2.status, c.wantReply)
-			}
-			replayed := r2.header.Get(idempotency.ReplayHeader) == "true"
-			if replayed != (c.runs == 1) {
-				t.Errorf("replayed %v with %d runs", replayed, c.runs)
-			}
-			if !replayed {
-				return
-			}
-			if got := r2.header.Get(idempotency.BodyOmittedHeader) == "true"; got != c.omitted {
-				t.Errorf("body omitted header %v, want %v", got, c.omitted)
-			}
-			if c.omitted {
-				if r2.body != "" || r2.header.Get("Location") != "/p/1" || r2.header.Get("Content-Type") != "text/plain" {
-					t.Errorf("omitted replay %+v", r2)
-				}
-				return
-			}
-			if r1.body != r2.body {
-				t.Errorf("bodies %q / %q", r1.body, r2.body)
-			}
-			if c.sameCT && strings.Join(r1.header.Values("Content-Type"), "|") != strings.Join(r2.header.Values("Content-Type"), "|") {
-				t.Errorf("Content-Type %q / %q", r1.header.Values("Content-Type"), r2.header.Values("Content-Type"))
-			}
-		})
+		}
+		w.WriteHeader(201)
+	}))
+	func() {
+		defer func() { recover() }()
+		mwAtkDo(h, "POST", "/p", nil, "Idempotency-Key", "k")
+	}()
+	w := mwAtkDo(h, "POST", "/p", nil, "Idempotency-Key", "k")
+	if runs.Load() != 2 || w.Header().Get(idempotency.ReplayHeader) != "" {
+		t.Fatalf("runs %d, replay %q", runs.Load(), w.Header().Get(idempotency.ReplayHeader))
 	}
 }
 
-// A request while the first runs gets 409 with Retry-After; the first's
-// answer is then replayed; one run; over many concurrent requests.
-func TestAttackMWInProgressStorm(t *testing.T) {
+// Over a real server: 1xx, flush, 204, 304 and hijack.
+func TestAttackMWRealServerEdges(t *testing.T) {
+	var runs sync.Map
+	count := func(path string) int32 {
+		v, _ := runs.LoadOrStore(path, new(atomic.Int32))
+		return v.(*atomic.Int32).Add(1)
+	}
+	get := func(path string) int32 {
+		v, _ := runs.LoadOrStore(path, new(atomic.Int32))
+		return v.(*atomic.Int32).Load()
+	}
+	h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		count(r.URL.Path)
+		switch r.URL.Path {
+		case "/early":
+			w.Header().Set("Link", "</s.css>; rel=preload")
+			w.WriteHeader(103)
+			w.Header().Set("Content-Type", "text/x-early")
+			w.WriteHeader(201)
+			io.WriteString(w, "early")
+		case "/flush":
+			w.Header().Set("Content-Type", "text/x-flush")
+			io.WriteString(w, "one ")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "two")
+		case "/204":
+			w.Header().Set("Etag", `"e"`)
+			w.WriteHeader(204)
+			io.WriteString(w, "ignored")
+		case "/304":
+			w.Header().Set("Etag", `"e"`)
+			w.WriteHeader(304)
+		case "/hijack":
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			brw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+			brw.Flush()
+			c.Close()
+		case "/101":
+			w.WriteHeader(101)
+		}
+	}), idempotency.WithStoreStatus(func(int) bool { return true }))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	send := func(path, key string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader("b"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for _, c := range []struct {
+		path   string
+		status int
+		body   string
+		ctype  string
+	}{
+		{"/early", 201, "early", "text/x-early"},
+		{"/flush", 200, "one two", "text/x-flush"},
+		{"/204", 204, "", ""},
+		{"/304", 304, "", ""},
+	} {
+		r1, b1 := send(c.path, "k"+c.path)
+		r2, b2 := send(c.path, "k"+c.path)
+		if r1.StatusCode != c.status || r2.StatusCode != c.status || b1 != c.body || b2 != c.body ||
+			r2.Header.Get(idempotency.ReplayHeader) != "true" || get(c.path) != 1 || r2.Header.Get("Content-Type") != r1.Header.Get("Content-Type") {
+			t.Errorf("%s: first %d %q %v, replay %d %q %v, runs %d", c.path, r1.StatusCode, b1, r1.Header, r2.StatusCode, b2, r2.Header, get(c.path))
+		}
+	}
+	send("/hijack", "kh")
+	for i := 0; i < 100 && get("/hijack") == 1; i++ { // the handler may still be returning: 409 meanwhile
+		if r, _ := send("/hijack", "kh"); r.StatusCode != 409 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if get("/hijack") != 2 {
+		t.Errorf("hijack: runs %d, want 2", get("/hijack"))
+	}
+}
+
+// Doc (WithReplayHeaders): the hop-by-hop fields are never stored:
+// listing one is an error.
+func TestAttackMWReplayHeadersHopByHop(t *testing.T) {
+	for _, name := range []string{"Connection", "Keep-Alive", "TE", "Trailer", "Upgrade", "Transfer-Encoding", "Proxy-Connection"} {
+		_, err := idempotency.NewMiddleware(&idempotency.MemoryStore{}, idempotency.WithScope(func(*http.Request) (string, error) { return "s", nil }),
+			idempotency.WithReplayHeaders("Content-Type", name))
+		if err == nil {
+			t.Errorf("WithReplayHeaders(%q) accepted; hop-by-hop fields are never stored", name)
+		}
+	}
+}
+
+// inproc is a RoundTripper that serves requests with h in process. Attempts
+// listed in lose reach the handler, but their answer is lost: the
+// RoundTrip fails after lag while the handler goes on.
+type mwAtkInproc struct {
+	h     http.Handler
+	lose  map[int]bool
+	lag   time.Duration
+	mu    sync.Mutex
+	n     int
+	keys  []string
+	codes []int // the answers that reached the client, in order
+	wg    sync.WaitGroup
+}
+
+func (p *mwAtkInproc) RoundTrip(req *http.Request) (*http.Response, error) {
+	p.mu.Lock()
+	p.n++
+	n := p.n
+	p.keys = append(p.keys, fmt.Sprintf("%q/%q", req.Header.Values("Idempotency-Key"), req.Header.Values("X-Idempotency-Key")))
+	p.mu.Unlock()
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+		req.Body.Close()
+	}
+	sreq := httptest.NewRequest(req.Method, req.URL.String(), strings.NewReader(string(body)))
+	sreq.Header = req.Header.Clone()
+	done := make(chan *http.Response, 1)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		w := httptest.NewRecorder()
+		p.h.ServeHTTP(w, sreq)
+		resp := w.Result()
+		resp.Request = req
+		done <- resp
+	}()
+	if p.lose[n] {
+		time.Sleep(p.lag)
+		return nil, fmt.Errorf("attempt %d: connection reset", n)
+	}
+	resp := <-done
+	p.mu.Lock()
+	p.codes = append(p.codes, resp.StatusCode)
+	p.mu.Unlock()
+	return resp, nil
+}
+
+// Doc (httpretry.WithAutoIdempotencyKey, package doc): one key per call,
+// made before the first attempt and sent unchanged on every attempt; the
+// middleware answers a retry while the first runs 409 + Retry-After, which
+// the transport retries, then replays.
+func TestAttackMWClientSameKeyEveryAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var runs atomic.Int32
-		gate := make(chan struct{})
-		h := ihMW(t)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
-			<-gate
+			time.Sleep(800 * time.Millisecond)
+			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(201)
-			io.WriteString(w, "ok")
+			io.WriteString(w, "paid")
 		}))
-		do := func() *httptest.ResponseRecorder {
-			r := httptest.NewRequest("POST", "/p", strings.NewReader("b"))
-			r.Header.Set(idempotency.Header, "ks")
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			return w
+		base := &mwAtkInproc{h: h, lose: map[int]bool{1: true}, lag: 100 * time.Millisecond}
+		tr, err := httpretry.NewTransport(base, httpretry.WithAutoIdempotencyKey(), httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithLimit(nil))
+		if err != nil {
+			t.Fatal(err)
 		}
-		first := make(chan *httptest.ResponseRecorder)
-		go func() { first <- do() }()
-		synctest.Wait()
-		for range 20 {
-			if w := do(); w.Code != 409 || w.Header().Get("Retry-After") == "" {
-				t.Fatalf("while running: %d %v", w.Code, w.Header())
+		req, _ := http.NewRequest("POST", "http://pay.example/charges", strings.NewReader("amount=5"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		base.wg.Wait()
+		if resp.StatusCode != 201 || string(b) != "paid" || runs.Load() != 1 || resp.Header.Get(idempotency.ReplayHeader) != "true" {
+			t.Errorf("got %d %q replay %q, runs %d", resp.StatusCode, b, resp.Header.Get(idempotency.ReplayHeader), runs.Load())
+		}
+		if fmt.Sprint(base.codes) != "[409 201]" {
+			t.Errorf("answers received %v, want [409 201] (the in-progress path)", base.codes)
+		}
+		for _, k := range base.keys {
+			if k != base.keys[0] || strings.HasPrefix(k, "[]") {
+				t.Errorf("keys per attempt %q", base.keys)
+				break
 			}
 		}
-		close(gate)
-		if w := <-first; w.Code != 201 {
-			t.Fatalf("first %d", w.Code)
+		t.Logf("attempts %d keys %q", len(base.keys), base.keys)
+	})
+}
+
+// httpretry: "an empty or blank value is not a key", so the transport adds
+// its own; the middleware: "an empty key" is 400. A caller that leaves an
+// empty X-Idempotency-Key gets 400, never the key it was given.
+func TestAttackMWClientBlankLegacyKeyPlusAutoKey(t *testing.T) {
+	var runs atomic.Int32
+	h := mwAtk(t, nil, mwAtkCounting(&runs))
+	base := &mwAtkInproc{h: h}
+	tr, err := httpretry.NewTransport(base, httpretry.WithAutoIdempotencyKey(), httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithLimit(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://pay.example/charges", strings.NewReader("amount=5"))
+	req.Header.Set("X-Idempotency-Key", "")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Errorf("status %d, runs %d, sent %q, key %q", resp.StatusCode, runs.Load(), base.keys, httpretry.IdempotencyKey(resp, nil))
+	}
+}
+
+// Doc (package): "a key's handler runs at most once, whatever happens to
+// the response on its way to the client ... even when the client went
+// away mid-response or a net/http.TimeoutHandler in front gave up"; the
+// handler runs again only after a panic, an unstored status, a hijack or a
+// lost lock. A handler whose answer is the implicit 200 (it does its work
+// and returns without writing, as net/http allows) and which finishes
+// after the TimeoutHandler in front gave up (or the client left) is taken
+// for one that "returned without a word because its request was
+// canceled": its key is released and the retry runs it a second time. The
+// doc now says so, and that a handler doing its work whatever the cancel
+// must call WriteHeader: this checks both sides.
+func TestAttackMWSilentHandlerFinishedAfterTimeoutRunsTwice(t *testing.T) {
+	for _, c := range []struct{ explicit, clientGone bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
+		explicit, clientGone := c.explicit, c.clientGone
+		t.Run(fmt.Sprintf("explicit200=%v,clientGone=%v", explicit, clientGone), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var runs atomic.Int32
+				inner := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if runs.Add(1) == 1 {
+						time.Sleep(2 * time.Second) // the charge: not canceled, it completes
+					}
+					w.Header().Set("Location", "/charges/1")
+					if explicit {
+						w.WriteHeader(200)
+					}
+				}))
+				outer := http.TimeoutHandler(inner, time.Second, "timeout")
+				if clientGone {
+					// No TimeoutHandler: the client gives up after 1 s.
+					ctx, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(time.Second, cancel)
+					r := httptest.NewRequestWithContext(ctx, "POST", "/charges", strings.NewReader("amount=5"))
+					r.Header.Set("Idempotency-Key", "k")
+					inner.ServeHTTP(httptest.NewRecorder(), r)
+					outer = inner
+				} else if w := mwAtkDo(outer, "POST", "/charges", strings.NewReader("amount=5"), "Idempotency-Key", "k"); w.Code != 503 {
+					t.Fatalf("first: %d", w.Code)
+				}
+				time.Sleep(5 * time.Second) // the handler finished long ago
+				synctest.Wait()
+				w := mwAtkDo(outer, "POST", "/charges", strings.NewReader("amount=5"), "Idempotency-Key", "k")
+				// Documented (doc.go): a handler that returns without a word
+				// after its request was canceled is taken to have produced
+				// nothing; one that calls WriteHeader is stored.
+				want := int32(1)
+				if !explicit {
+					want = 2
+				}
+				if runs.Load() != want {
+					t.Errorf("handler ran %d times for one key, want %d; retry got %d replayed=%q", runs.Load(), want, w.Code, w.Header().Get(idempotency.ReplayHeader))
+				}
+			})
+		})
+	}
+}
+
+// Doc (httpretry package): "A request is safe to repeat when its method is
+// idempotent ... or it carries a non-empty Idempotency-Key"; WithRefreshOn401
+// lets the hook "return a new request to the same host", which "later
+// retries, if any, send ... too". The transport re-adds its own key
+// (WithAutoIdempotencyKey) to a refreshed request, but not the caller's:
+// a POST whose key the caller set, refreshed with a new request, is
+// retried without any key, and the middleware runs it again.
+func TestAttackMWClientRefreshDropsCallersKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var runs atomic.Int32
+		h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer new" {
+				w.WriteHeader(401)
+				return
+			}
+			runs.Add(1)
+			w.WriteHeader(201)
+			io.WriteString(w, "charged")
+		}))
+		base := &mwAtkInproc{h: h, lose: map[int]bool{2: true}, lag: 10 * time.Millisecond}
+		tr, err := httpretry.NewTransport(base, httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithLimit(nil),
+			httpretry.WithRefreshOn401(func(old *http.Request) (*http.Request, error) {
+				nr, err := http.NewRequest(old.Method, old.URL.String(), nil)
+				if err != nil {
+					return nil, err
+				}
+				nr.Header.Set("Authorization", "Bearer new")
+				return nr, nil
+			}))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if w := do(); w.Code != 201 || w.Body.String() != "ok" || w.Header().Get(idempotency.ReplayHeader) != "true" {
-			t.Fatalf("after: %d %q", w.Code, w.Body)
+		req, _ := http.NewRequest("POST", "http://pay.example/charges", strings.NewReader("amount=5"))
+		req.Header.Set("Authorization", "Bearer old")
+		req.Header.Set(idempotency.Header, idempotency.NewKey())
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
 		}
+		base.wg.Wait()
 		if runs.Load() != 1 {
-			t.Fatalf("runs %d", runs.Load())
+			t.Errorf("charged %d times; keys sent per request (Idempotency-Key/X-Idempotency-Key): %q", runs.Load(), base.keys)
 		}
 	})
 }
 
-// ParseKey's rules: bare and quoted forms.
-func TestAttackMWParseKeyRules(t *testing.T) {
-	ok := map[string]string{
-		" abc\t":                              "abc",
-		`"a\"b\\c"`:                           `a"b\c`,
-		`"a,b"`:                               "a,b",
-		`" x "`:                               " x ",
-		strings.Repeat("k", 255):              strings.Repeat("k", 255),
-		`"` + strings.Repeat(`\\`, 255) + `"`: strings.Repeat(`\`, 255),
-		"a b":                                 "a b",
-	}
-	for in, want := range ok {
-		got, err := idempotency.ParseKey(in)
-		if err != nil || got != want {
-			t.Errorf("ParseKey(%q) = %q, %v; want %q", in, got, err, want)
+// Design probe (passes or fails by policy, see report): httpretry retries
+// 408 ("408, 429, 502, 503, 504: yes"), while the middleware stores 408 by
+// default (WithStoreStatus: everything but 5xx, 401 and 429 "release the
+// key so that a retry runs the handler again"). A handler's 408 is then
+// replayed to every retry of the call: the retries cannot succeed.
+func TestAttackMWClientRetries408ThatIsReplayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var runs atomic.Int32
+		h := mwAtk(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				w.WriteHeader(408)
+				return
+			}
+			w.WriteHeader(201)
+		}))
+		base := &mwAtkInproc{h: h}
+		tr, err := httpretry.NewTransport(base, httpretry.WithAutoIdempotencyKey(), httpretry.WithBudget(nil), httpretry.WithBreaker(nil), httpretry.WithLimit(nil))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, in := range []string{"", " ", `""`, `"`, `"a`, `"a"b`, `"a\n"`, "a,b", "a\x00", "é", `"é"`, strings.Repeat("k", 256),
-		`"` + strings.Repeat("k", 256) + `"`, `"` + strings.Repeat(`\\`, 256) + `"`, "a\x7f", `"a\tb"`} {
-		if k, err := idempotency.ParseKey(in); err == nil {
-			t.Errorf("ParseKey(%q) = %q, want an error", in, k)
-		} else if !strings.HasPrefix(err.Error(), "idempotency: invalid key: ") {
-			t.Errorf("ParseKey(%q) error %q", in, err)
+		req, _ := http.NewRequest("POST", "http://pay.example/charges", strings.NewReader("amount=5"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		resp.Body.Close()
+		if resp.StatusCode != 201 {
+			t.Errorf("status %d after %d attempts (handler ran %d time(s), replayed=%q): every retry of the 408 was a replay",
+				resp.StatusCode, len(base.keys), runs.Load(), resp.Header.Get(idempotency.ReplayHeader))
+		}
+	})
 }
-
-var _ = errors.New
-var _ = bufio.NewReader
