@@ -34,7 +34,10 @@ const (
 // breaker.Config{OpenFor: 5 * time.Second} changes only the probe interval.
 type Config struct {
 	// FailureRatio is the fraction of failed calls, in (0, 1], at or above
-	// which the breaker trips; 0 means 0.5. It is checked after each
+	// which the breaker trips; 0 means 0.5. The comparison allows a
+	// relative 1e-12 for floating-point rounding (7 failures of 25 are at
+	// 0.28, whose product 0.28·25 is 7.000000000000001), so a ratio within
+	// that of a fraction trips at it. It is checked after each
 	// failure over the window, and over the current bucket alone
 	// (Window/Buckets, 1 s by default) when that holds MinCalls calls: a
 	// dependency that goes down trips the breaker within about a bucket,
@@ -148,8 +151,7 @@ type Config struct {
 	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
 	// of open periods and releases; nil means the Go runtime's generator.
 	// A Rand pinned at 0.5 makes every open period exactly OpenFor (to the
-	// nanosecond below 2^53 ns, about 104 days; within one above). It
-	// must be safe for concurrent use.
+	// nanosecond). It must be safe for concurrent use.
 	Rand func() float64
 	// Shared, if not nil, connects the breaker to breakers in other
 	// processes (see [Shared]). Nil means the breaker decides alone.

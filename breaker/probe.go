@@ -64,7 +64,11 @@ func (b *Breaker) jitter(d time.Duration) time.Duration {
 	if d >= noBound {
 		return d
 	}
-	return sat.Scale(d, 0.8+0.4*b.u())
+	f := 0.8 + 0.4*b.u()
+	if f == 1 { // exactly d: float64(d) would round a d above 2^53 ns
+		return d
+	}
+	return sat.Scale(d, f)
 }
 
 // spread returns hint plus up to half of it again, saturating: breakers
@@ -136,7 +140,8 @@ func (b *Breaker) closeLocked(from State, now time.Time) {
 
 // grantProbesLocked hands the free probes of the current half-open round
 // to the waiting calls with the most time left: the latest deadlines, of
-// equal ones the first to come. A probe is there to bring back the
+// equal ones the first to come (a call still holding a grant of a round
+// that ended included). A probe is there to bring back the
 // dependency's answer; a call about to give up would carry it to its
 // deadline and hand it on unanswered (the next such call the same), so
 // that a round to a dependency that is down would never end. It requires
@@ -150,7 +155,9 @@ func (b *Breaker) grantProbesLocked() {
 	for last := b.waiters.Back(); last != nil && b.admitted < b.probes; {
 		first := waitq.LastFirst(last)
 		for w := first; b.admitted < b.probes; w = w.Next() {
-			if c := &w.Value; !c.granted {
+			// A grant of a round that ended (the call has not woken
+			// since) is no grant: the call keeps its place.
+			if c := &w.Value; !c.granted || c.permit.gen != genOf(s) {
 				c.granted, c.permit = true, Permit{gen: genOf(s), bits: isProbe}
 				b.admitted++
 				c.signal()

@@ -14,6 +14,7 @@ type targets struct{ t *guards.Table[*target] }
 func newTargets(max int, mk func(string) (*target, error)) *targets {
 	t := guards.NewTable(max, mk)
 	t.Forget = (*target).Forget // an evicted target's breaker leaves the observer's gauge
+	t.Follow = (*target).Follow // a target back before that is told after it
 	return &targets{t}
 }
 

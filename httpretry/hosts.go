@@ -19,6 +19,7 @@ type hosts struct{ t *guards.Table[*host] }
 func newHosts(max int, mk func(string) (*host, error)) *hosts {
 	t := guards.NewTable(max, mk)
 	t.Forget = (*host).Forget // an evicted host's breaker leaves the observer's gauge
+	t.Follow = (*host).Follow // a host back before that is told after it
 	return &hosts{t}
 }
 

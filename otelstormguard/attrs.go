@@ -194,7 +194,10 @@ func (d *dep) build(l labels) *attrs {
 		// "_OTHER" or a scheme without a default), the
 		// status if one came, and error.type if the request failed (the
 		// status code from 400 on, else the error's type in b).
-		kvs = append(kvs[:0], semconv.HTTPRequestMethodKey.String(l.a), semconv.ServerAddressKey.String(d.host))
+		kvs = append(kvs[:0], semconv.HTTPRequestMethodKey.String(l.a))
+		if d.host != "" { // a URL without a host: the attribute left out, as for an empty Name
+			kvs = append(kvs, semconv.ServerAddressKey.String(d.host))
+		}
 		if l.port > 0 { // none for "_OTHER", or a URL whose scheme has no default
 			kvs = append(kvs, semconv.ServerPortKey.Int(l.port))
 		}

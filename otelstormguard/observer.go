@@ -366,8 +366,12 @@ func (o *Observer) Observe(ctx context.Context, e observe.Event) {
 			d := o.deps.get(e.Name)
 			if e.To == "" {
 				// Forgotten by its layer's table: no transition, and the
-				// gauge drops it, as for a destination not seen yet.
-				o.setState(o.breakerStates, d, "")
+				// gauge drops it, as for a destination not seen yet; but
+				// "_OTHER" stays the latest change of the names past the
+				// bound (forgetting one is no change of the others).
+				if d != o.deps.other {
+					o.setState(o.breakerStates, d, "")
+				}
 				break
 			}
 			o.breakerTransitions.Add(ctx, 1, d.get(labels{kind: kindBreakerTransition, a: e.From, b: e.To}).add...)

@@ -28,15 +28,24 @@ type Table[T any] struct {
 	snap atomic.Pointer[map[string]T] // never modified once stored
 	last atomic.Pointer[entry[T]]     // the name found last: most clients call one
 
-	mu    sync.Mutex
-	order []string // guarded by mu: names in insertion order, a ring once full
-	next  int      // guarded by mu: the oldest entry of order once full
+	mu      sync.Mutex
+	order   []string            // guarded by mu: names in insertion order, a ring once full
+	next    int                 // guarded by mu: the oldest entry of order once full
+	leaving map[string]*left[T] // guarded by mu: names evicted whose Forget has not returned
 
 	// Forget, if not nil, is called with the state of a name evicted to
-	// make room, after the table let it go (outside its lock). Set it
-	// before the table is used.
+	// make room, after the table let it go (outside its lock). Follow, if
+	// not nil, is called (under the table's lock, before anybody can use
+	// it) with the state built for a name that comes back while the Forget
+	// of its evicted state has not returned yet, and that state: so that
+	// the new state can have the old one forgotten first. Set them before
+	// the table is used.
 	Forget func(T)
+	Follow func(next, prev T)
 }
+
+// left is a state evicted whose Forget has not returned.
+type left[T any] struct{ v T }
 
 type entry[T any] struct {
 	name string
@@ -69,25 +78,34 @@ func (t *Table[T]) Get(name string) (T, error) {
 }
 
 func (t *Table[T]) add(name string) (T, error) {
-	v, gone, evicted, err := t.addLocked(name)
-	if evicted && t.Forget != nil {
-		t.Forget(gone)
+	v, gone, goneName, err := t.addLocked(name)
+	if gone != nil {
+		t.Forget(gone.v)
+		t.mu.Lock()
+		if t.leaving[goneName] == gone {
+			delete(t.leaving, goneName)
+		}
+		t.mu.Unlock()
 	}
 	return v, err
 }
 
 // addLocked adds name under the lock and returns its state and, if a name
-// was evicted to make room, that name's state.
-func (t *Table[T]) addLocked(name string) (v, gone T, evicted bool, err error) {
+// was evicted to make room and Forget is set, that name and its state,
+// recorded as leaving until Forget returns.
+func (t *Table[T]) addLocked(name string) (v T, gone *left[T], goneName string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := *t.snap.Load()
 	if v, ok := old[name]; ok {
-		return v, gone, false, nil
+		return v, nil, "", nil
 	}
 	v, err = t.make(name)
 	if err != nil {
-		return v, gone, false, err
+		return v, nil, "", err
+	}
+	if prev, ok := t.leaving[name]; ok && t.Follow != nil {
+		t.Follow(v, prev.v)
 	}
 	m := make(map[string]T, len(old)+1)
 	for k, x := range old {
@@ -96,15 +114,22 @@ func (t *Table[T]) addLocked(name string) (v, gone T, evicted bool, err error) {
 	if len(t.order) < t.max {
 		t.order = append(t.order, name)
 	} else {
-		gone, evicted = m[t.order[t.next]], true
-		delete(m, t.order[t.next])
+		goneName = t.order[t.next]
+		if t.Forget != nil {
+			gone = &left[T]{m[goneName]}
+			if t.leaving == nil {
+				t.leaving = make(map[string]*left[T])
+			}
+			t.leaving[goneName] = gone
+		}
+		delete(m, goneName)
 		t.order[t.next] = name
 		t.next = (t.next + 1) % t.max
 	}
 	m[name] = v
 	t.snap.Store(&m)
 	t.last.Store(nil) // it may be the name just evicted
-	return v, gone, evicted, nil
+	return v, gone, goneName, nil
 }
 
 // Len returns the number of names held.

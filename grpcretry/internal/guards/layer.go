@@ -68,15 +68,21 @@ type Destination struct {
 // the layer's observer, until the destination is forgotten.
 type breakerNews struct {
 	obs  observe.Observer
-	mu   sync.Mutex // orders the changes told and the forgetting
-	gone bool       // guarded by mu: forgotten, changes no longer told
+	mu   sync.Mutex   // orders the changes told and the forgetting
+	gone bool         // guarded by mu: forgotten, changes no longer told
+	prev *Destination // guarded by mu: the destination of the same name this one followed, to be forgotten first (see Follow)
 }
 
 // tell reports a change of the breaker of destination name, unless the
-// destination was forgotten.
+// destination was forgotten; the destination of the same name it
+// followed, if any, is forgotten first.
 func (n *breakerNews) tell(name string, from, to breaker.State) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if p := n.prev; p != nil {
+		n.prev = nil
+		p.Forget()
+	}
 	if !n.gone {
 		n.obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: name, From: from.String(), To: to.String()})
 	}
@@ -106,6 +112,22 @@ func (d *Destination) Forget() {
 	}
 	n.gone = true
 	n.obs.Observe(context.Background(), observe.Event{Kind: observe.BreakerState, Name: d.Name, From: st.String(), Reason: "forgotten"})
+}
+
+// Follow records that d was built for the name of prev, which the table
+// of destinations evicted and has not forgotten yet: d's first change is
+// told after prev's forgetting (prev.Forget, which then tells nothing
+// more), so that the observer does not take the old breaker's forgetting
+// for the end of d's. It is a no-op unless both have a breaker the layer
+// built. Call it before d is used.
+func (d *Destination) Follow(prev *Destination) {
+	n := d.news
+	if n == nil || prev.news == nil {
+		return
+	}
+	n.mu.Lock()
+	n.prev = prev
+	n.mu.Unlock()
 }
 
 // New builds the destination named name, in one pass down the layers: its
