@@ -164,17 +164,17 @@ func closeReqBody(req *http.Request) {
 // if that comes sooner, so that an answer that came in time is not taken
 // for the attempt running out of time (a 503 whose body still streamed at
 // the call's deadline once ended the call as "deadline", skipped the
-// breaker and went to the fallback).
-func detachBody(resp *http.Response) {
+// breaker and went to the fallback). ctx is the attempt's: its deadline
+// is the request's (taken from ctx, not from resp.Request, which a base
+// transport may leave nil).
+func detachBody(ctx context.Context, resp *http.Response) {
 	rc := resp.Body
 	if rc == nil || rc == http.NoBody {
 		return
 	}
 	wait := drainTimeout
-	if resp.Request != nil {
-		if dl, ok := resp.Request.Context().Deadline(); ok {
-			wait = min(wait, max(time.Until(dl)/2, 0))
-		}
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, max(time.Until(dl)/2, 0))
 	}
 	var buf []byte
 	var err error

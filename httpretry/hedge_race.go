@@ -329,7 +329,7 @@ func (rs *raceState) hedgeEnded(i, num int, lctx context.Context, slot limit.Per
 	g := p.dest.Guards
 	won := pv == nil && good(resp, err)
 	if !won && resp != nil {
-		detachBody(resp) // a failed answer holds its slot while its body is read, as send's does
+		detachBody(lctx, resp) // a failed answer holds its slot while its body is read, as send's does
 	}
 	releaseSlot(g, slot, p.ctx, lctx, rs.won.Load(), resp, err)
 	if !won && resp != nil {

@@ -316,6 +316,9 @@ func (c *call) fallback(req *http.Request, re *retry.Error) (*http.Response, err
 		// transport made, and so does a response of its that names no
 		// request or the caller's: IdempotencyKey finds the key there.
 		keyed := req.Clone(req.Context())
+		if keyed.Header == nil { // a request made by hand may have none
+			keyed.Header = make(http.Header, 1)
+		}
 		keyed.Header[idempotency.Header] = []string{c.key[0]}
 		resp, err := c.t.cfg.fallback(keyed, re)
 		if resp != nil && (resp.Request == nil || resp.Request == req) {
@@ -431,7 +434,7 @@ func (c *call) attempt(ctx context.Context, n int) (*http.Response, error) {
 	// The attempt's answer, for the loop: the status, and its Retry-After
 	// (the loop's floor on the next sleep), on every failure it may retry.
 	se := &StatusError{Code: code, After: hint}
-	detachBody(resp)
+	detachBody(ctx, resp)
 	switch {
 	case !c.retryable:
 		return resp, retry.Permanent(se)

@@ -151,15 +151,24 @@ func (rw *Writer) FlushError() error {
 	if !rw.WroteHeader {
 		rw.WriteHeader(http.StatusOK)
 	}
-	if len(rw.Body) == 0 && !rw.Overflow {
-		rw.noTypeSent()
-	}
+	headerOnly := len(rw.Body) == 0 && !rw.Overflow
 	if rw.clientErr == nil {
 		err := http.NewResponseController(rw.w).Flush()
-		if err == nil || errors.Is(err, http.ErrNotSupported) {
+		if errors.Is(err, http.ErrNotSupported) {
+			// Nothing was sent (a writer that cannot flush, such as
+			// http.TimeoutHandler's): the header goes out with the first
+			// bytes, and net/http picks a Content-Type from them.
 			return err
 		}
+		if headerOnly {
+			rw.noTypeSent()
+		}
+		if err == nil {
+			return nil
+		}
 		rw.clientErr = err
+	} else if headerOnly {
+		rw.noTypeSent()
 	}
 	if rw.Overflow {
 		return rw.clientErr
