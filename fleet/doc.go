@@ -86,7 +86,8 @@
 // thousand processes send a handful of probes, not a thousand (a process
 // that starts calling a host, joining mid-outage, learns the fleet's
 // state before its first call: [Fleet.Guards] of a new host waits for
-// the sync it starts, at most Timeout), and a
+// the sync it starts, at most Timeout, and so do the calls for that host
+// that come while it waits), and a
 // dependency that is back is found within about a slot. A round is one
 // call by default (Breaker.Probes defaults to 1 in a
 // fleet): the call that asked for it, so a low-volume process granted a

@@ -169,19 +169,35 @@ func (f *Fleet) fleetMode() bool { return f.mode.Load() == uint32(ModeFleet) }
 
 // host returns the state of host name, creating it if needed.
 func (f *Fleet) host(name string) (*host, error) {
-	h, made, err := f.addHost(name)
-	if made && f.fleetMode() {
-		// Its first calls wait for the fleet's state of it (an open
-		// breaker trips this process's at the reply), at most Timeout.
-		t := time.NewTimer(f.cfg.Timeout)
-		select {
-		case <-h.ready:
-		case <-t.C:
-		case <-f.stop:
-		}
-		t.Stop()
+	h, _, err := f.addHost(name)
+	if err == nil && f.fleetMode() {
+		h.awaitReady()
 	}
 	return h, err
+}
+
+// awaitReady waits until the first sync that carried h has answered (its
+// breaker and limiter know the fleet's state of it: an open breaker trips
+// this process's at the reply), at most Timeout from h's creation, or the
+// fleet closes: every caller that asks for h until then waits, not only
+// the one that made it. Later calls return at once.
+func (h *host) awaitReady() {
+	select {
+	case <-h.ready:
+		return
+	default:
+	}
+	left := h.f.cfg.Timeout - time.Since(h.made)
+	if left <= 0 {
+		return
+	}
+	t := time.NewTimer(left)
+	select {
+	case <-h.ready:
+	case <-t.C:
+	case <-h.f.stop:
+	}
+	t.Stop()
 }
 
 // addHost returns the state of host name, creating it if needed (made).
@@ -208,10 +224,11 @@ func (f *Fleet) addHost(name string) (h *host, made bool, err error) {
 }
 
 // Guards returns the budget and breaker of host, and its limiter with
-// Config.Limit. The first call for a host (in fleet mode) starts a sync and
-// waits for it, at most Timeout, so that the host's breaker and limiter
+// Config.Limit. The first call for a host (in fleet mode) starts a sync,
+// and every call for it until that sync has answered waits for it, at
+// most Timeout from the first, so that the host's breaker and limiter
 // know the fleet's state of it (an open breaker, a share of the rate)
-// before its first call; later calls do no I/O. Pass f.Guards to
+// before its first calls; later calls do no I/O. Pass f.Guards to
 // httpretry.WithGuards to give every
 // destination host of a transport a fleet budget and a fleet breaker (and
 // a limiter gated at this process's share of the fleet's rate). The transport's logger and observer do

@@ -39,6 +39,7 @@ type host struct {
 	waiting atomic.Int64 // callers waiting for a lease (refill), each wanting one retry
 
 	ready     chan struct{} // closed once a sync that carried the host has ended (its reply, or its failure)
+	made      time.Time     // when the host was made: its callers wait for ready at most Timeout from then
 	readyOnce sync.Once
 	denied    atomic.Bool // the fleet's budget is spent: refuse without asking until a sync says otherwise
 
@@ -82,7 +83,7 @@ type host struct {
 const unseen = -1
 
 func newHost(f *Fleet, name string) (*host, error) {
-	h := &host{f: f, name: name, key: f.keyPrefix + name, ready: make(chan struct{})}
+	h := &host{f: f, name: name, key: f.keyPrefix + name, ready: make(chan struct{}), made: time.Now()}
 	h.budget.h = h
 	h.seen.Store(unseen)
 	h.want.Store(1)
@@ -305,9 +306,11 @@ func (h *host) window(requests, retries, state, epoch int64) {
 }
 
 // available returns how many more retries the fleet's window would admit:
-// ⌊Ratio·requests + floor⌋ − retries, computed as the script does.
+// ⌊Ratio·requests + floor⌋ − retries, computed as the script does (with
+// its allowance for the product's rounding: 0.29·100 is
+// 28.999999999999996 in floating point, and 29 retries are within it).
 func (s *settings) available(requests, retries int64) int64 {
-	limit := math.Floor(float64(s.ratio*float64(requests)) + s.reserve)
+	limit := math.Floor((float64(s.ratio*float64(requests)) + s.reserve) * (1 + 1e-12))
 	if !(limit < math.MaxInt64) { // a floor beyond int64 (an infinite one): no limit (float64→int64 would be MinInt64)
 		return math.MaxInt64
 	}
