@@ -120,7 +120,9 @@ func (t *clientTable) reserve(b *clientBucket, now time.Time) (slice uint64, ok 
 	cur := t.sliceAt(now)
 	b.add(cur, 0, 1)
 	orig, retry := b.sums(cur)
-	if float64(retry) <= t.ratio*float64(orig)+t.floor {
+	// The product's rounding allowed for, as package budget does: 0.29·100
+	// + 1 is 29.999999999999996 in floating point, and 30 is within it.
+	if float64(retry) <= (t.ratio*float64(orig)+t.floor)*(1+1e-12) {
 		return cur, true
 	}
 	b.add(cur, 0, -1)
