@@ -253,7 +253,7 @@ func TestAttackAdm4ZeroControllerConcurrentFirstUse(t *testing.T) {
 			defer wg.Done()
 			switch i % 3 {
 			case 0:
-				p, d := ctl.Acquire(nil, 1)
+				p, d := ctl.Acquire(context.Background(), 1)
 				if d.Outcome == admission.Admitted {
 					admitted.Add(1)
 				}

@@ -321,7 +321,7 @@ func TestAttackOtel6MethodAndURL(t *testing.T) {
 		if sp.Name() == "stormguard.attempt" {
 			attrs = map[string]string{}
 			for _, kv := range sp.Attributes() {
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.String()
 			}
 		}
 	}
