@@ -25,8 +25,9 @@
 //     baseline) do not push healthy ones out, so the baseline holds
 //     through an incident instead of drifting up to its latency; it rises
 //     only as healthy buckets age out, or after 5 minutes of continuous
-//     incident (then the incident's latency is the new normal; time
-//     without traffic does not count towards them).
+//     incident (then the incident's latency is the new normal; a spell
+//     without traffic longer than a bucket, 10 s, does not count towards
+//     them).
 //   - Slow start: a cold limiter starts at min(Config.Max, 10) and doubles
 //     its limit every window in which the attempts in flight reached half
 //     the limit and the mean latency stayed within 1.5 times the baseline.

@@ -96,28 +96,30 @@ type Limiter struct {
 }
 
 const (
-	permitOK      = 1
-	permitSampled = 2
+	permitOK        = 1
+	permitSampled   = 2 // a latency sample
+	permitThrottled = 4 // an attempt the throttle admitted: its outcome counts there
+	permitFlagBits  = 3
 )
 
 // Permit is one attempt's slot, to give back with [Limiter.Release]. It is
 // a small value: Acquire allocates nothing for it. The zero Permit holds
 // no slot; releasing it does nothing.
 type Permit struct {
-	// bits holds the permit's flags (permitOK, permitSampled) in its low
-	// two bits and, for a latency sample, when the slot was granted, since
-	// the limiter's base, above them: one word, so that passing a Permit
-	// costs a register.
+	// bits holds the permit's flags (permitOK, permitSampled,
+	// permitThrottled) in its low three bits and, for a latency sample,
+	// when the slot was granted, since the limiter's base, above them: one
+	// word, so that passing a Permit costs a register.
 	bits int64
 }
 
 // permit returns a Permit with flags, granted at start (for a sample).
 func permit(start time.Duration, flags uint8) Permit {
-	return Permit{bits: int64(start)<<2 | int64(flags)}
+	return Permit{bits: int64(start)<<permitFlagBits | int64(flags)}
 }
 
-func (p Permit) flags() uint8         { return uint8(p.bits & 3) }
-func (p Permit) start() time.Duration { return time.Duration(p.bits >> 2) }
+func (p Permit) flags() uint8         { return uint8(p.bits & (1<<permitFlagBits - 1)) }
+func (p Permit) start() time.Duration { return time.Duration(p.bits >> permitFlagBits) }
 
 func newLimiter(c Config) *Limiter {
 	l := &Limiter{base: time.Now(), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
@@ -201,7 +203,7 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 		if !l.throttle.admit(now) {
 			return Permit{}, errThrottled
 		}
-		flags |= permitSampled
+		flags |= permitThrottled // not a latency sample: the sampling below decides that
 	}
 	if l.nwait.Load() == 0 {
 		iv := l.riv.Load()
@@ -225,8 +227,8 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 			} else if seq&(l.mask.Load()|15) == 0 {
 				flags |= permitSampled
 			}
-			if flags&permitSampled != 0 && ctx.Err() != nil {
-				flags &^= permitSampled // a done context's slot: no sample (see Acquire)
+			if flags&(permitSampled|permitThrottled) != 0 && ctx.Err() != nil {
+				flags &^= permitSampled | permitThrottled // a done context's slot: no sample (see Acquire)
 			}
 			if flags&permitSampled != 0 && now == 0 {
 				now = l.since()
@@ -236,8 +238,15 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 		if iv > 0 {
 			l.giveToken(iv) // no slot: the token goes back
 		}
+		return l.waitFor(ctx, flags)
 	}
-	return l.waitFor(ctx, flags)
+	p, err := l.waitFor(ctx, flags)
+	if err == errTooMany && l.riv.Load() > 0 && int64(uint32(l.state.Load())) < l.lim.Load() {
+		// The calls ahead wait for tokens, not for slots (one is free): a
+		// refusal for want of a token, counted as demand the gate refused.
+		return p, l.noToken(err)
+	}
+	return p, err
 }
 
 // noToken is the error of a call that found no token, given err, what
@@ -330,6 +339,9 @@ func (l *Limiter) release(p Permit, dropped bool) {
 	if dropped {
 		l.drops.Add(1)
 	}
+	if p.flags()&permitThrottled != 0 && l.throttle != nil {
+		l.throttle.done(l.since(), !dropped)
+	}
 	if p.flags()&permitSampled != 0 {
 		l.sampled(p, dropped)
 	}
@@ -348,9 +360,6 @@ func (l *Limiter) grant() {
 // sampled records a sampled attempt and ends the window when it is due.
 func (l *Limiter) sampled(p Permit, dropped bool) {
 	now := l.since()
-	if l.throttle != nil {
-		l.throttle.done(now, !dropped)
-	}
 	l.mu.Lock()
 	if !dropped {
 		d := now - p.start()

@@ -125,13 +125,27 @@ func (l *Limiter) wait(ctx context.Context, flags uint8) (Permit, error) {
 	l.grantLocked()
 	l.mu.Unlock()
 
-	var tooClose <-chan time.Time
+	t := time.NewTimer(tooCloseIn(left, b))
+	defer t.Stop()
+	return l.await(ctx, n, t, flags)
+}
+
+// tooCloseIn returns when a waiting call with left to its deadline looks
+// again whether that is within the baseline b: at left - b, or with no
+// baseline yet halfway to the deadline (a baseline learned meanwhile is
+// then seen within half the time left).
+func tooCloseIn(left, b time.Duration) time.Duration {
 	if b > 0 {
-		t := time.NewTimer(left - b)
-		defer t.Stop()
-		tooClose = t.C
+		return left - b
 	}
-	return l.await(ctx, n, tooClose, flags)
+	return left / 2
+}
+
+// baselineLatency returns the baseline latency.
+func (l *Limiter) baselineLatency() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.learn.base.value
 }
 
 // fullLocked reports whether Config.Waiting calls wait already, with and
@@ -140,44 +154,48 @@ func (l *Limiter) fullLocked() bool {
 	return l.waiters.Len()+l.open.Len() >= l.maxWait
 }
 
-// await waits for n's wake-up (a slot, or hopeless), for tooClose (nil:
-// none) or for ctx to end.
-func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose <-chan time.Time, flags uint8) (Permit, error) {
-	select {
-	case <-n.Value.ch:
-		if n.Value.hopeless {
-			l.undoThrottle()
-			switch {
-			case n.Value.noToken:
-				return Permit{}, errNoToken
-			case n.Value.noTime:
-				return Permit{}, errNoTime
-			}
-			return Permit{}, errNoTurn
+// await waits for n's wake-up (a slot, or hopeless) or its refusal (see
+// awaitWake), and returns the slot, or why there is none.
+func (l *Limiter) await(ctx context.Context, n *waitq.Waiter[waiter], tooClose *time.Timer, flags uint8) (Permit, error) {
+	if err := l.awaitWake(ctx, n, tooClose); err != nil {
+		return Permit{}, err
+	}
+	if n.Value.hopeless {
+		l.undoThrottle()
+		switch {
+		case n.Value.noToken:
+			return Permit{}, errNoToken
+		case n.Value.noTime:
+			return Permit{}, errNoTime
 		}
-		// A slot granted as the call's context ended, or at or after its
-		// deadline (before the context's timer ran): the call gets no slot
-		// it has no time to use, and the slot goes back unused.
-		if ctx.Err() != nil {
-			return Permit{}, l.leave(n, waitError(ctx))
-		}
-		if n.Deadline() != math.MaxInt64 && l.since() >= n.Deadline() {
-			return Permit{}, l.leave(n, errWaitDeadline)
-		}
-		// The throttle judges again a call that waited longer than its
-		// history at its slot: one that passed it before the destination
-		// stopped accepting would otherwise go at the pace of the slots,
-		// not the throttle's.
-		if l.throttle != nil {
-			if now := l.since(); now-n.Value.since >= throttleHistory && !l.throttle.admit(now) {
-				l.Release(permit(0, permitOK), false)
-				return Permit{}, errThrottled
-			}
-		}
-	case <-tooClose:
-		return Permit{}, l.leave(n, errTooClose)
-	case <-ctx.Done():
+		return Permit{}, errNoTurn
+	}
+	// A slot granted as the call's context ended, or at or after its
+	// deadline (before the context's timer ran): the call gets no slot
+	// it has no time to use, and the slot goes back unused.
+	if ctx.Err() != nil {
 		return Permit{}, l.leave(n, waitError(ctx))
+	}
+	if n.Deadline() != math.MaxInt64 {
+		switch left := n.Deadline() - l.since(); {
+		case left <= 0:
+			return Permit{}, l.leave(n, errWaitDeadline)
+		case left <= l.baselineLatency():
+			// Within the fastest answer: the slot could not be
+			// answered in time (the baseline may have been learned
+			// after the call began to wait).
+			return Permit{}, l.leave(n, errTooClose)
+		}
+	}
+	// The throttle judges again a call that waited longer than its
+	// history at its slot: one that passed it before the destination
+	// stopped accepting would otherwise go at the pace of the slots,
+	// not the throttle's.
+	if l.throttle != nil {
+		if now := l.since(); now-n.Value.since >= throttleHistory && !l.throttle.admit(now) {
+			l.Release(permit(0, permitOK), false)
+			return Permit{}, errThrottled
+		}
 	}
 	if flags&permitSampled != 0 || l.sampleWaiter() {
 		return permit(l.since(), flags|permitSampled), nil
@@ -357,4 +375,34 @@ func (l *Limiter) failLocked(w *waitq.Waiter[waiter]) {
 // least the baseline (0 before any latency). Calls with mu held.
 func (l *Limiter) answerLocked() time.Duration {
 	return max(l.learn.base.value, 2*min(l.learn.srtt, l.learn.recent))
+}
+
+// awaitWake waits for n's wake-up (nil), for ctx to end, or for n's
+// deadline to come within the baseline latency (errTooClose): tooClose,
+// nil for a call without a deadline, fires when that is due, and is set
+// again if the baseline changed since (it falls, or was learned while the
+// call waited).
+func (l *Limiter) awaitWake(ctx context.Context, n *waitq.Waiter[waiter], tooClose *time.Timer) error {
+	var c <-chan time.Time
+	if tooClose != nil {
+		c = tooClose.C
+	}
+	for {
+		select {
+		case <-n.Value.ch:
+			return nil
+		case <-ctx.Done():
+			return l.leave(n, waitError(ctx))
+		case <-c:
+			left, b := n.Deadline()-l.since(), l.baselineLatency()
+			if b > 0 && left <= b {
+				return l.leave(n, errTooClose)
+			}
+			if d := tooCloseIn(left, b); d > time.Millisecond {
+				tooClose.Reset(d)
+			} else {
+				c = nil // no baseline, the deadline near: ctx ends the wait
+			}
+		}
+	}
 }
