@@ -52,13 +52,13 @@ func (g *Guard) hold(l *lease, ctx context.Context, id store.ID, owner store.Own
 	l.every = max(g.lockTimeout/3, time.Nanosecond)
 	l.mu.Lock()
 	l.lastOK = claimedAt
-	l.timer = time.AfterFunc(l.every, l.renew)
+	l.timer = time.AfterFunc(time.Until(claimedAt.Add(l.every)), l.renew) // a third of the lock from the claim, not from now
 	l.mu.Unlock()
 }
 
 // renew renews the lock once, on the timer's goroutine, and sets the timer
-// for the next renewal: after a third of the lock timeout when it
-// succeeded, sooner when it failed. The store call is made without l.mu
+// for the next renewal: a third of the lock timeout after this one was
+// sent when it succeeded, sooner when it failed. The store call is made without l.mu
 // held, so that stopping the lease never waits for it.
 func (l *lease) renew() {
 	l.mu.Lock()
@@ -95,6 +95,11 @@ func (l *lease) renew() {
 	switch {
 	case err == nil:
 		l.lastOK = start
+		// A third of the lock timeout after this renewal was sent, not
+		// after it was answered (at once if that has passed): a store
+		// steadily slow, well within the lock's time, would otherwise
+		// push each renewal a slow answer later, until the lock ran out.
+		next = max(start.Add(l.every).Sub(now), 0)
 	case errors.Is(err, store.ErrStaleOwner):
 		l.loseLocked(err)
 		return
