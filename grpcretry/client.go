@@ -228,15 +228,21 @@ var probeValue = []string{"1"}
 
 // deadlineSlack is how early a server may end a call before the attempt
 // deadline it learned from grpc-timeout (sent rounded, received a moment
-// after the client set it) and still count as the attempt's timeout.
-const deadlineSlack = 5 * time.Millisecond
+// after the client set it) and still count as the attempt's timeout: 5 ms,
+// at most a twentieth of the attempt timeout (with a timeout of 5 ms or
+// less, a server's own DEADLINE_EXCEEDED answered at once was taken for
+// the attempt's timeout, and retried).
+func deadlineSlack(timeout time.Duration) time.Duration {
+	return min(5*time.Millisecond, timeout/20)
+}
 
 // attemptExpired reports whether an attempt on actx, a child of the call's
-// ctx, that failed with err ended because the attempt timeout came: actx
-// has ended, or the server answered DEADLINE_EXCEEDED within deadlineSlack
-// of its deadline; never when that deadline is the caller's (an attempt
-// timeout capped by it), which is no attempt's timeout.
-func attemptExpired(ctx, actx context.Context, err error) bool {
+// ctx, with the attempt timeout timeout, that failed with err ended
+// because that timeout came: actx has ended, or the server answered
+// DEADLINE_EXCEEDED within deadlineSlack of its deadline; never when that
+// deadline is the caller's (an attempt timeout capped by it), which is no
+// attempt's timeout.
+func attemptExpired(ctx, actx context.Context, err error, timeout time.Duration) bool {
 	dl, ok := actx.Deadline()
 	if pdl, pok := ctx.Deadline(); ok && pok && !dl.Before(pdl) {
 		return false
@@ -244,7 +250,7 @@ func attemptExpired(ctx, actx context.Context, err error) bool {
 	if actx.Err() != nil {
 		return true
 	}
-	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) <= deadlineSlack
+	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) <= deadlineSlack(timeout)
 }
 
 // target returns the state of cc's target.
@@ -387,7 +393,7 @@ func (u *unaryCall) send(ctx context.Context) end {
 	err := u.invoker(actx, u.method, u.req, u.reply, u.cc, h.opts...)
 	timedOut := false
 	if cancel != nil {
-		timedOut = err != nil && attemptExpired(ctx, actx, err) && ctx.Err() == nil
+		timedOut = err != nil && attemptExpired(ctx, actx, err, u.c.cfg.attemptTimeout) && ctx.Err() == nil
 		cancel()
 	}
 	return end{err: err, trailer: h.trailer, timedOut: timedOut}

@@ -97,7 +97,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	rs.mu.Unlock()
 
 	first := rs.sendFirst(legCall{invoker: u.invoker, method: u.method, req: u.req, reply: u.reply, cc: u.cc,
-		opts: u.hold.opts, trailer: &u.hold.trailer, timeout: cfg.attemptTimeout > 0}, ctx, lctx)
+		opts: u.hold.opts, trailer: &u.hold.trailer, timeout: cfg.attemptTimeout}, ctx, lctx)
 
 	rs.mu.Lock()
 	rs.over = true
@@ -143,7 +143,7 @@ func (rs *raceState) sendFirst(l legCall, ctx, lctx context.Context) end {
 	}()
 	err := l.invoker(lctx, l.method, l.req, l.reply, l.cc, l.opts...)
 	sent = true
-	return end{err: err, trailer: *l.trailer, timedOut: l.timeout && err != nil && attemptExpired(ctx, lctx, err) && ctx.Err() == nil}
+	return end{err: err, trailer: *l.trailer, timedOut: l.timeout > 0 && err != nil && attemptExpired(ctx, lctx, err, l.timeout) && ctx.Err() == nil}
 }
 
 // settle ends a race whose timer fired, once its first copy returned
@@ -267,7 +267,7 @@ func (rs *raceState) fire() {
 	hl := newHedgeLeg(p.mt, p.opts)
 	lctx = hedgeContext(lctx, num)
 	l := legCall{invoker: p.invoker, method: p.method, req: p.req, reply: hl.reply, cc: p.cc, opts: hl.opts, trailer: &hl.trailer,
-		timeout: cfg.attemptTimeout > 0}
+		timeout: cfg.attemptTimeout}
 	t0 := time.Now()
 	returned := false
 	defer func() {
@@ -301,7 +301,7 @@ func (rs *raceState) fire() {
 func (rs *raceState) hedgeEnded(i, num int, hl *hedgeLeg, l legCall, lctx context.Context, slot limit.Permit, t0 time.Time, pv any, err error) {
 	p := rs.p
 	g := p.t.Guards
-	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout && err != nil && attemptExpired(p.ctx, lctx, err) && p.ctx.Err() == nil}
+	e := end{err: err, trailer: hl.trailer, timedOut: l.timeout > 0 && err != nil && attemptExpired(p.ctx, lctx, err, l.timeout) && p.ctx.Err() == nil}
 	ours := errors.Is(lctx.Err(), context.Canceled) && (rs.won.Load() || p.ctx.Err() == nil) // the race canceled it
 	if g.Limiter != nil {
 		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
@@ -365,8 +365,8 @@ type legCall struct {
 	reply   any
 	cc      *grpc.ClientConn
 	opts    []grpc.CallOption
-	trailer *metadata.MD // what opts read the trailer into
-	timeout bool         // the leg has an attempt timeout
+	trailer *metadata.MD  // what opts read the trailer into
+	timeout time.Duration // the leg's attempt timeout (0: none)
 }
 
 // errPanicked is the end of a copy whose invoker panicked: a failure

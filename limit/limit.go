@@ -173,7 +173,8 @@ func (l *Limiter) setLimit(f float64) {
 // at once, with an error wrapping ErrLimited and ctx's error (a done
 // context asks for a slot only if one is free: no allocation), and
 // the slot a done context gets is no latency sample (nor, with
-// Config.Throttle, a request of the throttle's count): the way to take a
+// Config.Throttle, a request of the throttle's count; the throttle refuses
+// a done context whenever it rejects any share of the calls): the way to take a
 // slot for a copy that its caller may cancel early, such as a hedge, whose
 // time says nothing of the destination (a hedge canceled 1 ms after it
 // went would otherwise set the baseline latency to 1 ms).
@@ -200,7 +201,14 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 	var now time.Duration
 	if l.throttle != nil {
 		now = l.since()
-		if !l.throttle.admit(now) {
+		if ctx.Err() != nil {
+			// A done context's call (a hedge's): refused while the
+			// throttle rejects any share, not by a lot, and no request of
+			// its count.
+			if l.throttle.rejecting(now) {
+				return Permit{}, errThrottled
+			}
+		} else if !l.throttle.admit(now) {
 			return Permit{}, errThrottled
 		}
 		flags |= permitThrottled // not a latency sample: the sampling below decides that

@@ -71,6 +71,16 @@ func (t *throttle) admit(now time.Duration) bool {
 	return false
 }
 
+// rejecting reports whether the throttle rejects any share of the calls
+// at now, without drawing a lot or counting a request: the test of a
+// copy that only goes when the destination accepts all (a hedge).
+func (t *throttle) rejecting(now time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	return t.share() > 0
+}
+
 // undo takes back an admitted call that the limiter refused: it never
 // reached the destination, so it counts for nothing (an admitted call is
 // counted by done only).
