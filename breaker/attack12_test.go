@@ -24,7 +24,7 @@ type b26Clock struct {
 	ns   atomic.Int64
 }
 
-func newB26Clock() *b26Clock                 { return &b26Clock{base: time.Unix(2_000_000, 0)} }
+func newB26Clock() *b26Clock                { return &b26Clock{base: time.Unix(2_000_000, 0)} }
 func (c *b26Clock) Now() time.Time          { return c.base.Add(time.Duration(c.ns.Load())) }
 func (c *b26Clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 func b26Half() float64                      { return 0.5 }

@@ -200,6 +200,7 @@ func TestAttackGrpc7EvictionForgotten(t *testing.T) {
 	obs := &g26Obs{}
 	fails := true
 	var mu sync.Mutex
+	//lint:ignore ST1008 the signature of atk3Term.answer (attack3_test.go)
 	z := &atk3Term{answer: func(int) (error, metadata.MD) {
 		mu.Lock()
 		defer mu.Unlock()

@@ -18,10 +18,10 @@ import (
 type lease26Store struct {
 	store.Store
 	mu          sync.Mutex
-	extendDelay time.Duration // each Extend answers this late (honours ctx)
-	extendErr   error         // each Extend fails with this at once
-	extends []time.Duration // when each Extend was sent, since t0
-	t0      time.Time
+	extendDelay time.Duration   // each Extend answers this late (honours ctx)
+	extendErr   error           // each Extend fails with this at once
+	extends     []time.Duration // when each Extend was sent, since t0
+	t0          time.Time
 }
 
 func (s *lease26Store) Extend(ctx context.Context, id store.ID, o store.Owner, ttl time.Duration) error {

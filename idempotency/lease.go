@@ -91,7 +91,7 @@ func (l *lease) renew() {
 	if l.stopped || l.lost {
 		return
 	}
-	next := l.every
+	var next time.Duration
 	switch {
 	case err == nil:
 		l.lastOK = start
