@@ -511,10 +511,13 @@ func (b *baseline) rotate(now time.Duration) {
 	cur := b.cur
 	healthy := cur.n > 0 && float64(cur.drops) <= incidentDrops*float64(cur.attempts) &&
 		(b.value == 0 || float64(cur.min) <= incidentRatio*float64(b.value))
-	if b.incident && now > b.end {
-		// No traffic from the bucket's end to now: an idle spell is not
-		// incident time (an incident the traffic comes back to goes on
-		// counting from where it stopped).
+	if b.incident && now-b.end > baseBucket {
+		// No window for over a bucket past the bucket's end: no traffic,
+		// and an idle spell is not incident time (an incident the traffic
+		// comes back to goes on counting from where it stopped). A shorter
+		// gap is a busy destination's sparse samples (windows end on
+		// sampled releases, seconds apart with one call in flight at 100
+		// ms): counted as idle, it put a 5-minute reset at 6.5 minutes.
 		b.since += now - b.end
 	}
 	switch {
