@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,12 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/httpretry"
@@ -28,65 +22,6 @@ import (
 	"github.com/stormguard/stormguard/otelstormguard"
 	"github.com/stormguard/stormguard/retry"
 )
-
-type zzoSDK struct {
-	obs    *otelstormguard.Observer
-	reader *sdkmetric.ManualReader
-	spans  *tracetest.SpanRecorder
-	tracer trace.Tracer
-}
-
-func zzoNew(t testing.TB, opts ...otelstormguard.Option) *zzoSDK {
-	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	spans := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	t.Cleanup(func() {
-		_ = mp.Shutdown(context.Background())
-		_ = tp.Shutdown(context.Background())
-	})
-	obs, err := otelstormguard.NewObserver(append([]otelstormguard.Option{
-		otelstormguard.WithMeterProvider(mp), otelstormguard.WithTracerProvider(tp)}, opts...)...)
-	if err != nil {
-		t.Fatalf("NewObserver: %v", err)
-	}
-	t.Cleanup(func() { _ = obs.Close() })
-	return &zzoSDK{obs: obs, reader: reader, spans: spans, tracer: tp.Tracer("zz")}
-}
-
-// series: "name{attrs}" for sums and gauges, "name{attrs} count" for
-// histograms.
-func (s *zzoSDK) series(t testing.TB) map[string]float64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := s.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatalf("Collect: %v", err)
-	}
-	out := map[string]float64{}
-	key := func(n string, set attribute.Set) string {
-		return n + "{" + set.Encoded(attribute.DefaultEncoder()) + "}"
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					out[key(m.Name, p.Attributes)] = float64(p.Value)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					out[key(m.Name, p.Attributes)] = float64(p.Value)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					out[key(m.Name, p.Attributes)+" count"] = float64(p.Count)
-				}
-			}
-		}
-	}
-	return out
-}
 
 func zzoWith(m map[string]float64, prefix string) []string {
 	var out []string
@@ -96,29 +31,6 @@ func zzoWith(m map[string]float64, prefix string) []string {
 		}
 	}
 	return out
-}
-
-type zzoRT func(*http.Request) (*http.Response, error)
-
-func (f zzoRT) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func zzoResp(r *http.Request, code int) *http.Response {
-	return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{},
-		Body: io.NopCloser(strings.NewReader("x")), Request: r, ProtoMajor: 1, ProtoMinor: 1}
-}
-
-func zzoGet(ctx context.Context, rt http.RoundTripper, u string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 func zzoBreakerEvent(name, from, to string) observe.Event {
@@ -154,18 +66,18 @@ func (d *delayedForget) Observe(ctx context.Context, e observe.Event) {
 // trips; the old breaker's forgetting must be told before the new one's
 // change, or the gauge forgets the new, open breaker.
 func TestAttackOtelLateForgetKeepsNewBreaker(t *testing.T) {
-	s := zzoNew(t)
+	s := a5New(t)
 	wrap := &delayedForget{next: s.obs, name: "a.example:8080", held: make(chan struct{}), release: make(chan struct{})}
 	downA := false
 	var mu sync.Mutex
-	base := zzoRT(func(r *http.Request) (*http.Response, error) {
+	base := a5RT(func(r *http.Request) (*http.Response, error) {
 		mu.Lock()
 		down := downA
 		mu.Unlock()
 		if r.URL.Host == "a.example:8080" && down {
-			return zzoResp(r, 503), nil
+			return a5Resp(r, 503), nil
 		}
-		return zzoResp(r, 200), nil
+		return a5Resp(r, 200), nil
 	})
 	rt, err := httpretry.NewTransport(base,
 		httpretry.WithObserver(wrap),
@@ -177,13 +89,13 @@ func TestAttackOtelLateForgetKeepsNewBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, err := zzoGet(context.Background(), rt, "http://a.example:8080/"); code != 200 {
+	if code, err := a5Get(context.Background(), rt, "http://a.example:8080/"); code != 200 {
 		t.Fatalf("a: %d %v", code, err)
 	}
 	done := make(chan struct{})
 	go func() { // evicts a's first breaker; its forgetting is held
 		defer close(done)
-		_, _ = zzoGet(context.Background(), rt, "http://b.example:8080/")
+		_, _ = a5Get(context.Background(), rt, "http://b.example:8080/")
 	}()
 	<-wrap.held
 	mu.Lock()
@@ -197,11 +109,11 @@ func TestAttackOtelLateForgetKeepsNewBreaker(t *testing.T) {
 	// late forgetting then removes the new breaker's state).
 	aDone := make(chan error, 1)
 	go func() {
-		if code, _ := zzoGet(context.Background(), rt, "http://a.example:8080/"); code != 503 {
+		if code, _ := a5Get(context.Background(), rt, "http://a.example:8080/"); code != 503 {
 			aDone <- fmt.Errorf("a's new breaker's first request: %d, want 503", code)
 			return
 		}
-		if _, err := zzoGet(context.Background(), rt, "http://a.example:8080/"); err == nil {
+		if _, err := a5Get(context.Background(), rt, "http://a.example:8080/"); err == nil {
 			aDone <- errors.New("a's new breaker is not open")
 			return
 		}
@@ -223,7 +135,7 @@ func TestAttackOtelLateForgetKeepsNewBreaker(t *testing.T) {
 	}
 	<-done
 	openKey := "stormguard.breaker.state{server.address=a.example,server.port=8080,stormguard.breaker.state=open}"
-	if _, err := zzoGet(context.Background(), rt, "http://a.example:8080/"); err == nil {
+	if _, err := a5Get(context.Background(), rt, "http://a.example:8080/"); err == nil {
 		t.Fatalf("a's breaker closed meanwhile: the test's premise is gone")
 	}
 	got := s.series(t)
@@ -240,7 +152,7 @@ func TestAttackOtelLateForgetKeepsNewBreaker(t *testing.T) {
 // closed again earlier) is then forgotten by its layer. The latest change
 // of any of those breakers is c's: open. The gauge of _OTHER drops.
 func TestAttackOtelForgottenNameKeepsOther(t *testing.T) {
-	s := zzoNew(t, otelstormguard.WithMaxDependencies(1))
+	s := a5New(t, otelstormguard.WithMaxDependencies(1))
 	ctx := context.Background()
 	s.obs.Observe(ctx, zzoBreakerEvent("kept:1", "closed", "open"))
 	s.obs.Observe(ctx, zzoBreakerEvent("b:1", "closed", "open"))
@@ -259,7 +171,7 @@ func TestAttackOtelForgottenNameKeepsOther(t *testing.T) {
 // with ObserveHTTP whose URL has no host (a relative URL: the base
 // transport refuses it) must not carry server.address="".
 func TestAttackOtelEmptyHostNoServerAddress(t *testing.T) {
-	s := zzoNew(t)
+	s := a5New(t)
 	req, err := http.NewRequest(http.MethodGet, "/relative", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +189,7 @@ func TestAttackOtelEmptyHostNoServerAddress(t *testing.T) {
 // transition; the gauge drops it (the state gauges report a breaker from
 // its first change on). A later change of the same name shows again.
 func TestAttackOtel6ForgottenGaugeAndReturn(t *testing.T) {
-	s := zzoNew(t)
+	s := a5New(t)
 	ctx := context.Background()
 	s.obs.Observe(ctx, zzoBreakerEvent("h:1", "closed", "open"))
 	s.obs.Observe(ctx, observe.Event{Kind: observe.BreakerState, Name: "h:1", From: "open", Reason: "forgotten"})
@@ -303,7 +215,7 @@ func TestAttackOtel6ForgottenGaugeAndReturn(t *testing.T) {
 // keys (escaped spellings included), keeps the rest.
 func TestAttackOtel6MethodAndURL(t *testing.T) {
 	t.Setenv("OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS", "POST, get")
-	s := zzoNew(t)
+	s := a5New(t)
 	p, err := retry.New(retry.WithName("api.example:443"), retry.WithObserver(s.obs), retry.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +224,7 @@ func TestAttackOtel6MethodAndURL(t *testing.T) {
 	_ = p.Do(ctx, func(ctx context.Context, _ int) error {
 		u, _ := url.Parse("https://user@API.example/p?Signatur%65=s1&x=1&sig=s2&AWSAccessKeyId")
 		req := (&http.Request{URL: u, Header: http.Header{}}).WithContext(ctx)
-		s.obs.ObserveHTTP(req, zzoResp(req, 200), nil, time.Millisecond)
+		s.obs.ObserveHTTP(req, a5Resp(req, 200), nil, time.Millisecond)
 		return nil
 	})
 	call.End()
@@ -351,7 +263,7 @@ func TestAttackOtel6MethodAndURL(t *testing.T) {
 // while forgetting events and collections run; the attempt span ends once
 // with the last request's outcome (any of them), no race.
 func TestAttackOtel6ConcurrentObserveHTTPAndForget(t *testing.T) {
-	s := zzoNew(t, otelstormguard.WithMaxDependencies(3))
+	s := a5New(t, otelstormguard.WithMaxDependencies(3))
 	p, err := retry.New(retry.WithName("fan:1"), retry.WithObserver(s.obs), retry.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +281,7 @@ func TestAttackOtel6ConcurrentObserveHTTPAndForget(t *testing.T) {
 					if (i+j)%3 == 0 {
 						code = 500
 					}
-					s.obs.ObserveHTTP(req, zzoResp(req, code), nil, time.Millisecond)
+					s.obs.ObserveHTTP(req, a5Resp(req, code), nil, time.Millisecond)
 					name := fmt.Sprintf("h%d.example", j%5)
 					s.obs.Observe(ctx, zzoBreakerEvent(name, "closed", "open"))
 					s.obs.Observe(ctx, observe.Event{Kind: observe.BreakerState, Name: name, From: "open", Reason: "forgotten"})
