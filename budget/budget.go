@@ -380,8 +380,11 @@ type Stats struct {
 	// Retries is the number of retries admitted in the window.
 	Retries int
 	// Limit is Ratio·Requests + MinPerSecond·Window.Seconds(): the window
-	// admits retries while Retries+1 <= Limit, so ⌊Limit⌋ − Retries more
-	// are available if nothing else happens.
+	// admits retries while Retries+1 <= Limit·(1+10⁻¹²) (the relative
+	// allowance for floating-point rounding of the package documentation:
+	// a Limit of 28.999999999999996 from 0.29·100 admits 29), so
+	// ⌊Limit·(1+10⁻¹²)⌋ − Retries more are available if nothing else
+	// happens.
 	Limit float64
 }
 

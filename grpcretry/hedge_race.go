@@ -37,6 +37,7 @@ type raceState struct {
 	over    bool                              // the first copy returned: no more hedges, and none cancels it
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
+	good    bool                              // a good answer, the first copy's or a hedge's after it, won (set once over)
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
 	looks   int                               // the looks of a held race since its delay (see lathist.LookAgain)
 	due     bool                              // the race reached its delay: counted as due until it ends
@@ -101,6 +102,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 
 	rs.mu.Lock()
 	rs.over = true
+	rs.good = !rs.lost && good(first.err)
 	stopped := rs.timer.Stop()
 	hedges, lost, held, due := rs.hedges, rs.lost, rs.held, rs.due
 	earlier := len(rs.results) // the hedges that ended before the first copy returned
@@ -112,7 +114,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over, rs.due, rs.held, rs.looks = false, false, false, 0
+		rs.over, rs.due, rs.held, rs.looks, rs.good = false, false, false, 0, false
 		h.races.Put(rs)
 		cancel()
 		if !good(first.err) {
@@ -159,9 +161,10 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 		reap(rs, legs, pending, true)
 		return first
 	}
-	if !lost {
-		u.hh.pushback(first.err, first.trailer)
-	}
+	// A failure that came after a hedge won (a server's answer that
+	// crossed the cancel) is its word all the same; the cancel's own
+	// error pushes nothing back.
+	u.hh.pushback(first.err, first.trailer)
 	last := leg{i: 0, e: first} // the latest failure, returned if every copy fails
 	for read := 1; pending > 0; read++ {
 		select {
@@ -311,8 +314,14 @@ func (rs *raceState) hedgeEnded(i, num int, hl *hedgeLeg, l legCall, lctx contex
 		p.hh.pushback(err, e.trailer)
 	}
 	rs.mu.Lock()
-	winner := (won || pv != nil) && !rs.over && !rs.lost
-	if winner {
+	// The winner: the first good answer (or panic). Before the first copy
+	// returned, it cancels that copy; after a failed first copy, the race
+	// takes the first good hedge (settle), which the observer hears as a
+	// success, not as a loser's "canceled".
+	winner := (won || pv != nil) && !rs.lost && !rs.good
+	if winner && rs.over {
+		rs.good = true
+	} else if winner {
 		rs.lost = true
 		rs.cancels[0]()
 	}

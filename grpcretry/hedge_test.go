@@ -459,6 +459,41 @@ func TestHedgeObserved(t *testing.T) {
 	})
 }
 
+// TestHedgeWinnerAfterFailedFirstObserved: the first copy fails at
+// 100 ms, the hedge sent at 50 ms answers OK at 150 ms and is the call's
+// answer: the observer hears it end "success", not "canceled" (the
+// outcome of a hedge that lost the race; it once was, since the first
+// copy had answered).
+func TestHedgeWinnerAfterFailedFirstObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var got []string
+		obs := observe.Func(func(ctx context.Context, e observe.Event) {
+			if e.Kind == observe.AttemptEnd && e.Hedge {
+				mu.Lock()
+				got = append(got, e.Outcome)
+				mu.Unlock()
+			}
+		})
+		srv := &legServer{answer: func(i int) legAnswer {
+			if i == 0 {
+				return legAnswer{delay: 100 * time.Millisecond, code: codes.Internal}
+			}
+			return legAnswer{delay: 100 * time.Millisecond}
+		}}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 1, unaryMethod), grpcretry.WithObserver(obs))...)
+		if _, _, err := hedgeCall(t.Context(), c); err != nil {
+			t.Fatalf("call: %v, want the hedge's OK", err)
+		}
+		srv.settle(t)
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(got, []string{"success"}) {
+			t.Errorf("the winning hedge's end: %v, want [success]", got)
+		}
+	})
+}
+
 func TestWithHedgingBadValues(t *testing.T) {
 	for _, o := range []grpcretry.Option{
 		grpcretry.WithHedging(-time.Second, 0, 1, unaryMethod),

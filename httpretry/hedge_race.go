@@ -42,6 +42,7 @@ type raceState struct {
 	over    bool                              // the first copy answered: no more hedges, and none cancels it
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
+	good    bool                              // a good answer, the first copy's or a hedge's after it, won (set once over)
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
 	looks   int                               // the looks of a held race since its delay (see lathist.LookAgain)
 	due     bool                              // the race reached its delay: counted as due until it ends
@@ -101,6 +102,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 
 	rs.mu.Lock()
 	rs.over = true
+	rs.good = !rs.lost && good(resp, err)
 	stopped := rs.timer.Stop()
 	hedges, lost, due, held := rs.hedges, rs.lost, rs.due, rs.held
 	earlier := len(rs.results) // the hedges that ended before the first copy answered
@@ -111,7 +113,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over, rs.due, rs.held, rs.looks = false, false, false, 0
+		rs.over, rs.due, rs.held, rs.looks, rs.good = false, false, false, 0, false
 		c.t.races.Put(rs)
 		if err != nil {
 			cancel()
@@ -176,6 +178,13 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 	held := leg{i: -1} // the latest failure, returned if every copy fails
 	switch {
 	case lost: // its cancel was called by the hedge that won
+		if first.resp != nil && !good(first.resp, first.err) {
+			// A failed answer that came anyway (a base that ignores
+			// the cancel, or one that crossed it) is the server's word
+			// all the same.
+			c.hh.pushback(first.resp.StatusCode, retryAfterOf(first.resp), first.resp.Header)
+			capacityHint(c.dest, first.resp.StatusCode, first.resp.Header)
+		}
 		if first.resp != nil && first.resp.Body != nil {
 			_ = first.resp.Body.Close()
 		}
@@ -337,8 +346,14 @@ func (rs *raceState) hedgeEnded(i, num int, lctx context.Context, slot limit.Per
 		capacityHint(p.dest, resp.StatusCode, resp.Header) // a losing hedge's hint counts too
 	}
 	rs.mu.Lock()
-	winner := (won || pv != nil) && !rs.over && !rs.lost
-	if winner {
+	// The winner: the first good answer (or panic). Before the first copy
+	// answered, it cancels that copy; after a failed first copy, the
+	// race takes the first good hedge (settle), which the observer hears
+	// as a success, not as a loser's "canceled".
+	winner := (won || pv != nil) && !rs.lost && !rs.good
+	if winner && rs.over {
+		rs.good = true
+	} else if winner {
 		rs.lost = true
 		rs.cancels[0]()
 	}

@@ -57,7 +57,8 @@
 // [ErrLockLost]), or when the store refused its response for a whole
 // lock timeout, or its server died before the response was stored; or
 // when the store itself lost the key (a Redis that evicts or restarts
-// empty: package redisstore, "What the server must keep").
+// empty, or a redis.Ring that moved it while a shard was out: package
+// redisstore, "What the server must keep").
 //
 // The middleware is an HTTP face on a [Guard], the protocol-neutral core
 // built by [NewGuard]: [Guard.Run] claims a key, runs the operation once

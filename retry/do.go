@@ -113,10 +113,14 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 	var first error
 	if p.path == pathBare {
 		// The first attempt runs here, in a small frame, and the loop
-		// takes over only if it fails. It runs on ctx itself and needs no
-		// deadline: a parent deadline that has passed shows in ctx.Err().
+		// takes over only if it fails. It runs on ctx itself. A deadline
+		// that has passed does not show in ctx.Err() until the context's
+		// timer has run: the clock is read (only with a deadline).
 		if ctx.Err() != nil {
 			return p.stop(ctx, ctxReason(ctx), 0, nil, 0)
+		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return p.stop(ctx, Deadline, 0, nil, 0)
 		}
 		if p.budget != nil {
 			p.budget.Deposit()

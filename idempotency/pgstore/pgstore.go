@@ -172,6 +172,12 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 	if err != nil {
 		return store.Result{}, fmt.Errorf("pgstore: begin: %w", full(err))
 	}
+	if len(gotOwner) != len(owner) || len(gotFP) != len(fp) {
+		// A row another writer cut or changed: not a request's lock or
+		// record, and not a reused key either.
+		return store.Result{}, fmt.Errorf("pgstore: begin: key %x: corrupt row: owner %d bytes, fingerprint %d bytes (want %d and %d)",
+			id, len(gotOwner), len(gotFP), len(owner), len(fp))
+	}
 	switch {
 	case string(gotOwner) == string(owner[:]):
 		return store.Result{Outcome: store.Claimed, Owner: owner}, nil

@@ -45,6 +45,15 @@
 // second's). Neither setting is checked: a managed Redis often refuses
 // CONFIG GET.
 //
+// A *redis.Ring does not keep a key on one server: when a shard fails its
+// health checks (go-redis: 3 failed pings, 500 ms apart by default) the
+// Ring sends that shard's keys to the others until it is back, and a
+// retry then finds no lock or record there, claims the key and runs its
+// handler a second time (and the running handler's renewals and
+// completion are refused). With a Ring, a handler runs at most once only
+// while no shard is taken out; use a *redis.Client or a
+// *redis.ClusterClient where that matters.
+//
 // # Replication and failover
 //
 // Redis replicates asynchronously: a master acknowledges a write before
@@ -134,7 +143,9 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
-// *redis.Ring; with Config.Replicas, one of the first two). It fails when
+// *redis.Ring, which does not keep a key through a shard's outage: see
+// What the server must keep; with Config.Replicas, one of the first two).
+// It fails when
 // client is nil (or a nil pointer, such as a nil *redis.Client), or
 // Replicas is negative or set for a client that cannot wait for replicas.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
