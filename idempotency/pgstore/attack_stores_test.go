@@ -1,215 +1,267 @@
-// Black-box attack on the PostgreSQL store (AREA=stores): each test names
-// the documented sentence it checks.
+// Black-box tests of the package against its documentation, from attacks
+// on it from outside: each names the sentence it checks.
 
 package pgstore_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stormguard/stormguard/idempotency"
+	"github.com/stormguard/stormguard/idempotency/pgstore"
 	"github.com/stormguard/stormguard/idempotency/store"
 )
 
-func zzID() store.ID {
-	var id store.ID
-	_, _ = rand.Read(id[:])
-	return id
-}
-
-type zzRow struct {
-	fp, owner, record []byte
-	live              bool
-}
-
-func zzGet(t *testing.T, p *pgxpool.Pool, table string, id store.ID) zzRow {
-	t.Helper()
-	var r zzRow
-	err := p.QueryRow(context.Background(), `SELECT fingerprint, owner, record, expires_at > statement_timestamp() FROM `+table+` WHERE key = $1`, id[:]).Scan(&r.fp, &r.owner, &r.record, &r.live)
-	if err != nil {
-		t.Fatalf("read row: %v", err)
-	}
-	return r
-}
-
-// TestAttackStoresCorruptRecordColumn: store.DecodeRecord: "garbage gives
-// an error saying the record is corrupt, never a panic"; a corrupt stored
-// row must give Begin a clear error and stay as it was (no lost data):
-// Complete, Extend and Release by another owner change nothing.
-func TestAttackStoresCorruptRecordColumn(t *testing.T) {
+// A record with an empty header name (which the encoding cannot tell from
+// corruption): a black-box attack found the store taking it and every
+// retry then failing to decode it (503 for the whole retention). Now no
+// store takes it (store.Record.MarshalBinary refuses it) and the Guard
+// releases the key at once (Guard.Run: "a record that no store takes ...
+// is fn's misuse"), the same on every store.
+func TestAttackGuardReleasesRecordWithEmptyHeaderName(t *testing.T) {
 	p, _ := pool(t, 4)
-	s, table := newTable(t, p)
-	ctx := context.Background()
-	fp := store.NewFingerprint("POST", "/x", [32]byte{})
-	good, err := (store.Record{Status: 201, Header: map[string][]string{"A": {"b", "c"}}, Body: []byte("hello")}).MarshalBinary()
+	g, err := idempotency.NewGuard(newStore(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cases := map[string][]byte{
-		"empty bytea":        {},
-		"truncated":          good[:len(good)-1],
-		"trailer":            append(append([]byte{}, good...), 0),
-		"magic only":         []byte("SGR"),
-		"huge header count":  []byte("SGR\x01\x00\xc8\xff\xff\xff\xff\x0f"),
-		"huge body length":   []byte("SGR\x01\x00\xc8\x00\xff\xff\xff\xff\xff\xff\xff\xff\x7f"),
-		"status 1000":        []byte("SGR\x01\x03\xe8\x00\x00"),
-		"unknown flag":       []byte("SGR\x02\x00\xc8\x02\x00\x00"),
-		"version 3":          []byte("SGR\x03\x00\xc8\x00\x00"),
-		"repeated header":    []byte("SGR\x01\x00\xc8\x02\x01A\x00\x01A\x00\x00"),
-		"non-minimal varint": []byte("SGR\x01\x00\xc8\x80\x00\x00"),
+	ctx := context.Background()
+	fp := store.NewFingerprint("PUBLISH", "queue/payments", [32]byte{1})
+	key := idempotency.NewKey()
+	runs := 0
+	fn := func(context.Context) (store.Record, bool) {
+		runs++
+		return store.Record{Status: 200, Header: http.Header{"": {"meta"}}, Body: []byte("done")}, true
 	}
-	for name, rec := range cases {
-		t.Run(name, func(t *testing.T) {
-			id := zzID()
-			owner := store.NewOwner()
-			if _, err := p.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, owner, record, expires_at) VALUES ($1, $2, $3, $4, statement_timestamp() + interval '1 hour')`, id[:], fp[:], owner[:], rec); err != nil {
-				t.Fatal(err)
-			}
-			res, err := s.Begin(ctx, id, fp, time.Minute)
-			if err == nil {
-				t.Errorf("Begin on a corrupt record = %+v, nil error", res)
-			} else if !strings.Contains(err.Error(), "corrupt") {
-				t.Errorf("Begin error %q does not say the record is corrupt", err)
-			}
-			o := store.NewOwner()
-			_ = s.Complete(ctx, id, o, store.Record{Status: 200}, time.Hour)
-			_ = s.Extend(ctx, id, o, time.Minute)
-			_ = s.Release(ctx, id, o)
-			if got := zzGet(t, p, table, id); !bytes.Equal(got.record, rec) || got.record == nil || !got.live {
-				t.Errorf("row after calls by another owner: record %q live %v; want %q unchanged", got.record, got.live, rec)
+	out, _, err := g.Run(ctx, "tenant", key, fp, fn)
+	if err != nil || out != store.Claimed {
+		t.Fatalf("first Run = %q, %v", out, err)
+	}
+	out, rec, err := g.Run(ctx, "tenant", key, fp, fn)
+	if err != nil || out != store.Claimed || runs != 2 {
+		t.Fatalf("retry Run = %q %q, %v; want claimed, fn run again (runs %d)", out, rec.Body, err, runs)
+	}
+}
+
+func TestAttackGuardConcurrentClaims(t *testing.T) {
+	p, _ := pool(t, 16)
+	s := newStore(t, p)
+	const n = 48
+	var runs atomic.Int32
+	key := idempotency.NewKey()
+	fp := store.NewFingerprint("POST", "/pay", [32]byte{})
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var mu sync.Mutex
+	outs := map[store.Outcome]int{}
+	var errs []error
+	for range n {
+		g, err := idempotency.NewGuard(s, idempotency.WithLockTimeout(5*time.Second), idempotency.WithStoreTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			<-start
+			out, _, err := g.Run(context.Background(), "s", key, fp, func(context.Context) (store.Record, bool) {
+				runs.Add(1)
+				time.Sleep(time.Millisecond)
+				return store.Record{Status: 201, Body: []byte("x")}, true
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			outs[out]++
+			if err != nil {
+				errs = append(errs, err)
 			}
 		})
 	}
+	close(start)
+	wg.Wait()
+	if runs.Load() != 1 || outs[store.Claimed] != 1 || len(errs) > 0 {
+		t.Fatalf("runs %d, outcomes %v, errors %v", runs.Load(), outs, errors.Join(errs...))
+	}
 }
 
-// TestAttackStoresCorruptRowColumns: the brief's "corrupt or truncated
-// records in PG must give a clear error". store.Store: Mismatch is "a live
-// lock or record with a different fingerprint" (answered 422: the client
-// reused its key for another request). A row whose fingerprint or owner
-// column was truncated (a bad manual fix, a restore gone wrong) is not a
-// different request: the retry of the very request that made it must learn
-// that the store is broken, not that it reused its key.
-func TestAttackStoresCorruptRowColumns(t *testing.T) {
+func TestAttackGuardHugeDurations(t *testing.T) {
+	p, _ := pool(t, 4)
+	for _, d := range []time.Duration{1<<63 - 1, 100 * 365 * 24 * time.Hour} {
+		g, err := idempotency.NewGuard(newStore(t, p), idempotency.WithLockTimeout(d), idempotency.WithRetention(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp := store.NewFingerprint("POST", "/", [32]byte{})
+		key := idempotency.NewKey()
+		fn := func(context.Context) (store.Record, bool) { return store.Record{Status: 200}, true }
+		if out, _, err := g.Run(context.Background(), "s", key, fp, fn); out != store.Claimed || err != nil {
+			t.Fatalf("%v: Run = %q, %v", d, out, err)
+		}
+		if out, _, err := g.Run(context.Background(), "s", key, fp, fn); out != store.Completed || err != nil {
+			t.Fatalf("%v: second Run = %q, %v", d, out, err)
+		}
+	}
+}
+
+// Concurrent Begins on a key whose row is present but expired: exactly one
+// claims.
+func TestAttackConcurrentBeginsOnExpiredRow(t *testing.T) {
+	p, _ := pool(t, 16)
+	s, table := newTable(t, p)
+	ctx := context.Background()
+	for round := range 5 {
+		k := testID("attack-expired", idempotency.NewKey())
+		fp := store.NewFingerprint("POST", "/x", [32]byte{})
+		a, err := s.Begin(ctx, k, fp, time.Hour)
+		if err != nil || a.Outcome != store.Claimed {
+			t.Fatalf("Begin = %v %v", a.Outcome, err)
+		}
+		if round%2 == 1 {
+			if err := s.Complete(ctx, k, a.Owner, store.Record{Status: 200}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := p.Exec(ctx, "UPDATE "+table+" SET expires_at = now() - interval '1 second'"); err != nil {
+			t.Fatal(err)
+		}
+		const n = 32
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		outs := map[store.Outcome]int{}
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				f := fp
+				if i%2 == 0 {
+					f = store.NewFingerprint("POST", "/y", [32]byte{})
+				}
+				res, err := s.Begin(ctx, k, f, time.Hour)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					outs["error"]++
+					return
+				}
+				outs[res.Outcome]++
+			})
+		}
+		close(start)
+		wg.Wait()
+		if outs[store.Claimed] != 1 || outs[store.Completed] != 0 || outs["error"] != 0 {
+			t.Fatalf("round %d: %v", round, outs)
+		}
+	}
+}
+
+// The lock TTL reaches the row as given (microsecond resolution).
+func TestAttackTTLPrecision(t *testing.T) {
 	p, _ := pool(t, 4)
 	s, table := newTable(t, p)
 	ctx := context.Background()
-	fp := store.NewFingerprint("POST", "/x", [32]byte{})
-	id := zzID()
-	res, err := s.Begin(ctx, id, fp, time.Minute)
-	if err != nil || res.Outcome != store.Claimed {
-		t.Fatalf("Begin: %+v %v", res, err)
-	}
-	if err := s.Complete(ctx, id, res.Owner, store.Record{Status: 201, Body: []byte("charged")}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Exec(ctx, `UPDATE `+table+` SET fingerprint = substring(fingerprint from 1 for 31) WHERE key = $1`, id[:]); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Begin(ctx, id, fp, time.Minute)
-	t.Logf("retry of the same request, its row's fingerprint truncated to 31 bytes: %+v, %v", got.Outcome, err)
-	if err == nil {
-		t.Errorf("Begin on a row with a 31-byte fingerprint = %q, nil error; want an error saying the row is corrupt (it answers the client 422 \"key reused for another request\")", got.Outcome)
+	for _, ttl := range []time.Duration{2500*time.Millisecond + 1500*time.Microsecond, 36 * time.Hour, 1000 * 24 * time.Hour, 400*24*time.Hour + 7*time.Microsecond} {
+		k := testID("attack-ttl", idempotency.NewKey())
+		if _, err := s.Begin(ctx, k, store.Fingerprint{}, ttl); err != nil {
+			t.Fatal(err)
+		}
+		var left time.Duration
+		var us int64
+		if err := p.QueryRow(ctx, "SELECT (extract(epoch from (expires_at - now()))*1000000)::bigint FROM "+table+" WHERE key = $1", k[:]).Scan(&us); err != nil {
+			t.Fatal(err)
+		}
+		left = time.Duration(us) * time.Microsecond
+		if left > ttl || left < ttl-200*time.Millisecond {
+			t.Errorf("ttl %v: row expires in %v", ttl, left)
+		}
 	}
 }
 
-// TestAttackStoresConcurrentLifecycle: "Every method is safe for concurrent
-// use ... of many concurrent Begins on a free key exactly one gets
-// Claimed"; a Complete by a stale owner "changes nothing". Two stores
-// (two servers) on one table race Begin, Complete by the claimer and
-// impostors, Extend and Release.
-func TestAttackStoresConcurrentLifecycle(t *testing.T) {
-	p, _ := pool(t, 8)
-	s1, _ := newTable(t, p)
+// "Migrate creates the table and its expiry index if they do not exist":
+// two valid table names (at most 63 characters) that share their first 51
+// characters.
+func TestAttackMigrateIndexOfLongTableNames(t *testing.T) {
+	p, _ := pool(t, 4)
 	ctx := context.Background()
-	fp := store.NewFingerprint("POST", "/c", [32]byte{})
-	const keys, workers = 6, 8
-	ids := make([]store.ID, keys)
-	for i := range ids {
-		ids[i] = zzID()
+	base := "attack_stores_" + strings.ToLower(rand.Text())[:20] // 37 chars
+	base += strings.Repeat("x", 51-len(base))
+	tables := []string{base + "_first", base + "_second"}
+	for _, table := range tables {
+		s, err := pgstore.New(p, pgstore.Config{Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var claims, completes [keys]atomic.Int64
+	for _, table := range tables {
+		var n int
+		if err := p.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%(expires_at)%'`, table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("table %s (%d chars): %d expiry indexes after Migrate, want 1", table, len(table), n)
+		}
+	}
+}
+
+// DeleteExpired running all the time must never drop a live claim: a key
+// claimed (fresh, or reclaimed after a 1 ms lock expired) stays claimed.
+func TestAttackDeleteExpiredRacesClaims(t *testing.T) {
+	p, _ := pool(t, 12)
+	s := newStore(t, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i, id := range ids {
-				res, err := s1.Begin(ctx, id, fp, time.Minute)
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			s.DeleteExpired(ctx)
+		}
+	})
+	var bad atomic.Int32
+	var total atomic.Int32
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; i < 150; i++ {
+				k := testID("attack-del", string(rune(w)), idempotency.NewKey())
+				fp := store.NewFingerprint("POST", "/", [32]byte{})
+				// a 1 ms lock that expires, then the reclaim
+				if _, err := s.Begin(ctx, k, fp, time.Millisecond); err != nil {
+					return
+				}
+				for {
+					res, err := s.Begin(ctx, k, fp, time.Hour)
+					if err != nil {
+						return
+					}
+					if res.Outcome == store.Claimed {
+						break
+					}
+				}
+				res, err := s.Begin(ctx, k, fp, time.Hour)
 				if err != nil {
-					t.Errorf("Begin: %v", err)
-					continue
+					return
 				}
-				if res.Outcome != store.Claimed {
-					continue
-				}
-				claims[i].Add(1)
-				if err := s1.Extend(ctx, id, res.Owner, time.Minute); err != nil {
-					t.Errorf("Extend: %v", err)
-				}
-				if err := s1.Complete(ctx, id, store.NewOwner(), store.Record{Status: 500}, time.Hour); !errors.Is(err, store.ErrStaleOwner) {
-					t.Errorf("impostor Complete: %v", err)
-				}
-				rec := store.Record{Status: 201, Body: []byte{byte(w)}}
-				if err := s1.Complete(ctx, id, res.Owner, rec, time.Hour); err != nil {
-					t.Errorf("Complete: %v", err)
-					continue
-				}
-				completes[i].Add(1)
-				// Resent identical: succeeds; a different one: stale.
-				if err := s1.Complete(ctx, id, res.Owner, rec, time.Hour); err != nil {
-					t.Errorf("resent Complete: %v", err)
-				}
-				if err := s1.Complete(ctx, id, res.Owner, store.Record{Status: 202}, time.Hour); !errors.Is(err, store.ErrStaleOwner) {
-					t.Errorf("different second Complete: %v", err)
-				}
-				if err := s1.Release(ctx, id, res.Owner); !errors.Is(err, store.ErrStaleOwner) {
-					t.Errorf("Release after Complete: %v", err)
+				total.Add(1)
+				if res.Outcome != store.InProgress {
+					bad.Add(1)
 				}
 			}
-		}()
+		})
 	}
+	time.AfterFunc(20*time.Second, cancel)
+	for total.Load() < 8*150 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
 	wg.Wait()
-	for i, id := range ids {
-		if claims[i].Load() != 1 || completes[i].Load() != 1 {
-			t.Errorf("key %d: %d claims, %d completes", i, claims[i].Load(), completes[i].Load())
-		}
-		res, err := s1.Begin(ctx, id, fp, time.Minute)
-		if err != nil || res.Outcome != store.Completed || res.Record.Status != 201 {
-			t.Errorf("key %d: %+v %v", i, res, err)
-		}
+	if bad.Load() > 0 {
+		t.Fatalf("%d of %d live claims lost to DeleteExpired", bad.Load(), total.Load())
 	}
-}
-
-// TestAttackStoresTTLEdges: "lockTTL must be at least 1 µs"; a lock's
-// duration only rounded up.
-func TestAttackStoresTTLEdges(t *testing.T) {
-	p, _ := pool(t, 4)
-	s, table := newTable(t, p)
-	ctx := context.Background()
-	for _, d := range []time.Duration{0, -1, 999} {
-		if _, err := s.Begin(ctx, zzID(), store.Fingerprint{}, d); err == nil {
-			t.Errorf("Begin(%v): nil error", d)
-		}
-		if err := s.Complete(ctx, zzID(), store.NewOwner(), store.Record{Status: 200}, d); err == nil {
-			t.Errorf("Complete(%v): nil error", d)
-		}
-	}
-	id := zzID()
-	res, err := s.Begin(ctx, id, store.Fingerprint{}, time.Duration(1<<63-1))
-	if err != nil || res.Outcome != store.Claimed {
-		t.Fatalf("Begin(MaxInt64): %+v %v", res, err)
-	}
-	if err := s.Complete(ctx, id, res.Owner, store.Record{Status: 200}, time.Duration(1<<63-1)); err != nil {
-		t.Errorf("Complete(MaxInt64): %v", err)
-	}
-	if r := zzGet(t, p, table, id); !r.live || r.record == nil {
-		t.Errorf("row: %+v", r)
-	}
+	t.Logf("%d claims checked", total.Load())
 }
