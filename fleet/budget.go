@@ -50,6 +50,9 @@ func (b *Budget) Deposit() {
 		if b.h.lim != nil && b.h.probeAt.Load() == probeNext {
 			b.h.probeAt.CompareAndSwap(probeNext, max(b.h.f.since(), 1)) // the round's probe starts (see ProbeRound)
 		}
+		if b.h.lim != nil {
+			b.h.f.kickFlight() // an attempt starts: the fleet's count (see flight.go)
+		}
 	} else {
 		b.h.local.Deposit()
 	}

@@ -20,7 +20,8 @@
 // every host's counts (requests, and closed-state successes and failures of
 // its breaker) and reads the fleet's windows back, in one call of one Lua
 // script (EVALSHA): one round trip per interval per process, whatever the
-// traffic. The windows are sliding windows in slices, like package budget's
+// traffic (with Config.Limit, also the counts of attempts in flight: see
+// The fleet's attempts in flight). The windows are sliding windows in slices, like package budget's
 // and package breaker's, on the Redis server's clock (TIME inside the
 // script), so the processes' clocks do not matter. All keys of a fleet
 // share one hash tag, {Name}, so they live on one Redis Cluster node and
@@ -262,7 +263,9 @@
 // one call per 100 ms.
 // It is a rate, not a concurrency bound: attempts in flight are bounded
 // per process by each limiter's own limit (at most Limit.Max), and for
-// the fleet only through R and latency (Little's law). Shares sum to R
+// the fleet through R and latency (Little's law) and the hold below,
+// which stops new attempts while the sum of the counts stands at its
+// bound and no answer comes. Shares sum to R
 // only at the window's start; a process whose demand rises meanwhile may
 // take more until the next window. It does not cover processes in local
 // mode, nor those not yet synced (a new host has no gate until the first
@@ -277,9 +280,12 @@
 // lifts them.
 //
 // What it costs: the success path with a token due is one more
-// compare-and-swap (no lock, no allocation); each sync carries nine more
+// compare-and-swap (no lock, no allocation) and two channel sends that do
+// not block (the counts' goroutine's kicks); each sync carries nine more
 // arguments per host, and the script reads the host's registry of
-// processes once per window.
+// processes once per window; the counts of attempts in flight are about
+// two round trips per call for a process with one call in flight at a
+// time, at most about a hundred a second for a busy one.
 //
 // Many small processes. The model tests drive the real script with an
 // explicit clock: 1000 processes, each a call every 2.2 s (455 a second
@@ -312,11 +318,52 @@
 // models: the live rows are bench's (docs/metastability.md), on a
 // loaded machine.
 //
+// # The fleet's attempts in flight
+//
+// The rate learns from timeouts and latency, a window late at the
+// soonest; a host that hangs (no answer at all, its queue filling with
+// work for callers who will have left by the time it is served) is known
+// only when the first attempts time out, and a fleet of small processes
+// sends a rate's worth of attempts into it before that (live, 1000
+// terminals against a hung host: 2.4-2.7% of the host's work after the
+// hang was for callers who had left). So, with Config.Limit, each process
+// also sends its count of attempts in flight to each host (its limiter's)
+// whenever it changes, from one goroutine of its own: kicked when a call
+// starts its first attempt (Budget.Deposit) and when an outcome comes
+// (Outcome), at most one send per 10 ms, and while the process has
+// attempts in flight it looks again every 10 ms (a slot may go back
+// after its outcome: an HTTP response's when its body is closed); a busy
+// process sends about a hundred a second, a terminal two per call. The
+// calls never wait for it. The script keeps the sum of the processes'
+// counts and holds the fleet when the sum reaches B = max(8, 3·R·b)
+// (b the baseline, R the fleet's rate: three times the attempts the
+// fleet's rate keeps in flight at the baseline latency) and no process
+// has reported a success for 4b (at least 20 ms): near its capacity a
+// host's queue, and the sum, come and go, but its answers do not stop.
+// The hold is published on the channel (see below) and every process
+// caps its limiter at 0 ([limit.Limiter.SetCap]): no new attempt starts
+// anywhere and calls wait, within their deadlines, as over any limit. It
+// ends at the next success any process reports (a host that answers,
+// however slowly, is not hung: the rate's rules judge a slow one), when
+// the sum falls below B/2 (the hung attempts timed out), or when the
+// fleet's breaker opens (its probes must go). No hold while the rate is
+// cold or the baseline unknown. So a hang costs the host about B
+// attempts, plus what the processes start in the round trip that reports
+// the sum crossing it, instead of a timeout's worth of the rate (live
+// figures: docs/fleet.md). A held process also asks at each sync whether
+// the hold goes on (news may be
+// lost); a count not refreshed for two windows is forgotten (a process
+// that stopped), and a process that closes takes its count away. In local
+// mode the hold is lifted with the gates.
+//
 // # News on a channel
 //
 // An opening of a host's breaker (by failures, or a refused close) is
 // published on the channel "stormguard:fleet:{Name}/open" as "<epoch>
-// <server time, µs> <host's key>". Each Fleet holds one more connection to
+// <server time, µs> <host's key>", and a change of a host's hold (see
+// The fleet's attempts in flight) as "h <incarnation> <sequence> <0|1>
+// <host's key>" (a process applies the newest sequence of the key's
+// incarnation only). Each Fleet holds one more connection to
 // Redis, a subscription to that channel ([New] starts it; [Fleet.Close]
 // ends it, waiting for it at most Config.Timeout; go-redis subscribes
 // again after a lost connection), and trips the breaker of a host it
@@ -342,8 +389,9 @@
 // wait on Redis. Here the success path (Deposit, the breaker's Allow and
 // Done, Outcome) is a few atomic operations on local memory: no Redis I/O,
 // no lock, no allocation. Round trips happen only in the background sync, on
-// a retry that finds its lease empty, and when an open breaker's probe round
-// is due.
+// a retry that finds its lease empty, when an open breaker's probe round
+// is due, and (with Config.Limit) in the goroutine that sends the counts
+// of attempts in flight, which no call waits for.
 //
 // # Modes
 //

@@ -95,6 +95,9 @@ type Fleet struct {
 	cancel               context.CancelFunc
 	kick, stop, loopDone chan struct{}
 	later                chan struct{}  // a failure asks for a sync a tenth of an interval after the last
+	flightKick           chan struct{}  // asks flightLoop to send the counts in flight (nil without Config.Limit)
+	flightDone           chan struct{}  // closed when flightLoop returns (nil: none)
+	flightPoll           atomic.Bool    // the next send of the counts includes every held host
 	syncedAt             atomic.Int64   // when the last sync collected the counts (since base, ns)
 	clean                atomic.Bool    // the last sync carried no failure of any host: the next one is news
 	listenDone           chan struct{}  // closed when listen returns (nil: no listener)
@@ -151,6 +154,10 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	f.clean.Store(true)
 	f.sync(false)
 	go f.loop()
+	if c.Limit != nil {
+		f.flightKick, f.flightDone = make(chan struct{}, 1), make(chan struct{})
+		go f.flightLoop()
+	}
 	if sub, ok := be.(subscriber); ok {
 		f.listenDone = make(chan struct{})
 		go f.listen(sub)
@@ -262,6 +269,9 @@ func (f *Fleet) Close() error {
 		f.modeChanged(from, ModeLocal, nil) // logged and observed as any change
 		close(f.stop)
 		<-f.loopDone
+		if f.flightDone != nil {
+			<-f.flightDone
+		}
 		// Wait for the lease requests in flight (none starts in local
 		// mode), so that the last sync gives back every lease.
 		for _, h := range *f.list.Load() {
@@ -302,7 +312,9 @@ type Stats struct {
 	// RoundTrips counts the round trips attempted: one sync per
 	// SyncEvery, and, on callers' paths, a lease request when a retry
 	// finds its lease empty and a probe-round request when an open
-	// breaker's round is due. The success path makes none.
+	// breaker's round is due, and, with Config.Limit, the sends of the
+	// counts of attempts in flight (from a goroutine of the Fleet's: see
+	// the package documentation). The success path makes none.
 	RoundTrips int64
 	// Failures counts the round trips that failed or took longer than
 	// Timeout (see the package documentation's Modes).

@@ -72,6 +72,14 @@ type host struct {
 	rateAt          atomic.Int64  // when the last rate report was collected (or the first sync, see rateReport), on f's clock (ns; 0: no sync yet)
 	rateNow         atomic.Bool   // the next sync reports to the rate, due or not (after a failed round trip)
 
+	// The fleet's attempts in flight (see flight.go).
+	answers    atomic.Int64 // successes since the last count sent (the script's "answered")
+	flightSent atomic.Int64 // the last count sent (-1: resend)
+	holding    atomic.Bool  // the fleet's hold is on: lim capped at 0
+	holdMu     sync.Mutex   // guards holdInc, holdSeq and lim's cap
+	holdInc    int64        // the key's incarnation and the hold's sequence of the news applied
+	holdSeq    int64
+
 	steerMu sync.Mutex // held by steer
 	steerAt int64      // guarded by steerMu: the server's time of the newest state steer acted on (µs)
 }
@@ -402,12 +410,18 @@ func (h *host) expire(now int64, all bool) {
 // outcomes), and none in local mode (a failed sync waits for the next
 // interval).
 func (h *host) Outcome(success bool) {
+	f := h.f
+	if f.flightKick != nil && h.lim != nil {
+		if success {
+			h.answers.Add(1)
+		}
+		f.kickFlight()
+	}
 	if success {
 		h.outcomes.Add(1)
 		return
 	}
 	o := h.outcomes.Add(1 << 32)
-	f := h.f
 	if !f.fleetMode() {
 		return
 	}

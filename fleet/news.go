@@ -56,6 +56,10 @@ func (f *Fleet) listen(sub subscriber) {
 // that does not parse, names a host this process does not track, or
 // claims a time more than a minute past the newest reply's is ignored.
 func (f *Fleet) heard(payload string) {
+	if rest, ok := strings.CutPrefix(payload, "h "); ok {
+		f.heardHold(rest)
+		return
+	}
 	ep, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return

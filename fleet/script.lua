@@ -96,6 +96,55 @@ local function news(key)
   if tag then redis.call('PUBLISH', tag .. '/open', get('ep') .. ' ' .. string.format('%.17g', now) .. ' ' .. key) end
 end
 
+-- The fleet's attempts in flight to the host loaded in h (see the package
+-- documentation, The fleet's attempts in flight). Main hash fields: fi
+-- their sum over the processes' latest counts, fh the hold (1: no new
+-- attempt starts), fs its sequence (one more at each change), fa the
+-- server's time of the last answer a process reported (µs). The registry
+-- holds per process <pid>:f its count and :u when it sent it (µs).
+-- flight_bound is the sum at which the hold may begin: three times the
+-- attempts that R starts in one baseline, at least 8; 0 (no hold) while
+-- the rate is cold, the baseline unknown, or the breaker open (its probes
+-- must go).
+local held -- the hold changed in this call: news for every process
+local function flight_bound()
+  local R, b = get('rr'), get('rb')
+  if R <= 0 or b <= 0 or get('st') == 1 then return 0 end
+  return math.max(8, 3 * R * b / 1e6)
+end
+
+local function flight_set(on)
+  set('fh', on); set('fs', get('fs') + 1); held = true
+end
+
+-- flight_judge begins or ends the hold after the sum changed; answered:
+-- the process that sent the change had answers since its last count. The
+-- hold begins when the sum is at the bound and no process has reported an
+-- answer for four baselines (at least 20 ms): near its capacity a host's
+-- queue, and the sum, come and go, but its answers do not stop. It ends
+-- at an answer, when the sum falls below half the bound (the hung
+-- attempts timed out), or with the bound (an open breaker).
+local function flight_judge(answered)
+  if answered then set('fa', now) end
+  local fi, B = get('fi'), flight_bound()
+  if get('fh') == 1 then
+    if B == 0 or fi < B / 2 or answered then flight_set(0) end
+  elseif B > 0 and fi >= B and now - get('fa') >= math.max(4 * get('rb'), 20000) then
+    flight_set(1)
+  end
+end
+
+-- flight_news publishes a change of the hold of the host whose key is key
+-- on the fleet's channel, as "h <incarnation> <sequence> <hold> <key>".
+local function flight_news(key)
+  if not held then return end
+  held = false
+  local tag = string.match(key, '^[^}]*}')
+  if tag then
+    redis.call('PUBLISH', tag .. '/open', 'h ' .. string.format('%.17g', get('in')) .. ' ' .. get('fs') .. ' ' .. get('fh') .. ' ' .. key)
+  end
+end
+
 -- The fleet-wide rate of the host loaded in h (see the package
 -- documentation, The fleet's rate). Main hash fields: rr the rate R
 -- (attempt starts per second, 0 while cold), rk/rq the windows of the last
@@ -322,6 +371,21 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     end
   end
   set('ld', sum); set('ln', n); set('lz', sum)
+  -- The attempts in flight: the sum again, from the processes that sent a
+  -- count in the last two windows (one that stopped is forgotten).
+  local fsum = 0
+  for f, v in pairs(e) do
+    if string.sub(f, -2) == ':f' then
+      local p = string.sub(f, 1, -3)
+      if (tonumber(e[p .. ':u']) or 0) < now - 2 * win * 1e6 then
+        redis.call('HDEL', reg, f, p .. ':u')
+      else
+        fsum = fsum + tonumber(v)
+      end
+    end
+  end
+  set('fi', fsum)
+  flight_judge(false)
   -- The fair floor of the window: R / 4n for n processes (a larger one
   -- holds more of R for processes that do not use it: the rate served,
   -- and so R, falls).
@@ -375,6 +439,11 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
       set('lf', math.max(0, get('lf') - math.min(ow, q))); set('ly', math.max(0, get('ly') - math.min(ow, q)))
       redis.call('HDEL', reg, pid .. ':g', pid .. ':d', pid .. ':t')
     end
+    local fv = tonumber(redis.call('HGET', reg, pid .. ':f'))
+    if fv then
+      set('fi', math.max(0, get('fi') - fv)); redis.call('HDEL', reg, pid .. ':f', pid .. ':u')
+      flight_judge(false)
+    end
     return 0, R
   end
   set('wo', get('wo') + ds); set('wf', get('wf') + df)
@@ -410,7 +479,23 @@ local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax
 end
 
 local out = {}
-if mode == 's' then
+if mode == 'f' then
+  local a = 14
+  for k = 1, #KEYS do
+    load(KEYS[k])
+    local reg = registry(KEYS[k])
+    local pid, n, answers = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    a = a + 3
+    local old = tonumber(redis.call('HGET', reg, pid .. ':f')) or 0
+    redis.call('HSET', reg, pid .. ':f', n, pid .. ':u', string.format('%.0f', now))
+    redis.call('PEXPIRE', reg, ttl)
+    set('fi', math.max(0, get('fi') - old + n))
+    flight_judge(answers > 0)
+    flight_news(KEYS[k])
+    save(KEYS[k])
+    for _, v in ipairs({get('fh'), get('fs'), get('in')}) do out[#out + 1] = v end
+  end
+elseif mode == 's' then
   local a = 14
   for k = 1, #KEYS do
     load(KEYS[k])
@@ -471,7 +556,9 @@ if mode == 's' then
     end
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)
+    if get('fh') == 1 then flight_judge(false) end -- an open breaker ends a hold
     news(KEYS[k])
+    flight_news(KEYS[k])
     save(KEYS[k])
     for _, v in ipairs({q, r, get('st'), get('ep'), calls, fails, lrate, lfleet}) do
       out[#out + 1] = v

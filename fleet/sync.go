@@ -238,8 +238,14 @@ func (f *Fleet) sync(final bool) error {
 			f.replied(r.now)
 			f.syncs.Add(1)
 			f.setMode(ModeFleet, nil)
+			held := false
 			for i, h := range hosts {
 				h.synced(batch[i], r.hosts[i])
+				held = held || h.holding.Load()
+			}
+			if held {
+				f.flightPoll.Store(true) // a held host asks whether the hold goes on (news may be lost)
+				f.kickFlight()
 			}
 			return nil
 		}
@@ -270,6 +276,8 @@ func (f *Fleet) ungate() {
 		if h.rate.Load() != 0 {
 			h.setRate(0)
 		}
+		h.unhold()
+		h.flightSent.Store(-1) // the count goes again once back in fleet mode
 	}
 }
 
