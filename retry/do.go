@@ -113,9 +113,8 @@ func (p *Policy) run(ctx context.Context, op func(context.Context, int) error) e
 	var first error
 	if p.path == pathBare {
 		// The first attempt runs here, in a small frame, and the loop
-		// takes over only if it fails. It runs on ctx itself. A deadline
-		// that has passed does not show in ctx.Err() until the context's
-		// timer has run: the clock is read (only with a deadline).
+		// takes over only if it fails. It runs on ctx itself. A passed
+		// deadline shows in ctx.Err() only once its timer has run.
 		if ctx.Err() != nil {
 			return p.stop(ctx, ctxReason(ctx), 0, nil, 0)
 		}
