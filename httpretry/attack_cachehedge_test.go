@@ -97,19 +97,8 @@ func (o *zchOrigin) reset() {
 	o.mu.Unlock()
 }
 
-func zchResp(code int, hdr http.Header, body string) *http.Response {
-	if hdr == nil {
-		hdr = http.Header{}
-	}
-	return &http.Response{
-		Status: fmt.Sprintf("%d %s", code, http.StatusText(code)), StatusCode: code,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: hdr, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)),
-	}
-}
-
 func zch503(*http.Request) (*http.Response, error) {
-	return zchResp(http.StatusServiceUnavailable, nil, "down"), nil
+	return scaResp(http.StatusServiceUnavailable, nil, "down"), nil
 }
 
 func zchBackoff(t *testing.T) *backoff.Backoff {
@@ -169,7 +158,7 @@ func zchOK(cc string, extra map[string][]string, body string) func(*http.Request
 		for k, v := range extra {
 			h[k] = v // as written: a base may use any spelling
 		}
-		return zchResp(http.StatusOK, h, body), nil
+		return scaResp(http.StatusOK, h, body), nil
 	}
 }
 
@@ -238,7 +227,7 @@ func TestAttackCacheHedge5ExpiresAndRequestSIE(t *testing.T) {
 		o.set(func(*http.Request) (*http.Response, error) {
 			now := time.Now()
 			h := http.Header{"Date": {zchDate(now)}, "Expires": {zchDate(now.Add(10 * time.Second))}}
-			return zchResp(200, h, "e"), nil
+			return scaResp(200, h, "e"), nil
 		})
 		tr := zchStaleTransport(t, o, 1<<20, 0, false)
 		const url = "http://origin.test/exp"
@@ -314,7 +303,7 @@ func TestAttackCacheHedge5NeverKept(t *testing.T) {
 					for k, v := range tc.hdr {
 						h[k] = v
 					}
-					return zchResp(200, h, "bad"), nil
+					return scaResp(200, h, "bad"), nil
 				})
 				if _, b := zchDo(t, tr, "GET", url, nil); b != "bad" {
 					t.Fatalf("got %q", b)
@@ -365,7 +354,7 @@ func TestAttackCacheHedge5Credentials(t *testing.T) {
 			o := &zchOrigin{}
 			o.set(func(r *http.Request) (*http.Response, error) {
 				who := r.Header.Get("Authorization") + r.Header.Get("Cookie") + r.Header.Get("Proxy-Authorization")
-				return zchResp(200, http.Header{"Cache-Control": {"max-age=60"}}, "for:"+who), nil
+				return scaResp(200, http.Header{"Cache-Control": {"max-age=60"}}, "for:"+who), nil
 			})
 			tr := zchStaleTransport(t, o, 1<<20, time.Hour, false)
 			zchDo(t, tr, "GET", url, nil) // anonymous kept
@@ -384,7 +373,7 @@ func TestAttackCacheHedge5Credentials(t *testing.T) {
 				}
 				o.set(func(r *http.Request) (*http.Response, error) {
 					who := r.Header.Get("Authorization") + r.Header.Get("Cookie") + r.Header.Get("Proxy-Authorization")
-					return zchResp(200, http.Header{"Cache-Control": {"max-age=60"}}, "for:"+who), nil
+					return scaResp(200, http.Header{"Cache-Control": {"max-age=60"}}, "for:"+who), nil
 				})
 			}
 		})
@@ -394,7 +383,7 @@ func TestAttackCacheHedge5Credentials(t *testing.T) {
 			o := &zchOrigin{}
 			o.set(func(r *http.Request) (*http.Response, error) {
 				who := r.Header.Get("Authorization")
-				return zchResp(200, http.Header{"Cache-Control": {"private, max-age=60"}}, "for:"+who), nil
+				return scaResp(200, http.Header{"Cache-Control": {"private, max-age=60"}}, "for:"+who), nil
 			})
 			tr := zchStaleTransport(t, o, 1<<20, time.Hour, true)
 			zchDo(t, tr, "GET", url, map[string]string{"Authorization": "Bearer alice"})
@@ -427,7 +416,7 @@ func TestAttackCacheHedge5Vary(t *testing.T) {
 		o := &zchOrigin{}
 		o.set(func(r *http.Request) (*http.Response, error) {
 			h := http.Header{"Cache-Control": {"max-age=60"}, "vary": {"accept"}, "Vary": {"ACCEPT-LANGUAGE , x-tenant"}}
-			return zchResp(200, h, "a="+r.Header.Get("Accept")+",l="+r.Header.Get("Accept-Language")+",t="+r.Header.Get("X-Tenant")), nil
+			return scaResp(200, h, "a="+r.Header.Get("Accept")+",l="+r.Header.Get("Accept-Language")+",t="+r.Header.Get("X-Tenant")), nil
 		})
 		tr := zchStaleTransport(t, o, 1<<20, time.Hour, false)
 		const url = "http://origin.test/v"
@@ -470,7 +459,7 @@ func TestAttackCacheHedge5LRUManyURLs(t *testing.T) {
 		const maxBytes = 5*bodyLen + 5*1024 // room for 5 with their headers, never 6
 		o := &zchOrigin{}
 		o.set(func(r *http.Request) (*http.Response, error) {
-			return zchResp(200, http.Header{"Cache-Control": {"max-age=60"}}, strings.Repeat(r.URL.Path[1:2], bodyLen)), nil
+			return scaResp(200, http.Header{"Cache-Control": {"max-age=60"}}, strings.Repeat(r.URL.Path[1:2], bodyLen)), nil
 		})
 		tr := zchStaleTransport(t, o, maxBytes, time.Hour, false)
 		names := "abcdefghijklmnopqrst"
@@ -502,7 +491,7 @@ func TestAttackCacheHedge5LRUManyURLs(t *testing.T) {
 		// must go, not p.
 		serve('p')
 		o.set(func(r *http.Request) (*http.Response, error) {
-			return zchResp(200, http.Header{"Cache-Control": {"max-age=60"}}, strings.Repeat(r.URL.Path[1:2], bodyLen)), nil
+			return scaResp(200, http.Header{"Cache-Control": {"max-age=60"}}, strings.Repeat(r.URL.Path[1:2], bodyLen)), nil
 		})
 		zchDo(t, tr, "GET", "http://origin.test/u", nil)
 		got = got[:0]
@@ -530,7 +519,7 @@ func TestAttackCacheHedge5LargerBodyDrops(t *testing.T) {
 			zchDo(t, tr, "GET", url, nil)
 			big := strings.Repeat("B", 10000)
 			o.set(func(*http.Request) (*http.Response, error) {
-				r := zchResp(200, http.Header{"Cache-Control": {"max-age=60"}}, big)
+				r := scaResp(200, http.Header{"Cache-Control": {"max-age=60"}}, big)
 				if chunked {
 					r.ContentLength = -1
 				}
@@ -553,7 +542,7 @@ func TestAttackCacheHedge5HeadVsGet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &zchOrigin{}
 		o.set(func(r *http.Request) (*http.Response, error) {
-			resp := zchResp(200, http.Header{"Cache-Control": {"max-age=60"}, "X-M": {r.Method}}, "body-"+r.Method)
+			resp := scaResp(200, http.Header{"Cache-Control": {"max-age=60"}, "X-M": {r.Method}}, "body-"+r.Method)
 			if r.Method == "HEAD" {
 				resp.Body = http.NoBody
 				resp.ContentLength = 8
@@ -577,10 +566,10 @@ func TestAttackCacheHedge5HeadVsGet(t *testing.T) {
 			t.Fatalf("HEAD: want the kept HEAD, got %v %q", resp, b)
 		}
 		o.set(func(r *http.Request) (*http.Response, error) {
-			return zchResp(200, http.Header{"Cache-Control": {"max-age=60"}, "X-M": {r.Method}}, "body-"+r.Method), nil
+			return scaResp(200, http.Header{"Cache-Control": {"max-age=60"}, "X-M": {r.Method}}, "body-"+r.Method), nil
 		})
 		zchDo(t, tr, "GET", url, nil)
-		o.set(func(*http.Request) (*http.Response, error) { return zchResp(404, nil, "gone"), nil })
+		o.set(func(*http.Request) (*http.Response, error) { return scaResp(404, nil, "gone"), nil })
 		zchDo(t, tr, "HEAD", url, nil) // a 404 to HEAD drops the HEAD only
 		o.set(zch503)
 		if resp, b := zchDo(t, tr, "GET", url, nil); resp == nil || resp.StatusCode != 200 || b != "body-GET" {
@@ -686,7 +675,7 @@ func zchSlow(lat func(r *http.Request) time.Duration, code int, body func(r *htt
 		case <-r.Context().Done():
 			return nil, r.Context().Err()
 		}
-		return zchResp(code, http.Header{}, body(r)), nil
+		return scaResp(code, http.Header{}, body(r)), nil
 	}
 }
 
@@ -703,14 +692,14 @@ func TestAttackCacheHedge5LosersCanceledClosed(t *testing.T) {
 			if zchAttempt(r) == "" { // the first copy: slow, honours its context
 				select {
 				case <-time.After(time.Second):
-					return zchResp(200, nil, "first"), nil
+					return scaResp(200, nil, "first"), nil
 				case <-r.Context().Done():
 					firstErr.Store(r.Context().Err())
 					return nil, r.Context().Err()
 				}
 			}
 			time.Sleep(10 * time.Millisecond)
-			return zchResp(200, nil, "hedge"+zchAttempt(r)), nil
+			return scaResp(200, nil, "hedge"+zchAttempt(r)), nil
 		})
 		tr := zchHedgeTransport(t, o, 50*time.Millisecond, 1)
 		start := time.Now()
@@ -738,7 +727,7 @@ func TestAttackCacheHedge5LosersCanceledClosed(t *testing.T) {
 				lat = 70 * time.Millisecond // hedge at 50 ms answers at 120 ms: loses
 			}
 			time.Sleep(lat)
-			return zchResp(200, nil, "leg"+zchAttempt(r)), nil
+			return scaResp(200, nil, "leg"+zchAttempt(r)), nil
 		})
 		o.opened.Store(0)
 		o.closed.Store(0)
@@ -815,14 +804,14 @@ func TestAttackCacheHedge5Numbers(t *testing.T) {
 			switch a {
 			case "", "2": // attempt 1's race: both fail (502, no push-back)
 				time.Sleep(100 * time.Millisecond)
-				return zchResp(502, nil, "bad"), nil
+				return scaResp(502, nil, "bad"), nil
 			}
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-r.Context().Done():
 				return nil, r.Context().Err()
 			}
-			return zchResp(200, nil, "ok"+a), nil
+			return scaResp(200, nil, "ok"+a), nil
 		})
 		tr := zchHedgeTransport(t, o, 50*time.Millisecond, 1, httpretry.WithBreaker(nil))
 		resp, body := zchDo(t, tr, "GET", "http://num.test/x", nil)
@@ -876,7 +865,7 @@ func TestAttackCacheHedge5Pushback(t *testing.T) {
 					if tc.name == "429-retry-after-date" {
 						h["Retry-After"] = []string{zchDate(time.Now().Add(20 * time.Second))}
 					}
-					return zchResp(tc.code, h, "push"), nil
+					return scaResp(tc.code, h, "push"), nil
 				})
 				zchDo(t, tr, tc.method, "http://pb.test/x", nil)
 				o.set(zchSlow(func(*http.Request) time.Duration { return 100 * time.Millisecond }, 200, func(*http.Request) string { return "ok" }))
@@ -981,7 +970,7 @@ func TestAttackCacheHedge5WithStale(t *testing.T) {
 			case <-r.Context().Done():
 				return nil, r.Context().Err()
 			}
-			return zchResp(200, http.Header{"Cache-Control": {"max-age=60"}}, "v"+zchAttempt(r)), nil
+			return scaResp(200, http.Header{"Cache-Control": {"max-age=60"}}, "v"+zchAttempt(r)), nil
 		})
 		tr := zchHedgeTransport(t, o, 50*time.Millisecond, 1,
 			httpretry.WithStaleCache(1<<20, time.Hour, false), httpretry.WithRetry(retry.WithMaxAttempts(2)), httpretry.WithBreaker(nil))
@@ -990,7 +979,7 @@ func TestAttackCacheHedge5WithStale(t *testing.T) {
 		}
 		o.set(func(*http.Request) (*http.Response, error) {
 			time.Sleep(100 * time.Millisecond)
-			return zchResp(502, nil, "bad"), nil
+			return scaResp(502, nil, "bad"), nil
 		})
 		synctest.Wait()
 		resp, b := zchDo(t, tr, "GET", "http://hs.test/x", nil)
@@ -1038,10 +1027,10 @@ func TestAttackCacheHedge5WinnerAfterFirstFailsObserved(t *testing.T) {
 		o.set(func(r *http.Request) (*http.Response, error) {
 			if zchAttempt(r) == "" { // the first copy fails at 100 ms (a 502, no push-back)
 				time.Sleep(100 * time.Millisecond)
-				return zchResp(502, nil, "bad"), nil
+				return scaResp(502, nil, "bad"), nil
 			}
 			time.Sleep(100 * time.Millisecond) // the hedge, sent at 50 ms, answers at 150 ms
-			return zchResp(200, nil, "hedge"), nil
+			return scaResp(200, nil, "hedge"), nil
 		})
 		obs := &zchObs{}
 		tr := zchHedgeTransport(t, o, 50*time.Millisecond, 1, httpretry.WithObserver(obs), httpretry.WithBreaker(nil))
@@ -1078,10 +1067,10 @@ func TestAttackCacheHedge5RacePushback(t *testing.T) {
 							d = 300 * time.Millisecond // ignores its cancel
 						}
 						time.Sleep(d)
-						return zchResp(503, nil, "busy"), nil
+						return scaResp(503, nil, "busy"), nil
 					}
 					time.Sleep(100 * time.Millisecond)
-					return zchResp(200, nil, "hedge"), nil
+					return scaResp(200, nil, "hedge"), nil
 				})
 				tr := zchHedgeTransport(t, o, 50*time.Millisecond, 1, httpretry.WithBreaker(nil))
 				if _, b := zchDo(t, tr, "GET", "http://rp.test/x", nil); b != "hedge" {
