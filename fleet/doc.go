@@ -338,8 +338,13 @@
 // counts and holds the fleet when the sum reaches B = max(8, 3·R·b)
 // (b the baseline, R the fleet's rate: three times the attempts the
 // fleet's rate keeps in flight at the baseline latency) and no process
-// has reported a success for 4b (at least 20 ms): near its capacity a
-// host's queue, and the sum, come and go, but its answers do not stop.
+// has reported a success for 4b (at least 20 ms), nor for twice the
+// length of the last hold that a success ended: near its capacity a
+// host's queue, and the sum, come and go, but its answers do not stop;
+// and a host whose answers ended a hold after D answers, slowly, about
+// every D, and is not held again between the bursts of its answers
+// (that length is forgotten after three windows in a row near the
+// baseline).
 // The hold is published on the channel (see below) and every process
 // caps its limiter at 0 ([limit.Limiter.SetCap]): no new attempt starts
 // anywhere and calls wait, within their deadlines, as over any limit. It

@@ -124,8 +124,8 @@ func (h *host) inFlight() int {
 func (h *host) setHold(on bool, inc, seq int64) {
 	h.holdMu.Lock()
 	defer h.holdMu.Unlock()
-	if inc == h.holdInc && seq <= h.holdSeq {
-		return
+	if inc < h.holdInc || (inc == h.holdInc && seq <= h.holdSeq) {
+		return // older news (an incarnation is the key's creation time on the server)
 	}
 	h.holdInc, h.holdSeq = inc, seq
 	if h.holding.Load() == on {

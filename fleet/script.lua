@@ -99,8 +99,9 @@ end
 -- The fleet's attempts in flight to the host loaded in h (see the package
 -- documentation, The fleet's attempts in flight). Main hash fields: fi
 -- their sum over the processes' latest counts, fh the hold (1: no new
--- attempt starts), fs its sequence (one more at each change), fa the
--- server's time of the last answer a process reported (µs). The registry
+-- attempt starts), fs its sequence (one more at each change), ft when the
+-- last hold began, fa the server's time of the last success a process
+-- reported, fd how long the last hold a success ended lasted (all µs). The registry
 -- holds per process <pid>:f its count and :u when it sent it (µs).
 -- flight_bound is the sum at which the hold may begin: three times the
 -- attempts that R starts in one baseline, at least 8; 0 (no hold) while
@@ -115,21 +116,26 @@ end
 
 local function flight_set(on)
   set('fh', on); set('fs', get('fs') + 1); held = true
+  if on == 1 then set('ft', now) end
 end
 
 -- flight_judge begins or ends the hold after the sum changed; answered:
--- the process that sent the change had answers since its last count. The
--- hold begins when the sum is at the bound and no process has reported an
--- answer for four baselines (at least 20 ms): near its capacity a host's
--- queue, and the sum, come and go, but its answers do not stop. It ends
--- at an answer, when the sum falls below half the bound (the hung
--- attempts timed out), or with the bound (an open breaker).
+-- the process that sent the change had successes since its last count.
+-- The hold begins when the sum is at the bound and no process has
+-- reported a success for four baselines (at least 20 ms), and for twice
+-- the last hold a success ended (fd, µs; 0 after three windows in a row
+-- near the baseline, counted in fn): near its capacity a host's queue, and the sum, come and go,
+-- but its answers do not stop; and a host whose answers ended a hold after
+-- D answers, slowly, at least every D, and is not held between their
+-- bursts. It ends at a success, when the sum falls below half the bound
+-- (the hung attempts timed out), or with the bound (an open breaker).
 local function flight_judge(answered)
   if answered then set('fa', now) end
   local fi, B = get('fi'), flight_bound()
   if get('fh') == 1 then
+    if answered then set('fd', now - get('ft')) end
     if B == 0 or fi < B / 2 or answered then flight_set(0) end
-  elseif B > 0 and fi >= B and now - get('fa') >= math.max(4 * get('rb'), 20000) then
+  elseif B > 0 and fi >= B and now - get('fa') >= math.max(4 * get('rb'), 20000, 2 * get('fd')) then
     flight_set(1)
   end
 end
@@ -352,6 +358,11 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     end
   end
   set('rr', R); set('rg', gen); set('rp', served)
+  -- Three windows in a row near the baseline: the host answers at its
+  -- speed again, and holds come as before (one is not enough: a window's
+  -- reports carry the samples of the window before).
+  if near then set('fn', get('fn') + 1) else set('fn', 0) end
+  if get('fn') >= 3 then set('fd', 0) end
   set('wo', 0); set('wf', 0); set('wl', 0); set('wk', 0); set('wm', 0); set('wd', 0)
   local raw = redis.call('HGETALL', reg)
   local e = {}
