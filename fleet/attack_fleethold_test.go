@@ -61,19 +61,6 @@ func fhName(t *testing.T, rc *redis.Client) string {
 
 func fhKey(name string) string { return "stormguard:fleet:{" + name + "}:" + fhHost }
 
-func fhEventually(d time.Duration, cond func() bool) bool {
-	end := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // fhProxy is a TCP proxy the test controls: cut closes every connection
 // and refuses new ones until restore.
 type fhProxy struct {
@@ -270,7 +257,7 @@ func fhStart(t *testing.T, o fhOpts) *fhRig {
 			}
 			return true
 		}
-		if !fhEventually(20*time.Second, warm) {
+		if !atkEventually(20*time.Second, warm) {
 			t.Fatalf("the fleet's rate and baseline never learned")
 		}
 		time.Sleep(1500 * time.Millisecond)
@@ -372,7 +359,7 @@ func TestAttackFleethold1HangCost(t *testing.T) {
 		t.Errorf("%d of 10 processes held during a hang", held)
 	}
 	r.release(rel)
-	if !fhEventually(3*time.Second, func() bool { return r.held() == 0 }) {
+	if !atkEventually(3*time.Second, func() bool { return r.held() == 0 }) {
 		t.Errorf("%d processes still held 3 s after the release", r.held())
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -446,14 +433,14 @@ func TestAttackFleethold1CloseTakesCount(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	rel := r.hang()
 	defer r.release(rel)
-	if !fhEventually(3*time.Second, func() bool { return r.held() == 4 }) {
+	if !atkEventually(3*time.Second, func() bool { return r.held() == 4 }) {
 		t.Fatalf("the hang of process 0 never held the fleet: %d of 4 held", r.held())
 	}
 	if err := r.fs[0].Close(); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	ok := fhEventually(3*time.Second, func() bool {
+	ok := atkEventually(3*time.Second, func() bool {
 		for i := 1; i < 4; i++ {
 			if r.gs[i].Limiter.Limit() == 0 {
 				return false
@@ -482,16 +469,16 @@ func TestAttackFleethold1DeadForgotten(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	rel := r.hang()
 	defer r.release(rel)
-	if !fhEventually(3*time.Second, func() bool { return r.held() == 4 }) {
+	if !atkEventually(3*time.Second, func() bool { return r.held() == 4 }) {
 		t.Fatalf("the hang of process 0 never held the fleet: %d of 4 held", r.held())
 	}
 	px.cut()
 	// The dead process goes local: its own hold lifts with its gates.
-	if !fhEventually(2*time.Second, func() bool { return r.gs[0].Limiter.Limit() > 0 }) {
+	if !atkEventually(2*time.Second, func() bool { return r.gs[0].Limiter.Limit() > 0 }) {
 		t.Errorf("the process cut from Redis is still held (local mode lifts the hold)")
 	}
 	t0 := time.Now()
-	ok := fhEventually(6*time.Second, func() bool {
+	ok := atkEventually(6*time.Second, func() bool {
 		for i := 1; i < 4; i++ {
 			if r.gs[i].Limiter.Limit() == 0 {
 				return false
@@ -517,12 +504,12 @@ func TestAttackFleethold1LocalLifts(t *testing.T) {
 	r := fhStart(t, fhOpts{n: 5, every: 12 * time.Millisecond, deadline: 20 * time.Second, delay: 5 * time.Millisecond, clients: cs})
 	rel := r.hang()
 	defer r.release(rel)
-	if !fhEventually(3*time.Second, func() bool { return r.held() == 5 }) {
+	if !atkEventually(3*time.Second, func() bool { return r.held() == 5 }) {
 		t.Fatalf("the hang never held the fleet: %d of 5 held", r.held())
 	}
 	px.cut()
 	t0 := time.Now()
-	ok := fhEventually(3*time.Second, func() bool { return r.held() == 0 })
+	ok := atkEventually(3*time.Second, func() bool { return r.held() == 0 })
 	t.Logf("after the cut: %d held, free after %v", r.held(), time.Since(t0))
 	if !ok {
 		t.Errorf("%d of 5 processes still held 3 s after Redis was cut", r.held())
@@ -558,12 +545,12 @@ func TestAttackFleethold1StaleNews(t *testing.T) {
 	r := fhStart(t, fhOpts{n: 3, every: 8 * time.Millisecond, deadline: 5 * time.Second, delay: 5 * time.Millisecond})
 	news := fhListen(t, r.rc, r.name)
 	rel := r.hang()
-	if !fhEventually(3*time.Second, func() bool { return r.held() == 3 }) {
+	if !atkEventually(3*time.Second, func() bool { return r.held() == 3 }) {
 		r.release(rel)
 		t.Fatalf("the hang never held the fleet: %d of 3 held", r.held())
 	}
 	r.release(rel)
-	if !fhEventually(3*time.Second, func() bool { return r.held() == 0 }) {
+	if !atkEventually(3*time.Second, func() bool { return r.held() == 0 }) {
 		t.Fatalf("still held after the release")
 	}
 	// Stop the calls: no round trip of the flight counts meanwhile (only syncs).
@@ -591,20 +578,20 @@ func TestAttackFleethold1StaleNews(t *testing.T) {
 		}
 	}
 	heldFor := func(d time.Duration) bool {
-		return fhEventually(d, func() bool { return r.held() > 0 })
+		return atkEventually(d, func() bool { return r.held() > 0 })
 	}
 	// 1. The same hold again (a stale sequence of the current incarnation).
 	pub(on[0])
 	if heldFor(60 * time.Millisecond) {
 		t.Errorf("a stale hold (%q, older sequence) was applied: %d held", on[0], r.held())
-		fhEventually(time.Second, func() bool { return r.held() == 0 })
+		atkEventually(time.Second, func() bool { return r.held() == 0 })
 	}
 	// 2. Another fleet's key on this fleet's channel.
 	other := "h " + p[1] + " 999999 1 stormguard:fleet:{" + r.name + "x}:" + fhHost
 	pub(other)
 	if heldFor(60 * time.Millisecond) {
 		t.Errorf("another fleet's key (%q) was applied: %d held", other, r.held())
-		fhEventually(time.Second, func() bool { return r.held() == 0 })
+		atkEventually(time.Second, func() bool { return r.held() == 0 })
 	}
 	// 3. A hold of an older incarnation of the key (news from before the
 	// key was lost and created again): not the key's incarnation.
@@ -612,7 +599,7 @@ func TestAttackFleethold1StaleNews(t *testing.T) {
 	pub(old)
 	if heldFor(60 * time.Millisecond) {
 		t0 := time.Now()
-		fhEventually(2*time.Second, func() bool { return r.held() == 0 })
+		atkEventually(2*time.Second, func() bool { return r.held() == 0 })
 		t.Errorf("a hold from an older incarnation of the key (%q) was applied: processes held for %v", old, time.Since(t0))
 	}
 }
