@@ -341,6 +341,10 @@ func TestAttackFleet6LeaseShortCallersRefusedNotFailure(t *testing.T) {
 	px := z26NewProxy(t, addr)
 	cfg := fleet.Config{Name: z26Name(t), SyncEvery: 5 * time.Second, Timeout: time.Second,
 		Budget: budget.Config{MinPerSecond: 100, Window: time.Minute, Slices: 6}}
+	// A lease ends with the budget's slice (10 s here, on Redis's
+	// clock): start early in one, so that the lease the request brings
+	// is still there for the next caller.
+	rstAwaitSliceStart(t, addr, 10*time.Second, 3*time.Second)
 	f := z26New(t, z26Client(t, px.addr()), cfg)
 	b := z26Budget(t, f, "api")
 	px.delay.Store(int64(100 * time.Millisecond))

@@ -24,6 +24,21 @@ func rstServerMicros(t *testing.T, addr string) int64 {
 	return tm.UnixMicro()
 }
 
+// rstAwaitSliceStart waits until Redis's clock is at most early past the
+// start of a slice of length slice, so that a test has slice-early before
+// the slice (and the leases counted in it) ends.
+func rstAwaitSliceStart(t *testing.T, addr string, slice, early time.Duration) {
+	t.Helper()
+	us := slice.Microseconds()
+	for {
+		into := time.Duration(rstServerMicros(t, addr)%us) * time.Microsecond
+		if into <= early {
+			return
+		}
+		time.Sleep(slice - into)
+	}
+}
+
 // Package doc, The model: "The fleet's rule is package budget's rule over
 // the whole fleet: retries + k <= Ratio·requests +
 // MinPerSecond·Window.Seconds() checked by the script at every grant of k
