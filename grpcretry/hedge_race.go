@@ -38,6 +38,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer (or panic) canceled the first copy
 	good    bool                              // a good answer, the first copy's or a hedge's after it, won (set once over)
+	pick    int                               // the hedge that won (lost or good set by a hedge), 0: none
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
 	looks   int                               // the looks of a held race since its delay (see lathist.LookAgain)
 	due     bool                              // the race reached its delay: counted as due until it ends
@@ -114,7 +115,7 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over, rs.due, rs.held, rs.looks, rs.good = false, false, false, 0, false
+		rs.over, rs.due, rs.held, rs.looks, rs.good, rs.pick = false, false, false, 0, false, 0
 		h.races.Put(rs)
 		cancel()
 		if !good(first.err) {
@@ -177,6 +178,8 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 					runtime.Goexit()
 				}
 				panic(l.p)
+			case good(l.e.err) && rs.lostTo(l.i):
+				continue // a good answer after the winner's, whose end the race has not read yet: a loser, as the observer heard
 			case good(l.e.err):
 				reap(rs, legs, pending, true)
 				l.hl.won(u.reply, l.e.err == nil)
@@ -197,6 +200,14 @@ func (u *unaryCall) settle(rs *raceState, ctx context.Context, first end, lost b
 		last.hl.won(u.reply, false) // the caller's header, trailer and peer are the failure's
 	}
 	return last.e
+}
+
+// lostTo reports whether a hedge other than i won rs's race (see
+// hedgeEnded).
+func (rs *raceState) lostTo(i int) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.pick != 0 && rs.pick != i
 }
 
 // reap cancels the first legs of rs, releasing their contexts (their
@@ -324,6 +335,9 @@ func (rs *raceState) hedgeEnded(i, num int, hl *hedgeLeg, l legCall, lctx contex
 	} else if winner {
 		rs.lost = true
 		rs.cancels[0]()
+	}
+	if winner {
+		rs.pick = i
 	}
 	if !won {
 		rs.failed = true // a failure: no more hedges in this race

@@ -494,6 +494,57 @@ func TestHedgeWinnerAfterFailedFirstObserved(t *testing.T) {
 	})
 }
 
+// TestHedgeWinnerIsTheObservedSuccess: two hedges answer OK 10 ms apart
+// while the first copy is in flight, and the observer is slow to hear the
+// first hedge's end (until it has heard the second's, as an exporter may
+// be). The caller's reply is the one the observer heard end "success",
+// not the one it heard as a "canceled" loser (the second, whose end
+// reached the race first, was the answer before).
+func TestHedgeWinnerIsTheObservedSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		ends := map[int]string{}
+		heard3 := make(chan struct{})
+		obs := observe.Func(func(ctx context.Context, e observe.Event) {
+			if e.Kind != observe.AttemptEnd || !e.Hedge {
+				return
+			}
+			if e.Attempt == 2 {
+				select {
+				case <-heard3:
+				case <-time.After(time.Second):
+				}
+			}
+			mu.Lock()
+			ends[e.Attempt] = e.Outcome
+			mu.Unlock()
+			if e.Attempt == 3 {
+				close(heard3)
+			}
+		})
+		// Call 0 (the first copy) answers at 10 s; call 1, sent at 50 ms,
+		// at 120 ms; call 2, sent at 100 ms, at 130 ms.
+		srv := &legServer{answer: delays(10*time.Second, 70*time.Millisecond, 30*time.Millisecond)}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(50*time.Millisecond, 0, 2, unaryMethod), grpcretry.WithObserver(obs))...)
+		name, _, err := hedgeCall(t.Context(), c)
+		if err != nil {
+			t.Fatalf("call: %v", err)
+		}
+		srv.settle(t)
+		mu.Lock()
+		defer mu.Unlock()
+		var success []string
+		for a, out := range ends {
+			if out == "success" {
+				success = append(success, "call-"+strconv.Itoa(a-1))
+			}
+		}
+		if len(success) != 1 || success[0] != name {
+			t.Errorf("the reply is %q, the observer heard success for %v (ends %v)", name, success, ends)
+		}
+	})
+}
+
 func TestWithHedgingBadValues(t *testing.T) {
 	for _, o := range []grpcretry.Option{
 		grpcretry.WithHedging(-time.Second, 0, 1, unaryMethod),

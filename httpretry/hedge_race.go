@@ -43,6 +43,7 @@ type raceState struct {
 	failed  bool                              // a hedge failed: no more hedges
 	lost    bool                              // a hedge's good answer canceled the first copy
 	good    bool                              // a good answer, the first copy's or a hedge's after it, won (set once over)
+	pick    int                               // the hedge that won (lost or good set by a hedge), 0: none
 	held    bool                              // the due-share bound refused its first hedge: its time is not learned
 	looks   int                               // the looks of a held race since its delay (see lathist.LookAgain)
 	due     bool                              // the race reached its delay: counted as due until it ends
@@ -113,7 +114,7 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 		// only to find the race held, and was set again): rs is free again.
 		rs.p = raceParams{}
 		rs.cancels[0] = nil
-		rs.over, rs.due, rs.held, rs.looks, rs.good = false, false, false, 0, false
+		rs.over, rs.due, rs.held, rs.looks, rs.good, rs.pick = false, false, false, 0, false, 0
 		c.t.races.Put(rs)
 		if err != nil {
 			cancel()
@@ -218,6 +219,13 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 				c.closeLeg(l, rs)
 				continue
 			}
+			if pick := rs.picked(); l.p == nil && good(l.resp, l.err) && pick != 0 && l.i != pick {
+				// A good answer after the winner's (whose end the race
+				// has not read yet): a loser, as the observer heard.
+				_ = l.resp.Body.Close()
+				rs.cancels[l.i]()
+				continue
+			}
 			c.closeLeg(held, rs)
 			if l.p != nil {
 				reap(rs, legs, pending, -1)
@@ -243,6 +251,14 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 	}
 	c.cur, c.curCancel = held.resp, cancel
 	return held.resp, nil
+}
+
+// picked returns the hedge that won rs's race (see hedgeEnded), 0 for
+// none.
+func (rs *raceState) picked() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.pick
 }
 
 // win hands l, a race's first good answer, to the call, and cancels and
@@ -356,6 +372,9 @@ func (rs *raceState) hedgeEnded(i, num int, lctx context.Context, slot limit.Per
 	} else if winner {
 		rs.lost = true
 		rs.cancels[0]()
+	}
+	if winner {
+		rs.pick = i
 	}
 	if !won {
 		rs.failed = true // a failure: no more hedges in this race
