@@ -47,7 +47,9 @@ type Config struct {
 	// round trip; 0 means 100 ms. At least a millisecond. Keep it well
 	// under the budget's Window: a request is counted in the fleet's
 	// window at the sync after it, and stays there as much longer (see
-	// Budget).
+	// Budget). Each process's first periodic sync comes at a random
+	// fraction of SyncEvery after New (then one every SyncEvery), so that
+	// processes started together do not sync together.
 	SyncEvery time.Duration
 	// Timeout bounds each Redis round trip (a sync, a lease, a probe
 	// round); one that takes longer switches the fleet to local mode. 0

@@ -67,6 +67,7 @@ type Fleet struct {
 	keyPrefix string    // "stormguard:fleet:{Name}:"
 	pid       string    // this Fleet's id in the fleet's limit registry (random)
 	phase     float64   // in (0, 1), from the id: this process's phase in a release (host.spread)
+	tickAt    float64   // in (0, 1), from the id: this process's phase in the sync interval (loop)
 	base      time.Time // f's clock starts here (monotonic)
 	logger    *slog.Logger
 	obs       observe.Observer
@@ -143,8 +144,9 @@ func newFleet(be backend, cfg Config) (*Fleet, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	f := &Fleet{cfg: c, be: be, set: s, keyPrefix: keyPrefix + "{" + c.Name + "}:", pid: hex.EncodeToString(id[:]),
-		phase: (float64(binary.BigEndian.Uint32(id[:4])) + 1) / (1<<32 + 2),
-		base:  time.Now(), logger: c.Logger, obs: c.Observer,
+		phase:  (float64(binary.BigEndian.Uint32(id[:4])) + 1) / (1<<32 + 2),
+		tickAt: (float64(binary.BigEndian.Uint32(id[4:])) + 1) / (1<<32 + 2),
+		base:   time.Now(), logger: c.Logger, obs: c.Observer,
 		hosts: map[string]*host{}}
 	f.list.Store(&[]*host{})
 	f.mode.Store(uint32(ModeFleet))
