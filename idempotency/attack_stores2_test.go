@@ -175,8 +175,12 @@ func TestAttackStores2MemoryConcurrentNoDoubleClaim(t *testing.T) {
 		for i := range ids {
 			ids[i] = zzID(r, byte(i%4))
 		}
+		type claim struct {
+			owner store.Owner
+			end   time.Time
+		}
 		var mu sync.Mutex
-		holder := map[store.ID]time.Time{} // a live claim's end
+		holder := map[store.ID]claim{} // a live claim: its owner and end
 		var wg sync.WaitGroup
 		for w := 0; w < 16; w++ {
 			wg.Add(1)
@@ -195,17 +199,21 @@ func TestAttackStores2MemoryConcurrentNoDoubleClaim(t *testing.T) {
 					if res.Outcome == store.Claimed {
 						now := time.Now()
 						mu.Lock()
-						if end, ok := holder[id]; ok && now.Before(end) {
+						if c, ok := holder[id]; ok && now.Before(c.end) {
 							t.Errorf("two live claims on one key")
 						}
-						holder[id] = now.Add(10 * time.Millisecond)
+						holder[id] = claim{res.Owner, now.Add(10 * time.Millisecond)}
 						mu.Unlock()
 						if rr.IntN(2) == 0 {
-							if s.Release(ctx, id, res.Owner) == nil {
-								mu.Lock()
+							// Forgotten before the Release: once it returns,
+							// another Begin may claim the key at once (and
+							// found this claim still listed, a false report).
+							mu.Lock()
+							if holder[id].owner == res.Owner {
 								delete(holder, id)
-								mu.Unlock()
 							}
+							mu.Unlock()
+							_ = s.Release(ctx, id, res.Owner)
 						}
 					}
 					time.Sleep(time.Duration(rr.IntN(3)) * time.Millisecond)
