@@ -17,17 +17,8 @@ import (
 // as a failure", so it extends the run.
 func TestAttackRecentConsecutiveRunCancelAndSlow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := breaker.New(breaker.Config{ConsecutiveFailures: 3, MinCalls: 1000, SlowCall: 100 * time.Millisecond, Window: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fail := func() {
-			p, err := b.Allow()
-			if err != nil {
-				t.Fatalf("Allow: %v", err)
-			}
-			b.Done(p, false)
-		}
+		b := atkRecentNew(t, breaker.Config{ConsecutiveFailures: 3, MinCalls: 1000, SlowCall: 100 * time.Millisecond, Window: time.Minute})
+		fail := func() { atkRecentFail(t, b) }
 		fail()
 		p, _ := b.Allow()
 		b.Cancel(p) // no outcome
@@ -50,17 +41,8 @@ func TestAttackRecentConsecutiveRunCancelAndSlow(t *testing.T) {
 // a Reset (a state change) starts the run from 0.
 func TestAttackRecentConsecutiveRunOutlivesWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := breaker.New(breaker.Config{ConsecutiveFailures: 3, Window: time.Second, Buckets: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fail := func() {
-			p, err := b.Allow()
-			if err != nil {
-				t.Fatalf("Allow: %v", err)
-			}
-			b.Done(p, false)
-		}
+		b := atkRecentNew(t, breaker.Config{ConsecutiveFailures: 3, Window: time.Second, Buckets: 1})
+		fail := func() { atkRecentFail(t, b) }
 		fail()
 		time.Sleep(time.Minute)
 		fail()
@@ -76,4 +58,24 @@ func TestAttackRecentConsecutiveRunOutlivesWindow(t *testing.T) {
 			t.Errorf("2 failures after a Reset: state %v, want closed (the run starts from 0)", s)
 		}
 	})
+}
+
+// atkRecentNew returns a breaker of c, failing the test on an error.
+func atkRecentNew(t *testing.T, c breaker.Config) *breaker.Breaker {
+	t.Helper()
+	b, err := breaker.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// atkRecentFail records one failure through b.
+func atkRecentFail(t *testing.T, b *breaker.Breaker) {
+	t.Helper()
+	p, err := b.Allow()
+	if err != nil {
+		t.Fatalf("Allow: %v", err)
+	}
+	b.Done(p, false)
 }

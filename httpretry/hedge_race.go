@@ -219,7 +219,7 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 				c.closeLeg(l, rs)
 				continue
 			}
-			if pick := rs.picked(); l.p == nil && good(l.resp, l.err) && pick != 0 && l.i != pick {
+			if l.p == nil && good(l.resp, l.err) && rs.lostTo(l.i) {
 				// A good answer after the winner's (whose end the race
 				// has not read yet): a loser, as the observer heard.
 				_ = l.resp.Body.Close()
@@ -253,12 +253,12 @@ func (c *call) settle(rs *raceState, ctx context.Context, first leg, lost bool, 
 	return held.resp, nil
 }
 
-// picked returns the hedge that won rs's race (see hedgeEnded), 0 for
-// none.
-func (rs *raceState) picked() int {
+// lostTo reports whether a hedge other than i won rs's race (see
+// hedgeEnded).
+func (rs *raceState) lostTo(i int) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return rs.pick
+	return rs.pick != 0 && rs.pick != i
 }
 
 // win hands l, a race's first good answer, to the call, and cancels and
