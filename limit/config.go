@@ -37,9 +37,12 @@ type Config struct {
 	// calls it rejected and the permits released (an attempt counts when
 	// it ends, not while in flight), and accepts the permits released as
 	// not dropped. A destination that accepts more than 1/K of the
-	// attempts sees no rejection (at exactly 1/K, a rare one), nor does a
-	// burst of calls after an idle spell or at a cold start; one that
-	// accepts less gets
+	// attempts sees no rejection, nor does a burst of calls after an idle
+	// spell or at a cold start. Exactly 1/K is the formula's edge: the
+	// calls it rejects count as requests, so a share of rejections, once
+	// drawn, sustains itself (K = 2, every other attempt accepted, 1,000
+	// calls a second for 10 s: 0.1-0.4% rejected in 239 runs of 240, 10%
+	// in one). One that accepts less gets
 	// fewer and fewer attempts, about one per 500 ms when it accepts
 	// none (a call that waited for a slot longer than the 500 ms history
 	// is judged again when its slot comes: one let through before the
