@@ -494,6 +494,14 @@ func TestAttackFleethold1DeadForgotten(t *testing.T) {
 	})
 	el := time.Since(t0)
 	t.Logf("the others free %v after the cut (%v); fi %v", el, ok, r.rc.HGet(context.Background(), fhKey(r.name), "fi").Val())
+	if !ok {
+		tm, _ := r.rc.Time(context.Background()).Result()
+		t.Logf("DBG time %d main %v", tm.UnixMicro(), r.rc.HGetAll(context.Background(), fhKey(r.name)).Val())
+		t.Logf("DBG reg %v", r.rc.HGetAll(context.Background(), strings.Replace(fhKey(r.name), "}:", "}/r:", 1)).Val())
+		for i := range r.gs {
+			t.Logf("DBG %d limit %v mode %v", i, r.gs[i].Limiter.Limit(), r.fs[i].Mode())
+		}
+	}
 	if !ok || el > 3500*time.Millisecond {
 		t.Errorf("the others were held %v after the only process with attempts in flight died (two windows: 2 s)", el)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stormguard/stormguard/idempotency"
 )
@@ -279,10 +280,19 @@ func TestAttackMW2StoredOrNot(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var runs atomic.Int32
-			srv := httptest.NewServer(ihMW(t, idempotency.WithMaxResponseBody(100))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mw := ihMW(t, idempotency.WithMaxResponseBody(100))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
 				c.h(w, r)
-			})))
+			}))
+			// served counts the requests the middleware is done with: a
+			// handler that hijacks answers before the middleware releases
+			// its claim, and a second request sent at once would find the
+			// key still claimed (409).
+			served := make(chan struct{}, 2)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() { served <- struct{}{} }()
+				mw.ServeHTTP(w, r)
+			}))
 			srv.Config.ErrorLog = nil
 			defer srv.Close()
 			do := func() (ihResp, error) {
@@ -297,6 +307,11 @@ func TestAttackMW2StoredOrNot(t *testing.T) {
 				return ihResp{resp.StatusCode, resp.Header, resp.Trailer, string(b)}, err
 			}
 			r1, err1 := do()
+			select {
+			case <-served:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the middleware never returned from the first request")
+			}
 			r2, err2 := do()
 			if runs.Load() != c.runs {
 				t.Errorf("runs %d, want %d", runs.Load(), c.runs)
