@@ -140,6 +140,7 @@ type fhRig struct {
 	fs      []*fleet.Fleet
 	gs      []retry.Guards
 	on      []atomic.Bool
+	busy    []atomic.Int64 // per process, its calls not yet returned
 	delay   atomic.Int64
 	hung    atomic.Pointer[chan struct{}]
 	started atomic.Int64
@@ -166,6 +167,7 @@ func fhStart(t *testing.T, o fhOpts) *fhRig {
 	r := &fhRig{rc: rc, name: fhName(t, rc), stop: make(chan struct{}), errs: map[string]int{}}
 	r.delay.Store(int64(o.delay))
 	r.on = make([]atomic.Bool, o.n)
+	r.busy = make([]atomic.Int64, o.n)
 	shared := fhClient(t, fhAddr(t))
 	for i := 0; i < o.n; i++ {
 		var c redis.UniversalClient = shared
@@ -205,8 +207,10 @@ func fhStart(t *testing.T, o fhOpts) *fhRig {
 					continue
 				}
 				r.wg.Add(1)
+				r.busy[i].Add(1)
 				go func() {
 					defer r.wg.Done()
+					defer r.busy[i].Add(-1)
 					ctx, cancel := context.WithTimeout(context.Background(), o.deadline)
 					defer cancel()
 					err := p.Do(ctx, func(ctx context.Context, _ int) error {
@@ -288,6 +292,26 @@ func (r *fhRig) held() int {
 		}
 	}
 	return n
+}
+
+// quiet turns processes from..n-1 off and waits until none of their
+// calls is left (the calls that waited at their limiters included), so
+// that a hang that follows finds no attempt of theirs to hold.
+func (r *fhRig) quiet(t *testing.T, from int) {
+	t.Helper()
+	for i := from; i < len(r.on); i++ {
+		r.on[i].Store(false)
+	}
+	if !atkEventually(25*time.Second, func() bool {
+		for i := from; i < len(r.busy); i++ {
+			if r.busy[i].Load() != 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the processes turned off still have calls 25 s later")
+	}
 }
 
 func (r *fhRig) hang() chan struct{} {
@@ -433,10 +457,7 @@ func TestAttackFleethold1SlowHost(t *testing.T) {
 // others are no longer held.
 func TestAttackFleethold1CloseTakesCount(t *testing.T) {
 	r := fhStart(t, fhOpts{n: 4, every: 10 * time.Millisecond, deadline: 20 * time.Second, delay: 5 * time.Millisecond})
-	for i := 1; i < 4; i++ {
-		r.on[i].Store(false)
-	}
-	time.Sleep(300 * time.Millisecond)
+	r.quiet(t, 1)
 	rel := r.hang()
 	defer r.release(rel)
 	if !atkEventually(3*time.Second, func() bool { return r.held() == 4 }) {
@@ -469,10 +490,7 @@ func TestAttackFleethold1DeadForgotten(t *testing.T) {
 	dead := fhClient(t, px.addr())
 	r := fhStart(t, fhOpts{n: 4, every: 10 * time.Millisecond, deadline: 20 * time.Second, delay: 5 * time.Millisecond,
 		clients: []redis.UniversalClient{dead}})
-	for i := 1; i < 4; i++ {
-		r.on[i].Store(false)
-	}
-	time.Sleep(300 * time.Millisecond)
+	r.quiet(t, 1)
 	rel := r.hang()
 	defer r.release(rel)
 	if !atkEventually(3*time.Second, func() bool { return r.held() == 4 }) {
@@ -494,14 +512,6 @@ func TestAttackFleethold1DeadForgotten(t *testing.T) {
 	})
 	el := time.Since(t0)
 	t.Logf("the others free %v after the cut (%v); fi %v", el, ok, r.rc.HGet(context.Background(), fhKey(r.name), "fi").Val())
-	if !ok {
-		tm, _ := r.rc.Time(context.Background()).Result()
-		t.Logf("DBG time %d main %v", tm.UnixMicro(), r.rc.HGetAll(context.Background(), fhKey(r.name)).Val())
-		t.Logf("DBG reg %v", r.rc.HGetAll(context.Background(), strings.Replace(fhKey(r.name), "}:", "}/r:", 1)).Val())
-		for i := range r.gs {
-			t.Logf("DBG %d limit %v mode %v", i, r.gs[i].Limiter.Limit(), r.fs[i].Mode())
-		}
-	}
 	if !ok || el > 3500*time.Millisecond {
 		t.Errorf("the others were held %v after the only process with attempts in flight died (two windows: 2 s)", el)
 	}
