@@ -367,8 +367,9 @@ func TestAttackExtremes2NewAcceptsOddButValid(t *testing.T) {
 // The fleet's rate with a SyncEvery longer than a host key's life.
 // Config.Limit: the fleet learns its rate "in windows of SyncEvery or one
 // second, whichever is longer"; the package doc, The fleet's rate: "Cold
-// (no R yet: no gate), R becomes the first window's demand per second
-// (attempts done plus calls waiting), at least 10", and each process's
+// (no R yet: no gate), R becomes the demand per second (attempts done
+// plus calls waiting), at least 10, of the second window that carries
+// any", and each process's
 // limiter is gated at its share. Its state lives in the host's hash,
 // which "expires when no process has synced it for twice the longest
 // window plus 10 s": the longest of the budget's and the breaker's
@@ -376,10 +377,10 @@ func TestAttackExtremes2NewAcceptsOddButValid(t *testing.T) {
 // the default windows; 10.5 s here, with windows of 10 ms), every sync
 // finds the hash gone, each rate window is the first one again, and R is
 // never learned: no gate, ever. The control, at SyncEvery 9 s, is gated
-// after its third sync (the first window with demand closed).
+// after its fourth sync (the second window with demand closed).
 func TestAttackExtremes2RateLearnedWhateverSyncEvery(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits three sync intervals of about 10 s each")
+		t.Skip("waits four sync intervals of about 10 s each")
 	}
 	for _, every := range []time.Duration{9 * time.Second, 10500 * time.Millisecond} {
 		t.Run(every.String(), func(t *testing.T) {
@@ -406,7 +407,7 @@ func TestAttackExtremes2RateLearnedWhateverSyncEvery(t *testing.T) {
 			// start no sync of their own. The first ticker sync comes at a
 			// random fraction of the interval (Config.SyncEvery), maybe too
 			// soon after the first for a report to the rate: one more.
-			for n := 3; n <= 5; n++ {
+			for n := 3; n <= 6; n++ {
 				for range 20 {
 					p, err := g.Breaker.Allow()
 					if err != nil {
@@ -444,7 +445,7 @@ func TestAttackExtremes2RateLearnedWhateverSyncEvery(t *testing.T) {
 			}
 			t.Logf("SyncEvery %v: %d of 30 starts at once; the hash's rate field %q", every, went, rr)
 			if went > 5 {
-				t.Errorf("SyncEvery %v (a valid value, at least a millisecond): after three syncs (two windows of demand) the fleet's rate is still cold (%d of 30 starts at once, no gate): the host's hash expired between the syncs (it lives %v after a sync), so every window of the rate is its first",
+				t.Errorf("SyncEvery %v (a valid value, at least a millisecond): after four syncs (three windows of demand) the fleet's rate is still cold (%d of 30 starts at once, no gate): the host's hash expired between the syncs (it lives %v after a sync), so every window of the rate is its first",
 					every, went, pttl)
 			}
 		})

@@ -143,8 +143,14 @@
 //   - Learns R at the first sync of each window, from the last window's
 //     reports of the whole fleet (which describe mostly the attempts of
 //     the window before it: a report comes at the next sync). Cold (no
-//     R yet: no gate), R becomes the first window's demand per second
-//     (attempts done plus calls waiting), at least 10. R never runs
+//     R yet: no gate), R becomes the demand per second (attempts done
+//     plus calls waiting), at least 10, of the second window that
+//     carries any: the first holds only part of the fleet's (each
+//     process reports first a window after its first sync, at its own
+//     phase of the window); live, a cold R of 12-190 a second for 450
+//     offered left 1000 terminals owing a token each at their tiny
+//     first shares, and no attempt started for two windows 4-6 s in
+//     (docs/fleet.md, The cold rate from the second window). R never runs
 //     ahead of what the host has shown it serves: a clean window (no
 //     drops, mean latency at most 1.5x the baseline or 5% of a window
 //     above it, or its fastest sample at most the baseline) never
@@ -270,7 +276,7 @@
 // take more until the next window. It does not cover processes in local
 // mode, nor those not yet synced (a new host has no gate until the first
 // sync's reply, which its first call waits for at most Timeout), nor the
-// window before the first R (cold). Latency is the attempts' as the limiters measure it,
+// windows before the first R (cold). Latency is the attempts' as the limiters measure it,
 // including any time spent in the client (a loaded machine, a
 // contended scheduler): a process that is itself the bottleneck makes the
 // fleet's rate fall. In local mode (a failed round trip: a sync, a
@@ -292,21 +298,23 @@
 // offered), 20 s deadlines, a host that serves 500 a second at 20 ms,
 // each outcome reported when its attempt ends
 // (TestScriptFleetLimitLowVolume): 13,619 of 13,619 calls served, none
-// failed, the host's queue at most 78 ms; R settles at 491 a second from
-// window 8 (0.98 of the capacity; 684 in the cold slow start's third
-// window). The same fleet against a host cut from 600 to 300 a second at
-// 10 s (TestScriptFleetRateFullHost): R comes down to 0.79 of the new
-// capacity on average over windows 20-44, at most 380 a second, and the
-// host serves 0.79 of it; its queue reached 1.56 s while R reacted, at
-// most 0.39 s after; the calls beyond the capacity fail fast. With every
-// attempt failing for 10 s (TestScriptFleetRateOutage): R back to 80% of
-// the last healthy rate one window after the close, 26.5% of the calls
-// started during the outage served (the test's physical bound is 20%)
-// and the rest failed fast with more than 1 s left, every call made 5 to 15 s after the close served, the
-// host's queue at most 262 ms. With the host 5x slower for 10 s and a
-// queue of 2 s of work (TestScriptFleetRateSlowdown): 0.46 attempts per
-// call offered during it, R at most 1.04x the capacity from 5 s after
-// it, 0.2% of the host's work after it done for callers who left, every
+// failed, the host's queue at most 52 ms; R 464 a second from the second
+// window with demand (cold), 684 in the slow start's next window, 489
+// from window 4 (0.98 of the capacity). The same fleet against a host
+// cut from 600 to 300 a second at 10 s (TestScriptFleetRateFullHost): R
+// comes down to 0.84 of the new capacity on average over windows 20-44,
+// at most 440 a second, and the host serves 0.82 of it; its queue
+// reached 1.56 s while R reacted, at most 0.92 s in those windows; the
+// calls beyond the capacity fail fast. With every attempt failing for
+// 10 s (TestScriptFleetRateOutage): R back to 80% of the last healthy
+// rate one window after the close, 26.3% of the calls started during
+// the outage served (the test's physical bound is 20%) and the rest
+// failed fast with more than 1 s left, every call made 5 to 15 s after
+// the close served, the host's queue at most 270 ms. With the host 5x
+// slower for 10 s and a queue of 2 s of work
+// (TestScriptFleetRateSlowdown): 0.46 attempts per call offered during
+// it, R at most 1.15x the capacity from 5 s after it, 0.1% of the host's
+// work after it done for callers who left, every
 // call made 5 to 15 s after it served. After an outage that leaves a
 // backlog on some processes only (TestScriptFleetRateOutageBacklog: 100
 // busy processes, a call every 0.5 s each, whose breakers hold their

@@ -170,7 +170,7 @@ func (h *host) limitReport(final bool) *limitReport {
 // The first report comes at the first sync when the sync interval is the
 // window, as it always did; with shorter syncs, one window after the first
 // sync, so that it carries a window's demand, not a sync's (a cold fleet's
-// rate starts from its first window's demand). Between two reports the
+// rate starts from a window's demand). Between two reports the
 // rate's gate stays as the last reply set it: the rate's rules (package
 // documentation, The fleet's rate) count a window's reports and demand
 // once per process, as at a sync every window; syncs more frequent than

@@ -89,7 +89,7 @@ const t0 = 1_700_000_000_000_000 // µs, the start of a window
 
 // TestScriptFleetRateLearns: one process reporting once per window (a
 // window's outcomes set the rate returned at the next window's first
-// report). The cold fleet takes the first window's demand as its rate and
+// report). The cold fleet takes the second window's demand as its rate and
 // doubles in clean windows whose demand reaches 3/4 of it until the first
 // window whose demand the rate met (slow start); from then on a clean
 // window never leaves the rate above what the host has proven it serves
@@ -113,7 +113,8 @@ func TestScriptFleetRateLearns(t *testing.T) {
 	}
 	steps := []window{
 		{ok: 100, lat: 20_000, want: 0},          // cold: no rate yet
-		{ok: 100, lat: 20_000, want: 100},        // the first window's demand
+		{ok: 100, lat: 20_000, want: 0},          // the first window with demand: part of the fleet's, no rate yet
+		{ok: 100, lat: 20_000, want: 100},        // the second window's demand
 		{ok: 200, lat: 20_000, want: 150},        // slow start: max(R+√R, min(2R, 1.5·demand))
 		{ok: 100, lat: 20_000, want: 300},        // 2x what the host proved (150, the rate in force)
 		{ok: 400, lat: 20_000, want: 159.375},    // demand met (warm): 1/16 above the proven 150
@@ -152,7 +153,8 @@ func TestScriptFleetRateSlowStartPartialReports(t *testing.T) {
 		ok   uint64
 		want float64 // the rate returned at the window's report
 	}{
-		{ok: 200, want: 0},   // cold: the first window's demand becomes R
+		{ok: 100, want: 0},   // cold: the first window with demand, no rate yet
+		{ok: 200, want: 0},   // cold: the second window's demand becomes R
 		{ok: 150, want: 200}, // partial: under R
 		{ok: 450, want: 225}, // still slow start: max(R+√R, min(2R, 1.5·150)) within 2x the 150 proven (old: 159.375)
 		{ok: 450, want: 450}, // min(2R, 1.5·450) within 2x the 225 proven (two windows' mean, at most R)
@@ -282,7 +284,8 @@ func TestScriptFleetRateOutageBehindBreaker(t *testing.T) {
 	}
 	steps := []window{
 		{ok: 300},            // cold
-		{ok: 300, want: 300}, // the first window's demand
+		{ok: 300},            // the first window with demand: no rate yet
+		{ok: 300, want: 300}, // the second window's demand
 		{ok: 300, want: 450}, // slow start
 		// Demand met: 1/16 above the proven 300 (the last healthy rate);
 		// then a few drops (1 in 11) open the breaker.
@@ -310,13 +313,16 @@ func TestScriptFleetRateOutageBehindBreaker(t *testing.T) {
 // a process that leaves (at once) or stops reporting (after 10 windows).
 func TestScriptFleetRateShares(t *testing.T) {
 	s := newLimitScript(t, 1000)
-	// Cold window: a reports 30 calls, b 10, c none.
-	s.report(t0+1, "a", 0, 30, 0, 0, 0)
-	s.report(t0+2, "b", 0, 10, 0, 0, 0)
-	s.report(t0+3, "c", 0, 0, 0, 0, 0)
-	ra, R := s.report(t0+1_000_001, "a", 0, 30, 0, 0, 0)
-	rb, _ := s.report(t0+1_000_002, "b", 0, 10, 0, 0, 0)
-	rc, _ := s.report(t0+1_000_003, "c", 0, 0, 0, 0, 0)
+	// Cold windows: a reports 30 calls, b 10, c none; the first window
+	// with demand sets no rate, the second's does.
+	for w := int64(0); w < 2; w++ {
+		s.report(t0+w*1_000_000+1, "a", 0, 30, 0, 0, 0)
+		s.report(t0+w*1_000_000+2, "b", 0, 10, 0, 0, 0)
+		s.report(t0+w*1_000_000+3, "c", 0, 0, 0, 0, 0)
+	}
+	ra, R := s.report(t0+2_000_001, "a", 0, 30, 0, 0, 0)
+	rb, _ := s.report(t0+2_000_002, "b", 0, 10, 0, 0, 0)
+	rc, _ := s.report(t0+2_000_003, "c", 0, 0, 0, 0, 0)
 	t.Logf("R %.1f: shares a %.2f, b %.2f, c %.2f", R, ra, rb, rc)
 	// Each its demand up to the fair floor R/(4·3), and the rest of R in
 	// proportion to the demands (c's at least the floor demand, 0.1).
@@ -328,12 +334,12 @@ func TestScriptFleetRateShares(t *testing.T) {
 		math.Abs(ra+rb+rc-R) > 0.01 {
 		t.Fatalf("R %.2f, shares %.3f %.3f %.3f; want 40 and %.3f %.3f %.3f", R, ra, rb, rc, share(30), share(10), share(0.1))
 	}
-	s.report(t0+1_000_004, "a", -1, 0, 0, 0, 0) // a leaves
-	if rb, R := s.report(t0+1_000_005, "b", 0, 0, 0, 0, 0); rb < 0.98*R {
+	s.report(t0+2_000_004, "a", -1, 0, 0, 0, 0) // a leaves
+	if rb, R := s.report(t0+2_000_005, "b", 0, 0, 0, 0, 0); rb < 0.98*R {
 		t.Fatalf("after a left: b's share %.2f of %.2f, want nearly all", rb, R)
 	}
 	// c stops reporting: forgotten after 10 windows.
-	for w := int64(2); w <= 13; w++ {
+	for w := int64(3); w <= 14; w++ {
 		rb, R = s.report(t0+w*1_000_000+2, "b", 0, 10, 0, 0, 0)
 	}
 	if rb < 0.999*R {

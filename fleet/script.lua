@@ -284,8 +284,13 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     if get('mk') > 0 and get('mk') >= cg - 2 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
     set('rv', 1); set('rc', 0)
   elseif R <= 0 then
-    -- Cold: the first window's demand, at least rinit, then slow start.
-    if dem > 0 then R = math.max(rinit, dem / win); set('rc', 1); set('rs', cg) end
+    -- Cold: the demand of the second window that carries any, at least
+    -- rinit, then slow start (the first holds only part of the fleet's:
+    -- each process reports first a window after its first sync, at its
+    -- own phase of the window; r1: that first window was seen).
+    if dem > 0 then
+      if get('r1') == 1 then R = math.max(rinit, dem / win); set('rc', 1); set('rs', cg) else set('r1', 1) end
+    end
   elseif fl > 0 then
     -- Drops: down by their share, at most halving; not again in the
     -- window after a cut, whose outcomes still show the last rate's.
