@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,7 +295,24 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 			return nil, "", err
 		}
 	}
-	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: posFailure, Wrap: wrap,
+	var start atomic.Int64 // the run's start, in Unix nanoseconds
+	// A failure's cause, and when it failed against the trigger (a
+	// payment started in the trigger may fail after it).
+	classify := func(err error) string {
+		at := time.Duration(time.Now().UnixNano() - start.Load())
+		when := "before the trigger"
+		switch {
+		case at >= pc.FailAt+pc.FailFor+10*time.Second:
+			when = "from 10 s after the trigger"
+		case at >= pc.FailAt+pc.FailFor:
+			when = "in the 10 s after the trigger"
+		case at >= pc.FailAt:
+			when = "in the trigger"
+		}
+		return posFailure(err) + " (failed " + when + ")"
+	}
+	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: classify, Wrap: wrap,
+		Started: func(_ *live.Provider, t time.Time) { start.Store(t.UnixNano()) },
 		NewCall: func(url string, i int) live.Call {
 			if calls == nil {
 				if s.withDone != nil {

@@ -19,7 +19,11 @@ import (
 
 	avast "github.com/avast/retry-go/v4"
 	cenkalti "github.com/cenkalti/backoff/v5"
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/stormguard/stormguard/admission"
@@ -362,11 +366,19 @@ func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.Fle
 
 // posFailure names why a payment failed: the reason stormguard's loop gave
 // up (from its error, or from the Stormguard-Gave-Up header of the response
-// it returned), the deadline, or the status the client returned.
+// it returned), the deadline, the status the client returned, or the
+// failsafe-go policy that refused its last attempt (its throttler, its
+// limiter, its timeout; a retry policy's error wraps its last attempt's).
 func posFailure(err error) string {
 	var re *retry.Error
 	var se *live.StatusError
 	switch {
+	case errors.Is(err, adaptivethrottler.ErrExceeded):
+		return "failsafe-go: throttler refused"
+	case errors.Is(err, adaptivelimiter.ErrExceeded):
+		return "failsafe-go: limiter refused"
+	case errors.Is(err, timeout.ErrExceeded):
+		return "failsafe-go: attempt timeout"
 	case errors.As(err, &re):
 		return "stormguard: " + strings.TrimPrefix(re.Reason.Error(), "retry: ") // the reason in words
 	case errors.As(err, &se):
@@ -710,6 +722,9 @@ func TestPOSFailure(t *testing.T) {
 		{&live.StatusError{Code: 503}, "HTTP 503"},
 		{fmt.Errorf("post: %w", context.DeadlineExceeded), "deadline"},
 		{errors.New("connection reset"), "other"},
+		{fmt.Errorf("post: %w", adaptivethrottler.ErrExceeded), "failsafe-go: throttler refused"},
+		{fmt.Errorf("post: %w", retrypolicy.ExceededError{LastError: adaptivelimiter.ErrExceeded}), "failsafe-go: limiter refused"},
+		{fmt.Errorf("post: %w", timeout.ErrExceeded), "failsafe-go: attempt timeout"},
 	} {
 		if got := posFailure(tt.err); got != tt.want {
 			t.Errorf("posFailure(%v) = %q, want %q", tt.err, got, tt.want)
