@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -296,20 +297,22 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 		}
 	}
 	var start atomic.Int64 // the run's start, in Unix nanoseconds
-	// A failure's cause, and when it failed against the trigger (a
-	// payment started in the trigger may fail after it).
+	// A failure's cause, and when its payment started against the
+	// trigger (the goodput columns count payments by their start).
 	classify := func(err error) string {
-		at := time.Duration(time.Now().UnixNano() - start.Load())
-		when := "before the trigger"
-		switch {
-		case at >= pc.FailAt+pc.FailFor+10*time.Second:
-			when = "from 10 s after the trigger"
-		case at >= pc.FailAt+pc.FailFor:
-			when = "in the 10 s after the trigger"
-		case at >= pc.FailAt:
-			when = "in the trigger"
+		when := "?"
+		if se := (*metaStarted)(nil); errors.As(err, &se) {
+			when = "before the trigger"
+			switch {
+			case se.at >= pc.FailAt+pc.FailFor+10*time.Second:
+				when = "from 10 s after the trigger"
+			case se.at >= pc.FailAt+pc.FailFor:
+				when = "in the 10 s after the trigger"
+			case se.at >= pc.FailAt:
+				when = "in the trigger"
+			}
 		}
-		return posFailure(err) + " (failed " + when + ")"
+		return posFailure(err) + " (started " + when + ")"
 	}
 	sc := live.Scenario{Name: s.name, Provider: pc, Fleet: fc, Classify: classify, Wrap: wrap,
 		Started: func(_ *live.Provider, t time.Time) { start.Store(t.UnixNano()) },
@@ -321,7 +324,14 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 					calls = s.prepare(base, url)
 				}
 			}
-			return calls(i)
+			call := calls(i)
+			return func(ctx context.Context) error {
+				at := time.Duration(time.Now().UnixNano() - start.Load())
+				if err := call(ctx); err != nil {
+					return &metaStarted{at: at, err: err}
+				}
+				return nil
+			}
 		}}
 	r, err = live.RunScenario(ctx, sc)
 	if done != nil {
@@ -329,6 +339,16 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 	}
 	return r, note, err
 }
+
+// metaStarted is a failed payment's error with when the payment started,
+// since the run's start.
+type metaStarted struct {
+	at  time.Duration
+	err error
+}
+
+func (e *metaStarted) Error() string { return e.err.Error() }
+func (e *metaStarted) Unwrap() error { return e.err }
 
 // metaAdmission returns the provider's admission controller: the package's
 // defaults with the work in progress limited to the provider's workers,

@@ -372,6 +372,7 @@ func runPOS(ctx context.Context, s posSetup, pc live.ProviderConfig, fc live.Fle
 func posFailure(err error) string {
 	var re *retry.Error
 	var se *live.StatusError
+	var fe retrypolicy.ExceededError
 	switch {
 	case errors.Is(err, adaptivethrottler.ErrExceeded):
 		return "failsafe-go: throttler refused"
@@ -379,6 +380,11 @@ func posFailure(err error) string {
 		return "failsafe-go: limiter refused"
 	case errors.Is(err, timeout.ErrExceeded):
 		return "failsafe-go: attempt timeout"
+	case errors.As(err, &fe):
+		if r, ok := fe.LastResult.(*http.Response); ok && r != nil {
+			return fmt.Sprintf("failsafe-go: retries exceeded, last answer HTTP %d", r.StatusCode)
+		}
+		return "failsafe-go: retries exceeded"
 	case errors.As(err, &re):
 		return "stormguard: " + strings.TrimPrefix(re.Reason.Error(), "retry: ") // the reason in words
 	case errors.As(err, &se):
@@ -725,6 +731,7 @@ func TestPOSFailure(t *testing.T) {
 		{fmt.Errorf("post: %w", adaptivethrottler.ErrExceeded), "failsafe-go: throttler refused"},
 		{fmt.Errorf("post: %w", retrypolicy.ExceededError{LastError: adaptivelimiter.ErrExceeded}), "failsafe-go: limiter refused"},
 		{fmt.Errorf("post: %w", timeout.ErrExceeded), "failsafe-go: attempt timeout"},
+		{fmt.Errorf("post: %w", retrypolicy.ExceededError{LastResult: &http.Response{StatusCode: 503}}), "failsafe-go: retries exceeded, last answer HTTP 503"},
 	} {
 		if got := posFailure(tt.err); got != tt.want {
 			t.Errorf("posFailure(%v) = %q, want %q", tt.err, got, tt.want)
