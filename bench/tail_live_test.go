@@ -378,6 +378,7 @@ type tailRow struct {
 	p50, p95, p99, p999  time.Duration
 	p999Ordinary         time.Duration // p99.9 of the calls answered by a copy not drawn slow
 	lateP99              time.Duration
+	stalls               []tailStall // the process's stalls during the load
 	arrived, shed, slow  int64
 	wasted, hedges       int64
 	arrivedSec, hedgeSec []int64
@@ -434,6 +435,62 @@ func (r tailRow) causeText() string {
 	return strings.Join(out, ", ")
 }
 
+// tailStall is a spell in which the process ran nothing: a 1 ms sleep that
+// woke more than tailStallOver late (the machine's virtual CPUs paused, or
+// the runtime's own pauses), from and to since the run's start.
+type tailStall struct{ from, to time.Duration }
+
+// tailStallOver is the lateness of a 1 ms sleep that counts as a stall.
+const tailStallOver = 5 * time.Millisecond
+
+// watchStalls records the process's stalls from start until stop is
+// closed, and then sends them.
+func watchStalls(start time.Time, stop <-chan struct{}) <-chan []tailStall {
+	out := make(chan []tailStall, 1)
+	go func() {
+		var stalls []tailStall
+		for {
+			select {
+			case <-stop:
+				out <- stalls
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			t1 := time.Now()
+			if t1.Sub(t0)-time.Millisecond > tailStallOver {
+				stalls = append(stalls, tailStall{from: t0.Sub(start) + time.Millisecond, to: t1.Sub(start)})
+			}
+		}
+	}()
+	return out
+}
+
+// stallText says how many stalls the row's process had, the longest, and
+// how many of the calls measured over the row's p99.9 ran during one.
+func (r tailRow) stallText() string {
+	var longest time.Duration
+	for _, st := range r.stalls {
+		longest = max(longest, st.to-st.from)
+	}
+	over, during := 0, 0
+	for _, c := range r.calls {
+		if c.start < tailWarmup || c.took <= r.p999 {
+			continue
+		}
+		over++
+		from := c.start + c.late
+		for _, st := range r.stalls {
+			if from < st.to && from+c.took > st.from {
+				during++
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d stalls over %v (longest %v); of the %d calls over the p99.9, %d ran during one", len(r.stalls), tailStallOver, ms(longest), over, during)
+}
+
 // extra is the requests at the provider per call, minus one.
 func (r tailRow) extra() float64 { return float64(r.arrived)/float64(max(len(r.calls), 1)) - 1 }
 
@@ -454,7 +511,11 @@ func runTail(p tailParams, s tailSetup, fixed time.Duration) (tailRow, error) {
 		stop()
 		return row, err
 	}
+	stopWatch := make(chan struct{})
+	stalls := watchStalls(start, stopWatch)
 	row.calls = runTailLoad(client, url, p.rate(), p.duration, start)
+	close(stopWatch)
+	row.stalls = <-stalls
 	stop()
 	var took, ordinary, late []time.Duration
 	row.causes = make(map[string]int)
@@ -559,8 +620,8 @@ func TestLiveTail(t *testing.T) {
 			}
 			rows = append(rows, row)
 			t.Logf("%s, %s, per second:\n%s", p.name, s.name, row.perSecond(p))
-			t.Logf("%s, %s: p50 %v p95 %v p99 %v p99.9 %v (of the calls answered by a copy not drawn slow: %v), %d calls (%d failed after the warm-up; all failures: %s), %d requests (%+.1f%%), %d hedges, load %s",
-				p.name, s.name, ms(row.p50), ms(row.p95), ms(row.p99), ms(row.p999), ms(row.p999Ordinary), len(row.calls), row.failed, row.causeText(), row.arrived, 100*row.extra(), row.hedges, row.load)
+			t.Logf("%s, %s: p50 %v p95 %v p99 %v p99.9 %v (of the calls answered by a copy not drawn slow: %v), %d calls (%d failed after the warm-up; all failures: %s), %d requests (%+.1f%%), %d hedges, load %s; %s",
+				p.name, s.name, ms(row.p50), ms(row.p95), ms(row.p99), ms(row.p999), ms(row.p999Ordinary), len(row.calls), row.failed, row.causeText(), row.arrived, 100*row.extra(), row.hedges, row.load, row.stallText())
 		}
 		table := tailTable(p, rows)
 		t.Log("\n" + table)
@@ -666,6 +727,10 @@ func tailTable(p tailParams, rows []tailRow) string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.2f%% | %d | %s → %s | %s |\n",
 				r.setup.name, ms(r.p50), ms(r.p95), ms(r.p99), ms(r.p999), ms(r.p999Ordinary), len(r.calls), r.failed, 1+r.extra(),
 				float64(r.hedges)/float64(max(len(r.calls), 1)), 100*float64(r.slow)/float64(max(r.arrived, 1)), r.shed, r.loadBefore, r.load, ms(r.lateP99))
+		}
+		b.WriteString("\nThe process's stalls (a 1 ms sleep that woke over 5 ms late: the machine paused it), per row:\n\n")
+		for _, r := range rows {
+			fmt.Fprintf(&b, "- %s: %s\n", r.setup.name, r.stallText())
 		}
 		b.WriteString(tailMustHold(rows))
 		return b.String()
