@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/stormguard/stormguard/bench/internal/live"
 	"github.com/stormguard/stormguard/httpretry"
 	"github.com/stormguard/stormguard/limit"
+	"github.com/stormguard/stormguard/observe"
 )
 
 // The live metastability scenario (issue 20, docs/metastability.md): a payment provider
@@ -48,7 +50,9 @@ import (
 // |-separated parts, or that a part names exactly: see metaWanted), _TERMINALS [1000], _WORKERS [10], _WORK [20ms],
 // _QUEUE [2s of work], _DURATION [60s], _AT [15s], _FOR [10s],
 // _DEADLINE [20s], _MD (a file to write the report to), _ADMISSION (1:
-// an admission controller in front of the provider's work).
+// an admission controller in front of the provider's work), _TRACE (1:
+// with _ADMISSION, the controller's decisions per second around the
+// trigger in each row's note).
 
 // metaSetup is one client setup of the metastability scenario.
 type metaSetup struct {
@@ -291,12 +295,18 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 	var calls func(int) live.Call
 	var done func() string
 	var wrap func(http.Handler) http.Handler
+	var start atomic.Int64 // the run's start, in Unix nanoseconds
+	var trace *metaTrace
 	if admit {
-		if wrap, err = metaAdmission(pc); err != nil {
+		var obs observe.Observer
+		if os.Getenv("STORMGUARD_LIVE_META_TRACE") == "1" {
+			trace = &metaTrace{start: &start, secs: make([]map[string]int, int((pc.Horizon+time.Second-1)/time.Second))}
+			obs = trace
+		}
+		if wrap, err = metaAdmission(pc, obs); err != nil {
 			return nil, "", err
 		}
 	}
-	var start atomic.Int64 // the run's start, in Unix nanoseconds
 	// A failure's cause, and when its payment started against the
 	// trigger (the goodput columns count payments by their start).
 	classify := func(err error) string {
@@ -337,7 +347,62 @@ func runMeta(ctx context.Context, s metaSetup, pc live.ProviderConfig, fc live.F
 	if done != nil {
 		note = done()
 	}
+	if trace != nil {
+		note += trace.String(pc.FailAt-2*time.Second, fc.Duration)
+	}
 	return r, note, err
+}
+
+// metaTrace counts an admission controller's decisions per second of the
+// run: outcome, reason, and original (attempt 1) or retry.
+type metaTrace struct {
+	start *atomic.Int64 // the run's start, Unix nanoseconds
+	mu    sync.Mutex
+	secs  []map[string]int
+}
+
+// Observe implements observe.Observer.
+func (m *metaTrace) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != observe.Admission || e.Outcome == "queued" {
+		return
+	}
+	sec := int((time.Now().UnixNano() - m.start.Load()) / int64(time.Second))
+	key := e.Outcome
+	if e.Reason != "" && e.Reason != e.Outcome {
+		key += " " + e.Reason
+	}
+	if e.Attempt > 1 {
+		key += " (retry)"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sec < 0 || sec >= len(m.secs) {
+		return
+	}
+	if m.secs[sec] == nil {
+		m.secs[sec] = make(map[string]int)
+	}
+	m.secs[sec][key]++
+}
+
+// String lists the decisions of each second from from to to.
+func (m *metaTrace) String(from, to time.Duration) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("admission's decisions per second:\n")
+	for s := int(from / time.Second); s < int(to/time.Second) && s < len(m.secs); s++ {
+		if s < 0 {
+			continue
+		}
+		keys := make([]string, 0, len(m.secs[s]))
+		for k, n := range m.secs[s] {
+			keys = append(keys, fmt.Sprintf("%s %d", k, n))
+		}
+		slices.Sort(keys)
+		fmt.Fprintf(&b, "  %ds: %s\n", s, strings.Join(keys, ", "))
+	}
+	return b.String()
 }
 
 // metaStarted is a failed payment's error with when the payment started,
@@ -354,8 +419,8 @@ func (e *metaStarted) Unwrap() error { return e.err }
 // defaults with the work in progress limited to the provider's workers,
 // adaptive up to them with the clients' attempt timeout as the latency
 // ceiling, and the queue as deep as the provider's.
-func metaAdmission(pc live.ProviderConfig) (func(http.Handler) http.Handler, error) {
-	ctl, err := admission.New(admission.Config{MaxInFlight: pc.Capacity, MaxQueue: pc.Queue, LatencyCeiling: metaAttemptTimeout})
+func metaAdmission(pc live.ProviderConfig, obs observe.Observer) (func(http.Handler) http.Handler, error) {
+	ctl, err := admission.New(admission.Config{MaxInFlight: pc.Capacity, MaxQueue: pc.Queue, LatencyCeiling: metaAttemptTimeout, Observer: obs})
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +520,7 @@ func TestLiveMeta(t *testing.T) {
 }
 
 // metaEnvNames are the settings TestLiveMeta reads, for its command line.
-var metaEnvNames = []string{"RHO", "TRIGGERS", "ROWS", "TERMINALS", "WORKERS", "WORK", "QUEUE", "DURATION", "AT", "FOR", "DEADLINE", "MD", "ADMISSION"}
+var metaEnvNames = []string{"RHO", "TRIGGERS", "ROWS", "TERMINALS", "WORKERS", "WORK", "QUEUE", "DURATION", "AT", "FOR", "DEADLINE", "MD", "ADMISSION", "TRACE"}
 
 // metaEnvLine is the environment of the run, as a command prefix.
 func metaEnvLine() string {
