@@ -418,15 +418,25 @@ func TestAttackRateGateLiftedLocalAndClose(t *testing.T) {
 	if n := atkBurst(g.Limiter, g.Breaker, 50); n != 50 {
 		t.Errorf("cold: %d of 50 went (no gate before the first rate)", n)
 	}
-	end := time.Now().Add(3 * time.Second)
-	for time.Now().Before(end) {
+	// A call every 100 ms until the fleet has a rate (the cold rate is the
+	// demand of the second window of a second that carries any, so about 3
+	// s in), checked by a burst of 50 once a second from 3 s: at most 10
+	// may go through a gate.
+	gated := -1
+	start := time.Now()
+	for next := start.Add(3 * time.Second); time.Since(start) < 10*time.Second; {
 		atkBurst(g.Limiter, g.Breaker, 1)
 		time.Sleep(100 * time.Millisecond)
+		if time.Now().After(next) {
+			next = next.Add(time.Second)
+			if gated = atkBurst(g.Limiter, g.Breaker, 50); gated <= 10 {
+				break
+			}
+		}
 	}
-	gated := atkBurst(g.Limiter, g.Breaker, 50)
-	t.Logf("gated: %d of 50", gated)
+	t.Logf("gated: %d of 50 after %v", gated, time.Since(start).Round(100*time.Millisecond))
 	if gated > 10 {
-		t.Skip("no gate to lift")
+		t.Fatalf("no gate within 10 s of a call every 100 ms (%d of 50 went): the fleet never set a rate", gated)
 	}
 	p.set(atkCut, 0)
 	if !atkEventually(2*time.Second, func() bool { return f.Mode() == fleet.ModeLocal }) {
