@@ -468,7 +468,7 @@ func TestAttackHttp4FallbackWhen(t *testing.T) {
 			resp, _ := tr.RoundTrip(req) // trips it
 			resp.Body.Close()
 			if tr.Hosts()["h.example"].Breaker.State() != breaker.Open {
-				t.Skip("breaker did not trip")
+				t.Fatal("breaker did not trip: MinCalls 1 and a 503 must trip it")
 			}
 			fb.calls = 0
 			n := b.sends()
