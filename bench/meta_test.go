@@ -51,8 +51,8 @@ import (
 // _QUEUE [2s of work], _DURATION [60s], _AT [15s], _FOR [10s],
 // _DEADLINE [20s], _MD (a file to write the report to), _ADMISSION (1:
 // an admission controller in front of the provider's work), _TRACE (1:
-// with _ADMISSION, the controller's decisions per second around the
-// trigger in each row's note).
+// with _ADMISSION, the controller's decisions per second, from 2 s
+// before the trigger to the run's end, in each row's note).
 
 // metaSetup is one client setup of the metastability scenario.
 type metaSetup struct {
