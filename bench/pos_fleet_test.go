@@ -220,18 +220,21 @@ func (tl *fleetTimeline) stop() {
 	})
 }
 
-// String returns the samples from 14 s to 34 s of the run: time, open /
-// half-open / closed terminal breakers, calls waiting behind them.
+// String returns the samples from 14 s of the run to its end: time, open /
+// half-open / closed terminal breakers, calls waiting behind them (a
+// sample like the one before it is left out).
 func (tl *fleetTimeline) String() string {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	var b strings.Builder
 	b.WriteString("terminal breakers (s: open/half-open/closed, waiting):")
+	var last fleetSample
 	for _, s := range tl.samples {
 		at := s.at.Sub(tl.zero)
-		if at < 14*time.Second || at > 34*time.Second {
+		if at < 14*time.Second || (s.open == last.open && s.halfOpen == last.halfOpen && s.waiting == last.waiting) {
 			continue
 		}
+		last = s
 		fmt.Fprintf(&b, " %.1f: %d/%d/%d, %d;", at.Seconds(), s.open, s.halfOpen, s.closed, s.waiting)
 	}
 	return b.String() + "\n\n"

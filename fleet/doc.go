@@ -80,7 +80,18 @@
 // interval at most, whatever the number of hosts, and none early in local
 // mode. So the fleet trips within a few round trips of an outage rather
 // than a few intervals, while the calls that failed can still wait for the
-// breaker. Probes are fleet-wide: when
+// breaker. Successes, then, are slower news than failures: with
+// Config.Limit (the fleet's rate, below), where a provider that sheds a
+// little at its capacity is expected, the current bucket is judged with
+// the one before it (a bucket's first reports, failures sent at once and
+// few of the successes yet, are no majority of anything), and for a
+// window of the rate after the fleet's breaker closes, while its window
+// holds only the release's first outcomes, the window alone judges, its
+// failures also at least FailureRatio of the calls the fleet's rate R
+// sent since the close (a host down again fails the release at R's pace
+// and trips it as before; live, with admission at the provider, the shed
+// answers at the top of each release reopened the fleet's breaker 1-1.5 s
+// after every close). Probes are fleet-wide: when
 // a breaker's probe round is due it asks Redis, and while the fleet's
 // breaker is open the whole fleet gets Config.ProbeRounds rounds per probe
 // interval (Breaker.OpenFor), one per slot of OpenFor/ProbeRounds, so a
@@ -170,9 +181,12 @@
 //     warm at a low demand follows
 //     a jump in demand slowly (from 10 to 30 calls a second in about 14
 //     windows; the gates refuse as hopeless the calls that cannot wait). Drops cut R by their
-//     share, to at most 1.1x the rate served (the higher of this
-//     window's and the last one's), at most halving; a window with a
-//     majority of drops is an outage. A window whose mean latency is
+//     share, at most halving, and when they are a quarter of the
+//     outcomes or more also to at most 1.1x the rate served (the higher
+//     of this window's and the last one's: reports come a window late,
+//     so for a smaller share that is the rate before the last raise, and
+//     a provider's admission shedding 5-15% at its capacity undid every
+//     raise); a window with a majority of drops is an outage. A window whose mean latency is
 //     above twice the baseline, 10% of a window above it and 1 ms, and
 //     whose fastest sample (the fastest of the processes' reports) is
 //     above 1.5x the baseline and 5% of a window above it (the host
@@ -190,11 +204,18 @@
 //     the old rate's attempts, and a queue does not cut again in the
 //     three windows after a cut for a queue unless R rose since: the
 //     queue the cut drains still shows in their latency, and a second
-//     cut would take R well below the host's capacity. A window that
-//     closes with the fleet's breaker open is an outage whatever its
-//     few outcomes (the breaker holds the calls; its probes are no
-//     evidence of capacity): no cut, and a window taken for a full
-//     host in the two before it was its first, partial one. The first
+//     cut would take R well below the host's capacity. A window in
+//     which the fleet's breaker was open at any time (at its start, at
+//     its close, or opened in it) is an outage whatever its outcomes
+//     (the breaker holds the calls; its probes are no evidence of
+//     capacity, and what the rest of the window served is part of a
+//     window's): no cut, no evidence of the host's ceiling, and a
+//     window taken for a full host in the two before it was its first,
+//     partial one. Nor does the window after it cut R or give evidence
+//     (its reports are the outage's and the release's first). (Live, with admission at the provider, a window in
+//     which the breaker opened and closed again on shed answers was
+//     taken for a full host serving the 20-60 calls a second it let
+//     through, and R fell to a tenth of the host's capacity.) The first
 //     clean window near the
 //     baseline after an outage restarts R from the last healthy rate
 //     (the rate served, at most R, in the last clean window near the
@@ -205,7 +226,8 @@
 //     R is below 90% of the healthy rate before the incident (after a
 //     slowdown, R regains the host's rate in a few windows, not in 20); a cut before a window
 //     run at that rate confirms it halves the healthy rate (the host
-//     takes less than it did). R stays within 1 per window and
+//     takes less than it did; a cut for drops under a quarter of the
+//     outcomes takes it to the cut's rate instead). R stays within 1 per window and
 //     Limit.Max per baseline latency (the most in flight the fleet may
 //     have, by Little's law).
 //   - Judges the probe that closes the fleet's breaker: a process whose

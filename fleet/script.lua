@@ -78,6 +78,7 @@ end
 local opened -- the host's breaker opened in this call: news for every process (see news)
 local function flip(st)
   if st == 1 and get('st') == 0 then set('so', now) end
+  if st == 0 and get('rr') > 0 then set('sc', now) end -- with a rate: the close's time
   set('st', st); set('ep', get('ep') + 1)
   if st == 1 then opened = true end
   for i = 0, buckets - 1 do
@@ -153,24 +154,26 @@ end
 
 -- The fleet-wide rate of the host loaded in h (see the package
 -- documentation, The fleet's rate). Main hash fields: rr the rate R
--- (attempt starts per second, 0 while cold), rk/rq the windows of the last
--- cut and of the last cut for a queue, rh the last healthy rate, rv
--- recovering (an outage window since the last clean one), rc the last
--- window was clean, rw warm (out of slow start), ru R restored after an
--- outage and not cut since, ri/rj the healthy rate before the last
--- incident and the window of its first cut, rs the window R was
--- first set, rg the current window, rb the last known baseline
--- (µs), rx the last window that refreshed it, qt<i>/qv<i> the baseline's
--- ring (6 buckets of 10 windows: the lowest clean window mean of each),
+-- (attempt starts per second, 0 while cold), rk/rq the windows of the
+-- last cut and of the last cut for a queue, rh the last healthy rate,
+-- rv recovering (an outage window since the last clean one), rc the
+-- last window was clean, rw warm (out of slow start), ru R restored
+-- after an outage and not cut since, ri/rj the healthy rate before the
+-- last incident and the window of its first cut, rs the window R was
+-- first set, rg the current window, wx the breaker open when it began,
+-- wz the window before was an outage's, wu the window (µs), sc the
+-- breaker's last close (µs), rb the last known baseline (µs), rx the
+-- last window that refreshed it, qt<i>/qv<i> the baseline's ring (6
+-- buckets of 10 windows: the lowest clean window mean of each),
 -- wo/wf/wl/wk/wm/wd the current window's successes, drops, latency sum
 -- (µs), samples and fastest sample (µs, 0: none reported), and demand
--- (attempts done plus calls waiting or refused),
--- ld the sum of the processes' demands (each at least the floor), ln the
--- processes, lz ld at the window's start, lq the fair floor (R / 4·ln at
--- the window's start), lf the sum of the processes' floors (each its
--- demand, at most lq), ly lf at the window's start. The registry reg holds
--- per process <pid>:g its last window, :d its demand (starts per second,
--- smoothed), :t its last sync (µs).
+-- (attempts done plus calls waiting or refused), ld the sum of the
+-- processes' demands (each at least the floor), ln the processes, lz ld
+-- at the window's start, lq the fair floor (R / 4·ln at the window's
+-- start), lf the sum of the processes' floors (each its demand, at most
+-- lq), ly lf at the window's start. The registry reg holds per process
+-- <pid>:g its last window, :d its demand (starts per second, smoothed),
+-- :t its last sync (µs).
 
 local function rate_baseline(id)
   local b = 0
@@ -251,7 +254,13 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   if get('rc') == 1 then pair = (served + get('rp')) / 2 end
   pair = math.min(pair, R)
   local ev = 0
-  if near and get('rc') == 1 and get('st') == 0 then ev = pair end
+  -- The fleet's breaker open at any time in the window (open at its
+  -- close or at its start, wx, or opened in it, so): an outage window
+  -- (its probes prove nothing, and what it served in the rest of it is a
+  -- part of a window: no evidence of the host's ceiling, no cut); a full
+  -- host taken just before was its first window. R restarts after.
+  local outage = get('st') == 1 or get('wx') == 1 or get('so') >= cg * win * 1e6
+  if near and get('rc') == 1 and not outage then ev = pair end
   -- The ceiling of a raise: what the host has proven it serves near the
   -- baseline (none in the horizon: the last healthy rate) plus a margin
   -- (at least 2 calls a window): 2x (slow start) until warm, then 1/16
@@ -278,9 +287,7 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
   end
   local ceil = 0
   if proven > 0 then ceil = math.max(margin * proven, proven + 2 / win) end
-  if R > 0 and get('st') == 1 then
-    -- The fleet's breaker open: an outage (its probes prove nothing); a
-    -- full host taken just before was its first window. R restarts after.
+  if R > 0 and outage then
     if get('mk') > 0 and get('mk') >= cg - 2 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
     set('rv', 1); set('rc', 0)
   elseif R <= 0 then
@@ -293,17 +300,33 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
     end
   elseif fl > 0 then
     -- Drops: down by their share, at most halving; not again in the
-    -- window after a cut, whose outcomes still show the last rate's.
+    -- window after a cut, whose outcomes still show the last rate's, nor
+    -- in the window after an outage's (wz), whose reports are the
+    -- outage's and the release's first calls'.
     local share = fl / (o + fl)
-    if cg > get('rk') + 1 then
-      -- ... and to 10% above the rate served, at most halving.
-      R = math.max(0.5 * R, math.min(R * (1 - share), 1.1 * seen))
+    local after = get('wz') == 1
+    if cg > get('rk') + 1 and not after then
+      -- ... and, when they are a quarter of the outcomes or more, to 10%
+      -- above the rate served, at most halving. (A smaller share is a
+      -- host that took most of what came: the rate served, a window's
+      -- reports late, is then the rate before the last raise, and a cut
+      -- to it undid every raise at the first few drops; live, a provider
+      -- whose admission shed 5-15% at the top of its capacity.)
+      local cap = R
+      if share >= 0.25 then cap = 1.1 * seen end
+      R = math.max(0.5 * R, math.min(R * (1 - share), cap))
       set('rk', cg); set('ru', 0); rate_incident(cg, R0)
-      if get('ro') > 0 then set('rh', get('rh') * 0.5); set('ro', 0) end
+      -- A cut before a window run at a restored rate: the host takes less
+      -- than it did; by half, or to the cut's rate for a small share.
+      if get('ro') > 0 then
+        local h = 0.5 * get('rh')
+        if share < 0.25 then h = math.min(get('rh'), R) end
+        set('rh', h); set('ro', 0)
+      end
     end
     -- An outage: a full host taken just before was its first window.
     if share >= 0.5 and get('mk') == cg - 1 and get('rv') == 0 then rate_proven(id, get('mp')); set('mk', 0) end
-    if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') then rate_full(id, pair, cg) end
+    if share >= 0.5 then set('rv', 1) elseif R0 >= 0.5 * get('rh') and not after then rate_full(id, pair, cg) end
     set('rc', 0)
   elseif lk > 0 and base > 0 and standing and not near and mean > math.max(2 * base, base + 0.1 * win * 1e6, 1000) then
     -- The host queues: down to the rate it served (two windows' mean, at most
@@ -362,7 +385,8 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
       if reset then set('rb', mean) end
     end
   end
-  set('rr', R); set('rg', gen); set('rp', served)
+  set('rr', R); set('rg', gen); set('rp', served); set('wx', get('st'))
+  if outage and R > 0 then set('wz', 1) else set('wz', 0) end
   -- Three windows in a row near the baseline: the host answers at its
   -- speed again, and holds come as before (one is not enough: a window's
   -- reports carry the samples of the window before).
@@ -441,6 +465,7 @@ end
 local function rate_share(reg, pid, waiting, ds, df, lsum, lk, gen, win_us, lmax, rinit, refused, lmin)
   local win = win_us / 1e6
   local dfloor = 0.1 / win
+  if get('wu') ~= win_us then set('wu', win_us) end
   if get('rg') == 0 then set('rg', gen)
   elseif gen > get('rg') then rate_close(reg, gen, win, lmax, rinit, dfloor) end
   local R = get('rr')
@@ -565,10 +590,32 @@ elseif mode == 's' then
       local calls, fails = outcome_window(bcur)
       local bfails = get('of' .. i)
       local bcalls = get('os' .. i) + bfails
+      -- With the fleet's rate (Config.Limit), successes are slow news:
+      -- they reach the fleet at their processes' next syncs, up to an
+      -- interval late, failures at once, so a burst of failures among
+      -- calls whose successes are still unsent looks like a majority
+      -- (live, the shed answers of a provider's admission at the top of
+      -- a release tripped the fleet's breaker every 3-5 s). So "the
+      -- bucket alone" is the bucket with the one before it (a bucket's
+      -- first reports are no majority of anything), and for the rate's
+      -- window (wu) after a close, whose ring holds only what came
+      -- since, the window alone judges (its buckets are the release's
+      -- first), and its failures must also be at least the ratio of the
+      -- calls the rate R sent since the close.
+      local wneed, fresh = 0, false
+      if get('rr') > 0 then
+        local p = (bcur - 1) % buckets
+        if get('on' .. p) == bcur - 1 then
+          bfails = bfails + get('of' .. p)
+          bcalls = bcalls + get('os' .. p) + get('of' .. p)
+        end
+        local since = now - get('sc')
+        if get('sc') > 0 and since < get('wu') then wneed, fresh = fratio * get('rr') * since / 1e6, true end
+      end
       -- At or above the ratio, the product's rounding allowed for (as the
       -- breaker does: 7 failures of 25 are at 0.28).
-      if (fails > 0 and calls >= min_calls and fails >= fratio * calls * (1 - 1e-12)) or
-         (bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls * (1 - 1e-12)) then flip(1) end
+      if (fails > 0 and calls >= min_calls and fails >= fratio * calls * (1 - 1e-12) and fails >= wneed) or
+         (not fresh and bfails > 0 and bcalls >= min_calls and bfails >= fratio * bcalls * (1 - 1e-12)) then flip(1) end
     end
     local q, r = budget_window(cur)
     local calls, fails = outcome_window(bcur)
