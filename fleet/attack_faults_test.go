@@ -472,13 +472,23 @@ func TestAttackGateFailsFast(t *testing.T) {
 	}
 	defer f.Close()
 	g, _ := f.Guards("h")
-	end := time.Now().Add(3 * time.Second)
-	for time.Now().Before(end) {
+	// A call every 100 ms until the fleet has a rate (about 3 s in, more
+	// under load: see TestAttackRateGateLiftedLocalAndClose), checked by a
+	// burst of 50 once a second from 3 s.
+	gated := -1
+	start := time.Now()
+	for next := start.Add(3 * time.Second); time.Since(start) < 10*time.Second; {
 		atkBurst(g.Limiter, g.Breaker, 1)
 		time.Sleep(100 * time.Millisecond)
+		if time.Now().After(next) {
+			next = next.Add(time.Second)
+			if gated = atkBurst(g.Limiter, g.Breaker, 50); gated <= 10 {
+				break
+			}
+		}
 	}
-	if n := atkBurst(g.Limiter, g.Breaker, 50); n > 10 {
-		t.Skipf("not gated: %d", n)
+	if gated > 10 {
+		t.Fatalf("no gate within 10 s of a call every 100 ms (%d of 50 went): the fleet never set a rate", gated)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
