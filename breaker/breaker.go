@@ -305,9 +305,11 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 // MinCalls calls with failures >= FailureRatio·calls, or the current bucket
 // alone does, or (with Config.ConsecutiveFailures) it ends a run of that
 // many failures. While the calls that waited are being released after a
-// close, Probes calls in the window are enough (the window then holds only
-// the calls since the close; as many failing calls as the probe round that
-// closed the breaker say that the dependency is down again). It takes no
+// close, Probes calls in the window are enough, failures at least
+// FailureRatio of them (the window then holds only the calls since the
+// close: with the defaults, 2 failures of the first 3 calls released say
+// that the dependency is down again, as the probe round's 3 calls said it
+// was up). It takes no
 // lock and allocates nothing unless it trips the breaker, or reports a
 // failure while that release runs (the failure slows the release down,
 // under the breaker's lock). A probe's success

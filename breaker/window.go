@@ -165,8 +165,9 @@ func (b *Breaker) failStreak(gen uint64) uint64 {
 // trips reports whether calls outcomes with failures among them cross the
 // failure ratio, with at least MinCalls calls, or at least Probes calls
 // while the calls that waited are being released (the dependency has just
-// passed a probe round of that many calls; as many failing calls of the
-// release are as strong a sign that it is down again).
+// passed a probe round of that many calls; as many calls of the release,
+// failures at least the failure ratio of them, are as strong a sign that
+// it is down again).
 func (b *Breaker) trips(calls, failures uint64, releasing bool) bool {
 	least := b.minCalls
 	if releasing {

@@ -312,15 +312,16 @@ local function rate_close(reg, gen, win, lmax, rinit, dfloor)
       -- reports late, is then the rate before the last raise, and a cut
       -- to it undid every raise at the first few drops; live, a provider
       -- whose admission shed 5-15% at the top of its capacity.)
+      local small = share < 0.25
       local cap = R
-      if share >= 0.25 then cap = 1.1 * seen end
+      if not small then cap = 1.1 * seen end
       R = math.max(0.5 * R, math.min(R * (1 - share), cap))
       set('rk', cg); set('ru', 0); rate_incident(cg, R0)
       -- A cut before a window run at a restored rate: the host takes less
       -- than it did; by half, or to the cut's rate for a small share.
       if get('ro') > 0 then
         local h = 0.5 * get('rh')
-        if share < 0.25 then h = math.min(get('rh'), R) end
+        if small then h = math.min(get('rh'), R) end
         set('rh', h); set('ro', 0)
       end
     end
