@@ -38,10 +38,20 @@ func startRedisCluster(t *testing.T) *redisCluster {
 	c := &redisCluster{t: t, nodes: map[string]*redisServer{}}
 	var addrs []string
 	for range 6 {
-		port, bus := freePort(t), freePort(t)
-		s := startRedisServer(t, port, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
-			"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout/time.Millisecond)), "--dir", dir)
+		// Up to three pairs of ports: a port freePort found free may be
+		// taken by another socket before the server binds it (once in a
+		// run of the package under -race: the node did not answer).
+		var s *redisServer
+		var err error
+		for try := 0; try < 3 && s == nil; try++ {
+			port, bus := freePort(t), freePort(t)
+			s, err = tryRedisServer(t, port, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+				"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
+				"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout/time.Millisecond)), "--dir", dir)
+		}
+		if s == nil {
+			t.Fatal(err)
+		}
 		c.nodes[s.addr()] = s
 		addrs = append(addrs, s.addr())
 	}

@@ -1,11 +1,14 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,9 +53,25 @@ func lookTool(t *testing.T, name string) string {
 // extra arguments) and waits until it answers; it is killed when t ends.
 func startRedisServer(t *testing.T, port int, extra ...string) *redisServer {
 	t.Helper()
+	s, err := tryRedisServer(t, port, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tryRedisServer is startRedisServer returning an error, with what the
+// server wrote, when it does not answer within 5 s (it is killed then): a
+// port taken by another socket between freePort and the server's bind
+// ends the server at once, and a caller that chose the ports may choose
+// again.
+func tryRedisServer(t *testing.T, port int, extra ...string) (*redisServer, error) {
+	t.Helper()
 	path := lookTool(t, "redis-server")
 	cmd := exec.Command(path, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"}, extra...)...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,9 +81,28 @@ func startRedisServer(t *testing.T, port int, extra ...string) *redisServer {
 	c := redis.NewClient(&redis.Options{Addr: s.addr()})
 	defer c.Close()
 	if !eventually(5*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil }) {
-		t.Fatalf("redis-server on port %d did not answer within 5s", port)
+		s.kill()
+		return nil, fmt.Errorf("redis-server on port %d did not answer within 5s; it wrote: %q", port, out.String())
 	}
-	return s
+	return s, nil
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
