@@ -145,7 +145,8 @@ func TestAttack2SetCapZeroThenRaise(t *testing.T) {
 	})
 }
 
-// A rate gate with burst b lets b calls go at once, then one per token.
+// A rate gate with burst b lets b calls go at once, then one per token:
+// the waiting calls a drawn token's time apart (half of it to one and a half).
 func TestAttack2RateBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := atk2New(t, limit.Config{})
@@ -160,14 +161,19 @@ func TestAttack2RateBurst(t *testing.T) {
 			at = append(at, time.Since(start))
 			l.Release(p, false)
 		}
-		want := []time.Duration{0, 0, 0, 500 * time.Millisecond, time.Second, 1500 * time.Millisecond}
-		if fmt.Sprint(at) != fmt.Sprint(want) {
-			t.Errorf("times %v want %v", at, want)
+		if fmt.Sprint(at[:4]) != fmt.Sprint([]time.Duration{0, 0, 0, 500 * time.Millisecond}) {
+			t.Errorf("times %v want 0 0 0 500ms first", at)
+		}
+		for i := 4; i < len(at); i++ {
+			if d := at[i] - at[i-1]; d < 250*time.Millisecond || d >= 750*time.Millisecond {
+				t.Errorf("times %v: %v between %d and %d, want [250ms, 750ms)", at, d, i-1, i)
+			}
 		}
 	})
 }
 
-// burst in (0,1) is a phase: first token (1-burst)/rate from now.
+// burst in (0,1) is a phase: first token (1-burst)/rate from now, then
+// a drawn token's time apart.
 func TestAttack2RatePhase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := atk2New(t, limit.Config{})
@@ -182,9 +188,13 @@ func TestAttack2RatePhase(t *testing.T) {
 			at = append(at, time.Since(start))
 			l.Release(p, false)
 		}
-		want := []time.Duration{750 * time.Millisecond, 1750 * time.Millisecond, 2750 * time.Millisecond}
-		if fmt.Sprint(at) != fmt.Sprint(want) {
-			t.Errorf("times %v want %v", at, want)
+		if at[0] != 750*time.Millisecond {
+			t.Errorf("times %v want 750ms first", at)
+		}
+		for i := 1; i < len(at); i++ {
+			if d := at[i] - at[i-1]; d < 500*time.Millisecond || d >= 1500*time.Millisecond {
+				t.Errorf("times %v: %v between %d and %d, want [500ms, 1.5s)", at, d, i-1, i)
+			}
 		}
 	})
 }

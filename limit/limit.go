@@ -68,6 +68,7 @@ type Limiter struct {
 
 	throttle *throttle // nil: off
 	base     time.Time
+	seed     uint64 // the wall clock at New, ns: mixed into the rate gate's drawn intervals (spreadStep)
 	waiting  bool
 	capped   atomic.Int64 // the cap set by SetCap; negative: none
 	gated    atomic.Bool  // the throttle or the rate gate is on: Acquire skips its inlined fast path
@@ -122,7 +123,8 @@ func (p Permit) flags() uint8         { return uint8(p.bits & (1<<permitFlagBits
 func (p Permit) start() time.Duration { return time.Duration(p.bits >> permitFlagBits) }
 
 func newLimiter(c Config) *Limiter {
-	l := &Limiter{base: time.Now(), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
+	now := time.Now()
+	l := &Limiter{base: now, seed: uint64(now.UnixNano()), learn: newLearner(c.Max, c.Timeout), waiting: c.Waiting > 0}
 	l.maxWait = c.Waiting
 	l.capped.Store(-1)
 	if c.Throttle > 0 {
@@ -215,9 +217,13 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 	}
 	if l.nwait.Load() == 0 {
 		iv := l.riv.Load()
-		if iv > 0 && !l.takeToken(l.since(), iv) {
-			p, err := l.waitFor(ctx, flags)
-			return p, l.noToken(err)
+		var step int64
+		if iv > 0 {
+			var ok bool
+			if step, ok = l.takeToken(l.since(), iv, false); !ok {
+				p, err := l.waitFor(ctx, flags)
+				return p, l.noToken(err)
+			}
 		}
 		lim := l.lim.Load()
 		for s := l.state.Load(); int64(uint32(s)) < lim; s = l.state.Load() {
@@ -244,7 +250,7 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 			return permit(now, flags), nil
 		}
 		if iv > 0 {
-			l.giveToken(iv) // no slot: the token goes back
+			l.giveToken(step) // no slot: the token goes back
 		}
 		return l.waitFor(ctx, flags)
 	}

@@ -21,22 +21,54 @@ const (
 	maxRateTau      = int64(24 * time.Hour)             // the largest burst's tolerance
 )
 
-// takeToken takes a token at now if one is due, with interval iv (> 0).
-func (l *Limiter) takeToken(now time.Duration, iv int64) bool {
+// takeToken takes a token at now if one is due, with interval iv (> 0),
+// and returns the step the next token moved by: iv, or, spread (a token
+// for a waiting call), a step drawn from [iv/2, 3iv/2) (see spreadStep).
+func (l *Limiter) takeToken(now time.Duration, iv int64, spread bool) (int64, bool) {
 	n := int64(now)
 	for {
 		t := l.rtat.Load()
 		if t > n+l.rtau.Load() {
-			return false
+			return 0, false
 		}
-		if l.rtat.CompareAndSwap(t, max(t, n)+iv) {
-			return true
+		step := iv
+		if spread {
+			step = spreadStep(t, l.seed, iv)
+		}
+		if l.rtat.CompareAndSwap(t, max(t, n)+step) {
+			return step, true
 		}
 	}
 }
 
-// giveToken gives back a token taken by a call that then found no slot.
-func (l *Limiter) giveToken(iv int64) { l.rtat.Add(-iv) }
+// spreadStep returns the interval to the token after one due at t (ns
+// since New), for a gate of interval iv made at wall-clock time seed (ns):
+// iv/2 plus a fraction of iv drawn from t + seed by a 64-bit mix
+// (splitmix64's finalizer), uniform over [iv/2, 3iv/2) and iv on average. A gate whose calls wait for their tokens is a clock: gates
+// set to about the same rate at about the same time (a fleet's processes,
+// each released at the close of the fleet's breaker with its share of
+// the rate) keep sending in step, each at its tokens, and the host sees
+// their sum in waves (live, 1,000 processes with a token every 2 s or so
+// each, a mean of about 400 calls a second: 600-750 a second at the top
+// of each wave, 130-210 at its bottom, and the host shed the top of
+// every wave; docs/metastability.md). A step drawn this way moves
+// each gate's phase a little at every token, so that gates in step
+// drift apart within a few tokens, and keeps the mean rate. The draw is
+// a function of the token's time and of the gate's making, not of shared
+// state: the same schedule gives the same steps (a fake clock's tests
+// are reproducible), and gates made at different times draw apart.
+func spreadStep(t int64, seed uint64, iv int64) int64 {
+	z := uint64(t) + seed + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	u := float64(z>>11) / (1 << 53) // in [0, 1)
+	return max(iv/2+int64(u*float64(iv)), 1)
+}
+
+// giveToken gives back a token taken by a call that then found no slot:
+// step is what takeToken returned.
+func (l *Limiter) giveToken(step int64) { l.rtat.Add(-step) }
 
 // nextToken returns when the next token is due (never before now).
 func (l *Limiter) nextToken(now time.Duration) time.Duration {
@@ -52,13 +84,21 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // the limit (earliest deadline first, within its deadline, no goroutine
 // per waiter; one timer per Limiter wakes the front waiter when its
 // token is due), and fails fast with [ErrLimited] ("no token") when its
-// turn, the next token plus one token per call waiting ahead of it, comes
-// after its deadline less the destination's fastest answer. A gate that
-// was idle lets burst calls go at once;
+// turn, the next token plus one token's time (1/perSecond) per call
+// waiting ahead of it, comes after its deadline less the destination's
+// fastest answer. A token taken by a waiting call puts the next one a
+// drawn interval later, from half a token's time up to one and a half,
+// a token's time on average (drawn from the token's own time, not from
+// shared state: the same schedule gives the same intervals): gates that
+// wait at about the same rate from about the same moment (a fleet's
+// processes after an outage) drift out of step instead of sending
+// together, one token's time apart, for as long as their calls wait. A
+// call that finds a token due takes it at once and the next one comes a
+// token's time later. A gate that was idle lets burst calls go at once;
 // burst in (0, 1) is a phase instead: no call goes at once, the next
 // token (the first, on an idle gate) comes (1 − burst)/perSecond from
-// now at the earliest, the one after it a token's time later (a fleet spreads
-// its processes' first calls after an outage over a token's time);
+// now at the earliest (a fleet spreads its processes' first calls after
+// an outage over a token's time);
 // burst <= 0 or NaN means 1. A perSecond below one token a century
 // (about 3.2e-10) counts as one a century. perSecond <= 0 or +Inf turns the gate off
 // (the default); NaN leaves the gate as it is. A new rate keeps the

@@ -41,8 +41,9 @@ func acquireAt(l *Limiter, start time.Time, d time.Duration, tag int, out chan<-
 }
 
 // TestRateGateBurstAndSpacing: a gate of 10 per second holding 3 tokens
-// lets 3 calls go at once, then one every 100 ms; an idle gate fills up
-// to its burst again, not beyond.
+// lets 3 calls go at once, then the waiting ones a token's time apart
+// (100 ms, drawn from 50 ms up to 150 ms); an idle gate fills up to its
+// burst again, not beyond.
 func TestRateGateBurstAndSpacing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{})
@@ -57,10 +58,12 @@ func TestRateGateBurstAndSpacing(t *testing.T) {
 		for range 6 {
 			got = append(got, (<-out).at)
 		}
-		want := []time.Duration{0, 0, 0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("starts %v, want %v", got, want)
+		if got[0] != 0 || got[1] != 0 || got[2] != 0 || got[3] != 100*time.Millisecond {
+			t.Fatalf("starts %v, want 3 at once, then 100ms", got)
+		}
+		for i := 4; i < 6; i++ {
+			if d := got[i] - got[i-1]; d < 50*time.Millisecond || d >= 150*time.Millisecond {
+				t.Fatalf("starts %v: %v between waiting calls %d and %d, want [50ms, 150ms)", got, d, i-1, i)
 			}
 		}
 		time.Sleep(10 * time.Second) // idle: the bucket fills to 3
@@ -336,7 +339,8 @@ func TestRateGateAllocs(t *testing.T) {
 }
 
 // TestRateGatePhase: a burst in (0, 1) pushes the next token out by
-// (1 − burst) of a token's time, also on an idle gate that holds tokens.
+// (1 − burst) of a token's time, also on an idle gate that holds tokens;
+// the token after it comes a drawn token's time later.
 func TestRateGatePhase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{})
@@ -347,8 +351,85 @@ func TestRateGatePhase(t *testing.T) {
 		acquireAt(l, start, time.Second, 0, out)
 		acquireAt(l, start, time.Second, 1, out)
 		a, b := <-out, <-out
-		if a.err != nil || b.err != nil || a.at != 75*time.Millisecond || b.at != 175*time.Millisecond {
-			t.Fatalf("after a phase of 0.75 token at 10/s: %+v, %+v; want 75ms and 175ms", a, b)
+		if a.err != nil || b.err != nil || a.at != 75*time.Millisecond || b.at < 125*time.Millisecond || b.at >= 225*time.Millisecond {
+			t.Fatalf("after a phase of 0.75 token at 10/s: %+v, %+v; want 75ms, then [125ms, 225ms)", a, b)
+		}
+	})
+}
+
+// TestRateGateSpacingMean: the intervals drawn for waiting calls keep the
+// rate: 1,000 calls waiting at 100 a second start over 10 s (within 3%),
+// every interval in [5ms, 15ms).
+func TestRateGateSpacingMean(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(t, Config{Max: 1 << 20})
+		l.SetRate(100, 1)
+		start := time.Now()
+		var last time.Duration
+		for i := range 1001 {
+			p, err := l.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Since(start)
+			if d := at - last; i > 1 && (d < 5*time.Millisecond || d >= 15*time.Millisecond) {
+				t.Fatalf("call %d started %v after the one before, want [5ms, 15ms)", i, d)
+			}
+			last = at
+			l.Release(p, false)
+		}
+		if last < 9700*time.Millisecond || last > 10300*time.Millisecond {
+			t.Fatalf("1,000 waiting calls at 100/s took %v, want 10s within 3%%", last)
+		}
+	})
+}
+
+// TestRateGatesInStepDriftApart: 200 gates set to one token every 2 s
+// within 100 ms of each other, each with calls waiting, do not keep
+// sending in step: from the fifth token on, every 500 ms holds between a
+// fifth and twice its mean of starts (with a token's time to the dot,
+// they went as one wave of 200 every 2 s, and nothing between waves).
+func TestRateGatesInStepDriftApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const gates, waiting = 200, 40
+		start := time.Now()
+		var mu sync.Mutex
+		starts := make([]int, 160) // per 500 ms, over 80 s
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var wg sync.WaitGroup
+		for g := range gates {
+			time.Sleep(100 * time.Millisecond / gates)
+			l := newRateLimiter(t, Config{})
+			l.SetRate(0.5, 1)
+			for range waiting {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p, err := l.Acquire(ctx)
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					if k := int(time.Since(start) / (500 * time.Millisecond)); k < len(starts) {
+						starts[k]++
+					}
+					mu.Unlock()
+					l.Release(p, false)
+				}()
+			}
+			_ = g
+		}
+		time.Sleep(80 * time.Second)
+		cancel()
+		wg.Wait()
+		mean := gates / 4 // a token every 2 s per gate: a quarter of the gates per 500 ms
+		lo, hi := mean, 0
+		for _, n := range starts[20:] { // from 10 s: the fifth token on
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		if lo < mean/5 || hi > 2*mean {
+			t.Fatalf("starts per 500 ms from 10 s: %v (fewest %d, most %d), want between %d and %d", starts[20:], lo, hi, mean/5, 2*mean)
 		}
 	})
 }

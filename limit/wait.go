@@ -316,9 +316,13 @@ func (l *Limiter) grantLocked() {
 		if free <= 0 {
 			return
 		}
-		if iv > 0 && !l.takeToken(now, iv) {
-			l.armLocked(now, l.nextToken(now))
-			return
+		var step int64
+		if iv > 0 {
+			var ok bool
+			if step, ok = l.takeToken(now, iv, true); !ok {
+				l.armLocked(now, l.nextToken(now))
+				return
+			}
 		}
 		if list == &l.waiters && (iv > 0 || free < int64(l.waiters.Len()+l.open.Len())) && (w.Next() != nil || o != nil) {
 			// A slot (and a token) for w, not for every waiter: the turn
@@ -328,7 +332,7 @@ func (l *Limiter) grantLocked() {
 			}
 			if need := sat.Add(now, l.answerLocked()); w.Deadline() < need && (o != nil || l.waiters.Back().Deadline() >= need) {
 				if iv > 0 {
-					l.giveToken(iv)
+					l.giveToken(step)
 				}
 				w.Value.noTime = true
 				l.failLocked(w)
@@ -337,7 +341,7 @@ func (l *Limiter) grantLocked() {
 		}
 		if !l.state.CompareAndSwap(s, s+1<<32+1) {
 			if iv > 0 {
-				l.giveToken(iv)
+				l.giveToken(step)
 			}
 			continue
 		}
