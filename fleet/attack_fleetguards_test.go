@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ func fgRedis(t *testing.T) *redis.Client {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
+		if os.Getenv("STORMGUARD_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("no redis at 127.0.0.1:6379 and STORMGUARD_REQUIRE_SERVICES=1: %v", err)
+		}
 		t.Skipf("no redis at 127.0.0.1:6379: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })

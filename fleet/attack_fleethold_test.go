@@ -643,8 +643,10 @@ func TestAttackFleethold1SuccessAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Mode() != fleet.ModeFleet {
-		t.Skip("not in fleet mode")
+	// Fleet mode needs the first sync: wait for it (a skip here let the
+	// test pass without its check on a loaded machine).
+	if !atkEventually(5*time.Second, func() bool { return f.Mode() == fleet.ModeFleet }) {
+		t.Fatalf("not in fleet mode after 5s (mode %v)", f.Mode())
 	}
 	ctx := context.Background()
 	one := func() {

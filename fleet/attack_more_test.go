@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ func atkFreePort(t *testing.T) int {
 func atkStartRedis(t *testing.T, port int) *exec.Cmd {
 	cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err := cmd.Start(); err != nil {
+		if os.Getenv("STORMGUARD_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("no redis-server and STORMGUARD_REQUIRE_SERVICES=1: %v", err)
+		}
 		t.Skip("no redis-server:", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
