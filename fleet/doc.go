@@ -283,19 +283,20 @@
 // and a token; each then pushes its next token out by a phase of its own
 // (a fraction of a token's time, fixed at New from its random id), so
 // that the fleet's first calls are spread over a token's time instead of
-// one per process at once, and the gate's drawn intervals (package limit:
-// from half a token's time to one and a half) keep them spread: with
-// intervals of exactly a token's time, 1,000 processes released together
-// kept sending together, in waves one token's time apart, for as long as
-// their calls waited (docs/metastability.md).
+// one per process at once, and the gate's draws (package limit: a waiting
+// call gets its token at a drawn point of the token's time that follows)
+// keep them spread: with each waiting call at its token's time to the
+// dot, 1,000 processes released together kept sending together, in waves
+// one token's time apart, for as long as their calls waited
+// (docs/metastability.md).
 //
 // The bound: in fleet mode, the fleet's attempts in any span T are at
 // most about R·T plus the bursts, Σ max(1, share × min(SyncEvery, 100 ms)):
 // R·min(SyncEvery, 100 ms) plus one call per process whose share is below
 // one call per 100 ms. About: a process's waiting calls take their tokens
-// a drawn interval apart (half a token's time to one and a half), so in a
-// short span one process may start up to twice its share; the intervals
-// are a token's time on average.
+// at a drawn point of the token's time that follows, so in a span one
+// process may start one call more than its share and burst; the tokens'
+// times stay a token's time apart.
 // It is a rate, not a concurrency bound: attempts in flight are bounded
 // per process by each limiter's own limit (at most Limit.Max), and for
 // the fleet through R and latency (Little's law) and the hold below,

@@ -357,14 +357,15 @@ func TestAttack3TurnRuleBeforeTokenUnderRate(t *testing.T) {
 		l := atk2New(t, limit.Config{Max: 1})
 		atk3Warm(l, 1, 30, svc)
 		t0 := time.Now()
-		l.SetRate(1, 1) // one token a second; the first goes to p
+		l.SetRate(20, 1) // a token every 50 ms; the first goes to p
 		p, err := l.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A's token comes at 1 s, 150 ms before its deadline (more than the
-		// baseline, less than twice the latency).
-		ctxA, cA := context.WithDeadline(context.Background(), t0.Add(1150*time.Millisecond))
+		// A's token comes in [50 ms, 100 ms) (a waiting call's token at a
+		// drawn point of its token's time), 145-195 ms before its deadline
+		// (more than the baseline, less than twice the latency).
+		ctxA, cA := context.WithDeadline(context.Background(), t0.Add(245*time.Millisecond))
 		defer cA()
 		a := atk3AcquireAsync(l, ctxA)
 		synctest.Wait()
@@ -374,8 +375,8 @@ func TestAttack3TurnRuleBeforeTokenUnderRate(t *testing.T) {
 		if _, w := l.SetCap(-1); w != 2 {
 			t.Fatalf("waiting %d, want 2", w)
 		}
-		time.Sleep(960 * time.Millisecond)
-		l.Release(p, true) // a slot is free, but no token until 1 s
+		time.Sleep(40 * time.Millisecond)
+		l.Release(p, true) // a slot is free, but no token until 50 ms or later
 		synctest.Wait()
 		cB() // B leaves before the token: A is the last waiter at its turn
 		rb := <-b
@@ -389,7 +390,7 @@ func TestAttack3TurnRuleBeforeTokenUnderRate(t *testing.T) {
 		}
 		t.Logf("B: %v", rb.err)
 		if ra.err != nil {
-			t.Errorf("A refused (%v) at +%v, before its token (due at +1s) came; B left at +0.96s, so at A's turn no later call waited", ra.err, time.Since(t0))
+			t.Errorf("A refused (%v) at +%v, before its token (due in [+50ms, +100ms)) came; B left at +40ms, so at A's turn no later call waited", ra.err, time.Since(t0))
 		} else {
 			l.Release(ra.p, false)
 		}

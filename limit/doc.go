@@ -201,12 +201,12 @@
 // takes it by one compare-and-swap (no lock, no allocation); a call that
 // finds none waits in the same earliest-deadline-first list, and one
 // timer per Limiter wakes the list when the front waiter's token is due.
-// Tokens taken by waiting calls come a token's time apart on average,
-// each interval drawn from half of it up to one and a half, so that
+// A waiting call gets its token at a drawn point of the token's time that
+// follows the token's own (the tokens stay a token's time apart), so that
 // gates set alike at the same moment (a fleet's processes) do not keep
 // sending in step. A call whose turn (the next token, plus a token's time
-// per call waiting ahead of it) comes after its deadline less the
-// baseline latency fails fast
+// per call waiting ahead of it, plus that token's draw) comes after its
+// deadline less the baseline latency fails fast
 // with ErrLimited ("no token"), on arrival or as soon as a lowered rate
 // makes it so; SetRate reports how many did since its last call (a
 // fleet counts them in its process's demand for the fleet-wide rate).

@@ -68,7 +68,7 @@ type Limiter struct {
 
 	throttle *throttle // nil: off
 	base     time.Time
-	seed     uint64 // the wall clock at New, ns: mixed into the rate gate's drawn intervals (spreadStep)
+	seed     uint64 // the wall clock at New, ns: mixed into the rate gate's drawn delays (tokenDelay)
 	waiting  bool
 	capped   atomic.Int64 // the cap set by SetCap; negative: none
 	gated    atomic.Bool  // the throttle or the rate gate is on: Acquire skips its inlined fast path
@@ -217,13 +217,9 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 	}
 	if l.nwait.Load() == 0 {
 		iv := l.riv.Load()
-		var step int64
-		if iv > 0 {
-			var ok bool
-			if step, ok = l.takeToken(l.since(), iv, false); !ok {
-				p, err := l.waitFor(ctx, flags)
-				return p, l.noToken(err)
-			}
+		if iv > 0 && !l.takeToken(l.since(), iv, false) {
+			p, err := l.waitFor(ctx, flags)
+			return p, l.noToken(err)
 		}
 		lim := l.lim.Load()
 		for s := l.state.Load(); int64(uint32(s)) < lim; s = l.state.Load() {
@@ -250,7 +246,7 @@ func (l *Limiter) acquire(ctx context.Context) (Permit, error) {
 			return permit(now, flags), nil
 		}
 		if iv > 0 {
-			l.giveToken(step) // no slot: the token goes back
+			l.giveToken(iv) // no slot: the token goes back
 		}
 		return l.waitFor(ctx, flags)
 	}

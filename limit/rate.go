@@ -21,58 +21,70 @@ const (
 	maxRateTau      = int64(24 * time.Hour)             // the largest burst's tolerance
 )
 
-// takeToken takes a token at now if one is due, with interval iv (> 0),
-// and returns the step the next token moved by: iv, or, spread (a token
-// for a waiting call), a step drawn from [iv/2, 3iv/2) (see spreadStep).
-func (l *Limiter) takeToken(now time.Duration, iv int64, spread bool) (int64, bool) {
+// takeToken takes a token at now if one is due, with interval iv (> 0).
+// For a waiting call (wait), the token of nominal time t is due a drawn
+// delay later (tokenDelay: in [0, iv)), and the next one's nominal time
+// stays t + iv when it is taken within that delay: the delays do not add
+// up, and the rate is kept.
+func (l *Limiter) takeToken(now time.Duration, iv int64, wait bool) bool {
 	n := int64(now)
 	for {
 		t := l.rtat.Load()
-		if t > n+l.rtau.Load() {
-			return 0, false
+		due := t
+		if wait {
+			due += l.tokenDelay(t, iv)
 		}
-		step := iv
-		if spread {
-			step = spreadStep(t, l.seed, iv)
+		if due > n+l.rtau.Load() {
+			return false
 		}
-		if l.rtat.CompareAndSwap(t, max(t, n)+step) {
-			return step, true
+		next := max(t, n) + iv
+		if wait && n < t+iv {
+			next = t + iv
+		}
+		if l.rtat.CompareAndSwap(t, next) {
+			return true
 		}
 	}
 }
 
-// spreadStep returns the interval to the token after one due at t (ns
-// since New), for a gate of interval iv made at wall-clock time seed (ns):
-// iv/2 plus a fraction of iv drawn from t + seed by a 64-bit mix
-// (splitmix64's finalizer), uniform over [iv/2, 3iv/2) and iv on average. A gate whose calls wait for their tokens is a clock: gates
-// set to about the same rate at about the same time (a fleet's processes,
-// each released at the close of the fleet's breaker with its share of
-// the rate) keep sending in step, each at its tokens, and the host sees
-// their sum in waves (live, 1,000 processes with a token every 2 s or so
-// each, a mean of about 400 calls a second: 600-750 a second at the top
-// of each wave, 130-210 at its bottom, and the host shed the top of
-// every wave; docs/metastability.md). A step drawn this way moves
-// each gate's phase a little at every token, so that gates in step
-// drift apart within a few tokens, and keeps the mean rate. The draw is
-// a function of the token's time and of the gate's making, not of shared
-// state: the same schedule gives the same steps (a fake clock's tests
-// are reproducible), and gates made at different times draw apart.
-func spreadStep(t int64, seed uint64, iv int64) int64 {
-	z := uint64(t) + seed + 0x9e3779b97f4a7c15
+// tokenDelay returns how long after its nominal time t (ns since New) a
+// token goes to a waiting call, for a gate of interval iv: a fraction of
+// iv drawn from t and the gate's making (seed) by a 64-bit mix
+// (splitmix64's finalizer), uniform over [0, iv). A gate whose calls wait
+// for their tokens is a clock: gates set to about the same rate at about
+// the same time (a fleet's processes, each released at the close of the
+// fleet's breaker with its share of the rate) keep sending in step, each
+// at its tokens, and the host sees their sum in waves (live, 1,000
+// processes with a token every 2 s or so each, a mean of about 400 calls
+// a second: 600-750 a second at the top of each wave, 130-210 at its
+// bottom, and the host shed the top of every wave; docs/metastability.md).
+// With each token at a drawn point of its interval, the sum of gates in
+// step is spread over the interval at once. The draw is a function of the
+// token's time and of the gate's making, not of shared state: the same
+// schedule gives the same delays (a fake clock's tests are reproducible),
+// and gates made at different times draw apart.
+func (l *Limiter) tokenDelay(t, iv int64) int64 {
+	z := uint64(t) + l.seed + 0x9e3779b97f4a7c15
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	z ^= z >> 31
 	u := float64(z>>11) / (1 << 53) // in [0, 1)
-	return max(iv/2+int64(u*float64(iv)), 1)
+	return min(int64(u*float64(iv)), iv-1)
 }
 
-// giveToken gives back a token taken by a call that then found no slot:
-// step is what takeToken returned.
-func (l *Limiter) giveToken(step int64) { l.rtat.Add(-step) }
+// giveToken gives back a token taken by a call that then found no slot.
+func (l *Limiter) giveToken(iv int64) { l.rtat.Add(-iv) }
 
-// nextToken returns when the next token is due (never before now).
+// nextToken returns when the next token is due for a waiting call (never
+// before now).
 func (l *Limiter) nextToken(now time.Duration) time.Duration {
-	return max(now, time.Duration(l.rtat.Load()-l.rtau.Load()))
+	t := l.rtat.Load()
+	iv := l.riv.Load()
+	due := t - l.rtau.Load()
+	if iv > 0 {
+		due += l.tokenDelay(t, iv)
+	}
+	return max(now, time.Duration(due))
 }
 
 // SetRate gates the starts of attempts by a token bucket of perSecond
@@ -84,17 +96,18 @@ func (l *Limiter) nextToken(now time.Duration) time.Duration {
 // the limit (earliest deadline first, within its deadline, no goroutine
 // per waiter; one timer per Limiter wakes the front waiter when its
 // token is due), and fails fast with [ErrLimited] ("no token") when its
-// turn, the next token plus one token's time (1/perSecond) per call
-// waiting ahead of it, comes after its deadline less the destination's
-// fastest answer. A token taken by a waiting call puts the next one a
-// drawn interval later, from half a token's time up to one and a half,
-// a token's time on average (drawn from the token's own time, not from
-// shared state: the same schedule gives the same intervals): gates that
+// turn comes after its deadline less the destination's fastest answer.
+// The tokens' times are a token's time (1/perSecond) apart; a waiting
+// call gets its token at a drawn point of the token's time that follows
+// (drawn from the token's time and the gate's making, not from shared
+// state: the same schedule gives the same draws), so that gates that
 // wait at about the same rate from about the same moment (a fleet's
-// processes after an outage) drift out of step instead of sending
-// together, one token's time apart, for as long as their calls wait. A
-// call that finds a token due takes it at once and the next one comes a
-// token's time later. A gate that was idle lets burst calls go at once;
+// processes after an outage) do not send together, one token's time
+// apart, for as long as their calls wait; the draws do not add up, and
+// the rate is kept. A call's turn is when its token will come: the next
+// token's time plus one token's time per call waiting ahead of it, plus
+// that token's draw (known in advance). A call that finds a token due
+// takes it at once. A gate that was idle lets burst calls go at once;
 // burst in (0, 1) is a phase instead: no call goes at once, the next
 // token (the first, on an idle gate) comes (1 − burst)/perSecond from
 // now at the earliest (a fleet spreads its processes' first calls after
@@ -206,15 +219,31 @@ func (l *Limiter) tick() {
 // rateTurnLocked reports whether a call with ahead waiters ahead of it
 // gets its token, at the rate in force, before deadline less the
 // fastest answer (always, with no gate). The tokens in the bucket count:
-// the k-th token from now (0 the next) is due at max(rtat, now) + k·iv −
-// tau, and at once if that has passed (takeToken's rule). Calls with mu
-// held.
+// the k-th token from now (0 the next) has its time at rtat + k·iv, or,
+// on a gate idle for a token's time or more (its next token taken at once,
+// takeToken's rule), at now + k·iv, and is due tau earlier, plus its drawn
+// delay (tokenDelay), and at once if that has passed. Calls with mu held.
 func (l *Limiter) rateTurnLocked(now, deadline time.Duration, ahead int) bool {
 	iv := l.riv.Load()
 	if iv == 0 {
 		return true
 	}
-	due := float64(max(l.rtat.Load(), int64(now))) + float64(ahead)*float64(iv) - float64(l.rtau.Load())
+	t, n, tau := l.rtat.Load(), int64(now), l.rtau.Load()
+	from := t // the time of the token ahead of them all
+	switch {
+	case t > n-iv:
+	case ahead == 0:
+		return float64(n)+float64(l.learn.base.value) < float64(deadline) // due now, whatever its delay
+	default:
+		from = n
+	}
+	var due float64
+	if k := int64(ahead); k < (1<<62-max(from, 0))/iv {
+		at := from + k*iv // exact, as takeToken will draw it
+		due = float64(at-tau) + float64(l.tokenDelay(at, iv))
+	} else { // beyond 2^62 ns (146 years) no deadline is near
+		due = float64(from) + float64(ahead)*float64(iv)
+	}
 	turn := math.Max(float64(now), due) + float64(l.learn.base.value)
 	return turn < float64(deadline)
 }

@@ -41,9 +41,9 @@ func acquireAt(l *Limiter, start time.Time, d time.Duration, tag int, out chan<-
 }
 
 // TestRateGateBurstAndSpacing: a gate of 10 per second holding 3 tokens
-// lets 3 calls go at once, then the waiting ones a token's time apart
-// (100 ms, drawn from 50 ms up to 150 ms); an idle gate fills up to its
-// burst again, not beyond.
+// lets 3 calls go at once, then one waiting call per 100 ms, each at a
+// drawn point of its 100 ms; an idle gate fills up to its burst again,
+// not beyond.
 func TestRateGateBurstAndSpacing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{})
@@ -58,12 +58,12 @@ func TestRateGateBurstAndSpacing(t *testing.T) {
 		for range 6 {
 			got = append(got, (<-out).at)
 		}
-		if got[0] != 0 || got[1] != 0 || got[2] != 0 || got[3] != 100*time.Millisecond {
-			t.Fatalf("starts %v, want 3 at once, then 100ms", got)
+		if got[0] != 0 || got[1] != 0 || got[2] != 0 {
+			t.Fatalf("starts %v, want 3 at once", got)
 		}
-		for i := 4; i < 6; i++ {
-			if d := got[i] - got[i-1]; d < 50*time.Millisecond || d >= 150*time.Millisecond {
-				t.Fatalf("starts %v: %v between waiting calls %d and %d, want [50ms, 150ms)", got, d, i-1, i)
+		for i := 3; i < 6; i++ {
+			if lo := time.Duration(i-2) * 100 * time.Millisecond; got[i] < lo || got[i] >= lo+100*time.Millisecond {
+				t.Fatalf("starts %v: waiting call %d at %v, want [%v, %v)", got, i, got[i], lo, lo+100*time.Millisecond)
 			}
 		}
 		time.Sleep(10 * time.Second) // idle: the bucket fills to 3
@@ -76,8 +76,8 @@ func TestRateGateBurstAndSpacing(t *testing.T) {
 		for range 4 {
 			got = append(got, (<-out).at)
 		}
-		if got[2] != 0 || got[3] != 100*time.Millisecond {
-			t.Fatalf("after an idle spell: starts %v, want 3 at once then 100ms", got)
+		if got[2] != 0 || got[3] < 100*time.Millisecond || got[3] >= 200*time.Millisecond {
+			t.Fatalf("after an idle spell: starts %v, want 3 at once then one in [100ms, 200ms)", got)
 		}
 	})
 }
@@ -132,10 +132,11 @@ func TestRateGateHopelessFailsFast(t *testing.T) {
 		}
 		start := time.Now()
 		out := make(chan acquired, 8)
-		// Tokens at 1 s, 2 s, 3 s: with 2.5 s deadlines, two calls can
+		// Tokens at 1 s, 2 s, 3 s, each waiting call's at a drawn point
+		// of the second that follows: with 3 s deadlines, two calls can
 		// make it, the third cannot.
 		for i := range 3 {
-			acquireAt(l, start, 2500*time.Millisecond, i, out)
+			acquireAt(l, start, 3*time.Second, i, out)
 			synctest.Wait()
 		}
 		a := <-out
@@ -339,8 +340,9 @@ func TestRateGateAllocs(t *testing.T) {
 }
 
 // TestRateGatePhase: a burst in (0, 1) pushes the next token out by
-// (1 − burst) of a token's time, also on an idle gate that holds tokens;
-// the token after it comes a drawn token's time later.
+// (1 − burst) of a token's time, also on an idle gate that holds tokens:
+// the first waiting call goes in the token's time that follows, the
+// second in the one after.
 func TestRateGatePhase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{})
@@ -351,15 +353,18 @@ func TestRateGatePhase(t *testing.T) {
 		acquireAt(l, start, time.Second, 0, out)
 		acquireAt(l, start, time.Second, 1, out)
 		a, b := <-out, <-out
-		if a.err != nil || b.err != nil || a.at != 75*time.Millisecond || b.at < 125*time.Millisecond || b.at >= 225*time.Millisecond {
-			t.Fatalf("after a phase of 0.75 token at 10/s: %+v, %+v; want 75ms, then [125ms, 225ms)", a, b)
+		if a.at > b.at {
+			a, b = b, a
+		}
+		if a.err != nil || b.err != nil || a.at < 75*time.Millisecond || a.at >= 175*time.Millisecond || b.at < 175*time.Millisecond || b.at >= 275*time.Millisecond {
+			t.Fatalf("after a phase of 0.75 token at 10/s: %+v, %+v; want one in [75ms, 175ms), then one in [175ms, 275ms)", a, b)
 		}
 	})
 }
 
-// TestRateGateSpacingMean: the intervals drawn for waiting calls keep the
-// rate: 1,000 calls waiting at 100 a second start over 10 s (within 3%),
-// every interval in [5ms, 15ms).
+// TestRateGateSpacingMean: the draws for waiting calls keep the rate and
+// do not add up: at 100 a second, the k-th waiting call starts in
+// [k·10ms, (k+1)·10ms), 1,000 of them in 10 s.
 func TestRateGateSpacingMean(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(t, Config{Max: 1 << 20})
@@ -372,24 +377,24 @@ func TestRateGateSpacingMean(t *testing.T) {
 				t.Fatal(err)
 			}
 			at := time.Since(start)
-			if d := at - last; i > 1 && (d < 5*time.Millisecond || d >= 15*time.Millisecond) {
-				t.Fatalf("call %d started %v after the one before, want [5ms, 15ms)", i, d)
+			if lo := time.Duration(i) * 10 * time.Millisecond; i > 0 && (at < lo || at >= lo+10*time.Millisecond) {
+				t.Fatalf("waiting call %d started at %v, want [%v, %v)", i, at, lo, lo+10*time.Millisecond)
 			}
 			last = at
 			l.Release(p, false)
 		}
-		if last < 9700*time.Millisecond || last > 10300*time.Millisecond {
-			t.Fatalf("1,000 waiting calls at 100/s took %v, want 10s within 3%%", last)
+		if last < 10*time.Second || last >= 10010*time.Millisecond {
+			t.Fatalf("1,000 waiting calls at 100/s took %v, want 10s (within one token's time)", last)
 		}
 	})
 }
 
-// TestRateGatesInStepDriftApart: 200 gates set to one token every 2 s
-// within 100 ms of each other, each with calls waiting, do not keep
-// sending in step: from the fifth token on, every 500 ms holds between a
-// fifth and twice its mean of starts (with a token's time to the dot,
-// they went as one wave of 200 every 2 s, and nothing between waves).
-func TestRateGatesInStepDriftApart(t *testing.T) {
+// TestRateGatesInStepSpread: 200 gates set to one token every 2 s within
+// 100 ms of each other, each with calls waiting, do not send in step:
+// from the fifth token on, every 500 ms holds between a fifth and twice
+// its mean of starts (with each waiting call at its token's time to the
+// dot, they went as one wave of 200 every 2 s, and nothing between waves).
+func TestRateGatesInStepSpread(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const gates, waiting = 200, 40
 		start := time.Now()
@@ -432,4 +437,81 @@ func TestRateGatesInStepDriftApart(t *testing.T) {
 			t.Fatalf("starts per 500 ms from 10 s: %v (fewest %d, most %d), want between %d and %d", starts[20:], lo, hi, mean/5, 2*mean)
 		}
 	})
+}
+
+// TestRateGateTurnRuleBoundary (moved here from the black-box attacks, to
+// read the token's drawn delay from the gate): the turn rule with the rate
+// gate on ("whenever a token is due"): at the token's time, A with exactly
+// twice the latency (200 ms) left gets the slot and the token; with 1 ns
+// less it fails and B gets them.
+func TestRateGateTurnRuleBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		less   time.Duration
+		refuse bool
+	}{{"equal", 0, false}, {"1ns-less", 1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newRateLimiter(t, Config{Max: 1})
+				for range 30 { // one caller, attempts of 100 ms: every one a sample
+					p, err := l.Acquire(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(100 * time.Millisecond)
+					l.Release(p, false)
+				}
+				l.SetRate(10, 1) // a token each 100 ms
+				t0 := time.Now()
+				p, err := l.Acquire(context.Background()) // the token of t0
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The next token's time is +100 ms; a waiting call gets it
+				// its drawn delay later.
+				tok := 100*time.Millisecond + time.Duration(l.tokenDelay(l.rtat.Load(), l.riv.Load()))
+				type res struct {
+					p   Permit
+					err error
+				}
+				async := func(ctx context.Context) <-chan res {
+					ch := make(chan res, 1)
+					go func() {
+						p, err := l.Acquire(ctx)
+						ch <- res{p, err}
+					}()
+					return ch
+				}
+				ctxA, cA := context.WithDeadline(context.Background(), t0.Add(tok+200*time.Millisecond-tc.less))
+				defer cA()
+				a := async(ctxA)
+				synctest.Wait()
+				ctxB, cB := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cB()
+				b := async(ctxB)
+				synctest.Wait()
+				time.Sleep(50 * time.Millisecond)
+				l.Release(p, false) // the slot is free; the next token at +tok
+				time.Sleep(tok - 50*time.Millisecond)
+				synctest.Wait()
+				var ra res
+				select {
+				case ra = <-a:
+				default:
+					t.Fatalf("A still waits at +%v (its token at +%v)", time.Since(t0), tok)
+				}
+				if tc.refuse != (ra.err != nil) {
+					t.Fatalf("A at +%v with %v left: err %v, want refused=%v", time.Since(t0), 200*time.Millisecond-tc.less, ra.err, tc.refuse)
+				}
+				if ra.err == nil {
+					l.Release(ra.p, false)
+				}
+				rb := <-b
+				if rb.err != nil {
+					t.Fatalf("B: %v", rb.err)
+				}
+				l.Release(rb.p, false)
+			})
+		})
+	}
 }

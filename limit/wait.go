@@ -316,13 +316,9 @@ func (l *Limiter) grantLocked() {
 		if free <= 0 {
 			return
 		}
-		var step int64
-		if iv > 0 {
-			var ok bool
-			if step, ok = l.takeToken(now, iv, true); !ok {
-				l.armLocked(now, l.nextToken(now))
-				return
-			}
+		if iv > 0 && !l.takeToken(now, iv, true) {
+			l.armLocked(now, l.nextToken(now))
+			return
 		}
 		if list == &l.waiters && (iv > 0 || free < int64(l.waiters.Len()+l.open.Len())) && (w.Next() != nil || o != nil) {
 			// A slot (and a token) for w, not for every waiter: the turn
@@ -332,7 +328,7 @@ func (l *Limiter) grantLocked() {
 			}
 			if need := sat.Add(now, l.answerLocked()); w.Deadline() < need && (o != nil || l.waiters.Back().Deadline() >= need) {
 				if iv > 0 {
-					l.giveToken(step)
+					l.giveToken(iv)
 				}
 				w.Value.noTime = true
 				l.failLocked(w)
@@ -341,7 +337,7 @@ func (l *Limiter) grantLocked() {
 		}
 		if !l.state.CompareAndSwap(s, s+1<<32+1) {
 			if iv > 0 {
-				l.giveToken(step)
+				l.giveToken(iv)
 			}
 			continue
 		}
