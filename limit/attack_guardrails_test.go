@@ -406,8 +406,15 @@ func TestAttackGuardrailsIncidentBaselineHolds(t *testing.T) {
 			if s1-s0 < int64(secs)*900 {
 				t.Errorf("Timeout %v: served %d in the incident, want 90%% of %d", timeout, s1-s0, secs*1000)
 			}
-			if lo < 50 || hi > 70 {
-				t.Errorf("Timeout %v: limit %d..%d in the incident after its first 3 s, want near 57", timeout, lo, hi)
+			// Near 57; under the race detector the scheduler's order of
+			// the callers dipped it for a moment to 46 (a CI run) and 38
+			// (1 of 30 runs): the doc gives it.
+			least := 50
+			if raceEnabled {
+				least = 35
+			}
+			if lo < least || hi > 70 {
+				t.Errorf("Timeout %v: limit %d..%d in the incident after its first 3 s, want near 57 (at least %d)", timeout, lo, hi, least)
 			}
 			if at < 0 || at > time.Second || s2-s1 < 23750 {
 				t.Errorf("Timeout %v: back at capacity %v after the incident, served %d of 25000 in 5 s", timeout, at, s2-s1)

@@ -122,7 +122,9 @@
 // round trips after the destination is; an 80% capacity cut takes it to
 // 13 or 14 (capacity 10) while the destination serves 99.9% of its reduced
 // capacity; a 5x slower service for 60 s leaves the baseline at 10 ms
-// while the limit stays near 57 (the same servers, 5 times slower).
+// while the limit stays near 57 (the same servers, 5 times slower; under
+// -race, a dip to 38 or 46 for a moment in 2 of 32 runs, again for the
+// scheduler's order of the callers).
 //
 // What it cannot tell: the baseline is the fastest answer, so a
 // destination whose answers mix cheap ones (a 404 from a front proxy, a
