@@ -377,8 +377,7 @@ func TestFailingProcessSyncsEarly(t *testing.T) {
 		// Mostly successes: one sync per interval, and the first
 		// failure's (its unsent outcomes are a failure alone); 3 once
 		// in a CI run under -race (not traced: likely timers due at one
-		// instant taken in either order, as with the 13 above; 30 runs
-		// here gave 1 or 2).
+		// instant taken in either order, as with the 13 above).
 		syncs = be.mode('s')
 		for i := range 100 {
 			outcome(i%10 != 0)
