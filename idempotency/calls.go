@@ -2,8 +2,10 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -25,23 +27,6 @@ func (g *Guard) since(start time.Time) time.Duration {
 		return 0
 	}
 	return time.Since(start)
-}
-
-// release drops owner's lock on id once (why says why, for the log), and
-// returns the time it spent in the store and the store's error. A release
-// that fails is not tried again: the key is then free after the lock
-// timeout, which is what a release asks for, only later. A key held under
-// a lease is released by drop instead, which tries again.
-func (g *Guard) release(ctx context.Context, id store.ID, owner store.Owner, why string) (time.Duration, error) {
-	ctx = context.WithoutCancel(ctx)
-	g.logID(ctx, slog.LevelDebug, "idempotency: releasing key", id, nil, "why", why)
-	start := g.now()
-	err := g.storeRelease(ctx, id, owner)
-	d := g.since(start)
-	if err != nil {
-		g.logID(ctx, slog.LevelWarn, "idempotency: release failed; the key stays locked until the lock timeout", id, err)
-	}
-	return d, err
 }
 
 // storeRelease releases owner's lock on id, within the store timeout.
@@ -68,10 +53,58 @@ func (g *Guard) begin(ctx context.Context, id store.ID, fp store.Fingerprint) (s
 	return call(context.WithoutCancel(ctx), g.callTimeout, "begin", func(ctx context.Context) (store.Result, error) {
 		return g.store.Begin(ctx, id, fp, g.lockTimeout)
 	}, func(res store.Result, err error) {
-		if err == nil && res.Outcome == store.Claimed { // nobody will run it
-			_, _ = g.release(context.Background(), id, res.Owner, "claim landed after the store timeout")
+		// Answered after the store timeout: nobody will run a claim made
+		// (the goroutine is the abandoned call's own).
+		switch {
+		case err == nil && res.Outcome == store.Claimed:
+			g.unclaim(context.WithoutCancel(ctx), id, res.Owner, true)
+		case err != nil && res.Owner != store.Owner{}:
+			g.unclaim(context.WithoutCancel(ctx), id, res.Owner, false)
 		}
 	})
+}
+
+// unclaim releases owner's claim on id, which nobody runs: one answered
+// after the store timeout (made, so released at once), or one the store
+// may have made though its answer was lost (see [store.Result.Owner]).
+// Such a claim may land after the failure that reported it (a command a
+// stalled server reads only later), so its release is
+// first tried a store timeout later, and one that finds no such lock does
+// not end the tries: they go on after pauses that double (each jittered
+// between half and all of it) until a release succeeds or a lock timeout
+// has passed since the failure; a claim made after that is left to its
+// own expiry. A claim known to be made ends its tries when the store says
+// it is gone (store.ErrStaleOwner). Each lost claim costs at most
+// log2(lock timeout / store timeout) + 2 releases (7 with the defaults),
+// so that a store slow enough to lose many answers is not sent many
+// more calls. It runs on the caller's goroutine, at most a lock timeout.
+func (g *Guard) unclaim(ctx context.Context, id store.ID, owner store.Owner, made bool) {
+	start := time.Now()
+	end := start.Add(g.lockTimeout)
+	pause := max(g.callTimeout, saveMinPause)
+	if !made {
+		sleepJittered(pause, end.Sub(start))
+	}
+	for tries := 1; ; tries++ {
+		err := g.storeRelease(ctx, id, owner)
+		if err == nil {
+			g.logID(ctx, slog.LevelInfo, "idempotency: released a claim whose answer was lost or late", id, nil, "tries", tries)
+			return
+		}
+		now := time.Now()
+		if (made && errors.Is(err, store.ErrStaleOwner)) || !now.Before(end) {
+			g.logID(ctx, slog.LevelDebug, "idempotency: no claim whose answer was lost or late to release", id, err, "tries", tries)
+			return
+		}
+		pause *= 2
+		sleepJittered(pause, end.Sub(now))
+	}
+}
+
+// sleepJittered sleeps between half and all of d, at most left.
+func sleepJittered(d, left time.Duration) {
+	t := time.NewTimer(min(d/2+rand.N(d/2+1), max(left, 0)))
+	<-t.C
 }
 
 // storeComplete completes id with rec, within the store timeout.

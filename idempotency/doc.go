@@ -86,7 +86,14 @@
 // runs, so that a slow handler keeps its key while a server that crashes
 // mid-request does not block it forever; it keeps a finished response for
 // the separate retention period. Every store call is bounded in time (2 s
-// by default, [WithStoreTimeout]). Package idempotency/store defines what
+// by default, [WithStoreTimeout]). A claim whose answer is lost (the store
+// timed out or its connection broke once the claim may have been made) is
+// answered 503 and released in the background: about a store timeout later, and
+// again after doubling pauses while none is found (it may land late), for
+// up to a lock timeout, so that the retry runs instead of meeting 409
+// until the lock timeout. That takes a store that reports the claim's
+// owner token with its error (pgstore and redisstore do; see
+// store.Result.Owner). Package idempotency/store defines what
 // a store implements, for whoever writes one; idempotency/storetest holds
 // the conformance suite every store passes.
 package idempotency

@@ -148,7 +148,9 @@ func NewGuard(s store.Store, opts ...GuardOption) (*Guard, error) {
 //     run.
 //   - "", a zero record, an error: fn did not run. The error wraps
 //     [ErrStoreUnavailable] when the store could not claim the key (fail
-//     closed: never run fn unguarded), or answered the claim so late
+//     closed: never run fn unguarded; a claim it may have made, its
+//     answer lost, is released in the background, see the package
+//     documentation), or answered the claim so late
 //     (after a third of the lock timeout or more) that a renewal had to
 //     confirm the lock before fn started and did not (the claim is then
 //     released, one try), or ctx's cause when ctx ended while the key
@@ -183,6 +185,12 @@ func (g *Guard) Run(ctx context.Context, scope, key string, fp store.Fingerprint
 		}
 	}
 	if err != nil {
+		if res.Owner != (store.Owner{}) {
+			// A claim the store may have made, its answer lost: released
+			// in the background, so that the retry the error asks for is
+			// not told "in progress" until the lock timeout.
+			go g.unclaim(context.WithoutCancel(ctx), id, res.Owner, false)
+		}
 		err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, err)
 		g.logID(ctx, slog.LevelError, "idempotency: store begin failed", id, err)
 		g.report(ctx, eventStoreError, spent, err)

@@ -19,7 +19,10 @@
 //
 // A statement executed twice (its first reply lost) is harmless: a claim
 // that finds the caller's own owner token claims, and a completion that
-// finds the caller's own identical record succeeds. Server errors that mean
+// finds the caller's own identical record succeeds. A claim whose reply is
+// lost (a timeout, a broken connection) returns its owner token with the
+// error, so that the idempotency Guard releases it (see
+// [store.Result.Owner]). Server errors that mean
 // no room (disk full, out of memory, a value over a limit) wrap
 // [store.ErrStoreFull].
 //
@@ -166,11 +169,14 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 	if err := checkTTL("lock TTL", lockTTL); err != nil {
 		return store.Result{}, fmt.Errorf("pgstore: begin: %w", err)
 	}
+	if err := ctx.Err(); err != nil { // nothing sent, no owner to report
+		return store.Result{}, fmt.Errorf("pgstore: begin: %w", err)
+	}
 	owner := store.NewOwner()
 	var gotOwner, gotFP, rec []byte
 	err := s.db.QueryRow(ctx, s.beginSQL, id[:], fp[:], owner[:], ceilUS(lockTTL)).Scan(&gotOwner, &gotFP, &rec)
 	if err != nil {
-		return store.Result{}, fmt.Errorf("pgstore: begin: %w", full(err))
+		return store.Result{Owner: lostClaim(err, owner)}, fmt.Errorf("pgstore: begin: %w", full(err))
 	}
 	if len(gotOwner) != len(owner) || len(gotFP) != len(fp) {
 		// A row another writer cut or changed: not a request's lock or
@@ -191,6 +197,30 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 		return store.Result{}, fmt.Errorf("pgstore: begin: key %x: %w", id, err)
 	}
 	return store.Result{Outcome: store.Completed, Record: r}, nil
+}
+
+// lostClaim returns owner when err, the claim statement's error, leaves
+// it unknown whether the claim was made: the statement may have been sent
+// (the deadline of a statement in flight, a connection broken after it
+// was written) and the server did not answer with an error of its own
+// (then it did not run it). At a context's deadline pgx closes the
+// connection and asks the server to cancel the statement, but one that
+// had finished (its reply not yet read) or that the server reads only
+// after the cancel (a stalled server) has made its claim. Nothing
+// was sent when pgx says so (pgconn.SafeToRetry), when no connection
+// could be made, or when the deadline passed while the pool was out of
+// connections (a bare context.DeadlineExceeded: a statement's own is a
+// pgconn timeout); the zero owner then. A bare context.Canceled may be
+// either, and reports the owner.
+func lostClaim(err error, owner store.Owner) store.Owner {
+	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
+	switch {
+	case pgconn.SafeToRetry(err), errors.As(err, &pe), errors.As(err, &ce),
+		errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err):
+		return store.Owner{}
+	}
+	return owner
 }
 
 // Complete implements [store.Store.Complete] in one statement. retention

@@ -21,7 +21,9 @@
 // go-redis resends a command after a network error (Options.MaxRetries),
 // so a command may run twice: a claim that finds the caller's own lock
 // claims, and a completion that finds the caller's own identical record
-// succeeds. Redis keeps TTLs in whole milliseconds: a lock's duration is
+// succeeds. A claim whose reply is lost (a timeout, a broken connection)
+// returns its owner token with the error, so that the idempotency Guard
+// releases it (see [store.Result.Owner]). Redis keeps TTLs in whole milliseconds: a lock's duration is
 // rounded up and a retention down, and one under 1 ms is an error. An out-of-memory refusal
 // (maxmemory reached) wraps [store.ErrStoreFull].
 //
@@ -105,6 +107,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"reflect"
 	"strings"
 	"time"
@@ -248,7 +251,7 @@ func (s *Store) Begin(ctx context.Context, id store.ID, fp store.Fingerprint, lo
 		return store.Result{Outcome: store.Claimed, Owner: owner}, nil
 	}
 	if err != nil {
-		return store.Result{}, fmt.Errorf("redisstore: begin: %w", full(err))
+		return store.Result{Owner: lostClaim(err, owner)}, fmt.Errorf("redisstore: begin: %w", full(err))
 	}
 	e, err := decodeEntry(old)
 	if err != nil {
@@ -345,6 +348,27 @@ func checkTTL(what string, d time.Duration) error {
 		return fmt.Errorf("%s %v is under Redis's TTL resolution of 1ms", what, d)
 	}
 	return nil
+}
+
+// lostClaim returns owner when err, the claim's error, leaves it unknown
+// whether the claim was made: the command may have reached Redis (a
+// timeout on its reply, a connection broken after it was written) and
+// Redis did not answer with an error of its own. Nothing was sent when
+// the client was closed, when no connection could be had from the pool or
+// dialed, or when the context ended while waiting for one (a bare
+// context error: a reply's own deadline is a network timeout); the zero
+// owner then.
+func lostClaim(err error, owner store.Owner) store.Owner {
+	var re redis.Error
+	var op *net.OpError
+	var ne net.Error
+	switch {
+	case errors.As(err, &re), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
+		errors.As(err, &op) && op.Op == "dial",
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.As(err, &ne):
+		return store.Owner{}
+	}
+	return owner
 }
 
 // full wraps err with store.ErrStoreFull too when Redis refused a write

@@ -108,7 +108,12 @@ type Result struct {
 	// Outcome says what Begin found; never "" when Begin returns a nil
 	// error.
 	Outcome Outcome
-	// Owner is the lock token when Outcome is Claimed; zero otherwise.
+	// Owner is the lock token when Outcome is Claimed. With a non-nil
+	// error from Begin (Outcome empty), a non-zero Owner is the token of a
+	// claim the store may have made though its answer was lost (the call
+	// timed out or its connection broke after the command was sent): the
+	// caller must not run the operation under it, and should release it
+	// (the idempotency Guard does, in the background). Zero otherwise.
 	Owner Owner
 	// Record is the stored response when Outcome is Completed; zero
 	// otherwise. It may share memory with the store: do not modify it.
@@ -140,7 +145,10 @@ type Store interface {
 	// Begin claims id for a request with fingerprint fp, locking it for
 	// lockTTL, or reports what holds it. It is atomic: of many concurrent
 	// Begins on a free key exactly one gets Claimed. A live lock or
-	// record with a different fingerprint gives Mismatch.
+	// record with a different fingerprint gives Mismatch. A Begin that
+	// fails once its claim may have reached the server returns the
+	// claim's owner token with the error (see [Result.Owner]), so that
+	// the claim can be released rather than hold the key until lockTTL.
 	Begin(ctx context.Context, id ID, fp Fingerprint, lockTTL time.Duration) (Result, error)
 	// Complete stores rec as the response for id and keeps it for
 	// retention. It succeeds only while owner holds an unexpired lock on

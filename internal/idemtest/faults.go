@@ -46,6 +46,7 @@ func RunFaults(t *testing.T, stores func(t *testing.T) (proxied, direct store.St
 		{"BlackholeBeforeBegin", s.blackholeBeforeBegin},
 		{"CutBeginReply", s.cutBeginReply},
 		{"MuteBeginReply", s.muteBeginReply},
+		{"LostClaimReleased", s.lostClaimReleased},
 		{"HeldBegin", s.heldBegin},
 		{"Soak", s.soak},
 		{"NoStoreCallOutlivesRun", s.noStoreCallOutlivesRun},
@@ -383,6 +384,22 @@ func (s faultSuite) cutBeginReply(t *testing.T) {
 func (s faultSuite) muteBeginReply(t *testing.T) {
 	s.runScenario(t, fltScenario{lock: 2 * time.Second, st: 300 * time.Millisecond,
 		leaderWant: "any",
+		before: func(p *FaultProxy) {
+			p.Set(fltMuteReply)
+			time.AfterFunc(time.Second, func() { p.Set(fltPass) })
+		}})
+}
+
+// The claim's reply muted under a long lock (30 s): the claim was made, its
+// answer lost; the store reports the claim's owner with its error, and the
+// Guard releases it (the leader is answered "store unavailable" and does
+// not run). The retriers must run the operation well before the lock
+// timeout: within 10 s (they were answered "in progress" until the claim
+// expired, 30 s).
+func (s faultSuite) lostClaimReleased(t *testing.T) {
+	s.runScenario(t, fltScenario{lock: 30 * time.Second, st: 300 * time.Millisecond,
+		leaderWant: "unavailable",
+		retryFor:   10 * time.Second,
 		before: func(p *FaultProxy) {
 			p.Set(fltMuteReply)
 			time.AfterFunc(time.Second, func() { p.Set(fltPass) })
