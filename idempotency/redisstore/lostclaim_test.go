@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -25,23 +24,10 @@ import (
 // late claim, so that the client's retry runs within seconds, not at the
 // lock timeout (30 s), where it was answered "in progress" until then.
 func TestLostClaimReleased(t *testing.T) {
-	serverPath, _ := lookTools(t)
-	port := freePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	expectRefusedDials(addr)
-	cmd := exec.Command(serverPath, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--loglevel", "warning", "--enable-debug-command", "yes")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kill(cmd) })
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	admin := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { c.Close(); admin.Close() })
+	c := ownRedis(t, "--enable-debug-command", "yes")
+	admin := redis.NewClient(&redis.Options{Addr: c.Options().Addr})
+	t.Cleanup(func() { admin.Close() })
 	ctx := context.Background()
-	if !eventually(10*time.Second, func() bool { return c.Ping(ctx).Err() == nil }) {
-		t.Fatalf("redis-server on %s did not answer within 10s", addr)
-	}
 	s, err := redisstore.New(c, redisstore.Config{Prefix: "lost:"})
 	if err != nil {
 		t.Fatal(err)

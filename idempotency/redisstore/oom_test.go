@@ -24,22 +24,8 @@ import (
 // lock held: a retry is a replay (without the body), and the handler runs
 // once. It ran twice when no room for the status was taken as final.
 func TestOutOfMemoryWhileStoring(t *testing.T) {
-	serverPath, _ := lookTools(t)
-	port := freePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	expectRefusedDials(addr)
-	cmd := exec.Command(serverPath, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--maxmemory-policy", "noeviction", "--daemonize", "no", "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kill(cmd) })
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
+	c := ownRedis(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
-	if !eventually(10*time.Second, func() bool { return c.Ping(ctx).Err() == nil }) {
-		t.Fatalf("redis-server on %s did not answer within 10s", addr)
-	}
 	s, err := redisstore.New(c, redisstore.Config{Prefix: "oom:"})
 	if err != nil {
 		t.Fatal(err)
@@ -80,4 +66,28 @@ func TestOutOfMemoryWhileStoring(t *testing.T) {
 	if retry.Code != http.StatusCreated || retry.Header().Get(idempotency.ReplayHeader) == "" {
 		t.Errorf("retry: %d, %s %q; want the 201 replayed", retry.Code, idempotency.ReplayHeader, retry.Header().Get(idempotency.ReplayHeader))
 	}
+}
+
+// ownRedis starts a redis-server of the test's own on a free loopback
+// port, without persistence, with args added to its command line, and
+// returns a client of it (ContextTimeoutEnabled) once it answers. Both are
+// stopped at cleanup.
+func ownRedis(t *testing.T, args ...string) *redis.Client {
+	t.Helper()
+	serverPath, _ := lookTools(t)
+	port := freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	expectRefusedDials(addr)
+	cmd := exec.Command(serverPath, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--loglevel", "warning"}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kill(cmd) })
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	if !eventually(10*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil }) {
+		t.Fatalf("redis-server on %s did not answer within 10s", addr)
+	}
+	return c
 }
