@@ -457,7 +457,9 @@ func TestAttackBoundSyncEveryLongerThanWindow(t *testing.T) {
 // with the default SyncEvery, processes closed and started while 4
 // goroutines each withdraw: every real-time span of one window stays within
 // Ratio·(requests of it and the window, SyncEvery and round trip before) +
-// 2·floor.
+// 2·floor, for the retries granted in fleet mode (those granted while a
+// process was in local mode, after a sync that failed, are counted apart:
+// the test used to skip when there were any).
 func TestAttackBoundManyProcessesChurn(t *testing.T) {
 	addr := fbAddr(t)
 	const (
@@ -502,10 +504,14 @@ func TestAttackBoundManyProcessesChurn(t *testing.T) {
 						ev.add(ev.req, time.Now())
 					}
 					if b.Withdraw() {
+						// The bound is the fleet's: a grant in local mode
+						// (a sync that failed on a loaded machine) is
+						// counted apart, not checked against it.
 						if f.Mode() != fleet.ModeFleet {
 							local.Add(1)
+						} else {
+							ev.add(ev.granted, time.Now())
 						}
-						ev.add(ev.granted, time.Now())
 					}
 					time.Sleep(time.Duration(5+(i*7+n)%20) * time.Millisecond)
 				}
@@ -524,9 +530,9 @@ func TestAttackBoundManyProcessesChurn(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	end := time.Since(ev.start)
-	t.Logf("requests %d, retries granted %d (%d in local mode)", ev.sum(ev.req, 0, end), ev.sum(ev.granted, 0, end), local.Load())
-	if local.Load() != 0 {
-		t.Skipf("some grants in local mode (%d): the machine is too loaded for the fleet bound check", local.Load())
+	t.Logf("requests %d, retries granted in fleet mode %d (and %d in local mode, not checked)", ev.sum(ev.req, 0, end), ev.sum(ev.granted, 0, end), local.Load())
+	if ev.sum(ev.granted, 0, end) == 0 {
+		t.Fatalf("no retry granted in fleet mode (%d in local mode): nothing to check", local.Load())
 	}
 	x, at, got, req := ev.worst(window, window+150*time.Millisecond, end, ratio, floor, 2)
 	t.Logf("worst span: [%v, %v): %d granted, %d requests, excess %.1f", at, at+window, got, req, x)
