@@ -269,9 +269,11 @@ func TestFailureBurstSyncsWithinATenth(t *testing.T) {
 		time.Sleep(every + every/2) // one sync of successes, half an interval more
 		synctest.Wait()
 		start := time.Now()
-		for range 15 { // 15 failures in 60 ms
+		var last time.Duration // when the last failure was recorded
+		for range 15 {         // 15 failures in 60 ms
 			p, _ := b.Allow()
 			b.Done(p, false)
+			last = time.Since(start)
 			time.Sleep(4 * time.Millisecond)
 		}
 		for {
@@ -284,8 +286,12 @@ func TestFailureBurstSyncsWithinATenth(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		if d := time.Since(start); d > 150*time.Millisecond {
-			t.Errorf("the burst's 15 failures reached the fleet after %v, want within a tenth of the interval after the first's sync (~100 ms)", d)
+		// A failure is sent a tenth of the interval after the sync before
+		// it: the first's, ~100 ms, or a periodic one (its phase comes
+		// from the process's random id) that fell within the burst, as
+		// late as the last failure (156 ms once in CI, the tick at 56 ms).
+		if d := time.Since(start); d > last+every/10 {
+			t.Errorf("the burst's 15 failures reached the fleet after %v, want within a tenth of the interval after the sync before the last (at most %v)", d, last+every/10)
 		}
 	})
 }
