@@ -1,6 +1,7 @@
 package lathist
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -31,11 +32,17 @@ import (
 // about a median (its hedge's answer), about 1-q of the races in flight
 // are past it (Little's law), as about 1-q of a period's races are.
 //
-// It takes no lock and allocates nothing. It is safe for concurrent use.
+// It allocates nothing and is safe for concurrent use. Start, End and
+// Allows take no lock; Due takes a short one, so that races reaching their
+// delay together are counted and decided in one order (with the two counts
+// taken apart, ten races due at once could each see the other nine counted
+// in one of them, and fewer than the floor got their hedge).
 type Dues struct {
 	base   time.Time
 	period time.Duration
 	w      [2]atomic.Uint64 // epoch<<epochShift | due<<countBits | started
+
+	dueMu sync.Mutex // orders Due's calls: its two counts and the decision
 
 	flight atomic.Int64 // races started and not ended
 	past   atomic.Int64 // of them, those that reached their delay
@@ -73,6 +80,8 @@ func (d *Dues) Start(now time.Time) {
 // flight past their delay, this one included, at most share of the races
 // in flight, or at most floor.
 func (d *Dues) Due(share, floor float64) bool {
+	d.dueMu.Lock()
+	defer d.dueMu.Unlock()
 	started, due := d.read(time.Now(), 1)
 	past := d.past.Add(1)
 	return due <= max(floor, share*started) && d.nowAllows(past, share, floor)
