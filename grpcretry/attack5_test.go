@@ -281,12 +281,15 @@ var _ grpc.CallOption
 // lasts longer: delay 20 ms, the slow call is held at 20 ms and looks at 30,
 // 40, ..., 80 (three delays past its delay, every half delay), then at 100
 // (one delay), 140 (two), 220 (four). Its hedge answers 10 ms after it goes.
+// The burst's answers are late: they hold a hedge for half a delay after the
+// last of them (a queue at the target), so a look within 10 ms of the
+// burst's end finds it held too.
 func TestAttack5HeldRaceLookSchedule(t *testing.T) {
 	for _, tc := range []struct {
 		burst time.Duration // the burst's first copies answer after this
 		want  time.Duration // the slow call's time
 	}{
-		{burst: 70 * time.Millisecond, want: 80 * time.Millisecond},  // ends at 69: look at 70
+		{burst: 70 * time.Millisecond, want: 90 * time.Millisecond},  // ends at 69, late: held to 79, look at 80
 		{burst: 85 * time.Millisecond, want: 110 * time.Millisecond}, // ends at 84: look at 100
 		{burst: 110 * time.Millisecond, want: 150 * time.Millisecond},
 		{burst: 150 * time.Millisecond, want: 230 * time.Millisecond},

@@ -73,8 +73,11 @@ const (
 // (counted as the delay passes, answered or not) than 5 and than 3(1-q) of
 // the races started in it (at most halfway between 1-q and all of them),
 // or while more of its races in flight are past their delay than 5 and
-// than that share of them (a burst queued behind a short stall): that is
-// a stall or an overload, not a tail; a race held back looks again every
+// than that share of them (a burst queued behind a short stall), or while
+// the target's last good answers in races, two or more in a row, each came
+// after its race's delay, the last of them within half a delay (a queue at
+// the target: a hedge would wait behind the same calls and lengthen it; an
+// answer on time ends it): that is a stall or an overload, not a tail; a race held back looks again every
 // half delay for three delays, then after one delay, doubling (the looks at
 // least 1 ms and at most a minute apart), while its first copy is unanswered
 // and a hedge could go but for the bound, and its hedge goes once the bound
@@ -85,7 +88,8 @@ const (
 // race not held gets no hedge then. With a fixed delay, q (0
 // meaning 0.95) is the share of answers the delay is expected to cover,
 // for this bound only. The time of a race held back by this bound does not
-// count in the learned delay. An ABORTED says the
+// count in the learned delay (held by a queue alone, it does: a lasting one
+// is the target's latency). An ABORTED says the
 // call met another, not load: it is what an idempotency server
 // ([IdempotencyUnaryServerInterceptor]) answers a keyed hedge whose first
 // copy it still runs, so such a hedge wins only when the first copy never

@@ -131,3 +131,67 @@ func stallAnswers(start time.Time, from, to time.Duration, sentAt *[]time.Durati
 		return legAnswer{delay: d}
 	}
 }
+
+// TestHedgeQueue: 500 calls a second with the learned p95 delay, and 200
+// ms in which every call waits 6 ms in the server's queue: each answer is
+// late, every race reaches its delay, and a hedge would wait in the same
+// queue. Few of the races are past their delay at any instant, so the
+// due-share bound's floor does not hold them; once two answers in a row
+// came late, no hedge goes (as httpretry's). From a second after the queue
+// on, the 1% tail gets its hedges again at the learned delay.
+func TestHedgeQueue(t *testing.T) {
+	const rate = 500 // calls a second
+	const from, to, end = 3 * time.Second, 3*time.Second + 200*time.Millisecond, 5 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var mu sync.Mutex
+		var sentAt []time.Duration // of each server call, since start
+		srv := &legServer{answer: func(i int) legAnswer {
+			now := time.Since(start)
+			sentAt = append(sentAt, now)
+			d := 8*time.Millisecond + time.Duration(i%5)*time.Millisecond
+			if i%100 == 50 {
+				d = 100 * time.Millisecond
+			}
+			if now >= from && now < to {
+				d += 6 * time.Millisecond
+			}
+			return legAnswer{delay: d}
+		}}
+		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod), grpcretry.WithLimit(nil))...)
+		slowAfter := 0 // calls started from 1 s after the queue that took 100 ms or more
+		var wg sync.WaitGroup
+		for range int(end/time.Second) * rate {
+			wg.Go(func() {
+				at := time.Since(start)
+				_, took, err := hedgeCall(context.Background(), c)
+				if err != nil {
+					t.Errorf("call: %v", err)
+				}
+				if at >= to+time.Second && took >= 100*time.Millisecond {
+					mu.Lock()
+					slowAfter++
+					mu.Unlock()
+				}
+			})
+			time.Sleep(time.Second / rate)
+		}
+		wg.Wait()
+		srv.settle(t)
+		srv.mu.Lock()
+		inQueue := 0
+		for i, p := range srv.prev {
+			if p != "" && sentAt[i] >= from && sentAt[i] < to+20*time.Millisecond {
+				inQueue++
+			}
+		}
+		srv.mu.Unlock()
+		t.Logf("%d hedges from the queue's start to 20 ms after it; %d calls started from 1 s after it took 100 ms or more", inQueue, slowAfter)
+		if inQueue > 5 {
+			t.Errorf("%d hedges sent into the queue, want at most 5", inQueue)
+		}
+		if slowAfter != 0 {
+			t.Errorf("%d calls started from 1 s after the queue took 100 ms or more, want 0 (hedged)", slowAfter)
+		}
+	})
+}

@@ -109,6 +109,9 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	earlier := len(rs.results) // the hedges that ended before the first copy returned
 	rs.mu.Unlock()
 	u.hh.dues.End(due) // the race is over as far as the due-share bound goes
+	if !lost && good(first.err) {
+		u.hh.dues.Answered(due) // late if the race reached its delay first: a timer that fired, no clock read
+	}
 	u.held = held
 	if stopped && hedges == 0 {
 		// No hedge went, and the timer will not fire (it never did, or
@@ -246,12 +249,16 @@ func (rs *raceState) fire() {
 		rs.mu.Unlock()
 		return // answered, failed, won by a hedge, or every hedge sent
 	}
-	if !rs.dueAllows(p.hh, cfg.hedge.share) {
-		// Held by the due-share bound: look again soon, while a hedge
-		// could go but for the bound. A burst queued behind a few slow
-		// calls clears within a few delays, and a copy still unanswered
-		// then is most likely one of the slow ones, which its hedge
-		// overtakes; a stall or an overload that lasts costs a few looks.
+	if !rs.dueAllows(p.hh, cfg.hedge.share) || p.hh.dues.Queued(p.delay) {
+		// Held by the due-share bound, or by a queue at the target (its
+		// last answers all late: a hedge would wait behind the same calls
+		// and lengthen the queue): look again soon, while a hedge could go
+		// but for the bound. A burst queued behind a few slow calls clears
+		// within a few delays, and a copy still unanswered then is most
+		// likely one of the slow ones, which its hedge overtakes; a stall
+		// or an overload that lasts costs a few looks. A race held by a
+		// queue alone is not marked held: the queue is the target's
+		// latency now, and a lasting one is to be learned.
 		if guardsAllow(g) && p.hh.quiet() {
 			rs.timer.Reset(lathist.LookAgain(p.delay, rs.looks))
 			rs.looks++
@@ -321,6 +328,9 @@ func (rs *raceState) hedgeEnded(i, num int, hl *hedgeLeg, l legCall, lctx contex
 		g.Limiter.Release(slot, !good(err) && !ours) // a loser is no sign of overload
 	}
 	won := pv == nil && good(err)
+	if won {
+		p.hh.dues.Answered(time.Since(t0) > p.delay) // the hedge's own time
+	}
 	if !won && pv == nil {
 		p.hh.pushback(err, e.trailer)
 	}

@@ -61,7 +61,11 @@ const (
 // delay passes, answered or not) than 5 and than 3(1-q) of the races
 // started in it (at most halfway between 1-q and all of them), or while
 // more of its races in flight are past their delay than 5 and than that
-// share of them (a burst queued behind a short stall): that is a
+// share of them (a burst queued behind a short stall), or while the host's
+// last good answers in races, two or more in a row, each came after its
+// race's delay, the last of them within half a delay (a queue at the
+// host: a hedge would wait behind the same requests and lengthen it; an
+// answer on time ends it): that is a
 // stall or an overload, not a tail; a race held back looks again every half
 // delay for three delays, then after one delay, doubling (the looks at least
 // 1 ms and at most a minute apart), while its first copy is unanswered and a
@@ -73,7 +77,8 @@ const (
 // held gets no hedge then. With a fixed delay, q (0 meaning 0.95)
 // is the share of answers the delay is expected to cover, for this bound
 // only. The time of a race held back by this bound does not count in the
-// learned delay. Each hedge is an attempt on the wire: it
+// learned delay (held by a queue alone, it does: a lasting one is the
+// host's latency). Each hedge is an attempt on the wire: it
 // carries the next wire.AttemptHeader number, and an observer hears its
 // own AttemptStart and AttemptEnd (Event.Hedge set; a canceled loser ends
 // with Outcome "canceled"). The retry loop counts the race as one attempt

@@ -198,3 +198,64 @@ func slowCalls(t *testing.T, tr http.RoundTripper, start time.Time, url string, 
 	wg.Wait()
 	return slow
 }
+
+// queueBase is a simulated provider whose requests sent in [from, to)
+// wait 6 ms in a queue before their latency (seeded: 99% uniform in
+// [8, 12] ms, 1% 100 ms). It records when each hedge was sent.
+type queueBase struct {
+	start    time.Time
+	from, to time.Duration
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	hedges []time.Duration // since start
+}
+
+func (b *queueBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	now := time.Since(b.start)
+	b.mu.Lock()
+	if r.Header.Get(wire.AttemptHeader) != "" {
+		b.hedges = append(b.hedges, now)
+	}
+	d := time.Duration(8e6 + b.rng.Float64()*4e6)
+	if b.rng.IntN(100) == 0 {
+		d = 100 * time.Millisecond
+	}
+	b.mu.Unlock()
+	if now >= b.from && now < b.to {
+		d += 6 * time.Millisecond
+	}
+	return okAfter(r, d)
+}
+
+// TestHedgeQueue: 500 GETs a second with the learned p95 delay (about
+// 12 ms), and 200 ms in which every request waits 6 ms in the provider's
+// queue: each answer is late, every race reaches its delay, and a hedge
+// would wait in the same queue and lengthen it. Few of the races are past
+// their delay at any instant (the answers come 2 to 6 ms after it), so the
+// due-share bound's floor does not hold them. Once two answers in a row
+// came late, no hedge goes: only the races that reached their delay before
+// those answers came get one. From a second after the queue on, the 1%
+// tail gets its hedges again at the learned delay (its races reached their
+// delay, and the due-share bound holds hedges for up to a second after).
+func TestHedgeQueue(t *testing.T) {
+	const rate = 500 // calls a second
+	const from, to, end = 3 * time.Second, 3*time.Second + 200*time.Millisecond, 5 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		base := &queueBase{start: time.Now(), rng: rand.New(rand.NewPCG(2, 3)), from: from, to: to}
+		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1), httpretry.WithLimit(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slowAfter := slowCalls(t, tr, base.start, "http://queue.test/", int(end/time.Second)*rate, rate) // by start
+		n := in(base.hedges, from, to+20*time.Millisecond)
+		t.Logf("%d hedges from the queue's start to 20 ms after it; calls of 100 ms or more started from 1 s after it: %d",
+			n, in(slowAfter, to+time.Second, end))
+		if n > 5 {
+			t.Errorf("%d hedges sent into the queue, want at most 5", n)
+		}
+		if n := in(slowAfter, to+time.Second, end); n != 0 {
+			t.Errorf("%d calls started from 1 s after the queue took 100 ms or more, want 0 (hedged)", n)
+		}
+	})
+}

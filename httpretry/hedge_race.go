@@ -109,6 +109,9 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	earlier := len(rs.results) // the hedges that ended before the first copy answered
 	rs.mu.Unlock()
 	c.hh.dues.End(due) // the race is over as far as the due-share bound goes
+	if !lost && good(resp, err) {
+		c.hh.dues.Answered(due) // late if the race reached its delay first: a timer that fired, no clock read
+	}
 	if stopped && hedges == 0 {
 		// No hedge went, and the timer will not fire (it never did, or
 		// only to find the race held, and was set again): rs is free again.
@@ -286,12 +289,16 @@ func (rs *raceState) fire() {
 		rs.mu.Unlock()
 		return // answered, failed, won by a hedge, or every hedge sent
 	}
-	if !rs.dueAllows(p.hh, cfg.hedge.share) {
-		// Held by the due-share bound: look again soon, while a hedge
+	if !rs.dueAllows(p.hh, cfg.hedge.share) || p.hh.dues.Queued(p.delay) {
+		// Held by the due-share bound, or by a queue at the host (its
+		// last answers all late: a hedge would wait behind the same
+		// requests and lengthen the queue): look again soon, while a hedge
 		// could go but for the bound. A burst queued behind a few slow
 		// requests clears within a few delays, and a copy still unanswered
 		// then is most likely one of the slow ones, which its hedge
 		// overtakes; a stall or an overload that lasts costs a few looks.
+		// A race held by a queue alone is not marked held: the queue is
+		// the host's latency now, and a lasting one is to be learned.
 		if guardsAllow(g) && p.hh.quiet() {
 			rs.timer.Reset(lathist.LookAgain(p.delay, rs.looks))
 			rs.looks++
@@ -353,6 +360,9 @@ func (rs *raceState) hedgeEnded(i, num int, lctx context.Context, slot limit.Per
 	p := rs.p
 	g := p.dest.Guards
 	won := pv == nil && good(resp, err)
+	if won {
+		p.hh.dues.Answered(time.Since(t0) > p.delay) // the hedge's own time
+	}
 	if !won && resp != nil {
 		detachBody(lctx, resp) // a failed answer holds its slot while its body is read, as send's does
 	}

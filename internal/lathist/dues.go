@@ -32,6 +32,14 @@ import (
 // about a median (its hedge's answer), about 1-q of the races in flight
 // are past it (Little's law), as about 1-q of a period's races are.
 //
+// And it keeps the destination's good answers in a row that took longer
+// than their race's delay (Answered), and when the last of them came: a
+// queue at the destination, in which every request waits, makes each
+// answer late, where a request that is slow on its own is late among
+// answers on time (at the q quantile, 1-q of the answers are late, two in
+// a row seldom). A hedge sent into the queue waits behind the same
+// requests and adds to it (Queued).
+//
 // It allocates nothing and is safe for concurrent use. Start, End and
 // Allows take no lock; Due takes a short one, so that races reaching their
 // delay together are counted and decided in one order (with the two counts
@@ -46,7 +54,14 @@ type Dues struct {
 
 	flight atomic.Int64 // races started and not ended
 	past   atomic.Int64 // of them, those that reached their delay
+
+	lateRun atomic.Int64 // good answers in a row that took longer than their delay
+	lateAt  atomic.Int64 // when the last of them came, since base (ns)
 }
+
+// queuedAfter is the number of late answers in a row that Queued reads as
+// a queue at the destination.
+const queuedAfter = 2
 
 const (
 	countBits  = 20
@@ -102,6 +117,32 @@ func (d *Dues) End(due bool) {
 		d.past.Add(-1)
 	}
 	d.flight.Add(-1)
+}
+
+// Answered notes a good answer of a copy in a race: late if it took
+// longer than the race's hedge delay (the copy's own time, from its
+// send). An answer on time ends a run of late ones at the cost of a read
+// (most answers are on time: no write to a word that every race shares);
+// a late one reads the clock.
+func (d *Dues) Answered(late bool) {
+	if !late {
+		if d.lateRun.Load() != 0 {
+			d.lateRun.Store(0)
+		}
+		return
+	}
+	d.lateAt.Store(int64(time.Since(d.base)))
+	d.lateRun.Add(1)
+}
+
+// Queued reports whether the destination's last good answers, queuedAfter
+// or more in a row, each took longer than its race's delay, the last of
+// them within half a delay of now: its requests wait in a queue, which a
+// hedge would join. An answer on time ends it, and so does half a delay
+// with no late answer (a held race looks again every half delay: one that
+// finds no late answer since its last look sends its hedge).
+func (d *Dues) Queued(delay time.Duration) bool {
+	return d.lateRun.Load() >= queuedAfter && time.Since(d.base)-time.Duration(d.lateAt.Load()) <= delay/2
 }
 
 // nowAllows reports whether past races in flight past their delay are at

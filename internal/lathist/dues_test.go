@@ -226,8 +226,15 @@ func TestDuesConcurrent(t *testing.T) {
 
 func TestDuesAllocs(t *testing.T) {
 	d := NewDues(time.Second)
-	if n := testing.AllocsPerRun(1000, func() { d.Start(time.Now()); d.Due(0.15, 5); d.End(true) }); n != 0 {
-		t.Errorf("Start, Due and End allocate %v times, want 0", n)
+	if n := testing.AllocsPerRun(1000, func() {
+		d.Start(time.Now())
+		d.Due(0.15, 5)
+		d.Queued(time.Millisecond)
+		d.Answered(true)
+		d.Answered(false)
+		d.End(true)
+	}); n != 0 {
+		t.Errorf("Start, Due, Queued, Answered and End allocate %v times, want 0", n)
 	}
 }
 
@@ -252,4 +259,39 @@ func TestLookAgain(t *testing.T) {
 			t.Errorf("LookAgain(%v, %d) = %v, want %v", tt.delay, tt.looks, got, tt.want)
 		}
 	}
+}
+
+// TestDuesQueued: one late answer is a request slow on its own, two in a
+// row a queue; an answer on time, or half a delay with no late one, ends
+// it.
+func TestDuesQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const delay = 10 * time.Millisecond
+		d := NewDues(time.Second)
+		steps := []struct {
+			name   string
+			late   []bool // answers, in order
+			wait   time.Duration
+			queued bool
+		}{
+			{"none yet", nil, 0, false},
+			{"one late", []bool{true}, 0, false},
+			{"two late in a row", []bool{true}, 0, true},
+			{"a third", []bool{true}, delay / 2, true},
+			{"half a delay and a bit with none", nil, time.Millisecond, false},
+			{"late again, the run goes on", []bool{true}, 0, true},
+			{"one on time", []bool{false}, 0, false},
+			{"late, on time, late", []bool{true, false, true}, 0, false},
+			{"and late", []bool{true}, 0, true},
+		}
+		for _, s := range steps {
+			for _, l := range s.late {
+				d.Answered(l)
+			}
+			time.Sleep(s.wait)
+			if got := d.Queued(delay); got != s.queued {
+				t.Errorf("%s: Queued %v, want %v", s.name, got, s.queued)
+			}
+		}
+	})
 }
