@@ -377,6 +377,8 @@ type tailRow struct {
 	measured, failed     int // calls started after the warm-up, of them failed
 	p50, p95, p99, p999  time.Duration
 	p999Ordinary         time.Duration // p99.9 of the calls answered by a copy not drawn slow
+	p999Calm             time.Duration // p99.9 of the calls that ran during no stall of the process
+	calm                 int           // those calls
 	lateP99              time.Duration
 	stalls               []tailStall // the process's stalls during the load
 	arrived, shed, slow  int64
@@ -480,15 +482,38 @@ func (r tailRow) stallText() string {
 			continue
 		}
 		over++
-		from := c.start + c.late
-		for _, st := range r.stalls {
-			if from < st.to && from+c.took > st.from {
-				during++
-				break
-			}
+		if r.ranDuringStall(c) {
+			during++
 		}
 	}
-	return fmt.Sprintf("%d stalls over %v (longest %v); of the %d calls over the p99.9, %d ran during one", len(r.stalls), tailStallOver, ms(longest), over, during)
+	return fmt.Sprintf("%d stalls over %v (longest %v); of the %d calls over the p99.9, %d ran during one; p99.9 of the %d calls that ran during none: %v",
+		len(r.stalls), tailStallOver, ms(longest), over, during, r.calm, ms(r.p999Calm))
+}
+
+// ranDuringStall reports whether c ran during one of the process's stalls.
+func (r tailRow) ranDuringStall(c tailCall) bool {
+	from := c.start + c.late
+	for _, st := range r.stalls {
+		if from < st.to && from+c.took > st.from {
+			return true
+		}
+	}
+	return false
+}
+
+// calmTook returns, sorted, the times of the calls measured (started after
+// the warm-up) that ran during none of the process's stalls: the machine's
+// pauses, which every row gets at random and no client can shorten, left
+// out.
+func (r tailRow) calmTook() []time.Duration {
+	var took []time.Duration
+	for _, c := range r.calls {
+		if c.start >= tailWarmup && !r.ranDuringStall(c) {
+			took = append(took, c.took)
+		}
+	}
+	slices.Sort(took)
+	return took
 }
 
 // extra is the requests at the provider per call, minus one.
@@ -540,6 +565,8 @@ func runTail(p tailParams, s tailSetup, fixed time.Duration) (tailRow, error) {
 	slices.Sort(ordinary)
 	slices.Sort(late)
 	row.p999Ordinary = quantile(ordinary, 0.999)
+	calm := row.calmTook()
+	row.p999Calm, row.calm = quantile(calm, 0.999), len(calm)
 	row.p50, row.p95, row.p99, row.p999 = quantile(took, 0.5), quantile(took, 0.95), quantile(took, 0.99), quantile(took, 0.999)
 	row.lateP99 = quantile(late, 0.99)
 	for i := range tp.secs {
@@ -793,6 +820,14 @@ func tailMustHold(rows []tailRow) string {
 	if fsq != nil {
 		s += fmt.Sprintf("; lower p99.9 than %s (%s) at equal or fewer extra requests (%+.1f%% vs %+.1f%%): %s",
 			fsq.setup.name, ms(fsq.p999), 100*h.extra(), 100*fsq.extra(), mark(h.p999 < fsq.p999 && h.extra() <= fsq.extra()))
+	}
+	// The same of the calls that ran during none of the process's stalls
+	// (the machine's pauses: docs/hedging.md, "The machine's pauses").
+	calm := float64(h.p999Calm) / float64(floor)
+	s += fmt.Sprintf(".\n\nOf the calls that ran during no stall of the process: p99.9 %s, %.2fx of the floor, %s",
+		ms(h.p999Calm), calm, mark(calm <= 1.25))
+	if fsq != nil {
+		s += fmt.Sprintf("; lower than %s's (%s): %s", fsq.setup.name, ms(fsq.p999Calm), mark(h.p999Calm < fsq.p999Calm && h.extra() <= fsq.extra()))
 	}
 	return s + "\n"
 }
