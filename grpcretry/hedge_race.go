@@ -105,11 +105,11 @@ func (u *unaryCall) race(ctx context.Context, n int, delay time.Duration) end {
 	rs.over = true
 	rs.good = !rs.lost && good(first.err)
 	stopped := rs.timer.Stop()
-	hedges, lost, held, due := rs.hedges, rs.lost, rs.held, rs.due
+	hedges, lost, held, due, firstGood := rs.hedges, rs.lost, rs.held, rs.due, rs.good
 	earlier := len(rs.results) // the hedges that ended before the first copy returned
 	rs.mu.Unlock()
 	u.hh.dues.End(due) // the race is over as far as the due-share bound goes
-	if !lost && good(first.err) {
+	if firstGood {
 		u.hh.dues.Answered(due) // late if the race reached its delay first: a timer that fired, no clock read
 	}
 	u.held = held

@@ -105,11 +105,11 @@ func (c *call) race(ctx context.Context, n int, h *host, delay time.Duration, st
 	rs.over = true
 	rs.good = !rs.lost && good(resp, err)
 	stopped := rs.timer.Stop()
-	hedges, lost, due, held := rs.hedges, rs.lost, rs.due, rs.held
+	hedges, lost, due, held, firstGood := rs.hedges, rs.lost, rs.due, rs.held, rs.good
 	earlier := len(rs.results) // the hedges that ended before the first copy answered
 	rs.mu.Unlock()
 	c.hh.dues.End(due) // the race is over as far as the due-share bound goes
-	if !lost && good(resp, err) {
+	if firstGood {
 		c.hh.dues.Answered(due) // late if the race reached its delay first: a timer that fired, no clock read
 	}
 	if stopped && hedges == 0 {

@@ -125,10 +125,18 @@ func (d *Dues) End(due bool) {
 // (most answers are on time: no write to a word that every race shares);
 // a late one reads the clock.
 func (d *Dues) Answered(late bool) {
+	if late || d.lateRun.Load() != 0 {
+		d.note(late)
+	}
+}
+
+// note ends a run of late answers, or counts a late one: Answered's rare
+// path, kept apart so that Answered inlines.
+//
+//go:noinline
+func (d *Dues) note(late bool) {
 	if !late {
-		if d.lateRun.Load() != 0 {
-			d.lateRun.Store(0)
-		}
+		d.lateRun.Store(0)
 		return
 	}
 	d.lateAt.Store(int64(time.Since(d.base)))
