@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+
 	"github.com/stormguard/stormguard/grpcretry"
 )
 
@@ -26,28 +28,10 @@ func TestHedgeStall(t *testing.T) {
 	const from, to, end = 6 * time.Second, 7 * time.Second, 10 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		var mu sync.Mutex
 		var sentAt []time.Duration // of each server call, since start
 		srv := &legServer{answer: stallAnswers(start, from, to, &sentAt)}
 		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod))...)
-		var slowAfter int // calls started from 1 s after the stall that took 100 ms or more
-		var wg sync.WaitGroup
-		for range int(end/time.Second) * rate {
-			wg.Go(func() {
-				at := time.Since(start)
-				_, took, err := hedgeCall(context.Background(), c)
-				if err != nil {
-					t.Errorf("call: %v", err)
-				}
-				if at >= to+time.Second && took >= 100*time.Millisecond {
-					mu.Lock()
-					slowAfter++
-					mu.Unlock()
-				}
-			})
-			time.Sleep(time.Second / rate)
-		}
-		wg.Wait()
+		slowAfter := slowCalls(t, c, start, end, rate, to+time.Second) // calls started from 1 s after the stall that took 100 ms or more
 		srv.settle(t)
 		srv.mu.Lock()
 		perSecond := make([]int, end/time.Second+1)
@@ -144,7 +128,6 @@ func TestHedgeQueue(t *testing.T) {
 	const from, to, end = 3 * time.Second, 3*time.Second + 200*time.Millisecond, 5 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		var mu sync.Mutex
 		var sentAt []time.Duration // of each server call, since start
 		srv := &legServer{answer: func(i int) legAnswer {
 			now := time.Since(start)
@@ -159,24 +142,7 @@ func TestHedgeQueue(t *testing.T) {
 			return legAnswer{delay: d}
 		}}
 		c := serveInMemory(t, srv, newClient(t, grpcretry.WithHedging(0, 0.95, 1, unaryMethod), grpcretry.WithLimit(nil))...)
-		slowAfter := 0 // calls started from 1 s after the queue that took 100 ms or more
-		var wg sync.WaitGroup
-		for range int(end/time.Second) * rate {
-			wg.Go(func() {
-				at := time.Since(start)
-				_, took, err := hedgeCall(context.Background(), c)
-				if err != nil {
-					t.Errorf("call: %v", err)
-				}
-				if at >= to+time.Second && took >= 100*time.Millisecond {
-					mu.Lock()
-					slowAfter++
-					mu.Unlock()
-				}
-			})
-			time.Sleep(time.Second / rate)
-		}
-		wg.Wait()
+		slowAfter := slowCalls(t, c, start, end, rate, to+time.Second) // calls started from 1 s after the queue that took 100 ms or more
 		srv.settle(t)
 		srv.mu.Lock()
 		inQueue := 0
@@ -194,4 +160,31 @@ func TestHedgeQueue(t *testing.T) {
 			t.Errorf("%d calls started from 1 s after the queue took 100 ms or more, want 0 (hedged)", slowAfter)
 		}
 	})
+}
+
+// slowCalls makes rate calls a second through c for d, each on a goroutine
+// of its own, and returns how many of those started from after on (since
+// start) took 100 ms or more.
+func slowCalls(t *testing.T, c testpb.TestServiceClient, start time.Time, d time.Duration, rate int, after time.Duration) int {
+	t.Helper()
+	var mu sync.Mutex
+	slow := 0
+	var wg sync.WaitGroup
+	for range int(d/time.Second) * rate {
+		wg.Go(func() {
+			at := time.Since(start)
+			_, took, err := hedgeCall(context.Background(), c)
+			if err != nil {
+				t.Errorf("call: %v", err)
+			}
+			if at >= after && took >= 100*time.Millisecond {
+				mu.Lock()
+				slow++
+				mu.Unlock()
+			}
+		})
+		time.Sleep(time.Second / time.Duration(rate))
+	}
+	wg.Wait()
+	return slow
 }

@@ -17,10 +17,14 @@ import (
 // stallBase is a simulated provider that stalls: each request takes its
 // latency (seeded: 99% uniform in [8, 12] ms, 1% 100 ms) unless canceled
 // first, but no answer ends during [stallFrom, stallTo): one due then
-// comes at stallTo. It records when each request and each hedge was sent.
+// comes at stallTo. A request sent during [queueFrom, queueTo) waits
+// queueWait more first (a queue). It records when each request and each
+// hedge was sent.
 type stallBase struct {
 	start              time.Time
 	stallFrom, stallTo time.Duration
+	queueFrom, queueTo time.Duration
+	queueWait          time.Duration
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -40,6 +44,9 @@ func (b *stallBase) RoundTrip(r *http.Request) (*http.Response, error) {
 		d = 100 * time.Millisecond
 	}
 	b.mu.Unlock()
+	if now >= b.queueFrom && now < b.queueTo {
+		d += b.queueWait
+	}
 	if end := now + d; end >= b.stallFrom && end < b.stallTo {
 		d = b.stallTo - now
 	}
@@ -149,14 +156,7 @@ func TestHedgeBurst(t *testing.T) {
 	const from, to, end = 3 * time.Second, 3*time.Second + 40*time.Millisecond, 5 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		base := &stallBase{start: time.Now(), rng: rand.New(rand.NewPCG(2, 3)), stallFrom: from, stallTo: to}
-		// No limiter (WithLimit(nil)): the subject is the bound. The
-		// default limiter, its limit learned on answers that come from
-		// memory, would hold some of the burst's calls back itself.
-		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1), httpretry.WithLimit(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		slowAfter := slowCalls(t, tr, base.start, "http://burst.test/", int(end/time.Second)*rate, rate) // by start
+		slowAfter := boundCalls(t, base, base.start, "http://burst.test/", end, rate) // by start
 		n := in(base.hedges, from, to)
 		t.Logf("%d requests and %d hedges in the 40 ms stall; %d hedges in the 100 ms after it; calls of 100 ms or more started from 100 ms after it: %d",
 			in(base.sent, from, to), n, in(base.hedges, to, to+100*time.Millisecond), in(slowAfter, to+100*time.Millisecond, end))
@@ -167,6 +167,21 @@ func TestHedgeBurst(t *testing.T) {
 			t.Errorf("%d calls started from 100 ms after the stall took 100 ms or more, want 0 (hedged)", n)
 		}
 	})
+}
+
+// boundCalls sends rate GETs a second to url for d through a transport
+// over base with the learned p95 delay and one hedge, and returns when
+// each call that took 100 ms or more started, since start. No limiter
+// (WithLimit(nil)): the subject is the hedges' bounds. The default
+// limiter, its limit learned on answers that come from memory, would hold
+// some of the calls back itself.
+func boundCalls(t *testing.T, base http.RoundTripper, start time.Time, url string, d time.Duration, rate int) []time.Duration {
+	t.Helper()
+	tr, err := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1), httpretry.WithLimit(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slowCalls(t, tr, start, url, int(d/time.Second)*rate, rate)
 }
 
 // slowCalls sends n GETs to url through tr, rate a second, each on a
@@ -199,35 +214,6 @@ func slowCalls(t *testing.T, tr http.RoundTripper, start time.Time, url string, 
 	return slow
 }
 
-// queueBase is a simulated provider whose requests sent in [from, to)
-// wait 6 ms in a queue before their latency (seeded: 99% uniform in
-// [8, 12] ms, 1% 100 ms). It records when each hedge was sent.
-type queueBase struct {
-	start    time.Time
-	from, to time.Duration
-
-	mu     sync.Mutex
-	rng    *rand.Rand
-	hedges []time.Duration // since start
-}
-
-func (b *queueBase) RoundTrip(r *http.Request) (*http.Response, error) {
-	now := time.Since(b.start)
-	b.mu.Lock()
-	if r.Header.Get(wire.AttemptHeader) != "" {
-		b.hedges = append(b.hedges, now)
-	}
-	d := time.Duration(8e6 + b.rng.Float64()*4e6)
-	if b.rng.IntN(100) == 0 {
-		d = 100 * time.Millisecond
-	}
-	b.mu.Unlock()
-	if now >= b.from && now < b.to {
-		d += 6 * time.Millisecond
-	}
-	return okAfter(r, d)
-}
-
 // TestHedgeQueue: 500 GETs a second with the learned p95 delay (about
 // 12 ms), and 200 ms in which every request waits 6 ms in the provider's
 // queue: each answer is late, every race reaches its delay, and a hedge
@@ -242,12 +228,8 @@ func TestHedgeQueue(t *testing.T) {
 	const rate = 500 // calls a second
 	const from, to, end = 3 * time.Second, 3*time.Second + 200*time.Millisecond, 5 * time.Second
 	synctest.Test(t, func(t *testing.T) {
-		base := &queueBase{start: time.Now(), rng: rand.New(rand.NewPCG(2, 3)), from: from, to: to}
-		tr, err := httpretry.NewTransport(base, httpretry.WithHedging(0, 0.95, 1), httpretry.WithLimit(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		slowAfter := slowCalls(t, tr, base.start, "http://queue.test/", int(end/time.Second)*rate, rate) // by start
+		base := &stallBase{start: time.Now(), rng: rand.New(rand.NewPCG(2, 3)), queueFrom: from, queueTo: to, queueWait: 6 * time.Millisecond}
+		slowAfter := boundCalls(t, base, base.start, "http://queue.test/", end, rate) // by start
 		n := in(base.hedges, from, to+20*time.Millisecond)
 		t.Logf("%d hedges from the queue's start to 20 ms after it; calls of 100 ms or more started from 1 s after it: %d",
 			n, in(slowAfter, to+time.Second, end))
