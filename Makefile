@@ -141,6 +141,9 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 #    10,000 (idemtest.DefaultPayments) here;
 #  - the allocation tests of httpretry and grpcretry, which skip under -race
 #    (sync.Pool drops items there), so that their promises are checked;
+#  - httpretry's overload recovery with and without hedging at full size
+#    (ten seeds of 60 s of simulated time, 52,000 calls each, 20 s; 4x
+#    slower under -race, where two seeds run);
 #  - fleet's models of its fleet-wide rate, which drive the real script on
 #    Redis from one goroutine (fleet/lowvolume_test.go, //go:build !race);
 #  - package limit, whose tests run at full size here: the Baseline tests'
@@ -155,7 +158,7 @@ MODULE_FLAGS = $$(for mp in $(RACE_PARALLEL); do [ "$${mp%%:*}" = "$$m" ] && ech
 #    a 4 s trigger, 12-14 s, and 4 s (admission/race_test.go); 9 CPU-s here.
 NORACE_PKGS := cmd/stormguard:./internal/sim .:./idempotency:^TestEndToEnd \
 	idempotency/pgstore:.:^TestEndToEnd idempotency/redisstore:.:^TestEndToEnd \
-	.:./httpretry:Allocs grpcretry:.:Allocs fleet:.:^TestScriptFleet \
+	.:./httpretry:Allocs .:./httpretry:^TestHedgeOverloadRecovery grpcretry:.:Allocs fleet:.:^TestScriptFleet \
 	.:./limit .:./admission .:./breaker:^TestAttackCounterSaturation
 # NORACE_JOBS is how many NORACE_PKGS runs go at once. Several of them
 # wait more than they compute (the stores' end-to-end runs on PostgreSQL
