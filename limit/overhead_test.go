@@ -44,7 +44,12 @@ var overheads = []struct {
 // at least 95% of its capacity (the live metastability scenario found a
 // limit of 5 to 14 and a provider serving 24-486 of its 500/s). Under the
 // race detector it measures 3 s instead of 10 (the same code, a third of
-// the CPU; see race_test.go).
+// the CPU; see race_test.go). Each overhead runs at one seed of its draws
+// (its index). The widest, 5-45 ms, holds there but not at most others: at
+// seeds 0-99, 74 served under 95% in 10 s (median 90%, lowest 31%; 3 of
+// 0-20 ms's 100, at 94.4-94.7%), their limit at 5-10 for seconds. That is
+// an open defect (docs/limit.md, "Known limit: a round trip that varies
+// widely outside the destination"), not fixed by this test.
 func TestOverheadFullThroughput(t *testing.T) {
 	t.Parallel()
 	secs := 10
