@@ -115,9 +115,9 @@ func TestOutageRecovery(t *testing.T) {
 // about a second of its capacity, 1,000 calls (the limit falls with the
 // latency before the limiter finds that the latency is the destination's;
 // 1,341 in a run whose limit before was 83), so the incident lasts long
-// enough for that to stay under a tenth: 60 s (make test's pass without -race), and 20 s under the race
-// detector (the same code, a sixth of the CPU; at 10 s a CI run served
-// 8,659 of 10,000).
+// enough for that to stay under a tenth: 60 s (make test's pass without
+// -race), and 20 s under the race detector (the same code, a sixth of the
+// CPU; at 10 s a CI run served 8,659 of 10,000).
 func TestBaselineHoldsDuringIncident(t *testing.T) {
 	t.Parallel()
 	secs := 60
